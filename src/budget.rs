@@ -1,0 +1,187 @@
+//! Limits and effective-token arithmetic. Pure: no I/O, no clocks.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::config::CompactionConfig;
+use crate::session::entry::Usage;
+
+/// The hard and soft limits of one model under one configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    pub context_window: u64,
+    pub max_output_tokens: u64,
+    pub safety_reserve_tokens: u64,
+    /// `contextWindow - maxOutputTokens - safetyReserveTokens`: input above it is never sent.
+    pub hard_limit: u64,
+    /// `min(hardLimit - 1, max(minTokensForAutoCompact, floor(hardLimit * ratio)))`.
+    pub soft_limit: u64,
+}
+
+impl Limits {
+    /// `None` when the window leaves no room for input (hard limit ≤ 0).
+    pub fn compute(context_window: u64, max_output_tokens: u64, c: &CompactionConfig) -> Option<Limits> {
+        let hard_limit = context_window
+            .checked_sub(max_output_tokens)?
+            .checked_sub(c.safety_reserve_tokens)?;
+        if hard_limit == 0 {
+            return None;
+        }
+        let by_ratio = (hard_limit as f64 * c.auto_compact_threshold_ratio).floor() as u64;
+        let soft_limit = (hard_limit - 1).min(c.min_tokens_for_auto_compact.max(by_ratio));
+        Some(Limits {
+            context_window,
+            max_output_tokens,
+            safety_reserve_tokens: c.safety_reserve_tokens,
+            hard_limit,
+            soft_limit,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MeasurementSource {
+    /// The provider's reported usage of the last inference after the latest capsule, plus
+    /// counts of the entries appended since.
+    ProviderUsage,
+    /// Tokenizer counts of everything in the model input.
+    Estimated,
+}
+
+impl MeasurementSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MeasurementSource::ProviderUsage => "provider_usage",
+            MeasurementSource::Estimated => "estimated",
+        }
+    }
+}
+
+/// Token counts of the parts of the model input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Breakdown {
+    pub system: u64,
+    pub tools: u64,
+    pub capsule: u64,
+    pub retained_tail: u64,
+    pub new_entries: u64,
+}
+
+impl Breakdown {
+    pub fn total(&self) -> u64 {
+        self.system + self.tools + self.capsule + self.retained_tail + self.new_entries
+    }
+}
+
+/// The last provider usage that is still valid for the model input: reported by an assistant
+/// message after the latest capsule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageAnchor {
+    pub usage: Usage,
+    /// Counted tokens of the view entries after the message that carried the usage.
+    pub tokens_after: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    pub effective_tokens: u64,
+    pub source: MeasurementSource,
+    pub breakdown: Breakdown,
+    pub limits: Limits,
+}
+
+impl Budget {
+    /// Effective tokens: provider usage when a valid anchor exists, else the counted breakdown.
+    /// Usage recorded before the latest capsule must not be passed as an anchor (stale-usage
+    /// guard); the view only offers usage from entries after the capsule.
+    pub fn measure(limits: Limits, breakdown: Breakdown, anchor: Option<UsageAnchor>) -> Budget {
+        match anchor {
+            Some(a) if a.usage.context_tokens() > 0 => Budget {
+                effective_tokens: a.usage.context_tokens() + a.tokens_after,
+                source: MeasurementSource::ProviderUsage,
+                breakdown,
+                limits,
+            },
+            _ => Budget {
+                effective_tokens: breakdown.total(),
+                source: MeasurementSource::Estimated,
+                breakdown,
+                limits,
+            },
+        }
+    }
+
+    pub fn over_hard_limit(&self) -> bool {
+        self.effective_tokens > self.limits.hard_limit
+    }
+
+    pub fn at_soft_limit(&self) -> bool {
+        self.effective_tokens >= self.limits.soft_limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec_limits() -> Limits {
+        Limits::compute(65000, 8000, &CompactionConfig::default()).unwrap()
+    }
+
+    /// Spec §4: "For contextWindow=65000, maxOutputTokens=8000, and safetyReserveTokens=8192,
+    /// the hard limit is 48808."
+    #[test]
+    fn for_context_window_65000_the_hard_limit_is_48808() {
+        assert_eq!(spec_limits().hard_limit, 48808);
+    }
+
+    /// Spec §5: "With a 48808 hard limit and the defaults, the soft limit is 39046."
+    #[test]
+    fn with_a_48808_hard_limit_and_the_defaults_the_soft_limit_is_39046() {
+        assert_eq!(spec_limits().soft_limit, 39046);
+    }
+
+    #[test]
+    fn soft_limit_floor_applies_to_small_windows() {
+        // hard = 50000 - 4000 - 8192 = 37808; 0.8 * hard = 30246 < 32000 → floor wins.
+        let l = Limits::compute(50000, 4000, &CompactionConfig::default()).unwrap();
+        assert_eq!(l.hard_limit, 37808);
+        assert_eq!(l.soft_limit, 32000);
+    }
+
+    #[test]
+    fn soft_limit_never_reaches_the_hard_limit_in_tiny_windows() {
+        // hard = 20000 - 2000 - 8192 = 9808 < minTokensForAutoCompact → min(hard - 1, …) wins.
+        let l = Limits::compute(20000, 2000, &CompactionConfig::default()).unwrap();
+        assert_eq!(l.hard_limit, 9808);
+        assert_eq!(l.soft_limit, 9807);
+        let one = Limits::compute(8192 + 100 + 1, 100, &CompactionConfig::default()).unwrap();
+        assert_eq!(one.hard_limit, 1);
+        assert_eq!(one.soft_limit, 0);
+    }
+
+    #[test]
+    fn no_limits_when_the_window_leaves_no_room() {
+        assert!(Limits::compute(16000, 8000, &CompactionConfig::default()).is_none());
+        assert!(Limits::compute(16192, 8000, &CompactionConfig::default()).is_none());
+    }
+
+    #[test]
+    fn provider_usage_wins_over_estimates() {
+        let b = Breakdown { system: 10, tools: 20, capsule: 0, retained_tail: 0, new_entries: 500 };
+        let anchor = UsageAnchor {
+            usage: Usage { input: 400, cache_read: 100, cache_write: 0, output: 50 },
+            tokens_after: 30,
+        };
+        let m = Budget::measure(spec_limits(), b, Some(anchor));
+        assert_eq!(m.source, MeasurementSource::ProviderUsage);
+        assert_eq!(m.effective_tokens, 580);
+        let e = Budget::measure(spec_limits(), b, None);
+        assert_eq!(e.source, MeasurementSource::Estimated);
+        assert_eq!(e.effective_tokens, 530);
+    }
+}

@@ -1,0 +1,7 @@
+//! Context Capsules: the model, artifact extraction, the deterministic builder, rendering,
+//! and the portable `.capsule.md` format.
+
+pub mod model;
+
+pub use model::*;
+pub mod render;

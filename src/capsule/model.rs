@@ -1,0 +1,169 @@
+//! The Context Capsule: narrative state (goal, decisions, …) plus artifacts that are facts.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::session::entry::Trigger;
+
+/// How a capsule's narrative state was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Quality {
+    /// Written by a summarization model and validated.
+    Model,
+    /// Built deterministically from the log (no model, model timed out, or model failed).
+    Degraded,
+}
+
+impl Quality {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Quality::Model => "model",
+            Quality::Degraded => "degraded",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// Produced by compaction of this session.
+    Session,
+    /// Loaded from a Portable Capsule (`.capsule.md`).
+    Loaded,
+}
+
+/// The narrative part of a capsule: what a model may write.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapsuleState {
+    #[serde(default)]
+    pub goal: String,
+    #[serde(default)]
+    pub constraints: Vec<String>,
+    #[serde(default)]
+    pub completed: Vec<String>,
+    #[serde(default)]
+    pub active: Vec<String>,
+    #[serde(default)]
+    pub pending: Vec<String>,
+    #[serde(default)]
+    pub decisions: Vec<Decision>,
+    #[serde(default)]
+    pub blockers: Vec<String>,
+    #[serde(default)]
+    pub next_steps: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Decision {
+    pub decision: String,
+    #[serde(default)]
+    pub rationale: String,
+}
+
+/// Facts taken from tool calls, file events and explicit reports, never from prose.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Artifacts {
+    #[serde(default)]
+    pub read_files: Vec<FileArtifact>,
+    #[serde(default)]
+    pub modified_files: Vec<FileArtifact>,
+    #[serde(default)]
+    pub verification: Vec<Verification>,
+    #[serde(default)]
+    pub active_skills: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileArtifact {
+    /// Relative to the workspace when inside it.
+    pub path: String,
+    /// Entries this fact came from.
+    #[serde(default)]
+    pub entry_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VerificationOutcome {
+    Passed,
+    Failed,
+    /// The command ran but no result was recorded (interrupted, still running).
+    Unknown,
+}
+
+impl VerificationOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VerificationOutcome::Passed => "passed",
+            VerificationOutcome::Failed => "failed",
+            VerificationOutcome::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    pub command: String,
+    pub outcome: VerificationOutcome,
+    /// The entry holding the call of its last run.
+    pub entry_id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleTokens {
+    /// Effective tokens before the compaction.
+    pub before: u64,
+    /// Effective tokens of the continuation (capsule + retained tail + overhead).
+    pub after: u64,
+}
+
+/// A `capsule` entry of the session log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleEntry {
+    /// `ck_…`
+    pub checkpoint_id: String,
+    pub trigger: Trigger,
+    pub quality: Quality,
+    /// First entry kept verbatim after the capsule; `None` when nothing is kept.
+    #[serde(default)]
+    pub first_kept_entry_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_checkpoint_id: Option<String>,
+    pub state: CapsuleState,
+    pub artifacts: Artifacts,
+    pub tokens: CapsuleTokens,
+    pub origin: Origin,
+    #[serde(default)]
+    pub mirrored: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Why the capsule is degraded (no model configured, timeout, invalid response, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded_reason: Option<String>,
+    /// Custom instructions of an explicit `/compact`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Where a loaded capsule came from (workspace, session, checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loaded_from: Option<LoadedFrom>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadedFrom {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+}

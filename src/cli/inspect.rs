@@ -1,0 +1,170 @@
+//! `soba budget` and `soba context`: read-only views of a session log.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{human_tokens, print_json, warn_load, CommonArgs};
+use crate::budget::{Breakdown, Budget, Limits, MeasurementSource};
+use crate::session::log::read_session;
+use crate::session::view::{ModelMessage, ModelView};
+use crate::session::Session;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetReport {
+    pub effective_tokens: u64,
+    pub hard_limit: u64,
+    pub soft_limit: u64,
+    pub source: MeasurementSource,
+    pub context_window: u64,
+    pub max_output_tokens: u64,
+    pub auto_compact: bool,
+    pub last_compaction: Option<LastCompaction>,
+    pub breakdown: Breakdown,
+    pub model: String,
+    pub tokenizer: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastCompaction {
+    pub checkpoint_id: String,
+    pub trigger: String,
+    pub quality: String,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    pub ts: String,
+}
+
+/// The budget of a session at its leaf.
+pub fn budget_report(session: &Session, limits: Limits, auto_default: bool, model: &str) -> BudgetReport {
+    let view = ModelView::build(session, session.leaf());
+    let budget = Budget::measure(limits, view.breakdown(session), view.usage_anchor(session));
+    let settings = session.settings_at(session.leaf());
+    let last_compaction = view.capsule.map(|c| {
+        let e = session.entry(c);
+        let cap = e.as_capsule().expect("capsule");
+        LastCompaction {
+            checkpoint_id: cap.checkpoint_id.clone(),
+            trigger: cap.trigger.as_str().into(),
+            quality: cap.quality.as_str().into(),
+            tokens_before: cap.tokens.before,
+            tokens_after: cap.tokens.after,
+            ts: e.ts.clone(),
+        }
+    });
+    BudgetReport {
+        effective_tokens: budget.effective_tokens,
+        hard_limit: limits.hard_limit,
+        soft_limit: limits.soft_limit,
+        source: budget.source,
+        context_window: limits.context_window,
+        max_output_tokens: limits.max_output_tokens,
+        auto_compact: settings.auto_compact.unwrap_or(auto_default),
+        last_compaction,
+        breakdown: budget.breakdown,
+        model: model.to_string(),
+        tokenizer: session.tokenizer().as_str(),
+    }
+}
+
+pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
+    let (mut session, report) = read_session(path)?;
+    warn_load(path, &report);
+    let config = common.config_for(Some(&session.header))?;
+    session.set_tokenizer(config.model.tokenizer);
+    let r = budget_report(&session, config.limits(), config.compaction.auto, &config.model.name);
+    if common.json {
+        return print_json(&r);
+    }
+    let pct = |n: u64| 100.0 * n as f64 / r.hard_limit as f64;
+    println!(
+        "{} / {} tokens ({:.0}% of hard limit, {})",
+        human_tokens(r.effective_tokens),
+        human_tokens(r.hard_limit),
+        pct(r.effective_tokens),
+        r.source.as_str()
+    );
+    println!(
+        "soft limit {}  ·  window {}  ·  max output {}  ·  model {} ({})",
+        human_tokens(r.soft_limit),
+        human_tokens(r.context_window),
+        human_tokens(r.max_output_tokens),
+        r.model,
+        r.tokenizer
+    );
+    let b = r.breakdown;
+    println!(
+        "system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {}",
+        b.system, b.tools, b.capsule, b.retained_tail, b.new_entries
+    );
+    println!("auto-compact {}", if r.auto_compact { "on" } else { "off" });
+    match &r.last_compaction {
+        Some(c) => println!(
+            "last compaction {} ({}, {}): {} → {} tokens",
+            c.checkpoint_id, c.trigger, c.quality, c.tokens_before, c.tokens_after
+        ),
+        None => println!("no compaction yet"),
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextReport {
+    pub messages: Vec<ModelMessage>,
+    pub capsule: Option<serde_json::Value>,
+    pub first_kept_entry_id: Option<String>,
+    pub tokens: u64,
+    pub warnings: Vec<String>,
+}
+
+pub fn context_report(session: &Session) -> ContextReport {
+    let view = ModelView::build(session, session.leaf());
+    let breakdown = view.breakdown(session);
+    ContextReport {
+        messages: view.messages(session),
+        capsule: view
+            .capsule
+            .map(|c| serde_json::to_value(session.entry(c).as_capsule()).expect("capsule serializes")),
+        first_kept_entry_id: view.first_kept.map(|i| session.entry(i).id.clone()),
+        tokens: breakdown.total(),
+        warnings: view.warnings,
+    }
+}
+
+pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
+    let (mut session, report) = read_session(path)?;
+    warn_load(path, &report);
+    let config = common.config_for(Some(&session.header))?;
+    session.set_tokenizer(config.model.tokenizer);
+    let r = context_report(&session);
+    if common.json {
+        return print_json(&r);
+    }
+    for w in &r.warnings {
+        eprintln!("warning: {w}");
+    }
+    for m in &r.messages {
+        let text: Vec<String> = m
+            .content
+            .iter()
+            .map(|b| match b {
+                crate::session::entry::ContentBlock::Text { text } => text.clone(),
+                crate::session::entry::ContentBlock::Thinking { thinking } => format!("(thinking) {thinking}"),
+                crate::session::entry::ContentBlock::ToolCall { id, name, input } => {
+                    format!("→ {name} [{id}] {input}")
+                }
+                crate::session::entry::ContentBlock::Image { .. } => "[image]".into(),
+            })
+            .collect();
+        let who = match &m.tool_call_id {
+            Some(id) => format!("tool [{id}]"),
+            None => m.role.clone(),
+        };
+        println!("── {who}\n{}", text.join("\n"));
+    }
+    println!("── {} messages, {} tokens", r.messages.len(), r.tokens);
+    Ok(())
+}

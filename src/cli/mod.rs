@@ -1,0 +1,72 @@
+//! Command-line front end: argument types and the glue from a command to the library.
+//! No engine logic lives here.
+
+pub mod inspect;
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use crate::config::{Config, ConfigFile, ConfigSources, Overrides};
+use crate::session::entry::SessionHeader;
+
+/// Options every command takes.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CommonArgs {
+    /// A config file layered over the user's and the workspace's.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Agent model (a catalog name such as gpt-4o or claude-sonnet-4-5).
+    #[arg(long, global = true)]
+    pub model: Option<String>,
+    /// Override the model's context window, in tokens.
+    #[arg(long, global = true, value_name = "N")]
+    pub context_window: Option<u64>,
+    /// Override the model's maximum output tokens.
+    #[arg(long, global = true, value_name = "N")]
+    pub max_output_tokens: Option<u64>,
+    /// Print one JSON object on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl CommonArgs {
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            model: self.model.clone(),
+            context_window: self.context_window,
+            max_output_tokens: self.max_output_tokens,
+            ..Overrides::default()
+        }
+    }
+
+    /// Layered configuration for a session: defaults < user < workspace < --config < flags.
+    pub fn config_for(&self, header: Option<&SessionHeader>) -> anyhow::Result<Config> {
+        let workspace = header.map(|h| PathBuf::from(&h.workspace)).filter(|p| p.is_dir());
+        let sources = ConfigSources::for_workspace(workspace.as_deref(), self.config.clone());
+        let files: Vec<ConfigFile> = sources.files()?;
+        Ok(Config::resolve(&files, header.and_then(|h| h.model.as_ref()), &self.overrides())?)
+    }
+}
+
+/// Print a value as one JSON object line.
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
+/// Report load problems of a session log on stderr (they never stop a command).
+pub fn warn_load(path: &Path, report: &crate::session::log::LoadReport) {
+    for m in report.messages(path) {
+        eprintln!("warning: {m}");
+    }
+}
+
+/// `12.3k`-style rendering of a token count.
+pub fn human_tokens(n: u64) -> String {
+    if n >= 1000 {
+        format!("{:.1}k", n as f64 / 1000.0)
+    } else {
+        n.to_string()
+    }
+}

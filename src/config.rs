@@ -1,0 +1,733 @@
+//! Configuration: the spec's `compaction` block, the model definition, the summarizer and
+//! storage settings. Layers, lowest first: built-in defaults, the user's config file, the
+//! workspace's `.soba/config.json`, a `--config FILE`, then command-line flags.
+
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::budget::Limits;
+use crate::tokens::TokenizerKind;
+use crate::util::did_you_mean;
+
+/// The spec's `compaction` block, fully resolved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionConfig {
+    pub auto: bool,
+    pub compact_on_turn_complete: bool,
+    pub compact_on_milestone: bool,
+    pub min_tokens_for_auto_compact: u64,
+    pub min_reclaimable_tokens: u64,
+    pub min_savings_ratio: f64,
+    pub keep_recent_tokens: u64,
+    pub safety_reserve_tokens: u64,
+    pub auto_compact_threshold_ratio: f64,
+    pub timeout_ms: u64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            auto: true,
+            compact_on_turn_complete: true,
+            compact_on_milestone: true,
+            min_tokens_for_auto_compact: 32000,
+            min_reclaimable_tokens: 12000,
+            min_savings_ratio: 0.25,
+            keep_recent_tokens: 20000,
+            safety_reserve_tokens: 8192,
+            auto_compact_threshold_ratio: 0.8,
+            timeout_ms: 15000,
+        }
+    }
+}
+
+/// The agent model whose window is being managed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelDef {
+    pub name: String,
+    pub context_window: u64,
+    pub max_output_tokens: u64,
+    pub tokenizer: TokenizerKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// The deterministic local builder; no network.
+    #[default]
+    Local,
+    /// Any OpenAI-compatible Chat Completions server.
+    Openai,
+    /// Anthropic Messages API.
+    Anthropic,
+}
+
+/// The model that writes capsules, configured independently of the agent's model.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SummarizerConfig {
+    pub provider: Provider,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Name of the environment variable holding the API key (never the key itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+}
+
+/// When an append counts as acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// `fsync` (fdatasync) before acknowledging each append: survives power loss.
+    #[default]
+    Fsync,
+    /// Written to the OS before acknowledging: survives a process crash, not power loss.
+    Flush,
+}
+
+/// Fully resolved configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Config {
+    pub compaction: CompactionConfig,
+    pub model: ModelDef,
+    pub summarizer: SummarizerConfig,
+    pub durability: Durability,
+    /// Mirror explicit, validated, non-degraded capsules into `.soba/memory/`.
+    pub mirror_explicit_compacts: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            compaction: CompactionConfig::default(),
+            model: default_model(),
+            summarizer: SummarizerConfig::default(),
+            durability: Durability::default(),
+            mirror_explicit_compacts: false,
+        }
+    }
+}
+
+/// One config file as written by a person: every key optional.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schemars(title = "SOBA configuration", description = "`.soba/config.json` or the user config file. Every key is optional; unset keys come from lower layers.")]
+pub struct ConfigFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<CompactionFile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelFile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summarizer: Option<SummarizerConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageFile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompactionFile {
+    /// Soft triggers on or off. Hard-limit and overflow compaction stay mandatory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto: Option<bool>,
+    /// Record a pending compaction intent when the agent completes a turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_on_turn_complete: Option<bool>,
+    /// Record a pending compaction intent on milestone and plan-pivot checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_on_milestone: Option<bool>,
+    /// Floor of the soft limit, in tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_tokens_for_auto_compact: Option<u64>,
+    /// A soft compact must reclaim at least this many tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_reclaimable_tokens: Option<u64>,
+    /// A soft compact must reclaim at least this share of the context, in (0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_savings_ratio: Option<f64>,
+    /// Newest tokens kept verbatim after the capsule; below the hard limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_recent_tokens: Option<u64>,
+    /// Tokens held back for overhead that is hard to estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safety_reserve_tokens: Option<u64>,
+    /// Soft limit as a share of the hard limit, in (0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub auto_compact_threshold_ratio: Option<f64>,
+    /// How long a model summary may take before the local capsule is used, in ms (> 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelFile {
+    /// A model name; known names fill in the other fields from the built-in catalog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<TokenizerKind>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StorageFile {
+    /// `fsync` (default): an acknowledged append survives power loss. `flush`: survives a crash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<Durability>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemoryFile {
+    /// Mirror explicit `/compact` capsules (validated, non-degraded) into `.soba/memory/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_explicit_compacts: Option<bool>,
+}
+
+/// A model known to the built-in catalog.
+#[derive(Debug, Clone, Copy)]
+pub struct CatalogModel {
+    pub name: &'static str,
+    pub context_window: u64,
+    pub max_output_tokens: u64,
+    pub tokenizer: TokenizerKind,
+    /// Where the figures come from.
+    pub source: &'static str,
+}
+
+const O200K: TokenizerKind = TokenizerKind::O200kBase;
+const CL100K: TokenizerKind = TokenizerKind::Cl100kBase;
+
+/// Common models. Names match by exact name first, then by the longest catalog name the
+/// given name starts with (so dated snapshots such as `gpt-4o-2024-08-06` resolve).
+pub const CATALOG: &[CatalogModel] = &[
+    CatalogModel { name: "gpt-5", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5" },
+    CatalogModel { name: "gpt-5-mini", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5 mini" },
+    CatalogModel { name: "gpt-5-codex", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5-Codex" },
+    CatalogModel { name: "gpt-5.1", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5.1" },
+    CatalogModel { name: "gpt-5.1-codex", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5.1-Codex" },
+    CatalogModel { name: "gpt-4.1", context_window: 1_047_576, max_output_tokens: 32_768, tokenizer: O200K, source: "OpenAI model docs: GPT-4.1" },
+    CatalogModel { name: "gpt-4.1-mini", context_window: 1_047_576, max_output_tokens: 32_768, tokenizer: O200K, source: "OpenAI model docs: GPT-4.1 mini" },
+    CatalogModel { name: "gpt-4o", context_window: 128_000, max_output_tokens: 16_384, tokenizer: O200K, source: "OpenAI model docs: GPT-4o" },
+    CatalogModel { name: "gpt-4o-mini", context_window: 128_000, max_output_tokens: 16_384, tokenizer: O200K, source: "OpenAI model docs: GPT-4o mini" },
+    CatalogModel { name: "o3", context_window: 200_000, max_output_tokens: 100_000, tokenizer: O200K, source: "OpenAI model docs: o3" },
+    CatalogModel { name: "o4-mini", context_window: 200_000, max_output_tokens: 100_000, tokenizer: O200K, source: "OpenAI model docs: o4-mini" },
+    CatalogModel { name: "gpt-4-turbo", context_window: 128_000, max_output_tokens: 4_096, tokenizer: CL100K, source: "OpenAI model docs: GPT-4 Turbo" },
+    CatalogModel { name: "gpt-4", context_window: 8_192, max_output_tokens: 8_192, tokenizer: CL100K, source: "OpenAI model docs: GPT-4" },
+    CatalogModel { name: "gpt-3.5-turbo", context_window: 16_385, max_output_tokens: 4_096, tokenizer: CL100K, source: "OpenAI model docs: GPT-3.5 Turbo" },
+    CatalogModel { name: "claude-opus-4-5", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Opus 4.5 (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "claude-sonnet-4-5", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Sonnet 4.5 (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "claude-haiku-4-5", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Haiku 4.5 (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "claude-opus-4-1", context_window: 200_000, max_output_tokens: 32_000, tokenizer: O200K, source: "Anthropic models overview: Claude Opus 4.1 (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "claude-opus-4", context_window: 200_000, max_output_tokens: 32_000, tokenizer: O200K, source: "Anthropic models overview: Claude Opus 4 (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "claude-sonnet-4", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Sonnet 4 (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "claude-3-7-sonnet", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Sonnet 3.7 (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "claude-3-5-sonnet", context_window: 200_000, max_output_tokens: 8_192, tokenizer: O200K, source: "Anthropic models overview: Claude Sonnet 3.5 (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "claude-3-5-haiku", context_window: 200_000, max_output_tokens: 8_192, tokenizer: O200K, source: "Anthropic models overview: Claude Haiku 3.5 (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "gemini-2.5-pro", context_window: 1_048_576, max_output_tokens: 65_536, tokenizer: O200K, source: "Google Gemini models: 2.5 Pro (tokenizer estimated with o200k_base)" },
+    CatalogModel { name: "gemini-2.5-flash", context_window: 1_048_576, max_output_tokens: 65_536, tokenizer: O200K, source: "Google Gemini models: 2.5 Flash (tokenizer estimated with o200k_base)" },
+];
+
+/// Name of the model used when nothing names one.
+pub const DEFAULT_MODEL: &str = "gpt-4o";
+
+/// Look a model up in the catalog: exact name, else the longest catalog name that the given
+/// name starts with (after dropping a `provider/` prefix).
+pub fn catalog_lookup(name: &str) -> Option<&'static CatalogModel> {
+    let bare = name.rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
+    if let Some(m) = CATALOG.iter().find(|m| m.name == bare) {
+        return Some(m);
+    }
+    CATALOG
+        .iter()
+        .filter(|m| {
+            bare.starts_with(m.name)
+                && bare[m.name.len()..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c == '-' || c == '@' || c == ':' || c == '.')
+        })
+        .max_by_key(|m| m.name.len())
+}
+
+fn model_from_catalog(m: &CatalogModel) -> ModelDef {
+    ModelDef {
+        name: m.name.to_string(),
+        context_window: m.context_window,
+        max_output_tokens: m.max_output_tokens,
+        tokenizer: m.tokenizer,
+    }
+}
+
+pub fn default_model() -> ModelDef {
+    model_from_catalog(catalog_lookup(DEFAULT_MODEL).expect("default model is in the catalog"))
+}
+
+/// A configuration problem, naming the key, the value and what is allowed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {message}")]
+    Unreadable { file: String, message: String },
+    #[error("{file}: not valid JSON: {message}")]
+    Syntax { file: String, message: String },
+    #[error("{file}: unknown key `{key}`{}", suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default())]
+    UnknownKey { file: String, key: String, suggestion: Option<String> },
+    #[error("{file}: `{key}` has the wrong type: {message}")]
+    WrongType { file: String, key: String, message: String },
+    #[error("`{key}` = {value} is invalid: {allowed}")]
+    OutOfRange { key: String, value: String, allowed: String },
+}
+
+/// Flags that override every file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    pub model: Option<String>,
+    pub context_window: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+    pub auto_compact: Option<bool>,
+    pub keep_recent_tokens: Option<u64>,
+}
+
+const TOP_KEYS: &[&str] = &["compaction", "model", "summarizer", "storage", "memory", "$schema"];
+const COMPACTION_KEYS: &[&str] = &[
+    "auto",
+    "compactOnTurnComplete",
+    "compactOnMilestone",
+    "minTokensForAutoCompact",
+    "minReclaimableTokens",
+    "minSavingsRatio",
+    "keepRecentTokens",
+    "safetyReserveTokens",
+    "autoCompactThresholdRatio",
+    "timeoutMs",
+];
+const MODEL_KEYS: &[&str] = &["name", "contextWindow", "maxOutputTokens", "tokenizer"];
+const SUMMARIZER_KEYS: &[&str] = &[
+    "provider",
+    "baseUrl",
+    "model",
+    "apiKeyEnv",
+    "contextWindow",
+    "maxOutputTokens",
+];
+const STORAGE_KEYS: &[&str] = &["durability"];
+const MEMORY_KEYS: &[&str] = &["mirrorExplicitCompacts"];
+
+fn check_keys(file: &str, prefix: &str, value: &Value, known: &[&str]) -> Result<(), ConfigError> {
+    let Some(obj) = value.as_object() else {
+        return Err(ConfigError::WrongType {
+            file: file.into(),
+            key: if prefix.is_empty() { "(top level)".into() } else { prefix.into() },
+            message: "expected an object".into(),
+        });
+    };
+    for key in obj.keys() {
+        if !known.contains(&key.as_str()) {
+            let full = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+            let suggestion = did_you_mean(key, known).map(|s| {
+                if prefix.is_empty() { s.to_string() } else { format!("{prefix}.{s}") }
+            });
+            return Err(ConfigError::UnknownKey { file: file.into(), key: full, suggestion });
+        }
+    }
+    Ok(())
+}
+
+impl ConfigFile {
+    /// Parse one config file's text, reporting unknown keys with a suggestion.
+    pub fn parse(file: &str, text: &str) -> Result<ConfigFile, ConfigError> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| ConfigError::Syntax { file: file.into(), message: e.to_string() })?;
+        check_keys(file, "", &value, TOP_KEYS)?;
+        let sections: [(&str, &[&str]); 5] = [
+            ("compaction", COMPACTION_KEYS),
+            ("model", MODEL_KEYS),
+            ("summarizer", SUMMARIZER_KEYS),
+            ("storage", STORAGE_KEYS),
+            ("memory", MEMORY_KEYS),
+        ];
+        for (section, keys) in sections {
+            if let Some(v) = value.get(section) {
+                check_keys(file, section, v, keys)?;
+            }
+        }
+        let mut value = value;
+        if let Some(obj) = value.as_object_mut() {
+            obj.remove("$schema");
+        }
+        serde_json::from_value(value).map_err(|e| {
+            let message = e.to_string();
+            ConfigError::WrongType { file: file.into(), key: key_in_message(&message), message }
+        })
+    }
+
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Unreadable { file: file.clone(), message: e.to_string() })?;
+        ConfigFile::parse(&file, &text)
+    }
+}
+
+fn key_in_message(message: &str) -> String {
+    message
+        .split('`')
+        .nth(1)
+        .map(str::to_string)
+        .unwrap_or_else(|| "(value)".into())
+}
+
+/// Where layered config files are looked for.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSources {
+    pub user_file: Option<PathBuf>,
+    pub workspace: Option<PathBuf>,
+    pub extra_file: Option<PathBuf>,
+}
+
+/// The user's config file (`<config dir>/soba/config.json`).
+pub fn user_config_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SOBA_CONFIG") {
+        return Some(PathBuf::from(p));
+    }
+    directories::ProjectDirs::from("dev", "soba", "soba").map(|d| d.config_dir().join("config.json"))
+}
+
+pub fn workspace_config_path(workspace: &Path) -> PathBuf {
+    workspace.join(".soba").join("config.json")
+}
+
+impl ConfigSources {
+    /// The usual layers for a workspace, plus an optional `--config` file.
+    pub fn for_workspace(workspace: Option<&Path>, extra_file: Option<PathBuf>) -> Self {
+        ConfigSources {
+            user_file: user_config_path(),
+            workspace: workspace.map(Path::to_path_buf),
+            extra_file,
+        }
+    }
+
+    /// Read every layer that exists; a missing user or workspace file is no error, a missing
+    /// `--config` file is.
+    pub fn files(&self) -> Result<Vec<ConfigFile>, ConfigError> {
+        let mut files = Vec::new();
+        if let Some(p) = &self.user_file {
+            if p.is_file() {
+                files.push(ConfigFile::load(p)?);
+            }
+        }
+        if let Some(ws) = &self.workspace {
+            let p = workspace_config_path(ws);
+            if p.is_file() {
+                files.push(ConfigFile::load(&p)?);
+            }
+        }
+        if let Some(p) = &self.extra_file {
+            files.push(ConfigFile::load(p)?);
+        }
+        Ok(files)
+    }
+}
+
+impl Config {
+    /// Resolve layered files (lowest first) and flags into a validated configuration.
+    /// `session_model` is the model the session log names, used when no layer names one.
+    pub fn resolve(
+        files: &[ConfigFile],
+        session_model: Option<&crate::session::entry::ModelRef>,
+        overrides: &Overrides,
+    ) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        let mut model = ModelFile::default();
+        if let Some(sm) = session_model {
+            model.name = sm.name.clone();
+            model.context_window = sm.context_window;
+            model.max_output_tokens = sm.max_output_tokens;
+            model.tokenizer = sm.tokenizer;
+        }
+        for f in files {
+            if let Some(c) = &f.compaction {
+                apply_compaction(&mut config.compaction, c);
+            }
+            if let Some(m) = &f.model {
+                if m.name.is_some() {
+                    // A newly named model resets figures that came from another model.
+                    model = ModelFile::default();
+                }
+                merge_model(&mut model, m);
+            }
+            if let Some(s) = &f.summarizer {
+                config.summarizer = s.clone();
+            }
+            if let Some(d) = f.storage.as_ref().and_then(|s| s.durability) {
+                config.durability = d;
+            }
+            if let Some(m) = f.memory.as_ref().and_then(|m| m.mirror_explicit_compacts) {
+                config.mirror_explicit_compacts = m;
+            }
+        }
+        if let Some(name) = &overrides.model {
+            model = ModelFile { name: Some(name.clone()), ..ModelFile::default() };
+        }
+        if overrides.context_window.is_some() {
+            model.context_window = overrides.context_window;
+        }
+        if overrides.max_output_tokens.is_some() {
+            model.max_output_tokens = overrides.max_output_tokens;
+        }
+        if let Some(a) = overrides.auto_compact {
+            config.compaction.auto = a;
+        }
+        if let Some(k) = overrides.keep_recent_tokens {
+            config.compaction.keep_recent_tokens = k;
+        }
+        config.model = resolve_model(&model);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The hard and soft limits this configuration implies.
+    pub fn limits(&self) -> Limits {
+        Limits::compute(
+            self.model.context_window,
+            self.model.max_output_tokens,
+            &self.compaction,
+        )
+        .expect("validated configuration has a positive hard limit")
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let c = &self.compaction;
+        let m = &self.model;
+        let ratio = |key: &str, v: f64| -> Result<(), ConfigError> {
+            if v.is_finite() && v > 0.0 && v <= 1.0 {
+                Ok(())
+            } else {
+                Err(ConfigError::OutOfRange {
+                    key: format!("compaction.{key}"),
+                    value: v.to_string(),
+                    allowed: "must be a ratio in (0, 1]".into(),
+                })
+            }
+        };
+        ratio("minSavingsRatio", c.min_savings_ratio)?;
+        ratio("autoCompactThresholdRatio", c.auto_compact_threshold_ratio)?;
+        if c.timeout_ms == 0 {
+            return Err(ConfigError::OutOfRange {
+                key: "compaction.timeoutMs".into(),
+                value: "0".into(),
+                allowed: "must be at least 1 (milliseconds)".into(),
+            });
+        }
+        if m.context_window == 0 {
+            return Err(ConfigError::OutOfRange {
+                key: "model.contextWindow".into(),
+                value: "0".into(),
+                allowed: "must be positive".into(),
+            });
+        }
+        let Some(limits) = Limits::compute(m.context_window, m.max_output_tokens, c) else {
+            return Err(ConfigError::OutOfRange {
+                key: "model.contextWindow".into(),
+                value: m.context_window.to_string(),
+                allowed: format!(
+                    "must exceed maxOutputTokens + safetyReserveTokens = {} + {} = {} so that the hard limit is positive",
+                    m.max_output_tokens,
+                    c.safety_reserve_tokens,
+                    m.max_output_tokens + c.safety_reserve_tokens
+                ),
+            });
+        };
+        if c.keep_recent_tokens >= limits.hard_limit {
+            return Err(ConfigError::OutOfRange {
+                key: "compaction.keepRecentTokens".into(),
+                value: c.keep_recent_tokens.to_string(),
+                allowed: format!("must be below the hard limit ({})", limits.hard_limit),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn apply_compaction(c: &mut CompactionConfig, f: &CompactionFile) {
+    macro_rules! set {
+        ($($field:ident),*) => { $( if let Some(v) = f.$field { c.$field = v; } )* };
+    }
+    set!(
+        auto,
+        compact_on_turn_complete,
+        compact_on_milestone,
+        min_tokens_for_auto_compact,
+        min_reclaimable_tokens,
+        min_savings_ratio,
+        keep_recent_tokens,
+        safety_reserve_tokens,
+        auto_compact_threshold_ratio,
+        timeout_ms
+    );
+}
+
+fn merge_model(into: &mut ModelFile, from: &ModelFile) {
+    if from.name.is_some() {
+        into.name = from.name.clone();
+    }
+    if from.context_window.is_some() {
+        into.context_window = from.context_window;
+    }
+    if from.max_output_tokens.is_some() {
+        into.max_output_tokens = from.max_output_tokens;
+    }
+    if from.tokenizer.is_some() {
+        into.tokenizer = from.tokenizer;
+    }
+}
+
+fn resolve_model(m: &ModelFile) -> ModelDef {
+    let base = m
+        .name
+        .as_deref()
+        .and_then(catalog_lookup)
+        .map(model_from_catalog)
+        .unwrap_or_else(default_model);
+    ModelDef {
+        name: m.name.clone().unwrap_or(base.name),
+        context_window: m.context_window.unwrap_or(base.context_window),
+        max_output_tokens: m.max_output_tokens.unwrap_or(base.max_output_tokens),
+        tokenizer: m.tokenizer.unwrap_or(base.tokenizer),
+    }
+}
+
+/// JSON Schema of the config file, as checked in at `schemas/config.schema.json`.
+pub fn config_schema() -> Value {
+    serde_json::to_value(schemars::schema_for!(ConfigFile)).expect("schema serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve_text(text: &str) -> Result<Config, ConfigError> {
+        let f = ConfigFile::parse("test.json", text)?;
+        Config::resolve(&[f], None, &Overrides::default())
+    }
+
+    #[test]
+    fn defaults_are_the_specs_ten_keys() {
+        let c = CompactionConfig::default();
+        let v = serde_json::to_value(&c).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, COMPACTION_KEYS);
+        assert_eq!(c.min_tokens_for_auto_compact, 32000);
+        assert_eq!(c.min_reclaimable_tokens, 12000);
+        assert_eq!(c.min_savings_ratio, 0.25);
+        assert_eq!(c.keep_recent_tokens, 20000);
+        assert_eq!(c.safety_reserve_tokens, 8192);
+        assert_eq!(c.auto_compact_threshold_ratio, 0.8);
+        assert_eq!(c.timeout_ms, 15000);
+        assert!(c.auto && c.compact_on_turn_complete && c.compact_on_milestone);
+    }
+
+    #[test]
+    fn unknown_key_gets_did_you_mean() {
+        let err = resolve_text(r#"{"compaction":{"keepRecentToken":100}}"#).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "test.json: unknown key `compaction.keepRecentToken` (did you mean `compaction.keepRecentTokens`?)"
+        );
+        let err = resolve_text(r#"{"compacton":{}}"#).unwrap_err();
+        assert!(err.to_string().contains("did you mean `compaction`"), "{err}");
+    }
+
+    #[test]
+    fn ratios_must_be_in_zero_one() {
+        for bad in ["0", "1.5", "-0.1"] {
+            let err = resolve_text(&format!(r#"{{"compaction":{{"minSavingsRatio":{bad}}}}}"#))
+                .unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains("compaction.minSavingsRatio"), "{msg}");
+            assert!(msg.contains("(0, 1]"), "{msg}");
+        }
+        assert!(resolve_text(r#"{"compaction":{"autoCompactThresholdRatio":1}}"#).is_ok());
+    }
+
+    #[test]
+    fn keep_recent_must_be_below_hard_limit() {
+        let err = resolve_text(
+            r#"{"model":{"contextWindow":65000,"maxOutputTokens":8000},"compaction":{"keepRecentTokens":48808}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`compaction.keepRecentTokens` = 48808 is invalid: must be below the hard limit (48808)"
+        );
+    }
+
+    #[test]
+    fn window_must_leave_a_positive_hard_limit() {
+        let err = resolve_text(r#"{"model":{"contextWindow":16000,"maxOutputTokens":8000}}"#)
+            .unwrap_err();
+        assert!(err.to_string().contains("model.contextWindow"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let err = resolve_text(r#"{"compaction":{"auto":"yes"}}"#).unwrap_err();
+        assert!(matches!(err, ConfigError::WrongType { .. }), "{err}");
+    }
+
+    #[test]
+    fn layers_override_in_order() {
+        let user = ConfigFile::parse("user", r#"{"compaction":{"keepRecentTokens":10000,"timeoutMs":5000}}"#).unwrap();
+        let ws = ConfigFile::parse("ws", r#"{"compaction":{"keepRecentTokens":12000}}"#).unwrap();
+        let flags = Overrides { keep_recent_tokens: Some(9000), ..Default::default() };
+        let c = Config::resolve(&[user.clone(), ws.clone()], None, &Overrides::default()).unwrap();
+        assert_eq!(c.compaction.keep_recent_tokens, 12000);
+        assert_eq!(c.compaction.timeout_ms, 5000);
+        let c = Config::resolve(&[user, ws], None, &flags).unwrap();
+        assert_eq!(c.compaction.keep_recent_tokens, 9000);
+    }
+
+    #[test]
+    fn catalog_resolves_snapshots_and_prefixes() {
+        assert_eq!(catalog_lookup("gpt-4o-2024-08-06").unwrap().name, "gpt-4o");
+        assert_eq!(catalog_lookup("gpt-4o-mini").unwrap().name, "gpt-4o-mini");
+        assert_eq!(catalog_lookup("claude-sonnet-4-5-20250929").unwrap().name, "claude-sonnet-4-5");
+        assert_eq!(catalog_lookup("anthropic/claude-opus-4-5").unwrap().name, "claude-opus-4-5");
+        assert_eq!(catalog_lookup("gpt-4").unwrap().tokenizer, TokenizerKind::Cl100kBase);
+        assert!(catalog_lookup("my-local-llama").is_none());
+    }
+
+    #[test]
+    fn session_model_is_used_and_flags_override_it() {
+        let sm = crate::session::entry::ModelRef {
+            name: Some("claude-sonnet-4-5".into()),
+            ..Default::default()
+        };
+        let c = Config::resolve(&[], Some(&sm), &Overrides::default()).unwrap();
+        assert_eq!(c.model.context_window, 200_000);
+        let flags = Overrides { context_window: Some(65000), max_output_tokens: Some(8000), ..Default::default() };
+        let c = Config::resolve(&[], Some(&sm), &flags).unwrap();
+        assert_eq!(c.limits().hard_limit, 48808);
+    }
+}

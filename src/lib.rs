@@ -1,0 +1,12 @@
+//! SOBA: context compaction for coding agents.
+//!
+//! The core (budget, triggers, cut points, ROI, capsules, the model-input view) is pure and
+//! synchronous; the daemon, HTTP clients and file watching are a thin async shell over it.
+
+pub mod budget;
+pub mod capsule;
+pub mod cli;
+pub mod config;
+pub mod session;
+pub mod tokens;
+pub mod util;

@@ -1,0 +1,40 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use soba::cli::{self, CommonArgs};
+
+/// SOBA keeps coding-agent sessions inside their context window: append-only session logs,
+/// exact token budgets, and Context Capsules at a barrier before the next inference.
+#[derive(Debug, Parser)]
+#[command(name = "soba", version, about, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Token budget of a session: effective tokens against the hard and soft limits.
+    Budget { session: PathBuf },
+    /// The model input the next preflight would send.
+    Context { session: PathBuf },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Budget { session } => cli::inspect::budget(session, &cli.common),
+        Command::Context { session } => cli::inspect::context(session, &cli.common),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

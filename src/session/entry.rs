@@ -1,0 +1,502 @@
+//! The session log's data model: one header line, then one entry per line.
+//!
+//! Everything here is plain data with a stable JSON shape (camelCase keys, `type` tags);
+//! `schemas/session-entry.schema.json` is generated from these types.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::capsule::CapsuleEntry;
+
+/// Format version written in every new header.
+pub const LOG_FORMAT_VERSION: u32 = 1;
+
+/// First line of every session log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionHeader {
+    /// Always `"session"`.
+    #[serde(rename = "type")]
+    pub kind: HeaderTag,
+    pub version: u32,
+    pub id: String,
+    /// Absolute path of the workspace root the session belongs to.
+    pub workspace: String,
+    pub created_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRef>,
+    /// Where an imported session came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceInfo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HeaderTag {
+    Session,
+}
+
+/// The agent model a session runs against, as far as the log knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<crate::tokens::TokenizerKind>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceInfo {
+    /// `claude-code`, `codex`, `pi` or `openai-chat`.
+    pub format: String,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// One line after the header.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Entry {
+    pub id: String,
+    /// The entry this one follows; `None` for the first entry of a tree.
+    pub parent_id: Option<String>,
+    /// RFC 3339 timestamp.
+    pub ts: String,
+    /// Id of the record this entry was imported from, for traceability.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_id: Option<String>,
+    #[serde(flatten)]
+    pub body: EntryBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EntryBody {
+    Message(MessageEntry),
+    ToolResult(ToolResultEntry),
+    Capsule(Box<CapsuleEntry>),
+    Checkpoint(CheckpointEntry),
+    File(FileEntry),
+    Setting(SettingEntry),
+    Rewind(RewindEntry),
+    Skill(SkillEntry),
+    /// A pending compaction intent recorded by a soft trigger, or its consumption.
+    Intent(IntentEntry),
+    /// The end of an agent turn, as reported by the agent.
+    TurnComplete(TurnCompleteEntry),
+    /// The outcome of a compaction that did not append a capsule (skipped, failed, …),
+    /// kept so that "one soft attempt per turn" survives a restart and the log tells the story.
+    Compaction(CompactionRecord),
+    /// A compaction performed by the agent a transcript was imported from. Never model input.
+    ForeignCompaction(ForeignCompactionEntry),
+}
+
+impl EntryBody {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EntryBody::Message(_) => "message",
+            EntryBody::ToolResult(_) => "tool_result",
+            EntryBody::Capsule(_) => "capsule",
+            EntryBody::Checkpoint(_) => "checkpoint",
+            EntryBody::File(_) => "file",
+            EntryBody::Setting(_) => "setting",
+            EntryBody::Rewind(_) => "rewind",
+            EntryBody::Skill(_) => "skill",
+            EntryBody::Intent(_) => "intent",
+            EntryBody::TurnComplete(_) => "turn_complete",
+            EntryBody::Compaction(_) => "compaction",
+            EntryBody::ForeignCompaction(_) => "foreign_compaction",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+    System,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::System => "system",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageEntry {
+    pub role: Role,
+    pub content: Vec<ContentBlock>,
+    /// Provider usage of the inference that produced this (assistant) message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// True for messages a harness injected (command output, caveats), not typed by a person.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub synthetic: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text {
+        text: String,
+    },
+    Thinking {
+        thinking: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    Image {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        media_type: Option<String>,
+        /// Base64 data or a reference; never counted as text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data: Option<String>,
+    },
+}
+
+/// Provider-reported usage of one inference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    #[serde(default)]
+    pub input: u64,
+    #[serde(default)]
+    pub cache_read: u64,
+    #[serde(default)]
+    pub cache_write: u64,
+    #[serde(default)]
+    pub output: u64,
+}
+
+impl Usage {
+    /// Tokens the model actually saw as input in that inference, cache included.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input + self.cache_read + self.cache_write
+    }
+
+    /// Size of the context after that inference: its input plus what it wrote.
+    pub fn context_tokens(&self) -> u64 {
+        self.prompt_tokens() + self.output
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResultEntry {
+    pub call_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    pub content: Vec<ContentBlock>,
+    #[serde(default)]
+    pub is_error: bool,
+    /// Exit code of a shell command, when the agent reported one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointKind {
+    Milestone,
+    PlanPivot,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointEntry {
+    pub kind: CheckpointKind,
+    pub label: String,
+    /// The capsule written for this checkpoint, once one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileOp {
+    Read,
+    Modified,
+    Created,
+    Deleted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileSource {
+    Tool,
+    Watcher,
+    Agent,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileEntry {
+    pub path: String,
+    pub op: FileOp,
+    pub source: FileSource,
+}
+
+/// A change of session settings. Only the fields present change.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingEntry {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact: Option<bool>,
+    /// System prompt text the agent sends with every request (counted, never summarized).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
+    /// System prompt size when the agent reports a count instead of the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_tokens: Option<u64>,
+    /// Tool schemas (JSON text) the agent sends with every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_schemas: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RewindEntry {
+    /// The entry that becomes the leaf.
+    pub to: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillEntry {
+    pub name: String,
+    pub active: bool,
+}
+
+/// What starts a compaction. The first seven are the spec's triggers; `handoff` is an
+/// intentional `/capsule create`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    HardLimit,
+    Milestone,
+    PlanPivot,
+    TurnComplete,
+    AutoThreshold,
+    User,
+    ContextOverflow,
+    Handoff,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::HardLimit => "hard_limit",
+            Trigger::Milestone => "milestone",
+            Trigger::PlanPivot => "plan_pivot",
+            Trigger::TurnComplete => "turn_complete",
+            Trigger::AutoThreshold => "auto_threshold",
+            Trigger::User => "user",
+            Trigger::ContextOverflow => "context_overflow",
+            Trigger::Handoff => "handoff",
+        }
+    }
+
+    /// Soft triggers are optional: ROI-gated and disabled by `/auto-compact off`.
+    pub fn is_soft(self) -> bool {
+        matches!(
+            self,
+            Trigger::Milestone | Trigger::PlanPivot | Trigger::TurnComplete | Trigger::AutoThreshold
+        )
+    }
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentAction {
+    /// A soft trigger asked for a compaction at the next preflight.
+    Recorded,
+    /// The next preflight took it (whatever the outcome).
+    Consumed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IntentEntry {
+    pub trigger: Trigger,
+    pub action: IntentAction,
+    /// For `consumed`: the id of the `recorded` entry it consumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnCompleteEntry {
+    /// Provider usage of the turn's last inference, when the agent reports it here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Completed,
+    Skipped,
+    Cancelled,
+    Stale,
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Skipped => "skipped",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Stale => "stale",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionRecord {
+    pub operation_id: String,
+    pub trigger: Trigger,
+    pub outcome: Outcome,
+    pub reason: String,
+    pub tokens_before: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_after: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ForeignCompactionEntry {
+    /// `claude-code`, `codex` or `pi`.
+    pub agent: String,
+    /// `auto`, `manual`, or what the source said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// Context size the source agent reported when it compacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_before: Option<u64>,
+    /// The summary text the source agent wrote (for comparison only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Tokens of that summary, counted with the session's tokenizer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_tokens: Option<u64>,
+    /// First entry the source agent kept after the summary, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_kept_entry_id: Option<String>,
+    /// Number of items the source agent kept verbatim (e.g. Codex `replacement_history`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_items: Option<u64>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Entry {
+    pub fn new(id: impl Into<String>, parent_id: Option<String>, body: EntryBody) -> Self {
+        Entry {
+            id: id.into(),
+            parent_id,
+            ts: crate::util::now_rfc3339(),
+            source_id: None,
+            body,
+        }
+    }
+
+    pub fn as_message(&self) -> Option<&MessageEntry> {
+        match &self.body {
+            EntryBody::Message(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    pub fn as_tool_result(&self) -> Option<&ToolResultEntry> {
+        match &self.body {
+            EntryBody::ToolResult(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn as_capsule(&self) -> Option<&CapsuleEntry> {
+        match &self.body {
+            EntryBody::Capsule(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Tool calls this entry makes, as (call id, tool name, input).
+    pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
+        self.as_message().into_iter().flat_map(|m| {
+            m.content.iter().filter_map(|b| match b {
+                ContentBlock::ToolCall { id, name, input } => {
+                    Some((id.as_str(), name.as_str(), input))
+                }
+                _ => None,
+            })
+        })
+    }
+
+    /// Whether the entry is part of the conversation the model sees.
+    pub fn is_model_visible(&self) -> bool {
+        matches!(self.body, EntryBody::Message(_) | EntryBody::ToolResult(_))
+    }
+}
+
+impl ContentBlock {
+    pub fn text(s: impl Into<String>) -> Self {
+        ContentBlock::Text { text: s.into() }
+    }
+}
+
+/// Text of a list of blocks, tool calls and images left out.
+pub fn blocks_text(blocks: &[ContentBlock]) -> String {
+    let mut out = String::new();
+    for b in blocks {
+        if let ContentBlock::Text { text } = b {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(text);
+        }
+    }
+    out
+}

@@ -1,0 +1,354 @@
+//! Sessions: entries, the in-memory index of the entry tree, the model-input view, and the
+//! append-only JSONL log on disk.
+
+pub mod entry;
+pub mod log;
+pub mod view;
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use crate::tokens::{entry_tokens, TokenizerKind};
+use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
+
+/// Why an entry could not join the tree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TreeError {
+    #[error("entry id `{0}` is already used in this session")]
+    DuplicateId(String),
+    #[error("entry `{id}` names parent `{parent}`, which is not in this session")]
+    UnknownParent { id: String, parent: String },
+    #[error("rewind target `{0}` is not in this session")]
+    UnknownRewindTarget(String),
+}
+
+/// The in-memory index of one session: entries in file order, by id, with the per-entry facts
+/// that keep every budget and view computation proportional to the model input, not to the
+/// whole history. Pure: rebuilt from the log on load.
+#[derive(Debug)]
+pub struct Session {
+    pub header: SessionHeader,
+    entries: Vec<Entry>,
+    by_id: HashMap<String, u32>,
+    parent: Vec<Option<u32>>,
+    /// Latest capsule at or above each entry on its branch.
+    capsule_on_path: Vec<Option<u32>>,
+    /// Latest setting entry at or above each entry on its branch.
+    setting_on_path: Vec<Option<u32>>,
+    tokens: Vec<OnceLock<u32>>,
+    /// Counted (system, tools) text of setting entries.
+    overhead_tokens: Vec<OnceLock<(u32, u32)>>,
+    tokenizer: TokenizerKind,
+    leaf: Option<u32>,
+}
+
+impl Session {
+    pub fn new(header: SessionHeader, tokenizer: TokenizerKind) -> Self {
+        Session {
+            header,
+            entries: Vec::new(),
+            by_id: HashMap::new(),
+            parent: Vec::new(),
+            capsule_on_path: Vec::new(),
+            setting_on_path: Vec::new(),
+            tokens: Vec::new(),
+            overhead_tokens: Vec::new(),
+            tokenizer,
+            leaf: None,
+        }
+    }
+
+    pub fn tokenizer(&self) -> TokenizerKind {
+        self.tokenizer
+    }
+
+    /// Change the tokenizer; cached counts are dropped.
+    pub fn set_tokenizer(&mut self, kind: TokenizerKind) {
+        if kind != self.tokenizer {
+            self.tokenizer = kind;
+            self.tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
+            self.overhead_tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
+        }
+    }
+
+    /// Check that `entry` can be appended (unique id, known parent, known rewind target).
+    pub fn check(&self, entry: &Entry) -> Result<(), TreeError> {
+        if self.by_id.contains_key(&entry.id) {
+            return Err(TreeError::DuplicateId(entry.id.clone()));
+        }
+        if let Some(p) = &entry.parent_id {
+            if !self.by_id.contains_key(p) {
+                return Err(TreeError::UnknownParent { id: entry.id.clone(), parent: p.clone() });
+            }
+        }
+        if let EntryBody::Rewind(r) = &entry.body {
+            if !self.by_id.contains_key(&r.to) {
+                return Err(TreeError::UnknownRewindTarget(r.to.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Add an entry to the index and move the leaf: to the entry itself, or to the target of a
+    /// `rewind`.
+    pub fn push(&mut self, entry: Entry) -> Result<(), TreeError> {
+        self.check(&entry)?;
+        let idx = self.entries.len() as u32;
+        let parent = entry.parent_id.as_ref().and_then(|p| self.by_id.get(p).copied());
+        let inherited_capsule = parent.and_then(|p| self.capsule_on_path[p as usize]);
+        let inherited_setting = parent.and_then(|p| self.setting_on_path[p as usize]);
+        let capsule = match entry.body {
+            EntryBody::Capsule(_) => Some(idx),
+            _ => inherited_capsule,
+        };
+        let setting = match entry.body {
+            EntryBody::Setting(_) => Some(idx),
+            _ => inherited_setting,
+        };
+        self.leaf = match &entry.body {
+            EntryBody::Rewind(r) => self.by_id.get(&r.to).copied(),
+            _ => Some(idx),
+        };
+        self.by_id.insert(entry.id.clone(), idx);
+        self.parent.push(parent);
+        self.capsule_on_path.push(capsule);
+        self.setting_on_path.push(setting);
+        self.tokens.push(OnceLock::new());
+        self.overhead_tokens.push(OnceLock::new());
+        self.entries.push(entry);
+        Ok(())
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        self.by_id.get(id).map(|&i| i as usize)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.index_of(id).map(|i| &self.entries[i])
+    }
+
+    pub fn entry(&self, idx: usize) -> &Entry {
+        &self.entries[idx]
+    }
+
+    pub fn parent_of(&self, idx: usize) -> Option<usize> {
+        self.parent[idx].map(|p| p as usize)
+    }
+
+    /// The entry new entries attach to.
+    pub fn leaf(&self) -> Option<usize> {
+        self.leaf.map(|l| l as usize)
+    }
+
+    pub fn leaf_id(&self) -> Option<&str> {
+        self.leaf().map(|i| self.entries[i].id.as_str())
+    }
+
+    /// Latest capsule on the branch ending at `idx` (inclusive).
+    pub fn capsule_on_path(&self, idx: usize) -> Option<usize> {
+        self.capsule_on_path[idx].map(|c| c as usize)
+    }
+
+    /// Tokens the entry costs in the model input, counted once and cached.
+    pub fn tokens_of(&self, idx: usize) -> u64 {
+        u64::from(
+            *self.tokens[idx]
+                .get_or_init(|| entry_tokens(self.tokenizer, &self.entries[idx]).min(u64::from(u32::MAX)) as u32),
+        )
+    }
+
+    /// Entries from the root to `idx`, oldest first.
+    pub fn branch(&self, idx: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut cur = Some(idx);
+        while let Some(i) = cur {
+            out.push(i);
+            cur = self.parent_of(i);
+        }
+        out.reverse();
+        out
+    }
+
+    /// Whether `ancestor` is on the branch ending at `idx` (inclusive).
+    pub fn is_ancestor(&self, ancestor: usize, idx: usize) -> bool {
+        let mut cur = Some(idx);
+        while let Some(i) = cur {
+            if i == ancestor {
+                return true;
+            }
+            if i < ancestor {
+                // Parents always come before children in the file.
+                return false;
+            }
+            cur = self.parent_of(i);
+        }
+        false
+    }
+
+    /// System-prompt and tool-schema tokens in force at `idx`: the newest setting on the branch
+    /// that gives each one, as text (counted once per entry) or as a reported count.
+    pub fn overhead_at(&self, idx: Option<usize>) -> (u64, u64) {
+        let mut system = None;
+        let mut tools = None;
+        let mut cur = idx.and_then(|i| self.setting_on_path[i]);
+        while let Some(s) = cur {
+            let s = s as usize;
+            if let EntryBody::Setting(set) = &self.entries[s].body {
+                let counted = self.overhead_tokens[s].get_or_init(|| {
+                    let count = |t: &Option<String>| {
+                        t.as_deref().map_or(0, |t| self.tokenizer.count(t).min(u64::from(u32::MAX)) as u32)
+                    };
+                    (count(&set.system_prompt), count(&set.tool_schemas))
+                });
+                if system.is_none() {
+                    system = set
+                        .system_tokens
+                        .or(set.system_prompt.as_ref().map(|_| u64::from(counted.0)));
+                }
+                if tools.is_none() {
+                    tools = set.tool_tokens.or(set.tool_schemas.as_ref().map(|_| u64::from(counted.1)));
+                }
+            }
+            if system.is_some() && tools.is_some() {
+                break;
+            }
+            cur = self.parent_of(s).and_then(|p| self.setting_on_path[p]);
+        }
+        (system.unwrap_or(0), tools.unwrap_or(0))
+    }
+
+    /// Settings in force at the leaf: later setting entries on the branch override earlier ones.
+    pub fn settings_at(&self, idx: Option<usize>) -> SettingEntry {
+        let mut chain = Vec::new();
+        let mut cur = idx.and_then(|i| self.setting_on_path[i]);
+        while let Some(s) = cur {
+            chain.push(s as usize);
+            cur = self.parent_of(s as usize).and_then(|p| self.setting_on_path[p]);
+        }
+        let mut out = SettingEntry::default();
+        for i in chain.into_iter().rev() {
+            if let EntryBody::Setting(s) = &self.entries[i].body {
+                merge_setting(&mut out, s);
+            }
+        }
+        out
+    }
+}
+
+fn merge_setting(into: &mut SettingEntry, s: &SettingEntry) {
+    if s.auto_compact.is_some() {
+        into.auto_compact = s.auto_compact;
+    }
+    if s.system_prompt.is_some() {
+        into.system_prompt = s.system_prompt.clone();
+        into.system_tokens = None;
+    }
+    if s.system_tokens.is_some() {
+        into.system_tokens = s.system_tokens;
+        into.system_prompt = None;
+    }
+    if s.tool_schemas.is_some() {
+        into.tool_schemas = s.tool_schemas.clone();
+        into.tool_tokens = None;
+    }
+    if s.tool_tokens.is_some() {
+        into.tool_tokens = s.tool_tokens;
+        into.tool_schemas = None;
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Small builders for tests across the crate.
+    use super::entry::*;
+    use super::Session;
+    use crate::tokens::TokenizerKind;
+    use serde_json::json;
+
+    pub fn header() -> SessionHeader {
+        SessionHeader {
+            kind: HeaderTag::Session,
+            version: LOG_FORMAT_VERSION,
+            id: "s1".into(),
+            workspace: "/ws".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            model: None,
+            source: None,
+        }
+    }
+
+    pub struct Builder {
+        pub session: Session,
+        n: usize,
+    }
+
+    impl Builder {
+        pub fn new() -> Self {
+            Builder { session: Session::new(header(), TokenizerKind::O200kBase), n: 0 }
+        }
+
+        pub fn push(&mut self, body: EntryBody) -> String {
+            self.n += 1;
+            let id = format!("e{}", self.n);
+            let parent = self.session.leaf_id().map(str::to_string);
+            self.session.push(Entry::new(id.clone(), parent, body)).unwrap();
+            id
+        }
+
+        pub fn user(&mut self, text: &str) -> String {
+            self.push(EntryBody::Message(MessageEntry {
+                role: Role::User,
+                content: vec![ContentBlock::text(text)],
+                usage: None,
+                model: None,
+                synthetic: false,
+            }))
+        }
+
+        pub fn assistant(&mut self, text: &str) -> String {
+            self.push(EntryBody::Message(MessageEntry {
+                role: Role::Assistant,
+                content: vec![ContentBlock::text(text)],
+                usage: None,
+                model: None,
+                synthetic: false,
+            }))
+        }
+
+        pub fn call(&mut self, call_id: &str, name: &str, input: serde_json::Value) -> String {
+            self.push(EntryBody::Message(MessageEntry {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolCall { id: call_id.into(), name: name.into(), input }],
+                usage: None,
+                model: None,
+                synthetic: false,
+            }))
+        }
+
+        pub fn result(&mut self, call_id: &str, text: &str) -> String {
+            self.push(EntryBody::ToolResult(ToolResultEntry {
+                call_id: call_id.into(),
+                tool_name: None,
+                content: vec![ContentBlock::text(text)],
+                is_error: false,
+                exit_code: None,
+            }))
+        }
+
+        pub fn bash(&mut self, call_id: &str, command: &str) -> String {
+            self.call(call_id, "Bash", json!({ "command": command }))
+        }
+    }
+}
