@@ -8,5 +8,6 @@ pub mod capsule;
 pub mod cli;
 pub mod config;
 pub mod session;
+pub mod summarize;
 pub mod tokens;
 pub mod util;
