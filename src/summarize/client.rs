@@ -214,10 +214,7 @@ impl ModelSummarizer {
         on_tokens: &(dyn Fn(u64) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<String, SummaryError> {
-        let (body, decode): (
-            _,
-            fn(&super::sse::SseEvent) -> Result<StreamItem, EventError>,
-        ) = match self.api {
+        let (body, decode): (_, wire::EventDecoder) = match self.api {
             Api::OpenAi => (
                 wire::openai::request_body(&self.model, prompt, self.max_output_tokens),
                 wire::openai::event,

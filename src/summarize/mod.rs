@@ -56,7 +56,7 @@ pub enum SummaryError {
     Truncated,
     #[error("the summarization model reported an error: {0}")]
     Provider(String),
-    #[error("the summarization model's reply is not a valid capsule: {0}")]
+    #[error("invalid reply from the summarization model: {0}")]
     InvalidResponse(String),
     #[error("{0}")]
     WindowTooSmall(String),

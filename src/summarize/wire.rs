@@ -20,6 +20,9 @@ pub enum StreamItem {
     Nothing,
 }
 
+/// What a provider's stream events mean.
+pub type EventDecoder = fn(&SseEvent) -> Result<StreamItem, EventError>;
+
 /// An event the stream must not contain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventError {
