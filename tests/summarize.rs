@@ -297,6 +297,32 @@ async fn anthropic_streaming_success() {
 }
 
 #[tokio::test]
+async fn servers_that_ignore_stream_true_still_work() {
+    let openai_body = json!({"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": capsule_json("non-streamed openai")}, "finish_reason": "stop"}]})
+    .to_string();
+    let server = Loopback::start(move |_, _| json(200, &openai_body)).await;
+    let r = run(&summarizer(&config(Provider::Openai, &server)), 2000).await;
+    assert!(
+        matches!(&r.outcome, Summarized::Model(s) if s.goal == "non-streamed openai"),
+        "{:?}",
+        r.outcome
+    );
+    assert_monotonic_to_100(&r.progress);
+
+    let anthropic_body = json!({"id": "msg_1", "type": "message", "role": "assistant",
+        "content": [{"type": "text", "text": capsule_json("non-streamed anthropic")}], "stop_reason": "end_turn"})
+    .to_string();
+    let server = Loopback::start(move |_, _| json(200, &anthropic_body)).await;
+    let r = run(&summarizer(&config(Provider::Anthropic, &server)), 2000).await;
+    assert!(
+        matches!(&r.outcome, Summarized::Model(s) if s.goal == "non-streamed anthropic"),
+        "{:?}",
+        r.outcome
+    );
+}
+
+#[tokio::test]
 async fn slow_drip_past_the_timeout_falls_back_and_drops_the_connection() {
     let server = Loopback::start(|_, _| {
         let mut steps = vec![head(200, "text/event-stream", true)];
@@ -405,7 +431,11 @@ async fn cancellation_mid_stream_appends_nothing_even_when_the_server_answers() 
     let r = run_with(&s, &request(), 2000, cancel).await;
     assert_eq!(r.outcome, Summarized::Cancelled);
     assert!(!r.local_called, "cancellation builds no capsule at all");
-    assert!(r.elapsed < Duration::from_millis(200), "{:?}", r.elapsed);
+    assert!(
+        r.elapsed < Duration::from_millis(500),
+        "request not aborted at once: {:?}",
+        r.elapsed
+    );
     assert!(answered.load(Ordering::SeqCst));
     assert!(
         server
@@ -505,7 +535,7 @@ async fn the_breaker_opens_after_three_failures_and_closes_after_the_cooldown() 
     })
     .await;
     let mut cfg = config(Provider::Openai, &server);
-    cfg.cooldown_ms = Some(200);
+    cfg.cooldown_ms = Some(400);
     let s = summarizer(&cfg);
     let breaker = s.breaker().unwrap();
     for n in 0..3 {
@@ -518,7 +548,7 @@ async fn the_breaker_opens_after_three_failures_and_closes_after_the_cooldown() 
         degraded_reason(&run(&s, 1000).await);
     }
     assert!(
-        matches!(breaker.state(Instant::now()), BreakerState::Open { retry_in_ms } if retry_in_ms <= 200)
+        matches!(breaker.state(Instant::now()), BreakerState::Open { retry_in_ms } if retry_in_ms <= 400)
     );
     let r = run(&s, 1000).await;
     assert!(degraded_reason(&r).contains("paused after 3 consecutive failures"));
@@ -528,7 +558,7 @@ async fn the_breaker_opens_after_three_failures_and_closes_after_the_cooldown() 
         "no request while the breaker is open"
     );
 
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(breaker.state(Instant::now()), BreakerState::HalfOpen);
     let r = run(&s, 1000).await;
     assert!(
@@ -644,7 +674,14 @@ fn the_summarizer_block_of_a_config_file_resolves() {
     let config = Config::resolve(&[file], None, &Overrides::default()).unwrap();
     assert_eq!(config.summarizer.cooldown_ms, Some(30_000));
     let s = from_config(&config.summarizer).unwrap().unwrap();
-    assert_eq!(s.describe(), "openai qwen2.5:7b @ http://127.0.0.1:11434/v1");
+    assert_eq!(
+        s.describe(),
+        "openai qwen2.5:7b @ http://127.0.0.1:11434/v1"
+    );
     let err = ConfigFile::parse("config.json", r#"{"summarizer":{"cooldown":1}}"#).unwrap_err();
-    assert!(err.to_string().contains("did you mean `summarizer.cooldownMs`"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("did you mean `summarizer.cooldownMs`"),
+        "{err}"
+    );
 }

@@ -54,7 +54,8 @@ impl fmt::Debug for ApiKey {
 #[derive(Debug)]
 pub struct ModelSummarizer {
     api: Api,
-    base_url: String,
+    /// `baseUrl` without any credentials it holds, for [`Summarizer::describe`].
+    shown_url: String,
     endpoint: String,
     model: String,
     key: Option<ApiKey>,
@@ -73,7 +74,7 @@ impl ModelSummarizer {
         let (api, provider_name, default_base) = match cfg.provider {
             Provider::Openai => (Api::OpenAi, "openai", DEFAULT_OPENAI_BASE_URL),
             Provider::Anthropic => (Api::Anthropic, "anthropic", DEFAULT_ANTHROPIC_BASE_URL),
-            Provider::Local => unreachable!("the local provider has no model summarizer"),
+            Provider::Local => return Err(SummarizerConfigError::LocalProvider),
         };
         let model = cfg.model.clone().filter(|m| !m.trim().is_empty()).ok_or(
             SummarizerConfigError::MissingModel {
@@ -106,6 +107,11 @@ impl ModelSummarizer {
                 message: "only http and https are supported".into(),
             });
         }
+        // Credentials in the URL are sent but never shown.
+        let mut shown = url.clone();
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        let shown_url = shown.as_str().trim_end_matches('/').to_string();
         let endpoint = match api {
             Api::OpenAi => format!("{base_url}/chat/completions"),
             Api::Anthropic => format!("{base_url}/v1/messages"),
@@ -152,7 +158,7 @@ impl ModelSummarizer {
 
         Ok(ModelSummarizer {
             api,
-            base_url,
+            shown_url,
             endpoint,
             model,
             key,
@@ -259,6 +265,30 @@ impl ModelSummarizer {
             });
         }
 
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if is_json {
+            // A server that ignores `stream: true` answers with one complete JSON body.
+            let body = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+                b = response.bytes() => b.map_err(|e| SummaryError::Transport(describe_error(&e)))?,
+            };
+            let complete = match self.api {
+                Api::OpenAi => wire::openai::complete_reply(&body),
+                Api::Anthropic => wire::anthropic::complete_reply(&body),
+            };
+            let text = complete.map_err(|e| match e {
+                EventError::Provider(m) => SummaryError::Provider(m),
+                EventError::Malformed(m) => SummaryError::InvalidResponse(m),
+            })?;
+            on_tokens(SIZING_TOKENIZER.count(&text));
+            return Ok(text);
+        }
+
         let mut bytes = response.bytes_stream();
         let mut parser = SseParser::new();
         let mut text = String::new();
@@ -333,7 +363,7 @@ impl Summarizer for ModelSummarizer {
             Api::OpenAi => "openai",
             Api::Anthropic => "anthropic",
         };
-        format!("{provider} {} @ {}", self.model, self.base_url)
+        format!("{provider} {} @ {}", self.model, self.shown_url)
     }
 
     fn summarize<'a>(
@@ -468,6 +498,11 @@ mod tests {
         c.base_url = Some("http://127.0.0.1:9/".into());
         let s = ModelSummarizer::new(&c, |_| Some("sk-secret".into())).unwrap();
         assert_eq!(s.context_window, DEFAULT_CONTEXT_WINDOW);
+        c.base_url = Some("http://user:hunter2@127.0.0.1:9/".into());
+        let shown = ModelSummarizer::new(&c, |_| Some("sk-secret".into()))
+            .unwrap()
+            .describe();
+        assert_eq!(shown, "anthropic my-local-model @ http://127.0.0.1:9");
         assert_eq!(s.endpoint, "http://127.0.0.1:9/v1/messages");
         assert!(!format!("{s:?}").contains("sk-secret"));
     }

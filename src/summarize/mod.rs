@@ -195,6 +195,8 @@ fn fallback_reason(error: &SummaryError) -> String {
 /// of secrets.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SummarizerConfigError {
+    #[error("summarizer.provider is `local`: the local builder needs no model summarizer")]
+    LocalProvider,
     #[error("summarizer.model is required when summarizer.provider is `{provider}`")]
     MissingModel { provider: &'static str },
     #[error("summarizer.apiKeyEnv is required when summarizer.provider is `anthropic`: name the environment variable that holds the API key")]

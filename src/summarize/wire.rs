@@ -42,6 +42,11 @@ fn parse_data(event: &SseEvent) -> Result<Value, EventError> {
     })
 }
 
+fn parse_body(body: &[u8]) -> Result<Value, EventError> {
+    serde_json::from_slice(body)
+        .map_err(|e| EventError::Malformed(format!("response body is not valid JSON: {e}")))
+}
+
 fn error_message(error: &Value) -> String {
     let message = error
         .get("message")
@@ -64,11 +69,25 @@ pub mod openai {
                 {"role": "system", "content": prompt.system},
                 {"role": "user", "content": prompt.user},
             ],
+            // No `temperature`: OpenAI's reasoning models reject any value but the default.
             "max_tokens": max_output_tokens,
-            "temperature": 0,
             "stream": true,
             "stream_options": {"include_usage": true},
         })
+    }
+
+    /// The reply text of a complete, non-streamed response body.
+    pub fn complete_reply(body: &[u8]) -> Result<String, EventError> {
+        let v = parse_body(body)?;
+        if let Some(error) = v.get("error") {
+            return Err(EventError::Provider(error_message(error)));
+        }
+        v.pointer("/choices/0/message/content")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| {
+                EventError::Malformed("response has no choices[0].message.content".into())
+            })
     }
 
     pub fn event(event: &SseEvent) -> Result<StreamItem, EventError> {
@@ -114,6 +133,27 @@ pub mod anthropic {
             "temperature": 0,
             "stream": true,
         })
+    }
+
+    /// The reply text of a complete, non-streamed response body.
+    pub fn complete_reply(body: &[u8]) -> Result<String, EventError> {
+        let v = parse_body(body)?;
+        if v.get("type").and_then(Value::as_str) == Some("error") {
+            let error = v
+                .get("error")
+                .map(error_message)
+                .unwrap_or_else(|| "unknown error".into());
+            return Err(EventError::Provider(error));
+        }
+        let blocks = v
+            .get("content")
+            .and_then(Value::as_array)
+            .ok_or_else(|| EventError::Malformed("response has no content blocks".into()))?;
+        Ok(blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|b| b.get("text").and_then(Value::as_str))
+            .collect())
     }
 
     pub fn event(event: &SseEvent) -> Result<StreamItem, EventError> {
@@ -267,10 +307,32 @@ mod tests {
         assert_eq!(o["stream_options"]["include_usage"], true);
         assert_eq!(o["messages"][1]["content"], "U");
         assert_eq!(o["max_tokens"], 2048);
+        assert!(o.get("temperature").is_none());
         let a = anthropic::request_body("claude-haiku-4-5", &p, 2048);
         assert_eq!(a["system"], "S");
         assert_eq!(a["messages"][0]["role"], "user");
         assert_eq!(a["stream"], true);
+    }
+
+    #[test]
+    fn complete_replies_of_servers_that_do_not_stream() {
+        let o = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"{\"goal\":\"g\"}"},"finish_reason":"stop"}]}"#;
+        assert_eq!(openai::complete_reply(o), Ok("{\"goal\":\"g\"}".into()));
+        assert!(matches!(
+            openai::complete_reply(b"{}"),
+            Err(EventError::Malformed(_))
+        ));
+        assert!(matches!(
+            openai::complete_reply(b"<html>"),
+            Err(EventError::Malformed(_))
+        ));
+        let a = br#"{"type":"message","content":[{"type":"thinking","thinking":"x"},{"type":"text","text":"{}"}]}"#;
+        assert_eq!(anthropic::complete_reply(a), Ok("{}".into()));
+        let e = br#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#;
+        assert_eq!(
+            anthropic::complete_reply(e),
+            Err(EventError::Provider("invalid_request_error: bad".into()))
+        );
     }
 
     #[test]
