@@ -385,6 +385,12 @@ async fn failures_fall_back_with_their_reason() {
         ("invalid capsule JSON", Provider::Openai, sse(&openai_events(r#"{"goal": "", "mood": "great"}"#)), "not a capsule state"),
         ("reply without JSON", Provider::Anthropic, sse(&anthropic_events("Sorry, I cannot help with that.")), "no complete JSON object"),
         ("half a JSON reply", Provider::Openai, sse(&openai_events(&half)), "no complete JSON object"),
+        ("reply cut at max_tokens", Provider::Openai, {
+            let mut events = openai_events(&half);
+            let n = events.len();
+            events[n - 3] = events[n - 3].replace("\"stop\"", "\"length\"");
+            sse(&events)
+        }, "cut off at summarizer.maxOutputTokens = 1000; raise it"),
         ("error event", Provider::Anthropic, sse(&[
             "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n".into(),
             "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n".into(),

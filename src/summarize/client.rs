@@ -14,7 +14,7 @@ use super::progress::stream_fraction;
 use super::prompt::{self, input_window, next_chunk, Prompt, PromptContext, SIZING_TOKENIZER};
 use super::response::parse_capsule_state;
 use super::sse::SseParser;
-use super::wire::{self, EventError, StreamItem};
+use super::wire::{self, EventError, Reply, StreamItem};
 use super::{Summarizer, SummarizerConfigError, SummaryError, SummaryRequest};
 use crate::capsule::CapsuleState;
 use crate::config::{catalog_lookup, Provider, SummarizerConfig};
@@ -203,8 +203,17 @@ impl ModelSummarizer {
                     / total as f64;
                 progress((fraction * 100.0).floor().min(99.0) as u8);
             };
-            let text = self.stream(&chunk.prompt, &on_tokens, cancel).await?;
-            let state = parse_capsule_state(&text).map_err(SummaryError::InvalidResponse)?;
+            let reply = self.stream(&chunk.prompt, &on_tokens, cancel).await?;
+            let state = parse_capsule_state(&reply.text).map_err(|why| {
+                SummaryError::InvalidResponse(if reply.hit_output_limit {
+                    format!(
+                        "{why} (the reply was cut off at summarizer.maxOutputTokens = {}; raise it)",
+                        self.max_output_tokens
+                    )
+                } else {
+                    why
+                })
+            })?;
             start = chunk.next;
             if start >= items.len() {
                 return Ok(state);
@@ -219,7 +228,7 @@ impl ModelSummarizer {
         prompt: &Prompt,
         on_tokens: &(dyn Fn(u64) + Send + Sync),
         cancel: &CancellationToken,
-    ) -> Result<String, SummaryError> {
+    ) -> Result<Reply, SummaryError> {
         let (body, decode): (_, wire::EventDecoder) = match self.api {
             Api::OpenAi => (
                 wire::openai::request_body(&self.model, prompt, self.max_output_tokens),
@@ -281,12 +290,12 @@ impl ModelSummarizer {
                 Api::OpenAi => wire::openai::complete_reply(&body),
                 Api::Anthropic => wire::anthropic::complete_reply(&body),
             };
-            let text = complete.map_err(|e| match e {
+            let reply = complete.map_err(|e| match e {
                 EventError::Provider(m) => SummaryError::Provider(m),
                 EventError::Malformed(m) => SummaryError::InvalidResponse(m),
             })?;
-            on_tokens(SIZING_TOKENIZER.count(&text));
-            return Ok(text);
+            on_tokens(SIZING_TOKENIZER.count(&reply.text));
+            return Ok(reply);
         }
 
         let mut bytes = response.bytes_stream();
@@ -294,6 +303,7 @@ impl ModelSummarizer {
         let mut text = String::new();
         let mut received_tokens = 0;
         let mut finished = false;
+        let mut hit_output_limit = false;
         loop {
             let next = tokio::select! {
                 biased;
@@ -312,9 +322,19 @@ impl ModelSummarizer {
                         text.push_str(&t);
                         on_tokens(received_tokens);
                     }
-                    Ok(StreamItem::Finished) => finished = true,
+                    Ok(StreamItem::Finished {
+                        hit_output_limit: limit,
+                    }) => {
+                        finished = true;
+                        hit_output_limit = limit;
+                    }
                     // Return without reading further: dropping the response closes the stream.
-                    Ok(StreamItem::Done) => return Ok(text),
+                    Ok(StreamItem::Done) => {
+                        return Ok(Reply {
+                            text,
+                            hit_output_limit,
+                        })
+                    }
                     Ok(StreamItem::Nothing) => {}
                     Err(EventError::Provider(m)) => return Err(SummaryError::Provider(m)),
                     Err(EventError::Malformed(m)) => return Err(SummaryError::InvalidResponse(m)),
@@ -324,7 +344,10 @@ impl ModelSummarizer {
         // Some servers end the stream after the stop reason without an end marker; that is a
         // complete reply. Anything else stopped early.
         if finished && !parser.has_partial_event() {
-            Ok(text)
+            Ok(Reply {
+                text,
+                hit_output_limit,
+            })
         } else {
             Err(SummaryError::Truncated)
         }

@@ -6,14 +6,23 @@ use serde_json::{json, Value};
 use super::prompt::Prompt;
 use super::sse::SseEvent;
 
+/// A whole reply.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reply {
+    pub text: String,
+    /// Generation stopped at `max_tokens`.
+    pub hit_output_limit: bool,
+}
+
 /// What one streamed event contributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamItem {
     /// More reply text.
     Text(String),
     /// The model stopped generating (`finish_reason` / `stop_reason`); trailing events such as
-    /// usage may still follow.
-    Finished,
+    /// usage may still follow. `hit_output_limit`: it stopped at `max_tokens`, so the reply is
+    /// probably cut off.
+    Finished { hit_output_limit: bool },
     /// The provider's end-of-stream marker (`[DONE]` / `message_stop`).
     Done,
     /// Nothing for us (role announcements, pings, usage, block boundaries).
@@ -77,17 +86,24 @@ pub mod openai {
     }
 
     /// The reply text of a complete, non-streamed response body.
-    pub fn complete_reply(body: &[u8]) -> Result<String, EventError> {
+    pub fn complete_reply(body: &[u8]) -> Result<Reply, EventError> {
         let v = parse_body(body)?;
         if let Some(error) = v.get("error") {
             return Err(EventError::Provider(error_message(error)));
         }
-        v.pointer("/choices/0/message/content")
+        let text = v
+            .pointer("/choices/0/message/content")
             .and_then(Value::as_str)
-            .map(str::to_string)
             .ok_or_else(|| {
                 EventError::Malformed("response has no choices[0].message.content".into())
-            })
+            })?;
+        let hit_output_limit = v
+            .pointer("/choices/0/finish_reason")
+            .is_some_and(|r| r == "length");
+        Ok(Reply {
+            text: text.to_string(),
+            hit_output_limit,
+        })
     }
 
     pub fn event(event: &SseEvent) -> Result<StreamItem, EventError> {
@@ -111,8 +127,10 @@ pub mod openai {
                 return Ok(StreamItem::Text(text.to_string()));
             }
         }
-        if choice.get("finish_reason").is_some_and(|r| !r.is_null()) {
-            return Ok(StreamItem::Finished);
+        if let Some(reason) = choice.get("finish_reason").filter(|r| !r.is_null()) {
+            return Ok(StreamItem::Finished {
+                hit_output_limit: reason == "length",
+            });
         }
         Ok(StreamItem::Nothing)
     }
@@ -136,7 +154,7 @@ pub mod anthropic {
     }
 
     /// The reply text of a complete, non-streamed response body.
-    pub fn complete_reply(body: &[u8]) -> Result<String, EventError> {
+    pub fn complete_reply(body: &[u8]) -> Result<Reply, EventError> {
         let v = parse_body(body)?;
         if v.get("type").and_then(Value::as_str) == Some("error") {
             let error = v
@@ -149,11 +167,16 @@ pub mod anthropic {
             .get("content")
             .and_then(Value::as_array)
             .ok_or_else(|| EventError::Malformed("response has no content blocks".into()))?;
-        Ok(blocks
+        let text = blocks
             .iter()
             .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
             .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect())
+            .collect();
+        let hit_output_limit = v.get("stop_reason").is_some_and(|r| r == "max_tokens");
+        Ok(Reply {
+            text,
+            hit_output_limit,
+        })
     }
 
     pub fn event(event: &SseEvent) -> Result<StreamItem, EventError> {
@@ -173,12 +196,12 @@ pub mod anthropic {
                 // thinking_delta, input_json_delta, signature_delta: not part of the reply text.
                 _ => Ok(StreamItem::Nothing),
             },
-            "message_delta"
-                if v.pointer("/delta/stop_reason")
-                    .is_some_and(|r| !r.is_null()) =>
-            {
-                Ok(StreamItem::Finished)
-            }
+            "message_delta" => match v.pointer("/delta/stop_reason").filter(|r| !r.is_null()) {
+                Some(reason) => Ok(StreamItem::Finished {
+                    hit_output_limit: reason == "max_tokens",
+                }),
+                None => Ok(StreamItem::Nothing),
+            },
             "message_stop" => Ok(StreamItem::Done),
             "error" => Err(EventError::Provider(
                 v.get("error")
@@ -237,7 +260,19 @@ mod tests {
             Ok(StreamItem::Text("{\"goal\"".into()))
         );
         let stop = data(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#);
-        assert_eq!(openai::event(&stop), Ok(StreamItem::Finished));
+        assert_eq!(
+            openai::event(&stop),
+            Ok(StreamItem::Finished {
+                hit_output_limit: false
+            })
+        );
+        let length = data(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#);
+        assert_eq!(
+            openai::event(&length),
+            Ok(StreamItem::Finished {
+                hit_output_limit: true
+            })
+        );
         let usage = data(r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3}}"#);
         assert_eq!(openai::event(&usage), Ok(StreamItem::Nothing));
         assert_eq!(openai::event(&data("[DONE]")), Ok(StreamItem::Done));
@@ -277,7 +312,22 @@ mod tests {
             "message_delta",
             r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}"#,
         );
-        assert_eq!(anthropic::event(&stop_reason), Ok(StreamItem::Finished));
+        assert_eq!(
+            anthropic::event(&stop_reason),
+            Ok(StreamItem::Finished {
+                hit_output_limit: false
+            })
+        );
+        let max = ev(
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens"}}"#,
+        );
+        assert_eq!(
+            anthropic::event(&max),
+            Ok(StreamItem::Finished {
+                hit_output_limit: true
+            })
+        );
         assert_eq!(
             anthropic::event(&ev("message_stop", r#"{"type":"message_stop"}"#)),
             Ok(StreamItem::Done)
@@ -317,7 +367,11 @@ mod tests {
     #[test]
     fn complete_replies_of_servers_that_do_not_stream() {
         let o = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"{\"goal\":\"g\"}"},"finish_reason":"stop"}]}"#;
-        assert_eq!(openai::complete_reply(o), Ok("{\"goal\":\"g\"}".into()));
+        let want = Reply {
+            text: "{\"goal\":\"g\"}".into(),
+            hit_output_limit: false,
+        };
+        assert_eq!(openai::complete_reply(o), Ok(want));
         assert!(matches!(
             openai::complete_reply(b"{}"),
             Err(EventError::Malformed(_))
@@ -327,7 +381,15 @@ mod tests {
             Err(EventError::Malformed(_))
         ));
         let a = br#"{"type":"message","content":[{"type":"thinking","thinking":"x"},{"type":"text","text":"{}"}]}"#;
-        assert_eq!(anthropic::complete_reply(a), Ok("{}".into()));
+        assert_eq!(
+            anthropic::complete_reply(a),
+            Ok(Reply {
+                text: "{}".into(),
+                hit_output_limit: false
+            })
+        );
+        let cut = br#"{"type":"message","content":[{"type":"text","text":"{\"go"}],"stop_reason":"max_tokens"}"#;
+        assert!(anthropic::complete_reply(cut).unwrap().hit_output_limit);
         let e = br#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#;
         assert_eq!(
             anthropic::complete_reply(e),
