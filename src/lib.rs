@@ -6,6 +6,7 @@
 pub mod budget;
 pub mod capsule;
 pub mod cli;
+pub mod compaction;
 pub mod config;
 pub mod session;
 pub mod summarize;
