@@ -691,3 +691,237 @@ fn the_summarizer_block_of_a_config_file_resolves() {
         "{err}"
     );
 }
+
+/// A session log on disk with enough history for an explicit compaction: turns that read and
+/// edit files, so the capsule has facts the model never mentions.
+mod engine {
+    use super::*;
+    use soba::capsule::artifacts::ToolMapping;
+    use soba::config::{Config, ConfigFile, Durability, Overrides};
+    use soba::session::entry::*;
+    use soba::session::log::SessionLog;
+
+    pub struct Session {
+        pub dir: tempfile::TempDir,
+        pub path: std::path::PathBuf,
+        pub log: SessionLog,
+        pub config: Config,
+        pub mapping: ToolMapping,
+        n: usize,
+    }
+
+    impl Session {
+        pub fn new() -> Session {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("s.jsonl");
+            let header = SessionHeader {
+                kind: HeaderTag::Session,
+                version: LOG_FORMAT_VERSION,
+                id: "s".into(),
+                workspace: "/ws".into(),
+                created_at: soba::util::now_rfc3339(),
+                model: None,
+                source: None,
+            };
+            let log = SessionLog::create(&path, header, Durability::Flush).unwrap();
+            let file = ConfigFile::parse(
+                "t",
+                r#"{"model":{"name":"test","contextWindow":65000,"maxOutputTokens":8000}}"#,
+            )
+            .unwrap();
+            let config = Config::resolve(&[file], None, &Overrides::default()).unwrap();
+            let mut s = Session {
+                dir,
+                path,
+                log,
+                config,
+                mapping: ToolMapping::default(),
+                n: 0,
+            };
+            for turn in 0..8 {
+                s.turn(turn, 4000);
+            }
+            s
+        }
+
+        fn push(&mut self, body: EntryBody) {
+            self.n += 1;
+            let parent = self.log.session().leaf_id().map(str::to_string);
+            self.log
+                .append(Entry::new(format!("x{}", self.n), parent, body))
+                .unwrap();
+        }
+
+        fn message(&mut self, role: Role, content: Vec<ContentBlock>) {
+            self.push(EntryBody::Message(MessageEntry {
+                role,
+                content,
+                usage: None,
+                model: None,
+                synthetic: false,
+            }));
+        }
+
+        fn turn(&mut self, k: usize, tokens: usize) {
+            let filler = " lorem".repeat(tokens / 3);
+            self.message(
+                Role::User,
+                vec![ContentBlock::text(format!("request {k}:{filler}"))],
+            );
+            let call_id = format!("call{k}");
+            self.message(
+                Role::Assistant,
+                vec![ContentBlock::ToolCall {
+                    id: call_id.clone(),
+                    name: "Edit".into(),
+                    input: json!({"file_path": format!("/ws/src/f{k}.rs"), "old_string": "a", "new_string": "b"}),
+                }],
+            );
+            self.push(EntryBody::ToolResult(ToolResultEntry {
+                call_id,
+                tool_name: Some("Edit".into()),
+                content: vec![ContentBlock::text(filler.clone())],
+                is_error: false,
+                exit_code: Some(0),
+            }));
+            self.message(Role::Assistant, vec![ContentBlock::text(filler)]);
+        }
+
+        /// Plan an explicit `/compact`.
+        pub fn explicit(&mut self, instructions: Option<&str>) -> soba::compaction::Plan {
+            let barrier = soba::compaction::run::Barrier {
+                config: &self.config,
+                mapping: &self.mapping,
+            };
+            barrier
+                .explicit(&mut self.log, instructions.map(str::to_string))
+                .unwrap()
+                .expect("a plan")
+        }
+
+        pub fn file_text(&self) -> String {
+            std::fs::read_to_string(&self.path).unwrap()
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_explicit_compaction_writes_a_model_capsule_with_the_facts_merged() {
+    use soba::capsule::Quality;
+    use soba::compaction::commit;
+    use soba::session::entry::Outcome;
+    use soba::summarize::generate;
+
+    // The model's reply mentions no files at all.
+    let server =
+        Loopback::start(|_, _| sse(&openai_events(&capsule_json("Finish the refactor")))).await;
+    let mut cfg = config(Provider::Openai, &server);
+    cfg.context_window = Some(128_000);
+    let s = summarizer(&cfg);
+    let mut session = engine::Session::new();
+    let plan = session.explicit(Some("keep it short"));
+    assert!(plan.artifacts.modified_files.len() > 1);
+    let progress = Mutex::new(Vec::new());
+    let generated = generate(&plan, Some(&s), CancellationToken::new(), &|p| {
+        progress.lock().unwrap().push(p)
+    })
+    .await;
+    assert_monotonic_to_100(&progress.into_inner().unwrap());
+    let result = commit(&mut session.log, &plan, generated, false, 1).unwrap();
+    assert_eq!(
+        (result.outcome, result.quality),
+        (Outcome::Completed, Some(Quality::Model)),
+        "{result:?}"
+    );
+
+    let prompt = server.requests()[0].body["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(prompt.contains("keep it short"));
+    let (reloaded, _) = soba::session::log::read_session(&session.path).unwrap();
+    let capsule = reloaded
+        .entry(reloaded.capsule_on_path(reloaded.leaf().unwrap()).unwrap())
+        .as_capsule()
+        .unwrap()
+        .clone();
+    assert_eq!(capsule.state.goal, "Finish the refactor");
+    assert_eq!(
+        capsule.artifacts.modified_files, plan.artifacts.modified_files,
+        "facts come from the log, not the model"
+    );
+    assert!(!session.file_text().contains(KEY));
+}
+
+#[tokio::test]
+async fn a_cancelled_compaction_appends_nothing_even_when_the_model_answers_later() {
+    use soba::compaction::commit;
+    use soba::compaction::Generated;
+    use soba::session::entry::Outcome;
+    use soba::summarize::generate;
+
+    let server = Loopback::start(|_, _| {
+        let mut steps = vec![
+            head(200, "text/event-stream", true),
+            Step::Sleep(Duration::from_millis(300)),
+        ];
+        steps.extend(
+            openai_events(&capsule_json("late"))
+                .into_iter()
+                .map(|e| Step::Chunk(e.into_bytes())),
+        );
+        steps.push(Step::EndChunks);
+        steps
+    })
+    .await;
+    let mut cfg = config(Provider::Openai, &server);
+    cfg.context_window = Some(128_000);
+    let s = summarizer(&cfg);
+    let mut session = engine::Session::new();
+    let plan = session.explicit(None);
+    let before = session.file_text();
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        trigger.cancel();
+    });
+    let generated = generate(&plan, Some(&s), cancel.clone(), &|_| {}).await;
+    assert_eq!(generated, Generated::Cancelled);
+    tokio::time::sleep(Duration::from_millis(400)).await; // past the server's late answer
+    let result = commit(&mut session.log, &plan, generated, cancel.is_cancelled(), 1).unwrap();
+    assert_eq!(result.outcome, Outcome::Cancelled);
+    assert_eq!(session.file_text(), before, "nothing appended");
+    assert!(session.dir.path().exists());
+}
+
+#[tokio::test]
+async fn without_a_model_the_plan_gets_its_local_capsule() {
+    use soba::capsule::Quality;
+    use soba::compaction::run::NO_MODEL_CONFIGURED;
+    use soba::compaction::Generated;
+    use soba::summarize::generate;
+
+    let mut session = engine::Session::new();
+    let plan = session.explicit(None);
+    let progress = Mutex::new(Vec::new());
+    let generated = generate(&plan, None, CancellationToken::new(), &|p| {
+        progress.lock().unwrap().push(p)
+    })
+    .await;
+    assert_eq!(
+        generated,
+        Generated::State {
+            state: plan.local_state.clone(),
+            quality: Quality::Degraded,
+            degraded_reason: Some(NO_MODEL_CONFIGURED.into())
+        }
+    );
+    assert_eq!(progress.into_inner().unwrap(), vec![100]);
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    assert_eq!(
+        generate(&plan, None, cancel, &|_| {}).await,
+        Generated::Cancelled
+    );
+}

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use crate::capsule::{Artifacts, CapsuleEntry, CapsuleState};
+use crate::capsule::{Artifacts, CapsuleEntry, CapsuleState, Quality};
+use crate::compaction::{generate_local, Generated, Plan};
 use crate::config::{Provider, SummarizerConfig};
 use crate::session::view::ModelMessage;
 
@@ -184,6 +185,46 @@ pub async fn summarize_with_fallback(
             }
             degraded(fallback_reason(&error), local, &progress)
         }
+    }
+}
+
+/// The generate step of the compaction barrier: the plan's history through `summarizer`
+/// (under the plan's `compaction.timeoutMs`), its local state on any failure, or
+/// [`Generated::Cancelled`]. Holds no borrow of the session; hand the result to
+/// [`crate::compaction::commit`], which checks the expected leaf before appending.
+pub async fn generate(
+    plan: &Plan,
+    summarizer: Option<&dyn Summarizer>,
+    cancel: CancellationToken,
+    progress: &(dyn Fn(u8) + Send + Sync),
+) -> Generated {
+    if summarizer.is_none() {
+        if cancel.is_cancelled() {
+            return Generated::Cancelled;
+        }
+        progress(100);
+        return generate_local(plan);
+    }
+    let req = SummaryRequest {
+        previous: plan.previous.clone(),
+        history: plan.to_summarize.clone(),
+        instructions: plan.instructions.clone(),
+        artifacts: plan.artifacts.clone(),
+    };
+    let timeout = Duration::from_millis(plan.roi.timeout_ms);
+    let local = || plan.local_state.clone();
+    match summarize_with_fallback(summarizer, &req, timeout, cancel, progress, local).await {
+        Summarized::Model(state) => Generated::State {
+            state,
+            quality: Quality::Model,
+            degraded_reason: None,
+        },
+        Summarized::Degraded { state, reason } => Generated::State {
+            state,
+            quality: Quality::Degraded,
+            degraded_reason: Some(reason),
+        },
+        Summarized::Cancelled => Generated::Cancelled,
     }
 }
 
