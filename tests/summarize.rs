@@ -925,3 +925,30 @@ async fn without_a_model_the_plan_gets_its_local_capsule() {
         Generated::Cancelled
     );
 }
+
+/// The CLI has no runtime: `generate_blocking` brings its own.
+#[test]
+fn generate_blocking_needs_no_runtime() {
+    use soba::capsule::Quality;
+    use soba::compaction::Generated;
+    use soba::summarize::generate_blocking;
+
+    let server_runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = server_runtime.block_on(Loopback::start(|_, _| {
+        sse(&anthropic_events(&capsule_json("from the CLI")))
+    }));
+    let mut cfg = config(Provider::Anthropic, &server);
+    cfg.context_window = Some(200_000);
+    let s = summarizer(&cfg);
+    let mut session = engine::Session::new();
+    let plan = session.explicit(None);
+    let (generated, cancelled) = generate_blocking(&plan, Some(&s), &|_| {}).unwrap();
+    assert!(!cancelled);
+    let Generated::State { state, quality, .. } = generated else {
+        panic!("{generated:?}")
+    };
+    assert_eq!(
+        (state.goal.as_str(), quality),
+        ("from the CLI", Quality::Model)
+    );
+}

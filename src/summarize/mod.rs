@@ -228,6 +228,35 @@ pub async fn generate(
     }
 }
 
+/// [`generate`] for a caller without a runtime (the CLI): runs it on a current-thread runtime,
+/// with Ctrl-C as external cancellation. Returns what was generated and whether it was
+/// cancelled (pass that to [`crate::compaction::commit`] as `aborted`).
+///
+/// Once this has run, Ctrl-C no longer ends the process by default; it is meant to be the last
+/// long step of a command.
+pub fn generate_blocking(
+    plan: &Plan,
+    summarizer: Option<&dyn Summarizer>,
+    progress: &(dyn Fn(u8) + Send + Sync),
+) -> std::io::Result<(Generated, bool)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let cancel = CancellationToken::new();
+    let generated = runtime.block_on(async {
+        let on_interrupt = cancel.clone();
+        let interrupt = tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                on_interrupt.cancel();
+            }
+        });
+        let generated = generate(plan, summarizer, cancel.clone(), progress).await;
+        interrupt.abort();
+        generated
+    });
+    Ok((generated, cancel.is_cancelled()))
+}
+
 fn fallback_reason(error: &SummaryError) -> String {
     format!("{error}; the local capsule was used")
 }
