@@ -134,8 +134,13 @@ impl ModelSummarizer {
                 allowed: "must be positive".into(),
             });
         }
-        let min_window = max_output_tokens + 2 * prompt::MIN_HISTORY_TOKENS;
-        if input_window(context_window, max_output_tokens) < 2 * prompt::MIN_HISTORY_TOKENS {
+        // Room for the prompt's fixed parts and some history; a real check against the actual
+        // prompt happens per request.
+        let least_input = 2 * prompt::MIN_HISTORY_TOKENS;
+        if input_window(context_window, max_output_tokens) < least_input {
+            let min_window = (max_output_tokens..)
+                .find(|&w| input_window(w, max_output_tokens) >= least_input)
+                .unwrap_or(u64::MAX);
             return Err(SummarizerConfigError::OutOfRange {
                 key: "contextWindow",
                 value: context_window,
@@ -498,11 +503,12 @@ mod tests {
         c.context_window = Some(4000);
         c.max_output_tokens = Some(4000);
         let err = ModelSummarizer::new(&c, |_| None).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("summarizer.contextWindow = 4000 is invalid"),
-            "{err}"
+        assert_eq!(
+            err.to_string(),
+            "summarizer.contextWindow = 4000 is invalid: must leave room for input beyond maxOutputTokens (4000); at least 4270"
         );
+        c.context_window = Some(4270);
+        assert!(ModelSummarizer::new(&c, |_| None).is_ok());
     }
 
     #[test]
