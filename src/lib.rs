@@ -9,5 +9,6 @@ pub mod cli;
 pub mod compaction;
 pub mod config;
 pub mod session;
+pub mod summarize;
 pub mod tokens;
 pub mod util;
