@@ -280,7 +280,10 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
     let suffix = suffix_tokens(&items);
     let mut tail_tokens = if handoff { 0 } else { suffix[cut] };
 
-    if mandatory {
+    // Every continuation but a hand-off's must fit under the hard limit: an explicit /compact
+    // of a session already past the window moves the cut and elides like a mandatory one,
+    // instead of failing exactly when it is needed.
+    if !handoff {
         let capsule_tokens = capsule_tokens(
             session.tokenizer(),
             &local_state,
@@ -314,6 +317,15 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
             Outcome::Skipped,
             reasons::NOTHING_BEFORE_RETAINED_WINDOW,
         ));
+    }
+
+    if req.trigger.is_soft() {
+        // No capsule can make the continuation smaller than system + tools + retained tail:
+        // when even that misses the post-generation minimums, asking a model is wasted.
+        let best = super::roi::post_generation(tokens_before, overhead_tokens + tail_tokens, c);
+        if !best.passes {
+            return Err(no_plan(Outcome::Skipped, &best.reason(c, "pre-generation")));
+        }
     }
 
     let first_kept_entry_id = if handoff {
