@@ -29,6 +29,12 @@ enum Command {
         #[arg(long)]
         instructions: Option<String>,
     },
+    /// Reliability harness commands.
+    #[command(hide = true)]
+    Debug {
+        #[command(subcommand)]
+        command: cli::debug::DebugCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -40,6 +46,7 @@ fn main() -> ExitCode {
             session,
             instructions,
         } => cli::compact::compact(session, instructions.clone(), &cli.common),
+        Command::Debug { command } => cli::debug::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

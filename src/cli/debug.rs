@@ -1,0 +1,227 @@
+//! `soba debug …`: hidden commands for the reliability harnesses.
+//!
+//! `append-loop` plays a seeded agent against a session log: messages, tool calls with results
+//! (one batched write each), preflights that compact, explicit compactions, turn ends and
+//! rewinds. After every operation returns it prints the ids of the entries that operation
+//! appended, one per line, flushed: a line on stdout means the entry was acknowledged. The
+//! crash test kills it at random moments and checks that every printed id is in the log.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::json;
+
+use crate::capsule::artifacts::ToolMapping;
+use crate::compaction::run::{Barrier, Preflight};
+use crate::config::{Config, ConfigFile, Durability, Overrides};
+use crate::session::entry::{
+    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, RewindEntry, Role, SessionHeader,
+    ToolResultEntry, LOG_FORMAT_VERSION,
+};
+use crate::session::log::SessionLog;
+
+#[derive(Debug, Subcommand)]
+pub enum DebugCommand {
+    /// Append seeded agent activity to LOG (created when missing) and print each acknowledged
+    /// entry id on stdout.
+    AppendLoop {
+        log: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Stop after this many operations (default: run until killed).
+        #[arg(long)]
+        ops: Option<u64>,
+        /// fsync every append (survives power loss) instead of writing to the OS only.
+        #[arg(long)]
+        fsync: bool,
+    },
+}
+
+pub fn run(command: &DebugCommand) -> anyhow::Result<()> {
+    match command {
+        DebugCommand::AppendLoop {
+            log,
+            seed,
+            ops,
+            fsync,
+        } => {
+            let durability = if *fsync {
+                Durability::Fsync
+            } else {
+                Durability::Flush
+            };
+            append_loop(log, *seed, *ops, durability)
+        }
+    }
+}
+
+/// A small window, so that compactions happen every few operations.
+const LOOP_CONFIG: &str = r#"{"model":{"name":"append-loop","contextWindow":65000,"maxOutputTokens":8000},
+    "compaction":{"keepRecentTokens":8000,"minReclaimableTokens":4000}}"#;
+
+fn open_or_create(path: &Path, durability: Durability) -> anyhow::Result<SessionLog> {
+    if path.exists() {
+        let (log, report) = SessionLog::open(path, durability)?;
+        super::warn_load(path, &report);
+        return Ok(log);
+    }
+    let header = SessionHeader {
+        kind: HeaderTag::Session,
+        version: LOG_FORMAT_VERSION,
+        id: crate::util::new_id("s_"),
+        workspace: "/append-loop".into(),
+        created_at: crate::util::now_rfc3339(),
+        model: None,
+        source: None,
+    };
+    Ok(SessionLog::create(path, header, durability)?)
+}
+
+fn words(rng: &mut StdRng, tokens: usize) -> String {
+    const WORDS: [&str; 8] = [
+        " parse", " token", " budget", " capsule", " error", " retry", " cache", " write",
+    ];
+    (0..tokens)
+        .map(|_| WORDS[rng.random_range(0..WORDS.len())])
+        .collect()
+}
+
+fn message(id: String, parent: Option<String>, role: Role, content: Vec<ContentBlock>) -> Entry {
+    Entry::new(
+        id,
+        parent,
+        EntryBody::Message(MessageEntry {
+            role,
+            content,
+            usage: None,
+            model: None,
+            synthetic: false,
+        }),
+    )
+}
+
+fn append_loop(
+    path: &Path,
+    seed: u64,
+    ops: Option<u64>,
+    durability: Durability,
+) -> anyhow::Result<()> {
+    let mut log = open_or_create(path, durability)?;
+    let file = ConfigFile::parse("append-loop", LOOP_CONFIG)?;
+    let config: Config = Config::resolve(&[file], None, &Overrides::default())?;
+    let mapping = ToolMapping::default();
+    let barrier = Barrier {
+        config: &config,
+        mapping: &mapping,
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Ids stay unique when several runs append to one log.
+    let run = crate::util::new_id("");
+    let mut next = 0u64;
+    let mut id = || {
+        next += 1;
+        format!("{run}-{next}")
+    };
+    let stdout = std::io::stdout();
+    let mut op = 0u64;
+    while ops.is_none_or(|n| op < n) {
+        op += 1;
+        let before = log.session().len();
+        let parent = log.session().leaf_id().map(str::to_string);
+        match rng.random_range(0..100) {
+            0..=29 => {
+                let text = format!("request {op}:{}", words(&mut rng, 200));
+                let e = message(id(), parent, Role::User, vec![ContentBlock::text(text)]);
+                log.append(e)?;
+            }
+            30..=69 => {
+                // A tool call and its result in one write; now and then a result of several
+                // megabytes, so that a kill can land in the middle of a write.
+                let call_id = format!("call-{}", id());
+                let call = message(
+                    id(),
+                    parent,
+                    Role::Assistant,
+                    vec![ContentBlock::ToolCall {
+                        id: call_id.clone(),
+                        name: "Bash".into(),
+                        input: json!({"command": format!("cargo test --test t{op}")}),
+                    }],
+                );
+                let size = if rng.random_range(0..20) == 0 {
+                    rng.random_range(50_000..200_000)
+                } else {
+                    rng.random_range(50..1500)
+                };
+                let result = Entry::new(
+                    id(),
+                    Some(call.id.clone()),
+                    EntryBody::ToolResult(ToolResultEntry {
+                        call_id,
+                        tool_name: Some("Bash".into()),
+                        content: vec![ContentBlock::text(words(&mut rng, size))],
+                        is_error: false,
+                        exit_code: Some(0),
+                    }),
+                );
+                log.append_all(vec![call, result])?;
+            }
+            70..=79 => {
+                let text = words(&mut rng, 300);
+                let e = message(
+                    id(),
+                    parent,
+                    Role::Assistant,
+                    vec![ContentBlock::text(text)],
+                );
+                log.append(e)?;
+            }
+            80..=89 => {
+                // Before an inference: the barrier, running any compaction it asks for.
+                for _ in 0..4 {
+                    match barrier.preflight(&mut log)? {
+                        Preflight::Compact(plan) => {
+                            barrier.run_local(&mut log, &plan)?;
+                        }
+                        Preflight::Ready { .. } | Preflight::Failed(_) => break,
+                    }
+                }
+            }
+            90..=94 => {
+                if let Ok(plan) = barrier.explicit(&mut log, None)? {
+                    barrier.run_local(&mut log, &plan)?;
+                }
+            }
+            95..=97 => {
+                barrier.turn_complete(&mut log, None)?;
+            }
+            _ => {
+                // Rewind to a random earlier message.
+                let s = log.session();
+                let messages: Vec<String> = s
+                    .entries()
+                    .iter()
+                    .filter(|e| e.as_message().is_some())
+                    .map(|e| e.id.clone())
+                    .collect();
+                if !messages.is_empty() {
+                    let to = messages[rng.random_range(0..messages.len())].clone();
+                    log.append(Entry::new(
+                        id(),
+                        parent,
+                        EntryBody::Rewind(RewindEntry { to }),
+                    ))?;
+                }
+            }
+        }
+        let mut out = stdout.lock();
+        for e in &log.session().entries()[before..] {
+            writeln!(out, "{}", e.id)?;
+        }
+        out.flush()?;
+    }
+    Ok(())
+}
