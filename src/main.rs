@@ -22,6 +22,8 @@ enum Command {
     Budget { session: PathBuf },
     /// The model input the next preflight would send.
     Context { session: PathBuf },
+    /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
+    Import(cli::import::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +31,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Budget { session } => cli::inspect::budget(session, &cli.common),
         Command::Context { session } => cli::inspect::context(session, &cli.common),
+        Command::Import(args) => cli::import::run(args, &cli.common),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
