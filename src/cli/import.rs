@@ -66,12 +66,15 @@ struct ImportSummary<'a> {
 }
 
 pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
     let source_path = std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone());
     check_output(&source_path, &args.output, args.force)?;
     let options = ImportOptions {
         source_path: source_path.display().to_string(),
-        default_workspace: std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
+        default_workspace: std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
         default_session_id: crate::util::new_id("s_"),
         now: crate::util::now_rfc3339(),
     };
@@ -100,13 +103,20 @@ pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
 
 fn check_output(source: &Path, output: &Path, force: bool) -> anyhow::Result<()> {
     if std::fs::canonicalize(output).is_ok_and(|o| o == source) {
-        bail!("the output {} is the transcript itself; choose another path", output.display());
+        bail!(
+            "the output {} is the transcript itself; choose another path",
+            output.display()
+        );
     }
     if output.exists() {
         if !force {
-            bail!("{} already exists; choose another path or pass --force to replace it", output.display());
+            bail!(
+                "{} already exists; choose another path or pass --force to replace it",
+                output.display()
+            );
         }
-        std::fs::remove_file(output).with_context(|| format!("cannot replace {}", output.display()))?;
+        std::fs::remove_file(output)
+            .with_context(|| format!("cannot replace {}", output.display()))?;
     }
     Ok(())
 }
@@ -117,10 +127,16 @@ fn apply_model_flags(header: &mut SessionHeader, common: &CommonArgs) {
         header.model = Some(model_ref(name));
     }
     if common.context_window.is_some() {
-        header.model.get_or_insert_with(Default::default).context_window = common.context_window;
+        header
+            .model
+            .get_or_insert_with(Default::default)
+            .context_window = common.context_window;
     }
     if common.max_output_tokens.is_some() {
-        header.model.get_or_insert_with(Default::default).max_output_tokens = common.max_output_tokens;
+        header
+            .model
+            .get_or_insert_with(Default::default)
+            .max_output_tokens = common.max_output_tokens;
     }
 }
 
@@ -128,15 +144,18 @@ fn apply_model_flags(header: &mut SessionHeader, common: &CommonArgs) {
 fn write_log(path: &Path, result: &ImportResult, show_progress: bool) -> anyhow::Result<()> {
     let mut log = SessionLog::create(path, result.header.clone(), Durability::Flush)?;
     let total = result.entries.len();
-    let progress = if show_progress && total >= PROGRESS_MIN_ENTRIES && std::io::stderr().is_terminal() {
-        let bar = ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template("writing {bar:40} {pos}/{len} entries").unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress =
+        if show_progress && total >= PROGRESS_MIN_ENTRIES && std::io::stderr().is_terminal() {
+            let bar =
+                ProgressBar::with_draw_target(Some(total as u64), ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("writing {bar:40} {pos}/{len} entries")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar
+        } else {
+            ProgressBar::hidden()
+        };
     for batch in result.entries.chunks(WRITE_BATCH) {
         log.append_all(batch.to_vec())?;
         progress.inc(batch.len() as u64);
@@ -149,10 +168,19 @@ fn write_log(path: &Path, result: &ImportResult, show_progress: bool) -> anyhow:
 fn print_text(args: &ImportArgs, result: &ImportResult) {
     let r = &result.report;
     let format = r.format.map_or("unknown", Format::as_str);
-    println!("{} ({format}) → {}", args.file.display(), args.output.display());
+    println!(
+        "{} ({format}) → {}",
+        args.file.display(),
+        args.output.display()
+    );
     println!(
         "{} entries: {} user, {} assistant, {} system messages; {} tool calls, {} results",
-        r.entries, r.messages.user, r.messages.assistant, r.messages.system, r.tool_calls, r.tool_results
+        r.entries,
+        r.messages.user,
+        r.messages.assistant,
+        r.messages.system,
+        r.tool_calls,
+        r.tool_results
     );
     println!(
         "unmatched calls {}  ·  orphan results {}  ·  foreign compactions {}  ·  usage records {}",
@@ -165,7 +193,11 @@ fn print_text(args: &ImportArgs, result: &ImportResult) {
         None => println!("no model named in the transcript (pass --model to set one)"),
     }
     if !r.skipped_records.is_empty() {
-        let skipped: Vec<String> = r.skipped_records.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let skipped: Vec<String> = r
+            .skipped_records
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         println!("left out on purpose: {}", skipped.join(", "));
     }
 }

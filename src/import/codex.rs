@@ -12,16 +12,21 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{
-    message, nonzero, read_jsonl, str_field, u64_field, value_text, EntryBuilder, Format, HeaderInfo, ImportError,
-    ImportOptions, ImportResult,
+    message, nonzero, read_jsonl, str_field, u64_field, value_text, EntryBuilder, Format,
+    HeaderInfo, ImportError, ImportOptions, ImportResult,
 };
 use crate::session::entry::{
     ContentBlock, EntryBody, ForeignCompactionEntry, Role, SettingEntry, ToolResultEntry, Usage,
 };
 
 /// Prefixes of user-role messages the Codex harness writes (environment, instructions).
-const HARNESS_MARKERS: &[&str] =
-    &["<environment_context>", "<user_instructions>", "<permissions instructions>", "# AGENTS.md instructions", "<turn_aborted>"];
+const HARNESS_MARKERS: &[&str] = &[
+    "<environment_context>",
+    "<user_instructions>",
+    "<permissions instructions>",
+    "# AGENTS.md instructions",
+    "<turn_aborted>",
+];
 
 pub(crate) fn looks_like_record(v: &Value) -> bool {
     v.get("payload").is_some()
@@ -98,8 +103,12 @@ impl Reader {
             .filter(|s| !s.is_empty());
         if let Some(text) = instructions {
             let parent = self.builder.last_id();
-            let setting = SettingEntry { system_prompt: Some(text.to_string()), ..SettingEntry::default() };
-            self.builder.push(parent, Some(source_id), ts, EntryBody::Setting(setting));
+            let setting = SettingEntry {
+                system_prompt: Some(text.to_string()),
+                ..SettingEntry::default()
+            };
+            self.builder
+                .push(parent, Some(source_id), ts, EntryBody::Setting(setting));
         }
     }
 
@@ -123,7 +132,8 @@ impl Reader {
                     Some("user") => Role::User,
                     Some("developer" | "system") => Role::System,
                     other => {
-                        self.builder.unknown(format!("message role:{}", other.unwrap_or("(none)")));
+                        self.builder
+                            .unknown(format!("message role:{}", other.unwrap_or("(none)")));
                         return;
                     }
                 };
@@ -134,9 +144,9 @@ impl Reader {
                     let mut m = message(role, content);
                     m.synthetic = role == Role::System
                         || m.content.iter().any(|b| match b {
-                            ContentBlock::Text { text } => {
-                                HARNESS_MARKERS.iter().any(|h| text.trim_start().starts_with(h))
-                            }
+                            ContentBlock::Text { text } => HARNESS_MARKERS
+                                .iter()
+                                .any(|h| text.trim_start().starts_with(h)),
                             _ => false,
                         });
                     self.push(ts, source_id, EntryBody::Message(m));
@@ -153,13 +163,24 @@ impl Reader {
                     self.builder.skipped("reasoning without summary");
                     return;
                 }
-                self.push_assistant(ts, source_id, vec![ContentBlock::Thinking { thinking: summary.join("\n") }]);
+                self.push_assistant(
+                    ts,
+                    source_id,
+                    vec![ContentBlock::Thinking {
+                        thinking: summary.join("\n"),
+                    }],
+                );
             }
             Some("function_call" | "local_shell_call") => {
-                let arguments = p.get("arguments").or_else(|| p.get("action")).unwrap_or(&Value::Null);
+                let arguments = p
+                    .get("arguments")
+                    .or_else(|| p.get("action"))
+                    .unwrap_or(&Value::Null);
                 // Arguments are a JSON string; keep them as text if they do not parse.
                 let input = match arguments {
-                    Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+                    Value::String(s) => {
+                        serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+                    }
                     other => other.clone(),
                 };
                 let name = str_field(p, "name").unwrap_or("shell").to_string();
@@ -172,7 +193,9 @@ impl Reader {
                 let name = str_field(p, "name").unwrap_or("").to_string();
                 self.push_call(ts, source_id, call_id(p), name, input);
             }
-            Some("function_call_output" | "custom_tool_call_output" | "local_shell_call_output") => {
+            Some(
+                "function_call_output" | "custom_tool_call_output" | "local_shell_call_output",
+            ) => {
                 let call = call_id(p);
                 let tool_name = self.tool_name(&call);
                 let (text, exit_code) = tool_output(p.get("output").unwrap_or(&Value::Null));
@@ -194,9 +217,20 @@ impl Reader {
         self.tool_names.get(call_id).cloned()
     }
 
-    fn push_call(&mut self, ts: Option<&str>, source_id: &str, id: String, name: String, input: Value) {
+    fn push_call(
+        &mut self,
+        ts: Option<&str>,
+        source_id: &str,
+        id: String,
+        name: String,
+        input: Value,
+    ) {
         self.tool_names.insert(id.clone(), name.clone());
-        self.push_assistant(ts, source_id, vec![ContentBlock::ToolCall { id, name, input }]);
+        self.push_assistant(
+            ts,
+            source_id,
+            vec![ContentBlock::ToolCall { id, name, input }],
+        );
     }
 
     fn event(&mut self, p: &Value) {
@@ -214,11 +248,15 @@ impl Reader {
     }
 
     fn token_count(&mut self, p: &Value) {
-        let Some(info) = p.get("info").filter(|i| !i.is_null()) else { return };
+        let Some(info) = p.get("info").filter(|i| !i.is_null()) else {
+            return;
+        };
         if let Some(w) = info.get("model_context_window").and_then(Value::as_u64) {
             self.header.set_context_window(w);
         }
-        let Some(last) = info.get("last_token_usage") else { return };
+        let Some(last) = info.get("last_token_usage") else {
+            return;
+        };
         // OpenAI counts cached tokens inside input_tokens.
         let input = u64_field(last, "input_tokens");
         let cached = u64_field(last, "cached_input_tokens").min(input);
@@ -232,7 +270,9 @@ impl Reader {
         self.last_context_tokens = Some(usage.context_tokens());
         // A repeated token_count with no new response since carries nothing new.
         if let Some(target) = self.usage_target.take() {
-            if let Some(EntryBody::Message(m)) = self.builder.entry_mut(&target).map(|e| &mut e.body) {
+            if let Some(EntryBody::Message(m)) =
+                self.builder.entry_mut(&target).map(|e| &mut e.body)
+            {
                 m.usage = Some(usage);
             }
         }
@@ -243,17 +283,25 @@ impl Reader {
             agent: Format::Codex.as_str().into(),
             trigger: None,
             tokens_before: self.last_context_tokens,
-            summary: str_field(p, "message").filter(|m| !m.is_empty()).map(str::to_string),
+            summary: str_field(p, "message")
+                .filter(|m| !m.is_empty())
+                .map(str::to_string),
             summary_tokens: None,
             first_kept_entry_id: None,
-            kept_items: p.get("replacement_history").and_then(Value::as_array).map(|h| h.len() as u64),
+            kept_items: p
+                .get("replacement_history")
+                .and_then(Value::as_array)
+                .map(|h| h.len() as u64),
         };
         self.push(ts, source_id, EntryBody::ForeignCompaction(entry));
     }
 }
 
 fn call_id(p: &Value) -> String {
-    str_field(p, "call_id").or_else(|| str_field(p, "id")).unwrap_or("").to_string()
+    str_field(p, "call_id")
+        .or_else(|| str_field(p, "id"))
+        .unwrap_or("")
+        .to_string()
 }
 
 fn message_content(content: &Value) -> Vec<ContentBlock> {
@@ -265,7 +313,11 @@ fn message_content(content: &Value) -> Vec<ContentBlock> {
                     media_type: None,
                     data: str_field(b, "image_url").map(str::to_string),
                 },
-                _ => ContentBlock::text(str_field(b, "text").map(str::to_string).unwrap_or_else(|| value_text(b))),
+                _ => ContentBlock::text(
+                    str_field(b, "text")
+                        .map(str::to_string)
+                        .unwrap_or_else(|| value_text(b)),
+                ),
             })
             .collect(),
         other => vec![ContentBlock::text(value_text(other))],
@@ -278,12 +330,19 @@ fn message_content(content: &Value) -> Vec<ContentBlock> {
 fn tool_output(output: &Value) -> (String, Option<i64>) {
     let text = match output {
         Value::String(s) => s.clone(),
-        Value::Array(items) => items.iter().filter_map(|i| str_field(i, "text")).collect::<Vec<_>>().join("\n"),
+        Value::Array(items) => items
+            .iter()
+            .filter_map(|i| str_field(i, "text"))
+            .collect::<Vec<_>>()
+            .join("\n"),
         other => value_text(other),
     };
     if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&text) {
         if let Some(inner) = o.get("output") {
-            let code = o.get("metadata").and_then(|m| m.get("exit_code")).and_then(Value::as_i64);
+            let code = o
+                .get("metadata")
+                .and_then(|m| m.get("exit_code"))
+                .and_then(Value::as_i64);
             return (value_text(inner), code);
         }
     }
@@ -293,4 +352,225 @@ fn tool_output(output: &Value) -> (String, Option<i64>) {
             .and_then(|n| n.trim().parse().ok())
     });
     (text, code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::import::check::{is_one_line, loads};
+    use crate::import::testing::{jsonl, options};
+    use serde_json::json;
+
+    fn line(kind: &str, payload: Value) -> Value {
+        json!({"timestamp": "2026-01-01T00:00:00Z", "type": kind, "payload": payload})
+    }
+
+    fn item(payload: Value) -> Value {
+        line("response_item", payload)
+    }
+
+    fn token_count(input: u64, cached: u64, output: u64) -> Value {
+        line(
+            "event_msg",
+            json!({"type": "token_count", "info": {
+            "last_token_usage": {"input_tokens": input, "cached_input_tokens": cached, "output_tokens": output},
+            "model_context_window": 272000}}),
+        )
+    }
+
+    fn import(records: &[Value]) -> ImportResult {
+        import_str(&jsonl(records), &options()).unwrap()
+    }
+
+    #[test]
+    fn apply_patch_is_a_call_with_its_patch_and_a_result_with_its_exit_code() {
+        let patch = "*** Begin Patch\n*** Update File: a.rs\n@@\n-x\n+y\n*** End Patch";
+        let r = import(&[
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "edit a.rs"}]}),
+            ),
+            item(
+                json!({"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": patch}),
+            ),
+            item(
+                json!({"type": "custom_tool_call_output", "call_id": "c1", "output": "Exit code: 0\nWall time: 0 seconds\nOutput:\nSuccess."}),
+            ),
+        ]);
+        let (id, name, input) = r.entries[1].tool_calls().next().unwrap();
+        assert_eq!((id, name), ("c1", "apply_patch"));
+        assert_eq!(input, &json!({"input": patch}));
+        let result = r.entries[2].as_tool_result().unwrap();
+        assert_eq!(
+            (
+                result.call_id.as_str(),
+                result.tool_name.as_deref(),
+                result.exit_code
+            ),
+            ("c1", Some("apply_patch"), Some(0))
+        );
+        assert!(is_one_line(&r));
+        loads(&r);
+    }
+
+    #[test]
+    fn function_output_json_gives_text_and_exit_code() {
+        let r = import(&[
+            item(
+                json!({"type": "function_call", "name": "shell", "call_id": "c1", "arguments": "{\"command\":[\"false\"]}"}),
+            ),
+            item(json!({"type": "function_call_output", "call_id": "c1",
+                "output": "{\"output\":\"boom\\n\",\"metadata\":{\"exit_code\":1,\"duration_seconds\":0.1}}"})),
+            item(
+                json!({"type": "function_call", "name": "shell", "call_id": "c2", "arguments": "not json"}),
+            ),
+        ]);
+        let (_, _, input) = r.entries[0].tool_calls().next().unwrap();
+        assert_eq!(input, &json!({"command": ["false"]}));
+        let result = r.entries[1].as_tool_result().unwrap();
+        assert_eq!(result.exit_code, Some(1));
+        assert_eq!(result.content, [ContentBlock::text("boom\n")]);
+        let (_, _, raw) = r.entries[2].tool_calls().next().unwrap();
+        assert_eq!(raw, &json!("not json"));
+        assert_eq!(
+            r.report.unmatched_calls, 1,
+            "the second call never got output"
+        );
+    }
+
+    #[test]
+    fn token_count_goes_on_the_latest_assistant_entry_once() {
+        let r = import(&[
+            line(
+                "session_meta",
+                json!({"id": "rollout-1", "cwd": "/proj", "base_instructions": {"text": "You are Codex."}}),
+            ),
+            line("turn_context", json!({"model": "gpt-5-codex"})),
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}),
+            ),
+            item(
+                json!({"type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}], "encrypted_content": "x"}),
+            ),
+            item(
+                json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]}),
+            ),
+            token_count(1000, 800, 50),
+            token_count(1000, 800, 50),
+            item(json!({"type": "reasoning", "summary": [], "encrypted_content": "x"})),
+        ]);
+        let usages: Vec<(usize, Usage)> = r
+            .entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| e.as_message().and_then(|m| m.usage).map(|u| (i, u)))
+            .collect();
+        assert_eq!(
+            usages,
+            [(
+                3,
+                Usage {
+                    input: 200,
+                    cache_read: 800,
+                    cache_write: 0,
+                    output: 50
+                }
+            )]
+        );
+        assert_eq!(r.report.usage_records, 1);
+        let model = r.header.model.as_ref().unwrap();
+        assert_eq!(
+            (model.name.as_deref(), model.context_window),
+            (Some("gpt-5-codex"), Some(272_000))
+        );
+        assert_eq!(
+            (r.header.id.as_str(), r.header.workspace.as_str()),
+            ("rollout-1", "/proj")
+        );
+        assert!(
+            matches!(&r.entries[0].body, EntryBody::Setting(s) if s.system_prompt.as_deref() == Some("You are Codex."))
+        );
+        assert_eq!(
+            r.report.skipped_records.get("reasoning without summary"),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn harness_messages_are_synthetic_and_developer_is_system() {
+        let r = import(&[
+            item(
+                json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions instructions>"}]}),
+            ),
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>\n</environment_context>"}]}),
+            ),
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "real question"}]}),
+            ),
+        ]);
+        let roles: Vec<(Role, bool)> = r
+            .entries
+            .iter()
+            .map(|e| e.as_message().map(|m| (m.role, m.synthetic)).unwrap())
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                (Role::System, true),
+                (Role::User, true),
+                (Role::User, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn compacted_becomes_a_foreign_compaction_with_what_it_kept() {
+        let r = import(&[
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}),
+            ),
+            item(
+                json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello"}]}),
+            ),
+            token_count(90_000, 10_000, 500),
+            line(
+                "compacted",
+                json!({"message": "", "replacement_history": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+                {"type": "compaction", "encrypted_content": "x"}]}),
+            ),
+            line("event_msg", json!({"type": "context_compacted"})),
+        ]);
+        assert_eq!(r.report.foreign_compactions, 1);
+        let EntryBody::ForeignCompaction(fc) = &r.entries[2].body else {
+            panic!("{:?}", r.entries[2])
+        };
+        assert_eq!(
+            (
+                fc.agent.as_str(),
+                fc.kept_items,
+                fc.tokens_before,
+                fc.summary.as_deref()
+            ),
+            ("codex", Some(2), Some(90_500), None)
+        );
+        assert_eq!(r.entries[2].source_id.as_deref(), Some("line 4"));
+    }
+
+    #[test]
+    fn a_reported_window_below_the_catalog_output_keeps_a_positive_hard_limit() {
+        let r = import(&[
+            line("turn_context", json!({"model": "gpt-5.3-codex-spark"})),
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}),
+            ),
+            line(
+                "event_msg",
+                json!({"type": "task_started", "model_context_window": 121600}),
+            ),
+        ]);
+        let model = r.header.model.unwrap();
+        assert_eq!(model.context_window, Some(121_600));
+        assert_eq!(model.max_output_tokens, Some(30_400));
+    }
 }

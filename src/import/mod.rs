@@ -21,8 +21,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::session::entry::{
-    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, ModelRef, RewindEntry, Role, SessionHeader,
-    SourceInfo, Usage, LOG_FORMAT_VERSION,
+    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, ModelRef, RewindEntry, Role,
+    SessionHeader, SourceInfo, Usage, LOG_FORMAT_VERSION,
 };
 use crate::tokens::TokenizerKind;
 
@@ -41,7 +41,12 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 4] = [Format::ClaudeCode, Format::Codex, Format::Pi, Format::OpenaiChat];
+    pub const ALL: [Format; 4] = [
+        Format::ClaudeCode,
+        Format::Codex,
+        Format::Pi,
+        Format::OpenaiChat,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -134,7 +139,11 @@ pub struct ImportResult {
 }
 
 /// Import `text` in `format`, or in the format detected from its content.
-pub fn import_str(text: &str, format: Option<Format>, options: &ImportOptions) -> Result<ImportResult, ImportError> {
+pub fn import_str(
+    text: &str,
+    format: Option<Format>,
+    options: &ImportOptions,
+) -> Result<ImportResult, ImportError> {
     let format = match format {
         Some(f) => f,
         None => detect(text)?,
@@ -155,12 +164,16 @@ pub fn import_str(text: &str, format: Option<Format>, options: &ImportOptions) -
 pub fn detect(text: &str) -> Result<Format, ImportError> {
     let trimmed = text.trim_start();
     if trimmed.is_empty() {
-        return Err(ImportError::UnknownFormat { reason: "the file is empty".into() });
+        return Err(ImportError::UnknownFormat {
+            reason: "the file is empty".into(),
+        });
     }
     // A whole-file JSON document: an OpenAI-chat trajectory or Claude Code records as an array.
     if let Ok(doc) = serde_json::from_str::<Value>(trimmed) {
         match &doc {
-            Value::Object(o) if o.get("messages").is_some_and(Value::is_array) => return Ok(Format::OpenaiChat),
+            Value::Object(o) if o.get("messages").is_some_and(Value::is_array) => {
+                return Ok(Format::OpenaiChat)
+            }
             Value::Array(items) if items.iter().any(claude_code::looks_like_record) => {
                 return Ok(Format::ClaudeCode)
             }
@@ -203,17 +216,27 @@ pub(crate) fn read_jsonl(text: &str) -> (Vec<(usize, Value)>, Vec<CorruptLine>) 
         if line.is_empty() {
             continue;
         }
-        let values: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(line).into_iter::<Value>().collect();
+        let values: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(line)
+            .into_iter::<Value>()
+            .collect();
         match values {
-            Ok(values) if values.len() == 1 => records.extend(values.into_iter().map(|v| (line_no, v))),
+            Ok(values) if values.len() == 1 => {
+                records.extend(values.into_iter().map(|v| (line_no, v)))
+            }
             Ok(values) => {
                 corrupt.push(CorruptLine {
                     line: line_no,
-                    reason: format!("{} JSON objects on one line; each was imported", values.len()),
+                    reason: format!(
+                        "{} JSON objects on one line; each was imported",
+                        values.len()
+                    ),
                 });
                 records.extend(values.into_iter().map(|v| (line_no, v)));
             }
-            Err(e) => corrupt.push(CorruptLine { line: line_no, reason: format!("not valid JSON ({e}); line skipped") }),
+            Err(e) => corrupt.push(CorruptLine {
+                line: line_no,
+                reason: format!("not valid JSON ({e}); line skipped"),
+            }),
         }
     }
     (records, corrupt)
@@ -249,16 +272,27 @@ impl EntryBuilder {
             entries: Vec::new(),
             by_source: HashMap::new(),
             first_of_source: HashMap::new(),
-            report: ImportReport { format: Some(format), ..ImportReport::default() },
+            report: ImportReport {
+                format: Some(format),
+                ..ImportReport::default()
+            },
             fallback_ts: fallback_ts.to_string(),
         }
     }
 
     /// Append an entry and return its id.
-    pub fn push(&mut self, parent: Option<String>, source_id: Option<&str>, ts: Option<&str>, body: EntryBody) -> String {
+    pub fn push(
+        &mut self,
+        parent: Option<String>,
+        source_id: Option<&str>,
+        ts: Option<&str>,
+        body: EntryBody,
+    ) -> String {
         let id = format!("e{}", self.entries.len() + 1);
         if let Some(sid) = source_id {
-            self.first_of_source.entry(sid.to_string()).or_insert_with(|| id.clone());
+            self.first_of_source
+                .entry(sid.to_string())
+                .or_insert_with(|| id.clone());
             self.by_source.insert(sid.to_string(), Some(id.clone()));
         }
         self.entries.push(Entry {
@@ -315,7 +349,12 @@ impl EntryBuilder {
         if let Some(leaf) = leaf {
             if self.last_id().as_deref() != Some(leaf.as_str()) {
                 let parent = self.last_id();
-                self.push(parent, None, None, EntryBody::Rewind(RewindEntry { to: leaf }));
+                self.push(
+                    parent,
+                    None,
+                    None,
+                    EntryBody::Rewind(RewindEntry { to: leaf }),
+                );
             }
         }
     }
@@ -341,7 +380,11 @@ impl EntryBuilder {
                 session_id: header.source_session_id,
             }),
         };
-        ImportResult { header, entries: self.entries, report }
+        ImportResult {
+            header,
+            entries: self.entries,
+            report,
+        }
     }
 }
 
@@ -427,7 +470,8 @@ impl HeaderInfo {
             // knows at 400k with 128k output); keep the catalog's output reserve from eating
             // the whole window.
             if let Some(max_output) = model.max_output_tokens {
-                model.max_output_tokens = Some(max_output.min(window / MAX_OUTPUT_SHARE_OF_REPORTED_WINDOW));
+                model.max_output_tokens =
+                    Some(max_output.min(window / MAX_OUTPUT_SHARE_OF_REPORTED_WINDOW));
             }
         }
         Some(model)
@@ -482,7 +526,13 @@ fn tally(entries: &[Entry], report: &mut ImportReport) {
 
 /// A message body.
 pub(crate) fn message(role: Role, content: Vec<ContentBlock>) -> MessageEntry {
-    MessageEntry { role, content, usage: None, model: None, synthetic: false }
+    MessageEntry {
+        role,
+        content,
+        usage: None,
+        model: None,
+        synthetic: false,
+    }
 }
 
 /// Usage worth recording: an aborted request reports all zeros, which is no measurement.
@@ -540,14 +590,24 @@ mod tests {
         assert_eq!(lines, [1, 2, 2]);
         assert_eq!(corrupt.len(), 2);
         assert_eq!(corrupt[0].line, 2);
-        assert!(corrupt[0].reason.contains("2 JSON objects"), "{}", corrupt[0].reason);
+        assert!(
+            corrupt[0].reason.contains("2 JSON objects"),
+            "{}",
+            corrupt[0].reason
+        );
         assert_eq!(corrupt[1].line, 4);
-        assert!(corrupt[1].reason.contains("not valid JSON"), "{}", corrupt[1].reason);
+        assert!(
+            corrupt[1].reason.contains("not valid JSON"),
+            "{}",
+            corrupt[1].reason
+        );
     }
 
     #[test]
     fn detection_names_every_format() {
-        let claude = jsonl(&[json!({"type":"user","uuid":"u1","parentUuid":null,"sessionId":"s","message":{"role":"user","content":"hi"}})]);
+        let claude = jsonl(&[
+            json!({"type":"user","uuid":"u1","parentUuid":null,"sessionId":"s","message":{"role":"user","content":"hi"}}),
+        ]);
         let codex = jsonl(&[json!({"timestamp":"t","type":"session_meta","payload":{"id":"x"}})]);
         let pi = jsonl(&[json!({"type":"session","id":"x","version":3,"cwd":"/w"})]);
         let chat = json!({"messages":[{"role":"user","content":"hi"}]}).to_string();
@@ -561,7 +621,11 @@ mod tests {
 
     #[test]
     fn a_file_that_is_not_a_transcript_names_the_formats_tried() {
-        for text in ["", "hello world\n", "{\"type\":\"session\",\"version\":1,\"workspace\":\"/w\",\"id\":\"s\"}\n"] {
+        for text in [
+            "",
+            "hello world\n",
+            "{\"type\":\"session\",\"version\":1,\"workspace\":\"/w\",\"id\":\"s\"}\n",
+        ] {
             let err = import_str(text, None, &options()).unwrap_err().to_string();
             assert!(err.contains("claude-code, codex, pi, openai-chat"), "{err}");
             assert!(err.contains("--format"), "{err}");
@@ -571,19 +635,70 @@ mod tests {
     #[test]
     fn a_forced_format_that_does_not_fit_says_so() {
         let err = import_str("{\"x\":1}\n", Some(Format::Codex), &options()).unwrap_err();
-        assert_eq!(err, ImportError::Empty { format: Format::Codex });
+        assert_eq!(
+            err,
+            ImportError::Empty {
+                format: Format::Codex
+            }
+        );
         let err = import_str("[1,2]", Some(Format::OpenaiChat), &options()).unwrap_err();
-        assert!(matches!(err, ImportError::WrongFormat { format: Format::OpenaiChat, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                ImportError::WrongFormat {
+                    format: Format::OpenaiChat,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
     fn the_leaf_is_restored_with_a_rewind_when_the_last_entry_is_elsewhere() {
         let mut b = EntryBuilder::new(Format::Pi, "t");
-        let a = b.push(None, Some("a"), None, EntryBody::Message(message(Role::User, vec![ContentBlock::text("a")])));
-        b.push(Some(a.clone()), Some("b"), None, EntryBody::Message(message(Role::User, vec![ContentBlock::text("b")])));
+        let a = b.push(
+            None,
+            Some("a"),
+            None,
+            EntryBody::Message(message(Role::User, vec![ContentBlock::text("a")])),
+        );
+        b.push(
+            Some(a.clone()),
+            Some("b"),
+            None,
+            EntryBody::Message(message(Role::User, vec![ContentBlock::text("b")])),
+        );
         b.set_leaf(Some(a.clone()));
         let r = b.finish(HeaderInfo::new(Format::Pi, &options()));
         let last = r.entries.last().unwrap();
         assert_eq!(last.body, EntryBody::Rewind(RewindEntry { to: a }));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod check {
+    //! Assertions shared by the per-format tests.
+    use super::ImportResult;
+    use crate::session::Session;
+    use crate::tokens::TokenizerKind;
+
+    /// The imported entries form a valid tree that a session loads.
+    pub fn loads(result: &ImportResult) -> Session {
+        let mut session = Session::new(result.header.clone(), TokenizerKind::O200kBase);
+        for e in &result.entries {
+            session
+                .push(e.clone())
+                .unwrap_or_else(|err| panic!("entry {} does not load: {err}", e.id));
+        }
+        session
+    }
+
+    /// Every entry's parent is the entry before it.
+    pub fn is_one_line(result: &ImportResult) -> bool {
+        result
+            .entries
+            .windows(2)
+            .all(|w| w[1].parent_id.as_deref() == Some(w[0].id.as_str()))
     }
 }

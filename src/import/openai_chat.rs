@@ -9,33 +9,47 @@
 use serde_json::Value;
 
 use super::{
-    message, nonzero, str_field, u64_field, value_text, EntryBuilder, Format, HeaderInfo, ImportError, ImportOptions,
-    ImportResult,
+    message, nonzero, str_field, u64_field, value_text, EntryBuilder, Format, HeaderInfo,
+    ImportError, ImportOptions, ImportResult,
 };
 use crate::session::entry::{ContentBlock, EntryBody, Role, SettingEntry, ToolResultEntry, Usage};
 
 pub(crate) fn looks_like_message(v: &Value) -> bool {
-    matches!(str_field(v, "role"), Some("user" | "assistant" | "system" | "tool")) && v.get("content").is_some()
+    matches!(
+        str_field(v, "role"),
+        Some("user" | "assistant" | "system" | "tool")
+    ) && v.get("content").is_some()
 }
 
 pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, ImportError> {
-    let wrong = |reason: String| ImportError::WrongFormat { format: Format::OpenaiChat, reason };
-    let doc: Value = serde_json::from_str(text).map_err(|e| wrong(format!("not one JSON document ({e})")))?;
+    let wrong = |reason: String| ImportError::WrongFormat {
+        format: Format::OpenaiChat,
+        reason,
+    };
+    let doc: Value =
+        serde_json::from_str(text).map_err(|e| wrong(format!("not one JSON document ({e})")))?;
     let (info, messages) = match &doc {
         Value::Object(o) => (o.get("info"), o.get("messages")),
         Value::Array(_) => (None, Some(&doc)),
         _ => (None, None),
     };
     let Some(messages) = messages.and_then(Value::as_array) else {
-        return Err(wrong("expected an object with a `messages` array, or an array of messages".into()));
+        return Err(wrong(
+            "expected an object with a `messages` array, or an array of messages".into(),
+        ));
     };
     if !messages.iter().any(looks_like_message) {
-        return Err(wrong("no element of `messages` has a `role` and `content`".into()));
+        return Err(wrong(
+            "no element of `messages` has a `role` and `content`".into(),
+        ));
     }
 
     let mut builder = EntryBuilder::new(Format::OpenaiChat, &options.now);
     let mut header = HeaderInfo::new(Format::OpenaiChat, options);
-    if let Some(name) = info.and_then(|i| i.pointer("/config/model/model_name")).and_then(Value::as_str) {
+    if let Some(name) = info
+        .and_then(|i| i.pointer("/config/model/model_name"))
+        .and_then(Value::as_str)
+    {
         header.set_model(name);
     }
     if let Some(id) = doc.get("instance_id").and_then(Value::as_str) {
@@ -59,6 +73,11 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
                 is_error: false,
                 exit_code: m.pointer("/extra/returncode").and_then(Value::as_i64),
             }),
+            Some("exit") => {
+                // mini-swe-agent's final record: the submission, never sent to the model.
+                builder.skipped("message role:exit");
+                continue;
+            }
             other => {
                 builder.unknown(format!("message role:{}", other.unwrap_or("(none)")));
                 continue;
@@ -70,12 +89,21 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
 }
 
 fn assistant(m: &Value, header: &mut HeaderInfo) -> crate::session::entry::MessageEntry {
-    let mut content: Vec<ContentBlock> =
-        blocks(m.get("content")).into_iter().filter(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty())).collect();
-    for call in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+    let mut content: Vec<ContentBlock> = blocks(m.get("content"))
+        .into_iter()
+        .filter(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()))
+        .collect();
+    for call in m
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         let function = call.get("function").unwrap_or(&Value::Null);
         let input = match function.get("arguments") {
-            Some(Value::String(s)) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+            Some(Value::String(s)) => {
+                serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone()))
+            }
             Some(other) => other.clone(),
             None => Value::Null,
         };
@@ -87,8 +115,14 @@ fn assistant(m: &Value, header: &mut HeaderInfo) -> crate::session::entry::Messa
     }
     let mut entry = message(Role::Assistant, content);
     let response = m.pointer("/extra/response");
-    entry.usage = m.get("usage").or_else(|| response.and_then(|r| r.get("usage"))).map(usage_of).and_then(nonzero);
-    entry.model = response.and_then(|r| str_field(r, "model")).map(str::to_string);
+    entry.usage = m
+        .get("usage")
+        .or_else(|| response.and_then(|r| r.get("usage")))
+        .map(usage_of)
+        .and_then(nonzero);
+    entry.model = response
+        .and_then(|r| str_field(r, "model"))
+        .map(str::to_string);
     if header.model_name.is_none() {
         if let Some(name) = &entry.model {
             header.set_model(name);
@@ -100,8 +134,17 @@ fn assistant(m: &Value, header: &mut HeaderInfo) -> crate::session::entry::Messa
 /// OpenAI usage: `prompt_tokens` includes the cached tokens.
 fn usage_of(u: &Value) -> Usage {
     let prompt = u64_field(u, "prompt_tokens");
-    let cached = u.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_u64).unwrap_or(0).min(prompt);
-    Usage { input: prompt - cached, cache_read: cached, cache_write: 0, output: u64_field(u, "completion_tokens") }
+    let cached = u
+        .pointer("/prompt_tokens_details/cached_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        .min(prompt);
+    Usage {
+        input: prompt - cached,
+        cache_read: cached,
+        cache_write: 0,
+        output: u64_field(u, "completion_tokens"),
+    }
 }
 
 fn blocks(content: Option<&Value>) -> Vec<ContentBlock> {
@@ -112,9 +155,16 @@ fn blocks(content: Option<&Value>) -> Vec<ContentBlock> {
             .map(|p| match str_field(p, "type") {
                 Some("image_url") => ContentBlock::Image {
                     media_type: None,
-                    data: p.pointer("/image_url/url").and_then(Value::as_str).map(str::to_string),
+                    data: p
+                        .pointer("/image_url/url")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
                 },
-                _ => ContentBlock::text(str_field(p, "text").map(str::to_string).unwrap_or_else(|| value_text(p))),
+                _ => ContentBlock::text(
+                    str_field(p, "text")
+                        .map(str::to_string)
+                        .unwrap_or_else(|| value_text(p)),
+                ),
             })
             .collect(),
         Some(Value::Null) | None => Vec::new(),
@@ -124,4 +174,80 @@ fn blocks(content: Option<&Value>) -> Vec<ContentBlock> {
 
 fn text_of(content: Option<&Value>) -> String {
     crate::session::entry::blocks_text(&blocks(content))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::import::check::{is_one_line, loads};
+    use crate::import::testing::options;
+    use serde_json::json;
+
+    #[test]
+    fn a_mini_swe_agent_trajectory_pairs_calls_and_results() {
+        let traj = json!({
+            "info": {"config": {"model": {"model_name": "gpt-4o-2024-08-06"}}},
+            "instance_id": "repo__issue-1",
+            "messages": [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "fix the bug"},
+                {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}},
+                    {"id": "call_2", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"exit 3\"}"}}],
+                 "extra": {"response": {"model": "gpt-4o-2024-08-06",
+                    "usage": {"prompt_tokens": 1689, "completion_tokens": 76, "prompt_tokens_details": {"cached_tokens": 1664}}}}},
+                {"role": "tool", "tool_call_id": "call_1", "content": "a.py", "extra": {"returncode": 0}},
+                {"role": "exit", "content": "diff"}
+            ]
+        });
+        let r = import_str(&traj.to_string(), &options()).unwrap();
+        assert!(
+            matches!(&r.entries[0].body, EntryBody::Setting(s) if s.system_prompt.as_deref() == Some("You are a helpful assistant."))
+        );
+        let usage = r.entries[2].as_message().unwrap().usage.unwrap();
+        assert_eq!(
+            usage,
+            Usage {
+                input: 25,
+                cache_read: 1664,
+                cache_write: 0,
+                output: 76
+            }
+        );
+        let result = r.entries[3].as_tool_result().unwrap();
+        assert_eq!(
+            (result.call_id.as_str(), result.exit_code),
+            ("call_1", Some(0))
+        );
+        assert_eq!(
+            (
+                r.report.tool_calls,
+                r.report.tool_results,
+                r.report.unmatched_calls
+            ),
+            (2, 1, 1)
+        );
+        assert_eq!(r.report.skipped_records.get("message role:exit"), Some(&1));
+        assert_eq!(r.header.id, "repo__issue-1");
+        assert_eq!(
+            r.header.model.as_ref().unwrap().context_window,
+            Some(128_000)
+        );
+        assert_eq!(r.entries[3].source_id.as_deref(), Some("messages[3]"));
+        assert!(is_one_line(&r));
+        loads(&r);
+    }
+
+    #[test]
+    fn a_result_without_its_call_is_an_orphan() {
+        let chat = json!([{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "gone", "content": "x"}]);
+        let r = import_str(&chat.to_string(), &options()).unwrap();
+        assert_eq!(r.report.orphan_results, 1);
+    }
+
+    #[test]
+    fn a_document_without_messages_is_refused() {
+        let err = import_str("{\"messages\": 3}", &options()).unwrap_err();
+        assert!(err.to_string().contains("`messages` array"), "{err}");
+    }
 }
