@@ -317,7 +317,7 @@ fn text_output_summarizes_and_flags_override_the_model() {
         "-o",
         log.to_str().unwrap(),
         "--context-window",
-        "50000",
+        "150000",
     ]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
