@@ -325,10 +325,12 @@ impl EntryBuilder {
         self.by_source.entry(source_id.to_string()).or_insert(to);
     }
 
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.entries.get(position_of(id)?)
+    }
+
     pub fn entry_mut(&mut self, id: &str) -> Option<&mut Entry> {
-        // Ids are `e<n>` with n the 1-based position.
-        let n: usize = id.strip_prefix('e')?.parse().ok()?;
-        self.entries.get_mut(n.checked_sub(1)?)
+        self.entries.get_mut(position_of(id)?)
     }
 
     pub fn entries(&self) -> &[Entry] {
@@ -386,6 +388,11 @@ impl EntryBuilder {
             report,
         }
     }
+}
+
+/// Position of an entry this builder made: ids are `e<n>`, n the 1-based position.
+fn position_of(id: &str) -> Option<usize> {
+    id.strip_prefix('e')?.parse::<usize>().ok()?.checked_sub(1)
 }
 
 /// What a reader learned about the session as a whole.
