@@ -18,6 +18,8 @@ use crate::session::log::SessionLog;
 const WRITE_BATCH: usize = 512;
 /// Below this many entries the write is too quick for a progress bar to help.
 const PROGRESS_MIN_ENTRIES: usize = 2_000;
+/// Transcripts at least this large get a spinner while they are read.
+const SPINNER_MIN_BYTES: usize = 8 << 20;
 
 #[derive(Debug, Clone, Args)]
 pub struct ImportArgs {
@@ -78,8 +80,18 @@ pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
         default_session_id: crate::util::new_id("s_"),
         now: crate::util::now_rfc3339(),
     };
-    let mut result = import_str(&text, args.format.format(), &options)
-        .with_context(|| format!("cannot import {}", args.file.display()))?;
+    let spinner =
+        if !common.json && text.len() >= SPINNER_MIN_BYTES && std::io::stderr().is_terminal() {
+            let spinner = ProgressBar::new_spinner();
+            spinner.set_message(format!("reading {}", args.file.display()));
+            spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+            spinner
+        } else {
+            ProgressBar::hidden()
+        };
+    let imported = import_str(&text, args.format.format(), &options);
+    spinner.finish_and_clear();
+    let mut result = imported.with_context(|| format!("cannot import {}", args.file.display()))?;
     apply_model_flags(&mut result.header, common);
     write_log(&args.output, &result, !common.json)?;
 
