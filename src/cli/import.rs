@@ -179,7 +179,7 @@ fn write_log(path: &Path, result: &ImportResult, show_progress: bool) -> anyhow:
 
 fn print_text(args: &ImportArgs, result: &ImportResult) {
     let r = &result.report;
-    let format = r.format.map_or("unknown", Format::as_str);
+    let format = r.format.as_str();
     println!(
         "{} ({format}) → {}",
         args.file.display(),

@@ -106,10 +106,10 @@ pub struct RoleCounts {
 }
 
 /// What an import did, printed by `soba import --json`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImportReport {
-    pub format: Option<Format>,
+    pub format: Format,
     /// Entries written after the header.
     pub entries: usize,
     pub messages: RoleCounts,
@@ -273,8 +273,19 @@ impl EntryBuilder {
             by_source: HashMap::new(),
             first_of_source: HashMap::new(),
             report: ImportReport {
-                format: Some(format),
-                ..ImportReport::default()
+                format,
+                entries: 0,
+                messages: RoleCounts::default(),
+                tool_calls: 0,
+                tool_results: 0,
+                unmatched_calls: 0,
+                orphan_results: 0,
+                foreign_compactions: 0,
+                corrupt_lines: Vec::new(),
+                usage_records: 0,
+                model: None,
+                skipped_records: BTreeMap::new(),
+                unknown_records: BTreeMap::new(),
             },
             fallback_ts: fallback_ts.to_string(),
         }
