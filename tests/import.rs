@@ -433,3 +433,47 @@ fn the_output_cannot_be_the_transcript() {
     );
     assert_eq!(std::fs::read_to_string(&input).unwrap(), SMALL_CLAUDE);
 }
+
+#[test]
+fn a_log_being_written_is_not_replaced_even_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    let log = dir.path().join("live.jsonl");
+    let i = input.to_str().unwrap();
+    stdout_json(
+        &soba(&["import", i, "-o", log.to_str().unwrap(), "--json"]),
+        "first import",
+    );
+    let before = std::fs::read(&log).unwrap();
+    let (writer, _) =
+        soba::session::log::SessionLog::open(&log, soba::config::Durability::Flush).unwrap();
+    let out = soba(&["import", i, "-o", log.to_str().unwrap(), "--force"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("one writer per session"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&log).unwrap(), before);
+    drop(writer);
+}
+
+#[test]
+fn an_unwritable_output_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    // A path below a regular file cannot be created.
+    let log = input.join("s.jsonl");
+    let out = soba(&[
+        "import",
+        input.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(input.to_str().unwrap()),
+        "{out:?}"
+    );
+}

@@ -12,7 +12,7 @@ use super::{print_json, CommonArgs};
 use crate::config::Durability;
 use crate::import::{import_str, model_ref, Format, ImportOptions, ImportReport, ImportResult};
 use crate::session::entry::SessionHeader;
-use crate::session::log::SessionLog;
+use crate::session::log::{LogError, SessionLog};
 
 /// Entries written per append: one write call each, no sync until the end.
 const WRITE_BATCH: usize = 512;
@@ -126,6 +126,11 @@ fn check_output(source: &Path, output: &Path, force: bool) -> anyhow::Result<()>
                 "{} already exists; choose another path or pass --force to replace it",
                 output.display()
             );
+        }
+        // Never replace a log another process is writing: taking its writer lock tells.
+        // Anything else (a log nobody writes, or not a log at all) may go.
+        if let Err(e @ LogError::Locked { .. }) = SessionLog::open(output, Durability::Flush) {
+            return Err(e.into());
         }
         std::fs::remove_file(output)
             .with_context(|| format!("cannot replace {}", output.display()))?;
