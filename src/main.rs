@@ -22,6 +22,13 @@ enum Command {
     Budget { session: PathBuf },
     /// The model input the next preflight would send.
     Context { session: PathBuf },
+    /// Compact a session now: a capsule of the old history plus the retained recent tail.
+    Compact {
+        session: PathBuf,
+        /// What the capsule should focus on.
+        #[arg(long)]
+        instructions: Option<String>,
+    },
     /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
     Import(cli::import::ImportArgs),
 }
@@ -31,6 +38,10 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Budget { session } => cli::inspect::budget(session, &cli.common),
         Command::Context { session } => cli::inspect::context(session, &cli.common),
+        Command::Compact {
+            session,
+            instructions,
+        } => cli::compact::compact(session, instructions.clone(), &cli.common),
         Command::Import(args) => cli::import::run(args, &cli.common),
     };
     match result {
