@@ -144,6 +144,8 @@ pub fn import_str(
     format: Option<Format>,
     options: &ImportOptions,
 ) -> Result<ImportResult, ImportError> {
+    // Editors on some systems save UTF-8 with a byte-order mark; JSON parsers refuse it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let format = match format {
         Some(f) => f,
         None => detect(text)?,
@@ -162,7 +164,7 @@ pub fn import_str(
 
 /// Recognize a transcript from its first records.
 pub fn detect(text: &str) -> Result<Format, ImportError> {
-    let trimmed = text.trim_start();
+    let trimmed = text.trim_start_matches('\u{feff}').trim_start();
     if trimmed.is_empty() {
         return Err(ImportError::UnknownFormat {
             reason: "the file is empty".into(),
@@ -635,6 +637,14 @@ mod tests {
         assert_eq!(detect(&pi), Ok(Format::Pi));
         assert_eq!(detect(&chat), Ok(Format::OpenaiChat));
         assert_eq!(detect(&claude_array), Ok(Format::ClaudeCode));
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_ignored() {
+        let chat = json!({"messages":[{"role":"user","content":"hi"}]}).to_string();
+        let r = import_str(&format!("\u{feff}{chat}"), None, &options()).unwrap();
+        assert_eq!(r.report.format, Format::OpenaiChat);
+        assert_eq!(r.report.messages.user, 1);
     }
 
     #[test]
