@@ -231,3 +231,46 @@ fn workspace_config_is_layered_under_flags() {
     );
     assert_eq!(v["hardLimit"], 100000 - 8000 - 1000);
 }
+
+#[test]
+fn compact_with_an_unreachable_model_falls_back_to_the_local_capsule_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 12);
+    // A port nothing listens on: the connection is refused at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = dir.path().join("model.json");
+    std::fs::write(
+        &cfg,
+        format!(r#"{{"summarizer":{{"provider":"openai","baseUrl":"http://127.0.0.1:{port}/v1","model":"gpt-4o-mini","apiKeyEnv":"SOBA_TEST_KEY"}}}}"#),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args([
+            "compact",
+            p.to_str().unwrap(),
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+        ])
+        .env("SOBA_CONFIG", dir.path().join("none.json"))
+        .env("SOBA_TEST_KEY", "sk-test-not-a-real-key")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["outcome"], "completed");
+    assert_eq!(r["quality"], "degraded");
+    assert_eq!(r["degraded"], true);
+    assert!(err.contains("local capsule was used"), "{err}");
+    assert!(
+        !err.contains("sk-test-not-a-real-key")
+            && !std::fs::read_to_string(&p)
+                .unwrap()
+                .contains("sk-test-not-a-real-key")
+    );
+}
