@@ -29,6 +29,8 @@ enum Command {
         #[arg(long)]
         instructions: Option<String>,
     },
+    /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
+    Import(cli::import::ImportArgs),
     /// Reliability harness commands.
     #[command(hide = true)]
     Debug {
@@ -46,6 +48,7 @@ fn main() -> ExitCode {
             session,
             instructions,
         } => cli::compact::compact(session, instructions.clone(), &cli.common),
+        Command::Import(args) => cli::import::run(args, &cli.common),
         Command::Debug { command } => cli::debug::run(command),
     };
     match result {

@@ -3,6 +3,7 @@
 
 pub mod compact;
 pub mod debug;
+pub mod import;
 pub mod inspect;
 
 use std::path::{Path, PathBuf};
