@@ -1,0 +1,133 @@
+//! SOBA's side of the pi comparison (`benches/peers/run`): the same pi session file, the same
+//! operations pi performs, timed the same way (median of many runs), printed as one JSON object.
+//!
+//! - `import`: the pi transcript → a SOBA session log (once per session; not part of open).
+//! - `open`: parse the SOBA log and build the entry index (`read_session`).
+//! - `check`: the preflight decision on an open session: model view, budget (cached token
+//!   counts), trigger decision. This is what runs before every inference.
+//! - `firstCheck`: `open` plus the first check, which counts every entry's tokens exactly.
+//! - `plan`: the compaction plan (cut point, summary input, facts, local capsule).
+//!
+//! Usage: `cargo bench --bench peer_pi -- PI_SESSION.jsonl` (default: the fixture).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use soba::budget::Budget;
+use soba::capsule::artifacts::ToolMapping;
+use soba::compaction::triggers::{decide, turn_facts};
+use soba::compaction::{plan, PlanRequest};
+use soba::config::{Config, Durability, Overrides};
+use soba::import::{import_str, Format, ImportOptions};
+use soba::session::entry::Trigger;
+use soba::session::log::{read_session, SessionLog};
+use soba::session::view::ModelView;
+use soba::session::Session;
+
+/// Median wall time of `f` over runs that together take about `budget` (at least 5 runs).
+fn median<T>(budget: Duration, mut f: impl FnMut() -> T) -> Duration {
+    let mut times = Vec::new();
+    let started = Instant::now();
+    while times.len() < 5 || (started.elapsed() < budget && times.len() < 100_000) {
+        let t = Instant::now();
+        std::hint::black_box(f());
+        times.push(t.elapsed());
+    }
+    times.sort_unstable();
+    times[times.len() / 2]
+}
+
+fn check(session: &Session, config: &Config) -> bool {
+    let view = ModelView::build(session, session.leaf());
+    let budget = Budget::measure(
+        config.limits(),
+        view.breakdown(session),
+        view.usage_anchor(session),
+    );
+    let facts = turn_facts(session, session.leaf());
+    let decision = decide(&budget, &config.compaction, config.compaction.auto, &facts);
+    matches!(decision, soba::compaction::Decision::Compact { .. })
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn main() -> anyhow::Result<()> {
+    let input = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with("--"))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/fixtures/transcripts/pi/pi-mono-large-session.jsonl")
+        });
+    let text =
+        std::fs::read_to_string(&input).map_err(|e| anyhow::anyhow!("{}: {e}", input.display()))?;
+    let options = ImportOptions {
+        source_path: input.display().to_string(),
+        default_workspace: "/ws".into(),
+        default_session_id: "bench".into(),
+        now: soba::util::now_rfc3339(),
+    };
+    let import = median(Duration::from_secs(2), || {
+        import_str(&text, Some(Format::Pi), &options)
+    });
+    let imported = import_str(&text, Some(Format::Pi), &options)?;
+
+    let dir = tempfile::tempdir()?;
+    let log_path = dir.path().join("session.jsonl");
+    let mut log = SessionLog::create(&log_path, imported.header.clone(), Durability::Flush)?;
+    log.append_all(imported.entries)?;
+    drop(log);
+    let log_bytes = std::fs::metadata(&log_path)?.len();
+
+    let (session, _) = read_session(&log_path)?;
+    let config = Config::resolve(&[], session.header.model.as_ref(), &Overrides::default())?;
+    let open = median(Duration::from_secs(3), || read_session(&log_path));
+    let first_check = median(Duration::from_secs(3), || {
+        let (s, _) = read_session(&log_path).expect("the log loads");
+        check(&s, &config)
+    });
+    // Warm: every entry's count is cached, as in a running daemon.
+    let compact_due = check(&session, &config);
+    let check_time = median(Duration::from_secs(2), || check(&session, &config));
+    let mapping = ToolMapping::default();
+    let req = PlanRequest {
+        trigger: Trigger::User,
+        instructions: None,
+        title: None,
+        config: &config,
+        mapping: &mapping,
+        operation_id: "op_bench".into(),
+    };
+    let plan_time = median(Duration::from_secs(2), || {
+        plan(&session, session.leaf(), &req)
+    });
+    let view = ModelView::build(&session, session.leaf());
+    let budget = Budget::measure(
+        config.limits(),
+        view.breakdown(&session),
+        view.usage_anchor(&session),
+    );
+
+    let report = serde_json::json!({
+        "input": input.display().to_string(),
+        "inputBytes": text.len(),
+        "logBytes": log_bytes,
+        "entries": session.len(),
+        "contextWindow": config.model.context_window,
+        "effectiveTokens": budget.effective_tokens,
+        "source": budget.source,
+        "compactDue": compact_due,
+        "micros": {
+            "import": micros(import),
+            "open": micros(open),
+            "check": micros(check_time),
+            "firstCheck": micros(first_check),
+            "plan": micros(plan_time),
+        }
+    });
+    println!("{report}");
+    Ok(())
+}

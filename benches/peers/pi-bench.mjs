@@ -1,0 +1,70 @@
+// pi's side of the comparison: its own session open and its compaction check, timed like
+// SOBA's side (median of many runs), on a copy of the same pi session file.
+// Usage: node pi-bench.mjs PI_SESSION.jsonl CONTEXT_WINDOW
+import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+
+const dist = new URL(
+  "./node_modules/@mariozechner/pi-coding-agent/dist/core/",
+  import.meta.url,
+);
+const { SessionManager } = await import(new URL("session-manager.js", dist));
+const { estimateContextTokens, shouldCompact, prepareCompaction, DEFAULT_COMPACTION_SETTINGS } =
+  await import(new URL("compaction/compaction.js", dist));
+
+const [input, windowArg] = process.argv.slice(2);
+if (!input || !windowArg) {
+  console.error("usage: node pi-bench.mjs PI_SESSION.jsonl CONTEXT_WINDOW");
+  process.exit(2);
+}
+const contextWindow = Number(windowArg);
+const dir = mkdtempSync(join(tmpdir(), "pi-bench-"));
+const file = join(dir, "session.jsonl");
+copyFileSync(input, file);
+
+function median(budgetMs, f) {
+  const times = [];
+  const started = performance.now();
+  while (times.length < 5 || (performance.now() - started < budgetMs && times.length < 100000)) {
+    const t = performance.now();
+    f();
+    times.push(performance.now() - t);
+  }
+  times.sort((a, b) => a - b);
+  return times[Math.floor(times.length / 2)] * 1000; // microseconds
+}
+
+// Open: what `pi --session FILE` does before the first prompt.
+const open = median(3000, () => {
+  const sm = SessionManager.open(file, dir);
+  return sm.buildSessionContext();
+});
+const sm = SessionManager.open(file, dir);
+const messages = sm.buildSessionContext().messages;
+const settings = DEFAULT_COMPACTION_SETTINGS;
+let due = false;
+// Check: the estimate and the threshold decision pi makes after each response.
+const check = median(2000, () => {
+  const estimate = estimateContextTokens(messages);
+  due = shouldCompact(estimate.tokens, contextWindow, settings);
+  return due;
+});
+// Plan: pi's compaction preparation (cut point, messages to summarize).
+const plan = median(2000, () => prepareCompaction(sm.getBranch(), settings));
+const estimate = estimateContextTokens(messages);
+rmSync(dir, { recursive: true, force: true });
+console.log(
+  JSON.stringify({
+    version: JSON.parse(
+      (await import("node:fs")).readFileSync(
+        new URL("./node_modules/@mariozechner/pi-coding-agent/package.json", import.meta.url),
+      ),
+    ).version,
+    messages: messages.length,
+    estimatedTokens: estimate.tokens,
+    compactDue: due,
+    micros: { open, check, plan },
+  }),
+);
