@@ -1,7 +1,9 @@
 //! Crash harness: a process appends entries and runs compactions (`soba debug append-loop`),
 //! and is killed with SIGKILL at a random moment. After every kill the log must open, hold
 //! every entry the process acknowledged, have a leaf that is an entry of the file, and have
-//! any torn final line moved aside.
+//! any torn final line moved aside. Because a kill rarely lands inside a write, every trial
+//! also cuts a copy of the log at a random byte of the unacknowledged writes (the state such a
+//! kill leaves) and checks the same on the copy.
 //!
 //! 50 trials in the normal run; `SOBA_CRASH_TRIALS=1000 cargo test --release --test crash --
 //! --nocapture` for the long mode. `SOBA_CRASH_SEED` picks the schedule.
@@ -33,6 +35,7 @@ struct Tally {
     trials: u64,
     acknowledged: u64,
     torn_tails: u64,
+    cut_torn_tails: u64,
     compactions: u64,
     longest_verify: Duration,
 }
@@ -65,6 +68,61 @@ fn kill_after(log: &Path, seed: u64, fsync: bool, run_for: Duration) -> Vec<Stri
         "the appender ran to the end instead of being killed"
     );
     reader.join().unwrap()
+}
+
+/// A kill can land inside any write that was not acknowledged: the file then ends with a
+/// prefix of it. Cut a copy of the log at a random byte after the last acknowledged line and
+/// check that it opens with every acknowledged entry and its torn tail moved aside.
+fn verify_cut_copy(log: &Path, acknowledged: &[String], rng: &mut StdRng, tally: &mut Tally) {
+    let bytes = std::fs::read(log).unwrap();
+    let acknowledged_end = match acknowledged.last() {
+        Some(id) => {
+            let needle = format!("{{\"id\":\"{id}\",");
+            let at = find(&bytes, needle.as_bytes())
+                .unwrap_or_else(|| panic!("acknowledged entry {id} is not in the file"));
+            at + bytes[at..].iter().position(|&b| b == b'\n').unwrap() + 1
+        }
+        None => bytes.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1),
+    };
+    if acknowledged_end >= bytes.len() {
+        return;
+    }
+    let cut = rng.random_range(acknowledged_end + 1..=bytes.len());
+    let copy = log.with_extension("cut.jsonl");
+    std::fs::write(&copy, &bytes[..cut]).unwrap();
+    let (reopened, report) = SessionLog::open(&copy, Durability::Flush)
+        .unwrap_or_else(|e| panic!("a log cut at byte {cut} does not open: {e}"));
+    for id in acknowledged {
+        assert!(
+            reopened.session().get(id).is_some(),
+            "{id} lost by a cut at byte {cut}"
+        );
+    }
+    assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+    if bytes[cut - 1] != b'\n' {
+        let torn = report
+            .torn_tail
+            .expect("a cut inside a line is a torn tail");
+        let side = std::fs::read(torn.moved_to.expect("moved aside")).unwrap();
+        let line_start = bytes[..cut].iter().rposition(|&b| b == b'\n').unwrap() + 1;
+        assert_eq!(
+            side,
+            &bytes[line_start..cut],
+            "the side file holds exactly the torn bytes"
+        );
+        tally.cut_torn_tails += 1;
+    }
+    drop(reopened);
+    for entry in std::fs::read_dir(log.parent().unwrap()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().contains(".cut.") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Everything a reopened log must satisfy after a crash.
@@ -166,16 +224,19 @@ fn every_acknowledged_entry_survives_sigkill() {
             assert!(acknowledged.is_empty());
             continue;
         }
+        verify_cut_copy(&log, &acknowledged, &mut rng, &mut tally);
         verify(&log, &acknowledged, &mut tally);
         tally.trials += 1;
         tally.acknowledged += acknowledged.len() as u64;
     }
     eprintln!(
         "crash harness: {} trials (seed {seed:#x}), {} acknowledged entries, all present; \
-         {} torn tails moved aside; {} capsules on disk; longest verify {:?}; {:?} in all",
+         {} torn tails moved aside after kills, {} after cuts inside unacknowledged writes; \
+         {} capsules on disk; longest verify {:?}; {:?} in all",
         tally.trials,
         tally.acknowledged,
         tally.torn_tails,
+        tally.cut_torn_tails,
         tally.compactions,
         tally.longest_verify,
         started.elapsed()
@@ -185,4 +246,5 @@ fn every_acknowledged_entry_survives_sigkill() {
         "most trials got far enough to write"
     );
     assert!(tally.acknowledged > 0);
+    assert!(tally.cut_torn_tails > 0, "torn tails were exercised");
 }
