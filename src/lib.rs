@@ -7,6 +7,7 @@ pub mod budget;
 pub mod capsule;
 pub mod cli;
 pub mod config;
+pub mod redact;
 pub mod session;
 pub mod tokens;
 pub mod util;
