@@ -52,25 +52,15 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
             if d.rationale.trim().is_empty() {
                 let _ = writeln!(out, "- {}", one_line(&d.decision));
             } else {
-                let _ = writeln!(
-                    out,
-                    "- {} — because {}",
-                    one_line(&d.decision),
-                    one_line(&d.rationale)
-                );
+                let _ = writeln!(out, "- {} — because {}", one_line(&d.decision), one_line(&d.rationale));
             }
         }
     }
     list(&mut out, "Blockers", &c.state.blockers);
     list(&mut out, "Next steps", &c.state.next_steps);
-    let paths =
-        |v: &[super::model::FileArtifact]| v.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+    let paths = |v: &[super::model::FileArtifact]| v.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
     list(&mut out, "Files read", &paths(&c.artifacts.read_files));
-    list(
-        &mut out,
-        "Files modified",
-        &paths(&c.artifacts.modified_files),
-    );
+    list(&mut out, "Files modified", &paths(&c.artifacts.modified_files));
     if !c.artifacts.verification.is_empty() {
         out.push_str("\n## Verification\n");
         for v in &c.artifacts.verification {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::entry::{ContentBlock, EntryBody, Role};
 use super::Session;
 use crate::budget::{Breakdown, UsageAnchor};
-use crate::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
+use crate::tokens::{MESSAGE_OVERHEAD_TOKENS, TokenizerKind};
 
 /// Text of the result the view supplies for a call that never got one.
 pub const INTERRUPTED_RESULT_TEXT: &str = "no result: interrupted";
@@ -32,11 +32,7 @@ pub enum ViewItem {
     Capsule(usize),
     Entry(usize),
     /// Stand-in result for a call (in entry `call_entry`) that has none.
-    InterruptedResult {
-        call_id: String,
-        tool_name: String,
-        call_entry: usize,
-    },
+    InterruptedResult { call_id: String, tool_name: String, call_entry: usize },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,10 +74,7 @@ pub fn interrupted_result_tokens(kind: TokenizerKind, call_id: &str) -> u64 {
 impl ModelView {
     /// The view for `leaf` (usually `session.leaf()`).
     pub fn build(session: &Session, leaf: Option<usize>) -> ModelView {
-        let mut view = ModelView {
-            leaf,
-            ..ModelView::default()
-        };
+        let mut view = ModelView { leaf, ..ModelView::default() };
         let Some(leaf) = leaf else { return view };
         let capsule = session.capsule_on_path(leaf);
         view.capsule = capsule;
@@ -99,10 +92,7 @@ impl ModelView {
             cur = session.parent_of(i);
         }
         if let Some(c) = capsule {
-            let cap = session
-                .entry(c)
-                .as_capsule()
-                .expect("capsule index holds a capsule");
+            let cap = session.entry(c).as_capsule().expect("capsule index holds a capsule");
             if let Some(fk) = cap.first_kept_entry_id.as_deref() {
                 match session.index_of(fk) {
                     Some(fk_idx) if session.is_ancestor(fk_idx, c) => {
@@ -134,10 +124,7 @@ impl ModelView {
             .collect();
 
         if let Some(c) = capsule {
-            view.slots.push(ViewSlot {
-                item: ViewItem::Capsule(c),
-                part: ViewPart::Capsule,
-            });
+            view.slots.push(ViewSlot { item: ViewItem::Capsule(c), part: ViewPart::Capsule });
         }
         pair_tool_results(session, &ordered, &mut view);
         view
@@ -163,11 +150,7 @@ impl ModelView {
     /// Counted tokens per part, with the system and tool overhead in force at the leaf.
     pub fn breakdown(&self, session: &Session) -> Breakdown {
         let (system, tools) = session.overhead_at(self.leaf);
-        let mut b = Breakdown {
-            system,
-            tools,
-            ..Breakdown::default()
-        };
+        let mut b = Breakdown { system, tools, ..Breakdown::default() };
         for slot in &self.slots {
             let t = Self::slot_tokens(session, slot);
             match slot.part {
@@ -191,10 +174,7 @@ impl ModelView {
                 if let EntryBody::Message(m) = &session.entry(i).body {
                     if let Some(usage) = m.usage {
                         if m.role == Role::Assistant {
-                            return Some(UsageAnchor {
-                                usage,
-                                tokens_after: after,
-                            });
+                            return Some(UsageAnchor { usage, tokens_after: after });
                         }
                     }
                 }
@@ -248,18 +228,12 @@ fn pair_tool_results(session: &Session, ordered: &[(usize, ViewPart)], view: &mu
             continue;
         }
         emitted[pos] = true;
-        view.slots.push(ViewSlot {
-            item: ViewItem::Entry(i),
-            part,
-        });
+        view.slots.push(ViewSlot { item: ViewItem::Entry(i), part });
         for (call_id, name, _) in e.tool_calls() {
             match result_at.get(call_id) {
                 Some(&rpos) if rpos > pos && !emitted[rpos] => {
                     emitted[rpos] = true;
-                    view.slots.push(ViewSlot {
-                        item: ViewItem::Entry(ordered[rpos].0),
-                        part: ordered[rpos].1,
-                    });
+                    view.slots.push(ViewSlot { item: ViewItem::Entry(ordered[rpos].0), part: ordered[rpos].1 });
                 }
                 _ => view.slots.push(ViewSlot {
                     item: ViewItem::InterruptedResult {
@@ -280,9 +254,7 @@ fn render_slot(session: &Session, slot: &ViewSlot) -> ModelMessage {
             let cap = session.entry(*i).as_capsule().expect("capsule slot");
             ModelMessage {
                 role: "user".into(),
-                content: vec![ContentBlock::text(
-                    crate::capsule::render::render_for_model(cap),
-                )],
+                content: vec![ContentBlock::text(crate::capsule::render::render_for_model(cap))],
                 tool_call_id: None,
                 is_error: None,
                 entry_id: None,

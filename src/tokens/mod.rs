@@ -104,9 +104,6 @@ mod tests {
             media_type: Some("image/png".into()),
             data: Some("AAAA".into()),
         }];
-        assert_eq!(
-            blocks_tokens(TokenizerKind::O200kBase, &blocks),
-            IMAGE_TOKENS
-        );
+        assert_eq!(blocks_tokens(TokenizerKind::O200kBase, &blocks), IMAGE_TOKENS);
     }
 }
