@@ -359,7 +359,8 @@ mod tests {
     #[test]
     fn specific_kind_wins_over_env_assignment() {
         let key = format!("sk-proj-{}", "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z");
-        let (out, report) = redact_with_report(&format!("OPENAI_API_KEY={key}"));
+        let text = format!("OPENAI_API_KEY={key}");
+        let (out, report) = redact_with_report(&text);
         assert_eq!(out, "OPENAI_API_KEY=[redacted:openai_key]");
         assert_eq!(report.counts.get(&SecretKind::OpenaiKey), Some(&1));
         assert_eq!(report.counts.get(&SecretKind::EnvSecret), None);

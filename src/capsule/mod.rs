@@ -5,3 +5,4 @@ pub mod model;
 
 pub use model::*;
 pub mod render;
+pub mod portable;
