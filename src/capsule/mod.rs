@@ -6,3 +6,4 @@ pub mod model;
 pub use model::*;
 pub mod render;
 pub mod portable;
+pub mod memory;
