@@ -22,6 +22,13 @@ enum Command {
     Budget { session: PathBuf },
     /// The model input the next preflight would send.
     Context { session: PathBuf },
+    /// Portable Capsules: export a capsule to `.capsule.md`, load one, list a session's capsules.
+    Capsule {
+        #[command(subcommand)]
+        command: cli::capsule::CapsuleCommand,
+    },
+    /// Move a session's leaf back to an earlier entry by appending a `rewind` entry (nothing is deleted).
+    Rewind { session: PathBuf, entry: String },
 }
 
 fn main() -> ExitCode {
@@ -29,6 +36,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Budget { session } => cli::inspect::budget(session, &cli.common),
         Command::Context { session } => cli::inspect::context(session, &cli.common),
+        Command::Capsule { command } => cli::capsule::run(command, &cli.common),
+        Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
