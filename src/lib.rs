@@ -8,6 +8,7 @@ pub mod capsule;
 pub mod cli;
 pub mod config;
 pub mod redact;
+pub mod schemas;
 pub mod session;
 pub mod tokens;
 pub mod util;
