@@ -31,8 +31,11 @@ pub fn session_entry_schema() -> Value {
     serde_json::to_value(schemars::schema_for!(LogLine)).expect("schema serializes")
 }
 
+/// A function that generates one schema.
+pub type SchemaFn = fn() -> Value;
+
 /// Every checked-in schema: file name under `schemas/` and its generator.
-pub const SCHEMA_FILES: [(&str, fn() -> Value); 3] = [
+pub const SCHEMA_FILES: [(&str, SchemaFn); 3] = [
     ("capsule.schema.json", capsule_schema),
     ("session-entry.schema.json", session_entry_schema),
     ("config.schema.json", crate::config::config_schema),

@@ -6,11 +6,14 @@ use std::process::Command;
 
 use serde_json::Value;
 use soba::capsule::portable::{read_capsule_file, write_capsule_file};
-use soba::capsule::{Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, Origin, Quality};
+use soba::capsule::{
+    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, Origin, Quality,
+};
 use soba::cli::capsule::{export_capsule, list_capsules, load_capsule};
 use soba::config::Durability;
 use soba::session::entry::{
-    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, Role, SessionHeader, Trigger, LOG_FORMAT_VERSION,
+    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, Role, SessionHeader, Trigger,
+    LOG_FORMAT_VERSION,
 };
 use soba::session::log::{read_session, SessionLog};
 use soba::session::view::ModelView;
@@ -42,7 +45,10 @@ fn user(id: &str, parent: Option<&str>, text: &str) -> Entry {
 }
 
 fn handoff_capsule() -> CapsuleEntry {
-    let key = format!("{}{}", "sk-ant-api03-", "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa9Zx8Yw7Vu6Ts5Rq4Po3Nm2Lk1Ji0");
+    let key = format!(
+        "{}{}",
+        "sk-ant-api03-", "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa9Zx8Yw7Vu6Ts5Rq4Po3Nm2Lk1Ji0"
+    );
     CapsuleEntry {
         checkpoint_id: "ck_00000000beef".into(),
         trigger: Trigger::Handoff,
@@ -51,16 +57,25 @@ fn handoff_capsule() -> CapsuleEntry {
         previous_checkpoint_id: None,
         state: CapsuleState {
             goal: "Finish the importer".into(),
-            decisions: vec![Decision { decision: "Stream records".into(), rationale: "files reach 100 MB".into() }],
+            decisions: vec![Decision {
+                decision: "Stream records".into(),
+                rationale: "files reach 100 MB".into(),
+            }],
             blockers: vec![format!("CI has no ANTHROPIC_API_KEY={key}")],
             next_steps: vec!["Add the codex reader".into()],
             ..Default::default()
         },
         artifacts: Artifacts {
-            modified_files: vec![FileArtifact { path: "src/import/mod.rs".into(), entry_ids: vec!["u1".into()] }],
+            modified_files: vec![FileArtifact {
+                path: "src/import/mod.rs".into(),
+                entry_ids: vec!["u1".into()],
+            }],
             ..Default::default()
         },
-        tokens: CapsuleTokens { before: 120_000, after: 8_000 },
+        tokens: CapsuleTokens {
+            before: 120_000,
+            after: 8_000,
+        },
         origin: Origin::Session,
         mirrored: false,
         title: Some("Importer hand-off".into()),
@@ -73,9 +88,16 @@ fn handoff_capsule() -> CapsuleEntry {
 /// Session A: one message and a capsule after it.
 fn session_a(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("a.jsonl");
-    let mut log = SessionLog::create(&path, header("sess-a", "/work/a"), Durability::Flush).unwrap();
-    log.append(user("u1", None, "import the transcripts")).unwrap();
-    log.append(Entry::new("c1", Some("u1".into()), EntryBody::Capsule(Box::new(handoff_capsule())))).unwrap();
+    let mut log =
+        SessionLog::create(&path, header("sess-a", "/work/a"), Durability::Flush).unwrap();
+    log.append(user("u1", None, "import the transcripts"))
+        .unwrap();
+    log.append(Entry::new(
+        "c1",
+        Some("u1".into()),
+        EntryBody::Capsule(Box::new(handoff_capsule())),
+    ))
+    .unwrap();
     path
 }
 
@@ -84,14 +106,19 @@ fn export_load_export_is_byte_identical() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _) = read_session(&session_a(dir.path())).unwrap();
     let first = export_capsule(&a, "ck_00000000beef").unwrap();
-    assert!(first.text.contains("[redacted:anthropic_key]"), "{}", first.text);
+    assert!(
+        first.text.contains("[redacted:anthropic_key]"),
+        "{}",
+        first.text
+    );
     assert_eq!(first.redactions.total(), 1);
     let file = dir.path().join("handoff.capsule.md");
     write_capsule_file(&file, &first.text).unwrap();
 
     // Load into another session that already has history.
     let b_path = dir.path().join("b.jsonl");
-    let mut b = SessionLog::create(&b_path, header("sess-b", "/work/b"), Durability::Flush).unwrap();
+    let mut b =
+        SessionLog::create(&b_path, header("sess-b", "/work/b"), Durability::Flush).unwrap();
     b.append(user("b1", None, "hello")).unwrap();
     let parsed = read_capsule_file(&file).unwrap();
     let r = load_capsule(&mut b, &parsed, &file.display().to_string()).unwrap();
@@ -105,14 +132,20 @@ fn export_load_export_is_byte_identical() {
     let cap = loaded.as_capsule().unwrap();
     assert_eq!(cap.origin, Origin::Loaded);
     assert_eq!(cap.first_kept_entry_id, None);
-    assert_eq!(cap.loaded_from.as_ref().unwrap().session.as_deref(), Some("sess-a"));
+    assert_eq!(
+        cap.loaded_from.as_ref().unwrap().session.as_deref(),
+        Some("sess-a")
+    );
     // It is the latest capsule of the model input, which now opens with it alone.
     let view = ModelView::build(&b, b.leaf());
     assert_eq!(view.capsule, b.index_of(&r.entry_id));
     let messages = view.messages(&b);
     assert_eq!(messages.len(), 1);
     let opening = soba::session::entry::blocks_text(&messages[0].content);
-    assert!(opening.contains("Finish the importer") && opening.contains("[redacted:anthropic_key]"), "{opening}");
+    assert!(
+        opening.contains("Finish the importer") && opening.contains("[redacted:anthropic_key]"),
+        "{opening}"
+    );
 
     let second = export_capsule(&b, &r.checkpoint_id).unwrap();
     assert_eq!(second.text, first.text);
@@ -123,8 +156,14 @@ fn export_load_export_is_byte_identical() {
 fn export_of_an_unknown_checkpoint_lists_the_known_ones() {
     let dir = tempfile::tempdir().unwrap();
     let (a, _) = read_session(&session_a(dir.path())).unwrap();
-    let err = export_capsule(&a, "ck_00000000beep").unwrap_err().to_string();
-    assert!(err.contains("Did you mean `ck_00000000beef`?") && err.contains("Its capsules: ck_00000000beef"), "{err}");
+    let err = export_capsule(&a, "ck_00000000beep")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("Did you mean `ck_00000000beef`?")
+            && err.contains("Its capsules: ck_00000000beef"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -133,19 +172,34 @@ fn load_into_an_empty_session_starts_its_tree() {
     let (a, _) = read_session(&session_a(dir.path())).unwrap();
     let file = dir.path().join("h.capsule.md");
     write_capsule_file(&file, &export_capsule(&a, "ck_00000000beef").unwrap().text).unwrap();
-    let mut log = SessionLog::create(&dir.path().join("new.jsonl"), header("new", "/w"), Durability::Flush).unwrap();
+    let mut log = SessionLog::create(
+        &dir.path().join("new.jsonl"),
+        header("new", "/w"),
+        Durability::Flush,
+    )
+    .unwrap();
     let r = load_capsule(&mut log, &read_capsule_file(&file).unwrap(), "h.capsule.md").unwrap();
     let s = log.session();
     assert_eq!(s.get(&r.entry_id).unwrap().parent_id, None);
     let rows = list_capsules(s);
     assert_eq!(rows.len(), 1);
     assert!(rows[0].current && rows[0].on_branch);
-    assert_eq!((rows[0].origin.as_str(), rows[0].trigger.as_str()), ("loaded", "handoff"));
+    assert_eq!(
+        (rows[0].origin.as_str(), rows[0].trigger.as_str()),
+        ("loaded", "handoff")
+    );
 }
 
 fn soba(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_soba")).args(args).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -160,7 +214,9 @@ fn binary_exports_loads_lists_and_rewinds() {
     assert!(ok, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["redactions"]["counts"]["anthropic_key"], 1);
-    assert!(std::fs::read_to_string(&file).unwrap().starts_with("---\nformat: soba-capsule/1\n"));
+    assert!(std::fs::read_to_string(&file)
+        .unwrap()
+        .starts_with("---\nformat: soba-capsule/1\n"));
 
     let (ok, out, err) = soba(&["capsule", "load", a, file_s, "--json"]);
     assert!(ok, "{err}");
@@ -189,5 +245,8 @@ fn binary_exports_loads_lists_and_rewinds() {
     std::fs::write(&file, "---\nformat: soba-capsule/1\ncheckpoint: x\n").unwrap();
     let (ok, _, err) = soba(&["capsule", "load", a, file_s]);
     assert!(!ok);
-    assert!(err.contains(":4: not a valid capsule file: expected `---` closing the front matter"), "{err}");
+    assert!(
+        err.contains(":4: not a valid capsule file: expected `---` closing the front matter"),
+        "{err}"
+    );
 }

@@ -37,10 +37,10 @@ fn pem(label: &str, seed: u64) -> String {
 }
 
 fn jwt(seed: u64) -> String {
+    let header = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
     format!(
-        "{}.{}.{}",
-        "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9",
-        format!("eyJ{}", rnd(seed, 60, B64URL)),
+        "{header}.eyJ{}.{}",
+        rnd(seed, 60, B64URL),
         rnd(seed + 1, 43, B64URL)
     )
 }
@@ -391,7 +391,7 @@ fn every_secret_is_redacted_with_its_kind() {
         let marker = kind.marker();
         // The secret's random body must be gone, not just its prefix.
         let tail = &secret[secret.len().saturating_sub(12)..];
-        if out.contains(tail) || !out.contains(&marker) || report.counts.get(&kind).is_none() {
+        if out.contains(tail) || !out.contains(&marker) || !report.counts.contains_key(&kind) {
             failures.push(format!("{kind}: {text:?}\n  -> {out:?}"));
         }
     }

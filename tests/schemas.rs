@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use soba::capsule::{
-    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, LoadedFrom, Origin, Quality,
-    Verification, VerificationOutcome,
+    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, LoadedFrom,
+    Origin, Quality, Verification, VerificationOutcome,
 };
 use soba::schemas::{capsule_schema, schema_text, session_entry_schema, SCHEMA_FILES};
 use soba::session::entry::*;
@@ -46,7 +46,9 @@ fn validator(schema: &Value) -> jsonschema::Validator {
 }
 
 fn errors(v: &jsonschema::Validator, instance: &Value) -> Vec<String> {
-    v.iter_errors(instance).map(|e| format!("{} at {}", e, e.instance_path())).collect()
+    v.iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
 }
 
 fn capsule() -> CapsuleEntry {
@@ -62,13 +64,22 @@ fn capsule() -> CapsuleEntry {
             completed: vec!["d".into()],
             active: vec!["a".into()],
             pending: vec!["p".into()],
-            decisions: vec![Decision { decision: "x".into(), rationale: "y".into() }],
+            decisions: vec![Decision {
+                decision: "x".into(),
+                rationale: "y".into(),
+            }],
             blockers: vec!["b".into()],
             next_steps: vec!["n".into()],
         },
         artifacts: Artifacts {
-            read_files: vec![FileArtifact { path: "a.rs".into(), entry_ids: vec!["e1".into()] }],
-            modified_files: vec![FileArtifact { path: "b.rs".into(), entry_ids: vec![] }],
+            read_files: vec![FileArtifact {
+                path: "a.rs".into(),
+                entry_ids: vec!["e1".into()],
+            }],
+            modified_files: vec![FileArtifact {
+                path: "b.rs".into(),
+                entry_ids: vec![],
+            }],
             verification: vec![Verification {
                 command: "cargo test".into(),
                 outcome: VerificationOutcome::Passed,
@@ -76,7 +87,10 @@ fn capsule() -> CapsuleEntry {
             }],
             active_skills: vec!["s".into()],
         },
-        tokens: CapsuleTokens { before: 10, after: 5 },
+        tokens: CapsuleTokens {
+            before: 10,
+            after: 5,
+        },
         origin: Origin::Loaded,
         mirrored: false,
         title: Some("t".into()),
@@ -99,11 +113,25 @@ fn bodies() -> Vec<EntryBody> {
             role: Role::Assistant,
             content: vec![
                 ContentBlock::text("hi"),
-                ContentBlock::Thinking { thinking: "hmm".into() },
-                ContentBlock::ToolCall { id: "c1".into(), name: "Bash".into(), input: json!({"command": "ls"}) },
-                ContentBlock::Image { media_type: Some("image/png".into()), data: Some("iVBORw0KGgo=".into()) },
+                ContentBlock::Thinking {
+                    thinking: "hmm".into(),
+                },
+                ContentBlock::ToolCall {
+                    id: "c1".into(),
+                    name: "Bash".into(),
+                    input: json!({"command": "ls"}),
+                },
+                ContentBlock::Image {
+                    media_type: Some("image/png".into()),
+                    data: Some("iVBORw0KGgo=".into()),
+                },
             ],
-            usage: Some(Usage { input: 1, cache_read: 2, cache_write: 3, output: 4 }),
+            usage: Some(Usage {
+                input: 1,
+                cache_read: 2,
+                cache_write: 3,
+                output: 4,
+            }),
             model: Some("gpt-4o".into()),
             synthetic: true,
         }),
@@ -120,10 +148,21 @@ fn bodies() -> Vec<EntryBody> {
             label: "parser done".into(),
             checkpoint_id: None,
         }),
-        EntryBody::File(FileEntry { path: "a.rs".into(), op: FileOp::Modified, source: FileSource::Watcher }),
-        EntryBody::Setting(SettingEntry { auto_compact: Some(false), system_tokens: Some(1200), ..Default::default() }),
+        EntryBody::File(FileEntry {
+            path: "a.rs".into(),
+            op: FileOp::Modified,
+            source: FileSource::Watcher,
+        }),
+        EntryBody::Setting(SettingEntry {
+            auto_compact: Some(false),
+            system_tokens: Some(1200),
+            ..Default::default()
+        }),
         EntryBody::Rewind(RewindEntry { to: "e1".into() }),
-        EntryBody::Skill(SkillEntry { name: "review".into(), active: true }),
+        EntryBody::Skill(SkillEntry {
+            name: "review".into(),
+            active: true,
+        }),
         EntryBody::Intent(IntentEntry {
             trigger: Trigger::Milestone,
             action: IntentAction::Recorded,
@@ -167,7 +206,10 @@ fn bodies() -> Vec<EntryBody> {
         };
         covered[i] = true;
     }
-    assert!(covered.iter().all(|c| *c), "a sample is missing: {covered:?}");
+    assert!(
+        covered.iter().all(|c| *c),
+        "a sample is missing: {covered:?}"
+    );
     all
 }
 
@@ -180,8 +222,16 @@ fn session_entry_schema_accepts_every_entry_type_and_the_header() {
         id: "s1".into(),
         workspace: "/w".into(),
         created_at: "2026-01-01T00:00:00Z".into(),
-        model: Some(ModelRef { name: Some("gpt-4o".into()), context_window: Some(128000), ..Default::default() }),
-        source: Some(SourceInfo { format: "pi".into(), path: "x.jsonl".into(), session_id: None }),
+        model: Some(ModelRef {
+            name: Some("gpt-4o".into()),
+            context_window: Some(128000),
+            ..Default::default()
+        }),
+        source: Some(SourceInfo {
+            format: "pi".into(),
+            path: "x.jsonl".into(),
+            session_id: None,
+        }),
     };
     let h = serde_json::to_value(&header).unwrap();
     assert!(errors(&v, &h).is_empty(), "{:?}", errors(&v, &h));
@@ -191,7 +241,11 @@ fn session_entry_schema_accepts_every_entry_type_and_the_header() {
         entry.source_id = Some("src".into());
         let line = serde_json::to_value(&entry).unwrap();
         assert_eq!(line["type"], name);
-        assert!(errors(&v, &line).is_empty(), "{name}: {:?}", errors(&v, &line));
+        assert!(
+            errors(&v, &line).is_empty(),
+            "{name}: {:?}",
+            errors(&v, &line)
+        );
     }
 }
 

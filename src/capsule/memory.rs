@@ -62,10 +62,14 @@ impl std::error::Error for NotMirrored {}
 /// ask (`--mirror`, or the workspace config).
 pub fn should_mirror(capsule: &CapsuleEntry, explicit_request: bool) -> Result<(), NotMirrored> {
     if capsule.trigger != Trigger::User {
-        return Err(NotMirrored::Trigger { trigger: capsule.trigger });
+        return Err(NotMirrored::Trigger {
+            trigger: capsule.trigger,
+        });
     }
     if capsule.quality != Quality::Model {
-        return Err(NotMirrored::Degraded { degraded_reason: capsule.degraded_reason.clone() });
+        return Err(NotMirrored::Degraded {
+            degraded_reason: capsule.degraded_reason.clone(),
+        });
     }
     if capsule.origin == Origin::Loaded {
         return Err(NotMirrored::Loaded);
@@ -83,7 +87,10 @@ pub enum MirrorError {
     #[error("checkpoint id `{0}` cannot name a file; expected letters, digits, `_` and `-` only")]
     BadCheckpointId(String),
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// What a mirror wrote.
@@ -112,13 +119,21 @@ pub fn mirror(
 ) -> Result<Mirrored, MirrorError> {
     should_mirror(capsule, explicit_request)?;
     let id = &capsule.checkpoint_id;
-    if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+    if id.is_empty()
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
         return Err(MirrorError::BadCheckpointId(id.clone()));
     }
     let dir = workspace.join(MEMORY_DIR);
     let path = dir.join(format!("{id}{CAPSULE_SUFFIX}"));
-    let portable =
-        PortableCapsule::from_entry(capsule, source.created, Some(&workspace.display().to_string()), source.session);
+    let portable = PortableCapsule::from_entry(
+        capsule,
+        source.created,
+        Some(&workspace.display().to_string()),
+        source.session,
+    );
     let exported = write(&portable);
     let io = |p: &Path| {
         let p = p.display().to_string();
@@ -126,7 +141,11 @@ pub fn mirror(
     };
     write_atomic(&path, exported.text.as_bytes()).map_err(io(&path))?;
     let index = rebuild_index(&dir)?;
-    Ok(Mirrored { path, index, redactions: exported.redactions })
+    Ok(Mirrored {
+        path,
+        index,
+        redactions: exported.redactions,
+    })
 }
 
 /// One row of the index.
@@ -151,7 +170,10 @@ pub fn rebuild_index(dir: &Path) -> Result<PathBuf, MirrorError> {
             continue;
         }
         match read_capsule_file(&entry.path()) {
-            Ok(parsed) => rows.push(IndexRow { file: name, capsule: parsed.capsule }),
+            Ok(parsed) => rows.push(IndexRow {
+                file: name,
+                capsule: parsed.capsule,
+            }),
             Err(e) => unreadable.push((name, e.to_string())),
         }
     }
@@ -161,13 +183,17 @@ pub fn rebuild_index(dir: &Path) -> Result<PathBuf, MirrorError> {
 }
 
 fn cell(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|")
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('|', "\\|")
 }
 
 /// The index text: newest first, then files that could not be read.
 pub fn render_index(mut rows: Vec<IndexRow>, mut unreadable: Vec<(String, String)>) -> String {
     rows.sort_by(|a, b| {
-        (b.capsule.created.as_str(), b.file.as_str()).cmp(&(a.capsule.created.as_str(), a.file.as_str()))
+        (b.capsule.created.as_str(), b.file.as_str())
+            .cmp(&(a.capsule.created.as_str(), a.file.as_str()))
     });
     unreadable.sort();
     let mut out = String::from(
@@ -210,9 +236,15 @@ mod tests {
             quality,
             first_kept_entry_id: None,
             previous_checkpoint_id: None,
-            state: CapsuleState { goal: "Ship the parser".into(), ..Default::default() },
+            state: CapsuleState {
+                goal: "Ship the parser".into(),
+                ..Default::default()
+            },
             artifacts: Artifacts::default(),
-            tokens: CapsuleTokens { before: 90_000, after: 12_000 },
+            tokens: CapsuleTokens {
+                before: 90_000,
+                after: 12_000,
+            },
             origin: Origin::Session,
             mirrored: false,
             title: Some("Parser | done".into()),
@@ -224,7 +256,10 @@ mod tests {
 
     #[test]
     fn explicit_compact_with_a_model_capsule_is_mirrored_when_asked() {
-        assert_eq!(should_mirror(&capsule(Trigger::User, Quality::Model), true), Ok(()));
+        assert_eq!(
+            should_mirror(&capsule(Trigger::User, Quality::Model), true),
+            Ok(())
+        );
     }
 
     #[test]
@@ -237,7 +272,12 @@ mod tests {
     #[test]
     fn degraded_capsule_is_never_mirrored() {
         let err = should_mirror(&capsule(Trigger::User, Quality::Degraded), true).unwrap_err();
-        assert_eq!(err, NotMirrored::Degraded { degraded_reason: Some("summarizer timed out".into()) });
+        assert_eq!(
+            err,
+            NotMirrored::Degraded {
+                degraded_reason: Some("summarizer timed out".into())
+            }
+        );
         assert!(err.to_string().contains("(summarizer timed out)"), "{err}");
     }
 
@@ -302,11 +342,20 @@ mod tests {
     fn mirror_writes_the_capsule_and_the_index() {
         let ws = tempfile::tempdir().unwrap();
         let mut c = capsule(Trigger::User, Quality::Model);
-        let secret = format!("{}{}", "xoxb-", "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx");
+        let secret = format!(
+            "{}{}",
+            "xoxb-", "123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"
+        );
         c.state.blockers.push(format!("bot token {secret} expired"));
-        let src = MirrorSource { created: "2026-11-29T10:00:00Z", session: Some("s1") };
+        let src = MirrorSource {
+            created: "2026-11-29T10:00:00Z",
+            session: Some("s1"),
+        };
         let m = mirror(ws.path(), &c, src, true).unwrap();
-        assert_eq!(m.path, ws.path().join(".soba/memory/ck_00000000000a.capsule.md"));
+        assert_eq!(
+            m.path,
+            ws.path().join(".soba/memory/ck_00000000000a.capsule.md")
+        );
         let text = std::fs::read_to_string(&m.path).unwrap();
         assert!(!text.contains(&secret) && text.contains("[redacted:slack_token]"));
         assert_eq!(m.redactions.total(), 1);
@@ -314,14 +363,24 @@ mod tests {
         let mut later = capsule(Trigger::User, Quality::Model);
         later.checkpoint_id = "ck_00000000000b".into();
         later.title = None;
-        let src = MirrorSource { created: "2026-11-29T11:00:00Z", session: Some("s1") };
+        let src = MirrorSource {
+            created: "2026-11-29T11:00:00Z",
+            session: Some("s1"),
+        };
         mirror(ws.path(), &later, src, true).unwrap();
-        std::fs::write(ws.path().join(".soba/memory/broken.capsule.md"), "not a capsule").unwrap();
+        std::fs::write(
+            ws.path().join(".soba/memory/broken.capsule.md"),
+            "not a capsule",
+        )
+        .unwrap();
         let index = rebuild_index(&ws.path().join(MEMORY_DIR)).unwrap();
         let index = std::fs::read_to_string(index).unwrap();
         let rows: Vec<&str> = index.lines().filter(|l| l.starts_with("| ck_")).collect();
         assert_eq!(rows.len(), 2, "{index}");
-        assert!(rows[0].starts_with("| ck_00000000000b |"), "newest first: {index}");
+        assert!(
+            rows[0].starts_with("| ck_00000000000b |"),
+            "newest first: {index}"
+        );
         assert!(rows[1].contains("Parser \\| done"), "{index}");
         assert!(rows[1].contains("90000 → 12000"), "{index}");
         assert!(index.contains("- broken.capsule.md: "), "{index}");
@@ -336,13 +395,19 @@ mod tests {
     #[test]
     fn refused_capsules_write_nothing() {
         let ws = tempfile::tempdir().unwrap();
-        let src = MirrorSource { created: "2026-11-29T10:00:00Z", session: None };
+        let src = MirrorSource {
+            created: "2026-11-29T10:00:00Z",
+            session: None,
+        };
         for (c, ask) in [
             (capsule(Trigger::User, Quality::Degraded), true),
             (capsule(Trigger::HardLimit, Quality::Model), true),
             (capsule(Trigger::User, Quality::Model), false),
         ] {
-            assert!(matches!(mirror(ws.path(), &c, src, ask), Err(MirrorError::NotMirrored(_))));
+            assert!(matches!(
+                mirror(ws.path(), &c, src, ask),
+                Err(MirrorError::NotMirrored(_))
+            ));
         }
         assert!(!ws.path().join(".soba").exists());
     }
@@ -352,7 +417,10 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let mut c = capsule(Trigger::User, Quality::Model);
         c.checkpoint_id = "../../etc/passwd".into();
-        let src = MirrorSource { created: "2026-11-29T10:00:00Z", session: None };
+        let src = MirrorSource {
+            created: "2026-11-29T10:00:00Z",
+            session: None,
+        };
         let err = mirror(ws.path(), &c, src, true).unwrap_err();
         assert!(matches!(err, MirrorError::BadCheckpointId(_)), "{err}");
     }
@@ -362,8 +430,17 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         // `.soba` is a file, so the memory folder cannot be created.
         std::fs::write(ws.path().join(".soba"), "").unwrap();
-        let src = MirrorSource { created: "2026-11-29T10:00:00Z", session: None };
-        let err = mirror(ws.path(), &capsule(Trigger::User, Quality::Model), src, true).unwrap_err();
+        let src = MirrorSource {
+            created: "2026-11-29T10:00:00Z",
+            session: None,
+        };
+        let err = mirror(
+            ws.path(),
+            &capsule(Trigger::User, Quality::Model),
+            src,
+            true,
+        )
+        .unwrap_err();
         assert!(matches!(err, MirrorError::Io { .. }), "{err}");
         assert!(err.to_string().contains(".soba/memory"), "{err}");
     }

@@ -18,8 +18,8 @@ use regex::Regex;
 use serde::Serialize;
 
 use super::model::{
-    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, LoadedFrom, Origin, Quality,
-    Verification, VerificationOutcome,
+    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, LoadedFrom,
+    Origin, Quality, Verification, VerificationOutcome,
 };
 use crate::redact::{redact_with_report, RedactionReport};
 use crate::session::entry::Trigger;
@@ -54,11 +54,21 @@ impl PortableCapsule {
     /// The portable form of a capsule entry written at `created` in session `session` of
     /// `workspace`. A capsule that was itself loaded keeps the identity of its file, so
     /// re-exporting it gives back the same file.
-    pub fn from_entry(capsule: &CapsuleEntry, created: &str, workspace: Option<&str>, session: Option<&str>) -> Self {
-        let loaded = capsule.loaded_from.as_ref().filter(|_| capsule.origin == Origin::Loaded);
+    pub fn from_entry(
+        capsule: &CapsuleEntry,
+        created: &str,
+        workspace: Option<&str>,
+        session: Option<&str>,
+    ) -> Self {
+        let loaded = capsule
+            .loaded_from
+            .as_ref()
+            .filter(|_| capsule.origin == Origin::Loaded);
         let (checkpoint_id, created, workspace, session) = match loaded {
             Some(l) => (
-                l.checkpoint_id.clone().unwrap_or_else(|| capsule.checkpoint_id.clone()),
+                l.checkpoint_id
+                    .clone()
+                    .unwrap_or_else(|| capsule.checkpoint_id.clone()),
                 l.created.clone().unwrap_or_else(|| created.to_string()),
                 l.workspace.clone(),
                 l.session.clone(),
@@ -151,9 +161,20 @@ fn format_err(line: usize, expected: impl Into<String>, found: &str) -> FormatEr
         "an empty line".to_string()
     } else {
         let short: String = found.chars().take(60).collect();
-        format!("`{short}`{}", if found.chars().count() > 60 { "…" } else { "" })
+        format!(
+            "`{short}`{}",
+            if found.chars().count() > 60 {
+                "…"
+            } else {
+                ""
+            }
+        )
     };
-    FormatError { line, expected: expected.into(), found }
+    FormatError {
+        line,
+        expected: expected.into(),
+        found,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -191,7 +212,10 @@ const SECTIONS: [(Section, &str); 12] = [
 ];
 
 fn section_named(name: &str) -> Option<Section> {
-    SECTIONS.iter().find(|(_, n)| n.eq_ignore_ascii_case(name.trim())).map(|(s, _)| *s)
+    SECTIONS
+        .iter()
+        .find(|(_, n)| n.eq_ignore_ascii_case(name.trim()))
+        .map(|(s, _)| *s)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -214,16 +238,28 @@ fn unescape_line(line: &str) -> &str {
 /// The canonical form of a list item: lines trimmed, no blank lines at either end.
 fn normalize_item(s: &str) -> String {
     let lines: Vec<&str> = s.lines().map(str::trim).collect();
-    let start = lines.iter().position(|l| !l.is_empty()).unwrap_or(lines.len());
-    let end = lines.iter().rposition(|l| !l.is_empty()).map_or(start, |e| e + 1);
+    let start = lines
+        .iter()
+        .position(|l| !l.is_empty())
+        .unwrap_or(lines.len());
+    let end = lines
+        .iter()
+        .rposition(|l| !l.is_empty())
+        .map_or(start, |e| e + 1);
     lines[start..end].join("\n")
 }
 
 /// The canonical form of the goal: trailing spaces dropped, no blank lines at either end.
 fn normalize_block(s: &str) -> String {
     let lines: Vec<&str> = s.lines().map(str::trim_end).collect();
-    let start = lines.iter().position(|l| !l.is_empty()).unwrap_or(lines.len());
-    let end = lines.iter().rposition(|l| !l.is_empty()).map_or(start, |e| e + 1);
+    let start = lines
+        .iter()
+        .position(|l| !l.is_empty())
+        .unwrap_or(lines.len());
+    let end = lines
+        .iter()
+        .rposition(|l| !l.is_empty())
+        .map_or(start, |e| e + 1);
     lines[start..end].join("\n")
 }
 
@@ -261,7 +297,8 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
     };
     let files = |out: &mut String, list: &[FileArtifact]| {
         for f in list.iter().filter(|f| !normalize_item(&f.path).is_empty()) {
-            let comment = (!f.entry_ids.is_empty()).then(|| format!("entries: {}", f.entry_ids.join(", ")));
+            let comment =
+                (!f.entry_ids.is_empty()).then(|| format!("entries: {}", f.entry_ids.join(", ")));
             write_item(out, "", &f.path, comment.as_deref());
         }
     };
@@ -280,7 +317,11 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
         Section::Active => items(&mut out, &s.active),
         Section::Pending => items(&mut out, &s.pending),
         Section::Decisions => {
-            for d in s.decisions.iter().filter(|d| !normalize_item(&d.decision).is_empty()) {
+            for d in s
+                .decisions
+                .iter()
+                .filter(|d| !normalize_item(&d.decision).is_empty())
+            {
                 write_item(&mut out, "", &d.decision, None);
                 let why = normalize_item(&d.rationale);
                 if !why.is_empty() {
@@ -293,9 +334,14 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
         Section::FilesRead => files(&mut out, &a.read_files),
         Section::FilesModified => files(&mut out, &a.modified_files),
         Section::Verification => {
-            for v in a.verification.iter().filter(|v| !normalize_item(&v.command).is_empty()) {
+            for v in a
+                .verification
+                .iter()
+                .filter(|v| !normalize_item(&v.command).is_empty())
+            {
                 let text = format!("[{}] {}", v.outcome.as_str(), normalize_item(&v.command));
-                let comment = (!v.entry_id.trim().is_empty()).then(|| format!("entry: {}", v.entry_id.trim()));
+                let comment = (!v.entry_id.trim().is_empty())
+                    .then(|| format!("entry: {}", v.entry_id.trim()));
                 write_item(&mut out, "", &text, comment.as_deref());
             }
         }
@@ -328,8 +374,16 @@ pub fn write(c: &PortableCapsule) -> Exported {
         kv("degraded_reason", r);
     }
     out.push_str("---\n\n");
-    let title = c.title.as_deref().map(normalize_value).filter(|t| !t.is_empty());
-    let _ = writeln!(out, "# {}", title.unwrap_or_else(|| format!("Context Capsule {}", normalize_value(&c.checkpoint_id))));
+    let title = c
+        .title
+        .as_deref()
+        .map(normalize_value)
+        .filter(|t| !t.is_empty());
+    let _ = writeln!(
+        out,
+        "# {}",
+        title.unwrap_or_else(|| format!("Context Capsule {}", normalize_value(&c.checkpoint_id)))
+    );
     for (section, name) in SECTIONS {
         let body = section_body(c, section);
         let _ = writeln!(out, "\n## {name}");
@@ -339,7 +393,10 @@ pub fn write(c: &PortableCapsule) -> Exported {
         }
     }
     let (text, redactions) = redact_with_report(&out);
-    Exported { text: text.into_owned(), redactions }
+    Exported {
+        text: text.into_owned(),
+        redactions,
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -366,8 +423,13 @@ fn enum_value<T: serde::de::DeserializeOwned>(
     value: &str,
     allowed: &[&str],
 ) -> Result<T, FormatError> {
-    serde_json::from_value(serde_json::Value::String(value.to_string()))
-        .map_err(|_| format_err(line, format!("`{key}` to be one of {}", allowed.join(", ")), value))
+    serde_json::from_value(serde_json::Value::String(value.to_string())).map_err(|_| {
+        format_err(
+            line,
+            format!("`{key}` to be one of {}", allowed.join(", ")),
+            value,
+        )
+    })
 }
 
 const TRIGGERS: [&str; 8] = [
@@ -390,18 +452,27 @@ struct FrontMatter {
 
 impl FrontMatter {
     fn get(&self, key: &str) -> Option<(&str, usize)> {
-        self.values.iter().find(|(k, _, _)| *k == key).map(|(_, v, l)| (v.as_str(), *l))
+        self.values
+            .iter()
+            .find(|(k, _, _)| *k == key)
+            .map(|(_, v, l)| (v.as_str(), *l))
     }
 
     fn optional(&self, key: &str) -> Option<String> {
-        self.get(key).map(|(v, _)| v.to_string()).filter(|v| !v.is_empty())
+        self.get(key)
+            .map(|(v, _)| v.to_string())
+            .filter(|v| !v.is_empty())
     }
 
     fn required(&self, key: &str) -> Result<(&str, usize), FormatError> {
         match self.get(key) {
             Some((v, l)) if !v.is_empty() => Ok((v, l)),
             Some((_, l)) => Err(format_err(l, format!("a value for `{key}`"), "nothing")),
-            None => Err(format_err(self.end_line, format!("a `{key}: …` line before the closing `---`"), "---")),
+            None => Err(format_err(
+                self.end_line,
+                format!("a `{key}: …` line before the closing `---`"),
+                "---",
+            )),
         }
     }
 
@@ -418,11 +489,17 @@ impl FrontMatter {
 /// Lines with their 1-based numbers, line endings and trailing spaces removed.
 fn numbered_lines(text: &str) -> Vec<(usize, &str)> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    text.lines().enumerate().map(|(i, l)| (i + 1, l.trim_end())).collect()
+    text.lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim_end()))
+        .collect()
 }
 
 fn parse_front_matter(lines: &[(usize, &str)]) -> Result<(FrontMatter, usize), FormatError> {
-    let mut i = lines.iter().position(|(_, l)| !l.is_empty()).unwrap_or(lines.len());
+    let mut i = lines
+        .iter()
+        .position(|(_, l)| !l.is_empty())
+        .unwrap_or(lines.len());
     match lines.get(i) {
         Some((_, "---")) => {}
         Some((n, l)) => return Err(format_err(*n, "`---` opening the front matter", l)),
@@ -433,11 +510,18 @@ fn parse_front_matter(lines: &[(usize, &str)]) -> Result<(FrontMatter, usize), F
     loop {
         let Some(&(n, line)) = lines.get(i) else {
             let last = lines.last().map_or(1, |(n, _)| n + 1);
-            return Err(format_err(last, "`---` closing the front matter", "the end of the file"));
+            return Err(format_err(
+                last,
+                "`---` closing the front matter",
+                "the end of the file",
+            ));
         };
         i += 1;
         if line == "---" {
-            let fm = FrontMatter { values, end_line: n };
+            let fm = FrontMatter {
+                values,
+                end_line: n,
+            };
             return Ok((fm, i));
         }
         let trimmed = line.trim();
@@ -445,7 +529,11 @@ fn parse_front_matter(lines: &[(usize, &str)]) -> Result<(FrontMatter, usize), F
             continue;
         }
         let Some((key, value)) = trimmed.split_once(':') else {
-            return Err(format_err(n, "a `key: value` line or `---` closing the front matter", line));
+            return Err(format_err(
+                n,
+                "a `key: value` line or `---` closing the front matter",
+                line,
+            ));
         };
         let key = key.trim();
         let Some(&known) = FRONT_MATTER_KEYS.iter().find(|k| **k == key) else {
@@ -454,19 +542,27 @@ fn parse_front_matter(lines: &[(usize, &str)]) -> Result<(FrontMatter, usize), F
                 .unwrap_or_default();
             return Err(format_err(
                 n,
-                format!("a front matter key: one of {}{hint}", FRONT_MATTER_KEYS.join(", ")),
+                format!(
+                    "a front matter key: one of {}{hint}",
+                    FRONT_MATTER_KEYS.join(", ")
+                ),
                 line,
             ));
         };
         if let Some((_, _, first)) = values.iter().find(|(k, _, _)| *k == known) {
-            return Err(format_err(n, format!("each key once; `{known}` is already set on line {first}"), line));
+            return Err(format_err(
+                n,
+                format!("each key once; `{known}` is already set on line {first}"),
+                line,
+            ));
         }
         values.push((known, value.trim().to_string(), n));
     }
 }
 
-static ITEM_COMMENT: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\s*<!--\s*(entries|entry)\s*:\s*(.*?)\s*-->\s*$").expect("pattern compiles"));
+static ITEM_COMMENT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"\s*<!--\s*(entries|entry)\s*:\s*(.*?)\s*-->\s*$").expect("pattern compiles")
+});
 
 static VERIFICATION_ITEM: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"(?s)^\[\s*([A-Za-z]+)\s*\]\s*(.*)$").expect("pattern compiles"));
@@ -482,7 +578,11 @@ struct RawItem {
 
 /// Collect the items of a list section. Lines outside items (notes people add) are returned
 /// as ignored.
-fn parse_items(lines: &[(usize, &str)], decisions: bool, ignored: &mut Vec<IgnoredLine>) -> Vec<RawItem> {
+fn parse_items(
+    lines: &[(usize, &str)],
+    decisions: bool,
+    ignored: &mut Vec<IgnoredLine>,
+) -> Vec<RawItem> {
     let mut items: Vec<RawItem> = Vec::new();
     let mut blank_run = 0usize;
     // Whether continuation lines attach to the current item (false after a note).
@@ -495,9 +595,18 @@ fn parse_items(lines: &[(usize, &str)], decisions: bool, ignored: &mut Vec<Ignor
         }
         let indented = line.starts_with(' ') || line.starts_with('\t');
         let content = line.trim_start();
-        if !indented && (content.starts_with("- ") || content.starts_with("* ") || content == "-" || content == "*") {
+        if !indented
+            && (content.starts_with("- ")
+                || content.starts_with("* ")
+                || content == "-"
+                || content == "*")
+        {
             let text = content[1..].trim_start();
-            items.push(RawItem { line: n, text: unescape_line(text).to_string(), rationale: None });
+            items.push(RawItem {
+                line: n,
+                text: unescape_line(text).to_string(),
+                rationale: None,
+            });
             open = true;
             in_rationale = false;
         } else if indented && open {
@@ -506,7 +615,10 @@ fn parse_items(lines: &[(usize, &str)], decisions: bool, ignored: &mut Vec<Ignor
                 .strip_prefix("- ")
                 .or_else(|| content.strip_prefix("* "))
                 .map(str::trim_start)
-                .and_then(|t| strip_prefix_ignore_case(t, "why:").or_else(|| strip_prefix_ignore_case(t, "rationale:")));
+                .and_then(|t| {
+                    strip_prefix_ignore_case(t, "why:")
+                        .or_else(|| strip_prefix_ignore_case(t, "rationale:"))
+                });
             match why {
                 Some(rest) if decisions && item.rationale.is_none() => {
                     item.rationale = Some(unescape_line(rest.trim_start()).to_string());
@@ -523,7 +635,10 @@ fn parse_items(lines: &[(usize, &str)], decisions: bool, ignored: &mut Vec<Ignor
                 }
             }
         } else {
-            ignored.push(IgnoredLine { line: n, text: line.to_string() });
+            ignored.push(IgnoredLine {
+                line: n,
+                text: line.to_string(),
+            });
             open = false;
         }
         blank_run = 0;
@@ -533,7 +648,8 @@ fn parse_items(lines: &[(usize, &str)], decisions: bool, ignored: &mut Vec<Ignor
 
 fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
 }
 
 /// Split a trailing `<!-- entries: … -->` / `<!-- entry: … -->` comment off an item.
@@ -542,14 +658,21 @@ fn split_comment(text: &str) -> (String, Option<(String, String)>) {
         Some(c) => {
             let whole = c.get(0).expect("group 0");
             let key = c[1].to_ascii_lowercase();
-            (text[..whole.start()].to_string(), Some((key, c[2].to_string())))
+            (
+                text[..whole.start()].to_string(),
+                Some((key, c[2].to_string())),
+            )
         }
         None => (text.to_string(), None),
     }
 }
 
 fn plain_items(items: Vec<RawItem>) -> Vec<String> {
-    items.into_iter().map(|i| normalize_item(&i.text)).filter(|t| !t.is_empty()).collect()
+    items
+        .into_iter()
+        .map(|i| normalize_item(&i.text))
+        .filter(|t| !t.is_empty())
+        .collect()
 }
 
 fn file_items(items: Vec<RawItem>) -> Vec<FileArtifact> {
@@ -559,7 +682,13 @@ fn file_items(items: Vec<RawItem>) -> Vec<FileArtifact> {
             let (path, comment) = split_comment(&i.text);
             let path = normalize_item(&path);
             let entry_ids = comment
-                .map(|(_, ids)| ids.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
+                .map(|(_, ids)| {
+                    ids.split(',')
+                        .map(str::trim)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default();
             (!path.is_empty()).then_some(FileArtifact { path, entry_ids })
         })
@@ -572,7 +701,11 @@ fn verification_items(items: Vec<RawItem>) -> Result<Vec<Verification>, FormatEr
         let (text, comment) = split_comment(&i.text);
         let expected = "`[passed]`, `[failed]` or `[unknown]` before the command";
         let Some(c) = VERIFICATION_ITEM.captures(text.trim()) else {
-            return Err(format_err(i.line, expected, &format!("- {}", text.lines().next().unwrap_or(""))));
+            return Err(format_err(
+                i.line,
+                expected,
+                &format!("- {}", text.lines().next().unwrap_or("")),
+            ));
         };
         let outcome = match c[1].to_ascii_lowercase().as_str() {
             "passed" => VerificationOutcome::Passed,
@@ -584,8 +717,14 @@ fn verification_items(items: Vec<RawItem>) -> Result<Vec<Verification>, FormatEr
         if command.is_empty() {
             return Err(format_err(i.line, "a command after the outcome", &text));
         }
-        let entry_id = comment.map(|(_, id)| id.trim().to_string()).unwrap_or_default();
-        out.push(Verification { command, outcome, entry_id });
+        let entry_id = comment
+            .map(|(_, id)| id.trim().to_string())
+            .unwrap_or_default();
+        out.push(Verification {
+            command,
+            outcome,
+            entry_id,
+        });
     }
     Ok(out)
 }
@@ -597,7 +736,11 @@ pub fn parse(text: &str) -> Result<Parsed, FormatError> {
 
     let (format, format_line) = fm.required("format")?;
     if format != FORMAT {
-        return Err(format_err(format_line, format!("`format: {FORMAT}` (the version this build reads)"), format));
+        return Err(format_err(
+            format_line,
+            format!("`format: {FORMAT}` (the version this build reads)"),
+            format,
+        ));
     }
     let (checkpoint_id, _) = fm.required("checkpoint")?;
     let (created, _) = fm.required("created")?;
@@ -614,7 +757,10 @@ pub fn parse(text: &str) -> Result<Parsed, FormatError> {
         session: fm.optional("session"),
         trigger,
         quality,
-        tokens: CapsuleTokens { before: fm.number("tokens_before")?, after: fm.number("tokens_after")? },
+        tokens: CapsuleTokens {
+            before: fm.number("tokens_before")?,
+            after: fm.number("tokens_after")?,
+        },
         previous_checkpoint_id: fm.optional("previous_checkpoint"),
         degraded_reason: fm.optional("degraded_reason"),
         state: CapsuleState::default(),
@@ -629,19 +775,23 @@ pub fn parse(text: &str) -> Result<Parsed, FormatError> {
     let mut chunk: Vec<(usize, &str)> = Vec::new();
     let body = &lines[body_start.min(lines.len())..];
     let flush = |current: Option<(Option<Section>, usize)>,
-                     chunk: &mut Vec<(usize, &str)>,
-                     capsule: &mut PortableCapsule,
-                     ignored: &mut Vec<IgnoredLine>|
+                 chunk: &mut Vec<(usize, &str)>,
+                 capsule: &mut PortableCapsule,
+                 ignored: &mut Vec<IgnoredLine>|
      -> Result<(), FormatError> {
         let lines = std::mem::take(chunk);
         match current {
             None | Some((None, _)) => {
-                let heading_is_title = |l: &str| l.starts_with("# ");
+                // The `# title` heading before the first section is the writer's, not a note.
+                let is_title = |l: &str| current.is_none() && l.starts_with("# ");
                 ignored.extend(
                     lines
                         .into_iter()
-                        .filter(|(_, l)| !l.is_empty() && !(current.is_none() && heading_is_title(l)))
-                        .map(|(n, l)| IgnoredLine { line: n, text: l.to_string() }),
+                        .filter(|(_, l)| !l.is_empty() && !is_title(l))
+                        .map(|(n, l)| IgnoredLine {
+                            line: n,
+                            text: l.to_string(),
+                        }),
                 );
             }
             Some((Some(section), _)) => fill_section(capsule, section, &lines, ignored)?,
@@ -654,11 +804,21 @@ pub fn parse(text: &str) -> Result<Parsed, FormatError> {
             let section = section_named(name);
             if let Some(s) = section {
                 if let Some((_, first)) = seen.iter().find(|(x, _)| *x == s) {
-                    return Err(format_err(n, format!("each section once; `## {}` is already on line {first}", name.trim()), line));
+                    return Err(format_err(
+                        n,
+                        format!(
+                            "each section once; `## {}` is already on line {first}",
+                            name.trim()
+                        ),
+                        line,
+                    ));
                 }
                 seen.push((s, n));
             } else {
-                ignored.push(IgnoredLine { line: n, text: line.to_string() });
+                ignored.push(IgnoredLine {
+                    line: n,
+                    text: line.to_string(),
+                });
             }
             current = Some((section, n));
         } else {
@@ -696,7 +856,11 @@ fn fill_section(
                 .into_iter()
                 .map(|i| Decision {
                     decision: normalize_item(&i.text),
-                    rationale: i.rationale.as_deref().map(normalize_item).unwrap_or_default(),
+                    rationale: i
+                        .rationale
+                        .as_deref()
+                        .map(normalize_item)
+                        .unwrap_or_default(),
                 })
                 .filter(|d| !d.decision.is_empty())
                 .collect();
@@ -715,7 +879,10 @@ fn fill_section(
 #[derive(Debug, thiserror::Error)]
 pub enum PortableError {
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path} is {size} bytes, over the {limit}-byte limit for a capsule file. A capsule is a summary: trim pasted logs or file contents and load it again")]
     TooLarge { path: String, size: u64, limit: u64 },
     #[error("{path} is not UTF-8 text; a capsule file is Markdown")]
@@ -731,31 +898,54 @@ pub fn read_capsule_file(path: &Path) -> Result<Parsed, PortableError> {
 
 pub fn read_capsule_file_limited(path: &Path, limit: u64) -> Result<Parsed, PortableError> {
     let shown = path.display().to_string();
-    let io = |source| PortableError::Io { path: shown.clone(), source };
+    let io = |source| PortableError::Io {
+        path: shown.clone(),
+        source,
+    };
     let file = std::fs::File::open(path).map_err(io)?;
     // Read at most one byte past the limit: a huge file is never loaded whole.
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 > limit {
-        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(bytes.len() as u64);
-        return Err(PortableError::TooLarge { path: shown, size, limit });
+        let size = std::fs::metadata(path)
+            .map(|m| m.len())
+            .unwrap_or(bytes.len() as u64);
+        return Err(PortableError::TooLarge {
+            path: shown,
+            size,
+            limit,
+        });
     }
-    let text = String::from_utf8(bytes).map_err(|_| PortableError::NotText { path: shown.clone() })?;
-    parse(&text).map_err(|source| PortableError::Format { path: shown, source })
+    let text = String::from_utf8(bytes).map_err(|_| PortableError::NotText {
+        path: shown.clone(),
+    })?;
+    parse(&text).map_err(|source| PortableError::Format {
+        path: shown,
+        source,
+    })
 }
 
 /// Write `text` to `path` atomically: a temporary file beside it, then a rename.
 pub fn write_capsule_file(path: &Path, text: &str) -> Result<(), PortableError> {
-    write_atomic(path, text.as_bytes()).map_err(|source| PortableError::Io { path: path.display().to_string(), source })
+    write_atomic(path, text.as_bytes()).map_err(|source| PortableError::Io {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Replace `path` with `bytes` so that readers see the old or the new file, never a part:
 /// write a temporary file in the same directory, sync it, rename it over `path`.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -833,7 +1023,9 @@ mod tests {
     fn secrets_are_redacted_on_write() {
         let mut c = sample();
         let token = format!("{}{}", "ghp_", "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8");
-        c.state.blockers.push(format!("push fails with GH_TOKEN={token}"));
+        c.state
+            .blockers
+            .push(format!("push fails with GH_TOKEN={token}"));
         let out = write(&c);
         assert!(!out.text.contains(&token));
         assert!(out.text.contains("[redacted:github_token]"));
@@ -852,7 +1044,12 @@ mod tests {
         let entry = parsed.to_loaded_entry("ck_ffffffffffff".into(), "/tmp/x.capsule.md");
         assert_eq!(entry.origin, Origin::Loaded);
         assert_eq!(entry.first_kept_entry_id, None);
-        let back = PortableCapsule::from_entry(&entry, "2030-01-01T00:00:00Z", Some("/elsewhere"), Some("s9"));
+        let back = PortableCapsule::from_entry(
+            &entry,
+            "2030-01-01T00:00:00Z",
+            Some("/elsewhere"),
+            Some("s9"),
+        );
         assert_eq!(write(&back).text, text);
     }
 
@@ -908,7 +1105,10 @@ A note someone added between items.\r
                     decision: "Pin the toolchain".into(),
                     rationale: "CI and laptops differ\nand the lockfile is not enough".into()
                 },
-                Decision { decision: "Drop the nightly job".into(), rationale: String::new() },
+                Decision {
+                    decision: "Drop the nightly job".into(),
+                    rationale: String::new()
+                },
             ]
         );
         assert_eq!(
@@ -932,19 +1132,29 @@ A note someone added between items.\r
         parse(text).unwrap_err()
     }
 
-    const HEAD: &str = "---\nformat: soba-capsule/1\ncheckpoint: ck_1\ncreated: 2026-01-01T00:00:00Z\n";
+    const HEAD: &str =
+        "---\nformat: soba-capsule/1\ncheckpoint: ck_1\ncreated: 2026-01-01T00:00:00Z\n";
 
     #[test]
     fn malformed_files_name_the_line_and_what_was_expected() {
         let e = err("# Capsule\n---\n");
-        assert_eq!((e.line, e.expected.as_str()), (1, "`---` opening the front matter"));
-        assert_eq!(e.to_string(), "line 1: expected `---` opening the front matter, found `# Capsule`");
+        assert_eq!(
+            (e.line, e.expected.as_str()),
+            (1, "`---` opening the front matter")
+        );
+        assert_eq!(
+            e.to_string(),
+            "line 1: expected `---` opening the front matter, found `# Capsule`"
+        );
 
         let e = err("");
         assert_eq!(e.line, 1);
 
         let e = err(&format!("{HEAD}trigger: user\nquality: model\n\n## Goal\n"));
-        assert_eq!((e.line, e.expected.as_str()), (9, "`---` closing the front matter"));
+        assert_eq!(
+            (e.line, e.expected.as_str()),
+            (9, "`---` closing the front matter")
+        );
 
         let e = err(&format!("{HEAD}trigger user\n---\n"));
         assert_eq!(e.line, 5);
@@ -960,15 +1170,26 @@ A note someone added between items.\r
 
         let e = err(&format!("{HEAD}trigger: sometimes\nquality: model\n---\n"));
         assert_eq!(e.line, 5);
-        assert!(e.expected.contains("hard_limit") && e.found == "`sometimes`", "{e}");
+        assert!(
+            e.expected.contains("hard_limit") && e.found == "`sometimes`",
+            "{e}"
+        );
 
         let e = err(&format!("{HEAD}trigger: user\nquality: great\n---\n"));
-        assert_eq!((e.line, e.expected.as_str()), (6, "`quality` to be one of model, degraded"));
+        assert_eq!(
+            (e.line, e.expected.as_str()),
+            (6, "`quality` to be one of model, degraded")
+        );
 
         let e = err(&format!("{HEAD}quality: model\n---\n"));
-        assert_eq!((e.line, e.expected.as_str()), (6, "a `trigger: …` line before the closing `---`"));
+        assert_eq!(
+            (e.line, e.expected.as_str()),
+            (6, "a `trigger: …` line before the closing `---`")
+        );
 
-        let e = err(&format!("{HEAD}trigger: user\nquality: model\ntokens_after: lots\n---\n"));
+        let e = err(&format!(
+            "{HEAD}trigger: user\nquality: model\ntokens_after: lots\n---\n"
+        ));
         assert_eq!(e.line, 7);
         assert!(e.expected.contains("whole number"), "{e}");
 
@@ -985,7 +1206,9 @@ A note someone added between items.\r
         assert_eq!(e.line, 9);
         assert!(e.expected.contains("`[passed]`"), "{e}");
 
-        let e = err(&format!("{ok_head}## Verification\n- [skipped] cargo test\n"));
+        let e = err(&format!(
+            "{ok_head}## Verification\n- [skipped] cargo test\n"
+        ));
         assert_eq!((e.line, e.found.as_str()), (9, "`[skipped]`"));
 
         let e = err(&format!("{ok_head}## Verification\n- [passed]\n"));
@@ -1000,9 +1223,17 @@ A note someone added between items.\r
         c.state.goal = "x".repeat(300);
         write_capsule_file(&path, &write(&c).text).unwrap();
         let err = read_capsule_file_limited(&path, 256).unwrap_err();
-        assert!(matches!(err, PortableError::TooLarge { limit: 256, .. }), "{err}");
+        assert!(
+            matches!(err, PortableError::TooLarge { limit: 256, .. }),
+            "{err}"
+        );
         assert!(err.to_string().contains("over the 256-byte limit"), "{err}");
-        assert_eq!(read_capsule_file_limited(&path, MAX_CAPSULE_FILE_BYTES).unwrap().capsule, c);
+        assert_eq!(
+            read_capsule_file_limited(&path, MAX_CAPSULE_FILE_BYTES)
+                .unwrap()
+                .capsule,
+            c
+        );
     }
 
     #[test]
@@ -1011,10 +1242,19 @@ A note someone added between items.\r
         let path = dir.path().join("bad.capsule.md");
         std::fs::write(&path, "---\nformat soba\n---\n").unwrap();
         let msg = read_capsule_file(&path).unwrap_err().to_string();
-        assert!(msg.starts_with(&format!("{}:2: not a valid capsule file", path.display())), "{msg}");
+        assert!(
+            msg.starts_with(&format!("{}:2: not a valid capsule file", path.display())),
+            "{msg}"
+        );
         std::fs::write(&path, [0xff, 0xfe, 0x00]).unwrap();
-        assert!(matches!(read_capsule_file(&path), Err(PortableError::NotText { .. })));
+        assert!(matches!(
+            read_capsule_file(&path),
+            Err(PortableError::NotText { .. })
+        ));
         let missing = dir.path().join("missing.capsule.md");
-        assert!(matches!(read_capsule_file(&missing), Err(PortableError::Io { .. })));
+        assert!(matches!(
+            read_capsule_file(&missing),
+            Err(PortableError::Io { .. })
+        ));
     }
 }

@@ -8,7 +8,9 @@ use clap::Subcommand;
 use serde::Serialize;
 
 use super::{human_tokens, print_json, warn_load, CommonArgs};
-use crate::capsule::portable::{read_capsule_file, write, write_capsule_file, Exported, Parsed, PortableCapsule};
+use crate::capsule::portable::{
+    read_capsule_file, write, write_capsule_file, Exported, Parsed, PortableCapsule,
+};
 use crate::capsule::CapsuleEntry;
 use crate::config::Durability;
 use crate::session::entry::{Entry, EntryBody, RewindEntry};
@@ -34,14 +36,21 @@ pub enum CapsuleCommand {
 
 pub fn run(command: &CapsuleCommand, common: &CommonArgs) -> anyhow::Result<()> {
     match command {
-        CapsuleCommand::Export { session, checkpoint, path } => export(session, checkpoint, path, common),
+        CapsuleCommand::Export {
+            session,
+            checkpoint,
+            path,
+        } => export(session, checkpoint, path, common),
         CapsuleCommand::Load { session, path } => load(session, path, common),
         CapsuleCommand::List { session } => list(session, common),
     }
 }
 
 /// The capsule entry with this checkpoint id, or an error listing the ones there are.
-pub fn find_capsule<'a>(session: &'a Session, checkpoint: &str) -> anyhow::Result<(&'a Entry, &'a CapsuleEntry)> {
+pub fn find_capsule<'a>(
+    session: &'a Session,
+    checkpoint: &str,
+) -> anyhow::Result<(&'a Entry, &'a CapsuleEntry)> {
     let mut ids = Vec::new();
     for e in session.entries() {
         if let Some(c) = e.as_capsule() {
@@ -54,15 +63,25 @@ pub fn find_capsule<'a>(session: &'a Session, checkpoint: &str) -> anyhow::Resul
     if ids.is_empty() {
         bail!("no capsule `{checkpoint}`: this session has no capsules yet");
     }
-    let hint = crate::util::did_you_mean(checkpoint, &ids).map(|c| format!(" Did you mean `{c}`?")).unwrap_or_default();
-    bail!("no capsule `{checkpoint}` in this session.{hint} Its capsules: {}", ids.join(", "))
+    let hint = crate::util::did_you_mean(checkpoint, &ids)
+        .map(|c| format!(" Did you mean `{c}`?"))
+        .unwrap_or_default();
+    bail!(
+        "no capsule `{checkpoint}` in this session.{hint} Its capsules: {}",
+        ids.join(", ")
+    )
 }
 
 /// The `.capsule.md` text of a capsule of `session`.
 pub fn export_capsule(session: &Session, checkpoint: &str) -> anyhow::Result<Exported> {
     let (entry, capsule) = find_capsule(session, checkpoint)?;
     let h = &session.header;
-    Ok(write(&PortableCapsule::from_entry(capsule, &entry.ts, Some(&h.workspace), Some(&h.id))))
+    Ok(write(&PortableCapsule::from_entry(
+        capsule,
+        &entry.ts,
+        Some(&h.workspace),
+        Some(&h.id),
+    )))
 }
 
 #[derive(Debug, Serialize)]
@@ -74,7 +93,12 @@ pub struct ExportReport {
     pub redactions: crate::redact::RedactionReport,
 }
 
-fn export(session_path: &Path, checkpoint: &str, out: &Path, common: &CommonArgs) -> anyhow::Result<()> {
+fn export(
+    session_path: &Path,
+    checkpoint: &str,
+    out: &Path,
+    common: &CommonArgs,
+) -> anyhow::Result<()> {
     let (session, report) = read_session(session_path)?;
     warn_load(session_path, &report);
     let exported = export_capsule(&session, checkpoint)?;
@@ -109,12 +133,20 @@ pub struct LoadReport {
 
 /// Append a parsed capsule file to a session as a capsule with `origin: loaded`, after the
 /// current leaf, so that it is the latest capsule of the model input.
-pub fn load_capsule(log: &mut SessionLog, parsed: &Parsed, path: &str) -> anyhow::Result<LoadReport> {
+pub fn load_capsule(
+    log: &mut SessionLog,
+    parsed: &Parsed,
+    path: &str,
+) -> anyhow::Result<LoadReport> {
     let checkpoint_id = crate::util::new_id("ck_");
     let capsule = parsed.capsule.to_loaded_entry(checkpoint_id.clone(), path);
     let entry_id = crate::util::new_id("e_");
     let parent = log.session().leaf_id().map(str::to_string);
-    log.append(Entry::new(entry_id.clone(), parent, EntryBody::Capsule(Box::new(capsule))))?;
+    log.append(Entry::new(
+        entry_id.clone(),
+        parent,
+        EntryBody::Capsule(Box::new(capsule)),
+    ))?;
     Ok(LoadReport {
         checkpoint_id,
         entry_id,
@@ -138,7 +170,12 @@ fn load(session_path: &Path, capsule_path: &Path, common: &CommonArgs) -> anyhow
         return print_json(&r);
     }
     for i in &parsed.ignored {
-        eprintln!("note: {}:{}: not part of the capsule, ignored: {}", capsule_path.display(), i.line, i.text);
+        eprintln!(
+            "note: {}:{}: not part of the capsule, ignored: {}",
+            capsule_path.display(),
+            i.line,
+            i.text
+        );
     }
     println!(
         "loaded {} as capsule {} (entry {}); it opens the model input from now on",
@@ -220,7 +257,11 @@ fn list(session_path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             r.ts,
             r.trigger,
             r.quality,
-            if r.origin == "loaded" { " (loaded)" } else { "" },
+            if r.origin == "loaded" {
+                " (loaded)"
+            } else {
+                ""
+            },
             human_tokens(r.tokens_before),
             human_tokens(r.tokens_after),
             r.title.as_deref().unwrap_or("")
@@ -246,7 +287,9 @@ pub fn rewind_session(log: &mut SessionLog, to: &str) -> anyhow::Result<RewindRe
     let session = log.session();
     if session.index_of(to).is_none() {
         let ids: Vec<&str> = session.entries().iter().map(|e| e.id.as_str()).collect();
-        let hint = crate::util::did_you_mean(to, &ids).map(|c| format!(" Did you mean `{c}`?")).unwrap_or_default();
+        let hint = crate::util::did_you_mean(to, &ids)
+            .map(|c| format!(" Did you mean `{c}`?"))
+            .unwrap_or_default();
         return Err(anyhow!(
             "no entry `{to}` in {}.{hint} Entry ids are in the log (`soba context --json` shows those of the model input)",
             log.path().display()
@@ -254,11 +297,22 @@ pub fn rewind_session(log: &mut SessionLog, to: &str) -> anyhow::Result<RewindRe
     }
     let from = session.leaf_id().map(str::to_string);
     let id = crate::util::new_id("e_");
-    log.append(Entry::new(id.clone(), from.clone(), EntryBody::Rewind(RewindEntry { to: to.to_string() })))
-        .context("appending the rewind entry")?;
+    log.append(Entry::new(
+        id.clone(),
+        from.clone(),
+        EntryBody::Rewind(RewindEntry { to: to.to_string() }),
+    ))
+    .context("appending the rewind entry")?;
     let session = log.session();
-    let messages = ModelView::build(session, session.leaf()).messages(session).len();
-    Ok(RewindReport { rewind_entry_id: id, from, to: to.to_string(), messages })
+    let messages = ModelView::build(session, session.leaf())
+        .messages(session)
+        .len();
+    Ok(RewindReport {
+        rewind_entry_id: id,
+        from,
+        to: to.to_string(),
+        messages,
+    })
 }
 
 pub fn rewind(session_path: &Path, to: &str, common: &CommonArgs) -> anyhow::Result<()> {
