@@ -355,7 +355,9 @@ pub fn write(c: &PortableCapsule) -> Exported {
     let mut out = String::new();
     out.push_str("---\n");
     let mut kv = |k: &str, v: &str| {
-        let _ = writeln!(out, "{k}: {}", normalize_value(v));
+        let v = normalize_value(v);
+        // No trailing space after an empty value.
+        let _ = writeln!(out, "{k}:{}{v}", if v.is_empty() { "" } else { " " });
     };
     kv("format", FORMAT);
     kv("checkpoint", &c.checkpoint_id);

@@ -251,7 +251,7 @@ fn list(session_path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         } else {
             "~"
         };
-        println!(
+        let line = format!(
             "{mark} {}  {}  {}/{}{}  {} → {} tokens  {}",
             r.checkpoint_id,
             r.ts,
@@ -266,6 +266,7 @@ fn list(session_path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             human_tokens(r.tokens_after),
             r.title.as_deref().unwrap_or("")
         );
+        println!("{}", line.trim_end());
     }
     println!("* opens the model input now  ~ on another branch");
     Ok(())
@@ -323,11 +324,12 @@ pub fn rewind(session_path: &Path, to: &str, common: &CommonArgs) -> anyhow::Res
         return print_json(&r);
     }
     println!(
-        "rewound {} to {} (was {}); the model input is now {} messages",
+        "rewound {} to {} (was {}); the model input is now {} message{}",
         session_path.display(),
         r.to,
         r.from.as_deref().unwrap_or("empty"),
-        r.messages
+        r.messages,
+        if r.messages == 1 { "" } else { "s" }
     );
     Ok(())
 }
