@@ -154,7 +154,7 @@ fn has_digit_and_letter(s: &str) -> bool {
 /// A value assigned to a secret-named variable that is a real value, not a reference or a
 /// placeholder (`$TOKEN`, `${TOKEN}`, `<your-key>`, `{{ secret }}`, `xxxx`, `changeme`).
 fn is_literal_secret_value(v: &str) -> bool {
-    let v = v.trim_matches(|c| c == '"' || c == '\'');
+    let v = v.trim_matches(|c| c == '"' || c == '\'' || c == '\\');
     if v.len() < 4 || v.starts_with("[redacted:") {
         return false;
     }
@@ -180,6 +180,8 @@ fn is_literal_secret_value(v: &str) -> bool {
         "your",
         "xxxx",
         "****",
+        "...",
+        "…",
         "replace",
         "change-me",
         "change_me",
@@ -288,7 +290,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         // which keeps program code (`api_key = os.environ[…]`) out.
         rule(
             EnvSecret,
-            r#"(?m)(?:^|[\s;&|("'`])(?:export\s+)?[A-Z0-9_]*(?:_KEY|_TOKEN|_SECRET|PASSWORD|_PASSWD|_PWD)=(?P<secret>"[^"\n]*"|'[^'\n]*'|[^\s"'`;&|)]+)"#,
+            r#"(?m)(?:^|[\s;&|("'`])(?:export\s+)?[A-Z0-9_]*(?:_KEY|_TOKEN|_SECRET|PASSWORD|_PASSWD|_PWD)=(?P<secret>"[^"\n]*"|'[^'\n]*'|\\"[^"\\\n]*\\"|[^\s"'`;&|)\\]+)"#,
             Some(is_literal_secret_value),
         ),
     ]

@@ -4,6 +4,8 @@
 //! The secrets are fake. They are assembled at run time from a vendor prefix and a
 //! deterministic pseudo-random body so that the repository holds no secret-shaped literal.
 
+mod common;
+
 use soba::redact::{redact, redact_with_report, SecretKind};
 
 const ALNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
@@ -288,6 +290,12 @@ fn secrets() -> Vec<(SecretKind, String, String)> {
         format!("MAILGUN_API_KEY={k}")
     });
     add(EnvSecret, rnd(69, 16, ALNUM), &|k| format!("PASSWORD={k}"));
+    add(EnvSecret, rnd(71, 24, ALNUM), &|k| {
+        format!(r#"{{"command": "echo DB_PASSWORD=\"{k}\" >> .env\ncat .env"}}"#)
+    });
+    add(EnvSecret, rnd(72, 30, ALNUM), &|k| {
+        format!(r#"{{"text": "set it with\nexport REDIS_PASSWORD={k}\nthen restart"}}"#)
+    });
     add(EnvSecret, rnd(70, 40, HEX), &|k| {
         format!("{{\"command\": \"CI_JOB_TOKEN={k} ./release.sh\"}}")
     });
@@ -364,6 +372,9 @@ fn near_misses() -> Vec<String> {
         "aws_access_key_id = AKIAXXXXXXXXXXXXXXXX".to_string(),
         "OPENAI_API_KEY=sk-your-key-here".to_string(),
         "password: ${{ secrets.DB_PASSWORD }}".to_string(),
+        // A README quoted inside a JSON transcript: newlines are `\n`, keys are elided.
+        r#"{"text":"```bash\nexport ANTHROPIC_API_KEY=sk-ant-...\n\n# Or OpenAI\nexport OPENAI_API_KEY=sk-...\n```"}"#.to_string(),
+        "export GEMINI_API_KEY=…".to_string(),
     ];
     v.push(format!("msg_{}", rnd(117, 24, ALNUM)));
     v
@@ -445,4 +456,24 @@ fn secrets_inside_a_larger_document_are_all_found() {
         report.total(),
         all.len()
     );
+}
+
+#[test]
+fn real_transcripts_have_nothing_to_redact() {
+    // The fixture transcripts hold no secrets, only placeholders such as
+    // `export OPENAI_API_KEY=sk-...` in quoted READMEs: nothing may be flagged.
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let mut checked = 0;
+    for format in ["pi", "claude-code", "codex", "openai-chat"] {
+        for file in std::fs::read_dir(dir.join(format)).unwrap() {
+            let path = file.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let (_, report) = redact_with_report(&text);
+            assert!(report.is_empty(), "{}: {:?}", path.display(), report.counts);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 9, "{checked} transcripts checked");
 }
