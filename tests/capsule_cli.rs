@@ -242,6 +242,28 @@ fn binary_exports_loads_lists_and_rewinds() {
     assert!(!ok);
     assert!(err.contains("no entry `nope`"), "{err}");
 
+    // Into a new session: the capsule is all of its model input.
+    let fresh = dir.path().join("fresh.jsonl");
+    let fresh_s = fresh.to_str().unwrap();
+    let ws = dir.path().to_str().unwrap();
+    let (ok, _, err) = soba(&[
+        "capsule",
+        "load",
+        fresh_s,
+        file_s,
+        "--new",
+        "--workspace",
+        ws,
+    ]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = soba(&["context", fresh_s, "--json"]);
+    assert!(ok, "{err}");
+    let context: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(context["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(context["capsule"]["origin"], "loaded");
+    let (ok, _, err) = soba(&["capsule", "load", fresh_s, file_s, "--new"]);
+    assert!(!ok && err.contains("already exists"), "{err}");
+
     std::fs::write(&file, "---\nformat: soba-capsule/1\ncheckpoint: x\n").unwrap();
     let (ok, _, err) = soba(&["capsule", "load", a, file_s]);
     assert!(!ok);

@@ -13,7 +13,9 @@ use crate::capsule::portable::{
 };
 use crate::capsule::CapsuleEntry;
 use crate::config::Durability;
-use crate::session::entry::{Entry, EntryBody, RewindEntry};
+use crate::session::entry::{
+    Entry, EntryBody, HeaderTag, RewindEntry, SessionHeader, LOG_FORMAT_VERSION,
+};
 use crate::session::log::{read_session, SessionLog};
 use crate::session::view::ModelView;
 use crate::session::Session;
@@ -29,7 +31,17 @@ pub enum CapsuleCommand {
         path: PathBuf,
     },
     /// Load a `.capsule.md` file into a session: it becomes the latest capsule of the model input.
-    Load { session: PathBuf, path: PathBuf },
+    Load {
+        session: PathBuf,
+        path: PathBuf,
+        /// Start a new session log at SESSION (which must not exist) with the capsule as its
+        /// first entry.
+        #[arg(long)]
+        new: bool,
+        /// Workspace root of the new session (default: the current directory).
+        #[arg(long, value_name = "DIR", requires = "new")]
+        workspace: Option<PathBuf>,
+    },
     /// The capsules of a session: id, title, trigger, quality, time and tokens.
     List { session: PathBuf },
 }
@@ -41,7 +53,15 @@ pub fn run(command: &CapsuleCommand, common: &CommonArgs) -> anyhow::Result<()> 
             checkpoint,
             path,
         } => export(session, checkpoint, path, common),
-        CapsuleCommand::Load { session, path } => load(session, path, common),
+        CapsuleCommand::Load {
+            session,
+            path,
+            new,
+            workspace,
+        } => {
+            let new_session = new.then_some(workspace.as_deref());
+            load(session, path, new_session, common)
+        }
         CapsuleCommand::List { session } => list(session, common),
     }
 }
@@ -160,10 +180,43 @@ pub fn load_capsule(
 /// Appends from the command line are rare and small: always make them durable.
 const CLI_DURABILITY: Durability = Durability::Fsync;
 
-fn load(session_path: &Path, capsule_path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
+/// Header of a session started by loading a capsule into it.
+fn new_session_header(workspace: Option<&Path>) -> anyhow::Result<SessionHeader> {
+    let dir = match workspace {
+        Some(w) => w.to_path_buf(),
+        None => std::env::current_dir().context("reading the current directory")?,
+    };
+    let dir = std::fs::canonicalize(&dir)
+        .with_context(|| format!("workspace {}: not a directory that exists", dir.display()))?;
+    Ok(SessionHeader {
+        kind: HeaderTag::Session,
+        version: LOG_FORMAT_VERSION,
+        id: crate::util::new_id("s_"),
+        workspace: dir.display().to_string(),
+        created_at: crate::util::now_rfc3339(),
+        model: None,
+        source: None,
+    })
+}
+
+/// `new_session`: `Some(workspace)` to create the session log instead of opening it.
+fn load(
+    session_path: &Path,
+    capsule_path: &Path,
+    new_session: Option<Option<&Path>>,
+    common: &CommonArgs,
+) -> anyhow::Result<()> {
     let parsed = read_capsule_file(capsule_path)?;
-    let (mut log, report) = SessionLog::open(session_path, CLI_DURABILITY)?;
-    warn_load(session_path, &report);
+    let mut log = match new_session {
+        Some(workspace) => {
+            SessionLog::create(session_path, new_session_header(workspace)?, CLI_DURABILITY)?
+        }
+        None => {
+            let (log, report) = SessionLog::open(session_path, CLI_DURABILITY)?;
+            warn_load(session_path, &report);
+            log
+        }
+    };
     let shown = std::fs::canonicalize(capsule_path).unwrap_or_else(|_| capsule_path.to_path_buf());
     let r = load_capsule(&mut log, &parsed, &shown.display().to_string())?;
     if common.json {
