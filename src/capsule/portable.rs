@@ -288,6 +288,19 @@ fn write_item(out: &mut String, indent: &str, text: &str, comment: Option<&str>)
     out.push('\n');
 }
 
+/// The `<!-- key: value -->` comment of a file or verification item. Written when there is a
+/// value, and also (empty) when the item's text itself ends like a comment, so that the reader,
+/// which strips exactly one trailing comment, never takes the text for metadata.
+fn metadata_comment(key: &str, value: &str, text: &str) -> Option<String> {
+    if !value.is_empty() {
+        Some(format!("{key}: {value}"))
+    } else if normalize_item(text).ends_with("-->") {
+        Some(format!("{key}:"))
+    } else {
+        None
+    }
+}
+
 fn section_body(c: &PortableCapsule, section: Section) -> String {
     let mut out = String::new();
     let items = |out: &mut String, list: &[String]| {
@@ -297,8 +310,8 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
     };
     let files = |out: &mut String, list: &[FileArtifact]| {
         for f in list.iter().filter(|f| !normalize_item(&f.path).is_empty()) {
-            let comment =
-                (!f.entry_ids.is_empty()).then(|| format!("entries: {}", f.entry_ids.join(", ")));
+            let ids = f.entry_ids.join(", ");
+            let comment = metadata_comment("entries", &ids, &f.path);
             write_item(out, "", &f.path, comment.as_deref());
         }
     };
@@ -340,8 +353,7 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
                 .filter(|v| !normalize_item(&v.command).is_empty())
             {
                 let text = format!("[{}] {}", v.outcome.as_str(), normalize_item(&v.command));
-                let comment = (!v.entry_id.trim().is_empty())
-                    .then(|| format!("entry: {}", v.entry_id.trim()));
+                let comment = metadata_comment("entry", v.entry_id.trim(), &v.command);
                 write_item(&mut out, "", &text, comment.as_deref());
             }
         }
@@ -563,7 +575,7 @@ fn parse_front_matter(lines: &[(usize, &str)]) -> Result<(FrontMatter, usize), F
 }
 
 static ITEM_COMMENT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\s*<!--\s*(entries|entry)\s*:\s*(.*?)\s*-->\s*$").expect("pattern compiles")
+    Regex::new(r"\s*<!--\s*(entries|entry)\s*:\s*([^<>]*?)\s*-->\s*$").expect("pattern compiles")
 });
 
 static VERIFICATION_ITEM: LazyLock<Regex> =
@@ -623,7 +635,8 @@ fn parse_items(
                 });
             match why {
                 Some(rest) if decisions && item.rationale.is_none() => {
-                    item.rationale = Some(unescape_line(rest.trim_start()).to_string());
+                    // The writer never escapes text after `Why: `.
+                    item.rationale = Some(rest.trim_start().to_string());
                     in_rationale = true;
                 }
                 _ => {
@@ -1258,5 +1271,96 @@ A note someone added between items.\r
             read_capsule_file(&missing),
             Err(PortableError::Io { .. })
         ));
+    }
+
+    mod round_trip {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Text made of the pieces that matter to the format: markers, escapes, comments,
+        /// blank lines, indentation.
+        fn text() -> impl Strategy<Value = String> {
+            const PIECES: [&str; 18] = [
+                "a",
+                "b c",
+                " ",
+                "\n",
+                "\n\n",
+                "\t",
+                "- ",
+                "* ",
+                "#",
+                "## x",
+                "\\",
+                "<!-- entries: e1 -->",
+                "Why: ",
+                "[passed] ",
+                "---",
+                "\r\n",
+                "é",
+                "  - Why: y",
+            ];
+            proptest::collection::vec(proptest::sample::select(&PIECES[..]), 0..8)
+                .prop_map(|v| v.concat())
+        }
+
+        fn capsule() -> impl Strategy<Value = PortableCapsule> {
+            let list = || proptest::collection::vec(text(), 0..3);
+            (
+                text(),
+                list(),
+                list(),
+                proptest::collection::vec((text(), text()), 0..3),
+                list(),
+                list(),
+                text(),
+            )
+                .prop_map(
+                    |(goal, constraints, steps, decisions, files, commands, title)| {
+                        let mut c = tests::sample();
+                        c.title = Some(title);
+                        c.state.goal = goal;
+                        c.state.constraints = constraints;
+                        c.state.next_steps = steps;
+                        c.state.decisions = decisions
+                            .into_iter()
+                            .map(|(decision, rationale)| Decision {
+                                decision,
+                                rationale,
+                            })
+                            .collect();
+                        c.artifacts.read_files = files
+                            .into_iter()
+                            .map(|path| FileArtifact {
+                                path,
+                                entry_ids: vec!["e1".into()],
+                            })
+                            .collect();
+                        c.artifacts.verification = commands
+                            .into_iter()
+                            .map(|command| Verification {
+                                command,
+                                outcome: VerificationOutcome::Unknown,
+                                entry_id: "e9".into(),
+                            })
+                            .collect();
+                        c
+                    },
+                )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+            #[test]
+            fn export_load_export_is_byte_identical(c in capsule()) {
+                let first = write(&c).text;
+                let parsed = parse(&first).map_err(|e| TestCaseError::fail(format!("{e}\n{first}")))?;
+                prop_assert!(parsed.ignored.is_empty(), "{:?}\n{}", parsed.ignored, first);
+                let second = write(&parsed.capsule).text;
+                prop_assert_eq!(&second, &first);
+                prop_assert_eq!(parse(&second).unwrap().capsule, parsed.capsule);
+            }
+        }
     }
 }
