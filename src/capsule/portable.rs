@@ -363,7 +363,86 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
 }
 
 /// Render a capsule as a `.capsule.md` file, secrets redacted.
+///
+/// Each value is redacted on its own before it is laid out, so a marker never spans the
+/// format's structure (a key block pasted into one item cannot swallow the next section).
 pub fn write(c: &PortableCapsule) -> Exported {
+    let (clean, redactions) = redact_capsule(c);
+    Exported {
+        text: render(&clean),
+        redactions,
+    }
+}
+
+/// The capsule with every text value redacted.
+fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
+    let mut report = RedactionReport::default();
+    let mut r = |s: &str| {
+        let (out, found) = redact_with_report(s);
+        report.merge(&found);
+        out.into_owned()
+    };
+    let list = |v: &[String], r: &mut dyn FnMut(&str) -> String| {
+        v.iter().map(|s| r(s)).collect::<Vec<_>>()
+    };
+    let files = |v: &[FileArtifact], r: &mut dyn FnMut(&str) -> String| {
+        v.iter()
+            .map(|f| FileArtifact {
+                path: r(&f.path),
+                entry_ids: f.entry_ids.clone(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let state = &c.state;
+    let clean = PortableCapsule {
+        checkpoint_id: r(&c.checkpoint_id),
+        title: c.title.as_deref().map(&mut r),
+        created: r(&c.created),
+        workspace: c.workspace.as_deref().map(&mut r),
+        session: c.session.as_deref().map(&mut r),
+        trigger: c.trigger,
+        quality: c.quality,
+        tokens: c.tokens,
+        previous_checkpoint_id: c.previous_checkpoint_id.as_deref().map(&mut r),
+        degraded_reason: c.degraded_reason.as_deref().map(&mut r),
+        state: CapsuleState {
+            goal: r(&state.goal),
+            constraints: list(&state.constraints, &mut r),
+            completed: list(&state.completed, &mut r),
+            active: list(&state.active, &mut r),
+            pending: list(&state.pending, &mut r),
+            decisions: state
+                .decisions
+                .iter()
+                .map(|d| Decision {
+                    decision: r(&d.decision),
+                    rationale: r(&d.rationale),
+                })
+                .collect(),
+            blockers: list(&state.blockers, &mut r),
+            next_steps: list(&state.next_steps, &mut r),
+        },
+        artifacts: Artifacts {
+            read_files: files(&c.artifacts.read_files, &mut r),
+            modified_files: files(&c.artifacts.modified_files, &mut r),
+            verification: c
+                .artifacts
+                .verification
+                .iter()
+                .map(|v| Verification {
+                    command: r(&v.command),
+                    outcome: v.outcome,
+                    entry_id: v.entry_id.clone(),
+                })
+                .collect(),
+            active_skills: list(&c.artifacts.active_skills, &mut r),
+        },
+    };
+    (clean, report)
+}
+
+/// Lay out an already redacted capsule.
+fn render(c: &PortableCapsule) -> String {
     let mut out = String::new();
     out.push_str("---\n");
     let mut kv = |k: &str, v: &str| {
@@ -406,11 +485,7 @@ pub fn write(c: &PortableCapsule) -> Exported {
             out.push_str(&body);
         }
     }
-    let (text, redactions) = redact_with_report(&out);
-    Exported {
-        text: text.into_owned(),
-        redactions,
-    }
+    out
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1049,6 +1124,31 @@ mod tests {
         let again = write(&parse(&out.text).unwrap().capsule);
         assert_eq!(again.text, out.text);
         assert!(again.redactions.is_empty());
+    }
+
+    #[test]
+    fn a_key_block_split_over_two_items_cannot_swallow_the_sections_between() {
+        let mut c = sample();
+        let begin = format!("-----BEGIN {}-----", "PRIVATE KEY");
+        let end = format!("-----END {}-----", "PRIVATE KEY");
+        c.state.constraints = vec![format!(
+            "{begin}\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
+        )];
+        c.state.next_steps = vec![format!("rotate the key ending in {end}")];
+        let out = write(&c);
+        let parsed = parse(&out.text).unwrap().capsule;
+        assert_eq!(
+            parsed.state.constraints,
+            vec!["[redacted:private_key]"],
+            "{}",
+            out.text
+        );
+        assert_eq!(parsed.state.active, c.state.active, "{}", out.text);
+        assert_eq!(parsed.state.decisions, c.state.decisions);
+        assert_eq!(
+            parsed.state.next_steps,
+            vec![format!("rotate the key ending in {end}")]
+        );
     }
 
     #[test]
