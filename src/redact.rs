@@ -158,7 +158,8 @@ fn is_literal_secret_value(v: &str) -> bool {
     if v.len() < 4 || v.starts_with("[redacted:") {
         return false;
     }
-    if v.starts_with('$') || v.starts_with('<') || v.starts_with("{{") || v.starts_with('%') {
+    // References and templates: `$X`, `${X}`, `<x>`, `{x}`, `{{ x }}`, `%s`, `%(x)s`.
+    if v.starts_with(['$', '<', '{', '%']) {
         return false;
     }
     let first = v.chars().next().unwrap_or(' ');

@@ -375,6 +375,8 @@ fn near_misses() -> Vec<String> {
         // A README quoted inside a JSON transcript: newlines are `\n`, keys are elided.
         r#"{"text":"```bash\nexport ANTHROPIC_API_KEY=sk-ant-...\n\n# Or OpenAI\nexport OPENAI_API_KEY=sk-...\n```"}"#.to_string(),
         "export GEMINI_API_KEY=…".to_string(),
+        "url = f\"postgresql://{user}:{password}@{host}:5432/{db}\"".to_string(),
+        "DSN = \"mysql://%s:%s@%s/app\" % (user, pw, host)".to_string(),
     ];
     v.push(format!("msg_{}", rnd(117, 24, ALNUM)));
     v
