@@ -22,6 +22,15 @@ enum Command {
     Budget { session: PathBuf },
     /// The model input the next preflight would send.
     Context { session: PathBuf },
+    /// Compact a session now: a capsule of the old history plus the retained recent tail.
+    Compact {
+        session: PathBuf,
+        /// What the capsule should focus on.
+        #[arg(long)]
+        instructions: Option<String>,
+    },
+    /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
+    Import(cli::import::ImportArgs),
     /// Portable Capsules: export a capsule to `.capsule.md`, load one, list a session's capsules.
     Capsule {
         #[command(subcommand)]
@@ -32,10 +41,21 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` and closed early ends the process quietly, as in other tools.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Budget { session } => cli::inspect::budget(session, &cli.common),
         Command::Context { session } => cli::inspect::context(session, &cli.common),
+        Command::Compact {
+            session,
+            instructions,
+        } => cli::compact::compact(session, instructions.clone(), &cli.common),
+        Command::Import(args) => cli::import::run(args, &cli.common),
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),
         Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
     };

@@ -81,6 +81,7 @@ fn handoff_capsule() -> CapsuleEntry {
         title: Some("Importer hand-off".into()),
         degraded_reason: None,
         instructions: None,
+        elide_tool_results_over: None,
         loaded_from: None,
     }
 }

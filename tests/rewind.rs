@@ -65,6 +65,7 @@ fn capsule(checkpoint: &str, first_kept: Option<&str>) -> EntryBody {
         title: None,
         degraded_reason: None,
         instructions: None,
+        elide_tool_results_over: None,
         loaded_from: None,
     }))
 }

@@ -96,6 +96,7 @@ fn capsule() -> CapsuleEntry {
         title: Some("t".into()),
         degraded_reason: None,
         instructions: Some("focus".into()),
+        elide_tool_results_over: Some(4000),
         loaded_from: Some(LoadedFrom {
             path: "x.capsule.md".into(),
             workspace: Some("/w".into()),

@@ -250,6 +250,7 @@ mod tests {
             title: Some("Parser | done".into()),
             degraded_reason: (quality == Quality::Degraded).then(|| "summarizer timed out".into()),
             instructions: None,
+            elide_tool_results_over: None,
             loaded_from: None,
         }
     }

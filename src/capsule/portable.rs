@@ -115,6 +115,7 @@ impl PortableCapsule {
             title: self.title.clone(),
             degraded_reason: self.degraded_reason.clone(),
             instructions: None,
+            elide_tool_results_over: None,
             loaded_from: Some(LoadedFrom {
                 path: path.to_string(),
                 workspace: self.workspace.clone(),

@@ -2,18 +2,24 @@
 
 use std::path::PathBuf;
 
-/// The real agent transcripts beside the checkout (`../shared/fixtures/transcripts`).
+/// The real agent transcripts in `../shared/fixtures/transcripts`, beside the checkout.
 ///
-/// When the folder is missing: under `CI=true` the calling test fails; otherwise this prints
-/// a loud notice and returns `None` so the test can return early.
+/// When the folder is missing, tests that need it are skipped with a loud message, except on CI
+/// (`CI=true`), where a missing folder is a failure: CI must run them.
 pub fn transcripts_dir() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/transcripts");
     if dir.is_dir() {
         return Some(dir);
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("../shared/fixtures/transcripts is missing; CI must provide it beside the checkout");
+        panic!(
+            "{} is missing; CI must provide ../shared/fixtures beside the checkout",
+            dir.display()
+        );
     }
-    eprintln!("SKIPPED: ../shared/fixtures missing ({})", dir.display());
+    eprintln!(
+        "SKIPPED: ../shared/fixtures missing ({} not found)",
+        dir.display()
+    );
     None
 }
