@@ -4,13 +4,13 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::Path;
 
 use serde_json::Value;
 use soba::capsule::{Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Origin, Quality};
 use soba::cli::capsule::{list_capsules, rewind_session};
 use soba::config::Durability;
+use soba::import::{import_str, ImportOptions};
 use soba::session::entry::{
     ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, Role, SessionHeader, ToolResultEntry,
     Trigger, LOG_FORMAT_VERSION,
@@ -231,141 +231,61 @@ fn rewind_is_an_appended_entry_and_survives_reopening() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Real transcripts: pi sessions already form a tree (id / parentId); their `message`
-// records become SOBA entries directly. Other records (model changes, pi's own compactions,
-// bash executions) are left out and their children attach to the nearest kept ancestor.
-
-fn pi_blocks(content: &Value) -> Vec<ContentBlock> {
-    match content {
-        Value::String(s) => vec![ContentBlock::text(s.clone())],
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| {
-                let s = |k: &str| {
-                    b.get(k)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string()
-                };
-                match b.get("type").and_then(Value::as_str)? {
-                    "text" => Some(ContentBlock::Text { text: s("text") }),
-                    "thinking" => Some(ContentBlock::Thinking {
-                        thinking: s("thinking"),
-                    }),
-                    "toolCall" => Some(ContentBlock::ToolCall {
-                        id: s("id"),
-                        name: s("name"),
-                        input: b.get("arguments").cloned().unwrap_or(Value::Null),
-                    }),
-                    "image" => Some(ContentBlock::Image {
-                        media_type: Some(s("mimeType")),
-                        data: Some(s("data")),
-                    }),
-                    _ => None,
-                }
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-fn pi_body(record: &Value) -> Option<EntryBody> {
-    let content = pi_blocks(record.get("content").unwrap_or(&Value::Null));
-    match record.get("role")?.as_str()? {
-        "user" => Some(message(Role::User, content)),
-        "assistant" => Some(message(Role::Assistant, content)),
-        "toolResult" => Some(EntryBody::ToolResult(ToolResultEntry {
-            call_id: record.get("toolCallId")?.as_str()?.to_string(),
-            tool_name: record
-                .get("toolName")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            content,
-            is_error: record
-                .get("isError")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            exit_code: None,
-        })),
-        _ => None,
-    }
-}
+// Real transcripts, imported with `soba import`'s reader: every entry is appended in order,
+// one capsule is injected halfway (on the path of everything after it), and the model input
+// is captured at a spread of leaves.
 
 struct Replay {
     log: Log,
-    /// (entry id, model input captured when it was the leaf)
+    /// (leaf id, model input captured when it was the leaf)
     captured: Vec<(String, Vec<ModelMessage>)>,
-    /// Entry whose captured input precedes the injected capsule.
+    /// Leaf whose captured input precedes the injected capsule.
     before_capsule: String,
     capsule_entry: String,
 }
 
-/// Append the pi session's messages in file order, inject one capsule halfway (on the path
-/// of everything after it), and capture the model input at a spread of leaves.
 fn replay(path: &Path) -> Replay {
     let text = std::fs::read_to_string(path).unwrap();
-    let records: Vec<Value> = text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let messages = records
-        .iter()
-        .filter(|r| r.get("type").and_then(Value::as_str) == Some("message"))
-        .count();
-    let inject_after = messages / 2;
+    let options = ImportOptions {
+        source_path: path.display().to_string(),
+        default_workspace: "/ws".into(),
+        default_session_id: "replay".into(),
+        now: "2026-01-01T00:00:00Z".into(),
+    };
+    let imported = import_str(&text, None, &options).unwrap();
+    let entries = imported.entries;
+    let every = (entries.len() / 12).max(1);
+    let inject_after = entries.len() / 2;
     let mut l = Log::new();
-    // pi id → the SOBA entry a child of it attaches to.
-    let mut attach: HashMap<String, Option<String>> = HashMap::new();
-    let mut appended = 0usize;
     let mut captured = Vec::new();
     let mut before_capsule = String::new();
     let mut capsule_entry = String::new();
-    for r in &records {
-        let Some(id) = r.get("id").and_then(Value::as_str) else {
-            continue;
-        };
-        let parent = r
-            .get("parentId")
-            .and_then(Value::as_str)
-            .and_then(|p| attach.get(p).cloned().flatten());
-        let body = (r.get("type").and_then(Value::as_str) == Some("message"))
-            .then(|| r.get("message").and_then(pi_body))
-            .flatten();
-        let Some(body) = body else {
-            attach.insert(id.to_string(), parent);
-            continue;
-        };
-        l.log.append(Entry::new(id, parent, body)).unwrap();
-        attach.insert(id.to_string(), Some(id.to_string()));
-        appended += 1;
-        if appended.is_multiple_of(97) {
-            captured.push((id.to_string(), l.input()));
+    let capture = |l: &Log| (l.log.session().leaf_id().unwrap().to_string(), l.input());
+    for (n, mut entry) in entries.into_iter().enumerate() {
+        // Children of the injection point hang below the capsule instead.
+        if !before_capsule.is_empty() && entry.parent_id.as_deref() == Some(before_capsule.as_str())
+        {
+            entry.parent_id = Some(capsule_entry.clone());
         }
-        if appended == inject_after {
-            before_capsule = id.to_string();
-            captured.push((id.to_string(), l.input()));
-            // Keep the last few entries of the branch verbatim after the capsule.
+        l.log.append(entry).unwrap();
+        if (n + 1) % every == 0 {
+            captured.push(capture(&l));
+        }
+        if n + 1 == inject_after {
             let s = l.log.session();
-            let branch = s.branch(s.leaf().unwrap());
+            let leaf = s.leaf().unwrap();
+            before_capsule = s.entry(leaf).id.clone();
+            captured.push(capture(&l));
+            // Keep the last few entries of the branch verbatim after the capsule.
+            let branch = s.branch(leaf);
             let first_kept = s.entry(branch[branch.len().saturating_sub(6)]).id.clone();
-            capsule_entry = format!("capsule-{id}");
-            l.log
-                .append(Entry::new(
-                    capsule_entry.clone(),
-                    Some(id.to_string()),
-                    capsule("ck_replay", Some(&first_kept)),
-                ))
-                .unwrap();
-            attach.insert(id.to_string(), Some(capsule_entry.clone()));
-            captured.push((capsule_entry.clone(), l.input()));
+            capsule_entry = format!("capsule-{before_capsule}");
+            let body = capsule("ck_replay", Some(&first_kept));
+            l.add(&capsule_entry.clone(), body);
+            captured.push(capture(&l));
         }
     }
-    assert!(
-        appended > 500,
-        "{}: only {appended} messages replayed",
-        path.display()
-    );
-    captured.push((l.log.session().leaf_id().unwrap().to_string(), l.input()));
+    captured.push(capture(&l));
     Replay {
         log: l,
         captured,
@@ -379,67 +299,67 @@ fn rewind_reproduces_the_captured_input_over_real_transcripts() {
     let Some(dir) = common::transcripts_dir() else {
         return;
     };
-    for name in [
-        "pi/pi-mono-large-session.jsonl",
-        "pi/pi-mono-two-compactions.jsonl",
-    ] {
-        let Replay {
-            log: mut l,
-            captured,
-            before_capsule,
-            capsule_entry,
-        } = replay(&dir.join(name));
-        let entries_before = l.log.session().len();
-        assert!(
-            captured.len() >= 10,
-            "{name}: {} capture points",
-            captured.len()
-        );
-        let last_input = &captured.last().unwrap().1;
-        assert_eq!(
-            capsule_messages(last_input),
-            1,
-            "{name}: the injected capsule opens the final input"
-        );
-        assert!(
-            last_input.len() > 6,
-            "{name}: the input after the capsule holds the kept tail and new entries"
-        );
-        // Rewind newest first, then oldest first: every target reproduces its input exactly,
-        // whatever the leaf was before.
-        let order: Vec<&(String, Vec<ModelMessage>)> =
-            captured.iter().rev().chain(captured.iter()).collect();
-        for (id, input) in order {
-            rewind_session(&mut l.log, id).unwrap();
-            let now = l.input();
-            assert_eq!(now.len(), input.len(), "{name}: rewind to {id}");
+    let mut replayed = 0;
+    for format in ["claude-code", "codex", "pi", "openai-chat"] {
+        for file in std::fs::read_dir(dir.join(format)).unwrap() {
+            let path = file.unwrap().path();
+            let name = path.display().to_string();
+            let Replay {
+                log: mut l,
+                captured,
+                before_capsule,
+                capsule_entry,
+            } = replay(&path);
+            let entries_before = l.log.session().len();
             assert!(
-                now == *input,
-                "{name}: model input after rewinding to {id} differs from the captured one"
+                captured.len() >= 10,
+                "{name}: {} capture points",
+                captured.len()
             );
+            assert!(
+                captured
+                    .iter()
+                    .any(|(_, input)| capsule_messages(input) == 1),
+                "{name}: the injected capsule never opened the input"
+            );
+            // Rewind newest first, then oldest first: every target reproduces its input
+            // exactly, whatever the leaf was before.
+            let order: Vec<&(String, Vec<ModelMessage>)> =
+                captured.iter().rev().chain(captured.iter()).collect();
+            for (id, input) in order {
+                rewind_session(&mut l.log, id).unwrap();
+                let now = l.input();
+                assert_eq!(now.len(), input.len(), "{name}: rewind to {id}");
+                assert!(
+                    now == *input,
+                    "{name}: model input after rewinding to {id} differs from the captured one"
+                );
+            }
+            // Rewound to before the capsule, the new branch carries no capsule of that branch.
+            rewind_session(&mut l.log, &before_capsule).unwrap();
+            l.add(
+                "new-direction",
+                text(Role::User, "let's try something else"),
+            );
+            let s = l.log.session();
+            assert!(!s.is_ancestor(s.index_of(&capsule_entry).unwrap(), s.leaf().unwrap()));
+            let view = ModelView::build(s, s.leaf());
+            assert_ne!(
+                view.capsule,
+                s.index_of(&capsule_entry),
+                "{name}: the abandoned capsule entered the input"
+            );
+            // Nothing was deleted: every entry is still in the log on disk.
+            let path = l.log.path().to_path_buf();
+            let expected = s.len();
+            assert_eq!(expected, entries_before + 2 * captured.len() + 2);
+            drop(l.log);
+            let (reread, report) = read_session(&path).unwrap();
+            assert!(report.skipped.is_empty(), "{name}: {:?}", report.skipped);
+            assert_eq!(reread.len(), expected);
+            assert_eq!(reread.leaf_id(), Some("new-direction"));
+            replayed += 1;
         }
-        // Rewound to before the capsule, the new branch carries no capsule.
-        rewind_session(&mut l.log, &before_capsule).unwrap();
-        assert_eq!(capsule_messages(&l.input()), 0, "{name}");
-        l.add(
-            "new-direction",
-            text(Role::User, "let's try something else"),
-        );
-        let s = l.log.session();
-        let view = ModelView::build(s, s.leaf());
-        assert_eq!(
-            view.capsule, None,
-            "{name}: the abandoned branch's capsule entered the input"
-        );
-        assert!(!s.is_ancestor(s.index_of(&capsule_entry).unwrap(), s.leaf().unwrap()));
-        // Nothing was deleted: every entry is still in the log on disk.
-        let path = l.log.path().to_path_buf();
-        let expected = l.log.session().len();
-        assert_eq!(expected, entries_before + 2 * captured.len() + 2);
-        drop(l.log);
-        let (reread, report) = read_session(&path).unwrap();
-        assert!(report.skipped.is_empty(), "{name}: {:?}", report.skipped);
-        assert_eq!(reread.len(), expected);
-        assert_eq!(reread.leaf_id(), Some("new-direction"));
     }
+    assert_eq!(replayed, 9, "every fixture transcript is replayed");
 }
