@@ -219,6 +219,14 @@ fn binary_exports_loads_lists_and_rewinds() {
         .unwrap()
         .starts_with("---\nformat: soba-capsule/1\n"));
 
+    let (ok, _, err) = soba(&["capsule", "export", a, "ck_00000000beef", file_s]);
+    assert!(!ok && err.contains("already exists; pass --force"), "{err}");
+    let (ok, out, err) = soba(&["capsule", "export", a, "ck_00000000beef", file_s, "--force"]);
+    assert!(
+        ok && out.contains("1 secret redacted (anthropic_key)"),
+        "{out}{err}"
+    );
+
     let (ok, out, err) = soba(&["capsule", "load", a, file_s, "--json"]);
     assert!(ok, "{err}");
     let loaded: Value = serde_json::from_str(&out).unwrap();

@@ -29,6 +29,9 @@ pub enum CapsuleCommand {
         checkpoint: String,
         /// Output file, conventionally `NAME.capsule.md`.
         path: PathBuf,
+        /// Replace PATH when it exists (it may hold notes added by hand).
+        #[arg(long)]
+        force: bool,
     },
     /// Load a `.capsule.md` file into a session: it becomes the latest capsule of the model input.
     Load {
@@ -52,7 +55,8 @@ pub fn run(command: &CapsuleCommand, common: &CommonArgs) -> anyhow::Result<()> 
             session,
             checkpoint,
             path,
-        } => export(session, checkpoint, path, common),
+            force,
+        } => export(session, checkpoint, path, *force, common),
         CapsuleCommand::Load {
             session,
             path,
@@ -117,8 +121,15 @@ fn export(
     session_path: &Path,
     checkpoint: &str,
     out: &Path,
+    force: bool,
     common: &CommonArgs,
 ) -> anyhow::Result<()> {
+    if out.exists() && !force {
+        bail!(
+            "{} already exists; pass --force to replace it, or choose another path",
+            out.display()
+        );
+    }
     let (session, report) = read_session(session_path)?;
     warn_load(session_path, &report);
     let exported = export_capsule(&session, checkpoint)?;
