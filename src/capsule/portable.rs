@@ -576,8 +576,11 @@ impl FrontMatter {
     }
 }
 
+/// A line and its 1-based number.
+type NumberedLine<'a> = (usize, &'a str);
+
 /// Lines with their 1-based numbers, line endings and trailing spaces removed.
-fn numbered_lines(text: &str) -> Vec<(usize, &str)> {
+fn numbered_lines(text: &str) -> Vec<NumberedLine<'_>> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     text.lines()
         .enumerate()
@@ -858,65 +861,58 @@ pub fn parse(text: &str) -> Result<Parsed, FormatError> {
         artifacts: Artifacts::default(),
     };
 
-    // Split the body at `## ` headings; text before the first one (the `# title` heading,
-    // notes) is not part of the capsule.
+    // Split the body at `## ` headings. Text before the first heading (the `# title` line,
+    // notes) and sections this reader does not know are not part of the capsule.
     let mut ignored = Vec::new();
     let mut seen: Vec<(Section, usize)> = Vec::new();
-    let mut current: Option<(Option<Section>, usize)> = None;
-    let mut chunk: Vec<(usize, &str)> = Vec::new();
-    let body = &lines[body_start.min(lines.len())..];
-    let flush = |current: Option<(Option<Section>, usize)>,
-                 chunk: &mut Vec<(usize, &str)>,
-                 capsule: &mut PortableCapsule,
-                 ignored: &mut Vec<IgnoredLine>|
-     -> Result<(), FormatError> {
-        let lines = std::mem::take(chunk);
-        match current {
-            None | Some((None, _)) => {
-                // The `# title` heading before the first section is the writer's, not a note.
-                let is_title = |l: &str| current.is_none() && l.starts_with("# ");
-                ignored.extend(
-                    lines
-                        .into_iter()
-                        .filter(|(_, l)| !l.is_empty() && !is_title(l))
-                        .map(|(n, l)| IgnoredLine {
-                            line: n,
-                            text: l.to_string(),
-                        }),
-                );
-            }
-            Some((Some(section), _)) => fill_section(capsule, section, &lines, ignored)?,
-        }
-        Ok(())
-    };
-    for &(n, line) in body {
+    let mut preamble: Vec<NumberedLine> = Vec::new();
+    // Each `## ` heading with the lines under it; `None` for a section this reader does not know.
+    let mut sections: Vec<(Option<Section>, Vec<NumberedLine>)> = Vec::new();
+    for &(n, line) in &lines[body_start.min(lines.len())..] {
         if let Some(name) = line.strip_prefix("## ") {
-            flush(current, &mut chunk, &mut capsule, &mut ignored)?;
             let section = section_named(name);
-            if let Some(s) = section {
-                if let Some((_, first)) = seen.iter().find(|(x, _)| *x == s) {
-                    return Err(format_err(
-                        n,
-                        format!(
+            match section {
+                Some(s) => {
+                    if let Some((_, first)) = seen.iter().find(|(x, _)| *x == s) {
+                        let expected = format!(
                             "each section once; `## {}` is already on line {first}",
                             name.trim()
-                        ),
-                        line,
-                    ));
+                        );
+                        return Err(format_err(n, expected, line));
+                    }
+                    seen.push((s, n));
                 }
-                seen.push((s, n));
-            } else {
-                ignored.push(IgnoredLine {
+                None => ignored.push(IgnoredLine {
                     line: n,
                     text: line.to_string(),
-                });
+                }),
             }
-            current = Some((section, n));
+            sections.push((section, Vec::new()));
+        } else if let Some((_, body)) = sections.last_mut() {
+            body.push((n, line));
         } else {
-            chunk.push((n, line));
+            preamble.push((n, line));
         }
     }
-    flush(current, &mut chunk, &mut capsule, &mut ignored)?;
+    let notes = |lines: Vec<(usize, &str)>| {
+        lines
+            .into_iter()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(n, l)| IgnoredLine {
+                line: n,
+                text: l.to_string(),
+            })
+            .collect::<Vec<_>>()
+    };
+    preamble.retain(|(_, l)| !l.starts_with("# "));
+    ignored.extend(notes(preamble));
+    for (section, body) in sections {
+        match section {
+            Some(s) => fill_section(&mut capsule, s, &body, &mut ignored)?,
+            None => ignored.extend(notes(body)),
+        }
+    }
+    ignored.sort_by_key(|i| i.line);
     Ok(Parsed { capsule, ignored })
 }
 
