@@ -31,6 +31,13 @@ enum Command {
     },
     /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
     Import(cli::import::ImportArgs),
+    /// Portable Capsules: export a capsule to `.capsule.md`, load one, list a session's capsules.
+    Capsule {
+        #[command(subcommand)]
+        command: cli::capsule::CapsuleCommand,
+    },
+    /// Move a session's leaf back to an earlier entry by appending a `rewind` entry (nothing is deleted).
+    Rewind { session: PathBuf, entry: String },
     /// Reliability harness commands.
     #[command(hide = true)]
     Debug {
@@ -40,6 +47,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` and closed early ends the process quietly, as in other tools.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Budget { session } => cli::inspect::budget(session, &cli.common),
@@ -49,6 +62,8 @@ fn main() -> ExitCode {
             instructions,
         } => cli::compact::compact(session, instructions.clone(), &cli.common),
         Command::Import(args) => cli::import::run(args, &cli.common),
+        Command::Capsule { command } => cli::capsule::run(command, &cli.common),
+        Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
         Command::Debug { command } => cli::debug::run(command),
     };
     match result {
