@@ -28,6 +28,10 @@ enum Command {
         /// What the capsule should focus on.
         #[arg(long)]
         instructions: Option<String>,
+        /// Also mirror the capsule into the workspace's Project Memory (.soba/memory/), if it
+        /// is a validated model capsule.
+        #[arg(long)]
+        mirror: bool,
     },
     /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
     Import(cli::import::ImportArgs),
@@ -60,7 +64,8 @@ fn main() -> ExitCode {
         Command::Compact {
             session,
             instructions,
-        } => cli::compact::compact(session, instructions.clone(), &cli.common),
+            mirror,
+        } => cli::compact::compact(session, instructions.clone(), *mirror, &cli.common),
         Command::Import(args) => cli::import::run(args, &cli.common),
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),
         Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),

@@ -22,6 +22,9 @@ use crate::session::Session;
 
 #[derive(Debug, Subcommand)]
 pub enum CapsuleCommand {
+    /// Record an intentional capsule of the current state (a hand-off); the session's model
+    /// input does not change.
+    Create { session: PathBuf, title: String },
     /// Write a capsule of a session to a `.capsule.md` file (secrets redacted).
     Export {
         session: PathBuf,
@@ -51,6 +54,7 @@ pub enum CapsuleCommand {
 
 pub fn run(command: &CapsuleCommand, common: &CommonArgs) -> anyhow::Result<()> {
     match command {
+        CapsuleCommand::Create { session, title } => super::compact::create(session, title, common),
         CapsuleCommand::Export {
             session,
             checkpoint,
