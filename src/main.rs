@@ -29,6 +29,8 @@ enum Command {
         #[arg(long)]
         instructions: Option<String>,
     },
+    /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
+    Import(cli::import::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
             session,
             instructions,
         } => cli::compact::compact(session, instructions.clone(), &cli.common),
+        Command::Import(args) => cli::import::run(args, &cli.common),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,6 +2,7 @@
 //! No engine logic lives here.
 
 pub mod compact;
+pub mod import;
 pub mod inspect;
 
 use std::path::{Path, PathBuf};

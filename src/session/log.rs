@@ -371,6 +371,12 @@ impl SessionLog {
         self.durability
     }
 
+    /// Force everything appended so far to stable storage, whatever the durability policy:
+    /// lets a bulk writer append with [`Durability::Flush`] and sync once at the end.
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        self.file.sync_data().map_err(io_err(&self.path))
+    }
+
     /// Append one entry; when this returns `Ok` the entry is durable per the policy.
     pub fn append(&mut self, entry: Entry) -> Result<(), LogError> {
         self.append_all(vec![entry])

@@ -210,16 +210,31 @@ impl ModelView {
     }
 
     /// The newest provider usage after the latest capsule, with the counted tokens after it.
-    /// Usage on retained-tail entries predates the capsule and is ignored.
+    /// Usage on retained-tail entries predates the capsule and is ignored. So is usage after a
+    /// `foreign_compaction` (an imported agent's own compaction): it measured that agent's
+    /// compacted context, not this view.
     pub fn usage_anchor(&self, session: &Session) -> Option<UsageAnchor> {
+        let oldest_foreign_compaction = self.leaf.and_then(|leaf| {
+            let mut oldest = None;
+            let mut cur = Some(leaf);
+            while let Some(i) = cur.filter(|&i| Some(i) != self.capsule) {
+                if matches!(session.entry(i).body, EntryBody::ForeignCompaction(_)) {
+                    oldest = Some(i);
+                }
+                cur = session.parent_of(i);
+            }
+            oldest
+        });
         let mut after = 0;
         for slot in self.slots.iter().rev() {
             if slot.part != ViewPart::New {
                 break;
             }
             if let ViewItem::Entry(i) = slot.item {
+                // Parents precede children in the file, so on one branch a smaller index is older.
+                let measured_foreign_context = oldest_foreign_compaction.is_some_and(|fc| i > fc);
                 if let EntryBody::Message(m) = &session.entry(i).body {
-                    if let Some(usage) = m.usage {
+                    if let Some(usage) = m.usage.filter(|_| !measured_foreign_context) {
                         if m.role == Role::Assistant {
                             return Some(UsageAnchor {
                                 usage,
@@ -473,5 +488,52 @@ mod tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod foreign_compaction_tests {
+    use super::*;
+    use crate::session::entry::{ForeignCompactionEntry, Usage};
+    use crate::session::testing::Builder;
+
+    fn set_usage(b: &mut Builder, id: &str, input: u64) {
+        let idx = b.session.index_of(id).unwrap();
+        let mut entry = b.session.entry(idx).clone();
+        if let EntryBody::Message(m) = &mut entry.body {
+            m.usage = Some(Usage { input, ..Usage::default() });
+        }
+        // Rebuild the session with the changed entry (entries are immutable once pushed).
+        let entries: Vec<_> = b.session.entries().iter().map(|e| if e.id == id { entry.clone() } else { e.clone() }).collect();
+        let mut fresh = Session::new(b.session.header.clone(), b.session.tokenizer());
+        for e in entries {
+            fresh.push(e).unwrap();
+        }
+        b.session = fresh;
+    }
+
+    #[test]
+    fn usage_after_a_foreign_compaction_is_not_an_anchor() {
+        let mut b = Builder::new();
+        b.user("start");
+        let before = b.assistant("measured on the full history");
+        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            agent: "claude-code".into(),
+            trigger: Some("auto".into()),
+            tokens_before: Some(1000),
+            summary: Some("summary".into()),
+            summary_tokens: None,
+            first_kept_entry_id: None,
+            kept_items: None,
+        }));
+        let after = b.assistant("measured on the source agent's compacted context");
+        set_usage(&mut b, &before, 1000);
+        set_usage(&mut b, &after, 50);
+        let s = &b.session;
+        let view = ModelView::build(s, s.leaf());
+        let anchor = view.usage_anchor(s).expect("the usage before the foreign compaction anchors");
+        assert_eq!(anchor.usage.input, 1000);
+        let after_idx = s.index_of(&after).unwrap();
+        assert!(anchor.tokens_after >= s.tokens_of(after_idx), "entries after the anchor are counted");
     }
 }
