@@ -31,6 +31,10 @@ enum Command {
     },
     /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
     Import(cli::import::ImportArgs),
+    /// Run a scripted coding session through the whole pipeline and chart it.
+    Demo(cli::demo::DemoArgs),
+    /// Run an agent transcript through SOBA's agent loop and compare its compactions.
+    Replay(cli::replay::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +47,8 @@ fn main() -> ExitCode {
             instructions,
         } => cli::compact::compact(session, instructions.clone(), &cli.common),
         Command::Import(args) => cli::import::run(args, &cli.common),
+        Command::Demo(args) => cli::demo::run(args, &cli.common),
+        Command::Replay(args) => cli::replay::run(args, &cli.common),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

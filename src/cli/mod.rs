@@ -2,8 +2,10 @@
 //! No engine logic lives here.
 
 pub mod compact;
+pub mod demo;
 pub mod import;
 pub mod inspect;
+pub mod replay;
 
 use std::path::{Path, PathBuf};
 

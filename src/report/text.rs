@@ -1,0 +1,157 @@
+//! The timeline as terminal lines: a budget bar per turn and one line per compaction.
+//!
+//! A turn's bar is printed when the turn ends, and also just before a compaction so the drop is
+//! visible. Colour is opt-in (the caller decides: a terminal, and `NO_COLOR` unset).
+
+use super::{Event, ForeignMark, Step, Timeline, TimelineCompaction};
+use crate::budget::Limits;
+use crate::cli::human_tokens;
+use crate::session::entry::Outcome;
+
+const BAR_CELLS: u64 = 20;
+
+struct Paint(bool);
+
+impl Paint {
+    fn with(&self, code: &str, s: &str) -> String {
+        if self.0 {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+}
+
+/// `turn  7 ▕██████████████░░░░░░▏ 14.2k / 19.9k  estimated`
+pub fn budget_bar(step: &Step, limits: &Limits, color: bool) -> String {
+    let p = Paint(color);
+    let cells = |t: u64| (t.min(limits.hard_limit) * BAR_CELLS).div_ceil(limits.hard_limit.max(1));
+    let filled = cells(step.effective_tokens);
+    let soft = cells(limits.soft_limit);
+    let mut bar = String::new();
+    for i in 0..BAR_CELLS {
+        bar.push_str(&if i >= filled {
+            p.with("2", "░")
+        } else if i >= soft {
+            p.with("33", "█")
+        } else {
+            p.with("32", "█")
+        });
+    }
+    format!(
+        "turn {:>2} ▕{bar}▏ {:>6} / {}  {}",
+        step.turn,
+        human_tokens(step.effective_tokens),
+        human_tokens(limits.hard_limit),
+        step.source.as_str()
+    )
+}
+
+/// The persistent completion line of a compaction, marked by outcome.
+pub fn compaction_line(c: &TimelineCompaction, color: bool) -> String {
+    let p = Paint(color);
+    let (mark, code) = match c.result.outcome {
+        Outcome::Completed if c.result.degraded => ("⟳", "33"),
+        Outcome::Completed => ("⟳", "36"),
+        Outcome::Skipped => ("·", "2"),
+        Outcome::Stale | Outcome::Cancelled => ("×", "35"),
+        Outcome::Failed => ("!", "31"),
+    };
+    p.with(code, &format!("        {mark} {}", c.result.completion_line()))
+}
+
+/// A compaction the source agent made, for comparison.
+pub fn foreign_line(f: &ForeignMark, color: bool) -> String {
+    let p = Paint(color);
+    let at = f
+        .tokens_before
+        .map_or("an unreported size".to_string(), |t| {
+            format!("{} tokens", human_tokens(t))
+        });
+    let mut line = format!(
+        "        ◇ {} compacted ({}) at {at}; SOBA's input was {} tokens",
+        f.agent,
+        f.trigger.as_deref().unwrap_or("unspecified"),
+        human_tokens(f.soba_tokens)
+    );
+    if let Some(s) = f.summary_tokens {
+        line.push_str(&format!("; its summary: {} tokens", human_tokens(s)));
+    }
+    if let Some(k) = f.kept_items {
+        line.push_str(&format!(", {k} items kept"));
+    }
+    p.with("34", &line)
+}
+
+/// Turns events into lines as they arrive.
+pub struct LivePrinter {
+    limits: Limits,
+    color: bool,
+    pending: Option<Step>,
+}
+
+impl LivePrinter {
+    pub fn new(limits: Limits, color: bool) -> Self {
+        LivePrinter {
+            limits,
+            color,
+            pending: None,
+        }
+    }
+
+    /// The lines this event completes.
+    pub fn event(&mut self, event: Event<'_>) -> Vec<String> {
+        let mut lines = Vec::new();
+        match event {
+            Event::Step(step) => {
+                if let Some(prev) = self.pending.take() {
+                    if prev.turn != step.turn {
+                        lines.push(budget_bar(&prev, &self.limits, self.color));
+                    }
+                }
+                self.pending = Some(step.clone());
+            }
+            Event::Compaction(c) => {
+                lines.extend(self.flush());
+                lines.push(compaction_line(c, self.color));
+            }
+            Event::Foreign(f) => {
+                lines.extend(self.flush());
+                lines.push(foreign_line(f, self.color));
+            }
+        }
+        lines
+    }
+
+    /// The bar of the last step, at the end of the run.
+    pub fn flush(&mut self) -> Option<String> {
+        self.pending
+            .take()
+            .map(|s| budget_bar(&s, &self.limits, self.color))
+    }
+}
+
+/// The whole timeline as lines, as a live printer would have printed it.
+pub fn render(timeline: &Timeline, color: bool) -> Vec<String> {
+    let mut printer = LivePrinter::new(timeline.limits, color);
+    let mut lines = Vec::new();
+    let mut compactions = timeline.compactions.iter().peekable();
+    let mut foreign = timeline.foreign_compactions.iter().peekable();
+    for step in &timeline.steps {
+        while let Some(f) = foreign.next_if(|f| f.step <= step.index) {
+            lines.extend(printer.event(Event::Foreign(f)));
+        }
+        while let Some(c) = compactions.next_if(|c| c.step <= step.index) {
+            lines.extend(printer.event(Event::Compaction(c)));
+        }
+        lines.extend(printer.event(Event::Step(step)));
+    }
+    for f in foreign {
+        lines.extend(printer.event(Event::Foreign(f)));
+    }
+    for c in compactions {
+        lines.extend(printer.event(Event::Compaction(c)));
+    }
+    lines.extend(printer.flush());
+    lines
+}
