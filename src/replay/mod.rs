@@ -70,12 +70,6 @@ pub fn replay(
     let mut inferences_in_turn = 0usize;
     let (mut inputs, mut refusals) = (0, 0);
     for (n, mut entry) in import.entries.into_iter().enumerate() {
-        // Keep the transcript's chain on top of what SOBA appended since (capsules, records);
-        // an entry that branches off an older one keeps its parent.
-        if entry.parent_id.is_some() && entry.parent_id == last_imported {
-            entry.parent_id = host.log().session().leaf_id().map(str::to_string);
-        }
-        last_imported = Some(entry.id.clone());
         match &mut entry.body {
             EntryBody::Message(m) if m.role == Role::Assistant => {
                 let reported = m.usage.take().map(|u| u.prompt_tokens());
@@ -109,6 +103,13 @@ pub fn replay(
                 });
             }
             _ => {}
+        }
+        // Keep the transcript's chain on top of what SOBA appended since (capsules, records);
+        // an entry that branches off an older one keeps its parent.
+        let continues_chain = entry.parent_id.is_some() && entry.parent_id == last_imported;
+        last_imported = Some(entry.id.clone());
+        if continues_chain {
+            entry.parent_id = host.log().session().leaf_id().map(str::to_string);
         }
         host.append(entry)?;
         on_progress(n + 1, total);
