@@ -51,7 +51,10 @@ fn the_demo_fires_every_trigger_and_shows_a_skipped_and_a_stale_compaction() {
         assert!(!done.is_empty(), "no completed {trigger} compaction: {v:#}");
         for c in done {
             assert!(c["checkpointId"].as_str().unwrap().starts_with("ck_"));
-            assert!(c["tokensAfter"].as_u64() < c["tokensBefore"].as_u64(), "{c}");
+            assert!(
+                c["tokensAfter"].as_u64() < c["tokensBefore"].as_u64(),
+                "{c}"
+            );
             assert_eq!(c["quality"], "degraded", "built locally: {c}");
         }
     }
@@ -117,7 +120,10 @@ fn the_explicit_compact_keeps_its_instructions_and_the_files_are_written() {
         "keep the public API changes and the benchmark numbers"
     );
     // Nine outcomes; only completed ones append a capsule.
-    let capsules = log.lines().filter(|l| l.contains(r#""type":"capsule""#)).count();
+    let capsules = log
+        .lines()
+        .filter(|l| l.contains(r#""type":"capsule""#))
+        .count();
     let completed = v["compactions"]
         .as_array()
         .unwrap()
@@ -144,9 +150,15 @@ fn the_text_timeline_has_a_bar_per_turn_and_the_completion_lines_without_colour_
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(!text.contains('\x1b'), "no colour: {text}");
-    assert!(text.contains("hard limit 20.0k"), "the header shows the config: {text}");
+    assert!(
+        text.contains("hard limit 20.0k"),
+        "the header shows the config: {text}"
+    );
     for turn in 1..=6 {
-        assert!(text.contains(&format!("turn  {turn} ▕")), "turn {turn}: {text}");
+        assert!(
+            text.contains(&format!("turn  {turn} ▕")),
+            "turn {turn}: {text}"
+        );
     }
     assert!(text.contains("hard_limit compact: "), "{text}");
     assert!(text.contains("user compact stale: "), "{text}");
@@ -171,5 +183,8 @@ fn the_demo_refuses_to_overwrite_an_earlier_run() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("already exists") && err.contains("--out"), "{err}");
+    assert!(
+        err.contains("already exists") && err.contains("--out"),
+        "{err}"
+    );
 }

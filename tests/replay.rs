@@ -57,7 +57,9 @@ fn pairing_problems(messages: &[ModelMessage]) -> Vec<String> {
             })
             .collect();
         if messages[i].tool_call_id.is_some() {
-            problems.push(format!("message {i}: a result with no call right before it"));
+            problems.push(format!(
+                "message {i}: a result with no call right before it"
+            ));
         }
         let mut got: Vec<&str> = Vec::new();
         let mut j = i + 1;
@@ -69,7 +71,9 @@ fn pairing_problems(messages: &[ModelMessage]) -> Vec<String> {
         want.sort();
         got.sort();
         if want != got {
-            problems.push(format!("message {i}: calls {want:?}, results after it {got:?}"));
+            problems.push(format!(
+                "message {i}: calls {want:?}, results after it {got:?}"
+            ));
         }
         i = j;
     }
@@ -103,7 +107,9 @@ fn every_fixture_replays_with_inputs_under_the_hard_limit_and_no_tool_pair_split
                 *checked.borrow_mut() += 1;
                 let mut p = problems.borrow_mut();
                 if tokens > hard {
-                    p.push(format!("input of {tokens} tokens over the hard limit {hard}"));
+                    p.push(format!(
+                        "input of {tokens} tokens over the hard limit {hard}"
+                    ));
                 }
                 p.extend(pairing_problems(messages));
             }),
@@ -112,7 +118,11 @@ fn every_fixture_replays_with_inputs_under_the_hard_limit_and_no_tool_pair_split
         let log = out.path().join(format!("replay{n}.jsonl"));
         let r = replay(import, &config, &log, observers).unwrap();
         let name = file.display();
-        assert!(problems.borrow().is_empty(), "{name}: {:?}", problems.borrow());
+        assert!(
+            problems.borrow().is_empty(),
+            "{name}: {:?}",
+            problems.borrow()
+        );
         assert_eq!(*checked.borrow(), r.inputs, "{name}");
         assert!(r.inputs > 0, "{name}");
         assert!(
@@ -147,9 +157,16 @@ fn every_fixture_replays_with_inputs_under_the_hard_limit_and_no_tool_pair_split
         );
         // The replayed log reads back and its leaf input fits.
         let (session, report) = soba::session::log::read_session(&log).unwrap();
-        assert!(report.messages(&log).is_empty(), "{name}: {:?}", report.messages(&log));
+        assert!(
+            report.messages(&log).is_empty(),
+            "{name}: {:?}",
+            report.messages(&log)
+        );
         let latest = session.leaf().and_then(|l| session.capsule_on_path(l));
-        assert!(latest.is_some(), "{name}: the final branch carries SOBA's capsule");
+        assert!(
+            latest.is_some(),
+            "{name}: the final branch carries SOBA's capsule"
+        );
         let html = soba::report::html::render(&r.timeline);
         let report_path = out.path().join(format!("report{n}.html"));
         std::fs::write(&report_path, &html).unwrap();
@@ -182,10 +199,17 @@ fn the_replay_command_prints_the_timeline_and_writes_the_report() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     assert!(stdout.contains("turn  1 ▕"), "{stdout}");
     assert!(stdout.contains("hard limit"), "{stdout}");
-    assert!(stdout.contains(&format!("report       {}", report.display())), "{stdout}");
+    assert!(
+        stdout.contains(&format!("report       {}", report.display())),
+        "{stdout}"
+    );
     assert!(std::fs::read_to_string(&report).unwrap().contains("<svg"));
     assert!(log.is_file());
 
@@ -219,7 +243,10 @@ fn replaying_a_file_that_is_no_transcript_says_so() {
         .unwrap();
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("cannot import") && err.contains("--format"), "{err}");
+    assert!(
+        err.contains("cannot import") && err.contains("--format"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -14,8 +14,8 @@ use super::import::FormatChoice;
 use super::{human_tokens, print_json, CommonArgs};
 use crate::import::{import_str, Format, ImportOptions};
 use crate::replay::{replay, Observers};
-use crate::report::{html, Event};
 use crate::report::text::LivePrinter;
+use crate::report::{html, Event};
 
 /// Below this many entries a replay is too quick for a progress bar to help.
 const PROGRESS_MIN_ENTRIES: usize = 2_000;
@@ -69,7 +69,10 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
             "soba replay: {} ({} entries, {})",
             path.display(),
             import.entries.len(),
-            import.report.format.map_or("unknown format", |f| f.as_str())
+            import
+                .report
+                .format
+                .map_or("unknown format", |f| f.as_str())
         );
         println!("{} · model {}", limits_line(&config), config.model.name);
         println!("capsules: built locally from the log (no summarization model configured)\n");
@@ -122,7 +125,12 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
         .iter()
         .filter(|c| c.result.outcome == crate::session::entry::Outcome::Completed)
         .count();
-    let peak = t.steps.iter().map(|s| s.effective_tokens).max().unwrap_or(0);
+    let peak = t
+        .steps
+        .iter()
+        .map(|s| s.effective_tokens)
+        .max()
+        .unwrap_or(0);
     println!(
         "\n{} inferences · {completed} SOBA compactions ({} outcomes in all) · {} by the source agent · largest input {} (hard limit {})",
         replayed.inputs,

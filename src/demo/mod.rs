@@ -18,7 +18,7 @@ use crate::session::entry::{
 };
 use crate::session::log::SessionLog;
 
-use crate::replay::host::{Sent, Sink, SimulatedHost};
+use crate::replay::host::{Sent, SimulatedHost, Sink};
 use script::Action;
 
 /// The demo's configuration, shown in its header: a 24k window so a short session fills it.
@@ -60,7 +60,12 @@ pub fn run(config: &Config, log_path: &Path, sink: Sink<'_>) -> Result<Timeline,
     };
     let mut log = SessionLog::create(log_path, header, Durability::Flush)?;
     log.session_mut().set_tokenizer(config.model.tokenizer);
-    let mut host = SimulatedHost::new(log, config, "soba demo: fixing exponent parsing in a JSON library", sink);
+    let mut host = SimulatedHost::new(
+        log,
+        config,
+        "soba demo: fixing exponent parsing in a JSON library",
+        sink,
+    );
     let mut call = 0usize;
     for action in script::script() {
         match action {
@@ -170,5 +175,42 @@ fn infer(host: &mut SimulatedHost<'_>) -> Result<(), DemoError> {
             turn: host.turn(),
             reason: r.reason,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_too_small_for_the_agents_own_prompt_stops_the_demo_with_the_reason() {
+        let f = ConfigFile::parse(
+            "t",
+            r#"{"model":{"name":"t","contextWindow":1200,"maxOutputTokens":200},
+                "compaction":{"safetyReserveTokens":100,"keepRecentTokens":300,
+                              "minTokensForAutoCompact":100,"minReclaimableTokens":100}}"#,
+        )
+        .unwrap();
+        let config = Config::resolve(&[f], None, &Overrides::default()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let err = run(&config, &dir.path().join("s.jsonl"), Box::new(|_| {})).unwrap_err();
+        let DemoError::Refused { turn, reason } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(*turn, 1);
+        assert!(reason.starts_with("context budget exceeded"), "{reason}");
+        assert!(err
+            .to_string()
+            .starts_with("no model input could be sent at turn 1: "));
+    }
+
+    #[test]
+    fn the_demo_config_is_the_documented_small_window() {
+        let l = demo_config().limits();
+        assert_eq!(
+            (l.context_window, l.max_output_tokens, l.hard_limit),
+            (24000, 2000, 19952)
+        );
+        assert_eq!(demo_config().compaction.keep_recent_tokens, 6000);
     }
 }

@@ -11,9 +11,15 @@ use crate::session::entry::{CheckpointKind, FileOp};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// The agent's system prompt and tool schemas.
-    Setup { system_prompt: String, tool_schemas: String },
+    Setup {
+        system_prompt: String,
+        tool_schemas: String,
+    },
     /// A user prompt (starts a turn), optionally with a pasted screenshot.
-    User { text: String, screenshot: bool },
+    User {
+        text: String,
+        screenshot: bool,
+    },
     /// One inference that calls a tool, and the tool's result.
     Tool {
         thought: String,
@@ -26,7 +32,10 @@ pub enum Action {
     Answer(String),
     /// The agent finished its turn.
     TurnComplete,
-    Checkpoint { kind: CheckpointKind, label: String },
+    Checkpoint {
+        kind: CheckpointKind,
+        label: String,
+    },
     /// `/compact <instructions>`; `edited_during` is a file the user saves in the editor while
     /// the capsule is being written (the watcher appends it, so the plan's leaf changes).
     Compact {
@@ -94,8 +103,22 @@ fn numbered(body: &str) -> String {
 }
 
 const NOUNS: [&str; 16] = [
-    "digit", "sign", "exponent", "fraction", "mantissa", "escape", "surrogate", "whitespace",
-    "literal", "keyword", "bracket", "separator", "quote", "codepoint", "token", "span",
+    "digit",
+    "sign",
+    "exponent",
+    "fraction",
+    "mantissa",
+    "escape",
+    "surrogate",
+    "whitespace",
+    "literal",
+    "keyword",
+    "bracket",
+    "separator",
+    "quote",
+    "codepoint",
+    "token",
+    "span",
 ];
 const VERBS: [&str; 8] = [
     "scan", "peek", "consume", "expect", "skip", "classify", "validate", "measure",
@@ -195,9 +218,14 @@ fn json_corpus(records: usize) -> String {
 
 fn bench(parse_ns: u64, baseline_ns: u64) -> String {
     let mut out = String::from("    Finished `bench` profile [optimized] target(s) in 31.02s\n     Running benches/parse.rs\n");
-    for (k, name) in ["canada.json", "citm_catalog.json", "twitter.json", "numbers.json"]
-        .iter()
-        .enumerate()
+    for (k, name) in [
+        "canada.json",
+        "citm_catalog.json",
+        "twitter.json",
+        "numbers.json",
+    ]
+    .iter()
+    .enumerate()
     {
         let t = parse_ns * (k as u64 + 2);
         let b = baseline_ns * (k as u64 + 2);
@@ -229,7 +257,8 @@ fn clippy(warnings: usize) -> String {
     out
 }
 
-const SYSTEM_PROMPT: &str = "You are a coding agent working in a Rust repository. Read files before editing them, keep \
+const SYSTEM_PROMPT: &str =
+    "You are a coding agent working in a Rust repository. Read files before editing them, keep \
 edits minimal, run the tests after every change and report what you verified. Prefer the \
 standard library over new dependencies. When a plan changes, say so explicitly. Never \
 commit or push unless asked. Use the Read, Edit, Write, Grep and Bash tools; Bash runs in \
@@ -237,11 +266,31 @@ the repository root with a 120 s timeout.";
 
 fn tool_schemas() -> String {
     let tools = [
-        ("Read", "Read a file; returns it with line numbers.", json!({"file_path": {"type": "string"}, "offset": {"type": "integer"}, "limit": {"type": "integer"}})),
-        ("Edit", "Replace one exact string in a file.", json!({"file_path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"}, "replace_all": {"type": "boolean"}})),
-        ("Write", "Write a whole file.", json!({"file_path": {"type": "string"}, "content": {"type": "string"}})),
-        ("Grep", "Search file contents with a regular expression.", json!({"pattern": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"}})),
-        ("Bash", "Run a shell command in the repository root.", json!({"command": {"type": "string"}, "timeout": {"type": "integer"}})),
+        (
+            "Read",
+            "Read a file; returns it with line numbers.",
+            json!({"file_path": {"type": "string"}, "offset": {"type": "integer"}, "limit": {"type": "integer"}}),
+        ),
+        (
+            "Edit",
+            "Replace one exact string in a file.",
+            json!({"file_path": {"type": "string"}, "old_string": {"type": "string"}, "new_string": {"type": "string"}, "replace_all": {"type": "boolean"}}),
+        ),
+        (
+            "Write",
+            "Write a whole file.",
+            json!({"file_path": {"type": "string"}, "content": {"type": "string"}}),
+        ),
+        (
+            "Grep",
+            "Search file contents with a regular expression.",
+            json!({"pattern": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"}}),
+        ),
+        (
+            "Bash",
+            "Run a shell command in the repository root.",
+            json!({"command": {"type": "string"}, "timeout": {"type": "integer"}}),
+        ),
     ];
     let list: Vec<Value> = tools
         .into_iter()

@@ -228,7 +228,11 @@ impl<'a> SimulatedHost<'a> {
 
     /// Note a compaction the source agent made, beside SOBA's input at this point.
     pub fn foreign(&mut self, mark: impl FnOnce(usize, usize, u64) -> ForeignMark) {
-        let f = mark(self.timeline.steps.len(), self.turn, self.effective_tokens());
+        let f = mark(
+            self.timeline.steps.len(),
+            self.turn,
+            self.effective_tokens(),
+        );
         (self.sink)(Event::Foreign(&f));
         self.timeline.foreign_compactions.push(f);
     }

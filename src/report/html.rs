@@ -144,13 +144,7 @@ pub fn chart(t: &Timeline) -> String {
     let points: Vec<String> = t
         .steps
         .iter()
-        .map(|s| {
-            format!(
-                "{:.1},{:.1}",
-                scale.x(s.index),
-                scale.y(s.effective_tokens)
-            )
-        })
+        .map(|s| format!("{:.1},{:.1}", scale.x(s.index), scale.y(s.effective_tokens)))
         .collect();
     let _ = write!(
         svg,
@@ -318,4 +312,148 @@ pub fn render(t: &Timeline) -> String {
     }
     out.push_str("</body></html>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::{Limits, MeasurementSource};
+    use crate::compaction::CompactionResult;
+    use crate::report::{ForeignMark, Step, TimelineCompaction};
+
+    fn limits() -> Limits {
+        Limits {
+            context_window: 24000,
+            max_output_tokens: 2000,
+            safety_reserve_tokens: 2000,
+            hard_limit: 20000,
+            soft_limit: 14000,
+        }
+    }
+
+    fn result(trigger: Trigger, outcome: Outcome, quality: Option<Quality>) -> CompactionResult {
+        let mut r = CompactionResult::ended("op", trigger, outcome, "why <not>", 18000, limits());
+        if outcome == Outcome::Completed {
+            r.tokens_after = 8000;
+            r.quality = quality;
+            r.checkpoint_id = Some("ck_1".into());
+        }
+        r
+    }
+
+    fn timeline() -> Timeline {
+        let mut t = Timeline::new("A <b>session</b>", "m", "o200k_base", limits());
+        t.steps = (0..4)
+            .map(|i| Step {
+                index: i,
+                turn: 1 + i / 2,
+                effective_tokens: 5000 + 4000 * i as u64,
+                source: MeasurementSource::Estimated,
+                messages: 2,
+                source_agent_tokens: None,
+            })
+            .collect();
+        let at = |step, result| TimelineCompaction {
+            step,
+            turn: 2,
+            result,
+        };
+        t.compactions = vec![
+            at(
+                2,
+                result(Trigger::HardLimit, Outcome::Completed, Some(Quality::Model)),
+            ),
+            at(
+                3,
+                result(
+                    Trigger::AutoThreshold,
+                    Outcome::Completed,
+                    Some(Quality::Degraded),
+                ),
+            ),
+            at(3, result(Trigger::TurnComplete, Outcome::Skipped, None)),
+        ];
+        t
+    }
+
+    #[test]
+    fn markers_are_coloured_by_trigger_and_hollow_when_degraded() {
+        let svg = chart(&timeline());
+        let model = svg
+            .split("<g class=\"compaction trigger-hard_limit outcome-completed\">")
+            .nth(1)
+            .unwrap();
+        assert!(model.starts_with(r##"<line x1="##));
+        assert!(
+            model.contains(r##"fill="#d62728" stroke="#d62728""##),
+            "filled"
+        );
+        let local = svg
+            .split("<g class=\"compaction trigger-auto_threshold outcome-completed\">")
+            .nth(1)
+            .unwrap();
+        assert!(
+            local.contains(r##"fill="white" stroke="#ff7f0e""##),
+            "hollow"
+        );
+        assert!(svg.contains("<g class=\"compaction trigger-turn_complete outcome-skipped\"><rect"));
+    }
+
+    #[test]
+    fn the_chart_scales_to_the_hard_limit_and_draws_both_limits() {
+        let t = timeline();
+        let svg = chart(&t);
+        let hard_y = Scale {
+            steps: 4,
+            max_tokens: 20000.0 * 1.08,
+        }
+        .y(20000);
+        assert!(svg.contains(&format!(
+            r#"<line class="limit hard" x1="{LEFT}" y1="{hard_y:.1}""#
+        )));
+        assert!(svg.contains(r#"<line class="limit soft""#));
+        let points = svg
+            .split(r#"<polyline class="effective""#)
+            .nth(1)
+            .and_then(|rest| rest.split(r#"points=""#).nth(1))
+            .and_then(|rest| rest.split('"').next())
+            .unwrap();
+        assert_eq!(points.split_whitespace().count(), 4, "one point per step");
+    }
+
+    #[test]
+    fn text_from_the_session_is_escaped() {
+        let mut t = timeline();
+        t.latest_capsule = Some("# Context Capsule\n<script>alert(1)</script>".into());
+        let page = render(&t);
+        assert!(!page.contains("<script>"));
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        assert!(page.contains("A &lt;b&gt;session&lt;/b&gt;"));
+        assert!(page.contains("why &lt;not&gt;"));
+        assert_eq!(escape(r#"a&"'"#), "a&amp;&quot;&#39;");
+    }
+
+    #[test]
+    fn the_page_has_one_row_per_compaction_and_the_source_agent_table_only_when_it_compacted() {
+        let mut t = timeline();
+        let page = render(&t);
+        assert_eq!(page.matches("<tr class=\"compaction-row").count(), 3);
+        assert!(!page.contains("foreign-compactions"));
+        assert!(page.contains("No capsule: nothing was compacted."));
+        t.foreign_compactions.push(ForeignMark {
+            step: 1,
+            turn: 1,
+            agent: "codex".into(),
+            trigger: Some("auto".into()),
+            tokens_before: Some(150000),
+            summary_tokens: Some(2100),
+            kept_items: Some(4),
+            first_kept_entry_id: None,
+            soba_tokens: 9000,
+        });
+        let page = render(&t);
+        assert!(page.contains("<tr class=\"foreign-row\"><td>1</td><td>1</td><td>codex</td><td>auto</td><td>150.0k</td><td>2.1k</td><td>4 items</td><td>9.0k</td></tr>"));
+        // The chart grows to the source agent's size.
+        assert_eq!(t.peak_tokens(), 150000);
+    }
 }

@@ -57,7 +57,10 @@ pub fn compaction_line(c: &TimelineCompaction, color: bool) -> String {
         Outcome::Stale | Outcome::Cancelled => ("×", "35"),
         Outcome::Failed => ("!", "31"),
     };
-    p.with(code, &format!("        {mark} {}", c.result.completion_line()))
+    p.with(
+        code,
+        &format!("        {mark} {}", c.result.completion_line()),
+    )
 }
 
 /// A compaction the source agent made, for comparison.
@@ -154,4 +157,100 @@ pub fn render(timeline: &Timeline, color: bool) -> Vec<String> {
     }
     lines.extend(printer.flush());
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::MeasurementSource;
+    use crate::compaction::CompactionResult;
+    use crate::session::entry::Trigger;
+
+    fn limits() -> Limits {
+        Limits {
+            context_window: 24000,
+            max_output_tokens: 2000,
+            safety_reserve_tokens: 2000,
+            hard_limit: 20000,
+            soft_limit: 14000,
+        }
+    }
+
+    fn step(index: usize, turn: usize, tokens: u64) -> Step {
+        Step {
+            index,
+            turn,
+            effective_tokens: tokens,
+            source: MeasurementSource::Estimated,
+            messages: 3,
+            source_agent_tokens: None,
+        }
+    }
+
+    fn compaction(step: usize, turn: usize) -> TimelineCompaction {
+        let mut result = CompactionResult::ended(
+            "op",
+            Trigger::HardLimit,
+            Outcome::Completed,
+            "",
+            21000,
+            limits(),
+        );
+        result.tokens_after = 8400;
+        result.reclaimed_percent = 60.0;
+        result.checkpoint_id = Some("ck_1".into());
+        TimelineCompaction { step, turn, result }
+    }
+
+    #[test]
+    fn the_bar_fills_in_proportion_to_the_hard_limit() {
+        assert_eq!(
+            budget_bar(&step(0, 7, 14200), &limits(), false),
+            "turn  7 ▕███████████████░░░░░▏  14.2k / 20.0k  estimated"
+        );
+        assert_eq!(
+            budget_bar(&step(0, 12, 0), &limits(), false),
+            "turn 12 ▕░░░░░░░░░░░░░░░░░░░░▏      0 / 20.0k  estimated"
+        );
+    }
+
+    #[test]
+    fn colour_marks_cells_past_the_soft_limit_and_is_absent_when_off() {
+        let plain = budget_bar(&step(0, 1, 18000), &limits(), false);
+        let coloured = budget_bar(&step(0, 1, 18000), &limits(), true);
+        assert!(!plain.contains('\x1b'));
+        assert_eq!(
+            coloured.matches("\x1b[33m█").count(),
+            4,
+            "cells 15–18 are over soft"
+        );
+        assert_eq!(coloured.matches("\x1b[32m█").count(), 14);
+    }
+
+    #[test]
+    fn a_turn_bar_prints_when_the_turn_ends_and_before_each_compaction() {
+        let mut p = LivePrinter::new(limits(), false);
+        assert!(p.event(Event::Step(&step(0, 1, 5000))).is_empty());
+        assert!(p.event(Event::Step(&step(1, 1, 9000))).is_empty());
+        let lines = p.event(Event::Step(&step(2, 2, 12000)));
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].starts_with("turn  1 ") && lines[0].contains("9.0k"));
+        let lines = p.event(Event::Compaction(&compaction(3, 2)));
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].contains("12.0k"));
+        assert!(lines[1].contains("hard_limit compact: 21.0k → 8.4k tokens (−60%), ck_1"));
+        assert_eq!(p.flush(), None, "nothing pending after a compaction");
+    }
+
+    #[test]
+    fn rendering_a_whole_timeline_matches_the_live_lines() {
+        let mut t = Timeline::new("t", "m", "o200k_base", limits());
+        t.steps = vec![step(0, 1, 5000), step(1, 1, 19000), step(2, 2, 8400)];
+        t.compactions = vec![compaction(2, 2)];
+        let lines = render(&t, false);
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(lines[0].contains("19.0k"));
+        assert!(lines[1].contains("hard_limit compact"));
+        assert!(lines[2].starts_with("turn  2 ") && lines[2].contains("8.4k"));
+    }
 }
