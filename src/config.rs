@@ -71,18 +71,33 @@ pub enum Provider {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SummarizerConfig {
+    /// `local` (default: the deterministic builder, no network), `openai` (any
+    /// OpenAI-compatible Chat Completions server) or `anthropic`.
     pub provider: Provider,
+    /// API root. Defaults: `https://api.openai.com/v1` for `openai`, `https://api.anthropic.com`
+    /// for `anthropic`. Local servers: e.g. `http://127.0.0.1:11434/v1` (Ollama).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    /// The summarization model (required for `openai` and `anthropic`), independent of the
+    /// agent's model; a small, cheap model is the usual choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// Name of the environment variable holding the API key (never the key itself).
+    /// Name of the environment variable holding the API key (never the key itself). Required
+    /// for `anthropic`; optional for `openai`-compatible servers that need no key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// The summarization model's context window in tokens. Default: the catalog's figure for
+    /// `model`, else 32768. No request larger than `contextWindow - maxOutputTokens` is sent;
+    /// longer histories are summarized in chunks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// Output tokens asked for per request. Default: 4096 (or the catalog's limit if smaller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u64>,
+    /// After 3 consecutive model failures, the model is skipped for this many milliseconds
+    /// (the local capsule is built at once). Default: 60000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_ms: Option<u64>,
 }
 
 /// When an append counts as acknowledged.
@@ -505,6 +520,7 @@ const SUMMARIZER_KEYS: &[&str] = &[
     "apiKeyEnv",
     "contextWindow",
     "maxOutputTokens",
+    "cooldownMs",
 ];
 const STORAGE_KEYS: &[&str] = &["durability"];
 const MEMORY_KEYS: &[&str] = &["mirrorExplicitCompacts"];

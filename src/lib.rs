@@ -13,5 +13,6 @@ pub mod import;
 pub mod replay;
 pub mod report;
 pub mod session;
+pub mod summarize;
 pub mod tokens;
 pub mod util;

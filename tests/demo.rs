@@ -4,9 +4,13 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// The binary with no user configuration (so no summarization model) and no colour.
 fn soba() -> Command {
+    let home = std::env::temp_dir().join("soba-demo-test-home");
     let mut c = Command::new(env!("CARGO_BIN_EXE_soba"));
-    c.env("NO_COLOR", "1");
+    c.env("NO_COLOR", "1")
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"));
     c
 }
 
@@ -74,6 +78,10 @@ fn the_demo_fires_every_trigger_and_shows_a_skipped_and_a_stale_compaction() {
         !compactions(&v, "user", "stale").is_empty(),
         "a stale compaction"
     );
+    assert!(v["capsuleWriter"]
+        .as_str()
+        .unwrap()
+        .starts_with("built locally"));
 }
 
 #[test]

@@ -38,6 +38,29 @@ struct Expected {
     tool_results: usize,
     foreign_compactions: usize,
     corrupt_lines: usize,
+    /// Provider usage records, where the raw file says how many there are (Claude Code: one
+    /// per response id, however many records repeat it).
+    usage_records: Option<usize>,
+}
+
+/// Distinct response ids (`message.id`) whose records carry nonzero usage.
+fn claude_responses_with_usage(records: &[Value]) -> usize {
+    let keys = [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    ];
+    records
+        .iter()
+        .filter(|r| r["type"] == "assistant" && nonzero_usage(&r["message"]["usage"], &keys))
+        .map(|r| r["message"]["id"].to_string())
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+}
+
+fn nonzero_usage(u: &Value, keys: &[&str]) -> bool {
+    keys.iter().any(|k| u[*k].as_u64().is_some_and(|n| n > 0))
 }
 
 fn jsonl_values(text: &str) -> (Vec<Value>, usize) {
@@ -94,6 +117,7 @@ fn expected(path: &Path) -> Expected {
                     .filter(|r| r["subtype"] == "compact_boundary")
                     .count(),
                 corrupt_lines: corrupt,
+                usage_records: Some(claude_responses_with_usage(&main)),
             }
         }
         "codex" => {
@@ -117,6 +141,7 @@ fn expected(path: &Path) -> Expected {
                 ]),
                 foreign_compactions: records.iter().filter(|r| r["type"] == "compacted").count(),
                 corrupt_lines: corrupt,
+                usage_records: None,
             }
         }
         "pi" => {
@@ -135,6 +160,17 @@ fn expected(path: &Path) -> Expected {
                     .count(),
                 foreign_compactions: records.iter().filter(|r| r["type"] == "compaction").count(),
                 corrupt_lines: corrupt,
+                usage_records: Some(
+                    assistant
+                        .iter()
+                        .filter(|r| {
+                            nonzero_usage(
+                                &r["message"]["usage"],
+                                &["input", "output", "cacheRead", "cacheWrite"],
+                            )
+                        })
+                        .count(),
+                ),
             }
         }
         "openai-chat" => {
@@ -149,6 +185,15 @@ fn expected(path: &Path) -> Expected {
                 tool_results: messages.iter().filter(|m| m["role"] == "tool").count(),
                 foreign_compactions: 0,
                 corrupt_lines: 0,
+                usage_records: Some(
+                    messages
+                        .iter()
+                        .filter(|m| {
+                            let usage = &m["extra"]["response"]["usage"];
+                            nonzero_usage(usage, &["prompt_tokens", "completion_tokens"])
+                        })
+                        .count(),
+                ),
             }
         }
         other => panic!("no expectations for transcripts in {other}/"),
@@ -205,6 +250,9 @@ fn every_real_transcript_imports_and_its_log_works() {
             tool_results: report["toolResults"].as_u64().unwrap() as usize,
             foreign_compactions: report["foreignCompactions"].as_u64().unwrap() as usize,
             corrupt_lines: report["corruptLines"].as_array().unwrap().len(),
+            usage_records: want
+                .usage_records
+                .map(|_| report["usageRecords"].as_u64().unwrap() as usize),
         };
         assert_eq!(got, want, "{name}: {report}");
         formats.insert(want.format);
@@ -384,4 +432,48 @@ fn the_output_cannot_be_the_transcript() {
         "{out:?}"
     );
     assert_eq!(std::fs::read_to_string(&input).unwrap(), SMALL_CLAUDE);
+}
+
+#[test]
+fn a_log_being_written_is_not_replaced_even_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    let log = dir.path().join("live.jsonl");
+    let i = input.to_str().unwrap();
+    stdout_json(
+        &soba(&["import", i, "-o", log.to_str().unwrap(), "--json"]),
+        "first import",
+    );
+    let before = std::fs::read(&log).unwrap();
+    let (writer, _) =
+        soba::session::log::SessionLog::open(&log, soba::config::Durability::Flush).unwrap();
+    let out = soba(&["import", i, "-o", log.to_str().unwrap(), "--force"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("one writer per session"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&log).unwrap(), before);
+    drop(writer);
+}
+
+#[test]
+fn an_unwritable_output_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    // A path below a regular file cannot be created.
+    let log = input.join("s.jsonl");
+    let out = soba(&[
+        "import",
+        input.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(input.to_str().unwrap()),
+        "{out:?}"
+    );
 }

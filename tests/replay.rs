@@ -10,6 +10,7 @@ use std::process::Command;
 
 use soba::config::{Config, ConfigFile, Overrides};
 use soba::import::{import_str, ImportOptions};
+use soba::replay::host::CapsuleWriter;
 use soba::replay::{replay, Observers};
 use soba::session::entry::{ContentBlock, Outcome};
 use soba::session::view::ModelMessage;
@@ -116,7 +117,7 @@ fn every_fixture_replays_with_inputs_under_the_hard_limit_and_no_tool_pair_split
             ..Observers::default()
         };
         let log = out.path().join(format!("replay{n}.jsonl"));
-        let r = replay(import, &config, &log, observers).unwrap();
+        let r = replay(import, &config, CapsuleWriter::Local, &log, observers).unwrap();
         let name = file.display();
         assert!(
             problems.borrow().is_empty(),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use soba::config::{Config, ConfigFile, Overrides};
+use soba::replay::host::CapsuleWriter;
 use soba::report::{html, Timeline};
 
 fn chromium() -> Option<PathBuf> {
@@ -52,7 +53,13 @@ fn dump_dom(browser: &Path, page: &Path) -> String {
 
 fn demo_timeline(dir: &Path) -> Timeline {
     let config = soba::demo::demo_config();
-    soba::demo::run(&config, &dir.join("demo.jsonl"), Box::new(|_| {})).unwrap()
+    soba::demo::run(
+        &config,
+        CapsuleWriter::Local,
+        &dir.join("demo.jsonl"),
+        Box::new(|_| {}),
+    )
+    .unwrap()
 }
 
 #[test]
@@ -108,6 +115,7 @@ fn a_replay_report_shows_the_source_agents_compactions_in_a_browser() {
     let r = soba::replay::replay(
         import,
         &config,
+        CapsuleWriter::Local,
         &dir.path().join("s.jsonl"),
         soba::replay::Observers::default(),
     )

@@ -24,10 +24,38 @@ pub fn compact(
         config: &config,
         mapping: &mapping,
     };
+    let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let result = match barrier.explicit(&mut log, instructions)? {
-        Ok(plan) => barrier.run_local(&mut log, &plan)?,
+        Ok(plan) => {
+            let started = std::time::Instant::now();
+            let show_progress =
+                !common.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+            let progress = move |pct: u8| {
+                if show_progress {
+                    eprint!("\rCompacting context · {pct}%");
+                }
+            };
+            let (generated, cancelled) =
+                crate::summarize::generate_blocking(&plan, summarizer.as_deref(), &progress)?;
+            if show_progress {
+                eprintln!();
+            }
+            crate::compaction::commit(
+                &mut log,
+                &plan,
+                generated,
+                cancelled,
+                started.elapsed().as_millis() as u64,
+            )?
+        }
         Err(ended) => ended,
     };
+    if result.degraded {
+        eprintln!(
+            "warning: a summarization model was configured but the local capsule was used: {}",
+            result.reason
+        );
+    }
     if common.json {
         print_json(&result)?;
     } else {

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::{human_tokens, print_json, CommonArgs};
 use crate::config::Config;
+use crate::replay::host::CapsuleWriter;
 use crate::report::text::LivePrinter;
 use crate::report::{html, Event, Timeline};
 
@@ -61,7 +62,11 @@ pub fn limits_line(config: &Config) -> String {
 }
 
 pub fn run(args: &DemoArgs, common: &CommonArgs) -> anyhow::Result<()> {
-    let config = crate::demo::demo_config();
+    // The demo's window, with the summarizer the user configured (if any).
+    let mut config = crate::demo::demo_config();
+    config.summarizer = common.config_for(None)?.summarizer;
+    let summarizer = crate::summarize::from_config(&config.summarizer)?;
+    let writer = CapsuleWriter::new(summarizer.as_deref())?;
     let dir = fresh_dir(args.out.as_deref(), "demo")?;
     let log_path = dir.join("session.jsonl");
     if log_path.exists() {
@@ -75,7 +80,7 @@ pub fn run(args: &DemoArgs, common: &CommonArgs) -> anyhow::Result<()> {
     if text {
         println!("soba demo: a scripted bug-fix session through the real pipeline");
         println!("{}", limits_line(&config));
-        println!("capsules: built locally from the log (no summarization model configured)\n");
+        println!("capsules: {}\n", writer.describe());
     }
     let printer = RefCell::new(LivePrinter::new(config.limits(), color));
     let sink = Box::new(|event: Event<'_>| {
@@ -85,7 +90,7 @@ pub fn run(args: &DemoArgs, common: &CommonArgs) -> anyhow::Result<()> {
             }
         }
     });
-    let timeline = crate::demo::run(&config, &log_path, sink)?;
+    let timeline = crate::demo::run(&config, writer, &log_path, sink)?;
     let report_path = dir.join("report.html");
     std::fs::write(&report_path, html::render(&timeline))
         .with_context(|| format!("cannot write {}", report_path.display()))?;

@@ -12,12 +12,14 @@ use super::{print_json, CommonArgs};
 use crate::config::Durability;
 use crate::import::{import_str, model_ref, Format, ImportOptions, ImportReport, ImportResult};
 use crate::session::entry::SessionHeader;
-use crate::session::log::SessionLog;
+use crate::session::log::{LogError, SessionLog};
 
 /// Entries written per append: one write call each, no sync until the end.
 const WRITE_BATCH: usize = 512;
 /// Below this many entries the write is too quick for a progress bar to help.
 const PROGRESS_MIN_ENTRIES: usize = 2_000;
+/// Transcripts at least this large get a spinner while they are read.
+const SPINNER_MIN_BYTES: usize = 8 << 20;
 
 #[derive(Debug, Clone, Args)]
 pub struct ImportArgs {
@@ -78,8 +80,18 @@ pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
         default_session_id: crate::util::new_id("s_"),
         now: crate::util::now_rfc3339(),
     };
-    let mut result = import_str(&text, args.format.format(), &options)
-        .with_context(|| format!("cannot import {}", args.file.display()))?;
+    let spinner =
+        if !common.json && text.len() >= SPINNER_MIN_BYTES && std::io::stderr().is_terminal() {
+            let spinner = ProgressBar::new_spinner();
+            spinner.set_message(format!("reading {}", args.file.display()));
+            spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+            spinner
+        } else {
+            ProgressBar::hidden()
+        };
+    let imported = import_str(&text, args.format.format(), &options);
+    spinner.finish_and_clear();
+    let mut result = imported.with_context(|| format!("cannot import {}", args.file.display()))?;
     apply_model_flags(&mut result.header, common);
     write_log(&args.output, &result, !common.json)?;
 
@@ -114,6 +126,11 @@ fn check_output(source: &Path, output: &Path, force: bool) -> anyhow::Result<()>
                 "{} already exists; choose another path or pass --force to replace it",
                 output.display()
             );
+        }
+        // Never replace a log another process is writing: taking its writer lock tells.
+        // Anything else (a log nobody writes, or not a log at all) may go.
+        if let Err(e @ LogError::Locked { .. }) = SessionLog::open(output, Durability::Flush) {
+            return Err(e.into());
         }
         std::fs::remove_file(output)
             .with_context(|| format!("cannot replace {}", output.display()))?;
@@ -167,7 +184,7 @@ fn write_log(path: &Path, result: &ImportResult, show_progress: bool) -> anyhow:
 
 fn print_text(args: &ImportArgs, result: &ImportResult) {
     let r = &result.report;
-    let format = r.format.map_or("unknown", Format::as_str);
+    let format = r.format.as_str();
     println!(
         "{} ({format}) → {}",
         args.file.display(),

@@ -13,6 +13,7 @@ use super::demo::{fresh_dir, limits_line, use_color, RunOutput};
 use super::import::FormatChoice;
 use super::{human_tokens, print_json, CommonArgs};
 use crate::import::{import_str, Format, ImportOptions};
+use crate::replay::host::CapsuleWriter;
 use crate::replay::{replay, Observers};
 use crate::report::text::LivePrinter;
 use crate::report::{html, Event};
@@ -62,6 +63,8 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
         None => fresh_dir(None, "replay")?.join("session.jsonl"),
     };
 
+    let summarizer = crate::summarize::from_config(&config.summarizer)?;
+    let writer = CapsuleWriter::new(summarizer.as_deref())?;
     let show_text = !common.json;
     let color = use_color();
     if show_text {
@@ -69,13 +72,10 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
             "soba replay: {} ({} entries, {})",
             path.display(),
             import.entries.len(),
-            import
-                .report
-                .format
-                .map_or("unknown format", |f| f.as_str())
+            import.report.format
         );
         println!("{} · model {}", limits_line(&config), config.model.name);
-        println!("capsules: built locally from the log (no summarization model configured)\n");
+        println!("capsules: {}\n", writer.describe());
     }
     let total = import.entries.len();
     let bar = if total >= PROGRESS_MIN_ENTRIES && std::io::stderr().is_terminal() {
@@ -99,7 +99,7 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
         on_input: Box::new(|_, _| {}),
         on_progress: Box::new(|done, _| bar.set_position(done as u64)),
     };
-    let replayed = replay(import, &config, &log_path, observers)
+    let replayed = replay(import, &config, writer, &log_path, observers)
         .with_context(|| format!("cannot write the replayed log {}", log_path.display()))?;
     bar.finish_and_clear();
     print(printer.borrow_mut().flush().into_iter().collect());

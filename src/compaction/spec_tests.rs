@@ -848,3 +848,109 @@ fn the_local_capsule_is_marked_degraded() {
     assert_eq!(r.quality, Some(Quality::Degraded));
     assert!(!r.degraded, "no model configured is not a fallback");
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        Cancel,
+        NewInput,
+        Rewind,
+        Nothing,
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            Just(Event::Cancel),
+            Just(Event::NewInput),
+            Just(Event::Rewind),
+            Just(Event::Nothing)
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// A cancelled or stale operation appends nothing: random interleavings of cancel, new
+        /// input and leaf changes between plan and commit.
+        #[test]
+        fn a_cancelled_or_stale_operation_appends_nothing(
+            turns in 8usize..14,
+            events in proptest::collection::vec(event(), 0..3),
+            model in any::<bool>(),
+        ) {
+            let mut h = Harness::new();
+            for _ in 0..turns {
+                h.turn(4000);
+            }
+            let (cfg, map) = (h.config.clone(), h.mapping.clone());
+            let b = Barrier { config: &cfg, mapping: &map };
+            let plan = match b.explicit(&mut h.log, None).unwrap() {
+                Ok(p) => p,
+                Err(r) => { prop_assert_ne!(r.outcome, Outcome::Completed); return Ok(()); }
+            };
+            let mut aborted = false;
+            let mut changed = false;
+            for e in &events {
+                match e {
+                    Event::Cancel => aborted = true,
+                    Event::NewInput => { h.user(5); changed = true; }
+                    Event::Rewind => {
+                        let to = h.log.session().entries()[1].id.clone();
+                        h.push(EntryBody::Rewind(RewindEntry { to }));
+                        changed = true;
+                    }
+                    Event::Nothing => {}
+                }
+            }
+            let capsules = h.capsules();
+            let len = h.log.session().len();
+            let generated = if model {
+                Generated::State { state: CapsuleState { goal: "g".into(), ..Default::default() }, quality: Quality::Model, degraded_reason: None }
+            } else {
+                generate_local(&plan)
+            };
+            let r = commit(&mut h.log, &plan, generated, aborted, 1).unwrap();
+            if aborted {
+                prop_assert_eq!(r.outcome, Outcome::Cancelled);
+            } else if changed {
+                prop_assert_eq!(r.outcome, Outcome::Stale);
+            }
+            if aborted || changed {
+                prop_assert_eq!(h.capsules(), capsules);
+                prop_assert_eq!(h.log.session().len(), len);
+            } else {
+                prop_assert_eq!(r.outcome, Outcome::Completed);
+            }
+        }
+
+        /// After a completed hard-limit compaction the continuation is under the hard limit.
+        #[test]
+        fn after_a_completed_hard_limit_compaction_the_continuation_is_under_the_hard_limit(
+            sizes in proptest::collection::vec(200usize..9000, 12..40),
+            system in 0u64..6000,
+        ) {
+            let mut h = Harness::new();
+            h.push(EntryBody::Setting(SettingEntry { system_tokens: Some(system), ..Default::default() }));
+            for s in sizes {
+                h.turn(s);
+            }
+            let over = h.effective() > h.config.limits().hard_limit;
+            let (results, p) = h.preflight_through();
+            if let Some(r) = results.iter().find(|r| r.trigger == Trigger::HardLimit) {
+                prop_assert!(over);
+                if r.outcome == Outcome::Completed {
+                    prop_assert!(r.tokens_after <= h.config.limits().hard_limit);
+                    prop_assert!(h.effective() <= h.config.limits().hard_limit);
+                }
+            }
+            match p {
+                Preflight::Ready { tokens, .. } => prop_assert!(tokens <= h.config.limits().hard_limit),
+                Preflight::Failed(r) => prop_assert_eq!(r.outcome, Outcome::Failed),
+                Preflight::Compact(_) => prop_assert!(false, "preflight_through settles"),
+            }
+        }
+    }
+}

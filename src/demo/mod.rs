@@ -18,7 +18,7 @@ use crate::session::entry::{
 };
 use crate::session::log::SessionLog;
 
-use crate::replay::host::{Sent, SimulatedHost, Sink};
+use crate::replay::host::{CapsuleWriter, Sent, SimulatedHost, Sink};
 use script::Action;
 
 /// The demo's configuration, shown in its header: a 24k window so a short session fills it.
@@ -48,7 +48,12 @@ pub enum DemoError {
 }
 
 /// Run the scripted session into a new log at `log_path`.
-pub fn run(config: &Config, log_path: &Path, sink: Sink<'_>) -> Result<Timeline, DemoError> {
+pub fn run<'a>(
+    config: &'a Config,
+    writer: CapsuleWriter<'a>,
+    log_path: &Path,
+    sink: Sink<'a>,
+) -> Result<Timeline, DemoError> {
     let header = SessionHeader {
         kind: HeaderTag::Session,
         version: LOG_FORMAT_VERSION,
@@ -64,6 +69,7 @@ pub fn run(config: &Config, log_path: &Path, sink: Sink<'_>) -> Result<Timeline,
         log,
         config,
         "soba demo: fixing exponent parsing in a JSON library",
+        writer,
         sink,
     );
     let mut call = 0usize;
@@ -193,7 +199,13 @@ mod tests {
         .unwrap();
         let config = Config::resolve(&[f], None, &Overrides::default()).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let err = run(&config, &dir.path().join("s.jsonl"), Box::new(|_| {})).unwrap_err();
+        let err = run(
+            &config,
+            CapsuleWriter::Local,
+            &dir.path().join("s.jsonl"),
+            Box::new(|_| {}),
+        )
+        .unwrap_err();
         let DemoError::Refused { turn, reason } = &err else {
             panic!("{err}")
         };

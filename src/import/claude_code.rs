@@ -378,11 +378,7 @@ impl Reader {
         let parent = self.parent_of(r);
         let boundary = parent.clone().filter(|p| {
             matches!(
-                self.builder
-                    .entries()
-                    .iter()
-                    .find(|e| &e.id == p)
-                    .map(|e| &e.body),
+                self.builder.get(p).map(|e| &e.body),
                 Some(EntryBody::ForeignCompaction(_))
             )
         });
@@ -422,18 +418,12 @@ fn is_sidechain(r: &Value) -> bool {
 /// Whether every entry from `tail` up to (not including) `ancestor` is a tool call or a tool
 /// result, and `ancestor` is on that path: the shape parallel tool calls leave behind.
 fn only_tool_traffic_between(builder: &EntryBuilder, ancestor: &str, tail: &str) -> bool {
-    let entries = builder.entries();
-    let position = |id: &str| {
-        id.strip_prefix('e')
-            .and_then(|n| n.parse::<usize>().ok())
-            .and_then(|n| n.checked_sub(1))
-    };
-    let mut cur = Some(tail.to_string());
+    let mut cur = Some(tail);
     while let Some(id) = cur {
         if id == ancestor {
             return true;
         }
-        let Some(entry) = position(&id).and_then(|i| entries.get(i)) else {
+        let Some(entry) = builder.get(id) else {
             return false;
         };
         let tool_traffic = match &entry.body {
@@ -449,7 +439,7 @@ fn only_tool_traffic_between(builder: &EntryBuilder, ancestor: &str, tail: &str)
         if !tool_traffic {
             return false;
         }
-        cur = entry.parent_id.clone();
+        cur = entry.parent_id.as_deref();
     }
     false
 }

@@ -106,10 +106,10 @@ pub struct RoleCounts {
 }
 
 /// What an import did, printed by `soba import --json`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ImportReport {
-    pub format: Option<Format>,
+    pub format: Format,
     /// Entries written after the header.
     pub entries: usize,
     pub messages: RoleCounts,
@@ -144,6 +144,8 @@ pub fn import_str(
     format: Option<Format>,
     options: &ImportOptions,
 ) -> Result<ImportResult, ImportError> {
+    // Editors on some systems save UTF-8 with a byte-order mark; JSON parsers refuse it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let format = match format {
         Some(f) => f,
         None => detect(text)?,
@@ -162,7 +164,7 @@ pub fn import_str(
 
 /// Recognize a transcript from its first records.
 pub fn detect(text: &str) -> Result<Format, ImportError> {
-    let trimmed = text.trim_start();
+    let trimmed = text.trim_start_matches('\u{feff}').trim_start();
     if trimmed.is_empty() {
         return Err(ImportError::UnknownFormat {
             reason: "the file is empty".into(),
@@ -273,8 +275,19 @@ impl EntryBuilder {
             by_source: HashMap::new(),
             first_of_source: HashMap::new(),
             report: ImportReport {
-                format: Some(format),
-                ..ImportReport::default()
+                format,
+                entries: 0,
+                messages: RoleCounts::default(),
+                tool_calls: 0,
+                tool_results: 0,
+                unmatched_calls: 0,
+                orphan_results: 0,
+                foreign_compactions: 0,
+                corrupt_lines: Vec::new(),
+                usage_records: 0,
+                model: None,
+                skipped_records: BTreeMap::new(),
+                unknown_records: BTreeMap::new(),
             },
             fallback_ts: fallback_ts.to_string(),
         }
@@ -325,10 +338,12 @@ impl EntryBuilder {
         self.by_source.entry(source_id.to_string()).or_insert(to);
     }
 
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.entries.get(position_of(id)?)
+    }
+
     pub fn entry_mut(&mut self, id: &str) -> Option<&mut Entry> {
-        // Ids are `e<n>` with n the 1-based position.
-        let n: usize = id.strip_prefix('e')?.parse().ok()?;
-        self.entries.get_mut(n.checked_sub(1)?)
+        self.entries.get_mut(position_of(id)?)
     }
 
     pub fn entries(&self) -> &[Entry] {
@@ -386,6 +401,11 @@ impl EntryBuilder {
             report,
         }
     }
+}
+
+/// Position of an entry this builder made: ids are `e<n>`, n the 1-based position.
+fn position_of(id: &str) -> Option<usize> {
+    id.strip_prefix('e')?.parse::<usize>().ok()?.checked_sub(1)
 }
 
 /// What a reader learned about the session as a whole.
@@ -617,6 +637,14 @@ mod tests {
         assert_eq!(detect(&pi), Ok(Format::Pi));
         assert_eq!(detect(&chat), Ok(Format::OpenaiChat));
         assert_eq!(detect(&claude_array), Ok(Format::ClaudeCode));
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_ignored() {
+        let chat = json!({"messages":[{"role":"user","content":"hi"}]}).to_string();
+        let r = import_str(&format!("\u{feff}{chat}"), None, &options()).unwrap();
+        assert_eq!(r.report.format, Format::OpenaiChat);
+        assert_eq!(r.report.messages.user, 1);
     }
 
     #[test]

@@ -26,11 +26,15 @@ const BOOKKEEPING_TYPES: &[&str] = &[
     "session_info",
 ];
 
+/// A pi session header. Early files have no `version`; a SOBA log header (version 1, with a
+/// `workspace`) is not one.
 pub(crate) fn looks_like_header(v: &Value) -> bool {
+    let versioned = v
+        .get("version")
+        .is_some_and(|n| n.as_u64().is_some_and(|n| n >= 2));
     str_field(v, "type") == Some("session")
         && v.get("id").is_some()
-        && v.get("version")
-            .is_some_and(|n| n.as_u64().is_some_and(|n| n >= 2))
+        && (versioned || v.get("cwd").is_some())
         && v.get("workspace").is_none()
 }
 
@@ -50,10 +54,12 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
             header.set_created_at(ts);
         }
         let id = str_field(r, "id");
-        let parent = match str_field(r, "parentId") {
+        let parent = match (id, str_field(r, "parentId")) {
+            // Early pi files have no tree: entries follow each other in file order.
+            (None, _) => builder.last_id(),
             // A parent lost to a corrupt line: keep the line going from the latest entry.
-            Some(p) => builder.resolve(p).unwrap_or_else(|| builder.last_id()),
-            None => None,
+            (Some(_), Some(p)) => builder.resolve(p).unwrap_or_else(|| builder.last_id()),
+            (Some(_), None) => None,
         };
         let ts = str_field(r, "timestamp");
         let body = match kind {
@@ -307,6 +313,21 @@ mod tests {
             r.report.skipped_records.get("thinking_level_change"),
             Some(&1)
         );
+    }
+
+    #[test]
+    fn a_file_without_a_tree_is_one_line() {
+        let early_header =
+            json!({"type": "session", "id": "old", "cwd": "/proj", "modelId": "gpt-4o"});
+        let text = lines(&[
+            early_header,
+            json!({"type": "message", "message": {"role": "user", "content": "hi"}}),
+            json!({"type": "message", "message": {"role": "assistant", "content": [{"type": "text", "text": "hello"}]}}),
+        ]);
+        assert_eq!(crate::import::detect(&text), Ok(Format::Pi));
+        let r = import_str(&text, &options()).unwrap();
+        assert!(crate::import::check::is_one_line(&r));
+        assert_eq!(r.entries.len(), 2);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::report::{Event, ForeignMark, Step, Timeline, TimelineCompaction};
 use crate::session::entry::{CheckpointKind, Entry, EntryBody, Role, Usage};
 use crate::session::log::{LogError, SessionLog};
 use crate::session::view::{ModelMessage, ModelView};
+use crate::summarize::Summarizer;
 use crate::util::new_id;
 
 /// How many compactions one preflight may run before it settles. The barrier needs at most a
@@ -49,10 +50,71 @@ pub struct SimulatedHost<'a> {
     timeline: Timeline,
     turn: usize,
     sink: Sink<'a>,
+    writer: CapsuleWriter<'a>,
+}
+
+/// What writes the capsules: the local builder, or a configured model (with the local builder
+/// as its fallback) run on a runtime of the host's own.
+pub enum CapsuleWriter<'a> {
+    Local,
+    Model {
+        summarizer: &'a dyn Summarizer,
+        runtime: tokio::runtime::Runtime,
+    },
+}
+
+impl<'a> CapsuleWriter<'a> {
+    pub fn new(summarizer: Option<&'a dyn Summarizer>) -> std::io::Result<Self> {
+        Ok(match summarizer {
+            None => CapsuleWriter::Local,
+            Some(summarizer) => CapsuleWriter::Model {
+                summarizer,
+                runtime: tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?,
+            },
+        })
+    }
+
+    /// For the timeline and the header: who writes the capsules.
+    pub fn describe(&self) -> String {
+        match self {
+            CapsuleWriter::Local => {
+                "built locally from the log (no summarization model configured)".into()
+            }
+            CapsuleWriter::Model { summarizer, .. } => {
+                format!(
+                    "written by {}, built locally when it fails",
+                    summarizer.describe()
+                )
+            }
+        }
+    }
+
+    fn generate(&self, plan: &Plan) -> Generated {
+        match self {
+            CapsuleWriter::Local => generate_local(plan),
+            CapsuleWriter::Model {
+                summarizer,
+                runtime,
+            } => runtime.block_on(crate::summarize::generate(
+                plan,
+                Some(*summarizer),
+                tokio_util::sync::CancellationToken::new(),
+                &|_| {},
+            )),
+        }
+    }
 }
 
 impl<'a> SimulatedHost<'a> {
-    pub fn new(log: SessionLog, config: &'a Config, title: &str, sink: Sink<'a>) -> Self {
+    pub fn new(
+        log: SessionLog,
+        config: &'a Config,
+        title: &str,
+        writer: CapsuleWriter<'a>,
+        sink: Sink<'a>,
+    ) -> Self {
         let mut timeline = Timeline::new(
             title,
             &config.model.name,
@@ -60,6 +122,7 @@ impl<'a> SimulatedHost<'a> {
             config.limits(),
         );
         timeline.keep_recent_tokens = config.compaction.keep_recent_tokens;
+        timeline.capsule_writer = writer.describe();
         SimulatedHost {
             log,
             config,
@@ -67,6 +130,7 @@ impl<'a> SimulatedHost<'a> {
             timeline,
             turn: 0,
             sink,
+            writer,
         }
     }
 
@@ -124,15 +188,15 @@ impl<'a> SimulatedHost<'a> {
         result
     }
 
-    /// Generate a plan's capsule with the local builder and commit it, with `before_commit`
-    /// run in between (where a real summarizer would be writing and new input may land).
+    /// Generate a plan's capsule and commit it, with `before_commit` run in between (new input
+    /// may land while a summary is being written).
     pub fn run_plan_with(
         &mut self,
         plan: &Plan,
         before_commit: impl FnOnce(&mut Self) -> Result<(), LogError>,
     ) -> Result<CompactionResult, LogError> {
         let started = std::time::Instant::now();
-        let generated: Generated = generate_local(plan);
+        let generated: Generated = self.writer.generate(plan);
         before_commit(self)?;
         let result = crate::compaction::commit(
             &mut self.log,
@@ -246,5 +310,141 @@ impl<'a> SimulatedHost<'a> {
             .and_then(|i| s.entry(i).as_capsule())
             .map(render_for_model);
         (self.timeline, self.log)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capsule::{CapsuleState, Quality};
+    use crate::config::{ConfigFile, Overrides};
+    use crate::session::entry::{ContentBlock, MessageEntry, Outcome};
+    use crate::session::testing::header;
+    use crate::summarize::SummaryError;
+    use futures::future::BoxFuture;
+    use tokio_util::sync::CancellationToken;
+
+    /// A model that answers with a fixed goal, or fails.
+    struct FixedModel(Option<&'static str>);
+
+    impl Summarizer for FixedModel {
+        fn describe(&self) -> String {
+            "fixed model".into()
+        }
+
+        fn summarize<'a>(
+            &'a self,
+            _req: &'a crate::summarize::SummaryRequest,
+            _progress: &'a (dyn Fn(u8) + Send + Sync),
+            _cancel: CancellationToken,
+        ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>> {
+            let reply = match self.0 {
+                Some(goal) => Ok(CapsuleState {
+                    goal: goal.into(),
+                    ..CapsuleState::default()
+                }),
+                None => Err(SummaryError::Http {
+                    status: 503,
+                    message: "overloaded".into(),
+                }),
+            };
+            Box::pin(async move { reply })
+        }
+    }
+
+    fn config() -> Config {
+        let f = ConfigFile::parse(
+            "t",
+            r#"{"model":{"name":"t","contextWindow":9000,"maxOutputTokens":1000},
+                "compaction":{"safetyReserveTokens":1000,"keepRecentTokens":1000}}"#,
+        )
+        .unwrap();
+        Config::resolve(&[f], None, &Overrides::default()).unwrap()
+    }
+
+    fn host<'a>(
+        dir: &std::path::Path,
+        config: &'a Config,
+        writer: CapsuleWriter<'a>,
+    ) -> SimulatedHost<'a> {
+        let log = SessionLog::create(
+            &dir.join("s.jsonl"),
+            header(),
+            crate::config::Durability::Flush,
+        )
+        .unwrap();
+        let mut h = SimulatedHost::new(log, config, "t", writer, Box::new(|_| {}));
+        for k in 0..6 {
+            for role in [Role::User, Role::Assistant] {
+                h.push(EntryBody::Message(MessageEntry {
+                    role,
+                    content: vec![ContentBlock::text(format!("{k}{}", " word".repeat(400)))],
+                    usage: None,
+                    model: None,
+                    synthetic: false,
+                }))
+                .unwrap();
+            }
+        }
+        h
+    }
+
+    #[test]
+    fn a_configured_model_writes_the_capsule() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config();
+        let model = FixedModel(Some("ship the parser"));
+        let writer = CapsuleWriter::new(Some(&model)).unwrap();
+        assert_eq!(
+            writer.describe(),
+            "written by fixed model, built locally when it fails"
+        );
+        let mut h = host(dir.path(), &config, writer);
+        let r = h.explicit_with(None, |_| Ok(())).unwrap();
+        assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
+        assert_eq!(r.quality, Some(Quality::Model));
+        let (t, _) = h.finish();
+        assert!(t.latest_capsule.unwrap().contains("ship the parser"));
+        assert_eq!(t.compactions.len(), 1);
+    }
+
+    #[test]
+    fn a_failing_model_falls_back_to_the_local_capsule_marked_degraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config();
+        let model = FixedModel(None);
+        let mut h = host(
+            dir.path(),
+            &config,
+            CapsuleWriter::new(Some(&model)).unwrap(),
+        );
+        let r = h.explicit_with(None, |_| Ok(())).unwrap();
+        assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
+        assert_eq!(r.quality, Some(Quality::Degraded));
+        assert!(r.degraded, "a fallback, not the no-model case");
+        assert!(r.reason.contains("503"), "{}", r.reason);
+    }
+
+    #[test]
+    fn input_landing_before_the_commit_makes_the_compaction_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config();
+        let mut h = host(dir.path(), &config, CapsuleWriter::Local);
+        let r = h
+            .explicit_with(Some("focus".into()), |h| {
+                h.push(EntryBody::TurnComplete(
+                    crate::session::entry::TurnCompleteEntry { usage: None },
+                ))
+                .map(drop)
+            })
+            .unwrap();
+        assert_eq!(r.outcome, Outcome::Stale);
+        assert_eq!(h.timeline().compactions[0].result.outcome, Outcome::Stale);
+        assert!(h
+            .log()
+            .session()
+            .entries()
+            .iter()
+            .all(|e| e.as_capsule().is_none()));
     }
 }

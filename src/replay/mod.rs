@@ -17,7 +17,7 @@ use crate::session::entry::{EntryBody, Role};
 use crate::session::log::{LogError, SessionLog};
 use crate::session::view::ModelMessage;
 
-use host::{Sent, SimulatedHost, Sink};
+use host::{CapsuleWriter, Sent, SimulatedHost, Sink};
 
 /// What a replay produced besides the log file.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,11 +51,12 @@ impl Default for Observers<'_> {
 }
 
 /// Replay `import` into a new session log at `log_path`.
-pub fn replay(
+pub fn replay<'a>(
     import: ImportResult,
-    config: &Config,
+    config: &'a Config,
+    writer: CapsuleWriter<'a>,
     log_path: &Path,
-    observers: Observers<'_>,
+    observers: Observers<'a>,
 ) -> Result<Replayed, LogError> {
     let Observers {
         sink,
@@ -68,7 +69,7 @@ pub fn replay(
         Some(src) => format!("Replay of {} ({})", src.path, src.format),
         None => format!("Replay of session {}", import.header.id),
     };
-    let mut host = SimulatedHost::new(log, config, &title, sink);
+    let mut host = SimulatedHost::new(log, config, &title, writer, sink);
     let total = import.entries.len();
     let mut last_imported: Option<String> = None;
     let mut inferences_in_turn = 0usize;
@@ -245,7 +246,21 @@ mod tests {
         ImportResult {
             header: header(),
             entries,
-            report: Default::default(),
+            report: crate::import::ImportReport {
+                format: crate::import::Format::Codex,
+                entries: 0,
+                messages: Default::default(),
+                tool_calls: 0,
+                tool_results: 0,
+                unmatched_calls: 0,
+                orphan_results: 0,
+                foreign_compactions: 1,
+                corrupt_lines: Vec::new(),
+                usage_records: 0,
+                model: None,
+                skipped_records: Default::default(),
+                unknown_records: Default::default(),
+            },
         }
     }
 
@@ -263,7 +278,14 @@ mod tests {
             }),
             ..Observers::default()
         };
-        let r = replay(transcript(12), &config, &path, observers).unwrap();
+        let r = replay(
+            transcript(12),
+            &config,
+            CapsuleWriter::Local,
+            &path,
+            observers,
+        )
+        .unwrap();
         assert_eq!(r.inputs, 24, "a preflight before each assistant message");
         assert_eq!(r.refusals, 0);
         assert!(sizes.iter().all(|&t| t <= hard), "{sizes:?}");
@@ -316,7 +338,15 @@ mod tests {
         t.entries[n - 1].parent_id = Some(fork_parent.clone());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.jsonl");
-        replay(t, &config(), &path, Observers::default()).unwrap();
+        let config = config();
+        replay(
+            t,
+            &config,
+            CapsuleWriter::Local,
+            &path,
+            Observers::default(),
+        )
+        .unwrap();
         let (s, _) = read_session(&path).unwrap();
         let last = s.get(&format!("e{n}")).unwrap();
         assert_eq!(last.parent_id.as_deref(), Some(fork_parent.as_str()));

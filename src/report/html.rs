@@ -287,7 +287,7 @@ pub fn render(t: &Timeline) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title} — SOBA report</title><style>{STYLE}</style></head><body><h1>{title}</h1><p class="meta">model {model} ({tokenizer}) · window {window} · max output {out_tokens} · safety reserve {reserve} · hard limit {hard} · soft limit {soft} · keep recent {keep}</p>"#,
+        r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title} — SOBA report</title><style>{STYLE}</style></head><body><h1>{title}</h1><p class="meta">model {model} ({tokenizer}) · window {window} · max output {out_tokens} · safety reserve {reserve} · hard limit {hard} · soft limit {soft} · keep recent {keep}</p><p class="meta">capsules {writer}</p>"#,
         title = escape(&t.title),
         model = escape(&t.model),
         tokenizer = escape(&t.tokenizer),
@@ -297,6 +297,7 @@ pub fn render(t: &Timeline) -> String {
         hard = human_tokens(l.hard_limit),
         soft = human_tokens(l.soft_limit),
         keep = human_tokens(t.keep_recent_tokens),
+        writer = escape(&t.capsule_writer),
     );
     out.push_str(&chart(t));
     out.push_str(&legend(t));

@@ -69,6 +69,8 @@ pub struct Timeline {
     pub tokenizer: String,
     pub limits: Limits,
     pub keep_recent_tokens: u64,
+    /// Who wrote the capsules: the local builder or a model.
+    pub capsule_writer: String,
     pub steps: Vec<Step>,
     pub compactions: Vec<TimelineCompaction>,
     pub foreign_compactions: Vec<ForeignMark>,
@@ -84,6 +86,7 @@ impl Timeline {
             tokenizer: tokenizer.to_string(),
             limits,
             keep_recent_tokens: 0,
+            capsule_writer: String::new(),
             steps: Vec::new(),
             compactions: Vec::new(),
             foreign_compactions: Vec::new(),

@@ -214,24 +214,14 @@ impl ModelView {
     /// `foreign_compaction` (an imported agent's own compaction): it measured that agent's
     /// compacted context, not this view.
     pub fn usage_anchor(&self, session: &Session) -> Option<UsageAnchor> {
-        let oldest_foreign_compaction = self.leaf.and_then(|leaf| {
-            let mut oldest = None;
-            let mut cur = Some(leaf);
-            while let Some(i) = cur.filter(|&i| Some(i) != self.capsule) {
-                if matches!(session.entry(i).body, EntryBody::ForeignCompaction(_)) {
-                    oldest = Some(i);
-                }
-                cur = session.parent_of(i);
-            }
-            oldest
-        });
+        let oldest_foreign_compaction = self.oldest_foreign_compaction(session);
         let mut after = 0;
         for slot in self.slots.iter().rev() {
             if slot.part != ViewPart::New {
                 break;
             }
             if let ViewItem::Entry(i) = slot.item {
-                // Parents precede children in the file, so on one branch a smaller index is older.
+                // Parents precede children in the file, so on one branch a larger index is newer.
                 let measured_foreign_context = oldest_foreign_compaction.is_some_and(|fc| i > fc);
                 if let EntryBody::Message(m) = &session.entry(i).body {
                     if let Some(usage) = m.usage.filter(|_| !measured_foreign_context) {
@@ -247,6 +237,19 @@ impl ModelView {
             after += Self::slot_tokens(session, slot);
         }
         None
+    }
+
+    /// The oldest `foreign_compaction` between the latest capsule (or the root) and the leaf.
+    fn oldest_foreign_compaction(&self, session: &Session) -> Option<usize> {
+        let mut oldest = None;
+        let mut cur = self.leaf;
+        while let Some(i) = cur.filter(|&i| Some(i) != self.capsule) {
+            if matches!(session.entry(i).body, EntryBody::ForeignCompaction(_)) {
+                oldest = Some(i);
+            }
+            cur = session.parent_of(i);
+        }
+        oldest
     }
 
     /// The messages to send, in order.
@@ -501,10 +504,18 @@ mod foreign_compaction_tests {
         let idx = b.session.index_of(id).unwrap();
         let mut entry = b.session.entry(idx).clone();
         if let EntryBody::Message(m) = &mut entry.body {
-            m.usage = Some(Usage { input, ..Usage::default() });
+            m.usage = Some(Usage {
+                input,
+                ..Usage::default()
+            });
         }
         // Rebuild the session with the changed entry (entries are immutable once pushed).
-        let entries: Vec<_> = b.session.entries().iter().map(|e| if e.id == id { entry.clone() } else { e.clone() }).collect();
+        let entries: Vec<_> = b
+            .session
+            .entries()
+            .iter()
+            .map(|e| if e.id == id { entry.clone() } else { e.clone() })
+            .collect();
         let mut fresh = Session::new(b.session.header.clone(), b.session.tokenizer());
         for e in entries {
             fresh.push(e).unwrap();
@@ -531,9 +542,14 @@ mod foreign_compaction_tests {
         set_usage(&mut b, &after, 50);
         let s = &b.session;
         let view = ModelView::build(s, s.leaf());
-        let anchor = view.usage_anchor(s).expect("the usage before the foreign compaction anchors");
+        let anchor = view
+            .usage_anchor(s)
+            .expect("the usage before the foreign compaction anchors");
         assert_eq!(anchor.usage.input, 1000);
         let after_idx = s.index_of(&after).unwrap();
-        assert!(anchor.tokens_after >= s.tokens_of(after_idx), "entries after the anchor are counted");
+        assert!(
+            anchor.tokens_after >= s.tokens_of(after_idx),
+            "entries after the anchor are counted"
+        );
     }
 }
