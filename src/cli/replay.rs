@@ -19,7 +19,7 @@ use crate::report::text::LivePrinter;
 use crate::report::{html, Event};
 
 /// Below this many entries a replay is too quick for a progress bar to help.
-const PROGRESS_MIN_ENTRIES: usize = 2_000;
+const PROGRESS_MIN_ENTRIES: usize = 500;
 
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
