@@ -181,7 +181,7 @@ fn the_replay_command_prints_the_timeline_and_writes_the_report() {
     let Some(dir) = common::transcripts_dir() else {
         return;
     };
-    let file = dir.join("codex/agentcmd-rollout-v0.40.jsonl");
+    let file = dir.join("codex/agentv-two-compactions.jsonl");
     let out = tempfile::tempdir().unwrap();
     let report = out.path().join("r.html");
     let config = out.path().join("small.json");
@@ -207,6 +207,13 @@ fn the_replay_command_prints_the_timeline_and_writes_the_report() {
     );
     assert!(stdout.contains("turn  1 ▕"), "{stdout}");
     assert!(stdout.contains("hard limit"), "{stdout}");
+    // At the end, the source agent's two compactions beside what SOBA had done by then.
+    let comparison = stdout
+        .split("The source agent's compactions beside SOBA's:\n")
+        .nth(1)
+        .expect("the comparison section");
+    assert_eq!(comparison.matches("codex compacted").count(), 2, "{comparison}");
+    assert_eq!(comparison.matches("SOBA by then: ").count(), 2, "{comparison}");
     assert!(
         stdout.contains(&format!("report       {}", report.display())),
         "{stdout}"

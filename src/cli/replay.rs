@@ -139,6 +139,12 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
         human_tokens(peak),
         human_tokens(t.limits.hard_limit)
     );
+    let comparison = crate::report::text::comparison(t);
+    if !comparison.is_empty() {
+        println!();
+        comparison.iter().for_each(|l| println!("{l}"));
+        println!();
+    }
     if replayed.refusals > 0 {
         println!(
             "{} inferences could not be sent: the input did not fit even after compaction",

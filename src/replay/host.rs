@@ -7,7 +7,7 @@ use crate::capsule::render::render_for_model;
 use crate::compaction::run::{Barrier, Preflight};
 use crate::compaction::{generate_local, CompactionResult, Generated, Plan};
 use crate::config::Config;
-use crate::report::{Event, ForeignMark, Step, Timeline, TimelineCompaction};
+use crate::report::{Event, ForeignMark, Kept, Step, Timeline, TimelineCompaction};
 use crate::session::entry::{CheckpointKind, Entry, EntryBody, Role, Usage};
 use crate::session::log::{LogError, SessionLog};
 use crate::session::view::{ModelMessage, ModelView};
@@ -177,15 +177,33 @@ impl<'a> SimulatedHost<'a> {
     }
 
     fn record(&mut self, result: CompactionResult) -> CompactionResult {
+        let kept = self.kept(&result);
         let c = TimelineCompaction {
             step: self.timeline.steps.len(),
             turn: self.turn,
             result,
+            kept,
         };
         (self.sink)(Event::Compaction(&c));
         let result = c.result.clone();
         self.timeline.compactions.push(c);
         result
+    }
+
+    /// What the capsule a completed compaction just appended keeps.
+    fn kept(&self, result: &CompactionResult) -> Option<Kept> {
+        let s = self.log.session();
+        let leaf = s.leaf()?;
+        let capsule = s.entry(leaf).as_capsule()?;
+        if result.checkpoint_id.as_deref() != Some(capsule.checkpoint_id.as_str()) {
+            return None;
+        }
+        Some(Kept {
+            capsule_tokens: s.tokens_of(leaf),
+            read_files: capsule.artifacts.read_files.len(),
+            modified_files: capsule.artifacts.modified_files.len(),
+            verifications: capsule.artifacts.verification.len(),
+        })
     }
 
     /// Generate a plan's capsule and commit it, with `before_commit` run in between (new input

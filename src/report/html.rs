@@ -248,7 +248,7 @@ fn foreign_table(t: &Timeline) -> String {
         return String::new();
     }
     let mut out = String::from(
-        r#"<h2>The source agent's own compactions</h2><table class="foreign-compactions"><thead><tr><th>turn</th><th>step</th><th>agent</th><th>trigger</th><th>compacted at</th><th>its summary</th><th>kept</th><th>SOBA's input then</th></tr></thead><tbody>"#,
+        r#"<h2>The source agent's own compactions</h2><table class="foreign-compactions"><thead><tr><th>turn</th><th>step</th><th>agent</th><th>trigger</th><th>compacted at</th><th>its summary</th><th>kept</th><th>SOBA's input then</th><th>SOBA's compactions by then</th></tr></thead><tbody>"#,
     );
     let opt = |v: Option<u64>| v.map_or("–".to_string(), human_tokens);
     for f in &t.foreign_compactions {
@@ -259,7 +259,7 @@ fn foreign_table(t: &Timeline) -> String {
         };
         let _ = write!(
             out,
-            r#"<tr class="foreign-row"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{kept}</td><td>{}</td></tr>"#,
+            r#"<tr class="foreign-row"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{kept}</td><td>{}</td><td>{}</td></tr>"#,
             f.turn,
             f.step,
             escape(&f.agent),
@@ -267,6 +267,7 @@ fn foreign_table(t: &Timeline) -> String {
             opt(f.tokens_before),
             opt(f.summary_tokens),
             human_tokens(f.soba_tokens),
+            t.completed_by(f.step).count(),
         );
     }
     out.push_str("</tbody></table>");
@@ -358,6 +359,7 @@ mod tests {
             step,
             turn: 2,
             result,
+            kept: None,
         };
         t.compactions = vec![
             at(
@@ -453,7 +455,7 @@ mod tests {
             soba_tokens: 9000,
         });
         let page = render(&t);
-        assert!(page.contains("<tr class=\"foreign-row\"><td>1</td><td>1</td><td>codex</td><td>auto</td><td>150.0k</td><td>2.1k</td><td>4 items</td><td>9.0k</td></tr>"));
+        assert!(page.contains("<tr class=\"foreign-row\"><td>1</td><td>1</td><td>codex</td><td>auto</td><td>150.0k</td><td>2.1k</td><td>4 items</td><td>9.0k</td><td>0</td></tr>"));
         // The chart grows to the source agent's size.
         assert_eq!(t.peak_tokens(), 150000);
     }

@@ -39,6 +39,19 @@ pub struct TimelineCompaction {
     pub turn: usize,
     #[serde(flatten)]
     pub result: CompactionResult,
+    /// What the capsule of a completed compaction carries forward.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<Kept>,
+}
+
+/// The facts a SOBA capsule keeps, counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Kept {
+    pub capsule_tokens: u64,
+    pub read_files: usize,
+    pub modified_files: usize,
+    pub verifications: usize,
 }
 
 /// A compaction the source agent made in the imported transcript.
@@ -114,6 +127,16 @@ impl Timeline {
             .max()
             .unwrap_or(0)
             .max(self.limits.hard_limit)
+    }
+}
+
+impl Timeline {
+    /// SOBA's completed compactions up to a step (inclusive), for comparison with the source
+    /// agent's compaction there.
+    pub fn completed_by(&self, step: usize) -> impl Iterator<Item = &TimelineCompaction> {
+        self.compactions.iter().filter(move |c| {
+            c.step <= step && c.result.outcome == crate::session::entry::Outcome::Completed
+        })
     }
 }
 

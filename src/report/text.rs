@@ -134,6 +134,75 @@ impl LivePrinter {
     }
 }
 
+/// The source agent's compactions beside SOBA's: for each, where and at what size it compacted
+/// and what it kept, and what SOBA had done by then and what its latest capsule kept.
+pub fn comparison(timeline: &Timeline) -> Vec<String> {
+    if timeline.foreign_compactions.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec!["The source agent's compactions beside SOBA's:".to_string()];
+    for f in &timeline.foreign_compactions {
+        let mut kept = Vec::new();
+        if let Some(t) = f.summary_tokens {
+            kept.push(format!("a {}-token summary", human_tokens(t)));
+        }
+        if let Some(k) = f.kept_items {
+            kept.push(format!("{k} items verbatim"));
+        }
+        if let Some(id) = &f.first_kept_entry_id {
+            kept.push(format!("entries from {id}"));
+        }
+        lines.push(format!(
+            "  turn {:>2} · {} compacted ({}) at {}; kept {}",
+            f.turn,
+            f.agent,
+            f.trigger.as_deref().unwrap_or("unspecified"),
+            f.tokens_before
+                .map_or("an unreported size".into(), |t| format!(
+                    "{} tokens",
+                    human_tokens(t)
+                )),
+            if kept.is_empty() {
+                "nothing it reported".into()
+            } else {
+                kept.join(", ")
+            }
+        ));
+        let done: Vec<&TimelineCompaction> = timeline.completed_by(f.step).collect();
+        let soba = match done.last() {
+            None => format!(
+                "SOBA by then: no compaction, context {} tokens",
+                human_tokens(f.soba_tokens)
+            ),
+            Some(last) => {
+                let r = &last.result;
+                let mut line = format!(
+                    "SOBA by then: {} compaction{}, context {} tokens; the last ({}, turn {}) {} → {}",
+                    done.len(),
+                    if done.len() == 1 { "" } else { "s" },
+                    human_tokens(f.soba_tokens),
+                    r.trigger,
+                    last.turn,
+                    human_tokens(r.tokens_before),
+                    human_tokens(r.tokens_after)
+                );
+                if let Some(k) = last.kept {
+                    line.push_str(&format!(
+                        ", a {}-token capsule keeping {} files read, {} modified, {} checks",
+                        human_tokens(k.capsule_tokens),
+                        k.read_files,
+                        k.modified_files,
+                        k.verifications
+                    ));
+                }
+                line
+            }
+        };
+        lines.push(format!("          {soba}"));
+    }
+    lines
+}
+
 /// The whole timeline as lines, as a live printer would have printed it.
 pub fn render(timeline: &Timeline, color: bool) -> Vec<String> {
     let mut printer = LivePrinter::new(timeline.limits, color);
@@ -199,7 +268,17 @@ mod tests {
         result.tokens_after = 8400;
         result.reclaimed_percent = 60.0;
         result.checkpoint_id = Some("ck_1".into());
-        TimelineCompaction { step, turn, result }
+        TimelineCompaction {
+            step,
+            turn,
+            result,
+            kept: Some(crate::report::Kept {
+                capsule_tokens: 900,
+                read_files: 3,
+                modified_files: 1,
+                verifications: 2,
+            }),
+        }
     }
 
     #[test]
@@ -240,6 +319,40 @@ mod tests {
         assert!(lines[0].contains("12.0k"));
         assert!(lines[1].contains("hard_limit compact: 21.0k → 8.4k tokens (−60%), ck_1"));
         assert_eq!(p.flush(), None, "nothing pending after a compaction");
+    }
+
+    #[test]
+    fn the_comparison_puts_each_foreign_compaction_beside_what_soba_had_done_by_then() {
+        let mut t = Timeline::new("t", "m", "o200k_base", limits());
+        assert!(comparison(&t).is_empty(), "nothing to compare");
+        t.compactions = vec![compaction(2, 2), compaction(9, 5)];
+        let mark = |step, kept_items| crate::report::ForeignMark {
+            step,
+            turn: 3,
+            agent: "codex".into(),
+            trigger: Some("auto".into()),
+            tokens_before: Some(150_000),
+            summary_tokens: Some(2100),
+            kept_items,
+            first_kept_entry_id: None,
+            soba_tokens: 9000,
+        };
+        t.foreign_compactions = vec![mark(1, None), mark(4, Some(4))];
+        let lines = comparison(&t);
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert_eq!(
+            lines[1],
+            "  turn  3 · codex compacted (auto) at 150.0k tokens; kept a 2.1k-token summary"
+        );
+        assert_eq!(
+            lines[2],
+            "          SOBA by then: no compaction, context 9.0k tokens"
+        );
+        assert!(lines[3].ends_with("kept a 2.1k-token summary, 4 items verbatim"));
+        assert_eq!(
+            lines[4],
+            "          SOBA by then: 1 compaction, context 9.0k tokens; the last (hard_limit, turn 2) 21.0k → 8.4k, a 900-token capsule keeping 3 files read, 1 modified, 2 checks"
+        );
     }
 
     #[test]
