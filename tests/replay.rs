@@ -212,8 +212,16 @@ fn the_replay_command_prints_the_timeline_and_writes_the_report() {
         .split("The source agent's compactions beside SOBA's:\n")
         .nth(1)
         .expect("the comparison section");
-    assert_eq!(comparison.matches("codex compacted").count(), 2, "{comparison}");
-    assert_eq!(comparison.matches("SOBA by then: ").count(), 2, "{comparison}");
+    assert_eq!(
+        comparison.matches("codex compacted").count(),
+        2,
+        "{comparison}"
+    );
+    assert_eq!(
+        comparison.matches("SOBA by then: ").count(),
+        2,
+        "{comparison}"
+    );
     assert!(
         stdout.contains(&format!("report       {}", report.display())),
         "{stdout}"

@@ -8,7 +8,9 @@ use crate::compaction::run::{Barrier, Preflight};
 use crate::compaction::{generate_local, CompactionResult, Generated, Plan};
 use crate::config::Config;
 use crate::report::{Event, ForeignMark, Kept, Step, Timeline, TimelineCompaction};
-use crate::session::entry::{CheckpointKind, Entry, EntryBody, Role, Usage};
+use crate::session::entry::{
+    CheckpointKind, Entry, EntryBody, ForeignCompactionEntry, Role, Usage,
+};
 use crate::session::log::{LogError, SessionLog};
 use crate::session::view::{ModelMessage, ModelView};
 use crate::summarize::Summarizer;
@@ -308,15 +310,22 @@ impl<'a> SimulatedHost<'a> {
         Ok(recorded)
     }
 
-    /// Note a compaction the source agent made, beside SOBA's input at this point.
-    pub fn foreign(&mut self, mark: impl FnOnce(usize, usize, u64) -> ForeignMark) {
-        let f = mark(
-            self.timeline.steps.len(),
-            self.turn,
-            self.effective_tokens(),
-        );
-        (self.sink)(Event::Foreign(&f));
-        self.timeline.foreign_compactions.push(f);
+    /// Note a compaction the source agent made, beside SOBA's context at this point.
+    pub fn foreign(&mut self, f: &ForeignCompactionEntry) {
+        let mark = ForeignMark {
+            step: self.timeline.steps.len(),
+            turn: self.turn,
+            agent: f.agent.clone(),
+            trigger: f.trigger.clone(),
+            tokens_before: f.tokens_before,
+            summary_tokens: f.summary_tokens,
+            kept_items: f.kept_items,
+            first_kept_entry_id: f.first_kept_entry_id.clone(),
+            soba_tokens: self.effective_tokens(),
+            compactions_before: self.timeline.compactions.len(),
+        };
+        (self.sink)(Event::Foreign(&mark));
+        self.timeline.foreign_compactions.push(mark);
     }
 
     /// The finished timeline (with the latest capsule rendered) and the log.

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::config::{Config, Durability};
 use crate::import::ImportResult;
-use crate::report::{ForeignMark, Timeline};
+use crate::report::Timeline;
 use crate::session::entry::{EntryBody, Role};
 use crate::session::log::{LogError, SessionLog};
 use crate::session::view::ModelMessage;
@@ -93,20 +93,7 @@ pub fn replay<'a>(
                 }
                 inferences_in_turn = 0;
             }
-            EntryBody::ForeignCompaction(f) => {
-                let f = f.clone();
-                host.foreign(|step, turn, soba_tokens| ForeignMark {
-                    step,
-                    turn,
-                    agent: f.agent,
-                    trigger: f.trigger,
-                    tokens_before: f.tokens_before,
-                    summary_tokens: f.summary_tokens,
-                    kept_items: f.kept_items,
-                    first_kept_entry_id: f.first_kept_entry_id,
-                    soba_tokens,
-                });
-            }
+            EntryBody::ForeignCompaction(f) => host.foreign(f),
             _ => {}
         }
         // Keep the transcript's chain on top of what SOBA appended since (capsules, records);
@@ -304,6 +291,13 @@ mod tests {
             .all(|s| s.source == crate::budget::MeasurementSource::Estimated));
         let f = &r.timeline.foreign_compactions;
         assert_eq!(f.len(), 1);
+        // "By then" means recorded before it, not merely before the next inference.
+        let before: Vec<_> = r.timeline.completed_before(&f[0]).collect();
+        assert!(!before.is_empty());
+        assert!(before.iter().all(|c| c.turn <= f[0].turn), "{before:?}");
+        assert!(r.timeline.compactions[f[0].compactions_before..]
+            .iter()
+            .all(|c| c.turn >= f[0].turn));
         assert_eq!(
             (f[0].turn, f[0].tokens_before, f[0].kept_items),
             (7, Some(123_000), Some(3))

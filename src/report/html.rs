@@ -267,7 +267,7 @@ fn foreign_table(t: &Timeline) -> String {
             opt(f.tokens_before),
             opt(f.summary_tokens),
             human_tokens(f.soba_tokens),
-            t.completed_by(f.step).count(),
+            t.completed_before(f).count(),
         );
     }
     out.push_str("</tbody></table>");
@@ -453,6 +453,7 @@ mod tests {
             kept_items: Some(4),
             first_kept_entry_id: None,
             soba_tokens: 9000,
+            compactions_before: 0,
         });
         let page = render(&t);
         assert!(page.contains("<tr class=\"foreign-row\"><td>1</td><td>1</td><td>codex</td><td>auto</td><td>150.0k</td><td>2.1k</td><td>4 items</td><td>9.0k</td><td>0</td></tr>"));

@@ -71,6 +71,8 @@ pub struct ForeignMark {
     pub first_kept_entry_id: Option<String>,
     /// SOBA's effective tokens at the same point of the session.
     pub soba_tokens: u64,
+    /// SOBA's compaction outcomes recorded before this point (a prefix of `compactions`).
+    pub compactions_before: usize,
 }
 
 /// Everything `soba demo` and `soba replay` print and chart.
@@ -131,12 +133,15 @@ impl Timeline {
 }
 
 impl Timeline {
-    /// SOBA's completed compactions up to a step (inclusive), for comparison with the source
-    /// agent's compaction there.
-    pub fn completed_by(&self, step: usize) -> impl Iterator<Item = &TimelineCompaction> {
-        self.compactions.iter().filter(move |c| {
-            c.step <= step && c.result.outcome == crate::session::entry::Outcome::Completed
-        })
+    /// SOBA's completed compactions before the source agent's compaction `f`.
+    pub fn completed_before<'a>(
+        &'a self,
+        f: &ForeignMark,
+    ) -> impl Iterator<Item = &'a TimelineCompaction> {
+        self.compactions
+            .iter()
+            .take(f.compactions_before)
+            .filter(|c| c.result.outcome == crate::session::entry::Outcome::Completed)
     }
 }
 

@@ -168,7 +168,7 @@ pub fn comparison(timeline: &Timeline) -> Vec<String> {
                 kept.join(", ")
             }
         ));
-        let done: Vec<&TimelineCompaction> = timeline.completed_by(f.step).collect();
+        let done: Vec<&TimelineCompaction> = timeline.completed_before(f).collect();
         let soba = match done.last() {
             None => format!(
                 "SOBA by then: no compaction, context {} tokens",
@@ -326,7 +326,7 @@ mod tests {
         let mut t = Timeline::new("t", "m", "o200k_base", limits());
         assert!(comparison(&t).is_empty(), "nothing to compare");
         t.compactions = vec![compaction(2, 2), compaction(9, 5)];
-        let mark = |step, kept_items| crate::report::ForeignMark {
+        let mark = |step, kept_items, compactions_before| crate::report::ForeignMark {
             step,
             turn: 3,
             agent: "codex".into(),
@@ -336,8 +336,9 @@ mod tests {
             kept_items,
             first_kept_entry_id: None,
             soba_tokens: 9000,
+            compactions_before,
         };
-        t.foreign_compactions = vec![mark(1, None), mark(4, Some(4))];
+        t.foreign_compactions = vec![mark(1, None, 0), mark(4, Some(4), 1)];
         let lines = comparison(&t);
         assert_eq!(lines.len(), 5, "{lines:#?}");
         assert_eq!(
