@@ -28,6 +28,10 @@ enum Command {
         /// What the capsule should focus on.
         #[arg(long)]
         instructions: Option<String>,
+        /// Also mirror the capsule into the workspace's Project Memory (.soba/memory/), if it
+        /// is a validated model capsule.
+        #[arg(long)]
+        mirror: bool,
     },
     /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
     Import(cli::import::ImportArgs),
@@ -35,6 +39,13 @@ enum Command {
     Demo(cli::demo::DemoArgs),
     /// Run an agent transcript through SOBA's agent loop and compare its compactions.
     Replay(cli::replay::ReplayArgs),
+    /// Portable Capsules: export a capsule to `.capsule.md`, load one, list a session's capsules.
+    Capsule {
+        #[command(subcommand)]
+        command: cli::capsule::CapsuleCommand,
+    },
+    /// Move a session's leaf back to an earlier entry by appending a `rewind` entry (nothing is deleted).
+    Rewind { session: PathBuf, entry: String },
 }
 
 fn main() -> ExitCode {
@@ -51,10 +62,13 @@ fn main() -> ExitCode {
         Command::Compact {
             session,
             instructions,
-        } => cli::compact::compact(session, instructions.clone(), &cli.common),
+            mirror,
+        } => cli::compact::compact(session, instructions.clone(), *mirror, &cli.common),
         Command::Import(args) => cli::import::run(args, &cli.common),
         Command::Demo(args) => cli::demo::run(args, &cli.common),
         Command::Replay(args) => cli::replay::run(args, &cli.common),
+        Command::Capsule { command } => cli::capsule::run(command, &cli.common),
+        Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
