@@ -4,8 +4,10 @@
 pub mod capsule;
 pub mod compact;
 pub mod debug;
+pub mod demo;
 pub mod import;
 pub mod inspect;
+pub mod replay;
 
 use std::path::{Path, PathBuf};
 
