@@ -654,7 +654,9 @@ fn parse_front_matter(lines: &[(usize, &str)]) -> Result<(FrontMatter, usize), F
 }
 
 static ITEM_COMMENT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"\s*<!--\s*(entries|entry)\s*:\s*([^<>]*?)\s*-->\s*$").expect("pattern compiles")
+    // One line: a comment broken over lines is item text, so ids never hold line breaks.
+    Regex::new(r"[ \t]*<!--[ \t]*(entries|entry)[ \t]*:[ \t]*([^<>\n]*?)[ \t]*-->\s*$")
+        .expect("pattern compiles")
 });
 
 static VERIFICATION_ITEM: LazyLock<Regex> =
