@@ -2,6 +2,7 @@
 //! No engine logic lives here.
 
 pub mod inspect;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 
