@@ -6,8 +6,13 @@
 pub mod budget;
 pub mod capsule;
 pub mod cli;
+pub mod compaction;
 pub mod config;
+pub mod import;
+pub mod redact;
+pub mod schemas;
 pub mod session;
+pub mod summarize;
 pub mod tokens;
 pub mod util;
 pub mod daemon;
