@@ -671,3 +671,29 @@ async fn capsules_are_created_listed_exported_and_loaded() {
         .await;
     assert_eq!(err["code"], code::INVALID_PARAMS, "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soba_flight_prints_the_records_of_a_session() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = oversized_session(&c, &e).await;
+    e.gate.add_permits(1);
+    let r = c.request("soba/compact", json!({"sessionId": id})).await;
+    let path = e.daemon.session(&id).unwrap().path;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["flight", path.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["records"][0]["operationId"], r["operationId"]);
+    assert_eq!(
+        printed["records"][0]["reclaimed"],
+        r["tokensBefore"].as_u64().unwrap() - r["tokensAfter"].as_u64().unwrap()
+    );
+}

@@ -53,12 +53,17 @@ impl FlightLog {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-        line.push(b'\n');
         let mut f = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)?;
+        let mut line = Vec::new();
+        // A torn last line (a crash mid-write) must not swallow this record.
+        if !ends_with_newline(&self.path)? {
+            line.push(b'\n');
+        }
+        serde_json::to_writer(&mut line, record).map_err(std::io::Error::other)?;
+        line.push(b'\n');
         f.write_all(&line)
     }
 
@@ -90,6 +95,19 @@ impl FlightLog {
         }
         Ok(out)
     }
+}
+
+/// Whether the file is empty or ends with a newline.
+fn ends_with_newline(path: &Path) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    if f.metadata()?.len() == 0 {
+        return Ok(true);
+    }
+    f.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8; 1];
+    f.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
 }
 
 #[cfg(test)]
@@ -135,5 +153,14 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(log.path()).unwrap();
         f.write_all(b"{\"operationId\":\"op2\",").unwrap();
         assert_eq!(log.read(None, None).unwrap().len(), 1);
+        // The next record starts on a line of its own.
+        log.append(&record("op3", "a")).unwrap();
+        let ops: Vec<String> = log
+            .read(None, None)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.operation_id)
+            .collect();
+        assert_eq!(ops, ["op1", "op3"]);
     }
 }
