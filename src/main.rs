@@ -46,6 +46,10 @@ enum Command {
     },
     /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
     Import(cli::import::ImportArgs),
+    /// Run a scripted coding session through the whole pipeline and chart it.
+    Demo(cli::demo::DemoArgs),
+    /// Run an agent transcript through SOBA's agent loop and compare its compactions.
+    Replay(cli::replay::ReplayArgs),
     /// Portable Capsules: export a capsule to `.capsule.md`, load one, list a session's capsules.
     Capsule {
         #[command(subcommand)]
@@ -82,6 +86,8 @@ fn main() -> ExitCode {
             mirror,
         } => cli::compact::compact(session, instructions.clone(), *mirror, &cli.common),
         Command::Import(args) => cli::import::run(args, &cli.common),
+        Command::Demo(args) => cli::demo::run(args, &cli.common),
+        Command::Replay(args) => cli::replay::run(args, &cli.common),
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),
         Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
     };

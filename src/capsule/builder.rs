@@ -118,27 +118,27 @@ pub fn build_state(
         None => String::new(),
     };
 
-    // Later prompts: full text newest first within a budget, the opening of the rest.
-    let mut budget = FULL_PROMPTS_BUDGET_TOKENS;
-    let mut kept: Vec<String> = prompts
-        .iter()
-        .rev()
-        .map(|p| {
-            let t = tokenizer.count(p);
-            if t <= budget {
-                budget -= t;
-                p.clone()
-            } else {
-                budget = 0;
-                opening(p)
-            }
-        })
-        .collect();
-    kept.reverse();
-    let mut constraints = prev.map(|p| p.constraints.clone()).unwrap_or_default();
-    for p in kept {
-        push_unique(&mut constraints, p);
+    // Later prompts, the previous capsule's first: full text newest first within one budget
+    // for the whole rolled-forward list, the opening of the rest. The budget spans every
+    // roll-forward, so capsules do not grow by a budget per compaction.
+    let mut all: Vec<String> = prev.map(|p| p.constraints.clone()).unwrap_or_default();
+    for p in prompts {
+        push_unique(&mut all, p);
     }
+    let mut budget = FULL_PROMPTS_BUDGET_TOKENS;
+    let mut constraints: Vec<String> = Vec::with_capacity(all.len());
+    for p in all.iter().rev() {
+        let t = tokenizer.count(p);
+        if t <= budget {
+            budget -= t;
+            constraints.push(p.clone());
+        } else {
+            budget = 0;
+            constraints.push(opening(p));
+        }
+    }
+    constraints.reverse();
+    constraints.dedup();
 
     // Work state: the newest task list, else what the previous capsule said.
     let tasks = latest_task_list(summarized.iter().copied());
@@ -205,6 +205,30 @@ pub fn build_state(
         blockers,
         next_steps,
     }
+}
+
+/// Items kept per list by [`trim_state`].
+const TRIMMED_LIST_ITEMS: usize = 12;
+
+/// A shorter state for when the capsule itself does not fit a small window: prompts by their
+/// openings, the newest items of each list. The goal and every artifact stay.
+pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
+    let newest = |v: &mut Vec<String>| {
+        let n = v.len().saturating_sub(TRIMMED_LIST_ITEMS);
+        v.drain(..n);
+        for item in v.iter_mut() {
+            *item = opening(item);
+        }
+    };
+    newest(&mut s.constraints);
+    newest(&mut s.completed);
+    newest(&mut s.active);
+    newest(&mut s.pending);
+    newest(&mut s.blockers);
+    newest(&mut s.next_steps);
+    let n = s.decisions.len().saturating_sub(TRIMMED_LIST_ITEMS);
+    s.decisions.drain(..n);
+    s
 }
 
 /// First meaningful error line of the result of the call in `call_entry_id`.
@@ -376,6 +400,38 @@ mod tests {
             "`cargo test` fails: thread 'x' panicked at src/lib.rs:3"
         );
         assert!(s.next_steps.contains(&"Make `cargo test` pass".to_string()));
+    }
+
+    #[test]
+    fn the_full_prompt_budget_spans_every_roll_forward() {
+        let long = |tag: &str| format!("{tag} {}", "word ".repeat(3000));
+        let mut prev_state = CapsuleState {
+            goal: "goal".into(),
+            ..Default::default()
+        };
+        prev_state.constraints = vec![long("A"), long("B")];
+        let prev = CapsuleEntry {
+            state: prev_state,
+            ..crate::capsule::render::tests::full_capsule()
+        };
+        let mut b = Builder::new();
+        b.user(&long("C"));
+        let entries: Vec<&Entry> = b.session.entries().iter().collect();
+        let s = build_state(
+            TokenizerKind::O200kBase,
+            Some(&prev),
+            &entries,
+            &Artifacts::default(),
+        );
+        let total: u64 = s
+            .constraints
+            .iter()
+            .map(|c| TokenizerKind::O200kBase.count(c))
+            .sum();
+        assert!(total <= FULL_PROMPTS_BUDGET_TOKENS + 3 * 60, "{total}");
+        assert_eq!(s.constraints.len(), 3);
+        assert!(s.constraints[2].starts_with("C word"));
+        assert!(s.constraints[0].starts_with("A word") && s.constraints[0].ends_with('…'));
     }
 
     #[test]

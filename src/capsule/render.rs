@@ -89,7 +89,7 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::capsule::model::*;
     use crate::session::entry::Trigger;

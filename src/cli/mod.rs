@@ -3,9 +3,11 @@
 
 pub mod capsule;
 pub mod compact;
+pub mod demo;
 pub mod import;
 pub mod inspect;
 pub mod serve;
+pub mod replay;
 
 use std::path::{Path, PathBuf};
 

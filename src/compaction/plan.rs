@@ -3,7 +3,7 @@
 
 use crate::budget::{Budget, Limits};
 use crate::capsule::artifacts::{collect, ToolMapping};
-use crate::capsule::builder::build_state;
+use crate::capsule::builder::{build_state, trim_state};
 use crate::capsule::{Artifacts, CapsuleEntry, CapsuleState, Origin, Quality};
 use crate::config::Config;
 use crate::session::entry::{Entry, EntryBody, Outcome, Role, Trigger};
@@ -283,32 +283,45 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
     let mut tail_tokens = if handoff { 0 } else { suffix[cut] };
 
     if mandatory {
-        let capsule_tokens = capsule_tokens(
-            session.tokenizer(),
-            &local_state,
-            &artifacts,
-            previous.as_ref(),
-            req,
-        );
-        let room = limits
-            .hard_limit
-            .saturating_sub(overhead_tokens + capsule_tokens);
-        if tail_tokens > room {
+        // Fit capsule + tail under the hard limit. Moving the cut later grows the capsule, so
+        // re-measure after every move; as a last resort shorten the capsule's prose.
+        let mut trimmed = false;
+        loop {
+            let capsule = capsule_tokens(
+                session.tokenizer(),
+                &local_state,
+                &artifacts,
+                previous.as_ref(),
+                req,
+            );
+            let room = limits.hard_limit.saturating_sub(overhead_tokens + capsule);
+            if tail_tokens <= room {
+                break;
+            }
             let (later, fits) = fit_cut(&items, cut, room);
             if later != cut {
                 cut = later;
                 local_state = build(cut);
+                if trimmed {
+                    local_state = trim_state(local_state);
+                }
                 tail_tokens = suffix[cut];
+                continue;
             }
             if !fits {
-                match elision_threshold(session, &order, &items, cut, room) {
-                    Some((threshold, tail)) => {
-                        elide_over = Some(threshold);
-                        tail_tokens = tail;
-                    }
-                    None => return Err(no_plan(Outcome::Failed, reasons::CONTEXT_BUDGET_EXCEEDED)),
+                if let Some((threshold, tail)) =
+                    elision_threshold(session, &order, &items, cut, room)
+                {
+                    elide_over = Some(threshold);
+                    tail_tokens = tail;
+                    break;
                 }
             }
+            if trimmed {
+                return Err(no_plan(Outcome::Failed, reasons::CONTEXT_BUDGET_EXCEEDED));
+            }
+            local_state = trim_state(local_state);
+            trimmed = true;
         }
     }
     if cut == 0 && !mandatory {

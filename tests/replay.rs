@@ -1,0 +1,286 @@
+//! `soba replay` over every real transcript in the fixtures, with a window small enough to force
+//! compactions: every input handed out fits under the hard limit and keeps tool calls with
+//! their results, and the report is written.
+
+mod common;
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use soba::config::{Config, ConfigFile, Overrides};
+use soba::import::{import_str, ImportOptions};
+use soba::replay::host::CapsuleWriter;
+use soba::replay::{replay, Observers};
+use soba::session::entry::{ContentBlock, Outcome};
+use soba::session::view::ModelMessage;
+
+/// A 13k window (hard limit 10k): even the smallest fixture outgrows it.
+const SMALL_WINDOW: &str = r#"{"model":{"name":"replay-test","contextWindow":13000,"maxOutputTokens":1500},
+  "compaction":{"safetyReserveTokens":1500,"keepRecentTokens":4000,
+                "minTokensForAutoCompact":4000,"minReclaimableTokens":3000}}"#;
+
+fn small_window() -> Config {
+    let f = ConfigFile::parse("test", SMALL_WINDOW).unwrap();
+    Config::resolve(&[f], None, &Overrides::default()).unwrap()
+}
+
+fn transcripts(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for agent in std::fs::read_dir(dir).unwrap() {
+        let agent = agent.unwrap().path();
+        if !agent.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&agent).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "jsonl" || e == "json") {
+                files.push(f);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Independent of the library's own check: each call's results follow it directly, and no
+/// result appears without its call.
+fn pairing_problems(messages: &[ModelMessage]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut i = 0;
+    while i < messages.len() {
+        let calls: Vec<&str> = messages[i]
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::ToolCall { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
+        if messages[i].tool_call_id.is_some() {
+            problems.push(format!(
+                "message {i}: a result with no call right before it"
+            ));
+        }
+        let mut got: Vec<&str> = Vec::new();
+        let mut j = i + 1;
+        while j < messages.len() && messages[j].tool_call_id.is_some() {
+            got.push(messages[j].tool_call_id.as_deref().unwrap());
+            j += 1;
+        }
+        let mut want = calls.clone();
+        want.sort();
+        got.sort();
+        if want != got {
+            problems.push(format!(
+                "message {i}: calls {want:?}, results after it {got:?}"
+            ));
+        }
+        i = j;
+    }
+    problems
+}
+
+#[test]
+fn every_fixture_replays_with_inputs_under_the_hard_limit_and_no_tool_pair_split() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let config = small_window();
+    let hard = config.limits().hard_limit;
+    let files = transcripts(&dir);
+    assert!(files.len() >= 4, "fixtures found: {files:?}");
+    let out = tempfile::tempdir().unwrap();
+    for (n, file) in files.iter().enumerate() {
+        let text = std::fs::read_to_string(file).unwrap();
+        let options = ImportOptions {
+            source_path: file.display().to_string(),
+            default_workspace: "/ws".into(),
+            default_session_id: format!("s{n}"),
+            now: "2026-01-01T00:00:00Z".into(),
+        };
+        let import = import_str(&text, None, &options).unwrap();
+        let foreign_in_transcript = import.report.foreign_compactions;
+        let problems = RefCell::new(Vec::new());
+        let checked = RefCell::new(0usize);
+        let observers = Observers {
+            on_input: Box::new(|messages: &[ModelMessage], tokens: u64| {
+                *checked.borrow_mut() += 1;
+                let mut p = problems.borrow_mut();
+                if tokens > hard {
+                    p.push(format!(
+                        "input of {tokens} tokens over the hard limit {hard}"
+                    ));
+                }
+                p.extend(pairing_problems(messages));
+            }),
+            ..Observers::default()
+        };
+        let log = out.path().join(format!("replay{n}.jsonl"));
+        let r = replay(import, &config, CapsuleWriter::Local, &log, observers).unwrap();
+        let name = file.display();
+        assert!(
+            problems.borrow().is_empty(),
+            "{name}: {:?}",
+            problems.borrow()
+        );
+        assert_eq!(*checked.borrow(), r.inputs, "{name}");
+        assert!(r.inputs > 0, "{name}");
+        assert!(
+            r.timeline
+                .compactions
+                .iter()
+                .any(|c| c.result.outcome == Outcome::Completed),
+            "{name}: the window forces compactions"
+        );
+        for s in &r.timeline.steps {
+            assert!(s.effective_tokens <= hard, "{name}: {s:?}");
+        }
+        // Where no input could be sent, the barrier failed closed and said why.
+        let failed: Vec<_> = r
+            .timeline
+            .compactions
+            .iter()
+            .filter(|c| c.result.outcome == Outcome::Failed)
+            .collect();
+        assert!(failed.len() >= r.refusals, "{name}");
+        for c in failed {
+            assert!(
+                c.result.reason.starts_with("context budget exceeded"),
+                "{name}: {:?}",
+                c.result
+            );
+        }
+        assert_eq!(
+            r.timeline.foreign_compactions.len(),
+            foreign_in_transcript,
+            "{name}: the source agent's compactions are on the timeline"
+        );
+        // The replayed log reads back and its leaf input fits.
+        let (session, report) = soba::session::log::read_session(&log).unwrap();
+        assert!(
+            report.messages(&log).is_empty(),
+            "{name}: {:?}",
+            report.messages(&log)
+        );
+        let latest = session.leaf().and_then(|l| session.capsule_on_path(l));
+        assert!(
+            latest.is_some(),
+            "{name}: the final branch carries SOBA's capsule"
+        );
+        let html = soba::report::html::render(&r.timeline);
+        let report_path = out.path().join(format!("report{n}.html"));
+        std::fs::write(&report_path, &html).unwrap();
+        assert!(html.contains(r#"<polyline class="effective""#), "{name}");
+        assert!(html.contains("compaction-row"), "{name}");
+    }
+}
+
+#[test]
+fn the_replay_command_prints_the_timeline_and_writes_the_report() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let file = dir.join("codex/agentv-two-compactions.jsonl");
+    let out = tempfile::tempdir().unwrap();
+    let report = out.path().join("r.html");
+    let config = out.path().join("small.json");
+    std::fs::write(&config, SMALL_WINDOW).unwrap();
+    let log = out.path().join("s.jsonl");
+    let run = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .env("NO_COLOR", "1")
+        .arg("replay")
+        .arg(&file)
+        .arg("--config")
+        .arg(&config)
+        .arg("--report")
+        .arg(&report)
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(stdout.contains("turn  1 ▕"), "{stdout}");
+    assert!(stdout.contains("hard limit"), "{stdout}");
+    // At the end, the source agent's two compactions beside what SOBA had done by then.
+    let comparison = stdout
+        .split("The source agent's compactions beside SOBA's:\n")
+        .nth(1)
+        .expect("the comparison section");
+    assert_eq!(
+        comparison.matches("codex compacted").count(),
+        2,
+        "{comparison}"
+    );
+    assert_eq!(
+        comparison.matches("SOBA by then: ").count(),
+        2,
+        "{comparison}"
+    );
+    assert!(
+        stdout.contains(&format!("report       {}", report.display())),
+        "{stdout}"
+    );
+    assert!(std::fs::read_to_string(&report).unwrap().contains("<svg"));
+    assert!(log.is_file());
+
+    // --json: the timeline plus the paths.
+    let log2 = out.path().join("s2.jsonl");
+    let run = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .arg("replay")
+        .arg(&file)
+        .arg("--config")
+        .arg(&config)
+        .args(["--json", "--log"])
+        .arg(&log2)
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(v["sessionLog"], log2.display().to_string());
+    assert!(v["report"].is_null());
+    assert!(!v["steps"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn replaying_a_file_that_is_no_transcript_says_so() {
+    let out = tempfile::tempdir().unwrap();
+    let bogus = out.path().join("notes.txt");
+    std::fs::write(&bogus, "just some notes\n").unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .arg("replay")
+        .arg(&bogus)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("cannot import") && err.contains("--format"),
+        "{err}"
+    );
+}
+
+#[test]
+fn replay_will_not_overwrite_an_existing_log() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let log = out.path().join("s.jsonl");
+    std::fs::write(&log, "keep me").unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .arg("replay")
+        .arg(dir.join("codex/agentcmd-rollout-v0.40.jsonl"))
+        .arg("--log")
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("already exists"));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "keep me");
+}
