@@ -180,3 +180,23 @@ test('open → append → preflight with compaction and progress → budget → 
   for (const r of flight.records) assert.equal(r.hardLimit, 29808);
   await close(c);
 });
+
+test('a daemon killed without cleanup leaves a stale socket that the next serve replaces', async () => {
+  const ws = workspace('stale');
+  const first = await connect(ws);
+  const socket = path.join(env.SOBA_RUNTIME_DIR, 'soba.sock');
+  assert.equal(fs.statSync(socket).mode & 0o777, 0o600);
+  assert.equal(fs.statSync(env.SOBA_RUNTIME_DIR).mode & 0o777, 0o700);
+  const pid = Number(fs.readFileSync(path.join(env.SOBA_RUNTIME_DIR, 'daemon.lock'), 'utf8').trim());
+  process.kill(pid, 'SIGKILL');
+  await new Promise((resolve) => first.child.once('exit', resolve));
+  first.conn.dispose();
+  assert.ok(fs.existsSync(socket), 'the killed daemon left its socket behind');
+
+  const second = await connect(ws);
+  const { sessionId } = await second.conn.sendRequest('soba/session/open', { workspace: ws });
+  assert.match(sessionId, /^s_/);
+  const newPid = Number(fs.readFileSync(path.join(env.SOBA_RUNTIME_DIR, 'daemon.lock'), 'utf8').trim());
+  assert.notEqual(newPid, pid);
+  await close(second);
+});
