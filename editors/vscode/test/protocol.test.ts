@@ -45,6 +45,7 @@ class Daemon {
   readonly messages: Array<{ type: number; message: string }> = [];
   readonly tracker = new BudgetTracker(() => [this.workspace]);
   private stderr = '';
+  exited!: Promise<string>;
   private waiters: Array<() => void> = [];
   proc!: ChildProcessWithoutNullStreams;
   conn!: MessageConnection;
@@ -68,6 +69,7 @@ class Daemon {
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     this.proc.stderr.on('data', (chunk: Buffer) => (this.stderr += chunk.toString()));
+    this.exited = new Promise((resolve) => this.proc.once('exit', (code, signal) => resolve(`${code ?? signal}`)));
     this.conn = createMessageConnection(new StreamMessageReader(this.proc.stdout), new StreamMessageWriter(this.proc.stdin));
     this.conn.onNotification(BUDGET_CHANGED, (report: BudgetReport) => {
       this.budgets.push(report);
@@ -106,6 +108,14 @@ class Daemon {
     }
   }
 
+  /** Fails with the daemon's own words when it exits instead of answering. */
+  async orExit<T>(pending: Promise<T>): Promise<T> {
+    const exit = this.exited.then((code) => {
+      throw new Error(`${SOBA_BIN} serve --standalone exited (${code}):\n${this.stderr.slice(-4000)}`);
+    });
+    return Promise.race([pending, exit]);
+  }
+
   request<M extends RequestMethod>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
     return this.conn.sendRequest(method, params) as Promise<ResultOf<M>>;
   }
@@ -118,9 +128,8 @@ class Daemon {
       // Already gone; the kill below is enough.
     }
     this.conn.dispose();
-    const exited = new Promise((r) => this.proc.once('exit', r));
     setTimeout(() => this.proc.kill('SIGKILL'), 2000).unref();
-    if (this.proc.exitCode === null) await exited;
+    await this.exited;
     fs.rmSync(this.tmp, { recursive: true, force: true });
   }
 }
@@ -133,12 +142,14 @@ describe('status bar against the real daemon', { timeout: 120_000 }, () => {
     assert.ok(fs.existsSync(SOBA_BIN), `no daemon binary at ${SOBA_BIN}: run cargo build --bin soba or set SOBA_BIN`);
     daemon.start();
     const uri = pathToFileURL(daemon.workspace).toString();
-    await daemon.conn.sendRequest('initialize', {
-      processId: process.pid,
-      rootUri: uri,
-      workspaceFolders: [{ uri, name: 'workspace' }],
-      capabilities: {},
-    });
+    await daemon.orExit(
+      daemon.conn.sendRequest('initialize', {
+        processId: process.pid,
+        rootUri: uri,
+        workspaceFolders: [{ uri, name: 'workspace' }],
+        capabilities: {},
+      }),
+    );
     daemon.conn.sendNotification('initialized', {});
   });
 
