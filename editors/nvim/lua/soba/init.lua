@@ -13,6 +13,8 @@ M.defaults = {
   flight_limit = 50,
   --- setup() calls vim.lsp.enable('soba') unless this is false.
   enable = true,
+  --- Extra vim.lsp.config fields for the client (cmd_env, on_exit, root_markers, …).
+  lsp = {},
 }
 
 M.config = vim.deepcopy(M.defaults)
@@ -199,7 +201,7 @@ define_highlights()
 --- `require('soba').setup({ cmd = { '/path/to/soba', 'serve' } })`.
 function M.setup(opts)
   M.config = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
-  vim.lsp.config('soba', M.lsp_config())
+  vim.lsp.config('soba', vim.tbl_extend('force', M.lsp_config(), M.config.lsp))
   if M.config.enable then
     vim.lsp.enable('soba')
   end
