@@ -10,3 +10,4 @@ pub mod config;
 pub mod session;
 pub mod tokens;
 pub mod util;
+pub mod daemon;
