@@ -69,3 +69,17 @@ describe('health.config_problems', function()
     assert.are.same({ 'the top level must be a JSON object' }, health.config_problems('[1]'))
   end)
 end)
+
+describe('doc/soba.txt', function()
+  it('builds help tags for every command and function', function()
+    local dir = vim.fn.tempname()
+    vim.fn.mkdir(dir, 'p')
+    vim.fn.writefile(vim.fn.readfile(vim.env.SOBA_NVIM_ROOT .. '/doc/soba.txt'), dir .. '/soba.txt')
+    vim.cmd.helptags(vim.fn.fnameescape(dir))
+    local tags = table.concat(vim.fn.readfile(dir .. '/tags'), '\n')
+    vim.fn.delete(dir, 'rf')
+    for _, tag in ipairs({ ':Soba', ':Soba-compact', 'soba.setup()', 'soba.statusline()', 'soba.lualine()', 'soba-health' }) do
+      assert.matches('\n?' .. vim.pesc(tag) .. '\t', tags)
+    end
+  end)
+end)
