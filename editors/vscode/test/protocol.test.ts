@@ -46,6 +46,7 @@ class Daemon {
   readonly tracker = new BudgetTracker(() => [this.workspace]);
   private stderr = '';
   exited!: Promise<string>;
+  private running = true;
   private waiters: Array<() => void> = [];
   proc!: ChildProcessWithoutNullStreams;
   conn!: MessageConnection;
@@ -69,7 +70,14 @@ class Daemon {
       stdio: ['pipe', 'pipe', 'pipe'],
     });
     this.proc.stderr.on('data', (chunk: Buffer) => (this.stderr += chunk.toString()));
-    this.exited = new Promise((resolve) => this.proc.once('exit', (code, signal) => resolve(`${code ?? signal}`)));
+    this.exited = new Promise((resolve) =>
+      this.proc.once('exit', (code, signal) => {
+        this.running = false;
+        resolve(`${code ?? signal}`);
+      }),
+    );
+    // A daemon that died leaves writes failing; the exit itself is what the tests report.
+    this.proc.stdin.on('error', () => undefined);
     this.conn = createMessageConnection(new StreamMessageReader(this.proc.stdout), new StreamMessageWriter(this.proc.stdin));
     this.conn.onNotification(BUDGET_CHANGED, (report: BudgetReport) => {
       this.budgets.push(report);
@@ -121,6 +129,11 @@ class Daemon {
   }
 
   async stop(): Promise<void> {
+    if (!this.running) {
+      this.conn.dispose();
+      fs.rmSync(this.tmp, { recursive: true, force: true });
+      return;
+    }
     try {
       await Promise.race([this.conn.sendRequest('shutdown'), new Promise((r) => setTimeout(r, 2000))]);
       this.conn.sendNotification('exit');
