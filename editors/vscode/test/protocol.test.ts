@@ -259,14 +259,23 @@ describe('status bar against the real daemon', { timeout: 120_000 }, () => {
     if (result.degraded) {
       assert.ok(daemon.messages.some((m) => m.type === 2), 'a degraded fallback is announced with a warning');
     }
+    // The Recent Compactions view reads the flight records.
+    const { records } = await daemon.request('soba/flight', { workspace: daemon.workspace, limit: 10 });
+    const record = records.find((r) => r.operationId === result.operationId);
+    assert.ok(record, JSON.stringify(records));
+    assert.equal(record.outcome, 'completed');
+    assert.equal(record.trigger, 'manual');
   });
 
-  it('lists what the sidebar shows and round-trips a capsule through a file', async () => {
+  it('lists the workspace sessions for the sidebar with the active one marked', async () => {
     const { sessions } = await daemon.request('soba/sessions', { workspace: daemon.workspace });
     assert.deepEqual(sessions.filter((s) => s.active).map((s) => s.sessionId), [sessionId]);
-    const { records } = await daemon.request('soba/flight', { workspace: daemon.workspace, limit: 10 });
-    assert.ok(records.some((r) => r.outcome === 'completed' && r.trigger === 'manual'), JSON.stringify(records));
+    const active = sessions.find((s) => s.active)!;
+    assert.equal(active.effectiveTokens, daemon.tracker.report!.effectiveTokens);
+    assert.equal(active.hardLimit, HARD_LIMIT);
+  });
 
+  it('creates, lists, exports and loads a capsule', async () => {
     const created = await daemon.request('soba/capsule/create', { workspace: daemon.workspace, title: 'Parser hand-off' });
     const { capsules } = await daemon.request('soba/capsule/list', { workspace: daemon.workspace });
     assert.ok(capsules.some((c) => c.checkpointId === created.checkpointId && c.title === 'Parser hand-off'));
@@ -282,8 +291,12 @@ describe('status bar against the real daemon', { timeout: 120_000 }, () => {
 
   it('answers a bad request with invalid params naming the field', async () => {
     await assert.rejects(
-      daemon.request('soba/capsule/export', { workspace: daemon.workspace, path: '/tmp/x.capsule.md' } as never),
-      (err: { code: number; message: string }) => err.code === -32602 && err.message.includes('checkpointId'),
+      daemon.request('soba/autoCompact', { workspace: daemon.workspace } as never),
+      (err: { code: number; message: string }) => {
+        assert.equal(err.code, -32602, err.message);
+        assert.match(err.message, /enabled/);
+        return true;
+      },
     );
   });
 });
