@@ -66,18 +66,25 @@ local function wait_for(what, predicate)
   end
 end
 
---- Waits for a notification matching `pattern` after index `from`; returns its text.
+--- Waits for a notification matching `pattern` after index `from`; returns it. An error
+--- notification that does not match fails at once with its text.
 local function notified(pattern, from)
-  local found
+  local found, failure
   wait_for('a notification matching ' .. pattern, function()
     for i = (from or 0) + 1, #messages do
       if messages[i].msg:find(pattern) then
         found = messages[i]
         return true
+      elseif messages[i].level == vim.log.levels.ERROR then
+        failure = messages[i].msg
+        return true
       end
     end
     return false
   end)
+  if failure then
+    error(string.format('expected a notification matching %s, got the error: %s', pattern, failure), 2)
+  end
   return found
 end
 

@@ -176,7 +176,14 @@ export async function showFlightRecords(ctx: CommandContext): Promise<void> {
   ctx.ui.showLines(flightLines(records));
 }
 
+const METHOD_NOT_FOUND = -32601;
+
 function errorMessage(err: unknown): string {
+  const code = (err as { code?: unknown } | null)?.code;
+  const data = (err as { data?: unknown } | null)?.data;
+  if (code === METHOD_NOT_FOUND) {
+    return `${typeof data === 'string' ? data : 'this request'} is not supported by this soba daemon: update soba`;
+  }
   return err instanceof Error ? err.message : String(err);
 }
 

@@ -200,6 +200,16 @@ describe('commands', () => {
     assert.match(h.shown[1][1], /^SOBA: the SOBA daemon is not running: check the "soba.serverPath" setting/);
   });
 
+  it('tells to update soba when the daemon does not know a request', async () => {
+    const h = new Harness({});
+    h.client.request = async () => {
+      throw Object.assign(new Error('Method not found'), { code: -32601, data: 'soba/compact' });
+    };
+    h.inputs = [''];
+    await h.run('soba.compact');
+    assert.deepEqual(h.shown, [['error', 'SOBA: soba/compact is not supported by this soba daemon: update soba']]);
+  });
+
   it('names capsule files after their title', () => {
     assert.equal(capsuleFileName({ title: 'Auth refactor: hand-off!', checkpointId: 'ck_1' }), 'auth-refactor-hand-off.capsule.md');
     assert.equal(capsuleFileName({ title: '', checkpointId: 'ck_1' }), 'ck_1.capsule.md');

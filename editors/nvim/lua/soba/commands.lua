@@ -5,6 +5,7 @@ local soba = require('soba')
 local M = {}
 
 local levels = vim.log.levels
+local METHOD_NOT_FOUND = -32601
 
 --- Sends `method` with the workspace filled in; `on_result(result)` runs on success, errors notify.
 local function request(method, params, on_result)
@@ -16,7 +17,11 @@ local function request(method, params, on_result)
   params = vim.tbl_extend('keep', params or {}, { workspace = soba.workspace(client) })
   client:request(method, params, function(err, result)
     if err then
-      soba.notify(err.message or vim.inspect(err), levels.ERROR)
+      if err.code == METHOD_NOT_FOUND then
+        soba.notify(method .. ' is not supported by this soba daemon: update soba', levels.ERROR)
+      else
+        soba.notify(err.message or vim.inspect(err), levels.ERROR)
+      end
       return
     end
     on_result(result)

@@ -9,6 +9,8 @@ M.defaults = {
   cmd = { 'soba', 'serve' },
   --- Notify when a compaction starts and with its completion line when it ends.
   notify_compaction = true,
+  --- Folders that mark a workspace root, nearest first.
+  root_markers = { '.soba', '.git' },
   --- How many flight records `:Soba flight` fetches.
   flight_limit = 50,
   --- setup() calls vim.lsp.enable('soba') unless this is false.
@@ -176,11 +178,20 @@ local function on_attach(client)
   end)
 end
 
+--- The workspace of a file buffer: the nearest folder holding a root marker, else the working
+--- directory. Buffers without a file (a fresh `[No Name]`) get no client: they have no workspace.
+local function root_dir(bufnr, on_dir)
+  if vim.api.nvim_buf_get_name(bufnr) == '' then
+    return
+  end
+  on_dir(vim.fs.root(bufnr, M.config.root_markers) or vim.fn.getcwd())
+end
+
 --- The `vim.lsp.config` table for the daemon; lsp/soba.lua returns it.
 function M.lsp_config()
   return {
     cmd = M.config.cmd,
-    root_markers = { '.soba', '.git' },
+    root_dir = root_dir,
     handlers = M.handlers,
     on_attach = on_attach,
   }
