@@ -117,6 +117,14 @@ function M.lualine()
   }
 end
 
+--- JSON null arrives as vim.NIL; optional fields may be absent or null.
+local function present(value)
+  if value == vim.NIL then
+    return nil
+  end
+  return value
+end
+
 local function on_compaction(event)
   local id = event.operationId
   if event.phase == 'start' then
@@ -125,12 +133,12 @@ local function on_compaction(event)
       notify(string.format('compacting context (%s)…', event.trigger))
     end
   elseif event.phase == 'progress' then
-    state.compacting[event.sessionId] = math.max(state.compacting[event.sessionId] or 0, event.percent or 0)
+    state.compacting[event.sessionId] = math.max(state.compacting[event.sessionId] or 0, present(event.percent) or 0)
   elseif event.phase == 'end' then
     state.compacting[event.sessionId] = nil
     state.announced[id] = true
-    local result = event.result ~= vim.NIL and event.result or nil
-    local line = event.message or (result and format.completion_line(result)) or (event.trigger .. ' compact finished')
+    local result = present(event.result)
+    local line = present(event.message) or (result and format.completion_line(result)) or (event.trigger .. ' compact finished')
     local warn = result and (result.degraded or result.outcome == 'failed')
     if M.config.notify_compaction then
       notify(line, warn and vim.log.levels.WARN or vim.log.levels.INFO)
