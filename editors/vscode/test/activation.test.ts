@@ -10,6 +10,8 @@ import * as os from 'node:os';
 import { describe, it } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import { SETTING_KEYS } from '../src/settings';
+import { formatTokens } from '../src/status';
+import { Daemon, prose, SOFT_LIMIT } from './daemon';
 
 const root = path.resolve(__dirname, '..', '..');
 const bundle = path.join(root, 'dist', 'extension.js');
@@ -22,6 +24,10 @@ interface Recorded {
   settings: string[];
   statusItems: string[];
   errors: string[];
+  infos: string[];
+  /** The status bar item as the extension last left it. */
+  status: { text: string; tooltip: string; background: string | undefined; visible: boolean };
+  progress: Array<{ title: string; reports: Array<{ increment?: number; message?: string }>; done: boolean }>;
 }
 
 /** Any property is another stand-in, any call or `new` returns one: enough for the language client. */
@@ -55,7 +61,36 @@ function fakeVscode(recorded: Recorded, settings: Record<string, unknown>, folde
     return disposable;
   };
   vscode.window.registerTreeDataProvider = (id: string) => (recorded.trees.push(id), disposable);
-  vscode.window.createStatusBarItem = (id: string) => (recorded.statusItems.push(id), standIn('statusItem'));
+  vscode.window.createStatusBarItem = (id: string) => {
+    recorded.statusItems.push(id);
+    const status = recorded.status;
+    return {
+      set text(value: string) {
+        status.text = value;
+      },
+      set tooltip(value: string) {
+        status.tooltip = value;
+      },
+      set backgroundColor(value: { id: string } | undefined) {
+        status.background = value?.id;
+      },
+      show: () => void (status.visible = true),
+      hide: () => void (status.visible = false),
+      dispose: () => undefined,
+    };
+  };
+  vscode.ThemeColor = class {
+    constructor(readonly id: string) {}
+  };
+  vscode.window.showInformationMessage = async (message: string) => void recorded.infos.push(message);
+  vscode.window.showWarningMessage = async (message: string) => void recorded.infos.push(`warning: ${message}`);
+  vscode.window.showInputBox = async () => '';
+  vscode.window.withProgress = async (options: { title: string }, task: (p: unknown) => Promise<void>) => {
+    const entry = { title: options.title, reports: [] as Array<{ increment?: number; message?: string }>, done: false };
+    recorded.progress.push(entry);
+    await task({ report: (r: { increment?: number; message?: string }) => void entry.reports.push(r) });
+    entry.done = true;
+  };
   vscode.window.showErrorMessage = async (message: string) => void recorded.errors.push(message);
   vscode.workspace.getConfiguration = (section: string) => ({
     get: (key: string) => (recorded.settings.push(`${section}.${key}`), settings[key]),
@@ -81,7 +116,17 @@ async function activate(
   folders: string[] = [],
   during: (recorded: Recorded) => Promise<void> = async () => undefined,
 ): Promise<Recorded> {
-  const recorded: Recorded = { handlers: new Map(), commands: [], trees: [], settings: [], statusItems: [], errors: [] };
+  const recorded: Recorded = {
+    handlers: new Map(),
+    commands: [],
+    trees: [],
+    settings: [],
+    statusItems: [],
+    errors: [],
+    infos: [],
+    status: { text: '', tooltip: '', background: undefined, visible: false },
+    progress: [],
+  };
   const vscode = fakeVscode(recorded, settings, folders);
   const loader = Module as unknown as { _load: (request: string, ...rest: unknown[]) => unknown };
   const original = loader._load;
@@ -149,6 +194,55 @@ describe('activation of the bundle', () => {
     } finally {
       process.env = saved;
       fs.rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+
+  it('shows an agent session of the shared daemon in the status bar and compacts it', { timeout: 90_000 }, async () => {
+    // The agent and the editor each run `soba serve`, which relays to one shared daemon.
+    const agent = new Daemon();
+    agent.start(['serve']);
+    const saved = { ...process.env };
+    Object.assign(process.env, agent.env);
+    try {
+      await agent.initialize();
+      const opened = await agent.request('soba/session/open', {
+        workspace: agent.workspace,
+        create: true,
+        model: { contextWindow: 8_000, maxOutputTokens: 1_000 },
+      });
+      await activate({ serverPath: agent.binary }, [agent.workspace], async (recorded) => {
+        assert.deepEqual(recorded.errors, [], 'the editor connected');
+        const shows = (text: string) => () => recorded.status.visible && recorded.status.text === text;
+        await agent.until('the status bar to show the opened session', shows(`$(dashboard) ${formatTokens(opened.budget.effectiveTokens)} / 7k`));
+
+        let effective = opened.budget.effectiveTokens;
+        for (let i = 1; effective <= SOFT_LIMIT; i++) {
+          assert.ok(i < 80, 'appends never got past the soft limit');
+          const { budget } = await agent.request('soba/session/append', {
+            sessionId: opened.sessionId,
+            entries: [{ type: 'message', role: i % 2 ? 'user' : 'assistant', content: [{ type: 'text', text: prose(i, 300) }] }],
+          });
+          effective = budget.effectiveTokens;
+        }
+        await agent.until('the warning colour past the soft limit', shows(`$(warning) ${formatTokens(effective)} / 7k`));
+        assert.equal(recorded.status.background, 'statusBarItem.warningBackground');
+
+        await recorded.handlers.get('soba.autoCompactOff')!();
+        assert.deepEqual(recorded.errors, []);
+        assert.ok(recorded.infos.includes('Auto-compact is off for the active session.'), JSON.stringify(recorded.infos));
+        await agent.until('the tooltip to say auto-compact is off', () => recorded.status.tooltip.includes('Auto-compact: off'));
+
+        await recorded.handlers.get('soba.compact')!();
+        assert.deepEqual(recorded.errors, []);
+        await agent.until('the status bar back to normal after the compaction', () => recorded.status.text.startsWith('$(dashboard) '));
+        assert.equal(recorded.status.background, undefined);
+        assert.equal(recorded.progress.length, 1, 'one progress notification');
+        assert.ok(recorded.progress[0].done, 'the progress notification closed');
+        assert.ok(recorded.infos.some((m) => /^(warning: )?manual compact: .* tokens \(−\d+%\), ck_/.test(m)), JSON.stringify(recorded.infos));
+      });
+    } finally {
+      process.env = saved;
+      await agent.stop();
     }
   });
 });
