@@ -68,7 +68,7 @@ describe('package.json contract', () => {
 
   it('validates .soba/config.json with the schema the build copies into the extension', () => {
     assert.deepEqual(contributes.jsonValidation, [{ fileMatch: '.soba/config.json', url: './schemas/config.schema.json' }]);
-    const script = fs.readFileSync(path.join(root, 'scripts', 'test'), 'utf8');
+    const script = fs.readFileSync(path.join(root, 'scripts', 'build'), 'utf8');
     assert.match(script, /schemas\/config\.schema\.json/);
     const repoSchema = path.resolve(root, '..', '..', 'schemas', 'config.schema.json');
     if (fs.existsSync(repoSchema)) {
