@@ -199,16 +199,18 @@ class SobaExtension {
     this.refreshing = true;
     try {
       const target = this.target();
-      const [sessions, flight, capsules] = await Promise.all([
+      // Each view stands alone: one failing request leaves the others current.
+      const [sessions, flight, capsules] = await Promise.allSettled([
         client.request('soba/sessions', { workspace: target.workspace }),
         client.request('soba/flight', { ...target, limit: this.settings.flightRecordLimit }),
         client.request('soba/capsule/list', target),
       ]);
-      this.views.sessions.set(sessionNodes(sessions.sessions));
-      this.views.compactions.set(compactionNodes(flight.records));
-      this.views.capsules.set(capsuleNodes(capsules.capsules));
-    } catch (err) {
-      this.output.appendLine(`sidebar: ${err instanceof Error ? err.message : String(err)}`);
+      if (sessions.status === 'fulfilled') this.views.sessions.set(sessionNodes(sessions.value.sessions));
+      if (flight.status === 'fulfilled') this.views.compactions.set(compactionNodes(flight.value.records));
+      if (capsules.status === 'fulfilled') this.views.capsules.set(capsuleNodes(capsules.value.capsules));
+      for (const failed of [sessions, flight, capsules]) {
+        if (failed.status === 'rejected') this.output.appendLine(`sidebar: ${String(failed.reason?.message ?? failed.reason)}`);
+      }
     } finally {
       this.refreshing = false;
     }

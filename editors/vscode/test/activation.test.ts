@@ -19,6 +19,10 @@ const manifest = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'ut
 
 interface Recorded {
   handlers: Map<string, (...args: unknown[]) => Promise<void>>;
+  /** Tree data providers by view id. */
+  views: Map<string, { getChildren(): Array<{ label: string; description?: string }> }>;
+  /** Fires `onDidChangeConfiguration` for `section`. */
+  changeConfiguration(section: string): void;
   commands: string[];
   trees: string[];
   settings: string[];
@@ -60,7 +64,19 @@ function fakeVscode(recorded: Recorded, settings: Record<string, unknown>, folde
     recorded.handlers.set(id, handler);
     return disposable;
   };
-  vscode.window.registerTreeDataProvider = (id: string) => (recorded.trees.push(id), disposable);
+  vscode.window.registerTreeDataProvider = (id: string, provider: any) => {
+    recorded.trees.push(id);
+    recorded.views.set(id, provider);
+    return disposable;
+  };
+  const configurationListeners: Array<(e: { affectsConfiguration(s: string): boolean }) => void> = [];
+  recorded.changeConfiguration = (section) => {
+    for (const listener of configurationListeners) listener({ affectsConfiguration: (s) => s === section });
+  };
+  vscode.workspace.onDidChangeConfiguration = (listener: (e: { affectsConfiguration(s: string): boolean }) => void) => {
+    configurationListeners.push(listener);
+    return disposable;
+  };
   vscode.window.createStatusBarItem = (id: string) => {
     recorded.statusItems.push(id);
     const status = recorded.status;
@@ -112,12 +128,14 @@ function fakeVscode(recorded: Recorded, settings: Record<string, unknown>, folde
 
 /** Activates the bundle, runs `during` while it is active, then deactivates it. */
 async function activate(
-  settings: Record<string, unknown>,
+  settings: Record<string, unknown>,  // read live: a test may change it and fire changeConfiguration
   folders: string[] = [],
   during: (recorded: Recorded) => Promise<void> = async () => undefined,
 ): Promise<Recorded> {
   const recorded: Recorded = {
     handlers: new Map(),
+    views: new Map(),
+    changeConfiguration: () => undefined,
     commands: [],
     trees: [],
     settings: [],
@@ -146,6 +164,14 @@ async function activate(
     loader._load = original;
   }
   return recorded;
+}
+
+async function waitFor(done: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!done()) {
+    assert.ok(Date.now() < deadline, 'timed out');
+    await new Promise((r) => setTimeout(r, 25));
+  }
 }
 
 describe('activation of the bundle', () => {
@@ -184,12 +210,18 @@ describe('activation of the bundle', () => {
       SOBA_CONFIG: path.join(tmp, 'no-user-config.json'),
     });
     try {
-      await activate({ serverPath: bin, serverArgs: ['--standalone'] }, [workspace], async (recorded) => {
+      const settings: Record<string, unknown> = { serverPath: bin, serverArgs: ['--standalone'] };
+      await activate(settings, [workspace], async (recorded) => {
         assert.deepEqual(recorded.errors, [], 'the daemon started');
         // No agent opened a session in this workspace: the daemon says so, and the command shows it.
         await recorded.handlers.get('soba.showBudget')!();
         assert.equal(recorded.errors.length, 1, JSON.stringify(recorded.errors));
         assert.match(recorded.errors[0], /^SOBA: .*no active session/);
+
+        // Changing a setting restarts the connection with the new path.
+        settings.serverPath = path.join(tmp, 'moved-soba');
+        recorded.changeConfiguration('soba');
+        await waitFor(() => recorded.errors.some((e) => e.startsWith(`SOBA: could not start "${settings.serverPath} serve --standalone"`)));
       });
     } finally {
       process.env = saved;
@@ -214,6 +246,9 @@ describe('activation of the bundle', () => {
         assert.deepEqual(recorded.errors, [], 'the editor connected');
         const shows = (text: string) => () => recorded.status.visible && recorded.status.text === text;
         await agent.until('the status bar to show the opened session', shows(`$(dashboard) ${formatTokens(opened.budget.effectiveTokens)} / 7k`));
+        await agent.until('the Sessions view to list the session', () =>
+          recorded.views.get('soba.sessions')!.getChildren().some((n) => n.label === opened.sessionId && n.description?.startsWith('active')),
+        );
 
         let effective = opened.budget.effectiveTokens;
         for (let i = 1; effective <= SOFT_LIMIT; i++) {
