@@ -21,7 +21,11 @@ pub struct Limits {
 
 impl Limits {
     /// `None` when the window leaves no room for input (hard limit ≤ 0).
-    pub fn compute(context_window: u64, max_output_tokens: u64, c: &CompactionConfig) -> Option<Limits> {
+    pub fn compute(
+        context_window: u64,
+        max_output_tokens: u64,
+        c: &CompactionConfig,
+    ) -> Option<Limits> {
         let hard_limit = context_window
             .checked_sub(max_output_tokens)?
             .checked_sub(c.safety_reserve_tokens)?;
@@ -172,9 +176,20 @@ mod tests {
 
     #[test]
     fn provider_usage_wins_over_estimates() {
-        let b = Breakdown { system: 10, tools: 20, capsule: 0, retained_tail: 0, new_entries: 500 };
+        let b = Breakdown {
+            system: 10,
+            tools: 20,
+            capsule: 0,
+            retained_tail: 0,
+            new_entries: 500,
+        };
         let anchor = UsageAnchor {
-            usage: Usage { input: 400, cache_read: 100, cache_write: 0, output: 50 },
+            usage: Usage {
+                input: 400,
+                cache_read: 100,
+                cache_write: 0,
+                output: 50,
+            },
             tokens_after: 30,
         };
         let m = Budget::measure(spec_limits(), b, Some(anchor));

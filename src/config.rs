@@ -71,18 +71,33 @@ pub enum Provider {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SummarizerConfig {
+    /// `local` (default: the deterministic builder, no network), `openai` (any
+    /// OpenAI-compatible Chat Completions server) or `anthropic`.
     pub provider: Provider,
+    /// API root. Defaults: `https://api.openai.com/v1` for `openai`, `https://api.anthropic.com`
+    /// for `anthropic`. Local servers: e.g. `http://127.0.0.1:11434/v1` (Ollama).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
+    /// The summarization model (required for `openai` and `anthropic`), independent of the
+    /// agent's model; a small, cheap model is the usual choice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// Name of the environment variable holding the API key (never the key itself).
+    /// Name of the environment variable holding the API key (never the key itself). Required
+    /// for `anthropic`; optional for `openai`-compatible servers that need no key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
+    /// The summarization model's context window in tokens. Default: the catalog's figure for
+    /// `model`, else 32768. No request larger than `contextWindow - maxOutputTokens` is sent;
+    /// longer histories are summarized in chunks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// Output tokens asked for per request. Default: 4096 (or the catalog's limit if smaller).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u64>,
+    /// After 3 consecutive model failures, the model is skipped for this many milliseconds
+    /// (the local capsule is built at once). Default: 60000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown_ms: Option<u64>,
 }
 
 /// When an append counts as acknowledged.
@@ -123,7 +138,10 @@ impl Default for Config {
 /// One config file as written by a person: every key optional.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[schemars(title = "SOBA configuration", description = "`.soba/config.json` or the user config file. Every key is optional; unset keys come from lower layers.")]
+#[schemars(
+    title = "SOBA configuration",
+    description = "`.soba/config.json` or the user config file. Every key is optional; unset keys come from lower layers."
+)]
 pub struct ConfigFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction: Option<CompactionFile>,
@@ -222,31 +240,184 @@ const CL100K: TokenizerKind = TokenizerKind::Cl100kBase;
 /// Common models. Names match by exact name first, then by the longest catalog name the
 /// given name starts with (so dated snapshots such as `gpt-4o-2024-08-06` resolve).
 pub const CATALOG: &[CatalogModel] = &[
-    CatalogModel { name: "gpt-5", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5" },
-    CatalogModel { name: "gpt-5-mini", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5 mini" },
-    CatalogModel { name: "gpt-5-codex", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5-Codex" },
-    CatalogModel { name: "gpt-5.1", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5.1" },
-    CatalogModel { name: "gpt-5.1-codex", context_window: 400_000, max_output_tokens: 128_000, tokenizer: O200K, source: "OpenAI model docs: GPT-5.1-Codex" },
-    CatalogModel { name: "gpt-4.1", context_window: 1_047_576, max_output_tokens: 32_768, tokenizer: O200K, source: "OpenAI model docs: GPT-4.1" },
-    CatalogModel { name: "gpt-4.1-mini", context_window: 1_047_576, max_output_tokens: 32_768, tokenizer: O200K, source: "OpenAI model docs: GPT-4.1 mini" },
-    CatalogModel { name: "gpt-4o", context_window: 128_000, max_output_tokens: 16_384, tokenizer: O200K, source: "OpenAI model docs: GPT-4o" },
-    CatalogModel { name: "gpt-4o-mini", context_window: 128_000, max_output_tokens: 16_384, tokenizer: O200K, source: "OpenAI model docs: GPT-4o mini" },
-    CatalogModel { name: "o3", context_window: 200_000, max_output_tokens: 100_000, tokenizer: O200K, source: "OpenAI model docs: o3" },
-    CatalogModel { name: "o4-mini", context_window: 200_000, max_output_tokens: 100_000, tokenizer: O200K, source: "OpenAI model docs: o4-mini" },
-    CatalogModel { name: "gpt-4-turbo", context_window: 128_000, max_output_tokens: 4_096, tokenizer: CL100K, source: "OpenAI model docs: GPT-4 Turbo" },
-    CatalogModel { name: "gpt-4", context_window: 8_192, max_output_tokens: 8_192, tokenizer: CL100K, source: "OpenAI model docs: GPT-4" },
-    CatalogModel { name: "gpt-3.5-turbo", context_window: 16_385, max_output_tokens: 4_096, tokenizer: CL100K, source: "OpenAI model docs: GPT-3.5 Turbo" },
-    CatalogModel { name: "claude-opus-4-5", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Opus 4.5 (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "claude-sonnet-4-5", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Sonnet 4.5 (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "claude-haiku-4-5", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Haiku 4.5 (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "claude-opus-4-1", context_window: 200_000, max_output_tokens: 32_000, tokenizer: O200K, source: "Anthropic models overview: Claude Opus 4.1 (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "claude-opus-4", context_window: 200_000, max_output_tokens: 32_000, tokenizer: O200K, source: "Anthropic models overview: Claude Opus 4 (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "claude-sonnet-4", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Sonnet 4 (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "claude-3-7-sonnet", context_window: 200_000, max_output_tokens: 64_000, tokenizer: O200K, source: "Anthropic models overview: Claude Sonnet 3.7 (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "claude-3-5-sonnet", context_window: 200_000, max_output_tokens: 8_192, tokenizer: O200K, source: "Anthropic models overview: Claude Sonnet 3.5 (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "claude-3-5-haiku", context_window: 200_000, max_output_tokens: 8_192, tokenizer: O200K, source: "Anthropic models overview: Claude Haiku 3.5 (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "gemini-2.5-pro", context_window: 1_048_576, max_output_tokens: 65_536, tokenizer: O200K, source: "Google Gemini models: 2.5 Pro (tokenizer estimated with o200k_base)" },
-    CatalogModel { name: "gemini-2.5-flash", context_window: 1_048_576, max_output_tokens: 65_536, tokenizer: O200K, source: "Google Gemini models: 2.5 Flash (tokenizer estimated with o200k_base)" },
+    CatalogModel {
+        name: "gpt-5",
+        context_window: 400_000,
+        max_output_tokens: 128_000,
+        tokenizer: O200K,
+        source: "OpenAI model docs: GPT-5",
+    },
+    CatalogModel {
+        name: "gpt-5-mini",
+        context_window: 400_000,
+        max_output_tokens: 128_000,
+        tokenizer: O200K,
+        source: "OpenAI model docs: GPT-5 mini",
+    },
+    CatalogModel {
+        name: "gpt-5-codex",
+        context_window: 400_000,
+        max_output_tokens: 128_000,
+        tokenizer: O200K,
+        source: "OpenAI model docs: GPT-5-Codex",
+    },
+    CatalogModel {
+        name: "gpt-5.1",
+        context_window: 400_000,
+        max_output_tokens: 128_000,
+        tokenizer: O200K,
+        source: "OpenAI model docs: GPT-5.1",
+    },
+    CatalogModel {
+        name: "gpt-5.1-codex",
+        context_window: 400_000,
+        max_output_tokens: 128_000,
+        tokenizer: O200K,
+        source: "OpenAI model docs: GPT-5.1-Codex",
+    },
+    CatalogModel {
+        name: "gpt-4.1",
+        context_window: 1_047_576,
+        max_output_tokens: 32_768,
+        tokenizer: O200K,
+        source: "OpenAI model docs: GPT-4.1",
+    },
+    CatalogModel {
+        name: "gpt-4.1-mini",
+        context_window: 1_047_576,
+        max_output_tokens: 32_768,
+        tokenizer: O200K,
+        source: "OpenAI model docs: GPT-4.1 mini",
+    },
+    CatalogModel {
+        name: "gpt-4o",
+        context_window: 128_000,
+        max_output_tokens: 16_384,
+        tokenizer: O200K,
+        source: "OpenAI model docs: GPT-4o",
+    },
+    CatalogModel {
+        name: "gpt-4o-mini",
+        context_window: 128_000,
+        max_output_tokens: 16_384,
+        tokenizer: O200K,
+        source: "OpenAI model docs: GPT-4o mini",
+    },
+    CatalogModel {
+        name: "o3",
+        context_window: 200_000,
+        max_output_tokens: 100_000,
+        tokenizer: O200K,
+        source: "OpenAI model docs: o3",
+    },
+    CatalogModel {
+        name: "o4-mini",
+        context_window: 200_000,
+        max_output_tokens: 100_000,
+        tokenizer: O200K,
+        source: "OpenAI model docs: o4-mini",
+    },
+    CatalogModel {
+        name: "gpt-4-turbo",
+        context_window: 128_000,
+        max_output_tokens: 4_096,
+        tokenizer: CL100K,
+        source: "OpenAI model docs: GPT-4 Turbo",
+    },
+    CatalogModel {
+        name: "gpt-4",
+        context_window: 8_192,
+        max_output_tokens: 8_192,
+        tokenizer: CL100K,
+        source: "OpenAI model docs: GPT-4",
+    },
+    CatalogModel {
+        name: "gpt-3.5-turbo",
+        context_window: 16_385,
+        max_output_tokens: 4_096,
+        tokenizer: CL100K,
+        source: "OpenAI model docs: GPT-3.5 Turbo",
+    },
+    CatalogModel {
+        name: "claude-opus-4-5",
+        context_window: 200_000,
+        max_output_tokens: 64_000,
+        tokenizer: O200K,
+        source: "Anthropic models overview: Claude Opus 4.5 (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "claude-sonnet-4-5",
+        context_window: 200_000,
+        max_output_tokens: 64_000,
+        tokenizer: O200K,
+        source:
+            "Anthropic models overview: Claude Sonnet 4.5 (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "claude-haiku-4-5",
+        context_window: 200_000,
+        max_output_tokens: 64_000,
+        tokenizer: O200K,
+        source: "Anthropic models overview: Claude Haiku 4.5 (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "claude-opus-4-1",
+        context_window: 200_000,
+        max_output_tokens: 32_000,
+        tokenizer: O200K,
+        source: "Anthropic models overview: Claude Opus 4.1 (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "claude-opus-4",
+        context_window: 200_000,
+        max_output_tokens: 32_000,
+        tokenizer: O200K,
+        source: "Anthropic models overview: Claude Opus 4 (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "claude-sonnet-4",
+        context_window: 200_000,
+        max_output_tokens: 64_000,
+        tokenizer: O200K,
+        source: "Anthropic models overview: Claude Sonnet 4 (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "claude-3-7-sonnet",
+        context_window: 200_000,
+        max_output_tokens: 64_000,
+        tokenizer: O200K,
+        source:
+            "Anthropic models overview: Claude Sonnet 3.7 (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "claude-3-5-sonnet",
+        context_window: 200_000,
+        max_output_tokens: 8_192,
+        tokenizer: O200K,
+        source:
+            "Anthropic models overview: Claude Sonnet 3.5 (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "claude-3-5-haiku",
+        context_window: 200_000,
+        max_output_tokens: 8_192,
+        tokenizer: O200K,
+        source: "Anthropic models overview: Claude Haiku 3.5 (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "gemini-2.5-pro",
+        context_window: 1_048_576,
+        max_output_tokens: 65_536,
+        tokenizer: O200K,
+        source: "Google Gemini models: 2.5 Pro (tokenizer estimated with o200k_base)",
+    },
+    CatalogModel {
+        name: "gemini-2.5-flash",
+        context_window: 1_048_576,
+        max_output_tokens: 65_536,
+        tokenizer: O200K,
+        source: "Google Gemini models: 2.5 Flash (tokenizer estimated with o200k_base)",
+    },
 ];
 
 /// Name of the model used when nothing names one.
@@ -292,11 +463,23 @@ pub enum ConfigError {
     #[error("{file}: not valid JSON: {message}")]
     Syntax { file: String, message: String },
     #[error("{file}: unknown key `{key}`{}", suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default())]
-    UnknownKey { file: String, key: String, suggestion: Option<String> },
+    UnknownKey {
+        file: String,
+        key: String,
+        suggestion: Option<String>,
+    },
     #[error("{file}: `{key}` has the wrong type: {message}")]
-    WrongType { file: String, key: String, message: String },
+    WrongType {
+        file: String,
+        key: String,
+        message: String,
+    },
     #[error("`{key}` = {value} is invalid: {allowed}")]
-    OutOfRange { key: String, value: String, allowed: String },
+    OutOfRange {
+        key: String,
+        value: String,
+        allowed: String,
+    },
 }
 
 /// Flags that override every file.
@@ -309,7 +492,14 @@ pub struct Overrides {
     pub keep_recent_tokens: Option<u64>,
 }
 
-const TOP_KEYS: &[&str] = &["compaction", "model", "summarizer", "storage", "memory", "$schema"];
+const TOP_KEYS: &[&str] = &[
+    "compaction",
+    "model",
+    "summarizer",
+    "storage",
+    "memory",
+    "$schema",
+];
 const COMPACTION_KEYS: &[&str] = &[
     "auto",
     "compactOnTurnComplete",
@@ -330,6 +520,7 @@ const SUMMARIZER_KEYS: &[&str] = &[
     "apiKeyEnv",
     "contextWindow",
     "maxOutputTokens",
+    "cooldownMs",
 ];
 const STORAGE_KEYS: &[&str] = &["durability"];
 const MEMORY_KEYS: &[&str] = &["mirrorExplicitCompacts"];
@@ -338,17 +529,33 @@ fn check_keys(file: &str, prefix: &str, value: &Value, known: &[&str]) -> Result
     let Some(obj) = value.as_object() else {
         return Err(ConfigError::WrongType {
             file: file.into(),
-            key: if prefix.is_empty() { "(top level)".into() } else { prefix.into() },
+            key: if prefix.is_empty() {
+                "(top level)".into()
+            } else {
+                prefix.into()
+            },
             message: "expected an object".into(),
         });
     };
     for key in obj.keys() {
         if !known.contains(&key.as_str()) {
-            let full = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+            let full = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
             let suggestion = did_you_mean(key, known).map(|s| {
-                if prefix.is_empty() { s.to_string() } else { format!("{prefix}.{s}") }
+                if prefix.is_empty() {
+                    s.to_string()
+                } else {
+                    format!("{prefix}.{s}")
+                }
             });
-            return Err(ConfigError::UnknownKey { file: file.into(), key: full, suggestion });
+            return Err(ConfigError::UnknownKey {
+                file: file.into(),
+                key: full,
+                suggestion,
+            });
         }
     }
     Ok(())
@@ -357,8 +564,10 @@ fn check_keys(file: &str, prefix: &str, value: &Value, known: &[&str]) -> Result
 impl ConfigFile {
     /// Parse one config file's text, reporting unknown keys with a suggestion.
     pub fn parse(file: &str, text: &str) -> Result<ConfigFile, ConfigError> {
-        let value: Value = serde_json::from_str(text)
-            .map_err(|e| ConfigError::Syntax { file: file.into(), message: e.to_string() })?;
+        let value: Value = serde_json::from_str(text).map_err(|e| ConfigError::Syntax {
+            file: file.into(),
+            message: e.to_string(),
+        })?;
         check_keys(file, "", &value, TOP_KEYS)?;
         let sections: [(&str, &[&str]); 5] = [
             ("compaction", COMPACTION_KEYS),
@@ -378,14 +587,20 @@ impl ConfigFile {
         }
         serde_json::from_value(value).map_err(|e| {
             let message = e.to_string();
-            ConfigError::WrongType { file: file.into(), key: key_in_message(&message), message }
+            ConfigError::WrongType {
+                file: file.into(),
+                key: key_in_message(&message),
+                message,
+            }
         })
     }
 
     pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
         let file = path.display().to_string();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::Unreadable { file: file.clone(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Unreadable {
+            file: file.clone(),
+            message: e.to_string(),
+        })?;
         ConfigFile::parse(&file, &text)
     }
 }
@@ -411,7 +626,8 @@ pub fn user_config_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SOBA_CONFIG") {
         return Some(PathBuf::from(p));
     }
-    directories::ProjectDirs::from("dev", "soba", "soba").map(|d| d.config_dir().join("config.json"))
+    directories::ProjectDirs::from("dev", "soba", "soba")
+        .map(|d| d.config_dir().join("config.json"))
 }
 
 pub fn workspace_config_path(workspace: &Path) -> PathBuf {
@@ -488,7 +704,10 @@ impl Config {
             }
         }
         if let Some(name) = &overrides.model {
-            model = ModelFile { name: Some(name.clone()), ..ModelFile::default() };
+            model = ModelFile {
+                name: Some(name.clone()),
+                ..ModelFile::default()
+            };
         }
         if overrides.context_window.is_some() {
             model.context_window = overrides.context_window;
@@ -656,7 +875,10 @@ mod tests {
             "test.json: unknown key `compaction.keepRecentToken` (did you mean `compaction.keepRecentTokens`?)"
         );
         let err = resolve_text(r#"{"compacton":{}}"#).unwrap_err();
-        assert!(err.to_string().contains("did you mean `compaction`"), "{err}");
+        assert!(
+            err.to_string().contains("did you mean `compaction`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -698,9 +920,16 @@ mod tests {
 
     #[test]
     fn layers_override_in_order() {
-        let user = ConfigFile::parse("user", r#"{"compaction":{"keepRecentTokens":10000,"timeoutMs":5000}}"#).unwrap();
+        let user = ConfigFile::parse(
+            "user",
+            r#"{"compaction":{"keepRecentTokens":10000,"timeoutMs":5000}}"#,
+        )
+        .unwrap();
         let ws = ConfigFile::parse("ws", r#"{"compaction":{"keepRecentTokens":12000}}"#).unwrap();
-        let flags = Overrides { keep_recent_tokens: Some(9000), ..Default::default() };
+        let flags = Overrides {
+            keep_recent_tokens: Some(9000),
+            ..Default::default()
+        };
         let c = Config::resolve(&[user.clone(), ws.clone()], None, &Overrides::default()).unwrap();
         assert_eq!(c.compaction.keep_recent_tokens, 12000);
         assert_eq!(c.compaction.timeout_ms, 5000);
@@ -712,9 +941,18 @@ mod tests {
     fn catalog_resolves_snapshots_and_prefixes() {
         assert_eq!(catalog_lookup("gpt-4o-2024-08-06").unwrap().name, "gpt-4o");
         assert_eq!(catalog_lookup("gpt-4o-mini").unwrap().name, "gpt-4o-mini");
-        assert_eq!(catalog_lookup("claude-sonnet-4-5-20250929").unwrap().name, "claude-sonnet-4-5");
-        assert_eq!(catalog_lookup("anthropic/claude-opus-4-5").unwrap().name, "claude-opus-4-5");
-        assert_eq!(catalog_lookup("gpt-4").unwrap().tokenizer, TokenizerKind::Cl100kBase);
+        assert_eq!(
+            catalog_lookup("claude-sonnet-4-5-20250929").unwrap().name,
+            "claude-sonnet-4-5"
+        );
+        assert_eq!(
+            catalog_lookup("anthropic/claude-opus-4-5").unwrap().name,
+            "claude-opus-4-5"
+        );
+        assert_eq!(
+            catalog_lookup("gpt-4").unwrap().tokenizer,
+            TokenizerKind::Cl100kBase
+        );
         assert!(catalog_lookup("my-local-llama").is_none());
     }
 
@@ -726,7 +964,11 @@ mod tests {
         };
         let c = Config::resolve(&[], Some(&sm), &Overrides::default()).unwrap();
         assert_eq!(c.model.context_window, 200_000);
-        let flags = Overrides { context_window: Some(65000), max_output_tokens: Some(8000), ..Default::default() };
+        let flags = Overrides {
+            context_window: Some(65000),
+            max_output_tokens: Some(8000),
+            ..Default::default()
+        };
         let c = Config::resolve(&[], Some(&sm), &flags).unwrap();
         assert_eq!(c.limits().hard_limit, 48808);
     }

@@ -6,8 +6,11 @@
 pub mod budget;
 pub mod capsule;
 pub mod cli;
+pub mod compaction;
 pub mod config;
+pub mod import;
 pub mod session;
+pub mod summarize;
 pub mod tokens;
 pub mod util;
 pub mod daemon;

@@ -22,13 +22,33 @@ enum Command {
     Budget { session: PathBuf },
     /// The model input the next preflight would send.
     Context { session: PathBuf },
+    /// Compact a session now: a capsule of the old history plus the retained recent tail.
+    Compact {
+        session: PathBuf,
+        /// What the capsule should focus on.
+        #[arg(long)]
+        instructions: Option<String>,
+    },
+    /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
+    Import(cli::import::ImportArgs),
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` and closed early ends the process quietly, as in other tools.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Budget { session } => cli::inspect::budget(session, &cli.common),
         Command::Context { session } => cli::inspect::context(session, &cli.common),
+        Command::Compact {
+            session,
+            instructions,
+        } => cli::compact::compact(session, instructions.clone(), &cli.common),
+        Command::Import(args) => cli::import::run(args, &cli.common),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -47,7 +47,10 @@ mod tests {
     #[test]
     fn suggests_close_key() {
         let keys = ["keepRecentTokens", "timeoutMs"];
-        assert_eq!(did_you_mean("keepRecentToken", &keys), Some("keepRecentTokens"));
+        assert_eq!(
+            did_you_mean("keepRecentToken", &keys),
+            Some("keepRecentTokens")
+        );
         assert_eq!(did_you_mean("timeout_ms", &keys), Some("timeoutMs"));
         assert_eq!(did_you_mean("zzz", &keys), None);
     }

@@ -151,6 +151,10 @@ pub struct CapsuleEntry {
     /// Custom instructions of an explicit `/compact`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// Tool results in the retained tail larger than this many tokens are elided in the model
+    /// input (head and tail kept, with a marker); the log keeps them whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elide_tool_results_over: Option<u64>,
     /// Where a loaded capsule came from (workspace, session, checkpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loaded_from: Option<LoadedFrom>,

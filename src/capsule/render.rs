@@ -42,6 +42,9 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
     if !c.state.goal.trim().is_empty() {
         let _ = writeln!(out, "\n## Goal\n{}", c.state.goal.trim());
     }
+    if let Some(i) = c.instructions.as_deref().filter(|i| !i.trim().is_empty()) {
+        let _ = writeln!(out, "\n## Focus requested for this compaction\n{}", i.trim());
+    }
     list(&mut out, "Constraints", &c.state.constraints);
     list(&mut out, "Completed", &c.state.completed);
     list(&mut out, "Active", &c.state.active);
@@ -52,15 +55,25 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
             if d.rationale.trim().is_empty() {
                 let _ = writeln!(out, "- {}", one_line(&d.decision));
             } else {
-                let _ = writeln!(out, "- {} — because {}", one_line(&d.decision), one_line(&d.rationale));
+                let _ = writeln!(
+                    out,
+                    "- {} — because {}",
+                    one_line(&d.decision),
+                    one_line(&d.rationale)
+                );
             }
         }
     }
     list(&mut out, "Blockers", &c.state.blockers);
     list(&mut out, "Next steps", &c.state.next_steps);
-    let paths = |v: &[super::model::FileArtifact]| v.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+    let paths =
+        |v: &[super::model::FileArtifact]| v.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
     list(&mut out, "Files read", &paths(&c.artifacts.read_files));
-    list(&mut out, "Files modified", &paths(&c.artifacts.modified_files));
+    list(
+        &mut out,
+        "Files modified",
+        &paths(&c.artifacts.modified_files),
+    );
     if !c.artifacts.verification.is_empty() {
         out.push_str("\n## Verification\n");
         for v in &c.artifacts.verification {
@@ -69,4 +82,62 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
     }
     list(&mut out, "Active skills", &c.artifacts.active_skills);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capsule::model::*;
+    use crate::session::entry::Trigger;
+
+    pub(crate) fn full_capsule() -> CapsuleEntry {
+        CapsuleEntry {
+            checkpoint_id: "ck_0123456789ab".into(),
+            trigger: Trigger::AutoThreshold,
+            quality: Quality::Degraded,
+            first_kept_entry_id: Some("e42".into()),
+            previous_checkpoint_id: Some("ck_ba9876543210".into()),
+            state: CapsuleState {
+                goal: "Fix the flaky login test in auth/session.rs without changing the public API.".into(),
+                constraints: vec!["keep the API stable".into(), "no new dependencies\nand no unsafe".into()],
+                completed: vec!["reproduced the failure".into(), "`cargo test` passes".into()],
+                active: vec!["make the session clock injectable".into()],
+                pending: vec!["add a regression test".into()],
+                decisions: vec![
+                    Decision { decision: "inject a Clock trait".into(), rationale: "tests need a fixed time".into() },
+                    Decision { decision: "keep the cookie format".into(), rationale: String::new() },
+                ],
+                blockers: vec!["`cargo test -p auth` fails: assertion failed: expired".into()],
+                next_steps: vec!["Make `cargo test -p auth` pass".into()],
+            },
+            artifacts: Artifacts {
+                read_files: vec![FileArtifact { path: "src/auth/session.rs".into(), entry_ids: vec!["e3".into()] }],
+                modified_files: vec![FileArtifact { path: "src/auth/clock.rs".into(), entry_ids: vec!["e9".into()] }],
+                verification: vec![Verification {
+                    command: "cargo test -p auth".into(),
+                    outcome: VerificationOutcome::Failed,
+                    entry_id: "e11".into(),
+                }],
+                active_skills: vec!["rust-testing".into()],
+            },
+            tokens: CapsuleTokens { before: 41000, after: 18000 },
+            origin: Origin::Session,
+            mirrored: false,
+            title: Some("auth clock".into()),
+            degraded_reason: None,
+            instructions: Some("keep the clock design details".into()),
+            elide_tool_results_over: None,
+            loaded_from: None,
+        }
+    }
+
+    #[test]
+    fn rendering_is_stable() {
+        insta::assert_snapshot!(render_for_model(&full_capsule()));
+    }
+
+    #[test]
+    fn rendering_is_deterministic() {
+        assert_eq!(render_for_model(&full_capsule()), render_for_model(&full_capsule().clone()));
+    }
 }

@@ -38,7 +38,12 @@ pub struct LastCompaction {
 }
 
 /// The budget of a session at its leaf.
-pub fn budget_report(session: &Session, limits: Limits, auto_default: bool, model: &str) -> BudgetReport {
+pub fn budget_report(
+    session: &Session,
+    limits: Limits,
+    auto_default: bool,
+    model: &str,
+) -> BudgetReport {
     let view = ModelView::build(session, session.leaf());
     let budget = Budget::measure(limits, view.breakdown(session), view.usage_anchor(session));
     let settings = session.settings_at(session.leaf());
@@ -74,7 +79,12 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
     session.set_tokenizer(config.model.tokenizer);
-    let r = budget_report(&session, config.limits(), config.compaction.auto, &config.model.name);
+    let r = budget_report(
+        &session,
+        config.limits(),
+        config.compaction.auto,
+        &config.model.name,
+    );
     if common.json {
         return print_json(&r);
     }
@@ -125,9 +135,9 @@ pub fn context_report(session: &Session) -> ContextReport {
     let breakdown = view.breakdown(session);
     ContextReport {
         messages: view.messages(session),
-        capsule: view
-            .capsule
-            .map(|c| serde_json::to_value(session.entry(c).as_capsule()).expect("capsule serializes")),
+        capsule: view.capsule.map(|c| {
+            serde_json::to_value(session.entry(c).as_capsule()).expect("capsule serializes")
+        }),
         first_kept_entry_id: view.first_kept.map(|i| session.entry(i).id.clone()),
         tokens: breakdown.total(),
         warnings: view.warnings,
@@ -152,7 +162,9 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             .iter()
             .map(|b| match b {
                 crate::session::entry::ContentBlock::Text { text } => text.clone(),
-                crate::session::entry::ContentBlock::Thinking { thinking } => format!("(thinking) {thinking}"),
+                crate::session::entry::ContentBlock::Thinking { thinking } => {
+                    format!("(thinking) {thinking}")
+                }
                 crate::session::entry::ContentBlock::ToolCall { id, name, input } => {
                     format!("→ {name} [{id}] {input}")
                 }

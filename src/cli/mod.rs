@@ -1,6 +1,8 @@
 //! Command-line front end: argument types and the glue from a command to the library.
 //! No engine logic lives here.
 
+pub mod compact;
+pub mod import;
 pub mod inspect;
 
 use std::path::{Path, PathBuf};
@@ -42,10 +44,16 @@ impl CommonArgs {
 
     /// Layered configuration for a session: defaults < user < workspace < --config < flags.
     pub fn config_for(&self, header: Option<&SessionHeader>) -> anyhow::Result<Config> {
-        let workspace = header.map(|h| PathBuf::from(&h.workspace)).filter(|p| p.is_dir());
+        let workspace = header
+            .map(|h| PathBuf::from(&h.workspace))
+            .filter(|p| p.is_dir());
         let sources = ConfigSources::for_workspace(workspace.as_deref(), self.config.clone());
         let files: Vec<ConfigFile> = sources.files()?;
-        Ok(Config::resolve(&files, header.and_then(|h| h.model.as_ref()), &self.overrides())?)
+        Ok(Config::resolve(
+            &files,
+            header.and_then(|h| h.model.as_ref()),
+            &self.overrides(),
+        )?)
     }
 }
 

@@ -322,7 +322,10 @@ impl Trigger {
     pub fn is_soft(self) -> bool {
         matches!(
             self,
-            Trigger::Milestone | Trigger::PlanPivot | Trigger::TurnComplete | Trigger::AutoThreshold
+            Trigger::Milestone
+                | Trigger::PlanPivot
+                | Trigger::TurnComplete
+                | Trigger::AutoThreshold
         )
     }
 }

@@ -23,7 +23,10 @@ use crate::tokens::TokenizerKind;
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}: not a SOBA session log: {reason}. To convert an agent transcript, run `soba import FILE -o SESSION.jsonl`")]
     NotASession { path: String, reason: String },
     #[error("{path} is being written by {holder}; one writer per session. Stop that process, or send the request through the daemon (`soba serve`)")]
@@ -35,7 +38,10 @@ pub enum LogError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> LogError + '_ {
-    move |source| LogError::Io { path: path.display().to_string(), source }
+    move |source| LogError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 /// A line that could not be loaded.
@@ -126,7 +132,11 @@ fn acquire_lock(path: &Path) -> Result<File, LogError> {
             let holder = holder.trim();
             return Err(LogError::Locked {
                 path: path.display().to_string(),
-                holder: if holder.is_empty() { "another process".into() } else { holder.to_string() },
+                holder: if holder.is_empty() {
+                    "another process".into()
+                } else {
+                    holder.to_string()
+                },
             });
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(io_err(&lp)(e)),
@@ -144,7 +154,11 @@ fn acquire_lock(path: &Path) -> Result<File, LogError> {
 }
 
 /// Parse a whole log. `repair` moves a torn final line to a side file (needs write access).
-fn load(path: &Path, tokenizer: Option<TokenizerKind>, repair: bool) -> Result<(Session, LoadReport), LogError> {
+fn load(
+    path: &Path,
+    tokenizer: Option<TokenizerKind>,
+    repair: bool,
+) -> Result<(Session, LoadReport), LogError> {
     let file = File::open(path).map_err(io_err(path))?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut buf = Vec::new();
@@ -154,7 +168,10 @@ fn load(path: &Path, tokenizer: Option<TokenizerKind>, repair: bool) -> Result<(
 
     let n = reader.read_until(b'\n', &mut buf).map_err(io_err(path))?;
     line_no += 1;
-    let not_session = |reason: String| LogError::NotASession { path: path.display().to_string(), reason };
+    let not_session = |reason: String| LogError::NotASession {
+        path: path.display().to_string(),
+        reason,
+    };
     if n == 0 {
         return Err(not_session("the file is empty".into()));
     }
@@ -190,7 +207,10 @@ fn load(path: &Path, tokenizer: Option<TokenizerKind>, repair: bool) -> Result<(
         match serde_json::from_slice::<Entry>(text) {
             Ok(entry) => {
                 if let Err(e) = session.push(entry) {
-                    report.skipped.push(SkippedLine { line: line_no, reason: e.to_string() });
+                    report.skipped.push(SkippedLine {
+                        line: line_no,
+                        reason: e.to_string(),
+                    });
                 }
             }
             Err(e) if !complete => {
@@ -200,12 +220,19 @@ fn load(path: &Path, tokenizer: Option<TokenizerKind>, repair: bool) -> Result<(
                 } else {
                     None
                 };
-                report.torn_tail = Some(TornTail { line: line_no, bytes: buf.len(), moved_to });
+                report.torn_tail = Some(TornTail {
+                    line: line_no,
+                    bytes: buf.len(),
+                    moved_to,
+                });
                 let _ = e;
                 break;
             }
             Err(e) => {
-                report.skipped.push(SkippedLine { line: line_no, reason: format!("not a valid entry: {e}") });
+                report.skipped.push(SkippedLine {
+                    line: line_no,
+                    reason: format!("not a valid entry: {e}"),
+                });
             }
         }
         offset += n as u64;
@@ -231,10 +258,17 @@ fn move_torn_tail(path: &Path, offset: u64, bytes: &[u8]) -> Result<String, LogE
         }
         n += 1;
     };
-    let mut f = OpenOptions::new().write(true).create_new(true).open(&side).map_err(io_err(&side))?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&side)
+        .map_err(io_err(&side))?;
     f.write_all(bytes).map_err(io_err(&side))?;
     f.sync_all().map_err(io_err(&side))?;
-    let log = OpenOptions::new().write(true).open(path).map_err(io_err(path))?;
+    let log = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io_err(path))?;
     log.set_len(offset).map_err(io_err(path))?;
     log.sync_all().map_err(io_err(path))?;
     Ok(side.display().to_string())
@@ -247,7 +281,11 @@ pub fn read_session(path: &Path) -> Result<(Session, LoadReport), LogError> {
 
 impl SessionLog {
     /// Create a new log with its header. Fails if the file exists.
-    pub fn create(path: &Path, header: SessionHeader, durability: Durability) -> Result<SessionLog, LogError> {
+    pub fn create(
+        path: &Path,
+        header: SessionHeader,
+        durability: Durability,
+    ) -> Result<SessionLog, LogError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         }
@@ -255,7 +293,9 @@ impl SessionLog {
         let mut file = match OpenOptions::new().append(true).create_new(true).open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(LogError::Exists { path: path.display().to_string() })
+                return Err(LogError::Exists {
+                    path: path.display().to_string(),
+                })
             }
             Err(e) => return Err(io_err(path)(e)),
         };
@@ -274,14 +314,23 @@ impl SessionLog {
             .as_ref()
             .and_then(|m| m.tokenizer)
             .unwrap_or_default();
-        Ok(SessionLog { path: path.to_path_buf(), file, _lock: lock, session: Session::new(header, tokenizer), durability })
+        Ok(SessionLog {
+            path: path.to_path_buf(),
+            file,
+            _lock: lock,
+            session: Session::new(header, tokenizer),
+            durability,
+        })
     }
 
     /// Open an existing log for writing: take the lock, load, and move a torn tail aside.
     pub fn open(path: &Path, durability: Durability) -> Result<(SessionLog, LoadReport), LogError> {
         let lock = acquire_lock(path)?;
         let (session, report) = load(path, None, true)?;
-        let mut file = OpenOptions::new().append(true).open(path).map_err(io_err(path))?;
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(io_err(path))?;
         // A complete last entry written without its newline gets one, so the next append
         // starts on its own line.
         let len = file.metadata().map_err(io_err(path))?.len();
@@ -294,7 +343,16 @@ impl SessionLog {
                 file.write_all(b"\n").map_err(io_err(path))?;
             }
         }
-        Ok((SessionLog { path: path.to_path_buf(), file, _lock: lock, session, durability }, report))
+        Ok((
+            SessionLog {
+                path: path.to_path_buf(),
+                file,
+                _lock: lock,
+                session,
+                durability,
+            },
+            report,
+        ))
     }
 
     pub fn path(&self) -> &Path {
@@ -313,6 +371,12 @@ impl SessionLog {
         self.durability
     }
 
+    /// Force everything appended so far to stable storage, whatever the durability policy:
+    /// lets a bulk writer append with [`Durability::Flush`] and sync once at the end.
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        self.file.sync_data().map_err(io_err(&self.path))
+    }
+
     /// Append one entry; when this returns `Ok` the entry is durable per the policy.
     pub fn append(&mut self, entry: Entry) -> Result<(), LogError> {
         self.append_all(vec![entry])
@@ -328,7 +392,10 @@ impl SessionLog {
         {
             let mut ids: std::collections::HashSet<&str> = std::collections::HashSet::new();
             for e in &entries {
-                let tree_err = |source| LogError::Tree { path: self.path.display().to_string(), source };
+                let tree_err = |source| LogError::Tree {
+                    path: self.path.display().to_string(),
+                    source,
+                };
                 if ids.contains(e.id.as_str()) {
                     return Err(tree_err(TreeError::DuplicateId(e.id.clone())));
                 }
@@ -348,7 +415,10 @@ impl SessionLog {
             self.file.sync_data().map_err(io_err(&self.path))?;
         }
         for e in entries {
-            self.session.push(e).map_err(|source| LogError::Tree { path: self.path.display().to_string(), source })?;
+            self.session.push(e).map_err(|source| LogError::Tree {
+                path: self.path.display().to_string(),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -383,7 +453,13 @@ mod tests {
         log.append(msg("b", Some("a"), "two")).unwrap();
         drop(log);
         let (s, report) = read_session(&p).unwrap();
-        assert_eq!(report, LoadReport { entries: 2, ..Default::default() });
+        assert_eq!(
+            report,
+            LoadReport {
+                entries: 2,
+                ..Default::default()
+            }
+        );
         assert_eq!(s.leaf_id(), Some("b"));
         assert_eq!(s.entries()[0].id, "a");
     }
@@ -396,13 +472,16 @@ mod tests {
         log.append(msg("a", None, "one")).unwrap();
         drop(log);
         let mut f = OpenOptions::new().append(true).open(&p).unwrap();
-        f.write_all(br#"{"id":"b","parentId":"a","ts":"x","type":"mess"#).unwrap();
+        f.write_all(br#"{"id":"b","parentId":"a","ts":"x","type":"mess"#)
+            .unwrap();
         drop(f);
         let (log, report) = SessionLog::open(&p, Durability::Fsync).unwrap();
         let torn = report.torn_tail.clone().unwrap();
         assert_eq!(torn.line, 3);
         let side = torn.moved_to.unwrap();
-        assert!(std::fs::read_to_string(&side).unwrap().starts_with(r#"{"id":"b""#));
+        assert!(std::fs::read_to_string(&side)
+            .unwrap()
+            .starts_with(r#"{"id":"b""#));
         assert_eq!(log.session().len(), 1);
         drop(log);
         // The log itself now ends with the last complete line.
@@ -420,7 +499,14 @@ mod tests {
         drop(log);
         let mut f = OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(b"this is not json\n").unwrap();
-        f.write_all(format!("{}\n", serde_json::to_string(&msg("b", Some("a"), "two")).unwrap()).as_bytes()).unwrap();
+        f.write_all(
+            format!(
+                "{}\n",
+                serde_json::to_string(&msg("b", Some("a"), "two")).unwrap()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
         drop(f);
         let (mut log, report) = SessionLog::open(&p, Durability::Flush).unwrap();
         assert_eq!(report.skipped.len(), 1);
@@ -428,7 +514,9 @@ mod tests {
         assert_eq!(log.session().len(), 2);
         log.append(msg("c", Some("b"), "three")).unwrap();
         drop(log);
-        assert!(std::fs::read_to_string(&p).unwrap().contains("this is not json\n"));
+        assert!(std::fs::read_to_string(&p)
+            .unwrap()
+            .contains("this is not json\n"));
     }
 
     #[test]
@@ -439,7 +527,10 @@ mod tests {
         let err = SessionLog::open(&p, Durability::Fsync).unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, LogError::Locked { .. }), "{msg}");
-        assert!(msg.contains(&format!("pid {}", std::process::id())), "{msg}");
+        assert!(
+            msg.contains(&format!("pid {}", std::process::id())),
+            "{msg}"
+        );
         assert!(msg.contains("one writer per session"), "{msg}");
         drop(first);
         assert!(SessionLog::open(&p, Durability::Fsync).is_ok());
@@ -474,13 +565,22 @@ mod tests {
         let mut log = SessionLog::create(&p, header(), Durability::Fsync).unwrap();
         log.append(msg("a", None, "one")).unwrap();
         log.append(msg("b", Some("a"), "two")).unwrap();
-        log.append(Entry::new("r", Some("b".into()), EntryBody::Rewind(RewindEntry { to: "a".into() }))).unwrap();
+        log.append(Entry::new(
+            "r",
+            Some("b".into()),
+            EntryBody::Rewind(RewindEntry { to: "a".into() }),
+        ))
+        .unwrap();
         assert_eq!(log.session().leaf_id(), Some("a"));
         log.append(msg("c", Some("a"), "branch")).unwrap();
         drop(log);
         let (s, _) = read_session(&p).unwrap();
         assert_eq!(s.leaf_id(), Some("c"));
-        let branch: Vec<_> = s.branch(s.leaf().unwrap()).into_iter().map(|i| s.entry(i).id.clone()).collect();
+        let branch: Vec<_> = s
+            .branch(s.leaf().unwrap())
+            .into_iter()
+            .map(|i| s.entry(i).id.clone())
+            .collect();
         assert_eq!(branch, ["a", "c"]);
     }
 }

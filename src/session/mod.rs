@@ -78,7 +78,10 @@ impl Session {
         }
         if let Some(p) = &entry.parent_id {
             if !self.by_id.contains_key(p) {
-                return Err(TreeError::UnknownParent { id: entry.id.clone(), parent: p.clone() });
+                return Err(TreeError::UnknownParent {
+                    id: entry.id.clone(),
+                    parent: p.clone(),
+                });
             }
         }
         if let EntryBody::Rewind(r) = &entry.body {
@@ -94,11 +97,16 @@ impl Session {
     pub fn push(&mut self, entry: Entry) -> Result<(), TreeError> {
         self.check(&entry)?;
         let idx = self.entries.len() as u32;
-        let parent = entry.parent_id.as_ref().and_then(|p| self.by_id.get(p).copied());
+        let parent = entry
+            .parent_id
+            .as_ref()
+            .and_then(|p| self.by_id.get(p).copied());
         let inherited_capsule = parent.and_then(|p| self.capsule_on_path[p as usize]);
         let inherited_setting = parent.and_then(|p| self.setting_on_path[p as usize]);
-        let capsule = match entry.body {
-            EntryBody::Capsule(_) => Some(idx),
+        // A `/capsule create` hand-off capsule records state without compacting: it never
+        // becomes the capsule of the model input.
+        let capsule = match &entry.body {
+            EntryBody::Capsule(c) if c.trigger != entry::Trigger::Handoff => Some(idx),
             _ => inherited_capsule,
         };
         let setting = match entry.body {
@@ -163,10 +171,9 @@ impl Session {
 
     /// Tokens the entry costs in the model input, counted once and cached.
     pub fn tokens_of(&self, idx: usize) -> u64 {
-        u64::from(
-            *self.tokens[idx]
-                .get_or_init(|| entry_tokens(self.tokenizer, &self.entries[idx]).min(u64::from(u32::MAX)) as u32),
-        )
+        u64::from(*self.tokens[idx].get_or_init(|| {
+            entry_tokens(self.tokenizer, &self.entries[idx]).min(u64::from(u32::MAX)) as u32
+        }))
     }
 
     /// Entries from the root to `idx`, oldest first.
@@ -208,7 +215,9 @@ impl Session {
             if let EntryBody::Setting(set) = &self.entries[s].body {
                 let counted = self.overhead_tokens[s].get_or_init(|| {
                     let count = |t: &Option<String>| {
-                        t.as_deref().map_or(0, |t| self.tokenizer.count(t).min(u64::from(u32::MAX)) as u32)
+                        t.as_deref().map_or(0, |t| {
+                            self.tokenizer.count(t).min(u64::from(u32::MAX)) as u32
+                        })
                     };
                     (count(&set.system_prompt), count(&set.tool_schemas))
                 });
@@ -218,7 +227,9 @@ impl Session {
                         .or(set.system_prompt.as_ref().map(|_| u64::from(counted.0)));
                 }
                 if tools.is_none() {
-                    tools = set.tool_tokens.or(set.tool_schemas.as_ref().map(|_| u64::from(counted.1)));
+                    tools = set
+                        .tool_tokens
+                        .or(set.tool_schemas.as_ref().map(|_| u64::from(counted.1)));
                 }
             }
             if system.is_some() && tools.is_some() {
@@ -235,7 +246,9 @@ impl Session {
         let mut cur = idx.and_then(|i| self.setting_on_path[i]);
         while let Some(s) = cur {
             chain.push(s as usize);
-            cur = self.parent_of(s as usize).and_then(|p| self.setting_on_path[p]);
+            cur = self
+                .parent_of(s as usize)
+                .and_then(|p| self.setting_on_path[p]);
         }
         let mut out = SettingEntry::default();
         for i in chain.into_iter().rev() {
@@ -296,14 +309,19 @@ pub(crate) mod testing {
 
     impl Builder {
         pub fn new() -> Self {
-            Builder { session: Session::new(header(), TokenizerKind::O200kBase), n: 0 }
+            Builder {
+                session: Session::new(header(), TokenizerKind::O200kBase),
+                n: 0,
+            }
         }
 
         pub fn push(&mut self, body: EntryBody) -> String {
             self.n += 1;
             let id = format!("e{}", self.n);
             let parent = self.session.leaf_id().map(str::to_string);
-            self.session.push(Entry::new(id.clone(), parent, body)).unwrap();
+            self.session
+                .push(Entry::new(id.clone(), parent, body))
+                .unwrap();
             id
         }
 
@@ -330,7 +348,11 @@ pub(crate) mod testing {
         pub fn call(&mut self, call_id: &str, name: &str, input: serde_json::Value) -> String {
             self.push(EntryBody::Message(MessageEntry {
                 role: Role::Assistant,
-                content: vec![ContentBlock::ToolCall { id: call_id.into(), name: name.into(), input }],
+                content: vec![ContentBlock::ToolCall {
+                    id: call_id.into(),
+                    name: name.into(),
+                    input,
+                }],
                 usage: None,
                 model: None,
                 synthetic: false,

@@ -1,4 +1,6 @@
-//! Token counting with tiktoken-compatible encodings.
+//! Token counting with tiktoken-compatible encodings (the `bpe-openai` crate: the same counts as
+//! OpenAI's tiktoken and tiktoken-rs on every text of the real transcripts, and faster; see
+//! docs/performance.md).
 //!
 //! Counts are exact for the chosen encoding on text. Structure around the text (role markers,
 //! tool-call framing) adds small fixed amounts that follow OpenAI's published chat accounting
@@ -43,10 +45,10 @@ impl TokenizerKind {
             return 0;
         }
         let bpe = match self {
-            TokenizerKind::O200kBase => tiktoken_rs::o200k_base_singleton(),
-            TokenizerKind::Cl100kBase => tiktoken_rs::cl100k_base_singleton(),
+            TokenizerKind::O200kBase => bpe_openai::o200k_base(),
+            TokenizerKind::Cl100kBase => bpe_openai::cl100k_base(),
         };
-        bpe.encode_ordinary(text).len() as u64
+        bpe.count(text) as u64
     }
 }
 
@@ -104,6 +106,9 @@ mod tests {
             media_type: Some("image/png".into()),
             data: Some("AAAA".into()),
         }];
-        assert_eq!(blocks_tokens(TokenizerKind::O200kBase, &blocks), IMAGE_TOKENS);
+        assert_eq!(
+            blocks_tokens(TokenizerKind::O200kBase, &blocks),
+            IMAGE_TOKENS
+        );
     }
 }

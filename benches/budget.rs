@@ -1,0 +1,67 @@
+//! Budget and preflight cost against session length: must stay flat, because a preflight only
+//! touches the model input (bounded by the window), never the whole history.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use soba::budget::Budget;
+use soba::capsule::artifacts::ToolMapping;
+use soba::compaction::{plan, PlanRequest};
+use soba::config::Config;
+use soba::session::entry::Trigger;
+use soba::session::view::ModelView;
+
+#[path = "support.rs"]
+mod support;
+
+fn budget_flat(c: &mut Criterion) {
+    let config = Config::default();
+    let limits = config.limits();
+    let sizes: &[usize] = if support::measuring() {
+        &[1_000, 10_000, 100_000]
+    } else {
+        &[1_000]
+    };
+    let mut g = c.benchmark_group("budget");
+    for &n in sizes {
+        let s = support::compacted_session(n, 400);
+        // Warm the per-entry count cache as a running daemon would have it.
+        let view = ModelView::build(&s, s.leaf());
+        let _ = view.breakdown(&s);
+        g.bench_with_input(BenchmarkId::from_parameter(n), &s, |b, s| {
+            b.iter(|| {
+                let view = ModelView::build(s, s.leaf());
+                Budget::measure(limits, view.breakdown(s), view.usage_anchor(s)).effective_tokens
+            })
+        });
+    }
+    g.finish();
+}
+
+fn plan_over_long_history(c: &mut Criterion) {
+    // A history of about 200k tokens with no capsule yet: plan + deterministic capsule.
+    let n = if support::measuring() { 6_000 } else { 400 };
+    let s = support::compacted_session(n, usize::MAX);
+    let config = Config::default();
+    let mapping = ToolMapping::default();
+    let view = ModelView::build(&s, s.leaf());
+    eprintln!(
+        "plan bench history: {} entries, {} tokens",
+        n,
+        view.breakdown(&s).total()
+    );
+    c.bench_function("plan_and_local_capsule", |b| {
+        b.iter(|| {
+            let req = PlanRequest {
+                trigger: Trigger::User,
+                instructions: None,
+                title: None,
+                config: &config,
+                mapping: &mapping,
+                operation_id: "op_bench".into(),
+            };
+            plan(&s, s.leaf(), &req).expect("a plan")
+        })
+    });
+}
+
+criterion_group!(benches, budget_flat, plan_over_long_history);
+criterion_main!(benches);

@@ -1,0 +1,170 @@
+//! Inputs shared by the benchmarks: real transcript text and generated sessions.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use soba::capsule::{Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Origin, Quality};
+use soba::session::entry::*;
+use soba::session::Session;
+use soba::tokens::TokenizerKind;
+
+/// Whether criterion runs for real (`cargo bench`) rather than once as a smoke test.
+pub fn measuring() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+pub fn transcripts_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/transcripts");
+    dir.is_dir().then_some(dir)
+}
+
+fn strings(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::String(s) if s.len() > 16 => out.push(s.clone()),
+        Value::Array(a) => a.iter().for_each(|x| strings(x, out)),
+        Value::Object(o) => o.values().for_each(|x| strings(x, out)),
+        _ => {}
+    }
+}
+
+/// Every longer string value of every transcript: prompts, code, tool output, summaries.
+pub fn transcript_texts() -> Vec<String> {
+    let Some(dir) = transcripts_dir() else {
+        eprintln!("SKIPPED: ../shared/fixtures/transcripts missing; using generated text");
+        return (0..2000)
+            .map(|i| format!("fn f{i}() {{ println!(\"line {i}\"); }} // héllo wörld {i}\n"))
+            .collect();
+    };
+    let mut out = Vec::new();
+    let mut files = Vec::new();
+    for sub in std::fs::read_dir(&dir).expect("transcripts dir") {
+        let sub = sub.expect("entry").path();
+        if sub.is_dir() {
+            for f in std::fs::read_dir(&sub).expect("format dir") {
+                files.push(f.expect("file").path());
+            }
+        }
+    }
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).expect("readable fixture");
+        if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            strings(&v, &mut out);
+            continue;
+        }
+        for line in text.lines() {
+            if let Ok(v) = serde_json::from_str::<Value>(line) {
+                strings(&v, &mut out);
+            }
+        }
+    }
+    out
+}
+
+pub fn header() -> SessionHeader {
+    SessionHeader {
+        kind: HeaderTag::Session,
+        version: LOG_FORMAT_VERSION,
+        id: "bench".into(),
+        workspace: "/ws".into(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        model: None,
+        source: None,
+    }
+}
+
+fn text(role: Role, t: String) -> EntryBody {
+    EntryBody::Message(MessageEntry {
+        role,
+        content: vec![ContentBlock::text(t)],
+        usage: None,
+        model: None,
+        synthetic: false,
+    })
+}
+
+/// The `i`-th entry of a realistic coding session: prompt, tool call, tool result, answer.
+pub fn body(i: usize) -> EntryBody {
+    match i % 4 {
+        0 => text(
+            Role::User,
+            format!("Please fix the failing test in src/module_{i}.rs and keep the API stable."),
+        ),
+        1 => EntryBody::Message(MessageEntry {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolCall {
+                id: format!("call{i}"),
+                name: "Bash".into(),
+                input: json!({"command": format!("cargo test -p crate_{i}")}),
+            }],
+            usage: None,
+            model: None,
+            synthetic: false,
+        }),
+        2 => EntryBody::ToolResult(ToolResultEntry {
+            call_id: format!("call{}", i - 1),
+            tool_name: Some("Bash".into()),
+            content: vec![ContentBlock::text(format!(
+                "running 12 tests\n{}test result: ok. 12 passed; 0 failed",
+                "test module::case ... ok\n".repeat(12)
+            ))],
+            is_error: false,
+            exit_code: Some(0),
+        }),
+        _ => text(
+            Role::Assistant,
+            format!("The test in module {i} passes now; next I will look at the error handling."),
+        ),
+    }
+}
+
+pub fn capsule(n: usize, first_kept: Option<String>) -> EntryBody {
+    EntryBody::Capsule(Box::new(CapsuleEntry {
+        checkpoint_id: format!("ck_{n:012x}"),
+        trigger: Trigger::AutoThreshold,
+        quality: Quality::Degraded,
+        first_kept_entry_id: first_kept,
+        previous_checkpoint_id: None,
+        state: CapsuleState {
+            goal: "Fix the failing tests across the workspace.".into(),
+            ..Default::default()
+        },
+        artifacts: Artifacts::default(),
+        tokens: CapsuleTokens {
+            before: 40000,
+            after: 12000,
+        },
+        origin: Origin::Session,
+        mirrored: false,
+        title: None,
+        degraded_reason: None,
+        instructions: None,
+        elide_tool_results_over: None,
+        loaded_from: None,
+    }))
+}
+
+/// A session of `n` entries compacted every `every` entries (keeping the last 40), as a
+/// long-running agent session would be.
+pub fn compacted_session(n: usize, every: usize) -> Session {
+    let mut s = Session::new(header(), TokenizerKind::O200kBase);
+    let mut last: Option<String> = None;
+    let mut since = 0;
+    for i in 0..n {
+        let id = format!("e{i}");
+        let b = if since >= every && i % 4 == 0 {
+            since = 0;
+            // Keep from 40 entries back: the start of a user turn.
+            let keep = format!("e{}", i - 40);
+            capsule(i, Some(keep))
+        } else {
+            since += 1;
+            body(i)
+        };
+        s.push(Entry::new(id.clone(), last.clone(), b))
+            .expect("valid entry");
+        last = Some(id);
+    }
+    s
+}

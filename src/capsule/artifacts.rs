@@ -1,0 +1,1054 @@
+//! Artifacts are facts: read and modified files, verification commands with their last
+//! outcome, and active skills, taken from tool calls, their results, `file` entries and
+//! `skill` entries — never from a model's prose. Every item carries the entries it came from.
+
+use std::collections::HashMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::model::{Artifacts, FileArtifact, Verification, VerificationOutcome};
+use crate::session::entry::{blocks_text, Entry, EntryBody, FileOp, ToolResultEntry};
+
+/// Which tools read files, write files, run shell commands or apply patches, and which
+/// argument holds the path or command. Names compare case-sensitively.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolMapping {
+    /// Tool name → argument holding the path it reads.
+    pub read: HashMap<String, String>,
+    /// Tool name → argument holding the path it writes.
+    pub write: HashMap<String, String>,
+    /// Tool name → argument holding the shell command (a string or an argv array).
+    pub shell: HashMap<String, String>,
+    /// Tool name → argument holding a patch in `apply_patch` or unified-diff form
+    /// (empty string: the whole input is the patch).
+    pub patch: HashMap<String, String>,
+}
+
+impl Default for ToolMapping {
+    fn default() -> Self {
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        ToolMapping {
+            // Claude Code, pi, and common MCP file servers.
+            read: map(&[
+                ("Read", "file_path"),
+                ("NotebookRead", "notebook_path"),
+                ("read", "path"),
+                ("read_file", "path"),
+                ("view", "path"),
+            ]),
+            write: map(&[
+                ("Edit", "file_path"),
+                ("MultiEdit", "file_path"),
+                ("Write", "file_path"),
+                ("NotebookEdit", "notebook_path"),
+                ("edit", "path"),
+                ("write", "path"),
+                ("write_file", "path"),
+                ("edit_file", "path"),
+                ("create", "path"),
+            ]),
+            // Claude Code Bash, pi bash, Codex shell / exec_command, OpenAI-chat agents' bash.
+            shell: map(&[
+                ("Bash", "command"),
+                ("bash", "command"),
+                ("shell", "command"),
+                ("exec_command", "cmd"),
+                ("local_shell", "command"),
+            ]),
+            // Codex apply_patch (custom tool: the input is the patch text).
+            patch: map(&[("apply_patch", "input")]),
+        }
+    }
+}
+
+/// Accumulates facts over entries in order; later facts update earlier ones.
+#[derive(Debug, Default, Clone)]
+pub struct ArtifactCollector {
+    workspace: String,
+    read: Vec<FileArtifact>,
+    read_at: HashMap<String, usize>,
+    modified: Vec<FileArtifact>,
+    modified_at: HashMap<String, usize>,
+    verification: Vec<Verification>,
+    verification_at: HashMap<String, usize>,
+    skills: Vec<String>,
+    /// Verification calls waiting for their result: call id → command.
+    pending_checks: HashMap<String, String>,
+}
+
+impl ArtifactCollector {
+    pub fn new(workspace: &str) -> Self {
+        ArtifactCollector {
+            workspace: workspace.trim_end_matches('/').to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Start from an earlier capsule's artifacts, so a roll-forward loses nothing.
+    pub fn seed(&mut self, previous: &Artifacts) {
+        for f in &previous.read_files {
+            for id in &f.entry_ids {
+                self.add_read(&f.path, id);
+            }
+            if f.entry_ids.is_empty() {
+                self.add_read(&f.path, "");
+            }
+        }
+        for f in &previous.modified_files {
+            for id in &f.entry_ids {
+                self.add_modified(&f.path, id);
+            }
+            if f.entry_ids.is_empty() {
+                self.add_modified(&f.path, "");
+            }
+        }
+        for v in &previous.verification {
+            self.set_verification(&v.command, v.outcome, &v.entry_id);
+        }
+        for s in &previous.active_skills {
+            if !self.skills.contains(s) {
+                self.skills.push(s.clone());
+            }
+        }
+    }
+
+    fn relative(&self, path: &str) -> String {
+        let p = path.trim();
+        let p = p.strip_prefix("./").unwrap_or(p);
+        if !self.workspace.is_empty() {
+            if let Some(rest) = p.strip_prefix(&self.workspace) {
+                if let Some(rel) = rest.strip_prefix('/') {
+                    return rel.to_string();
+                }
+            }
+        }
+        p.to_string()
+    }
+
+    fn add_read(&mut self, path: &str, entry_id: &str) {
+        let path = self.relative(path);
+        if path.is_empty() {
+            return;
+        }
+        add_file(&mut self.read, &mut self.read_at, path, entry_id);
+    }
+
+    fn add_modified(&mut self, path: &str, entry_id: &str) {
+        let path = self.relative(path);
+        if path.is_empty() {
+            return;
+        }
+        add_file(&mut self.modified, &mut self.modified_at, path, entry_id);
+    }
+
+    fn set_verification(&mut self, command: &str, outcome: VerificationOutcome, entry_id: &str) {
+        let v = Verification {
+            command: command.to_string(),
+            outcome,
+            entry_id: entry_id.to_string(),
+        };
+        match self.verification_at.get(command) {
+            Some(&i) => {
+                // Keep first-seen order; the last run decides the outcome.
+                self.verification[i] = v;
+            }
+            None => {
+                self.verification_at
+                    .insert(command.to_string(), self.verification.len());
+                self.verification.push(v);
+            }
+        }
+    }
+
+    /// Take the facts of one entry.
+    pub fn observe(&mut self, entry: &Entry, mapping: &ToolMapping) {
+        match &entry.body {
+            EntryBody::Message(_) => {
+                for (call_id, name, input) in entry.tool_calls() {
+                    self.observe_call(&entry.id, call_id, name, input, mapping);
+                }
+            }
+            EntryBody::ToolResult(r) => {
+                if let Some(command) = self.pending_checks.remove(&r.call_id) {
+                    let outcome = result_outcome(r);
+                    // The verification keeps pointing at the call entry (set when it was made).
+                    let call_entry = self
+                        .verification_at
+                        .get(&command)
+                        .map(|&i| self.verification[i].entry_id.clone())
+                        .unwrap_or_else(|| entry.id.clone());
+                    self.set_verification(&command, outcome, &call_entry);
+                }
+            }
+            EntryBody::File(f) => match f.op {
+                FileOp::Read => self.add_read(&f.path, &entry.id),
+                FileOp::Modified | FileOp::Created | FileOp::Deleted => {
+                    self.add_modified(&f.path, &entry.id)
+                }
+            },
+            EntryBody::Skill(s) => {
+                if s.active {
+                    if !self.skills.contains(&s.name) {
+                        self.skills.push(s.name.clone());
+                    }
+                } else {
+                    self.skills.retain(|n| n != &s.name);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn observe_call(
+        &mut self,
+        entry_id: &str,
+        call_id: &str,
+        name: &str,
+        input: &Value,
+        mapping: &ToolMapping,
+    ) {
+        if let Some(arg) = mapping.read.get(name) {
+            if let Some(p) = input.get(arg).and_then(Value::as_str) {
+                self.add_read(p, entry_id);
+            }
+        }
+        if let Some(arg) = mapping.write.get(name) {
+            if let Some(p) = input.get(arg).and_then(Value::as_str) {
+                self.add_modified(p, entry_id);
+            }
+        }
+        if let Some(arg) = mapping.patch.get(name) {
+            let patch = if arg.is_empty() {
+                input.as_str()
+            } else {
+                input.get(arg).and_then(Value::as_str).or(input.as_str())
+            };
+            if let Some(patch) = patch {
+                for p in patch_paths(patch) {
+                    self.add_modified(&p, entry_id);
+                }
+            }
+        }
+        if let Some(arg) = mapping.shell.get(name) {
+            if let Some(command) = shell_command(input.get(arg).unwrap_or(&Value::Null)) {
+                let facts = analyze_shell(&command);
+                for p in facts.reads {
+                    self.add_read(&p, entry_id);
+                }
+                for p in facts.modifies {
+                    self.add_modified(&p, entry_id);
+                }
+                if let Some(check) = facts.verification {
+                    self.set_verification(&check, VerificationOutcome::Unknown, entry_id);
+                    self.pending_checks.insert(call_id.to_string(), check);
+                }
+            }
+        }
+        if name == "Skill" {
+            if let Some(s) = input
+                .get("skill")
+                .or(input.get("command"))
+                .and_then(Value::as_str)
+            {
+                if !self.skills.iter().any(|k| k == s) {
+                    self.skills.push(s.to_string());
+                }
+            }
+        }
+    }
+
+    pub fn finish(self) -> Artifacts {
+        Artifacts {
+            read_files: self.read,
+            modified_files: self.modified,
+            verification: self.verification,
+            active_skills: self.skills,
+        }
+    }
+}
+
+fn add_file(
+    list: &mut Vec<FileArtifact>,
+    at: &mut HashMap<String, usize>,
+    path: String,
+    entry_id: &str,
+) {
+    let i = *at.entry(path.clone()).or_insert_with(|| {
+        list.push(FileArtifact {
+            path,
+            entry_ids: Vec::new(),
+        });
+        list.len() - 1
+    });
+    if !entry_id.is_empty() && !list[i].entry_ids.iter().any(|e| e == entry_id) {
+        list[i].entry_ids.push(entry_id.to_string());
+    }
+}
+
+/// Facts of every entry in order, on top of an earlier capsule's artifacts.
+pub fn collect<'a>(
+    workspace: &str,
+    previous: Option<&Artifacts>,
+    entries: impl IntoIterator<Item = &'a Entry>,
+    mapping: &ToolMapping,
+) -> Artifacts {
+    let mut c = ArtifactCollector::new(workspace);
+    if let Some(p) = previous {
+        c.seed(p);
+    }
+    for e in entries {
+        c.observe(e, mapping);
+    }
+    c.finish()
+}
+
+/// A shell command from a tool argument: a string, or an argv array such as
+/// `["bash", "-lc", "cargo test"]`.
+pub fn shell_command(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let parts: Vec<&str> = parts.iter().filter_map(Value::as_str).collect();
+            match parts.as_slice() {
+                [sh, flag, script]
+                    if is_shell(sh) && flag.starts_with('-') && flag.contains('c') =>
+                {
+                    Some(script.to_string())
+                }
+                [] => None,
+                _ => Some(parts.join(" ")),
+            }
+        }
+        _ => None,
+    }
+}
+
+fn is_shell(s: &str) -> bool {
+    let base = s.rsplit('/').next().unwrap_or(s);
+    matches!(base, "bash" | "sh" | "zsh" | "dash")
+}
+
+/// Outcome of a verification run from its result: exit code, error flag, then the output.
+pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
+    if let Some(code) = r.exit_code {
+        return if code == 0 {
+            VerificationOutcome::Passed
+        } else {
+            VerificationOutcome::Failed
+        };
+    }
+    if r.is_error {
+        return VerificationOutcome::Failed;
+    }
+    let text = blocks_text(&r.content);
+    if let Some(code) = exit_code_in_output(&text) {
+        return if code == 0 {
+            VerificationOutcome::Passed
+        } else {
+            VerificationOutcome::Failed
+        };
+    }
+    if failure_marker(&text) {
+        VerificationOutcome::Failed
+    } else {
+        VerificationOutcome::Passed
+    }
+}
+
+/// Exit codes as agents print them: `Exit code: 1`, `Process exited with code 1`,
+/// `<returncode>1</returncode>`, `exit status 1`.
+fn exit_code_in_output(text: &str) -> Option<i64> {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?i)(?:exit code:?|exited with code|<returncode>|exit status)\s*(-?\d+)",
+        )
+        .expect("valid regex")
+    });
+    RE.captures_iter(text)
+        .last()
+        .and_then(|c| c[1].parse().ok())
+}
+
+fn failure_marker(text: &str) -> bool {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?m)(test result: FAILED|^FAILED\b|^FAIL\b|\b\d+ (?:failed|failing|errors?)\b|^error(?:\[E\d+\])?:|npm ERR!|Traceback \(most recent call last\)|BUILD FAILURE|Build FAILED|Found \d+ errors?)",
+        )
+        .expect("valid regex")
+    });
+    // "0 failed" / "0 errors" are successes.
+    RE.find_iter(text)
+        .any(|m| !m.as_str().trim_start().starts_with("0 "))
+}
+
+/// Paths a patch touches: `apply_patch` headers and unified-diff `+++ b/path` lines.
+pub fn patch_paths(patch: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |p: &str| {
+        let p = p.trim();
+        if !p.is_empty() && p != "/dev/null" && !out.iter().any(|o| o == p) {
+            out.push(p.to_string());
+        }
+    };
+    for line in patch.lines() {
+        for prefix in [
+            "*** Update File: ",
+            "*** Add File: ",
+            "*** Delete File: ",
+            "*** Move to: ",
+        ] {
+            if let Some(p) = line.strip_prefix(prefix) {
+                push(p);
+            }
+        }
+        if let Some(p) = line.strip_prefix("+++ ") {
+            let p = p.split('\t').next().unwrap_or(p);
+            push(p.strip_prefix("b/").unwrap_or(p));
+        }
+    }
+    out
+}
+
+/// What one shell command line reads, modifies, and which verification it runs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ShellFacts {
+    pub reads: Vec<String>,
+    pub modifies: Vec<String>,
+    /// The verification command, normalised (`cd …`, env assignments and `timeout` removed).
+    pub verification: Option<String>,
+}
+
+/// Split a command line into simple commands at `&&`, `||`, `;`, `|` and newlines, honouring
+/// quotes. Each simple command is a list of words with redirections kept as words.
+fn simple_commands(line: &str) -> Vec<Vec<String>> {
+    let mut commands = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars().peekable();
+    let flush_word = |words: &mut Vec<String>, word: &mut String, in_word: &mut bool| {
+        if *in_word {
+            words.push(std::mem::take(word));
+            *in_word = false;
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for c in chars.by_ref() {
+                    if c == '\'' {
+                        break;
+                    }
+                    word.push(c);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(c) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(n) = chars.next() {
+                                word.push(n);
+                            }
+                        }
+                        _ => word.push(c),
+                    }
+                }
+            }
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    if n != '\n' {
+                        in_word = true;
+                        word.push(n);
+                    }
+                }
+            }
+            ';' | '\n' | '&' | '|' => {
+                flush_word(&mut words, &mut word, &mut in_word);
+                // `2>&1`, `&>`: part of a redirection, not a separator.
+                if c == '&' && matches!(chars.peek(), Some('>')) {
+                    word.push('&');
+                    in_word = true;
+                    continue;
+                }
+                if let Some(last) = words.last() {
+                    if c == '&' && last.ends_with('>') {
+                        let mut w = words.pop().unwrap_or_default();
+                        w.push('&');
+                        word = w;
+                        in_word = true;
+                        continue;
+                    }
+                }
+                if matches!(chars.peek(), Some(&n) if n == c) {
+                    chars.next();
+                }
+                if !words.is_empty() {
+                    commands.push(std::mem::take(&mut words));
+                }
+            }
+            '>' | '<' => {
+                // Keep a redirection operator as its own word (with a leading fd number).
+                let mut op = String::new();
+                if in_word && word.chars().all(|ch| ch.is_ascii_digit()) {
+                    op = std::mem::take(&mut word);
+                    in_word = false;
+                } else {
+                    flush_word(&mut words, &mut word, &mut in_word);
+                }
+                op.push(c);
+                if c == '>' && matches!(chars.peek(), Some('>')) {
+                    chars.next();
+                    op.push('>');
+                }
+                if matches!(chars.peek(), Some('&')) {
+                    chars.next();
+                    op.push('&');
+                    // `2>&1`, `>&-`: the duplicated descriptor belongs to the operator.
+                    while let Some(&d) = chars.peek() {
+                        if d.is_ascii_digit() || d == '-' {
+                            op.push(d);
+                            chars.next();
+                        } else {
+                            break;
+                        }
+                    }
+                }
+                words.push(op);
+            }
+            c if c.is_whitespace() => flush_word(&mut words, &mut word, &mut in_word),
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    flush_word(&mut words, &mut word, &mut in_word);
+    if !words.is_empty() {
+        commands.push(words);
+    }
+    commands
+}
+
+fn is_assignment(w: &str) -> bool {
+    match w.split_once('=') {
+        Some((name, _)) => {
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// Drop leading env assignments and wrappers (`timeout 60`, `env`, `time`, `nice`, `sudo`).
+fn strip_wrappers(words: &[String]) -> &[String] {
+    let mut w = words;
+    loop {
+        match w.first().map(String::as_str) {
+            Some(first) if is_assignment(first) => w = &w[1..],
+            Some("env" | "time" | "nice" | "sudo" | "command" | "exec" | "nohup") => w = &w[1..],
+            Some("timeout" | "gtimeout") => {
+                w = &w[1..];
+                while w.first().is_some_and(|x| x.starts_with('-')) {
+                    w = &w[1..];
+                }
+                if !w.is_empty() {
+                    w = &w[1..]; // the duration
+                }
+            }
+            _ => return w,
+        }
+    }
+}
+
+fn operands(words: &[String]) -> impl Iterator<Item = &String> {
+    words.iter().skip(1).filter(|w| {
+        !w.starts_with('-') && !w.starts_with('>') && !w.starts_with('<') && !w.contains('>')
+    })
+}
+
+fn looks_like_path(w: &str) -> bool {
+    !w.is_empty() && !w.starts_with('$') && !w.contains('*') && w != "-" && !w.starts_with("/dev/")
+}
+
+/// Verification commands of every common ecosystem.
+fn verification_kind(words: &[String]) -> bool {
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    let tool = w
+        .first()
+        .map(|t| t.rsplit('/').next().unwrap_or(t))
+        .unwrap_or("");
+    let sub = w.get(1).copied().unwrap_or("");
+    let sub2 = w.get(2).copied().unwrap_or("");
+    let script_is_check = |s: &str| {
+        let s = s.split(':').next().unwrap_or(s);
+        matches!(
+            s,
+            "test"
+                | "tests"
+                | "build"
+                | "lint"
+                | "typecheck"
+                | "type-check"
+                | "check"
+                | "tsc"
+                | "e2e"
+                | "ci"
+                | "verify"
+                | "format:check"
+                | "fmt:check"
+        )
+    };
+    match tool {
+        "cargo" => matches!(
+            sub,
+            "test" | "build" | "check" | "clippy" | "nextest" | "fmt" | "bench" | "b" | "t" | "c"
+        ),
+        "go" => matches!(sub, "test" | "build" | "vet"),
+        "npm" | "pnpm" | "yarn" | "bun" => {
+            script_is_check(sub)
+                || (matches!(sub, "run" | "run-script" | "exec") && script_is_check(sub2))
+                || (sub == "x" && is_js_checker(sub2))
+        }
+        "npx" | "pnpx" | "bunx" => is_js_checker(sub),
+        "deno" => matches!(sub, "test" | "check" | "lint"),
+        "pytest" | "py.test" | "tox" | "nox" | "mypy" | "pyright" | "tsc" | "jest" | "vitest"
+        | "eslint" | "phpunit" | "rspec" | "ctest" | "shellcheck" | "golangci-lint" | "biome"
+        | "prettier" => true,
+        "ruff" => {
+            matches!(sub, "check" | "")
+                || sub.starts_with('-')
+                || sub == "format" && w.contains(&"--check")
+        }
+        "python" | "python3" | "uv" | "poetry" | "pipenv" | "hatch" => {
+            (sub == "-m"
+                && matches!(
+                    sub2,
+                    "pytest" | "unittest" | "mypy" | "tox" | "ruff" | "pyright"
+                ))
+                || (matches!(sub, "run")
+                    && matches!(
+                        sub2,
+                        "pytest" | "mypy" | "tox" | "ruff" | "pyright" | "python"
+                    ))
+                || (tool == "hatch" && sub == "test")
+        }
+        "make" | "gmake" | "just" | "ninja" => true,
+        "mvn" | "mvnw" | "./mvnw" | "gradle" | "gradlew" | "./gradlew" => true,
+        "dotnet" => matches!(sub, "test" | "build"),
+        "swift" => matches!(sub, "test" | "build"),
+        "mix" => matches!(sub, "test" | "compile"),
+        "bundle" => sub == "exec" && matches!(sub2, "rspec" | "rake"),
+        "rake" => matches!(sub, "test" | "spec" | ""),
+        "cmake" => sub == "--build",
+        "zig" => matches!(sub, "build" | "test"),
+        "stack" | "cabal" => matches!(sub, "test" | "build"),
+        _ => false,
+    }
+}
+
+fn is_js_checker(s: &str) -> bool {
+    matches!(
+        s,
+        "jest" | "vitest" | "tsc" | "eslint" | "mocha" | "playwright" | "biome" | "prettier"
+    )
+}
+
+/// Reads, modifications and the verification command of a shell command line.
+pub fn analyze_shell(line: &str) -> ShellFacts {
+    let mut facts = ShellFacts::default();
+    let mut cwd: Option<String> = None;
+    let mut checks: Vec<String> = Vec::new();
+    let join = |cwd: &Option<String>, p: &str| match cwd {
+        Some(d) if !p.starts_with('/') && !p.starts_with('~') => {
+            format!("{}/{}", d.trim_end_matches('/'), p)
+        }
+        _ => p.to_string(),
+    };
+    for words in simple_commands(line) {
+        // Redirections anywhere in the command.
+        let mut i = 0;
+        while i < words.len() {
+            let w = &words[i];
+            if (w.ends_with('>') || w.ends_with(">>")) && !w.ends_with('&') && !w.starts_with('<') {
+                if let Some(target) = words.get(i + 1) {
+                    if looks_like_path(target) && !target.starts_with('&') {
+                        facts.modifies.push(join(&cwd, target));
+                    }
+                }
+                i += 1;
+            }
+            i += 1;
+        }
+        let w = strip_wrappers(&words);
+        let Some(cmd) = w.first() else { continue };
+        let base = cmd.rsplit('/').next().unwrap_or(cmd).to_string();
+        let args: Vec<&String> = operands(w).filter(|a| looks_like_path(a)).collect();
+        match base.as_str() {
+            "cd" | "pushd" => {
+                if let Some(d) = w.get(1) {
+                    cwd = Some(join(&cwd, d));
+                }
+            }
+            "cat" | "head" | "tail" | "nl" | "less" | "more" | "bat" | "wc" => {
+                let mut skip_next = false;
+                for a in w.iter().skip(1) {
+                    if skip_next {
+                        skip_next = false;
+                        continue;
+                    }
+                    if matches!(a.as_str(), "-n" | "-c" | "--lines" | "--bytes") && base != "cat" {
+                        skip_next = true;
+                        continue;
+                    }
+                    if a.starts_with('-')
+                        || a.starts_with('>')
+                        || a.starts_with('<')
+                        || !looks_like_path(a)
+                        || a.parse::<i64>().is_ok()
+                    {
+                        continue;
+                    }
+                    facts.reads.push(join(&cwd, a));
+                }
+            }
+            "sed" => {
+                let in_place = w
+                    .iter()
+                    .skip(1)
+                    .any(|a| a == "-i" || a.starts_with("-i") || a == "--in-place");
+                // sed [opts] SCRIPT FILE…: the first non-option operand is the script (unless -e).
+                let has_e = w.iter().any(|a| a == "-e");
+                let mut ops = w.iter().skip(1).filter(|a| !a.starts_with('-'));
+                if !has_e {
+                    ops.next();
+                }
+                for f in ops.filter(|a| looks_like_path(a)) {
+                    if in_place {
+                        facts.modifies.push(join(&cwd, f));
+                    } else {
+                        facts.reads.push(join(&cwd, f));
+                    }
+                }
+            }
+            "mv" => {
+                for a in &args {
+                    facts.modifies.push(join(&cwd, a));
+                }
+            }
+            "cp" | "install" => {
+                if let Some(dst) = args.last() {
+                    facts.modifies.push(join(&cwd, dst));
+                }
+                for a in args.iter().take(args.len().saturating_sub(1)) {
+                    facts.reads.push(join(&cwd, a));
+                }
+            }
+            "rm" | "touch" | "tee" | "truncate" | "unlink" => {
+                for a in &args {
+                    facts.modifies.push(join(&cwd, a));
+                }
+            }
+            "patch" => {
+                for (i, a) in w.iter().enumerate() {
+                    if a == "-i" {
+                        if let Some(p) = w.get(i + 1) {
+                            facts.reads.push(join(&cwd, p));
+                        }
+                    }
+                }
+            }
+            "git" if w.get(1).map(String::as_str) == Some("apply") => {
+                for a in w
+                    .iter()
+                    .skip(2)
+                    .filter(|a| !a.starts_with('-') && looks_like_path(a))
+                {
+                    facts.reads.push(join(&cwd, a));
+                }
+            }
+            _ => {}
+        }
+        if verification_kind(w) {
+            let cmd: Vec<&str> = w
+                .iter()
+                .map(String::as_str)
+                .take_while(|x| !x.contains('>') && !x.starts_with('<'))
+                .collect();
+            checks.push(cmd.join(" "));
+        }
+    }
+    facts.verification = if checks.is_empty() {
+        None
+    } else {
+        Some(checks.join(" && "))
+    };
+    facts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::entry::{ContentBlock, FileEntry, FileSource};
+    use crate::session::testing::Builder;
+    use serde_json::json;
+
+    fn shell(line: &str) -> ShellFacts {
+        analyze_shell(line)
+    }
+
+    #[test]
+    fn reads_from_common_viewers() {
+        assert_eq!(shell("cat src/a.rs").reads, ["src/a.rs"]);
+        assert_eq!(shell("head -n 40 src/a.rs").reads, ["src/a.rs"]);
+        assert_eq!(shell("tail -20 log.txt").reads, ["log.txt"]);
+        assert_eq!(shell("sed -n '1,80p' src/lib.rs").reads, ["src/lib.rs"]);
+        assert_eq!(
+            shell("nl -ba src/main.rs | sed -n '10,20p'").reads,
+            ["src/main.rs"]
+        );
+        assert_eq!(shell("less README.md").reads, ["README.md"]);
+        assert_eq!(shell("cd pkg && cat index.ts").reads, ["pkg/index.ts"]);
+    }
+
+    #[test]
+    fn modifications_from_shell() {
+        assert_eq!(shell("sed -i 's/a/b/' src/a.rs").modifies, ["src/a.rs"]);
+        assert_eq!(shell("mv old.rs new.rs").modifies, ["old.rs", "new.rs"]);
+        assert_eq!(shell("cp a.txt b.txt").modifies, ["b.txt"]);
+        assert_eq!(shell("rm -f build.log").modifies, ["build.log"]);
+        assert_eq!(shell("touch NOTES.md").modifies, ["NOTES.md"]);
+        assert_eq!(shell("echo hi > out.txt").modifies, ["out.txt"]);
+        assert_eq!(shell("echo hi >> out.txt").modifies, ["out.txt"]);
+        assert_eq!(
+            shell("printf x | tee a.txt b.txt").modifies,
+            ["a.txt", "b.txt"]
+        );
+        assert_eq!(
+            shell("cargo test 2>&1 > /dev/null").modifies,
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            shell("cat <<'EOF' > conf.toml\nx = 1\nEOF").modifies,
+            ["conf.toml"]
+        );
+    }
+
+    #[test]
+    fn verification_commands_of_common_ecosystems() {
+        for (line, expect) in [
+            ("cargo test", "cargo test"),
+            (
+                "cargo clippy --all-targets -- -D warnings",
+                "cargo clippy --all-targets -- -D warnings",
+            ),
+            (
+                "cd /repo && RUST_LOG=debug timeout 600 cargo test -p core",
+                "cargo test -p core",
+            ),
+            ("go test ./...", "go test ./..."),
+            ("go vet ./...", "go vet ./..."),
+            ("npm test", "npm test"),
+            ("pnpm run lint", "pnpm run lint"),
+            ("yarn typecheck", "yarn typecheck"),
+            ("bun test", "bun test"),
+            ("npx vitest run", "npx vitest run"),
+            ("pytest -x tests/test_a.py", "pytest -x tests/test_a.py"),
+            ("python -m pytest -q", "python -m pytest -q"),
+            ("tox -e py311", "tox -e py311"),
+            ("tsc --noEmit", "tsc --noEmit"),
+            ("ruff check .", "ruff check ."),
+            ("mypy src", "mypy src"),
+            ("make test", "make test"),
+            ("mvn -q test", "mvn -q test"),
+            ("./gradlew build", "./gradlew build"),
+            ("dotnet test", "dotnet test"),
+            ("cargo test 2>&1 | tail -20", "cargo test"),
+        ] {
+            assert_eq!(shell(line).verification.as_deref(), Some(expect), "{line}");
+        }
+        for line in [
+            "ls -la",
+            "git status",
+            "cat Cargo.toml",
+            "npm install",
+            "cargo add serde",
+            "grep -rn test src",
+        ] {
+            assert_eq!(shell(line).verification, None, "{line}");
+        }
+    }
+
+    #[test]
+    fn codex_argv_commands_are_unwrapped() {
+        assert_eq!(
+            shell_command(&json!(["bash", "-lc", "cargo test"])).as_deref(),
+            Some("cargo test")
+        );
+        assert_eq!(
+            shell_command(&json!(["ls", "-la"])).as_deref(),
+            Some("ls -la")
+        );
+        assert_eq!(shell_command(&json!("echo hi")).as_deref(), Some("echo hi"));
+    }
+
+    #[test]
+    fn apply_patch_headers_and_diffs() {
+        let p = "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-x\n+y\n*** Add File: src/b.rs\n+new\n*** Delete File: old.rs\n*** End Patch";
+        assert_eq!(patch_paths(p), ["src/a.rs", "src/b.rs", "old.rs"]);
+        let d = "--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n-a\n+b\n";
+        assert_eq!(patch_paths(d), ["src/x.py"]);
+    }
+
+    #[test]
+    fn verification_outcome_follows_the_last_run() {
+        let mut b = Builder::new();
+        b.user("fix the test");
+        b.bash("c1", "cargo test");
+        let fail = |b: &mut Builder, id: &str, text: &str, err: bool| {
+            b.push(EntryBody::ToolResult(ToolResultEntry {
+                call_id: id.into(),
+                tool_name: Some("Bash".into()),
+                content: vec![ContentBlock::text(text)],
+                is_error: err,
+                exit_code: None,
+            }))
+        };
+        fail(
+            &mut b,
+            "c1",
+            "test result: FAILED. 1 passed; 1 failed",
+            false,
+        );
+        let first = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        assert_eq!(first.verification.len(), 1);
+        assert_eq!(first.verification[0].outcome, VerificationOutcome::Failed);
+        let call2 = b.bash("c2", "cargo test");
+        fail(&mut b, "c2", "test result: ok. 2 passed; 0 failed", false);
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        assert_eq!(a.verification.len(), 1);
+        assert_eq!(a.verification[0].outcome, VerificationOutcome::Passed);
+        assert_eq!(a.verification[0].entry_id, call2);
+    }
+
+    #[test]
+    fn outcomes_from_exit_codes_and_flags() {
+        let r = |text: &str, is_error: bool, exit_code: Option<i64>| ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error,
+            exit_code,
+        };
+        assert_eq!(
+            result_outcome(&r("", false, Some(1))),
+            VerificationOutcome::Failed
+        );
+        assert_eq!(
+            result_outcome(&r("FAILED", false, Some(0))),
+            VerificationOutcome::Passed
+        );
+        assert_eq!(
+            result_outcome(&r("", true, None)),
+            VerificationOutcome::Failed
+        );
+        assert_eq!(
+            result_outcome(&r("<returncode>2</returncode>", false, None)),
+            VerificationOutcome::Failed
+        );
+        assert_eq!(
+            result_outcome(&r("Process exited with code 0\nok", false, None)),
+            VerificationOutcome::Passed
+        );
+        assert_eq!(
+            result_outcome(&r("12 passed, 0 failed", false, None)),
+            VerificationOutcome::Passed
+        );
+        assert_eq!(
+            result_outcome(&r("3 failed, 9 passed", false, None)),
+            VerificationOutcome::Failed
+        );
+    }
+
+    #[test]
+    fn tool_calls_file_entries_and_skills_become_facts_with_entry_ids() {
+        let mut b = Builder::new();
+        let read = b.call("r1", "Read", json!({"file_path": "/ws/src/lib.rs"}));
+        let edit = b.call(
+            "e1",
+            "Edit",
+            json!({"file_path": "/ws/src/lib.rs", "old_string": "a", "new_string": "b"}),
+        );
+        let pi = b.call("p1", "edit", json!({"path": "src/main.rs"}));
+        let codex = b.call(
+            "x1",
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Update File: src/z.rs\n*** End Patch"}),
+        );
+        let watcher = b.push(EntryBody::File(FileEntry {
+            path: "/ws/fmt.toml".into(),
+            op: FileOp::Modified,
+            source: FileSource::Watcher,
+        }));
+        b.push(EntryBody::Skill(crate::session::entry::SkillEntry {
+            name: "pdf".into(),
+            active: true,
+        }));
+        let outside = b.call("r2", "Read", json!({"file_path": "/etc/hosts"}));
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let files = |v: &[FileArtifact]| {
+            v.iter()
+                .map(|f| (f.path.clone(), f.entry_ids.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            files(&a.read_files),
+            [
+                ("src/lib.rs".to_string(), vec![read]),
+                ("/etc/hosts".to_string(), vec![outside])
+            ]
+        );
+        assert_eq!(
+            files(&a.modified_files),
+            [
+                ("src/lib.rs".to_string(), vec![edit]),
+                ("src/main.rs".to_string(), vec![pi]),
+                ("src/z.rs".to_string(), vec![codex]),
+                ("fmt.toml".to_string(), vec![watcher]),
+            ]
+        );
+        assert_eq!(a.active_skills, ["pdf"]);
+    }
+
+    #[test]
+    fn seeding_keeps_everything_of_the_previous_capsule() {
+        let mut b = Builder::new();
+        b.call("e1", "Write", json!({"file_path": "a.rs"}));
+        let first = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let mut b2 = Builder::new();
+        b2.call("e2", "Write", json!({"file_path": "b.rs"}));
+        let second = collect(
+            "/ws",
+            Some(&first),
+            b2.session.entries(),
+            &ToolMapping::default(),
+        );
+        let paths: Vec<_> = second
+            .modified_files
+            .iter()
+            .map(|f| f.path.as_str())
+            .collect();
+        assert_eq!(paths, ["a.rs", "b.rs"]);
+    }
+}

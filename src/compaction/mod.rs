@@ -1,0 +1,115 @@
+//! Compaction: triggers and pending intents, the preflight barrier, cut points, two-stage ROI,
+//! and named outcomes.
+//!
+//! The decisions are pure functions of (session, config): [`triggers::decide`],
+//! [`cut::choose_cut`], [`roi`], [`plan::plan`]. The barrier runs as plan → generate → commit;
+//! only [`run`] touches the log, and `generate` holds no borrow of the session, so a host (the
+//! daemon) can keep serving requests while a summary is written.
+//!
+//! How a host drives the barrier ([`run::Barrier`]):
+//! 1. `barrier.preflight(&mut log)` → `Ready { messages, .. }` (send them), `Failed(result)`
+//!    (send nothing; tell the agent why), or `Compact(plan)`.
+//! 2. For `Compact(plan)`: emit `compaction_start`, produce a [`Generated`] from the plan with no
+//!    session borrow (`generate_local(&plan)`, or a model summarizer with fallback), queueing any
+//!    input that arrives meanwhile.
+//! 3. `commit(&mut log, &plan, generated, aborted, duration_ms)` → the terminal
+//!    [`CompactionResult`]; then apply queued input in order and call `preflight` again.
+//!
+//! `barrier.explicit`, `overflow` and `handoff` return `Ok(plan)` for step 2, or the result that
+//! ended the operation at once. `turn_complete` and `checkpoint` record soft-trigger intents.
+
+pub mod cut;
+pub mod plan;
+pub mod roi;
+pub mod run;
+pub mod triggers;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::capsule::Quality;
+use crate::session::entry::{Outcome, Trigger};
+
+pub use plan::{plan, Plan, PlanRequest};
+pub use run::{commit, generate_local, Generated};
+pub use triggers::{decide, turn_facts, Decision, TurnFacts};
+
+/// The terminal outcome of one compaction operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionResult {
+    pub operation_id: String,
+    pub outcome: Outcome,
+    pub reason: String,
+    pub trigger: Trigger,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    pub reclaimed_percent: f64,
+    pub checkpoint_id: Option<String>,
+    pub quality: Option<Quality>,
+    pub first_kept_entry_id: Option<String>,
+    pub duration_ms: u64,
+    /// True when a degraded (local) capsule stands in for a model summary that failed.
+    pub degraded: bool,
+    pub hard_limit: u64,
+    pub soft_limit: u64,
+}
+
+impl CompactionResult {
+    /// The persistent completion line: trigger, before → after tokens, reclaimed %, checkpoint.
+    pub fn completion_line(&self) -> String {
+        let k = crate::cli::human_tokens;
+        match self.outcome {
+            Outcome::Completed => format!(
+                "{} compact: {} → {} tokens (−{:.0}%), {}, {}",
+                self.trigger,
+                k(self.tokens_before),
+                k(self.tokens_after),
+                self.reclaimed_percent,
+                self.checkpoint_id.as_deref().unwrap_or("-"),
+                self.quality.map(Quality::as_str).unwrap_or("-"),
+            ),
+            outcome => format!("{} compact {outcome}: {}", self.trigger, self.reason),
+        }
+    }
+
+    pub(crate) fn ended(
+        operation_id: &str,
+        trigger: Trigger,
+        outcome: Outcome,
+        reason: impl Into<String>,
+        tokens_before: u64,
+        limits: crate::budget::Limits,
+    ) -> Self {
+        CompactionResult {
+            operation_id: operation_id.to_string(),
+            outcome,
+            reason: reason.into(),
+            trigger,
+            tokens_before,
+            tokens_after: tokens_before,
+            reclaimed_percent: 0.0,
+            checkpoint_id: None,
+            quality: None,
+            first_kept_entry_id: None,
+            duration_ms: 0,
+            degraded: false,
+            hard_limit: limits.hard_limit,
+            soft_limit: limits.soft_limit,
+        }
+    }
+}
+
+/// Reasons shared by outcomes, tests and the protocol.
+pub mod reasons {
+    pub const NOTHING_BEFORE_RETAINED_WINDOW: &str = "nothing before the retained window";
+    pub const CONTEXT_BUDGET_EXCEEDED: &str = "context budget exceeded";
+    pub const CANCELLED: &str = "the turn was cancelled; no capsule appended";
+    pub const STALE: &str = "the session changed during compaction; no capsule appended";
+    pub const OVERFLOW_RETRY_USED: &str = "the provider reported a context overflow again after the recovery compact; the one retry for this turn is used";
+    pub const WOULD_NOT_SHRINK: &str =
+        "the continuation would not be smaller than the current context";
+}
+
+#[cfg(test)]
+mod spec_tests;

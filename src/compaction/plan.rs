@@ -1,0 +1,394 @@
+//! The immutable plan a compaction runs from: trigger, cut, expected leaf, limits, tokens
+//! before, the history to summarize, the previous capsule, the facts, and the local capsule.
+
+use crate::budget::{Budget, Limits};
+use crate::capsule::artifacts::{collect, ToolMapping};
+use crate::capsule::builder::build_state;
+use crate::capsule::{Artifacts, CapsuleEntry, CapsuleState, Origin, Quality};
+use crate::config::Config;
+use crate::session::entry::{Entry, EntryBody, Outcome, Role, Trigger};
+use crate::session::view::{ModelMessage, ModelView, ViewItem, ViewPart};
+use crate::session::Session;
+use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
+
+use super::cut::{choose_cut, fit_cut, suffix_tokens, CutItem};
+use super::reasons;
+
+/// Everything a compaction needs, captured when it starts. Owns its data: generating a summary
+/// from it borrows nothing from the session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub operation_id: String,
+    pub trigger: Trigger,
+    /// The leaf when the plan was made; a capsule is appended only if it is still the leaf.
+    pub expected_leaf: String,
+    pub limits: Limits,
+    pub tokens_before: u64,
+    /// System prompt and tool schemas, which every continuation carries.
+    pub overhead_tokens: u64,
+    pub first_kept_entry_id: Option<String>,
+    /// Tokens of the retained tail as it will be sent (after elision).
+    pub tail_tokens: u64,
+    pub elide_tool_results_over: Option<u64>,
+    pub previous: Option<CapsuleEntry>,
+    /// The history being folded into the capsule, as the model would read it.
+    pub to_summarize: Vec<ModelMessage>,
+    pub summarized_entry_ids: Vec<String>,
+    pub artifacts: Artifacts,
+    /// The deterministic capsule state, the fallback for any model failure.
+    pub local_state: CapsuleState,
+    pub instructions: Option<String>,
+    pub title: Option<String>,
+    pub workspace: String,
+    pub tokenizer: crate::tokens::TokenizerKind,
+    /// The ROI minimums the post-generation gate applies.
+    pub roi: crate::config::CompactionConfig,
+}
+
+impl Plan {
+    pub fn is_soft(&self) -> bool {
+        self.trigger.is_soft()
+    }
+
+    /// The capsule entry this plan produces with a given narrative state.
+    pub fn capsule(
+        &self,
+        checkpoint_id: String,
+        state: CapsuleState,
+        quality: Quality,
+        degraded_reason: Option<String>,
+    ) -> CapsuleEntry {
+        CapsuleEntry {
+            checkpoint_id,
+            trigger: self.trigger,
+            quality,
+            first_kept_entry_id: self.first_kept_entry_id.clone(),
+            previous_checkpoint_id: self.previous.as_ref().map(|p| p.checkpoint_id.clone()),
+            state,
+            artifacts: self.artifacts.clone(),
+            tokens: Default::default(),
+            origin: Origin::Session,
+            mirrored: false,
+            title: self.title.clone(),
+            degraded_reason,
+            instructions: self.instructions.clone(),
+            elide_tool_results_over: self.elide_tool_results_over,
+            loaded_from: None,
+        }
+    }
+
+    /// Exact tokens of the continuation with this capsule: overhead + capsule + retained tail.
+    pub fn continuation_tokens(&self, capsule: &CapsuleEntry) -> u64 {
+        let capsule_tokens = MESSAGE_OVERHEAD_TOKENS
+            + self
+                .tokenizer
+                .count(&crate::capsule::render::render_for_model(capsule));
+        self.overhead_tokens + capsule_tokens + self.tail_tokens
+    }
+}
+
+/// What to plan.
+#[derive(Debug, Clone)]
+pub struct PlanRequest<'a> {
+    pub trigger: Trigger,
+    pub instructions: Option<String>,
+    pub title: Option<String>,
+    pub config: &'a Config,
+    pub mapping: &'a ToolMapping,
+    pub operation_id: String,
+}
+
+/// Why no plan: an outcome and its reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoPlan {
+    pub outcome: Outcome,
+    pub reason: String,
+    pub tokens_before: u64,
+}
+
+/// Model-visible entries of the view in branch order, and the entries after the capsule
+/// (all types, so watcher `file` entries and skills count as facts).
+fn view_items(session: &Session, view: &ModelView) -> (Vec<usize>, Vec<CutItem>) {
+    let mut order: Vec<usize> = view.entry_indices().collect();
+    order.sort_unstable();
+    let mut extra: std::collections::HashMap<usize, u64> = std::collections::HashMap::new();
+    let mut elided: std::collections::HashMap<usize, u64> = std::collections::HashMap::new();
+    for slot in &view.slots {
+        match &slot.item {
+            ViewItem::InterruptedResult { call_entry, .. } => {
+                *extra.entry(*call_entry).or_default() += ModelView::slot_tokens(session, slot);
+            }
+            ViewItem::Entry(i) if slot.elided => {
+                elided.insert(*i, ModelView::slot_tokens(session, slot));
+            }
+            _ => {}
+        }
+    }
+    let items = order
+        .iter()
+        .map(|&i| {
+            let e = session.entry(i);
+            CutItem {
+                is_message: matches!(&e.body, EntryBody::Message(m) if m.role != Role::System),
+                tokens: elided
+                    .get(&i)
+                    .copied()
+                    .unwrap_or_else(|| session.tokens_of(i))
+                    + extra.get(&i).copied().unwrap_or(0),
+                calls: e.tool_calls().map(|(id, _, _)| id.to_string()).collect(),
+                result_of: e.as_tool_result().map(|r| r.call_id.clone()),
+            }
+        })
+        .collect();
+    (order, items)
+}
+
+/// All entries on the branch after `capsule` up to `leaf`, oldest first.
+fn entries_after(session: &Session, leaf: usize, capsule: Option<usize>) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut cur = Some(leaf);
+    while let Some(i) = cur {
+        if Some(i) == capsule {
+            break;
+        }
+        out.push(i);
+        cur = session.parent_of(i);
+    }
+    out.reverse();
+    out
+}
+
+/// Tool results in the tail, largest first: elide the fewest that make the tail fit.
+fn elision_threshold(
+    session: &Session,
+    order: &[usize],
+    items: &[CutItem],
+    from: usize,
+    room: u64,
+) -> Option<(u64, u64)> {
+    let kind = session.tokenizer();
+    let mut results: Vec<(u64, u64)> = (from..items.len())
+        .filter(|&p| items[p].result_of.is_some())
+        .filter_map(|p| {
+            let e = session.entry(order[p]);
+            let r = e.as_tool_result()?;
+            let elided = MESSAGE_OVERHEAD_TOKENS
+                + kind.count(&r.call_id)
+                + kind.count(&crate::session::view::elided_text(&e.id, r));
+            (elided < items[p].tokens).then_some((items[p].tokens, elided))
+        })
+        .collect();
+    results.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
+    let mut tail: u64 = items[from..].iter().map(|i| i.tokens).sum();
+    for k in 0..results.len() {
+        tail = tail - results[k].0 + results[k].1;
+        let threshold = results[k].0 - 1;
+        // Results of the same size as the k-th are elided too by a threshold.
+        let ties: u64 = results[k + 1..]
+            .iter()
+            .filter(|r| r.0 > threshold)
+            .map(|r| r.0 - r.1)
+            .sum();
+        let tail_with_ties = tail - ties;
+        if tail_with_ties <= room {
+            return Some((threshold, tail_with_ties));
+        }
+    }
+    None
+}
+
+/// Make the plan for compacting `session` at `leaf`. Pure.
+pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Result<Plan, NoPlan> {
+    let config = req.config;
+    let limits = config.limits();
+    let c = &config.compaction;
+    let view = ModelView::build(session, leaf);
+    let budget = Budget::measure(limits, view.breakdown(session), view.usage_anchor(session));
+    let tokens_before = budget.effective_tokens;
+    let no_plan = |outcome, reason: &str| NoPlan {
+        outcome,
+        reason: reason.to_string(),
+        tokens_before,
+    };
+    let Some(leaf) = leaf else {
+        return Err(no_plan(
+            Outcome::Skipped,
+            reasons::NOTHING_BEFORE_RETAINED_WINDOW,
+        ));
+    };
+    let previous = view
+        .capsule
+        .and_then(|i| session.entry(i).as_capsule())
+        .cloned();
+    let overhead_tokens = budget.breakdown.system + budget.breakdown.tools;
+    let (order, items) = view_items(session, &view);
+    let mandatory = matches!(req.trigger, Trigger::HardLimit | Trigger::ContextOverflow);
+    let handoff = req.trigger == Trigger::Handoff;
+
+    // Where the retained tail starts. A hand-off capsule summarizes everything and keeps the
+    // session as it is.
+    let mut cut = if handoff {
+        Some(items.len())
+    } else {
+        choose_cut(&items, c.keep_recent_tokens)
+    };
+    if cut.is_none() && mandatory && !items.is_empty() {
+        // Nothing older than the window: cut as late as possible and rely on elision.
+        cut = Some(fit_cut(&items, 0, 0).0);
+    }
+    let Some(mut cut) = cut else {
+        return Err(no_plan(
+            Outcome::Skipped,
+            reasons::NOTHING_BEFORE_RETAINED_WINDOW,
+        ));
+    };
+
+    let workspace = session.header.workspace.clone();
+    let after_capsule = entries_after(session, leaf, view.capsule);
+    let tail_of_previous: Vec<usize> = view
+        .slots
+        .iter()
+        .filter(|s| s.part == ViewPart::RetainedTail)
+        .filter_map(|s| match s.item {
+            ViewItem::Entry(i) => Some(i),
+            _ => None,
+        })
+        .collect();
+    let fact_entries: Vec<&Entry> = tail_of_previous
+        .iter()
+        .chain(after_capsule.iter())
+        .map(|&i| session.entry(i))
+        .collect();
+    let artifacts = collect(
+        &workspace,
+        previous.as_ref().map(|p| &p.artifacts),
+        fact_entries.iter().copied(),
+        req.mapping,
+    );
+
+    let build = |cut: usize| {
+        let summarized: Vec<&Entry> = order[..cut].iter().map(|&i| session.entry(i)).collect();
+        build_state(
+            session.tokenizer(),
+            previous.as_ref(),
+            &summarized,
+            &artifacts,
+        )
+    };
+    let mut local_state = build(cut);
+    let mut elide_over = previous.as_ref().and_then(|p| p.elide_tool_results_over);
+    let suffix = suffix_tokens(&items);
+    let mut tail_tokens = if handoff { 0 } else { suffix[cut] };
+
+    if mandatory {
+        let capsule_tokens = capsule_tokens(
+            session.tokenizer(),
+            &local_state,
+            &artifacts,
+            previous.as_ref(),
+            req,
+        );
+        let room = limits
+            .hard_limit
+            .saturating_sub(overhead_tokens + capsule_tokens);
+        if tail_tokens > room {
+            let (later, fits) = fit_cut(&items, cut, room);
+            if later != cut {
+                cut = later;
+                local_state = build(cut);
+                tail_tokens = suffix[cut];
+            }
+            if !fits {
+                match elision_threshold(session, &order, &items, cut, room) {
+                    Some((threshold, tail)) => {
+                        elide_over = Some(threshold);
+                        tail_tokens = tail;
+                    }
+                    None => return Err(no_plan(Outcome::Failed, reasons::CONTEXT_BUDGET_EXCEEDED)),
+                }
+            }
+        }
+    }
+    if cut == 0 && !mandatory {
+        return Err(no_plan(
+            Outcome::Skipped,
+            reasons::NOTHING_BEFORE_RETAINED_WINDOW,
+        ));
+    }
+
+    let first_kept_entry_id = if handoff {
+        None
+    } else {
+        order.get(cut).map(|&i| session.entry(i).id.clone())
+    };
+    let cut_entry = order.get(cut).copied();
+    let messages = view.messages(session);
+    let to_summarize: Vec<ModelMessage> = view
+        .slots
+        .iter()
+        .zip(messages)
+        .filter(|(slot, _)| {
+            let idx = match &slot.item {
+                ViewItem::Entry(i) => Some(*i),
+                ViewItem::InterruptedResult { call_entry, .. } => Some(*call_entry),
+                ViewItem::Capsule(_) => None,
+            };
+            matches!((idx, cut_entry), (Some(i), Some(c)) if i < c)
+                || (idx.is_some() && cut_entry.is_none())
+        })
+        .map(|(_, m)| m)
+        .collect();
+
+    Ok(Plan {
+        operation_id: req.operation_id.clone(),
+        trigger: req.trigger,
+        expected_leaf: session.entry(leaf).id.clone(),
+        limits,
+        tokens_before,
+        overhead_tokens,
+        first_kept_entry_id,
+        tail_tokens,
+        elide_tool_results_over: elide_over,
+        previous,
+        to_summarize,
+        summarized_entry_ids: order[..cut]
+            .iter()
+            .map(|&i| session.entry(i).id.clone())
+            .collect(),
+        artifacts,
+        local_state,
+        instructions: req.instructions.clone(),
+        title: req.title.clone(),
+        workspace,
+        tokenizer: session.tokenizer(),
+        roi: c.clone(),
+    })
+}
+
+/// Tokens the capsule will take with this state and these facts (the local estimate).
+fn capsule_tokens(
+    tokenizer: crate::tokens::TokenizerKind,
+    state: &CapsuleState,
+    artifacts: &Artifacts,
+    previous: Option<&CapsuleEntry>,
+    req: &PlanRequest<'_>,
+) -> u64 {
+    let probe = CapsuleEntry {
+        checkpoint_id: "ck_000000000000".into(),
+        trigger: req.trigger,
+        quality: Quality::Degraded,
+        first_kept_entry_id: None,
+        previous_checkpoint_id: previous.map(|p| p.checkpoint_id.clone()),
+        state: state.clone(),
+        artifacts: artifacts.clone(),
+        tokens: Default::default(),
+        origin: Origin::Session,
+        mirrored: false,
+        title: req.title.clone(),
+        degraded_reason: None,
+        instructions: req.instructions.clone(),
+        elide_tool_results_over: None,
+        loaded_from: None,
+    };
+    MESSAGE_OVERHEAD_TOKENS + tokenizer.count(&crate::capsule::render::render_for_model(&probe))
+}

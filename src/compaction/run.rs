@@ -1,0 +1,507 @@
+//! The barrier's steps that touch the log: preflight bookkeeping (consumed intents, skipped
+//! attempts), and `commit`, which appends a capsule only if the operation was not aborted and
+//! the leaf is still the expected leaf — checked immediately before the append.
+
+use crate::budget::Budget;
+use crate::capsule::artifacts::ToolMapping;
+use crate::capsule::{CapsuleState, Quality};
+use crate::config::Config;
+use crate::session::entry::{
+    CheckpointEntry, CheckpointKind, CompactionRecord, Entry, EntryBody, IntentAction, IntentEntry,
+    Outcome, Trigger, TurnCompleteEntry, Usage,
+};
+use crate::session::log::{LogError, SessionLog};
+use crate::session::view::{ModelMessage, ModelView};
+use crate::util::new_id;
+
+use super::plan::{plan, NoPlan, Plan, PlanRequest};
+use super::triggers::{decide, records_intent, turn_facts, Decision};
+use super::{reasons, roi, CompactionResult};
+
+/// The narrative state a compaction produced, or its cancellation.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // built once per compaction, moved, never stored in bulk
+pub enum Generated {
+    State {
+        state: CapsuleState,
+        quality: Quality,
+        degraded_reason: Option<String>,
+    },
+    Cancelled,
+}
+
+/// Reason recorded on capsules built without a model.
+pub const NO_MODEL_CONFIGURED: &str =
+    "no summarization model configured; built locally from the log";
+
+/// The local deterministic capsule of a plan.
+pub fn generate_local(plan: &Plan) -> Generated {
+    Generated::State {
+        state: plan.local_state.clone(),
+        quality: Quality::Degraded,
+        degraded_reason: Some(NO_MODEL_CONFIGURED.to_string()),
+    }
+}
+
+fn append_child(log: &mut SessionLog, body: EntryBody) -> Result<String, LogError> {
+    let id = new_id("e_");
+    let parent = log.session().leaf_id().map(str::to_string);
+    log.append(Entry::new(id.clone(), parent, body))?;
+    Ok(id)
+}
+
+fn record(log: &mut SessionLog, r: &CompactionResult) -> Result<(), LogError> {
+    append_child(
+        log,
+        EntryBody::Compaction(CompactionRecord {
+            operation_id: r.operation_id.clone(),
+            trigger: r.trigger,
+            outcome: r.outcome,
+            reason: r.reason.clone(),
+            tokens_before: r.tokens_before,
+            tokens_after: Some(r.tokens_after),
+        }),
+    )
+    .map(|_| ())
+}
+
+/// End the operation: append the capsule when it is still valid, else record why not.
+/// Cancelled and stale operations append nothing at all.
+pub fn commit(
+    log: &mut SessionLog,
+    plan: &Plan,
+    generated: Generated,
+    aborted: bool,
+    duration_ms: u64,
+) -> Result<CompactionResult, LogError> {
+    let c = CompactionResult::ended(
+        &plan.operation_id,
+        plan.trigger,
+        Outcome::Cancelled,
+        reasons::CANCELLED,
+        plan.tokens_before,
+        plan.limits,
+    );
+    let mut result = CompactionResult { duration_ms, ..c };
+    let Generated::State {
+        state,
+        quality,
+        degraded_reason,
+    } = generated
+    else {
+        return Ok(result);
+    };
+    if aborted {
+        return Ok(result);
+    }
+    if log.session().leaf_id() != Some(plan.expected_leaf.as_str()) {
+        result.outcome = Outcome::Stale;
+        result.reason = reasons::STALE.into();
+        return Ok(result);
+    }
+
+    let checkpoint_id = new_id("ck_");
+    let mut capsule = plan.capsule(checkpoint_id.clone(), state, quality, degraded_reason);
+    let mut after = plan.continuation_tokens(&capsule);
+    if after > plan.limits.hard_limit && quality == Quality::Model {
+        // A model capsule too large to fit: the local one may still fit.
+        let local = plan.capsule(
+            checkpoint_id.clone(),
+            plan.local_state.clone(),
+            Quality::Degraded,
+            Some("the model's capsule did not fit under the hard limit; built locally".into()),
+        );
+        let local_after = plan.continuation_tokens(&local);
+        if local_after < after {
+            capsule = local;
+            after = local_after;
+        }
+    }
+    result.tokens_after = after;
+    let end =
+        |log: &mut SessionLog, mut result: CompactionResult, outcome: Outcome, reason: String| {
+            result.outcome = outcome;
+            result.reason = reason;
+            result.tokens_after = plan.tokens_before;
+            record(log, &result)?;
+            Ok(result)
+        };
+    if after > plan.limits.hard_limit {
+        return end(
+            log,
+            result,
+            Outcome::Failed,
+            format!(
+                "{}: the continuation needs {after} tokens, the hard limit is {}",
+                reasons::CONTEXT_BUDGET_EXCEEDED,
+                plan.limits.hard_limit
+            ),
+        );
+    }
+    if plan.trigger != Trigger::Handoff {
+        if plan.is_soft() {
+            let check = roi::post_generation(plan.tokens_before, after, &plan.roi);
+            if !check.passes {
+                return end(
+                    log,
+                    result,
+                    Outcome::Skipped,
+                    check.reason(&plan.roi, "post-generation"),
+                );
+            }
+        } else if after >= plan.tokens_before {
+            let outcome = if plan.trigger == Trigger::User {
+                Outcome::Skipped
+            } else {
+                Outcome::Failed
+            };
+            return end(
+                log,
+                result,
+                outcome,
+                format!(
+                    "{} ({} → {after} tokens)",
+                    reasons::WOULD_NOT_SHRINK,
+                    plan.tokens_before
+                ),
+            );
+        }
+    }
+
+    capsule.tokens = crate::capsule::CapsuleTokens {
+        before: plan.tokens_before,
+        after,
+    };
+    let degraded = capsule.quality == Quality::Degraded
+        && capsule.degraded_reason.as_deref() != Some(NO_MODEL_CONFIGURED);
+    result.degraded = degraded;
+    result.quality = Some(capsule.quality);
+    result.reason = capsule
+        .degraded_reason
+        .clone()
+        .unwrap_or_else(|| "capsule written by the summarization model".into());
+    result.first_kept_entry_id = capsule.first_kept_entry_id.clone();
+    result.checkpoint_id = Some(checkpoint_id);
+    result.outcome = Outcome::Completed;
+    result.reclaimed_percent = if plan.tokens_before == 0 {
+        0.0
+    } else {
+        100.0 * plan.tokens_before.saturating_sub(after) as f64 / plan.tokens_before as f64
+    };
+    if plan.trigger == Trigger::Handoff {
+        result.tokens_after = plan.tokens_before;
+        result.reclaimed_percent = 0.0;
+    }
+    append_child(log, EntryBody::Capsule(Box::new(capsule)))?;
+    Ok(result)
+}
+
+/// What preflight hands back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Preflight {
+    /// Send this input. `skipped` reports a soft attempt that was skipped on the way.
+    Ready {
+        messages: Vec<ModelMessage>,
+        tokens: u64,
+        skipped: Option<CompactionResult>,
+    },
+    /// Run this compaction (generate, then commit), then ask for the input again.
+    Compact(Box<Plan>),
+    /// No input can be sent: the reason is in the result.
+    Failed(CompactionResult),
+}
+
+/// Everything the barrier needs from the host.
+pub struct Barrier<'a> {
+    pub config: &'a Config,
+    pub mapping: &'a ToolMapping,
+}
+
+impl Barrier<'_> {
+    fn auto(&self, log: &SessionLog) -> bool {
+        let s = log.session();
+        s.settings_at(s.leaf())
+            .auto_compact
+            .unwrap_or(self.config.compaction.auto)
+    }
+
+    fn budget(&self, log: &SessionLog) -> (ModelView, Budget) {
+        let s = log.session();
+        let view = ModelView::build(s, s.leaf());
+        let budget = Budget::measure(
+            self.config.limits(),
+            view.breakdown(s),
+            view.usage_anchor(s),
+        );
+        (view, budget)
+    }
+
+    fn consume(&self, log: &mut SessionLog, ids: &[String]) -> Result<(), LogError> {
+        for id in ids {
+            let trigger = match log.session().get(id).map(|e| &e.body) {
+                Some(EntryBody::Intent(i)) => i.trigger,
+                _ => continue,
+            };
+            append_child(
+                log,
+                EntryBody::Intent(IntentEntry {
+                    trigger,
+                    action: IntentAction::Consumed,
+                    intent_id: Some(id.clone()),
+                    label: None,
+                }),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn plan(
+        &self,
+        log: &SessionLog,
+        trigger: Trigger,
+        instructions: Option<String>,
+        title: Option<String>,
+    ) -> Result<Plan, NoPlan> {
+        let s = log.session();
+        let req = PlanRequest {
+            trigger,
+            instructions,
+            title,
+            config: self.config,
+            mapping: self.mapping,
+            operation_id: new_id("op_"),
+        };
+        plan(s, s.leaf(), &req)
+    }
+
+    /// The model input if it is within the hard limit, else a failure: an input known to be
+    /// oversized is never handed out.
+    pub fn ready_input(&self, log: &SessionLog, skipped: Option<CompactionResult>) -> Preflight {
+        let (view, budget) = self.budget(log);
+        if budget.over_hard_limit() {
+            let r = CompactionResult::ended(
+                "",
+                Trigger::HardLimit,
+                Outcome::Failed,
+                format!(
+                    "{}: the input needs {} tokens, the hard limit is {}",
+                    reasons::CONTEXT_BUDGET_EXCEEDED,
+                    budget.effective_tokens,
+                    budget.limits.hard_limit
+                ),
+                budget.effective_tokens,
+                budget.limits,
+            );
+            return Preflight::Failed(r);
+        }
+        Preflight::Ready {
+            messages: view.messages(log.session()),
+            tokens: budget.effective_tokens,
+            skipped,
+        }
+    }
+
+    /// Ask before an inference. Appends only bookkeeping (consumed intents, skipped attempts).
+    pub fn preflight(&self, log: &mut SessionLog) -> Result<Preflight, LogError> {
+        let facts = turn_facts(log.session(), log.session().leaf());
+        let (_, budget) = self.budget(log);
+        if facts.overflow_exhausted {
+            let r = CompactionResult::ended(
+                "",
+                Trigger::ContextOverflow,
+                Outcome::Failed,
+                reasons::OVERFLOW_RETRY_USED,
+                budget.effective_tokens,
+                budget.limits,
+            );
+            return Ok(Preflight::Failed(r));
+        }
+        match decide(&budget, &self.config.compaction, self.auto(log), &facts) {
+            Decision::Proceed => Ok(self.ready_input(log, None)),
+            Decision::ConsumeOnly { consume } => {
+                self.consume(log, &consume)?;
+                Ok(self.ready_input(log, None))
+            }
+            Decision::SkipSoft {
+                trigger,
+                reason,
+                consume,
+            } => {
+                self.consume(log, &consume)?;
+                let r = CompactionResult::ended(
+                    &new_id("op_"),
+                    trigger,
+                    Outcome::Skipped,
+                    reason,
+                    budget.effective_tokens,
+                    budget.limits,
+                );
+                record(log, &r)?;
+                Ok(self.ready_input(log, Some(r)))
+            }
+            Decision::Compact { trigger, consume } => {
+                self.consume(log, &consume)?;
+                self.start(log, trigger, None, None)
+            }
+        }
+    }
+
+    /// Plan a compaction with this trigger, or end it at once with the reason.
+    fn start(
+        &self,
+        log: &mut SessionLog,
+        trigger: Trigger,
+        instructions: Option<String>,
+        title: Option<String>,
+    ) -> Result<Preflight, LogError> {
+        match self.plan(log, trigger, instructions, title) {
+            Ok(p) => Ok(Preflight::Compact(Box::new(p))),
+            Err(no) => {
+                let limits = self.config.limits();
+                let r = CompactionResult::ended(
+                    &new_id("op_"),
+                    trigger,
+                    no.outcome,
+                    no.reason,
+                    no.tokens_before,
+                    limits,
+                );
+                record(log, &r)?;
+                if trigger.is_soft() {
+                    Ok(self.ready_input(log, Some(r)))
+                } else {
+                    Ok(Preflight::Failed(r))
+                }
+            }
+        }
+    }
+
+    /// An explicit `/compact [instructions]`: bypasses the soft ROI threshold.
+    pub fn explicit(
+        &self,
+        log: &mut SessionLog,
+        instructions: Option<String>,
+    ) -> Result<Result<Plan, CompactionResult>, LogError> {
+        self.planned(log, Trigger::User, instructions, None)
+    }
+
+    /// `/capsule create "title"`: a hand-off capsule of the current state; not ROI-gated and
+    /// not part of the model input.
+    pub fn handoff(
+        &self,
+        log: &mut SessionLog,
+        title: String,
+    ) -> Result<Result<Plan, CompactionResult>, LogError> {
+        self.planned(log, Trigger::Handoff, None, Some(title))
+    }
+
+    /// The provider reported a real context overflow: one mandatory recovery compact per
+    /// turn; a second overflow in the turn fails and nothing is handed out again.
+    pub fn overflow(
+        &self,
+        log: &mut SessionLog,
+    ) -> Result<Result<Plan, CompactionResult>, LogError> {
+        let facts = turn_facts(log.session(), log.session().leaf());
+        if facts.overflow_recoveries >= 1 {
+            let (_, budget) = self.budget(log);
+            let r = CompactionResult::ended(
+                &new_id("op_"),
+                Trigger::ContextOverflow,
+                Outcome::Failed,
+                reasons::OVERFLOW_RETRY_USED,
+                budget.effective_tokens,
+                budget.limits,
+            );
+            record(log, &r)?;
+            return Ok(Err(r));
+        }
+        self.planned(log, Trigger::ContextOverflow, None, None)
+    }
+
+    fn planned(
+        &self,
+        log: &mut SessionLog,
+        trigger: Trigger,
+        instructions: Option<String>,
+        title: Option<String>,
+    ) -> Result<Result<Plan, CompactionResult>, LogError> {
+        match self.start(log, trigger, instructions, title)? {
+            Preflight::Compact(p) => Ok(Ok(*p)),
+            Preflight::Failed(r) => Ok(Err(r)),
+            Preflight::Ready { skipped, .. } => Ok(Err(
+                skipped.expect("a soft start that did not plan reports why")
+            )),
+        }
+    }
+
+    /// The agent finished a turn: record it, and a pending intent when enabled.
+    pub fn turn_complete(
+        &self,
+        log: &mut SessionLog,
+        usage: Option<Usage>,
+    ) -> Result<bool, LogError> {
+        append_child(log, EntryBody::TurnComplete(TurnCompleteEntry { usage }))?;
+        self.intent(log, Trigger::TurnComplete, None)
+    }
+
+    /// A milestone or plan pivot: the checkpoint entry, and a pending intent when enabled.
+    pub fn checkpoint(
+        &self,
+        log: &mut SessionLog,
+        kind: CheckpointKind,
+        label: String,
+    ) -> Result<(String, bool), LogError> {
+        let id = append_child(
+            log,
+            EntryBody::Checkpoint(CheckpointEntry {
+                kind,
+                label: label.clone(),
+                checkpoint_id: None,
+            }),
+        )?;
+        let trigger = match kind {
+            CheckpointKind::Milestone => Trigger::Milestone,
+            CheckpointKind::PlanPivot => Trigger::PlanPivot,
+        };
+        let recorded = self.intent(log, trigger, Some(label))?;
+        Ok((id, recorded))
+    }
+
+    fn intent(
+        &self,
+        log: &mut SessionLog,
+        trigger: Trigger,
+        label: Option<String>,
+    ) -> Result<bool, LogError> {
+        if !records_intent(trigger, &self.config.compaction, self.auto(log)) {
+            return Ok(false);
+        }
+        append_child(
+            log,
+            EntryBody::Intent(IntentEntry {
+                trigger,
+                action: IntentAction::Recorded,
+                intent_id: None,
+                label,
+            }),
+        )?;
+        Ok(true)
+    }
+
+    /// Run a plan to its outcome with the local builder (no model), synchronously.
+    pub fn run_local(
+        &self,
+        log: &mut SessionLog,
+        plan: &Plan,
+    ) -> Result<CompactionResult, LogError> {
+        let started = std::time::Instant::now();
+        let generated = generate_local(plan);
+        commit(
+            log,
+            plan,
+            generated,
+            false,
+            started.elapsed().as_millis() as u64,
+        )
+    }
+}

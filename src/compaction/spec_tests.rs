@@ -1,0 +1,956 @@
+//! One test per behaviour sentence of the spec's sections 2–7, over a real session log.
+
+use serde_json::json;
+
+use super::run::{commit, generate_local, Barrier, Generated, Preflight};
+use super::{reasons, CompactionResult};
+use crate::capsule::artifacts::ToolMapping;
+use crate::capsule::{CapsuleState, Quality};
+use crate::config::{Config, ConfigFile, Overrides};
+use crate::session::entry::*;
+use crate::session::log::{read_session, SessionLog};
+use crate::session::view::ModelView;
+
+/// contextWindow 65000, maxOutputTokens 8000 → hard limit 48808, soft limit 39046.
+fn config() -> Config {
+    let f = ConfigFile::parse(
+        "t",
+        r#"{"model":{"name":"test","contextWindow":65000,"maxOutputTokens":8000}}"#,
+    )
+    .unwrap();
+    Config::resolve(&[f], None, &Overrides::default()).unwrap()
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    log: SessionLog,
+    config: Config,
+    mapping: ToolMapping,
+    n: usize,
+}
+
+fn filler(tokens: usize) -> String {
+    " lorem".repeat(tokens)
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self::with(config())
+    }
+
+    fn with(config: Config) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.jsonl");
+        let header = SessionHeader {
+            kind: HeaderTag::Session,
+            version: LOG_FORMAT_VERSION,
+            id: "s".into(),
+            workspace: "/ws".into(),
+            created_at: crate::util::now_rfc3339(),
+            model: None,
+            source: None,
+        };
+        let log = SessionLog::create(&path, header, crate::config::Durability::Flush).unwrap();
+        Harness {
+            _dir: dir,
+            path,
+            log,
+            config,
+            mapping: ToolMapping::default(),
+            n: 0,
+        }
+    }
+
+    fn push(&mut self, body: EntryBody) -> String {
+        self.n += 1;
+        let id = format!("x{}", self.n);
+        let parent = self.log.session().leaf_id().map(str::to_string);
+        self.log
+            .append(Entry::new(id.clone(), parent, body))
+            .unwrap();
+        id
+    }
+
+    fn message(&mut self, role: Role, content: Vec<ContentBlock>) -> String {
+        self.push(EntryBody::Message(MessageEntry {
+            role,
+            content,
+            usage: None,
+            model: None,
+            synthetic: false,
+        }))
+    }
+
+    fn user(&mut self, tokens: usize) -> String {
+        let text = format!("request {}:{}", self.n, filler(tokens));
+        self.message(Role::User, vec![ContentBlock::text(text)])
+    }
+
+    fn assistant(&mut self, tokens: usize) -> String {
+        self.message(Role::Assistant, vec![ContentBlock::text(filler(tokens))])
+    }
+
+    /// An assistant tool call and its result of about `tokens` tokens.
+    fn tool(&mut self, name: &str, input: serde_json::Value, tokens: usize) -> (String, String) {
+        let call_id = format!("call{}", self.n);
+        let call = self.message(
+            Role::Assistant,
+            vec![ContentBlock::ToolCall {
+                id: call_id.clone(),
+                name: name.into(),
+                input,
+            }],
+        );
+        let result = self.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id,
+            tool_name: Some(name.into()),
+            content: vec![ContentBlock::text(filler(tokens))],
+            is_error: false,
+            exit_code: Some(0),
+        }));
+        (call, result)
+    }
+
+    /// A turn: user prompt, a file read, an edit, an answer: about `tokens` tokens.
+    fn turn(&mut self, tokens: usize) {
+        self.user(tokens / 4);
+        let k = self.n;
+        self.tool(
+            "Read",
+            json!({"file_path": format!("/ws/src/f{k}.rs")}),
+            tokens / 4,
+        );
+        self.tool(
+            "Edit",
+            json!({"file_path": format!("/ws/src/f{k}.rs"), "old_string": "a", "new_string": "b"}),
+            tokens / 4,
+        );
+        self.assistant(tokens / 4);
+    }
+
+    fn effective(&self) -> u64 {
+        let s = self.log.session();
+        let view = ModelView::build(s, s.leaf());
+        crate::budget::Budget::measure(
+            self.config.limits(),
+            view.breakdown(s),
+            view.usage_anchor(s),
+        )
+        .effective_tokens
+    }
+
+    fn preflight(&mut self) -> Preflight {
+        let b = Barrier {
+            config: &self.config,
+            mapping: &self.mapping,
+        };
+        b.preflight(&mut self.log).unwrap()
+    }
+
+    /// Preflight, running any compaction locally, until input is ready.
+    fn preflight_through(&mut self) -> (Vec<CompactionResult>, Preflight) {
+        let mut results = Vec::new();
+        for _ in 0..4 {
+            match self.preflight() {
+                Preflight::Compact(plan) => {
+                    let b = Barrier {
+                        config: &self.config,
+                        mapping: &self.mapping,
+                    };
+                    results.push(b.run_local(&mut self.log, &plan).unwrap());
+                }
+                p @ Preflight::Ready { .. } => {
+                    if let Preflight::Ready {
+                        skipped: Some(s), ..
+                    } = &p
+                    {
+                        results.push(s.clone());
+                    }
+                    return (results, p);
+                }
+                p @ Preflight::Failed(_) => return (results, p),
+            }
+        }
+        panic!("preflight did not settle");
+    }
+
+    fn capsules(&self) -> usize {
+        self.log
+            .session()
+            .entries()
+            .iter()
+            .filter(|e| e.as_capsule().is_some())
+            .count()
+    }
+
+    fn explicit(&mut self, instructions: Option<&str>) -> CompactionResult {
+        let b = Barrier {
+            config: &self.config,
+            mapping: &self.mapping,
+        };
+        match b
+            .explicit(&mut self.log, instructions.map(str::to_string))
+            .unwrap()
+        {
+            Ok(plan) => b.run_local(&mut self.log, &plan).unwrap(),
+            Err(r) => r,
+        }
+    }
+}
+
+fn ready_messages(p: &Preflight) -> &[crate::session::view::ModelMessage] {
+    match p {
+        Preflight::Ready { messages, .. } => messages,
+        other => panic!("expected input, got {other:?}"),
+    }
+}
+
+// §2.1 Model input and canonical history
+
+#[test]
+fn after_a_successful_compact_the_next_request_is_capsule_then_retained_tail_then_new_entries() {
+    let mut h = Harness::new();
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let r = h.explicit(None);
+    assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
+    let first_kept = r.first_kept_entry_id.clone().unwrap();
+    let new = h.user(10);
+    let (_, p) = h.preflight_through();
+    let msgs = ready_messages(&p);
+    assert!(
+        msgs[0].entry_id.is_none()
+            && crate::session::entry::blocks_text(&msgs[0].content)
+                .starts_with("# Context Capsule")
+    );
+    assert_eq!(msgs[1].entry_id.as_deref(), Some(first_kept.as_str()));
+    assert_eq!(msgs.last().unwrap().entry_id.as_deref(), Some(new.as_str()));
+    // Complete recent entries: everything on the branch from firstKeptEntryId on, in order.
+    let s = h.log.session();
+    let from = s.index_of(&first_kept).unwrap();
+    let expected: Vec<String> = s
+        .branch(s.leaf().unwrap())
+        .into_iter()
+        .filter(|&i| i >= from && s.entry(i).is_model_visible())
+        .map(|i| s.entry(i).id.clone())
+        .collect();
+    let got: Vec<String> = msgs[1..]
+        .iter()
+        .filter_map(|m| m.entry_id.clone())
+        .collect();
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn older_messages_remain_in_the_canonical_session_jsonl_for_audit_and_rewind() {
+    let mut h = Harness::new();
+    let first = h.user(100);
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let before = std::fs::read_to_string(&h.path).unwrap();
+    assert_eq!(h.explicit(None).outcome, Outcome::Completed);
+    let after = std::fs::read_to_string(&h.path).unwrap();
+    assert!(after.starts_with(&before), "the log is only appended to");
+    let (s, _) = read_session(&h.path).unwrap();
+    assert!(s.get(&first).is_some());
+    // They stop consuming model context…
+    let view = ModelView::build(&s, s.leaf());
+    assert!(!view.entry_indices().any(|i| s.entry(i).id == first));
+    // …but remain available for rewind: the input at that entry includes it again.
+    let at_first = ModelView::build(&s, s.index_of(&first));
+    assert!(at_first.entry_indices().any(|i| s.entry(i).id == first));
+}
+
+#[test]
+fn tool_calls_are_never_split_from_their_results_at_the_compaction_boundary() {
+    let mut h = Harness::new();
+    h.user(100);
+    for i in 0..40 {
+        h.tool("Bash", json!({"command": format!("cat f{i}.txt")}), 1500);
+    }
+    let r = h.explicit(None);
+    assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
+    let s = h.log.session();
+    let view = ModelView::build(s, s.leaf());
+    assert!(view.warnings.is_empty(), "{:?}", view.warnings);
+    let msgs = view.messages(s);
+    // Every result follows its call.
+    let mut open: Vec<String> = Vec::new();
+    for m in &msgs {
+        for b in &m.content {
+            if let ContentBlock::ToolCall { id, .. } = b {
+                open.push(id.clone());
+            }
+        }
+        if let Some(id) = &m.tool_call_id {
+            assert!(open.contains(id), "result {id} without its call");
+            assert!(m
+                .content
+                .iter()
+                .all(
+                    |b| !crate::session::entry::blocks_text(std::slice::from_ref(b))
+                        .contains("interrupted")
+                ));
+        }
+    }
+}
+
+// §2.2 Multiple capsules
+
+#[test]
+fn only_the_latest_capsule_and_its_retained_tail_enter_model_input_older_capsules_do_not_accumulate(
+) {
+    let mut h = Harness::new();
+    for round in 0..3 {
+        for _ in 0..12 {
+            h.turn(4000);
+        }
+        let r = h.explicit(None);
+        assert_eq!(r.outcome, Outcome::Completed, "round {round}: {r:?}");
+    }
+    assert_eq!(h.capsules(), 3);
+    let s = h.log.session();
+    let msgs = ModelView::build(s, s.leaf()).messages(s);
+    let capsule_messages = msgs
+        .iter()
+        .filter(|m| crate::session::entry::blocks_text(&m.content).starts_with("# Context Capsule"))
+        .count();
+    assert_eq!(capsule_messages, 1);
+    assert!(h.effective() <= h.config.limits().hard_limit);
+}
+
+#[test]
+fn when_soba_compacts_again_the_previous_state_is_rolled_into_the_new_capsule() {
+    let mut h = Harness::new();
+    h.user(50);
+    h.tool("Write", json!({"file_path": "/ws/early.rs"}), 100);
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let r1 = h.explicit(None);
+    let first_goal = {
+        let s = h.log.session();
+        s.entries()
+            .iter()
+            .rev()
+            .find_map(|e| e.as_capsule())
+            .unwrap()
+            .state
+            .goal
+            .clone()
+    };
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let r2 = h.explicit(None);
+    assert_eq!(
+        (r1.outcome, r2.outcome),
+        (Outcome::Completed, Outcome::Completed)
+    );
+    let s = h.log.session();
+    let latest = s
+        .entries()
+        .iter()
+        .rev()
+        .find_map(|e| e.as_capsule())
+        .unwrap();
+    assert_eq!(latest.previous_checkpoint_id, r1.checkpoint_id);
+    assert_eq!(latest.state.goal, first_goal);
+    let modified: Vec<&str> = latest
+        .artifacts
+        .modified_files
+        .iter()
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(
+        modified.contains(&"early.rs"),
+        "a file modified before the first capsule survives the second: {modified:?}"
+    );
+}
+
+// §3 Deferred preflight barrier
+
+#[test]
+fn soft_triggers_record_a_pending_intent_and_never_mutate_the_session_in_the_background() {
+    let mut h = Harness::new();
+    for _ in 0..10 {
+        h.turn(4000);
+    }
+    let entries_before = h.log.session().len();
+    let (cfg, map) = (h.config.clone(), h.mapping.clone());
+    let b = Barrier {
+        config: &cfg,
+        mapping: &map,
+    };
+    let recorded = b.turn_complete(&mut h.log, None).unwrap();
+    assert!(recorded);
+    // turn_complete + intent, and no capsule.
+    assert_eq!(h.log.session().len(), entries_before + 2);
+    assert_eq!(h.capsules(), 0);
+    // The compact runs at the next preflight barrier.
+    h.user(10);
+    let (results, _) = h.preflight_through();
+    assert_eq!(results[0].trigger, Trigger::TurnComplete);
+    assert_eq!(results[0].outcome, Outcome::Completed);
+}
+
+#[test]
+fn immediately_before_the_next_inference_soba_creates_an_immutable_plan() {
+    let mut h = Harness::new();
+    for _ in 0..10 {
+        h.turn(4000);
+    }
+    let leaf = h.log.session().leaf_id().unwrap().to_string();
+    let Preflight::Compact(plan) = h.preflight() else {
+        panic!("expected a compaction plan")
+    };
+    assert_eq!(plan.trigger, Trigger::AutoThreshold);
+    assert_eq!(plan.expected_leaf, leaf);
+    assert!(plan.tokens_before >= h.config.limits().soft_limit);
+    assert!(!plan.summarized_entry_ids.is_empty());
+    assert!(plan.first_kept_entry_id.is_some());
+}
+
+#[test]
+fn completion_leaves_one_persistent_line_with_trigger_tokens_reclaimed_and_checkpoint() {
+    let mut h = Harness::new();
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let r = h.explicit(None);
+    let line = r.completion_line();
+    let ck = r.checkpoint_id.clone().unwrap();
+    assert!(line.starts_with("user compact: "), "{line}");
+    assert!(line.contains(" → "), "{line}");
+    assert!(
+        line.contains(&format!("(−{:.0}%)", r.reclaimed_percent)),
+        "{line}"
+    );
+    assert!(line.contains(&ck), "{line}");
+}
+
+#[test]
+fn an_abort_never_appends_a_late_capsule() {
+    let mut h = Harness::new();
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let (cfg, map) = (h.config.clone(), h.mapping.clone());
+    let b = Barrier {
+        config: &cfg,
+        mapping: &map,
+    };
+    let plan = b.explicit(&mut h.log, None).unwrap().unwrap();
+    let len = h.log.session().len();
+    let r = commit(&mut h.log, &plan, generate_local(&plan), true, 5).unwrap();
+    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert_eq!(h.log.session().len(), len, "nothing appended");
+    let r = commit(&mut h.log, &plan, Generated::Cancelled, false, 5).unwrap();
+    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert_eq!(h.log.session().len(), len);
+}
+
+#[test]
+fn a_changed_session_leaf_never_appends_a_late_capsule() {
+    let mut h = Harness::new();
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let (cfg, map) = (h.config.clone(), h.mapping.clone());
+    let b = Barrier {
+        config: &cfg,
+        mapping: &map,
+    };
+    let plan = b.explicit(&mut h.log, None).unwrap().unwrap();
+    // New input lands on the session while the summary is being written (a model that
+    // finishes late).
+    h.user(10);
+    let len = h.log.session().len();
+    let late = Generated::State {
+        state: CapsuleState {
+            goal: "late".into(),
+            ..Default::default()
+        },
+        quality: Quality::Model,
+        degraded_reason: None,
+    };
+    let r = commit(&mut h.log, &plan, late, false, 5).unwrap();
+    assert_eq!(r.outcome, Outcome::Stale);
+    assert_eq!(r.reason, reasons::STALE);
+    assert_eq!(h.log.session().len(), len);
+    assert_eq!(h.capsules(), 0);
+}
+
+// §4 Triggers and priority
+
+#[test]
+fn soba_does_not_send_a_request_already_known_to_be_oversized() {
+    let mut h = Harness::new();
+    h.user(10);
+    // One tool result larger than the whole window, with nothing older to summarize.
+    h.tool("Bash", json!({"command": "cat huge.log"}), 60000);
+    let (results, p) = h.preflight_through();
+    match p {
+        Preflight::Ready { tokens, .. } => {
+            assert!(tokens <= h.config.limits().hard_limit);
+            let r = results.last().unwrap();
+            assert_eq!(r.trigger, Trigger::HardLimit);
+            assert_eq!(r.outcome, Outcome::Completed);
+            // The log keeps the output whole; the input carries it elided with a marker.
+            let again = p_ready(&mut h);
+            let msgs = ready_messages(&again);
+            assert!(msgs
+                .iter()
+                .any(|m| crate::session::entry::blocks_text(&m.content)
+                    .contains("elided to fit the context window")));
+        }
+        Preflight::Failed(r) => panic!("expected elision to fit: {r:?}"),
+        Preflight::Compact(_) => unreachable!(),
+    }
+}
+
+fn p_ready(h: &mut Harness) -> Preflight {
+    h.preflight_through().1
+}
+
+#[test]
+fn hard_limit_compaction_is_mandatory_even_with_auto_off_and_fits_under_the_hard_limit() {
+    let mut h = Harness::new();
+    h.push(EntryBody::Setting(SettingEntry {
+        auto_compact: Some(false),
+        ..Default::default()
+    }));
+    for _ in 0..14 {
+        h.turn(4000);
+    }
+    assert!(h.effective() > h.config.limits().hard_limit);
+    let (results, p) = h.preflight_through();
+    assert_eq!(results[0].trigger, Trigger::HardLimit);
+    assert_eq!(results[0].outcome, Outcome::Completed);
+    let Preflight::Ready { tokens, .. } = p else {
+        panic!()
+    };
+    assert!(tokens <= h.config.limits().hard_limit);
+}
+
+#[test]
+fn when_the_continuation_cannot_fit_the_outcome_is_failed_and_no_input_is_produced() {
+    // A tiny window where even the system prompt overflows.
+    let f = ConfigFile::parse("t", r#"{"model":{"contextWindow":20000,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":1000}}"#).unwrap();
+    let mut h = Harness::with(Config::resolve(&[f], None, &Overrides::default()).unwrap());
+    h.push(EntryBody::Setting(SettingEntry {
+        system_tokens: Some(12000),
+        ..Default::default()
+    }));
+    h.user(10);
+    h.assistant(10);
+    let (_, p) = h.preflight_through();
+    let Preflight::Failed(r) = p else {
+        panic!("expected failure, got {p:?}")
+    };
+    assert_eq!(r.outcome, Outcome::Failed);
+    assert!(
+        r.reason.starts_with(reasons::CONTEXT_BUDGET_EXCEEDED),
+        "{}",
+        r.reason
+    );
+}
+
+#[test]
+fn at_most_one_soft_attempt_runs_per_agent_turn_and_a_skipped_one_is_not_appended() {
+    // keepRecentTokens so high that no soft compaction pays off.
+    let f = ConfigFile::parse("t", r#"{"model":{"contextWindow":65000,"maxOutputTokens":8000},"compaction":{"keepRecentTokens":36000}}"#).unwrap();
+    let mut h = Harness::with(Config::resolve(&[f], None, &Overrides::default()).unwrap());
+    for _ in 0..10 {
+        h.turn(4000);
+    }
+    assert!(h.effective() >= h.config.limits().soft_limit);
+    let (results, p) = h.preflight_through();
+    assert!(matches!(p, Preflight::Ready { .. }));
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].outcome, Outcome::Skipped);
+    assert_eq!(h.capsules(), 0);
+    // Same turn (tool work, no new prompt): no second soft attempt.
+    h.tool("Bash", json!({"command": "ls"}), 10);
+    let (again, _) = h.preflight_through();
+    assert!(again.is_empty(), "{again:?}");
+    // A new turn may try again.
+    h.user(10);
+    let (next, _) = h.preflight_through();
+    assert_eq!(next.len(), 1);
+}
+
+#[test]
+fn milestone_and_plan_pivot_outrank_turn_complete_and_are_consumed_once() {
+    let mut h = Harness::new();
+    for _ in 0..10 {
+        h.turn(4000);
+    }
+    let (cfg, map) = (h.config.clone(), h.mapping.clone());
+    let b = Barrier {
+        config: &cfg,
+        mapping: &map,
+    };
+    b.turn_complete(&mut h.log, None).unwrap();
+    let (_, recorded) = b
+        .checkpoint(&mut h.log, CheckpointKind::Milestone, "tests pass".into())
+        .unwrap();
+    assert!(recorded);
+    h.user(10);
+    let (results, _) = h.preflight_through();
+    assert_eq!(results[0].trigger, Trigger::Milestone);
+    assert_eq!(results[0].outcome, Outcome::Completed);
+    // Consumed: the next turn's preflight does not compact for it again.
+    h.user(10);
+    let (next, _) = h.preflight_through();
+    assert!(
+        next.iter()
+            .all(|r| r.trigger != Trigger::Milestone && r.trigger != Trigger::TurnComplete),
+        "{next:?}"
+    );
+}
+
+#[test]
+fn pending_intents_survive_a_restart() {
+    let mut h = Harness::new();
+    for _ in 0..10 {
+        h.turn(4000);
+    }
+    let (cfg, map) = (h.config.clone(), h.mapping.clone());
+    let b = Barrier {
+        config: &cfg,
+        mapping: &map,
+    };
+    b.checkpoint(
+        &mut h.log,
+        CheckpointKind::PlanPivot,
+        "switch to sqlite".into(),
+    )
+    .unwrap();
+    let path = h.path.clone();
+    let header = h.log.session().header.clone();
+    drop(std::mem::replace(
+        &mut h.log,
+        SessionLog::create(
+            &h._dir.path().join("tmp.jsonl"),
+            header,
+            crate::config::Durability::Flush,
+        )
+        .unwrap(),
+    ));
+    let (reopened, _) = SessionLog::open(&path, crate::config::Durability::Flush).unwrap();
+    h.log = reopened;
+    let facts = super::turn_facts(h.log.session(), h.log.session().leaf());
+    assert_eq!(facts.pending.len(), 1);
+    assert_eq!(facts.pending[0].trigger, Trigger::PlanPivot);
+}
+
+#[test]
+fn explicit_compact_bypasses_the_soft_roi_threshold() {
+    let mut h = Harness::new();
+    // Well under the soft limit: a soft trigger would never run, /compact does.
+    for _ in 0..6 {
+        h.turn(4000);
+    }
+    assert!(h.effective() < h.config.limits().soft_limit);
+    let r = h.explicit(Some("focus on the parser"));
+    assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
+    let s = h.log.session();
+    let cap = s
+        .entries()
+        .iter()
+        .rev()
+        .find_map(|e| e.as_capsule())
+        .unwrap();
+    assert_eq!(cap.instructions.as_deref(), Some("focus on the parser"));
+}
+
+#[test]
+fn explicit_compact_is_a_no_op_when_there_is_no_safe_history_before_the_retained_window() {
+    let mut h = Harness::new();
+    h.turn(2000);
+    let len = h.log.session().len();
+    let r = h.explicit(None);
+    assert_eq!(r.outcome, Outcome::Skipped);
+    assert_eq!(r.reason, reasons::NOTHING_BEFORE_RETAINED_WINDOW);
+    assert_eq!(h.capsules(), 0);
+    assert_eq!(h.log.session().len(), len + 1, "only the outcome record");
+}
+
+#[test]
+fn context_overflow_gets_one_recovery_compact_and_at_most_one_retry_per_turn() {
+    let mut h = Harness::new();
+    for _ in 0..9 {
+        h.turn(4000);
+    }
+    h.user(10);
+    let (cfg, map) = (h.config.clone(), h.mapping.clone());
+    let b = Barrier {
+        config: &cfg,
+        mapping: &map,
+    };
+    let plan = b
+        .overflow(&mut h.log)
+        .unwrap()
+        .expect("first overflow plans a recovery");
+    assert_eq!(plan.trigger, Trigger::ContextOverflow);
+    let r = b.run_local(&mut h.log, &plan).unwrap();
+    assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
+    let retry = b.preflight(&mut h.log).unwrap();
+    assert!(
+        matches!(retry, Preflight::Ready { .. }),
+        "the one retry gets input"
+    );
+    // The retry overflows too: failed, and the same input is never handed out again.
+    let second = b.overflow(&mut h.log).unwrap().unwrap_err();
+    assert_eq!(second.outcome, Outcome::Failed);
+    assert_eq!(second.reason, reasons::OVERFLOW_RETRY_USED);
+    assert!(matches!(
+        b.preflight(&mut h.log).unwrap(),
+        Preflight::Failed(_)
+    ));
+    // A new user turn starts fresh.
+    h.user(10);
+    assert!(matches!(
+        b.preflight(&mut h.log).unwrap(),
+        Preflight::Ready { .. } | Preflight::Compact(_)
+    ));
+}
+
+// §6 Two-stage ROI validation
+
+#[test]
+fn after_generation_soba_measures_the_complete_continuation_exactly() {
+    let mut h = Harness::new();
+    h.push(EntryBody::Setting(SettingEntry {
+        system_prompt: Some(filler(500)),
+        tool_tokens: Some(700),
+        ..Default::default()
+    }));
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let r = h.explicit(None);
+    assert_eq!(r.outcome, Outcome::Completed);
+    // The recorded "after" equals the budget of the new input: system + tools + capsule + tail.
+    assert_eq!(r.tokens_after, h.effective());
+    let s = h.log.session();
+    let b = ModelView::build(s, s.leaf()).breakdown(s);
+    assert_eq!(b.system, 500);
+    assert_eq!(b.tools, 700);
+}
+
+#[test]
+fn a_soft_capsule_that_misses_a_minimum_after_generation_is_skipped_and_not_appended() {
+    let mut h = Harness::new();
+    for _ in 0..10 {
+        h.turn(4000);
+    }
+    let (cfg, map) = (h.config.clone(), h.mapping.clone());
+    let b = Barrier {
+        config: &cfg,
+        mapping: &map,
+    };
+    let Preflight::Compact(plan) = b.preflight(&mut h.log).unwrap() else {
+        panic!()
+    };
+    // A capsule so large that the continuation reclaims too little.
+    let bloated = CapsuleState {
+        goal: filler(20000),
+        ..Default::default()
+    };
+    let r = commit(
+        &mut h.log,
+        &plan,
+        Generated::State {
+            state: bloated,
+            quality: Quality::Model,
+            degraded_reason: None,
+        },
+        false,
+        1,
+    )
+    .unwrap();
+    assert_eq!(r.outcome, Outcome::Skipped, "{r:?}");
+    assert!(
+        r.reason.starts_with("post-generation ROI too low"),
+        "{}",
+        r.reason
+    );
+    assert_eq!(h.capsules(), 0);
+}
+
+#[test]
+fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation_roi_gate() {
+    for trigger in [Trigger::HardLimit, Trigger::ContextOverflow, Trigger::User] {
+        let mut h = Harness::new();
+        for _ in 0..14 {
+            h.turn(4000);
+        }
+        h.user(10);
+        let (cfg, map) = (h.config.clone(), h.mapping.clone());
+        let b = Barrier {
+            config: &cfg,
+            mapping: &map,
+        };
+        let plan = match trigger {
+            Trigger::HardLimit => match b.preflight(&mut h.log).unwrap() {
+                Preflight::Compact(p) => *p,
+                other => panic!("{other:?}"),
+            },
+            Trigger::ContextOverflow => b.overflow(&mut h.log).unwrap().unwrap(),
+            _ => b.explicit(&mut h.log, None).unwrap().unwrap(),
+        };
+        assert_eq!(plan.trigger, trigger);
+        // Reclaims well under minSavingsRatio, yet still fits and shrinks.
+        let room = plan.tokens_before - plan.tail_tokens - plan.overhead_tokens;
+        let state = CapsuleState {
+            goal: filler(
+                (room as usize)
+                    .saturating_sub(6000)
+                    .min(plan.limits.hard_limit as usize - plan.tail_tokens as usize - 2000),
+            ),
+            ..Default::default()
+        };
+        let r = commit(
+            &mut h.log,
+            &plan,
+            Generated::State {
+                state,
+                quality: Quality::Model,
+                degraded_reason: None,
+            },
+            false,
+            1,
+        )
+        .unwrap();
+        assert_eq!(r.outcome, Outcome::Completed, "{trigger}: {r:?}");
+        assert!(
+            r.reclaimed_percent < 25.0,
+            "{trigger}: {}",
+            r.reclaimed_percent
+        );
+    }
+}
+
+// §7 Timeout and fallback (engine side: the deterministic capsule)
+
+#[test]
+fn the_local_capsule_is_marked_degraded() {
+    let mut h = Harness::new();
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let r = h.explicit(None);
+    assert_eq!(r.quality, Some(Quality::Degraded));
+    assert!(!r.degraded, "no model configured is not a fallback");
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        Cancel,
+        NewInput,
+        Rewind,
+        Nothing,
+    }
+
+    fn event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            Just(Event::Cancel),
+            Just(Event::NewInput),
+            Just(Event::Rewind),
+            Just(Event::Nothing)
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// A cancelled or stale operation appends nothing: random interleavings of cancel, new
+        /// input and leaf changes between plan and commit.
+        #[test]
+        fn a_cancelled_or_stale_operation_appends_nothing(
+            turns in 8usize..14,
+            events in proptest::collection::vec(event(), 0..3),
+            model in any::<bool>(),
+        ) {
+            let mut h = Harness::new();
+            for _ in 0..turns {
+                h.turn(4000);
+            }
+            let (cfg, map) = (h.config.clone(), h.mapping.clone());
+            let b = Barrier { config: &cfg, mapping: &map };
+            let plan = match b.explicit(&mut h.log, None).unwrap() {
+                Ok(p) => p,
+                Err(r) => { prop_assert_ne!(r.outcome, Outcome::Completed); return Ok(()); }
+            };
+            let mut aborted = false;
+            let mut changed = false;
+            for e in &events {
+                match e {
+                    Event::Cancel => aborted = true,
+                    Event::NewInput => { h.user(5); changed = true; }
+                    Event::Rewind => {
+                        let to = h.log.session().entries()[1].id.clone();
+                        h.push(EntryBody::Rewind(RewindEntry { to }));
+                        changed = true;
+                    }
+                    Event::Nothing => {}
+                }
+            }
+            let capsules = h.capsules();
+            let len = h.log.session().len();
+            let generated = if model {
+                Generated::State { state: CapsuleState { goal: "g".into(), ..Default::default() }, quality: Quality::Model, degraded_reason: None }
+            } else {
+                generate_local(&plan)
+            };
+            let r = commit(&mut h.log, &plan, generated, aborted, 1).unwrap();
+            if aborted {
+                prop_assert_eq!(r.outcome, Outcome::Cancelled);
+            } else if changed {
+                prop_assert_eq!(r.outcome, Outcome::Stale);
+            }
+            if aborted || changed {
+                prop_assert_eq!(h.capsules(), capsules);
+                prop_assert_eq!(h.log.session().len(), len);
+            } else {
+                prop_assert_eq!(r.outcome, Outcome::Completed);
+            }
+        }
+
+        /// After a completed hard-limit compaction the continuation is under the hard limit.
+        #[test]
+        fn after_a_completed_hard_limit_compaction_the_continuation_is_under_the_hard_limit(
+            sizes in proptest::collection::vec(200usize..9000, 12..40),
+            system in 0u64..6000,
+        ) {
+            let mut h = Harness::new();
+            h.push(EntryBody::Setting(SettingEntry { system_tokens: Some(system), ..Default::default() }));
+            for s in sizes {
+                h.turn(s);
+            }
+            let over = h.effective() > h.config.limits().hard_limit;
+            let (results, p) = h.preflight_through();
+            if let Some(r) = results.iter().find(|r| r.trigger == Trigger::HardLimit) {
+                prop_assert!(over);
+                if r.outcome == Outcome::Completed {
+                    prop_assert!(r.tokens_after <= h.config.limits().hard_limit);
+                    prop_assert!(h.effective() <= h.config.limits().hard_limit);
+                }
+            }
+            match p {
+                Preflight::Ready { tokens, .. } => prop_assert!(tokens <= h.config.limits().hard_limit),
+                Preflight::Failed(r) => prop_assert_eq!(r.outcome, Outcome::Failed),
+                Preflight::Compact(_) => prop_assert!(false, "preflight_through settles"),
+            }
+        }
+    }
+}

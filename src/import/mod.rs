@@ -1,0 +1,732 @@
+//! Readers for foreign agent transcripts: Claude Code, Codex, pi and OpenAI-chat trajectories
+//! become SOBA session entries.
+//!
+//! Every reader is pure: `import_str(text, options)` turns the transcript's text into an
+//! [`ImportResult`] (header, entries, report). Writing the log is the caller's business
+//! (`soba import` in `cli/import.rs`). Entries get fresh ids (`e1`, `e2`, …) and keep the id of
+//! the record they came from in `sourceId`.
+//!
+//! The source agent's own compactions become `foreign_compaction` entries: a record of where
+//! and at what size that agent compacted and what it kept. They are never model input, so the
+//! imported session shows what SOBA itself would send.
+
+pub mod claude_code;
+pub mod codex;
+pub mod openai_chat;
+pub mod pi;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::session::entry::{
+    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, ModelRef, RewindEntry, Role,
+    SessionHeader, SourceInfo, Usage, LOG_FORMAT_VERSION,
+};
+use crate::tokens::TokenizerKind;
+
+/// When a transcript reports its context window, the catalog's maximum output is capped at
+/// this fraction (1/n) of it.
+const MAX_OUTPUT_SHARE_OF_REPORTED_WINDOW: u64 = 4;
+
+/// A transcript format this module reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    ClaudeCode,
+    Codex,
+    Pi,
+    OpenaiChat,
+}
+
+impl Format {
+    pub const ALL: [Format; 4] = [
+        Format::ClaudeCode,
+        Format::Codex,
+        Format::Pi,
+        Format::OpenaiChat,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::ClaudeCode => "claude-code",
+            Format::Codex => "codex",
+            Format::Pi => "pi",
+            Format::OpenaiChat => "openai-chat",
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a transcript could not be imported at all. Problems with single records are not
+/// errors: they are counted in the [`ImportReport`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImportError {
+    #[error("not a transcript in any known format (tried claude-code, codex, pi, openai-chat): {reason}. Pass --format to force one")]
+    UnknownFormat { reason: String },
+    #[error("not a {format} transcript: {reason}")]
+    WrongFormat { format: Format, reason: String },
+    #[error("the {format} transcript holds no conversation (no messages, tool calls or results were found)")]
+    Empty { format: Format },
+}
+
+/// What the caller knows that the transcript may not say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// The transcript's path, recorded in the header's `source`.
+    pub source_path: String,
+    /// Workspace recorded when the transcript names no working directory.
+    pub default_workspace: String,
+    /// Session id used when the transcript has none.
+    pub default_session_id: String,
+    /// Timestamp used for the header and for records without one (RFC 3339).
+    pub now: String,
+}
+
+/// A line of the transcript that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CorruptLine {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// Message entries by role.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RoleCounts {
+    pub user: usize,
+    pub assistant: usize,
+    pub system: usize,
+}
+
+/// What an import did, printed by `soba import --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportReport {
+    pub format: Format,
+    /// Entries written after the header.
+    pub entries: usize,
+    pub messages: RoleCounts,
+    /// Tool calls in assistant messages.
+    pub tool_calls: usize,
+    pub tool_results: usize,
+    /// Calls that never got a result (interrupted or aborted). Kept as they are.
+    pub unmatched_calls: usize,
+    /// Results whose call is not in the transcript.
+    pub orphan_results: usize,
+    pub foreign_compactions: usize,
+    pub corrupt_lines: Vec<CorruptLine>,
+    /// Assistant messages carrying provider usage.
+    pub usage_records: usize,
+    pub model: Option<String>,
+    /// Records of types this reader knows and leaves out on purpose (by type).
+    pub skipped_records: BTreeMap<String, usize>,
+    /// Records of types this reader does not know (by type).
+    pub unknown_records: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportResult {
+    pub header: SessionHeader,
+    pub entries: Vec<Entry>,
+    pub report: ImportReport,
+}
+
+/// Import `text` in `format`, or in the format detected from its content.
+pub fn import_str(
+    text: &str,
+    format: Option<Format>,
+    options: &ImportOptions,
+) -> Result<ImportResult, ImportError> {
+    // Editors on some systems save UTF-8 with a byte-order mark; JSON parsers refuse it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let format = match format {
+        Some(f) => f,
+        None => detect(text)?,
+    };
+    let result = match format {
+        Format::ClaudeCode => claude_code::import_str(text, options)?,
+        Format::Codex => codex::import_str(text, options)?,
+        Format::Pi => pi::import_str(text, options)?,
+        Format::OpenaiChat => openai_chat::import_str(text, options)?,
+    };
+    if !result.entries.iter().any(Entry::is_model_visible) {
+        return Err(ImportError::Empty { format });
+    }
+    Ok(result)
+}
+
+/// Recognize a transcript from its first records.
+pub fn detect(text: &str) -> Result<Format, ImportError> {
+    let trimmed = text.trim_start_matches('\u{feff}').trim_start();
+    if trimmed.is_empty() {
+        return Err(ImportError::UnknownFormat {
+            reason: "the file is empty".into(),
+        });
+    }
+    // A whole-file JSON document: an OpenAI-chat trajectory or Claude Code records as an array.
+    if let Ok(doc) = serde_json::from_str::<Value>(trimmed) {
+        match &doc {
+            Value::Object(o) if o.get("messages").is_some_and(Value::is_array) => {
+                return Ok(Format::OpenaiChat)
+            }
+            Value::Array(items) if items.iter().any(claude_code::looks_like_record) => {
+                return Ok(Format::ClaudeCode)
+            }
+            Value::Array(items) if items.iter().any(openai_chat::looks_like_message) => {
+                return Ok(Format::OpenaiChat)
+            }
+            _ => {}
+        }
+        // A single-line JSONL file parses as one document too; fall through to the line check.
+    }
+    let (records, _) = read_jsonl(text);
+    for (_, record) in records.iter().take(50) {
+        if pi::looks_like_header(record) {
+            return Ok(Format::Pi);
+        }
+        if codex::looks_like_record(record) {
+            return Ok(Format::Codex);
+        }
+        if claude_code::looks_like_record(record) {
+            return Ok(Format::ClaudeCode);
+        }
+    }
+    let reason = if records.is_empty() {
+        "no line is a JSON object".to_string()
+    } else {
+        "no record has the shape of a known transcript format".to_string()
+    };
+    Err(ImportError::UnknownFormat { reason })
+}
+
+/// Parse JSON Lines leniently: every readable object with its 1-based line number, and the
+/// lines that could not be read. A line holding several complete objects (two writes that lost
+/// the newline between them) yields each of them and is reported.
+pub(crate) fn read_jsonl(text: &str) -> (Vec<(usize, Value)>, Vec<CorruptLine>) {
+    let mut records = Vec::new();
+    let mut corrupt = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let values: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(line)
+            .into_iter::<Value>()
+            .collect();
+        match values {
+            Ok(values) if values.len() == 1 => {
+                records.extend(values.into_iter().map(|v| (line_no, v)))
+            }
+            Ok(values) => {
+                corrupt.push(CorruptLine {
+                    line: line_no,
+                    reason: format!(
+                        "{} JSON objects on one line; each was imported",
+                        values.len()
+                    ),
+                });
+                records.extend(values.into_iter().map(|v| (line_no, v)));
+            }
+            Err(e) => corrupt.push(CorruptLine {
+                line: line_no,
+                reason: format!("not valid JSON ({e}); line skipped"),
+            }),
+        }
+    }
+    (records, corrupt)
+}
+
+/// The model named by a transcript, with the catalog's figures when it knows the name.
+pub fn model_ref(name: &str) -> ModelRef {
+    let known = crate::config::catalog_lookup(name);
+    ModelRef {
+        name: Some(name.to_string()),
+        context_window: known.map(|m| m.context_window),
+        max_output_tokens: known.map(|m| m.max_output_tokens),
+        tokenizer: known.map(|m| m.tokenizer),
+    }
+}
+
+/// Accumulates entries in transcript order and maps source record ids to the entries they
+/// became, so that the source's tree (`parentUuid`, `parentId`) carries over.
+pub(crate) struct EntryBuilder {
+    entries: Vec<Entry>,
+    /// Source record id → the last entry that record produced (or, for a record that produced
+    /// none, the entry its children should attach to).
+    by_source: HashMap<String, Option<String>>,
+    /// Source record id → the first entry that record produced.
+    first_of_source: HashMap<String, String>,
+    pub report: ImportReport,
+    pub fallback_ts: String,
+}
+
+impl EntryBuilder {
+    pub fn new(format: Format, fallback_ts: &str) -> Self {
+        EntryBuilder {
+            entries: Vec::new(),
+            by_source: HashMap::new(),
+            first_of_source: HashMap::new(),
+            report: ImportReport {
+                format,
+                entries: 0,
+                messages: RoleCounts::default(),
+                tool_calls: 0,
+                tool_results: 0,
+                unmatched_calls: 0,
+                orphan_results: 0,
+                foreign_compactions: 0,
+                corrupt_lines: Vec::new(),
+                usage_records: 0,
+                model: None,
+                skipped_records: BTreeMap::new(),
+                unknown_records: BTreeMap::new(),
+            },
+            fallback_ts: fallback_ts.to_string(),
+        }
+    }
+
+    /// Append an entry and return its id.
+    pub fn push(
+        &mut self,
+        parent: Option<String>,
+        source_id: Option<&str>,
+        ts: Option<&str>,
+        body: EntryBody,
+    ) -> String {
+        let id = format!("e{}", self.entries.len() + 1);
+        if let Some(sid) = source_id {
+            self.first_of_source
+                .entry(sid.to_string())
+                .or_insert_with(|| id.clone());
+            self.by_source.insert(sid.to_string(), Some(id.clone()));
+        }
+        self.entries.push(Entry {
+            id: id.clone(),
+            parent_id: parent,
+            ts: ts.unwrap_or(&self.fallback_ts).to_string(),
+            source_id: source_id.map(str::to_string),
+            body,
+        });
+        id
+    }
+
+    /// The last entry pushed.
+    pub fn last_id(&self) -> Option<String> {
+        self.entries.last().map(|e| e.id.clone())
+    }
+
+    /// The entry children of source record `source_id` attach to, if that record was seen.
+    pub fn resolve(&self, source_id: &str) -> Option<Option<String>> {
+        self.by_source.get(source_id).cloned()
+    }
+
+    /// The first entry made from source record `source_id`.
+    pub fn first_entry_of(&self, source_id: &str) -> Option<&str> {
+        self.first_of_source.get(source_id).map(String::as_str)
+    }
+
+    /// Record that source record `source_id` produced no entry: its children attach to `to`.
+    pub fn alias(&mut self, source_id: &str, to: Option<String>) {
+        self.by_source.entry(source_id.to_string()).or_insert(to);
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.entries.get(position_of(id)?)
+    }
+
+    pub fn entry_mut(&mut self, id: &str) -> Option<&mut Entry> {
+        self.entries.get_mut(position_of(id)?)
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    pub fn skipped(&mut self, kind: impl Into<String>) {
+        *self.report.skipped_records.entry(kind.into()).or_default() += 1;
+    }
+
+    pub fn unknown(&mut self, kind: impl Into<String>) {
+        *self.report.unknown_records.entry(kind.into()).or_default() += 1;
+    }
+
+    /// Make `leaf` (an entry id) the session's leaf: when the last entry written is elsewhere
+    /// in the tree, a `rewind` entry moves the leaf back, as the source had it.
+    pub fn set_leaf(&mut self, leaf: Option<String>) {
+        if let Some(leaf) = leaf {
+            if self.last_id().as_deref() != Some(leaf.as_str()) {
+                let parent = self.last_id();
+                self.push(
+                    parent,
+                    None,
+                    None,
+                    EntryBody::Rewind(RewindEntry { to: leaf }),
+                );
+            }
+        }
+    }
+
+    /// Finish: count what was imported and build the header.
+    pub fn finish(mut self, header: HeaderInfo) -> ImportResult {
+        let model = header.model();
+        let tokenizer = model.as_ref().and_then(|m| m.tokenizer).unwrap_or_default();
+        count_summary_tokens(&mut self.entries, tokenizer);
+        let mut report = self.report;
+        report.model = header.model_name.clone();
+        tally(&self.entries, &mut report);
+        let header = SessionHeader {
+            kind: HeaderTag::Session,
+            version: LOG_FORMAT_VERSION,
+            id: header.session_id,
+            workspace: header.workspace,
+            created_at: header.created_at,
+            model,
+            source: Some(SourceInfo {
+                format: header.format.as_str().to_string(),
+                path: header.source_path,
+                session_id: header.source_session_id,
+            }),
+        };
+        ImportResult {
+            header,
+            entries: self.entries,
+            report,
+        }
+    }
+}
+
+/// Position of an entry this builder made: ids are `e<n>`, n the 1-based position.
+fn position_of(id: &str) -> Option<usize> {
+    id.strip_prefix('e')?.parse::<usize>().ok()?.checked_sub(1)
+}
+
+/// What a reader learned about the session as a whole.
+pub(crate) struct HeaderInfo {
+    pub format: Format,
+    pub session_id: String,
+    pub source_session_id: Option<String>,
+    pub workspace: String,
+    workspace_from_source: bool,
+    pub created_at: String,
+    created_at_from_source: bool,
+    pub source_path: String,
+    pub model_name: Option<String>,
+    pub context_window: Option<u64>,
+}
+
+impl HeaderInfo {
+    pub fn new(format: Format, options: &ImportOptions) -> Self {
+        HeaderInfo {
+            format,
+            session_id: options.default_session_id.clone(),
+            source_session_id: None,
+            workspace: options.default_workspace.clone(),
+            workspace_from_source: false,
+            created_at: options.now.clone(),
+            created_at_from_source: false,
+            source_path: options.source_path.clone(),
+            model_name: None,
+            context_window: None,
+        }
+    }
+
+    /// Record the source's session id; it becomes the SOBA session id too.
+    pub fn set_session_id(&mut self, id: &str) {
+        if !id.is_empty() {
+            self.session_id = id.to_string();
+            self.source_session_id = Some(id.to_string());
+        }
+    }
+
+    /// The working directory the transcript names first.
+    pub fn set_workspace(&mut self, cwd: &str) {
+        if !self.workspace_from_source && !cwd.is_empty() {
+            self.workspace = cwd.to_string();
+            self.workspace_from_source = true;
+        }
+    }
+
+    /// The transcript's first timestamp.
+    pub fn set_created_at(&mut self, ts: &str) {
+        if !self.created_at_from_source && !ts.is_empty() {
+            self.created_at = ts.to_string();
+            self.created_at_from_source = true;
+        }
+    }
+
+    /// Record the model the transcript names (the last one named wins: it is the model the
+    /// session would continue with).
+    pub fn set_model(&mut self, name: &str) {
+        if !name.is_empty() {
+            self.model_name = Some(name.to_string());
+        }
+    }
+
+    /// A context window the transcript itself reports overrides the catalog's.
+    pub fn set_context_window(&mut self, window: u64) {
+        if window > 0 {
+            self.context_window = Some(window);
+        }
+    }
+
+    fn model(&self) -> Option<ModelRef> {
+        let mut model = match &self.model_name {
+            Some(name) => model_ref(name),
+            None if self.context_window.is_some() => ModelRef::default(),
+            None => return None,
+        };
+        if let Some(window) = self.context_window {
+            model.context_window = Some(window);
+            // A reported window is the input budget the agent enforced and can be far below
+            // the catalog's full window (Codex reports e.g. 121600 for a model the catalog
+            // knows at 400k with 128k output); keep the catalog's output reserve from eating
+            // the whole window.
+            if let Some(max_output) = model.max_output_tokens {
+                model.max_output_tokens =
+                    Some(max_output.min(window / MAX_OUTPUT_SHARE_OF_REPORTED_WINDOW));
+            }
+        }
+        Some(model)
+    }
+}
+
+/// Count the foreign compactions' summaries with the session's tokenizer.
+fn count_summary_tokens(entries: &mut [Entry], tokenizer: TokenizerKind) {
+    for e in entries {
+        if let EntryBody::ForeignCompaction(fc) = &mut e.body {
+            fc.summary_tokens = fc.summary.as_deref().map(|s| tokenizer.count(s));
+        }
+    }
+}
+
+/// Fill the report's counts from the entries.
+fn tally(entries: &[Entry], report: &mut ImportReport) {
+    let mut calls = HashSet::new();
+    let mut answered = HashSet::new();
+    for e in entries {
+        match &e.body {
+            EntryBody::Message(m) => {
+                match m.role {
+                    Role::User => report.messages.user += 1,
+                    Role::Assistant => report.messages.assistant += 1,
+                    Role::System => report.messages.system += 1,
+                }
+                if m.usage.is_some() {
+                    report.usage_records += 1;
+                }
+                for (id, _, _) in e.tool_calls() {
+                    report.tool_calls += 1;
+                    calls.insert(id);
+                }
+            }
+            EntryBody::ToolResult(r) => {
+                report.tool_results += 1;
+                answered.insert(r.call_id.as_str());
+            }
+            EntryBody::ForeignCompaction(_) => report.foreign_compactions += 1,
+            _ => {}
+        }
+    }
+    report.unmatched_calls = calls.iter().filter(|c| !answered.contains(*c)).count();
+    report.orphan_results = entries
+        .iter()
+        .filter_map(Entry::as_tool_result)
+        .filter(|r| !calls.contains(r.call_id.as_str()))
+        .count();
+    report.entries = entries.len();
+}
+
+/// A message body.
+pub(crate) fn message(role: Role, content: Vec<ContentBlock>) -> MessageEntry {
+    MessageEntry {
+        role,
+        content,
+        usage: None,
+        model: None,
+        synthetic: false,
+    }
+}
+
+/// Usage worth recording: an aborted request reports all zeros, which is no measurement.
+pub(crate) fn nonzero(usage: Usage) -> Option<Usage> {
+    (usage != Usage::default()).then_some(usage)
+}
+
+/// A JSON value as text: strings as they are, anything else as compact JSON.
+pub(crate) fn value_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+pub(crate) fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+pub(crate) fn u64_field(v: &Value, key: &str) -> u64 {
+    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::ImportOptions;
+
+    pub fn options() -> ImportOptions {
+        ImportOptions {
+            source_path: "/tmp/transcript".into(),
+            default_workspace: "/ws".into(),
+            default_session_id: "imported".into(),
+            now: "2026-01-01T00:00:00.000Z".into(),
+        }
+    }
+
+    /// JSON values, one per line.
+    pub fn jsonl(records: &[serde_json::Value]) -> String {
+        records.iter().map(|r| format!("{r}\n")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn two_objects_on_one_line_are_both_read_and_reported() {
+        let text = "{\"a\":1}\n{\"b\":2}{\"c\":3}\n\n{\"d\":\n";
+        let (records, corrupt) = read_jsonl(text);
+        let lines: Vec<usize> = records.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [1, 2, 2]);
+        assert_eq!(corrupt.len(), 2);
+        assert_eq!(corrupt[0].line, 2);
+        assert!(
+            corrupt[0].reason.contains("2 JSON objects"),
+            "{}",
+            corrupt[0].reason
+        );
+        assert_eq!(corrupt[1].line, 4);
+        assert!(
+            corrupt[1].reason.contains("not valid JSON"),
+            "{}",
+            corrupt[1].reason
+        );
+    }
+
+    #[test]
+    fn detection_names_every_format() {
+        let claude = jsonl(&[
+            json!({"type":"user","uuid":"u1","parentUuid":null,"sessionId":"s","message":{"role":"user","content":"hi"}}),
+        ]);
+        let codex = jsonl(&[json!({"timestamp":"t","type":"session_meta","payload":{"id":"x"}})]);
+        let pi = jsonl(&[json!({"type":"session","id":"x","version":3,"cwd":"/w"})]);
+        let chat = json!({"messages":[{"role":"user","content":"hi"}]}).to_string();
+        let claude_array = json!([{"type":"user","uuid":"u1","parentUuid":null,"message":{"role":"user","content":"hi"}}]).to_string();
+        assert_eq!(detect(&claude), Ok(Format::ClaudeCode));
+        assert_eq!(detect(&codex), Ok(Format::Codex));
+        assert_eq!(detect(&pi), Ok(Format::Pi));
+        assert_eq!(detect(&chat), Ok(Format::OpenaiChat));
+        assert_eq!(detect(&claude_array), Ok(Format::ClaudeCode));
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_ignored() {
+        let chat = json!({"messages":[{"role":"user","content":"hi"}]}).to_string();
+        let r = import_str(&format!("\u{feff}{chat}"), None, &options()).unwrap();
+        assert_eq!(r.report.format, Format::OpenaiChat);
+        assert_eq!(r.report.messages.user, 1);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_transcript_names_the_formats_tried() {
+        for text in [
+            "",
+            "hello world\n",
+            "{\"type\":\"session\",\"version\":1,\"workspace\":\"/w\",\"id\":\"s\"}\n",
+        ] {
+            let err = import_str(text, None, &options()).unwrap_err().to_string();
+            assert!(err.contains("claude-code, codex, pi, openai-chat"), "{err}");
+            assert!(err.contains("--format"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_forced_format_that_does_not_fit_says_so() {
+        let err = import_str("{\"x\":1}\n", Some(Format::Codex), &options()).unwrap_err();
+        assert_eq!(
+            err,
+            ImportError::Empty {
+                format: Format::Codex
+            }
+        );
+        let err = import_str("[1,2]", Some(Format::OpenaiChat), &options()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ImportError::WrongFormat {
+                    format: Format::OpenaiChat,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_leaf_is_restored_with_a_rewind_when_the_last_entry_is_elsewhere() {
+        let mut b = EntryBuilder::new(Format::Pi, "t");
+        let a = b.push(
+            None,
+            Some("a"),
+            None,
+            EntryBody::Message(message(Role::User, vec![ContentBlock::text("a")])),
+        );
+        b.push(
+            Some(a.clone()),
+            Some("b"),
+            None,
+            EntryBody::Message(message(Role::User, vec![ContentBlock::text("b")])),
+        );
+        b.set_leaf(Some(a.clone()));
+        let r = b.finish(HeaderInfo::new(Format::Pi, &options()));
+        let last = r.entries.last().unwrap();
+        assert_eq!(last.body, EntryBody::Rewind(RewindEntry { to: a }));
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod check {
+    //! Assertions shared by the per-format tests.
+    use super::ImportResult;
+    use crate::session::Session;
+    use crate::tokens::TokenizerKind;
+
+    /// The imported entries form a valid tree that a session loads.
+    pub fn loads(result: &ImportResult) -> Session {
+        let mut session = Session::new(result.header.clone(), TokenizerKind::O200kBase);
+        for e in &result.entries {
+            session
+                .push(e.clone())
+                .unwrap_or_else(|err| panic!("entry {} does not load: {err}", e.id));
+        }
+        session
+    }
+
+    /// Every entry's parent is the entry before it.
+    pub fn is_one_line(result: &ImportResult) -> bool {
+        result
+            .entries
+            .windows(2)
+            .all(|w| w[1].parent_id.as_deref() == Some(w[0].id.as_str()))
+    }
+}

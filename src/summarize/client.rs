@@ -1,0 +1,553 @@
+//! The HTTP shell: a [`Summarizer`] over an OpenAI-compatible or Anthropic endpoint, streaming
+//! the reply over SSE. Chunking, prompts, event meanings and validation come from the pure
+//! modules; this file only sends, reads, and stops reading when told.
+
+use std::fmt;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::breaker::Breaker;
+use super::progress::stream_fraction;
+use super::prompt::{self, input_window, next_chunk, Prompt, PromptContext, SIZING_TOKENIZER};
+use super::response::parse_capsule_state;
+use super::sse::SseParser;
+use super::wire::{self, EventError, Reply, StreamItem};
+use super::{Summarizer, SummarizerConfigError, SummaryError, SummaryRequest};
+use crate::capsule::CapsuleState;
+use crate::config::{catalog_lookup, Provider, SummarizerConfig};
+
+pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// Context window assumed for a model the catalog does not know.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 32_768;
+/// Output tokens asked for when the config names none: a capsule is well under this.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 4_096;
+pub const DEFAULT_COOLDOWN_MS: u64 = 60_000;
+/// Output size a capsule reply is expected to have, for progress.
+const EXPECTED_REPLY_TOKENS: u64 = 1_024;
+/// Connecting should be quick; the whole run is bounded by the compaction timeout anyway.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most of an error body kept for the message.
+const MAX_ERROR_BODY_BYTES: usize = 16 * 1024;
+const REDACTED: &str = "[redacted]";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    OpenAi,
+    Anthropic,
+}
+
+/// An API key that never prints.
+#[derive(Clone)]
+struct ApiKey(String);
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey([redacted])")
+    }
+}
+
+/// A model summarizer over one provider endpoint, with its circuit breaker.
+#[derive(Debug)]
+pub struct ModelSummarizer {
+    api: Api,
+    /// `baseUrl` without any credentials it holds, for [`Summarizer::describe`].
+    shown_url: String,
+    endpoint: String,
+    model: String,
+    key: Option<ApiKey>,
+    context_window: u64,
+    max_output_tokens: u64,
+    http: reqwest::Client,
+    breaker: Breaker,
+}
+
+impl ModelSummarizer {
+    /// Build from the config, reading the key from the environment through `env`.
+    pub fn new(
+        cfg: &SummarizerConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<ModelSummarizer, SummarizerConfigError> {
+        let (api, provider_name, default_base) = match cfg.provider {
+            Provider::Openai => (Api::OpenAi, "openai", DEFAULT_OPENAI_BASE_URL),
+            Provider::Anthropic => (Api::Anthropic, "anthropic", DEFAULT_ANTHROPIC_BASE_URL),
+            Provider::Local => return Err(SummarizerConfigError::LocalProvider),
+        };
+        let model = cfg.model.clone().filter(|m| !m.trim().is_empty()).ok_or(
+            SummarizerConfigError::MissingModel {
+                provider: provider_name,
+            },
+        )?;
+        let key = match (&cfg.api_key_env, api) {
+            (Some(var), _) => match env(var).filter(|k| !k.trim().is_empty()) {
+                Some(k) => Some(ApiKey(k.trim().to_string())),
+                None => return Err(SummarizerConfigError::MissingApiKey { var: var.clone() }),
+            },
+            (None, Api::Anthropic) => return Err(SummarizerConfigError::MissingApiKeyEnv),
+            (None, Api::OpenAi) => None,
+        };
+
+        let base_url = cfg
+            .base_url
+            .as_deref()
+            .unwrap_or(default_base)
+            .trim_end_matches('/')
+            .to_string();
+        let url =
+            reqwest::Url::parse(&base_url).map_err(|e| SummarizerConfigError::BadBaseUrl {
+                url: base_url.clone(),
+                message: e.to_string(),
+            })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(SummarizerConfigError::BadBaseUrl {
+                url: base_url,
+                message: "only http and https are supported".into(),
+            });
+        }
+        // Credentials in the URL are sent but never shown.
+        let mut shown = url.clone();
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        let shown_url = shown.as_str().trim_end_matches('/').to_string();
+        let endpoint = match api {
+            Api::OpenAi => format!("{base_url}/chat/completions"),
+            Api::Anthropic => format!("{base_url}/v1/messages"),
+        };
+
+        let catalog = catalog_lookup(&model);
+        let context_window = cfg
+            .context_window
+            .or(catalog.map(|m| m.context_window))
+            .unwrap_or(DEFAULT_CONTEXT_WINDOW);
+        let max_output_tokens = cfg.max_output_tokens.unwrap_or_else(|| {
+            catalog.map_or(DEFAULT_MAX_OUTPUT_TOKENS, |m| {
+                m.max_output_tokens.min(DEFAULT_MAX_OUTPUT_TOKENS)
+            })
+        });
+        if max_output_tokens == 0 {
+            return Err(SummarizerConfigError::OutOfRange {
+                key: "maxOutputTokens",
+                value: 0,
+                allowed: "must be positive".into(),
+            });
+        }
+        // Room for the prompt's fixed parts and some history; a real check against the actual
+        // prompt happens per request.
+        let least_input = 2 * prompt::MIN_HISTORY_TOKENS;
+        if input_window(context_window, max_output_tokens) < least_input {
+            let min_window = (max_output_tokens..)
+                .find(|&w| input_window(w, max_output_tokens) >= least_input)
+                .unwrap_or(u64::MAX);
+            return Err(SummarizerConfigError::OutOfRange {
+                key: "contextWindow",
+                value: context_window,
+                allowed: format!("must leave room for input beyond maxOutputTokens ({max_output_tokens}); at least {min_window}"),
+            });
+        }
+        let cooldown = Duration::from_millis(cfg.cooldown_ms.unwrap_or(DEFAULT_COOLDOWN_MS));
+
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("soba/", env!("CARGO_PKG_VERSION")));
+        // A summarizer on this machine (Ollama, llama.cpp, tests) must not be sent through
+        // a proxy configured for the outside world.
+        if is_loopback(&url) {
+            builder = builder.no_proxy();
+        }
+        let http = builder
+            .build()
+            .map_err(|e| SummarizerConfigError::Client(e.to_string()))?;
+
+        Ok(ModelSummarizer {
+            api,
+            shown_url,
+            endpoint,
+            model,
+            key,
+            context_window,
+            max_output_tokens,
+            http,
+            breaker: Breaker::new(cooldown),
+        })
+    }
+
+    /// Input tokens one request may carry.
+    pub fn input_window(&self) -> u64 {
+        input_window(self.context_window, self.max_output_tokens)
+    }
+
+    async fn run(
+        &self,
+        req: &SummaryRequest,
+        progress: &(dyn Fn(u8) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<CapsuleState, SummaryError> {
+        let items: Vec<String> = req.history.iter().map(prompt::render_message).collect();
+        let item_tokens: Vec<u64> = items.iter().map(|t| SIZING_TOKENIZER.count(t)).collect();
+        let total: u64 = item_tokens.iter().sum::<u64>().max(1);
+        let ctx = PromptContext {
+            instructions: req.instructions.as_deref(),
+            artifacts: &req.artifacts,
+        };
+        let window = self.input_window();
+        let expected = self.max_output_tokens.min(EXPECTED_REPLY_TOKENS);
+
+        // Oldest first; each chunk's state becomes the next chunk's previous capsule.
+        let mut previous = req.previous.as_ref().map(|c| c.state.clone());
+        let mut start = 0;
+        loop {
+            let chunk = next_chunk(ctx, previous.as_ref(), &items, &item_tokens, start, window)
+                .map_err(SummaryError::WindowTooSmall)?;
+            let done: u64 = item_tokens[..start].iter().sum();
+            let share: u64 = item_tokens[start..chunk.next].iter().sum();
+            let on_tokens = |received: u64| {
+                let fraction = (done as f64 + share as f64 * stream_fraction(received, expected))
+                    / total as f64;
+                progress((fraction * 100.0).floor().min(99.0) as u8);
+            };
+            let reply = self.stream(&chunk.prompt, &on_tokens, cancel).await?;
+            let state = parse_capsule_state(&reply.text).map_err(|why| {
+                SummaryError::InvalidResponse(if reply.hit_output_limit {
+                    format!(
+                        "{why} (the reply was cut off at summarizer.maxOutputTokens = {}; raise it)",
+                        self.max_output_tokens
+                    )
+                } else {
+                    why
+                })
+            })?;
+            start = chunk.next;
+            if start >= items.len() {
+                return Ok(state);
+            }
+            previous = Some(state);
+        }
+    }
+
+    /// Send one request and collect the streamed reply text.
+    async fn stream(
+        &self,
+        prompt: &Prompt,
+        on_tokens: &(dyn Fn(u64) + Send + Sync),
+        cancel: &CancellationToken,
+    ) -> Result<Reply, SummaryError> {
+        let (body, decode): (_, wire::EventDecoder) = match self.api {
+            Api::OpenAi => (
+                wire::openai::request_body(&self.model, prompt, self.max_output_tokens),
+                wire::openai::event,
+            ),
+            Api::Anthropic => (
+                wire::anthropic::request_body(&self.model, prompt, self.max_output_tokens),
+                wire::anthropic::event,
+            ),
+        };
+        let mut request = self
+            .http
+            .post(&self.endpoint)
+            .header("accept", "text/event-stream")
+            .json(&body);
+        request = match (self.api, &self.key) {
+            (Api::OpenAi, Some(key)) => request.bearer_auth(&key.0),
+            (Api::OpenAi, None) => request,
+            (Api::Anthropic, key) => {
+                let request = request.header("anthropic-version", wire::anthropic::API_VERSION);
+                match key {
+                    Some(key) => request.header("x-api-key", &key.0),
+                    None => request,
+                }
+            }
+        };
+
+        let response = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+            r = request.send() => r.map_err(|e| SummaryError::Transport(describe_error(&e)))?,
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let body = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+                b = read_limited(response, MAX_ERROR_BODY_BYTES) => b,
+            };
+            return Err(SummaryError::Http {
+                status: status.as_u16(),
+                message: wire::http_error_message(&body),
+            });
+        }
+
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        if is_json {
+            // A server that ignores `stream: true` answers with one complete JSON body.
+            let body = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+                b = response.bytes() => b.map_err(|e| SummaryError::Transport(describe_error(&e)))?,
+            };
+            let complete = match self.api {
+                Api::OpenAi => wire::openai::complete_reply(&body),
+                Api::Anthropic => wire::anthropic::complete_reply(&body),
+            };
+            let reply = complete.map_err(|e| match e {
+                EventError::Provider(m) => SummaryError::Provider(m),
+                EventError::Malformed(m) => SummaryError::InvalidResponse(m),
+            })?;
+            on_tokens(SIZING_TOKENIZER.count(&reply.text));
+            return Ok(reply);
+        }
+
+        let mut bytes = response.bytes_stream();
+        let mut parser = SseParser::new();
+        let mut text = String::new();
+        let mut received_tokens = 0;
+        let mut finished = false;
+        let mut hit_output_limit = false;
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+                n = bytes.next() => n,
+            };
+            let chunk = match next {
+                None => break,
+                Some(Err(e)) => return Err(SummaryError::Transport(describe_error(&e))),
+                Some(Ok(chunk)) => chunk,
+            };
+            for event in parser.feed(&chunk) {
+                match decode(&event) {
+                    Ok(StreamItem::Text(t)) => {
+                        received_tokens += SIZING_TOKENIZER.count(&t);
+                        text.push_str(&t);
+                        on_tokens(received_tokens);
+                    }
+                    Ok(StreamItem::Finished {
+                        hit_output_limit: limit,
+                    }) => {
+                        finished = true;
+                        hit_output_limit = limit;
+                    }
+                    // Return without reading further: dropping the response closes the stream.
+                    Ok(StreamItem::Done) => {
+                        return Ok(Reply {
+                            text,
+                            hit_output_limit,
+                        })
+                    }
+                    Ok(StreamItem::Nothing) => {}
+                    Err(EventError::Provider(m)) => return Err(SummaryError::Provider(m)),
+                    Err(EventError::Malformed(m)) => return Err(SummaryError::InvalidResponse(m)),
+                }
+            }
+        }
+        // Some servers end the stream after the stop reason without an end marker; that is a
+        // complete reply. Anything else stopped early.
+        if finished && !parser.has_partial_event() {
+            Ok(Reply {
+                text,
+                hit_output_limit,
+            })
+        } else {
+            Err(SummaryError::Truncated)
+        }
+    }
+
+    fn redact(&self, message: String) -> String {
+        match &self.key {
+            Some(key) if message.contains(&key.0) => message.replace(&key.0, REDACTED),
+            _ => message,
+        }
+    }
+
+    /// Error text can echo what the server said (some providers quote the key they were
+    /// given); the key never leaves in a message.
+    fn redact_error(&self, error: SummaryError) -> SummaryError {
+        match error {
+            SummaryError::Http { status, message } => SummaryError::Http {
+                status,
+                message: self.redact(message),
+            },
+            SummaryError::Transport(m) => SummaryError::Transport(self.redact(m)),
+            SummaryError::Provider(m) => SummaryError::Provider(self.redact(m)),
+            SummaryError::InvalidResponse(m) => SummaryError::InvalidResponse(self.redact(m)),
+            SummaryError::WindowTooSmall(m) => SummaryError::WindowTooSmall(self.redact(m)),
+            other @ (SummaryError::Timeout { .. }
+            | SummaryError::Cancelled
+            | SummaryError::Truncated
+            | SummaryError::BreakerOpen { .. }) => other,
+        }
+    }
+}
+
+impl Summarizer for ModelSummarizer {
+    fn describe(&self) -> String {
+        let provider = match self.api {
+            Api::OpenAi => "openai",
+            Api::Anthropic => "anthropic",
+        };
+        format!("{provider} {} @ {}", self.model, self.shown_url)
+    }
+
+    fn summarize<'a>(
+        &'a self,
+        req: &'a SummaryRequest,
+        progress: &'a (dyn Fn(u8) + Send + Sync),
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>> {
+        Box::pin(async move {
+            self.run(req, progress, &cancel)
+                .await
+                .map_err(|e| self.redact_error(e))
+        })
+    }
+
+    fn breaker(&self) -> Option<&Breaker> {
+        Some(&self.breaker)
+    }
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The error with its causes ("error sending request: connection refused"), which reqwest's
+/// own message leaves out.
+fn describe_error(e: &reqwest::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}
+
+/// The start of a response body as text, reading no more than `limit` bytes.
+async fn read_limited(response: reqwest::Response, limit: usize) -> String {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(Ok(chunk)) = stream.next().await {
+        body.extend_from_slice(&chunk);
+        if body.len() >= limit {
+            body.truncate(limit);
+            break;
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(provider: Provider) -> SummarizerConfig {
+        SummarizerConfig {
+            provider,
+            model: Some("gpt-4o-mini".into()),
+            ..SummarizerConfig::default()
+        }
+    }
+
+    #[test]
+    fn config_errors_name_settings_not_secrets() {
+        let mut c = cfg(Provider::Anthropic);
+        assert_eq!(
+            ModelSummarizer::new(&c, |_| None).unwrap_err(),
+            SummarizerConfigError::MissingApiKeyEnv
+        );
+        c.api_key_env = Some("MY_KEY".into());
+        let err = ModelSummarizer::new(&c, |_| Some("  ".into())).unwrap_err();
+        assert_eq!(
+            err,
+            SummarizerConfigError::MissingApiKey {
+                var: "MY_KEY".into()
+            }
+        );
+        assert!(err.to_string().contains("`MY_KEY`"));
+        c.model = None;
+        assert!(matches!(
+            ModelSummarizer::new(&c, |_| Some("k".into())),
+            Err(SummarizerConfigError::MissingModel {
+                provider: "anthropic"
+            })
+        ));
+        let mut c = cfg(Provider::Openai);
+        c.base_url = Some("ftp://example.com".into());
+        assert!(matches!(
+            ModelSummarizer::new(&c, |_| None),
+            Err(SummarizerConfigError::BadBaseUrl { .. })
+        ));
+        c.base_url = Some("not a url".into());
+        assert!(matches!(
+            ModelSummarizer::new(&c, |_| None),
+            Err(SummarizerConfigError::BadBaseUrl { .. })
+        ));
+        let mut c = cfg(Provider::Openai);
+        c.context_window = Some(4000);
+        c.max_output_tokens = Some(4000);
+        let err = ModelSummarizer::new(&c, |_| None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "summarizer.contextWindow = 4000 is invalid: must leave room for input beyond maxOutputTokens (4000); at least 4270"
+        );
+        c.context_window = Some(4270);
+        assert!(ModelSummarizer::new(&c, |_| None).is_ok());
+    }
+
+    #[test]
+    fn defaults_come_from_the_catalog_then_the_constants() {
+        let s = ModelSummarizer::new(&cfg(Provider::Openai), |_| None).unwrap();
+        assert_eq!(s.context_window, 128_000);
+        assert_eq!(s.max_output_tokens, DEFAULT_MAX_OUTPUT_TOKENS);
+        assert_eq!(s.endpoint, "https://api.openai.com/v1/chat/completions");
+        assert_eq!(
+            s.describe(),
+            "openai gpt-4o-mini @ https://api.openai.com/v1"
+        );
+        let mut c = cfg(Provider::Anthropic);
+        c.model = Some("my-local-model".into());
+        c.api_key_env = Some("K".into());
+        c.base_url = Some("http://127.0.0.1:9/".into());
+        let s = ModelSummarizer::new(&c, |_| Some("sk-secret".into())).unwrap();
+        assert_eq!(s.context_window, DEFAULT_CONTEXT_WINDOW);
+        c.base_url = Some("http://user:hunter2@127.0.0.1:9/".into());
+        let shown = ModelSummarizer::new(&c, |_| Some("sk-secret".into()))
+            .unwrap()
+            .describe();
+        assert_eq!(shown, "anthropic my-local-model @ http://127.0.0.1:9");
+        assert_eq!(s.endpoint, "http://127.0.0.1:9/v1/messages");
+        assert!(!format!("{s:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn redaction_covers_every_message() {
+        let mut c = cfg(Provider::Openai);
+        c.api_key_env = Some("K".into());
+        let s = ModelSummarizer::new(&c, |_| Some("sk-secret".into())).unwrap();
+        let e = s.redact_error(SummaryError::Http {
+            status: 401,
+            message: "bad key sk-secret".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "the summarization model answered HTTP 401: bad key [redacted]"
+        );
+    }
+}

@@ -1,0 +1,513 @@
+//! Model summarization: a model writes the capsule's narrative state (goal, decisions,
+//! blockers, next steps) over the facts the log already holds.
+//!
+//! The pure parts — SSE parsing ([`sse`]), provider wire formats ([`wire`]), the prompt and its
+//! chunking ([`prompt`]), reply validation ([`response`]), progress ([`progress`]) and the
+//! circuit breaker ([`breaker`]) — are tested without a runtime. [`client`] is the HTTP shell,
+//! and [`summarize_with_fallback`] the orchestration the compaction engine calls: timeout,
+//! external cancellation, breaker, and the fallback to the deterministic local capsule.
+
+pub mod breaker;
+pub mod client;
+pub mod progress;
+pub mod prompt;
+pub mod response;
+pub mod sse;
+pub mod wire;
+
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::capsule::{Artifacts, CapsuleEntry, CapsuleState, Quality};
+use crate::compaction::{generate_local, Generated, Plan};
+use crate::config::{Provider, SummarizerConfig};
+use crate::session::view::ModelMessage;
+
+pub use breaker::{Admission, Breaker, BreakerState, FAILURE_THRESHOLD};
+pub use client::ModelSummarizer;
+use progress::Progress;
+
+/// Everything a summarizer is given.
+#[derive(Debug, Clone, Default)]
+pub struct SummaryRequest {
+    /// The previous capsule on the branch, rolled forward.
+    pub previous: Option<CapsuleEntry>,
+    /// The entries being summarized, rendered as model messages, oldest first.
+    pub history: Vec<ModelMessage>,
+    /// Custom instructions of an explicit `/compact`.
+    pub instructions: Option<String>,
+    /// Facts from the log; shown to the model, never changed by it.
+    pub artifacts: Artifacts,
+}
+
+/// Why a model run produced no capsule state. Messages never contain the API key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SummaryError {
+    #[error("the summarization model did not finish within {after_ms} ms")]
+    Timeout { after_ms: u64 },
+    #[error("summarization was cancelled")]
+    Cancelled,
+    #[error("the summarization model answered HTTP {status}: {message}")]
+    Http { status: u16, message: String },
+    #[error("could not talk to the summarization model: {0}")]
+    Transport(String),
+    #[error("the summarization model's stream ended before the reply was complete")]
+    Truncated,
+    #[error("the summarization model reported an error: {0}")]
+    Provider(String),
+    #[error("invalid reply from the summarization model: {0}")]
+    InvalidResponse(String),
+    #[error("{0}")]
+    WindowTooSmall(String),
+    #[error("the summarization model is paused after {FAILURE_THRESHOLD} consecutive failures; it is tried again in {retry_in_ms} ms")]
+    BreakerOpen { retry_in_ms: u64 },
+}
+
+/// Something that writes a capsule's narrative state.
+pub trait Summarizer: Send + Sync {
+    /// Provider, model and endpoint, for logs and status lines; never the key.
+    fn describe(&self) -> String;
+
+    /// Summarize `req`. `progress` receives percentages in 0..=99 as the reply streams in; the
+    /// run stops (dropping its connection) when `cancel` fires or the future is dropped.
+    fn summarize<'a>(
+        &'a self,
+        req: &'a SummaryRequest,
+        progress: &'a (dyn Fn(u8) + Send + Sync),
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>>;
+
+    /// The circuit breaker guarding this summarizer, when it has one.
+    fn breaker(&self) -> Option<&Breaker> {
+        None
+    }
+}
+
+/// The result of [`summarize_with_fallback`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Summarized {
+    /// A validated model state: the capsule has `quality: model`.
+    Model(CapsuleState),
+    /// The deterministic local state: `quality: degraded`, with the reason for the UI and the
+    /// flight record (no model configured, timeout, HTTP error, invalid reply, breaker open).
+    Degraded { state: CapsuleState, reason: String },
+    /// Cancelled from outside: append nothing.
+    Cancelled,
+}
+
+/// Reason given when no model is configured.
+pub const NO_MODEL_REASON: &str = "no summarization model is configured";
+
+/// Run the model under `timeout`, falling back to `local` (the deterministic builder) on any
+/// failure. External cancellation wins over everything, including a reply that arrives in the
+/// same instant: it yields [`Summarized::Cancelled`] and never a state. The caller must still
+/// check the cancellation and the expected leaf immediately before appending.
+pub async fn summarize_with_fallback(
+    summarizer: Option<&dyn Summarizer>,
+    req: &SummaryRequest,
+    timeout: Duration,
+    cancel: CancellationToken,
+    progress: &(dyn Fn(u8) + Send + Sync),
+    local: impl FnOnce() -> CapsuleState,
+) -> Summarized {
+    let progress = Progress::new(progress);
+    if cancel.is_cancelled() {
+        return Summarized::Cancelled;
+    }
+    fn degraded(
+        reason: String,
+        local: impl FnOnce() -> CapsuleState,
+        progress: &Progress,
+    ) -> Summarized {
+        let state = local();
+        progress.finish();
+        Summarized::Degraded { state, reason }
+    }
+    let Some(summarizer) = summarizer else {
+        return degraded(NO_MODEL_REASON.to_string(), local, &progress);
+    };
+    let breaker = summarizer.breaker();
+    if let Some(Admission::Rejected { retry_in }) = breaker.map(|b| b.admit(Instant::now())) {
+        let error = SummaryError::BreakerOpen {
+            retry_in_ms: retry_in.as_millis() as u64,
+        };
+        return degraded(fallback_reason(&error), local, &progress);
+    }
+
+    let run_cancel = cancel.child_token();
+    let report = |pct: u8| progress.fraction(f64::from(pct) / 100.0);
+    let outcome = {
+        // The run future is dropped at the end of this block whichever branch wins, which
+        // drops its HTTP response and so closes the connection.
+        let run = summarizer.summarize(req, &report, run_cancel.clone());
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(SummaryError::Cancelled),
+            result = run => result,
+            _ = tokio::time::sleep(timeout) => {
+                Err(SummaryError::Timeout { after_ms: timeout.as_millis() as u64 })
+            }
+        }
+    };
+    run_cancel.cancel();
+
+    if cancel.is_cancelled() {
+        if let Some(b) = breaker {
+            b.record_abandoned(Instant::now());
+        }
+        return Summarized::Cancelled;
+    }
+    match outcome {
+        Ok(state) => match response::validate_state(&state) {
+            Ok(()) => {
+                if let Some(b) = breaker {
+                    b.record_success();
+                }
+                progress.finish();
+                Summarized::Model(state)
+            }
+            Err(why) => {
+                if let Some(b) = breaker {
+                    b.record_failure(Instant::now());
+                }
+                degraded(
+                    fallback_reason(&SummaryError::InvalidResponse(why)),
+                    local,
+                    &progress,
+                )
+            }
+        },
+        Err(error) => {
+            if let Some(b) = breaker {
+                b.record_failure(Instant::now());
+            }
+            degraded(fallback_reason(&error), local, &progress)
+        }
+    }
+}
+
+/// The generate step of the compaction barrier: the plan's history through `summarizer`
+/// (under the plan's `compaction.timeoutMs`), its local state on any failure, or
+/// [`Generated::Cancelled`]. Holds no borrow of the session; hand the result to
+/// [`crate::compaction::commit`], which checks the expected leaf before appending.
+pub async fn generate(
+    plan: &Plan,
+    summarizer: Option<&dyn Summarizer>,
+    cancel: CancellationToken,
+    progress: &(dyn Fn(u8) + Send + Sync),
+) -> Generated {
+    if summarizer.is_none() {
+        if cancel.is_cancelled() {
+            return Generated::Cancelled;
+        }
+        progress(100);
+        return generate_local(plan);
+    }
+    let req = SummaryRequest {
+        previous: plan.previous.clone(),
+        history: plan.to_summarize.clone(),
+        instructions: plan.instructions.clone(),
+        artifacts: plan.artifacts.clone(),
+    };
+    let timeout = Duration::from_millis(plan.roi.timeout_ms);
+    let local = || plan.local_state.clone();
+    match summarize_with_fallback(summarizer, &req, timeout, cancel, progress, local).await {
+        Summarized::Model(state) => Generated::State {
+            state,
+            quality: Quality::Model,
+            degraded_reason: None,
+        },
+        Summarized::Degraded { state, reason } => Generated::State {
+            state,
+            quality: Quality::Degraded,
+            degraded_reason: Some(reason),
+        },
+        Summarized::Cancelled => Generated::Cancelled,
+    }
+}
+
+/// [`generate`] for a caller without a runtime (the CLI): runs it on a current-thread runtime,
+/// with Ctrl-C as external cancellation. Returns what was generated and whether it was
+/// cancelled (pass that to [`crate::compaction::commit`] as `aborted`).
+///
+/// Once this has run, Ctrl-C no longer ends the process by default; it is meant to be the last
+/// long step of a command.
+pub fn generate_blocking(
+    plan: &Plan,
+    summarizer: Option<&dyn Summarizer>,
+    progress: &(dyn Fn(u8) + Send + Sync),
+) -> std::io::Result<(Generated, bool)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let cancel = CancellationToken::new();
+    let generated = runtime.block_on(async {
+        let on_interrupt = cancel.clone();
+        let interrupt = tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                on_interrupt.cancel();
+            }
+        });
+        let generated = generate(plan, summarizer, cancel.clone(), progress).await;
+        interrupt.abort();
+        generated
+    });
+    Ok((generated, cancel.is_cancelled()))
+}
+
+fn fallback_reason(error: &SummaryError) -> String {
+    format!("{error}; the local capsule was used")
+}
+
+/// Why a summarizer configuration cannot be used. Names settings and variables, never values
+/// of secrets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SummarizerConfigError {
+    #[error("summarizer.provider is `local`: the local builder needs no model summarizer")]
+    LocalProvider,
+    #[error("summarizer.model is required when summarizer.provider is `{provider}`")]
+    MissingModel { provider: &'static str },
+    #[error("summarizer.apiKeyEnv is required when summarizer.provider is `anthropic`: name the environment variable that holds the API key")]
+    MissingApiKeyEnv,
+    #[error("the environment variable `{var}` named by summarizer.apiKeyEnv is not set or empty; export it, or change summarizer.apiKeyEnv")]
+    MissingApiKey { var: String },
+    #[error("summarizer.baseUrl `{url}` is not usable: {message}")]
+    BadBaseUrl { url: String, message: String },
+    #[error("summarizer.{key} = {value} is invalid: {allowed}")]
+    OutOfRange {
+        key: &'static str,
+        value: u64,
+        allowed: String,
+    },
+    #[error("cannot set up the HTTP client for the summarizer: {0}")]
+    Client(String),
+}
+
+/// The summarizer a configuration asks for: `None` for the local builder.
+pub fn from_config(
+    cfg: &SummarizerConfig,
+) -> Result<Option<Box<dyn Summarizer>>, SummarizerConfigError> {
+    from_config_with_env(cfg, |var| std::env::var(var).ok())
+}
+
+/// [`from_config`] with the environment passed in (for tests and embedders).
+pub fn from_config_with_env(
+    cfg: &SummarizerConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<Box<dyn Summarizer>>, SummarizerConfigError> {
+    if cfg.provider == Provider::Local {
+        return Ok(None);
+    }
+    let summarizer = ModelSummarizer::new(cfg, env)?;
+    Ok(Some(Box::new(summarizer)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// A scripted summarizer: no network, just the outcome after a delay.
+    struct Scripted {
+        delay: Duration,
+        outcome: Result<CapsuleState, SummaryError>,
+        calls: AtomicUsize,
+        breaker: Option<Breaker>,
+    }
+
+    impl Scripted {
+        fn new(delay_ms: u64, outcome: Result<CapsuleState, SummaryError>) -> Self {
+            Scripted {
+                delay: Duration::from_millis(delay_ms),
+                outcome,
+                calls: AtomicUsize::new(0),
+                breaker: None,
+            }
+        }
+    }
+
+    impl Summarizer for Scripted {
+        fn describe(&self) -> String {
+            "scripted".into()
+        }
+        fn summarize<'a>(
+            &'a self,
+            _req: &'a SummaryRequest,
+            progress: &'a (dyn Fn(u8) + Send + Sync),
+            _cancel: CancellationToken,
+        ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                progress(40);
+                progress(30);
+                tokio::time::sleep(self.delay).await;
+                self.outcome.clone()
+            })
+        }
+        fn breaker(&self) -> Option<&Breaker> {
+            self.breaker.as_ref()
+        }
+    }
+
+    fn model_state() -> CapsuleState {
+        CapsuleState {
+            goal: "from the model".into(),
+            ..CapsuleState::default()
+        }
+    }
+
+    fn local_state() -> CapsuleState {
+        CapsuleState {
+            goal: "from the log".into(),
+            ..CapsuleState::default()
+        }
+    }
+
+    async fn run(
+        s: Option<&dyn Summarizer>,
+        timeout_ms: u64,
+        cancel: CancellationToken,
+    ) -> (Summarized, Vec<u8>) {
+        let seen = Mutex::new(Vec::new());
+        let sink = |p: u8| seen.lock().unwrap().push(p);
+        let out = summarize_with_fallback(
+            s,
+            &SummaryRequest::default(),
+            Duration::from_millis(timeout_ms),
+            cancel,
+            &sink,
+            local_state,
+        )
+        .await;
+        let seen = seen.into_inner().unwrap();
+        (out, seen)
+    }
+
+    #[tokio::test]
+    async fn model_success_reports_monotonic_progress_to_100() {
+        let s = Scripted::new(1, Ok(model_state()));
+        let (out, seen) = run(Some(&s), 1000, CancellationToken::new()).await;
+        assert_eq!(out, Summarized::Model(model_state()));
+        assert_eq!(seen, vec![40, 100]);
+    }
+
+    #[tokio::test]
+    async fn no_model_means_local_and_says_so() {
+        let (out, seen) = run(None, 1000, CancellationToken::new()).await;
+        assert_eq!(
+            out,
+            Summarized::Degraded {
+                state: local_state(),
+                reason: NO_MODEL_REASON.into()
+            }
+        );
+        assert_eq!(seen, vec![100]);
+    }
+
+    #[tokio::test]
+    async fn timeout_falls_back_at_once() {
+        let s = Scripted::new(10_000, Ok(model_state()));
+        let started = Instant::now();
+        let (out, _) = run(Some(&s), 50, CancellationToken::new()).await;
+        assert!(started.elapsed() < Duration::from_millis(1000));
+        let Summarized::Degraded { state, reason } = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(state, local_state());
+        assert!(reason.contains("did not finish within 50 ms"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn failure_reason_is_kept() {
+        let s = Scripted::new(
+            1,
+            Err(SummaryError::Http {
+                status: 503,
+                message: "busy".into(),
+            }),
+        );
+        let (out, _) = run(Some(&s), 1000, CancellationToken::new()).await;
+        let Summarized::Degraded { reason, .. } = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(
+            reason,
+            "the summarization model answered HTTP 503: busy; the local capsule was used"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_invalid_state_from_a_summarizer_is_not_used() {
+        let s = Scripted::new(1, Ok(CapsuleState::default()));
+        let (out, _) = run(Some(&s), 1000, CancellationToken::new()).await;
+        let Summarized::Degraded { reason, .. } = out else {
+            panic!("{out:?}")
+        };
+        assert!(reason.contains("empty goal"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn cancellation_yields_nothing_and_never_calls_local() {
+        let s = Scripted::new(10_000, Ok(model_state()));
+        let cancel = CancellationToken::new();
+        let trigger = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            trigger.cancel();
+        });
+        let out = summarize_with_fallback(
+            Some(&s),
+            &SummaryRequest::default(),
+            Duration::from_secs(5),
+            cancel,
+            &|_| {},
+            || panic!("local builder called"),
+        )
+        .await;
+        assert_eq!(out, Summarized::Cancelled);
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let (out, _) = run(Some(&s), 1000, cancel).await;
+        assert_eq!(out, Summarized::Cancelled);
+    }
+
+    #[tokio::test]
+    async fn a_reply_racing_cancellation_is_dropped() {
+        // The summarizer finishes at once, but cancellation was requested first.
+        let s = Scripted::new(0, Ok(model_state()));
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let (out, _) = run(Some(&s), 1000, cancel).await;
+        assert_eq!(out, Summarized::Cancelled);
+        assert_eq!(
+            s.calls.load(Ordering::SeqCst),
+            0,
+            "no request after cancellation"
+        );
+    }
+
+    #[tokio::test]
+    async fn breaker_skips_the_model_after_three_failures() {
+        let mut s = Scripted::new(1, Err(SummaryError::Transport("refused".into())));
+        s.breaker = Some(Breaker::new(Duration::from_secs(60)));
+        for _ in 0..3 {
+            run(Some(&s), 1000, CancellationToken::new()).await;
+        }
+        let (out, _) = run(Some(&s), 1000, CancellationToken::new()).await;
+        assert_eq!(s.calls.load(Ordering::SeqCst), 3);
+        let Summarized::Degraded { reason, .. } = out else {
+            panic!("{out:?}")
+        };
+        assert!(
+            reason.contains("paused after 3 consecutive failures"),
+            "{reason}"
+        );
+        assert!(matches!(
+            s.breaker().unwrap().state(Instant::now()),
+            BreakerState::Open { .. }
+        ));
+    }
+}

@@ -1,0 +1,276 @@
+//! The CLI contract on a session the test writes itself: `--json` prints one object with the
+//! DESIGN.md fields; errors go to stderr with a non-zero exit and advice.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+use soba::config::Durability;
+use soba::session::entry::*;
+use soba::session::log::SessionLog;
+
+fn soba(args: &[&str], cwd: &Path) -> (bool, Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(args)
+        .current_dir(cwd)
+        .env("SOBA_CONFIG", cwd.join("no-user-config.json"))
+        .output()
+        .expect("soba runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let json = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+    (
+        out.status.success(),
+        json,
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn filler(n: usize) -> String {
+    " lorem".repeat(n)
+}
+
+/// A bug-fix session of `turns` turns of about 4000 tokens each.
+fn write_session(dir: &Path, turns: usize) -> PathBuf {
+    let path = dir.join("session.jsonl");
+    let header = SessionHeader {
+        kind: HeaderTag::Session,
+        version: LOG_FORMAT_VERSION,
+        id: "cli".into(),
+        workspace: dir.display().to_string(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        model: Some(ModelRef {
+            name: Some("custom".into()),
+            context_window: Some(65000),
+            max_output_tokens: Some(8000),
+            tokenizer: None,
+        }),
+        source: None,
+    };
+    let mut log = SessionLog::create(&path, header, Durability::Flush).unwrap();
+    let mut last: Option<String> = None;
+    let mut n = 0;
+    let mut push = |log: &mut SessionLog, body: EntryBody| {
+        n += 1;
+        let id = format!("e{n}");
+        log.append(Entry::new(id.clone(), last.clone(), body))
+            .unwrap();
+        last = Some(id);
+    };
+    for t in 0..turns {
+        push(
+            &mut log,
+            EntryBody::Message(MessageEntry {
+                role: Role::User,
+                content: vec![ContentBlock::text(format!("turn {t}: {}", filler(1000)))],
+                usage: None,
+                model: None,
+                synthetic: false,
+            }),
+        );
+        push(
+            &mut log,
+            EntryBody::Message(MessageEntry {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolCall {
+                    id: format!("c{t}"),
+                    name: "Edit".into(),
+                    input: json!({"file_path": format!("{}/src/m{t}.rs", dir.display())}),
+                }],
+                usage: None,
+                model: None,
+                synthetic: false,
+            }),
+        );
+        push(
+            &mut log,
+            EntryBody::ToolResult(ToolResultEntry {
+                call_id: format!("c{t}"),
+                tool_name: Some("Edit".into()),
+                content: vec![ContentBlock::text(filler(2000))],
+                is_error: false,
+                exit_code: None,
+            }),
+        );
+        push(
+            &mut log,
+            EntryBody::Message(MessageEntry {
+                role: Role::Assistant,
+                content: vec![ContentBlock::text(filler(1000))],
+                usage: None,
+                model: None,
+                synthetic: false,
+            }),
+        );
+    }
+    path
+}
+
+#[test]
+fn budget_json_has_the_design_fields_and_the_spec_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 3);
+    let (ok, v, err) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    for key in [
+        "effectiveTokens",
+        "hardLimit",
+        "softLimit",
+        "source",
+        "contextWindow",
+        "maxOutputTokens",
+        "autoCompact",
+        "lastCompaction",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["hardLimit"], 48808);
+    assert_eq!(v["softLimit"], 39046);
+    assert_eq!(v["source"], "estimated");
+    assert_eq!(v["lastCompaction"], Value::Null);
+    assert!(v["effectiveTokens"].as_u64().unwrap() > 12000);
+}
+
+#[test]
+fn compact_then_context_shows_the_capsule_and_the_retained_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 12);
+    let (ok, r, err) = soba(
+        &[
+            "compact",
+            p.to_str().unwrap(),
+            "--instructions",
+            "keep the parser work",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    for key in [
+        "outcome",
+        "reason",
+        "trigger",
+        "tokensBefore",
+        "tokensAfter",
+        "reclaimedPercent",
+        "checkpointId",
+        "quality",
+        "firstKeptEntryId",
+        "durationMs",
+    ] {
+        assert!(r.get(key).is_some(), "missing {key}: {r}");
+    }
+    assert_eq!(r["outcome"], "completed");
+    assert_eq!(r["trigger"], "user");
+    assert_eq!(r["quality"], "degraded");
+    let (ok, c, err) = soba(&["context", p.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(c["firstKeptEntryId"], r["firstKeptEntryId"]);
+    assert_eq!(c["tokens"], r["tokensAfter"]);
+    let first = c["messages"][0]["content"][0]["text"].as_str().unwrap();
+    assert!(first.starts_with("# Context Capsule"), "{first}");
+    assert!(
+        first.contains("src/m0.rs"),
+        "modified files are facts in the capsule: {first}"
+    );
+    let (_, b, _) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
+    assert_eq!(b["lastCompaction"]["checkpointId"], r["checkpointId"]);
+}
+
+#[test]
+fn errors_go_to_stderr_with_advice_and_a_non_zero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, err) = soba(&["budget", "missing.jsonl"], dir.path());
+    assert!(!ok);
+    assert!(err.contains("missing.jsonl"), "{err}");
+    let transcript = dir.path().join("claude.jsonl");
+    std::fs::write(&transcript, "{\"type\":\"user\",\"uuid\":\"u1\"}\n").unwrap();
+    let (ok, _, err) = soba(&["context", transcript.to_str().unwrap()], dir.path());
+    assert!(!ok);
+    assert!(err.contains("soba import"), "{err}");
+    let p = write_session(dir.path(), 1);
+    let cfg = dir.path().join("bad.json");
+    std::fs::write(&cfg, r#"{"compaction":{"minSavingsRatio":2}}"#).unwrap();
+    let (ok, _, err) = soba(
+        &[
+            "budget",
+            p.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("compaction.minSavingsRatio") && err.contains("(0, 1]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn workspace_config_is_layered_under_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 1);
+    std::fs::create_dir_all(dir.path().join(".soba")).unwrap();
+    std::fs::write(
+        dir.path().join(".soba/config.json"),
+        r#"{"compaction":{"safetyReserveTokens":1000}}"#,
+    )
+    .unwrap();
+    let (ok, v, err) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(v["hardLimit"], 65000 - 8000 - 1000);
+    let (_, v, _) = soba(
+        &[
+            "budget",
+            p.to_str().unwrap(),
+            "--json",
+            "--context-window",
+            "100000",
+        ],
+        dir.path(),
+    );
+    assert_eq!(v["hardLimit"], 100000 - 8000 - 1000);
+}
+
+#[test]
+fn compact_with_an_unreachable_model_falls_back_to_the_local_capsule_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 12);
+    // A port nothing listens on: the connection is refused at once.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg = dir.path().join("model.json");
+    std::fs::write(
+        &cfg,
+        format!(r#"{{"summarizer":{{"provider":"openai","baseUrl":"http://127.0.0.1:{port}/v1","model":"gpt-4o-mini","apiKeyEnv":"SOBA_TEST_KEY"}}}}"#),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args([
+            "compact",
+            p.to_str().unwrap(),
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+        ])
+        .env("SOBA_CONFIG", dir.path().join("none.json"))
+        .env("SOBA_TEST_KEY", "sk-test-not-a-real-key")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["outcome"], "completed");
+    assert_eq!(r["quality"], "degraded");
+    assert_eq!(r["degraded"], true);
+    assert!(err.contains("local capsule was used"), "{err}");
+    assert!(
+        !err.contains("sk-test-not-a-real-key")
+            && !std::fs::read_to_string(&p)
+                .unwrap()
+                .contains("sk-test-not-a-real-key")
+    );
+}

@@ -1,0 +1,479 @@
+//! `soba import` on every real transcript in `../shared/fixtures/transcripts`, with counts
+//! computed here from the raw files, then `soba budget` and `soba context` on the result; and the
+//! command's failure paths on small inline files.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::{json, Value};
+
+fn soba(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(args)
+        .output()
+        .expect("the soba binary runs")
+}
+
+fn stdout_json(out: &Output, what: &str) -> Value {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Counts taken from a transcript directly, independent of the importer.
+#[derive(Debug, Default, PartialEq)]
+struct Expected {
+    format: &'static str,
+    tool_calls: usize,
+    tool_results: usize,
+    foreign_compactions: usize,
+    corrupt_lines: usize,
+    /// Provider usage records, where the raw file says how many there are (Claude Code: one
+    /// per response id, however many records repeat it).
+    usage_records: Option<usize>,
+}
+
+/// Distinct response ids (`message.id`) whose records carry nonzero usage.
+fn claude_responses_with_usage(records: &[Value]) -> usize {
+    let keys = [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    ];
+    records
+        .iter()
+        .filter(|r| r["type"] == "assistant" && nonzero_usage(&r["message"]["usage"], &keys))
+        .map(|r| r["message"]["id"].to_string())
+        .collect::<std::collections::HashSet<_>>()
+        .len()
+}
+
+fn nonzero_usage(u: &Value, keys: &[&str]) -> bool {
+    keys.iter().any(|k| u[*k].as_u64().is_some_and(|n| n > 0))
+}
+
+fn jsonl_values(text: &str) -> (Vec<Value>, usize) {
+    let mut values = Vec::new();
+    let mut corrupt = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) => values.push(v),
+            Err(_) => corrupt += 1,
+        }
+    }
+    (values, corrupt)
+}
+
+fn blocks<'a>(v: &'a Value, pointer: &str) -> impl Iterator<Item = &'a Value> {
+    v.pointer(pointer)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+fn count_blocks(values: &[Value], pointer: &str, block_type: &str) -> usize {
+    values
+        .iter()
+        .flat_map(|v| blocks(v, pointer))
+        .filter(|b| b["type"] == block_type)
+        .count()
+}
+
+fn expected(path: &Path) -> Expected {
+    let text = std::fs::read_to_string(path).unwrap();
+    let folder = path
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .unwrap();
+    match folder {
+        "claude-code" => {
+            let (records, corrupt) = if text.trim_start().starts_with('[') {
+                (serde_json::from_str::<Vec<Value>>(&text).unwrap(), 0)
+            } else {
+                jsonl_values(&text)
+            };
+            let main: Vec<Value> = records
+                .into_iter()
+                .filter(|r| r["isSidechain"] != true)
+                .collect();
+            Expected {
+                format: "claude-code",
+                tool_calls: count_blocks(&main, "/message/content", "tool_use"),
+                tool_results: count_blocks(&main, "/message/content", "tool_result"),
+                foreign_compactions: main
+                    .iter()
+                    .filter(|r| r["subtype"] == "compact_boundary")
+                    .count(),
+                corrupt_lines: corrupt,
+                usage_records: Some(claude_responses_with_usage(&main)),
+            }
+        }
+        "codex" => {
+            let (records, corrupt) = jsonl_values(&text);
+            let items = |kinds: &[&str]| {
+                records
+                    .iter()
+                    .filter(|r| {
+                        r["type"] == "response_item"
+                            && kinds.iter().any(|k| r["payload"]["type"] == *k)
+                    })
+                    .count()
+            };
+            Expected {
+                format: "codex",
+                tool_calls: items(&["function_call", "custom_tool_call", "local_shell_call"]),
+                tool_results: items(&[
+                    "function_call_output",
+                    "custom_tool_call_output",
+                    "local_shell_call_output",
+                ]),
+                foreign_compactions: records.iter().filter(|r| r["type"] == "compacted").count(),
+                corrupt_lines: corrupt,
+                usage_records: None,
+            }
+        }
+        "pi" => {
+            let (records, corrupt) = jsonl_values(&text);
+            let assistant: Vec<Value> = records
+                .iter()
+                .filter(|r| r["message"]["role"] == "assistant")
+                .cloned()
+                .collect();
+            Expected {
+                format: "pi",
+                tool_calls: count_blocks(&assistant, "/message/content", "toolCall"),
+                tool_results: records
+                    .iter()
+                    .filter(|r| r["message"]["role"] == "toolResult")
+                    .count(),
+                foreign_compactions: records.iter().filter(|r| r["type"] == "compaction").count(),
+                corrupt_lines: corrupt,
+                usage_records: Some(
+                    assistant
+                        .iter()
+                        .filter(|r| {
+                            nonzero_usage(
+                                &r["message"]["usage"],
+                                &["input", "output", "cacheRead", "cacheWrite"],
+                            )
+                        })
+                        .count(),
+                ),
+            }
+        }
+        "openai-chat" => {
+            let doc: Value = serde_json::from_str(&text).unwrap();
+            let messages = doc["messages"].as_array().unwrap();
+            Expected {
+                format: "openai-chat",
+                tool_calls: messages
+                    .iter()
+                    .map(|m| m["tool_calls"].as_array().map_or(0, Vec::len))
+                    .sum(),
+                tool_results: messages.iter().filter(|m| m["role"] == "tool").count(),
+                foreign_compactions: 0,
+                corrupt_lines: 0,
+                usage_records: Some(
+                    messages
+                        .iter()
+                        .filter(|m| {
+                            let usage = &m["extra"]["response"]["usage"];
+                            nonzero_usage(usage, &["prompt_tokens", "completion_tokens"])
+                        })
+                        .count(),
+                ),
+            }
+        }
+        other => panic!("no expectations for transcripts in {other}/"),
+    }
+}
+
+fn transcripts(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).into_iter().flatten())
+        .map(|f| f.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl" || e == "json"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_real_transcript_imports_and_its_log_works() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut formats = std::collections::BTreeSet::new();
+    let files = transcripts(&dir);
+    assert!(
+        files.len() >= 9,
+        "expected the nine fixture transcripts, found {}",
+        files.len()
+    );
+    for file in files {
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        let log = out_dir.path().join(format!("{name}.soba.jsonl"));
+        let report = stdout_json(
+            &soba(&[
+                "import",
+                file.to_str().unwrap(),
+                "-o",
+                log.to_str().unwrap(),
+                "--json",
+            ]),
+            &name,
+        );
+        let want = expected(&file);
+        let got = Expected {
+            format: match report["format"].as_str().unwrap() {
+                "claude-code" => "claude-code",
+                "codex" => "codex",
+                "pi" => "pi",
+                "openai-chat" => "openai-chat",
+                other => panic!("{name}: unexpected format {other}"),
+            },
+            tool_calls: report["toolCalls"].as_u64().unwrap() as usize,
+            tool_results: report["toolResults"].as_u64().unwrap() as usize,
+            foreign_compactions: report["foreignCompactions"].as_u64().unwrap() as usize,
+            corrupt_lines: report["corruptLines"].as_array().unwrap().len(),
+            usage_records: want
+                .usage_records
+                .map(|_| report["usageRecords"].as_u64().unwrap() as usize),
+        };
+        assert_eq!(got, want, "{name}: {report}");
+        formats.insert(want.format);
+        let calls = report["toolCalls"].as_u64().unwrap();
+        let results = report["toolResults"].as_u64().unwrap();
+        let unmatched = report["unmatchedCalls"].as_u64().unwrap();
+        let orphans = report["orphanResults"].as_u64().unwrap();
+        assert_eq!(
+            calls - unmatched,
+            results - orphans,
+            "{name}: every matched call has one result"
+        );
+        assert!(
+            report["usageRecords"].as_u64().unwrap() > 0,
+            "{name}: no usage imported"
+        );
+        assert!(report["model"].is_string(), "{name}: no model");
+
+        // The log loads cleanly, entry for entry.
+        let (session, load) = soba::session::log::read_session(&log).unwrap();
+        assert!(
+            load.skipped.is_empty() && load.torn_tail.is_none(),
+            "{name}: {load:?}"
+        );
+        assert_eq!(
+            session.len() as u64,
+            report["entries"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert!(
+            session
+                .entries()
+                .iter()
+                .all(|e| e.source_id.is_some() || e.body.type_name() == "rewind"),
+            "{name}: entry without sourceId"
+        );
+
+        let budget = stdout_json(
+            &soba(&["budget", log.to_str().unwrap(), "--json"]),
+            &format!("budget {name}"),
+        );
+        assert!(
+            budget["effectiveTokens"].as_u64().unwrap() > 0,
+            "{name}: {budget}"
+        );
+        assert_eq!(
+            budget["model"], report["model"],
+            "{name}: the transcript's model is the session's"
+        );
+        let context = stdout_json(
+            &soba(&["context", log.to_str().unwrap(), "--json"]),
+            &format!("context {name}"),
+        );
+        let messages = context["messages"].as_array().unwrap();
+        assert!(!messages.is_empty(), "{name}: empty model input");
+        assert!(
+            messages
+                .iter()
+                .all(|m| m["entryId"].as_str().is_none_or(|id| session
+                    .get(id)
+                    .is_some_and(|e| e.body.type_name() != "foreign_compaction"))),
+            "{name}: a foreign compaction reached the model input"
+        );
+    }
+    assert_eq!(formats.len(), 4, "every format is covered: {formats:?}");
+}
+
+const SMALL_CLAUDE: &str = concat!(
+    r#"{"type":"user","uuid":"u1","parentUuid":null,"sessionId":"s","message":{"role":"user","content":"hi"}}"#,
+    "\n",
+    r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","sessionId":"s","message":{"id":"m","model":"claude-sonnet-4-5","content":[{"type":"text","text":"hello"}],"usage":{"input_tokens":3,"output_tokens":2}}}"#,
+    "\n"
+);
+
+#[test]
+fn an_existing_output_is_kept_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    let log = dir.path().join("s.jsonl");
+    std::fs::write(&log, "precious").unwrap();
+    let (i, o) = (input.to_str().unwrap(), log.to_str().unwrap());
+    let refused = soba(&["import", i, "-o", o]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--force"),
+        "{refused:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "precious");
+    let forced = stdout_json(
+        &soba(&["import", i, "-o", o, "--force", "--json"]),
+        "forced import",
+    );
+    assert_eq!(
+        forced["messages"],
+        json!({"user": 1, "assistant": 1, "system": 0})
+    );
+    assert_eq!(forced["model"], "claude-sonnet-4-5");
+}
+
+#[test]
+fn text_output_summarizes_and_flags_override_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    let log = dir.path().join("s.jsonl");
+    let out = soba(&[
+        "import",
+        input.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+        "--context-window",
+        "150000",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("(claude-code)") && text.contains("1 user, 1 assistant"),
+        "{text}"
+    );
+    let budget = stdout_json(
+        &soba(&["budget", log.to_str().unwrap(), "--json"]),
+        "budget",
+    );
+    assert_eq!(budget["contextWindow"], 150000);
+}
+
+#[test]
+fn a_file_that_is_not_a_transcript_is_refused_naming_the_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("notes.txt");
+    std::fs::write(&input, "just some notes\n").unwrap();
+    let log = dir.path().join("s.jsonl");
+    let out = soba(&[
+        "import",
+        input.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("claude-code, codex, pi, openai-chat"), "{err}");
+    assert!(!log.exists(), "nothing is written for a refused import");
+}
+
+#[test]
+fn a_forced_format_that_does_not_fit_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    let log = dir.path().join("s.jsonl");
+    let out = soba(&[
+        "import",
+        input.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+        "--format",
+        "codex",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("codex transcript holds no conversation"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn the_output_cannot_be_the_transcript() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    let i = input.to_str().unwrap();
+    let out = soba(&["import", i, "-o", i, "--force"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is the transcript itself"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&input).unwrap(), SMALL_CLAUDE);
+}
+
+#[test]
+fn a_log_being_written_is_not_replaced_even_with_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    let log = dir.path().join("live.jsonl");
+    let i = input.to_str().unwrap();
+    stdout_json(
+        &soba(&["import", i, "-o", log.to_str().unwrap(), "--json"]),
+        "first import",
+    );
+    let before = std::fs::read(&log).unwrap();
+    let (writer, _) =
+        soba::session::log::SessionLog::open(&log, soba::config::Durability::Flush).unwrap();
+    let out = soba(&["import", i, "-o", log.to_str().unwrap(), "--force"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("one writer per session"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&log).unwrap(), before);
+    drop(writer);
+}
+
+#[test]
+fn an_unwritable_output_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, SMALL_CLAUDE).unwrap();
+    // A path below a regular file cannot be created.
+    let log = input.join("s.jsonl");
+    let out = soba(&[
+        "import",
+        input.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(input.to_str().unwrap()),
+        "{out:?}"
+    );
+}
