@@ -35,8 +35,17 @@ local function notify(msg, level)
 end
 M.notify = notify
 
+--- Canonical paths, remembered: the statusline asks on every redraw.
+local real_paths = {}
+
 local function real(path)
-  return path and (vim.uv.fs_realpath(path) or path) or nil
+  if not path then
+    return nil
+  end
+  if not real_paths[path] then
+    real_paths[path] = vim.uv.fs_realpath(path) or path
+  end
+  return real_paths[path]
 end
 
 --- The soba client attached to `bufnr` (current buffer by default), else any soba client.
