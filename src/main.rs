@@ -31,6 +31,17 @@ enum Command {
     },
     /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
     Import(cli::import::ImportArgs),
+    /// JSON-RPC over stdio for editors and agents, through the user's shared daemon.
+    Serve {
+        /// Serve this client in-process instead of through the shared daemon.
+        #[arg(long, conflicts_with = "daemon")]
+        standalone: bool,
+        /// Run as the shared daemon (started by `soba serve`).
+        #[arg(long, hide = true)]
+        daemon: bool,
+    },
+    /// Flight records of compactions: of a session log, or of the current folder's workspace.
+    Flight { session: Option<PathBuf> },
 }
 
 fn main() -> ExitCode {
@@ -49,6 +60,16 @@ fn main() -> ExitCode {
             instructions,
         } => cli::compact::compact(session, instructions.clone(), &cli.common),
         Command::Import(args) => cli::import::run(args, &cli.common),
+        Command::Serve { standalone, daemon } => {
+            use cli::serve::ServeMode;
+            let mode = match (standalone, daemon) {
+                (true, _) => ServeMode::Standalone,
+                (_, true) => ServeMode::Daemon,
+                _ => ServeMode::Shared,
+            };
+            cli::serve::serve(mode, &cli.common)
+        }
+        Command::Flight { session } => cli::serve::flight(session.as_deref(), &cli.common),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 pub mod compact;
 pub mod import;
 pub mod inspect;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 

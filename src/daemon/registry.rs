@@ -94,7 +94,8 @@ impl Daemon {
             (None, Some(false)) => return self.active(&workspace),
             (None, _) => crate::util::new_id("s_"),
         };
-        if let Some(h) = self.lock().sessions.get(&id).cloned() {
+        let live = self.lock().sessions.get(&id).cloned();
+        if let Some(h) = live {
             if h.workspace != workspace {
                 return Err(RpcError::invalid_params(format!(
                     "`sessionId`: session `{id}` belongs to workspace {}, not {}",

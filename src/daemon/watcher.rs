@@ -192,6 +192,20 @@ impl ChangeFilter {
                     self.ignores.remove(dir);
                 }
             }
+            // A new folder's files can be written before the OS watch on the folder exists;
+            // they are reported by looking inside it.
+            if op == FileOp::Created && path.is_dir() {
+                for file in files_under(&path, MAX_CHANGES_PER_BATCH) {
+                    if let Some(rel) = self.recordable(&file, FileOp::Created) {
+                        if latest.len() < MAX_CHANGES_PER_BATCH || latest.contains_key(&rel) {
+                            latest.insert(rel, FileOp::Created);
+                        } else {
+                            dropped += 1;
+                        }
+                    }
+                }
+                continue;
+            }
             let Some(rel) = self.recordable(&path, op) else { continue };
             let merged = match (latest.get(&rel), op) {
                 // Created then modified in one burst is still a new file.
@@ -254,6 +268,31 @@ impl ChangeFilter {
         }
         false
     }
+}
+
+/// Up to `limit` files below `dir` (skipped folders left out).
+fn files_under(dir: &Path, limit: usize) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for entry in rd.flatten() {
+            if out.len() >= limit {
+                return out;
+            }
+            let p = entry.path();
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => {
+                    if !SKIPPED_DIRS.iter().any(|s| entry.file_name() == *s) {
+                        stack.push(p);
+                    }
+                }
+                Ok(t) if t.is_file() => out.push(p),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 fn load_gitignore(dir: &Path, is_root: bool) -> Option<Gitignore> {
@@ -337,6 +376,19 @@ mod tests {
                 ("src/gen/keep.rs".to_string(), FileOp::Modified),
             ]
         );
+    }
+
+    #[test]
+    fn a_new_folder_reports_the_files_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("pkg/sub/target")).unwrap();
+        std::fs::write(root.join("pkg/a.rs"), "x").unwrap();
+        std::fs::write(root.join("pkg/sub/b.rs"), "x").unwrap();
+        std::fs::write(root.join("pkg/sub/target/out.o"), "x").unwrap();
+        let (changes, _) = ChangeFilter::new(&root).batch([(root.join("pkg"), FileOp::Created)]);
+        let got: Vec<_> = changes.into_iter().map(|c| (c.path, c.op)).collect();
+        assert_eq!(got, [("pkg/a.rs".to_string(), FileOp::Created), ("pkg/sub/b.rs".to_string(), FileOp::Created)]);
     }
 
     #[test]
