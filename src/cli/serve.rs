@@ -32,7 +32,7 @@ pub fn serve(mode: ServeMode, common: &CommonArgs) -> anyhow::Result<()> {
     let paths = Paths::from_env()?;
     let options = DaemonOptions { extra_config: common.config.clone(), ..DaemonOptions::default() };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         match mode {
             ServeMode::Standalone => {
                 let daemon = Daemon::new(paths, options);
@@ -50,7 +50,10 @@ pub fn serve(mode: ServeMode, common: &CommonArgs) -> anyhow::Result<()> {
                 socket::relay(stream, tokio::io::stdin(), tokio::io::stdout()).await
             }
         }
-    })
+    });
+    // A blocking read of stdin may still be pending; waiting for it would hang the exit.
+    rt.shutdown_background();
+    result
 }
 
 /// `soba flight [SESSION]`: the flight records of a session log, or of the current folder's
