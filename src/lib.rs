@@ -9,6 +9,8 @@ pub mod cli;
 pub mod compaction;
 pub mod config;
 pub mod import;
+pub mod redact;
+pub mod schemas;
 pub mod session;
 pub mod summarize;
 pub mod tokens;

@@ -22,15 +22,6 @@ enum Command {
     Budget { session: PathBuf },
     /// The model input the next preflight would send.
     Context { session: PathBuf },
-    /// Compact a session now: a capsule of the old history plus the retained recent tail.
-    Compact {
-        session: PathBuf,
-        /// What the capsule should focus on.
-        #[arg(long)]
-        instructions: Option<String>,
-    },
-    /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
-    Import(cli::import::ImportArgs),
     /// JSON-RPC over stdio for editors and agents, through the user's shared daemon.
     Serve {
         /// Serve this client in-process instead of through the shared daemon.
@@ -42,6 +33,26 @@ enum Command {
     },
     /// Flight records of compactions: of a session log, or of the current folder's workspace.
     Flight { session: Option<PathBuf> },
+    /// Compact a session now: a capsule of the old history plus the retained recent tail.
+    Compact {
+        session: PathBuf,
+        /// What the capsule should focus on.
+        #[arg(long)]
+        instructions: Option<String>,
+        /// Also mirror the capsule into the workspace's Project Memory (.soba/memory/), if it
+        /// is a validated model capsule.
+        #[arg(long)]
+        mirror: bool,
+    },
+    /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
+    Import(cli::import::ImportArgs),
+    /// Portable Capsules: export a capsule to `.capsule.md`, load one, list a session's capsules.
+    Capsule {
+        #[command(subcommand)]
+        command: cli::capsule::CapsuleCommand,
+    },
+    /// Move a session's leaf back to an earlier entry by appending a `rewind` entry (nothing is deleted).
+    Rewind { session: PathBuf, entry: String },
 }
 
 fn main() -> ExitCode {
@@ -55,11 +66,6 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Budget { session } => cli::inspect::budget(session, &cli.common),
         Command::Context { session } => cli::inspect::context(session, &cli.common),
-        Command::Compact {
-            session,
-            instructions,
-        } => cli::compact::compact(session, instructions.clone(), &cli.common),
-        Command::Import(args) => cli::import::run(args, &cli.common),
         Command::Serve { standalone, daemon } => {
             use cli::serve::ServeMode;
             let mode = match (standalone, daemon) {
@@ -70,6 +76,14 @@ fn main() -> ExitCode {
             cli::serve::serve(mode, &cli.common)
         }
         Command::Flight { session } => cli::serve::flight(session.as_deref(), &cli.common),
+        Command::Compact {
+            session,
+            instructions,
+            mirror,
+        } => cli::compact::compact(session, instructions.clone(), *mirror, &cli.common),
+        Command::Import(args) => cli::import::run(args, &cli.common),
+        Command::Capsule { command } => cli::capsule::run(command, &cli.common),
+        Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

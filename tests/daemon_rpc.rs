@@ -24,7 +24,7 @@ fn env_with(watch: Option<WatchMode>) -> Env {
     let base = tempfile::tempdir().unwrap();
     let workspace = std::fs::canonicalize(base.path()).unwrap().join("project");
     std::fs::create_dir_all(&workspace).unwrap();
-    let daemon = Daemon::new(Paths::under(&base.path().join("soba")), DaemonOptions { watch, extra_config: None });
+    let daemon = Daemon::new(Paths::under(&base.path().join("soba")), DaemonOptions { watch, extra_config: None, summarizer: None });
     Env { _base: base, workspace, daemon }
 }
 
@@ -63,7 +63,7 @@ async fn initialize_offers_every_method_as_a_command() {
 #[tokio::test]
 async fn open_append_budget_and_sessions() {
     let e = env();
-    let mut c = connect(&e.daemon);
+    let c = connect(&e.daemon);
     c.initialize(&[&e.workspace], false).await;
     let opened = c
         .request("soba/session/open", json!({"workspace": e.workspace, "model": {"name": "gpt-4o"}}))
@@ -108,7 +108,7 @@ async fn open_append_budget_and_sessions() {
 #[tokio::test]
 async fn budget_notifications_are_coalesced() {
     let e = env();
-    let mut c = connect(&e.daemon);
+    let c = connect(&e.daemon);
     c.initialize(&[&e.workspace], false).await;
     let id = open(&c, &e.workspace).await;
     c.drain(Duration::from_millis(200)).await;
@@ -130,7 +130,7 @@ async fn budget_notifications_are_coalesced() {
 #[tokio::test]
 async fn rewind_and_auto_compact_are_log_entries() {
     let e = env();
-    let mut c = connect(&e.daemon);
+    let c = connect(&e.daemon);
     c.initialize(&[&e.workspace], false).await;
     let id = open(&c, &e.workspace).await;
     let a = c.request("soba/session/append", json!({"sessionId": id, "entries": [user("one")]})).await;
@@ -204,7 +204,7 @@ async fn a_session_has_one_writer() {
     c.initialize(&[], false).await;
     let id = open(&c, &e.workspace).await;
     // A second daemon on the same data folder (another user session, a stale process).
-    let other = Daemon::new(e.daemon.paths.clone(), DaemonOptions { watch: None, extra_config: None });
+    let other = Daemon::new(e.daemon.paths.clone(), DaemonOptions { watch: None, extra_config: None, summarizer: None });
     let c2 = connect(&other);
     c2.initialize(&[], false).await;
     let err = c2.error("soba/session/open", json!({"workspace": e.workspace, "sessionId": id})).await;
@@ -230,7 +230,7 @@ async fn open_returns_the_live_session_and_reloads_from_disk() {
     let paths = e.daemon.paths.clone();
     drop(e.daemon);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let fresh = Daemon::new(paths, DaemonOptions { watch: None, extra_config: None });
+    let fresh = Daemon::new(paths, DaemonOptions { watch: None, extra_config: None, summarizer: None });
     let c = connect(&fresh);
     c.initialize(&[], false).await;
     let reopened = c.request("soba/session/open", json!({"workspace": e.workspace, "sessionId": id})).await;
@@ -274,7 +274,7 @@ async fn clients_only_hear_about_their_workspaces() {
     let e = env();
     let other_ws = e.workspace.parent().unwrap().join("other");
     std::fs::create_dir_all(&other_ws).unwrap();
-    let mut mine = connect(&e.daemon);
+    let mine = connect(&e.daemon);
     mine.initialize(&[&e.workspace], false).await;
     let theirs = connect(&e.daemon);
     theirs.initialize(&[&other_ws], false).await;

@@ -6,4 +6,6 @@ pub mod builder;
 pub mod model;
 
 pub use model::*;
+pub mod memory;
+pub mod portable;
 pub mod render;

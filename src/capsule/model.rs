@@ -170,4 +170,7 @@ pub struct LoadedFrom {
     pub session: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_id: Option<String>,
+    /// When the capsule was first written, as its file said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<String>,
 }

@@ -43,7 +43,11 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
         let _ = writeln!(out, "\n## Goal\n{}", c.state.goal.trim());
     }
     if let Some(i) = c.instructions.as_deref().filter(|i| !i.trim().is_empty()) {
-        let _ = writeln!(out, "\n## Focus requested for this compaction\n{}", i.trim());
+        let _ = writeln!(
+            out,
+            "\n## Focus requested for this compaction\n{}",
+            i.trim()
+        );
     }
     list(&mut out, "Constraints", &c.state.constraints);
     list(&mut out, "Completed", &c.state.completed);
@@ -98,21 +102,41 @@ mod tests {
             first_kept_entry_id: Some("e42".into()),
             previous_checkpoint_id: Some("ck_ba9876543210".into()),
             state: CapsuleState {
-                goal: "Fix the flaky login test in auth/session.rs without changing the public API.".into(),
-                constraints: vec!["keep the API stable".into(), "no new dependencies\nand no unsafe".into()],
-                completed: vec!["reproduced the failure".into(), "`cargo test` passes".into()],
+                goal:
+                    "Fix the flaky login test in auth/session.rs without changing the public API."
+                        .into(),
+                constraints: vec![
+                    "keep the API stable".into(),
+                    "no new dependencies\nand no unsafe".into(),
+                ],
+                completed: vec![
+                    "reproduced the failure".into(),
+                    "`cargo test` passes".into(),
+                ],
                 active: vec!["make the session clock injectable".into()],
                 pending: vec!["add a regression test".into()],
                 decisions: vec![
-                    Decision { decision: "inject a Clock trait".into(), rationale: "tests need a fixed time".into() },
-                    Decision { decision: "keep the cookie format".into(), rationale: String::new() },
+                    Decision {
+                        decision: "inject a Clock trait".into(),
+                        rationale: "tests need a fixed time".into(),
+                    },
+                    Decision {
+                        decision: "keep the cookie format".into(),
+                        rationale: String::new(),
+                    },
                 ],
                 blockers: vec!["`cargo test -p auth` fails: assertion failed: expired".into()],
                 next_steps: vec!["Make `cargo test -p auth` pass".into()],
             },
             artifacts: Artifacts {
-                read_files: vec![FileArtifact { path: "src/auth/session.rs".into(), entry_ids: vec!["e3".into()] }],
-                modified_files: vec![FileArtifact { path: "src/auth/clock.rs".into(), entry_ids: vec!["e9".into()] }],
+                read_files: vec![FileArtifact {
+                    path: "src/auth/session.rs".into(),
+                    entry_ids: vec!["e3".into()],
+                }],
+                modified_files: vec![FileArtifact {
+                    path: "src/auth/clock.rs".into(),
+                    entry_ids: vec!["e9".into()],
+                }],
                 verification: vec![Verification {
                     command: "cargo test -p auth".into(),
                     outcome: VerificationOutcome::Failed,
@@ -120,7 +144,10 @@ mod tests {
                 }],
                 active_skills: vec!["rust-testing".into()],
             },
-            tokens: CapsuleTokens { before: 41000, after: 18000 },
+            tokens: CapsuleTokens {
+                before: 41000,
+                after: 18000,
+            },
             origin: Origin::Session,
             mirrored: false,
             title: Some("auth clock".into()),
@@ -138,6 +165,9 @@ mod tests {
 
     #[test]
     fn rendering_is_deterministic() {
-        assert_eq!(render_for_model(&full_capsule()), render_for_model(&full_capsule().clone()));
+        assert_eq!(
+            render_for_model(&full_capsule()),
+            render_for_model(&full_capsule().clone())
+        );
     }
 }

@@ -1,60 +1,89 @@
-//! `soba compact`: an explicit compaction of a session log.
+//! `soba compact` and `soba capsule create`: explicit compactions of a session log.
 
 use std::path::Path;
 
 use super::{human_tokens, print_json, warn_load, CommonArgs};
 use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::Barrier;
+use crate::compaction::{CompactionResult, Plan};
+use crate::config::Config;
 use crate::session::entry::Outcome;
-use crate::session::log::{read_session, SessionLog};
+use crate::session::log::{read_session, LogError, SessionLog};
 
-pub fn compact(
-    path: &Path,
-    instructions: Option<String>,
-    common: &CommonArgs,
-) -> anyhow::Result<()> {
+/// Open a session for writing with its layered configuration.
+fn open(path: &Path, common: &CommonArgs) -> anyhow::Result<(SessionLog, Config)> {
     let (probe, _) = read_session(path)?;
     let config = common.config_for(Some(&probe.header))?;
     drop(probe);
     let (mut log, report) = SessionLog::open(path, config.durability)?;
     warn_load(path, &report);
     log.session_mut().set_tokenizer(config.model.tokenizer);
-    let mapping = ToolMapping::default();
-    let barrier = Barrier {
-        config: &config,
-        mapping: &mapping,
+    Ok((log, config))
+}
+
+/// Generate the capsule of a plan (the configured model, else the local builder; Ctrl-C
+/// cancels) and commit it.
+fn run_plan(
+    log: &mut SessionLog,
+    plan: Result<Plan, CompactionResult>,
+    config: &Config,
+    common: &CommonArgs,
+) -> anyhow::Result<CompactionResult> {
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(ended) => return Ok(ended),
     };
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
-    let result = match barrier.explicit(&mut log, instructions)? {
-        Ok(plan) => {
-            let started = std::time::Instant::now();
-            let show_progress =
-                !common.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let progress = move |pct: u8| {
-                if show_progress {
-                    eprint!("\rCompacting context · {pct}%");
-                }
-            };
-            let (generated, cancelled) =
-                crate::summarize::generate_blocking(&plan, summarizer.as_deref(), &progress)?;
-            if show_progress {
-                eprintln!();
-            }
-            crate::compaction::commit(
-                &mut log,
-                &plan,
-                generated,
-                cancelled,
-                started.elapsed().as_millis() as u64,
-            )?
+    let started = std::time::Instant::now();
+    let show_progress = !common.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let progress = move |pct: u8| {
+        if show_progress {
+            eprint!("\rCompacting context · {pct}%");
         }
-        Err(ended) => ended,
     };
+    let (generated, cancelled) =
+        crate::summarize::generate_blocking(&plan, summarizer.as_deref(), &progress)?;
+    if show_progress {
+        eprintln!();
+    }
+    let elapsed = started.elapsed().as_millis() as u64;
+    let result = crate::compaction::commit(log, &plan, generated, cancelled, elapsed)?;
     if result.degraded {
         eprintln!(
             "warning: a summarization model was configured but the local capsule was used: {}",
             result.reason
         );
+    }
+    Ok(result)
+}
+
+fn with_barrier<T>(
+    log: &mut SessionLog,
+    config: &Config,
+    f: impl FnOnce(&Barrier<'_>, &mut SessionLog) -> Result<T, LogError>,
+) -> Result<T, LogError> {
+    let mapping = ToolMapping::default();
+    let barrier = Barrier {
+        config,
+        mapping: &mapping,
+    };
+    f(&barrier, log)
+}
+
+pub fn compact(
+    path: &Path,
+    instructions: Option<String>,
+    mirror: bool,
+    common: &CommonArgs,
+) -> anyhow::Result<()> {
+    let (mut log, config) = open(path, common)?;
+    let mirror = mirror || config.mirror_explicit_compacts;
+    let plan = with_barrier(&mut log, &config, |b, log| {
+        b.explicit_mirrored(log, instructions, mirror)
+    })?;
+    let result = run_plan(&mut log, plan, &config, common)?;
+    if let Some(note) = &result.mirror_note {
+        eprintln!("note: not mirrored into Project Memory: {note}");
     }
     if common.json {
         print_json(&result)?;
@@ -69,9 +98,42 @@ pub fn compact(
                 human_tokens(result.hard_limit)
             );
         }
+        if let Some(path) = &result.mirrored_to {
+            println!("mirrored into Project Memory: {path}");
+        }
     }
     if result.outcome == Outcome::Failed {
         anyhow::bail!("compaction failed: {}", result.reason);
     }
+    Ok(())
+}
+
+/// `soba capsule create SESSION TITLE`: an intentional capsule of the current state, recorded
+/// in the session without changing its model input.
+pub fn create(path: &Path, title: &str, common: &CommonArgs) -> anyhow::Result<()> {
+    let (mut log, config) = open(path, common)?;
+    let plan = with_barrier(&mut log, &config, |b, log| {
+        b.handoff(log, title.to_string())
+    })?;
+    let result = run_plan(&mut log, plan, &config, common)?;
+    if result.outcome != Outcome::Completed {
+        anyhow::bail!("no capsule created ({}): {}", result.outcome, result.reason);
+    }
+    if common.json {
+        return print_json(&serde_json::json!({
+            "checkpointId": result.checkpoint_id,
+            "title": title,
+            "quality": result.quality,
+            "tokens": result.tokens_before,
+            "result": result,
+        }));
+    }
+    println!(
+        "created {} \"{title}\" ({}); export it with `soba capsule export {} {} FILE.capsule.md`",
+        result.checkpoint_id.as_deref().unwrap_or("-"),
+        result.quality.map(|q| q.as_str()).unwrap_or("-"),
+        path.display(),
+        result.checkpoint_id.as_deref().unwrap_or("-"),
+    );
     Ok(())
 }

@@ -29,6 +29,12 @@ fn idle_timeout() -> std::time::Duration {
 }
 
 pub fn serve(mode: ServeMode, common: &CommonArgs) -> anyhow::Result<()> {
+    // A client that disconnects mid-reply must end that connection, not the daemon: writes to
+    // a closed socket or pipe return EPIPE instead of raising SIGPIPE.
+    // SAFETY: called before the runtime starts any thread; SIG_IGN is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     let paths = Paths::from_env()?;
     let options = DaemonOptions { extra_config: common.config.clone(), ..DaemonOptions::default() };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

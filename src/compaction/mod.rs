@@ -53,6 +53,12 @@ pub struct CompactionResult {
     pub degraded: bool,
     pub hard_limit: u64,
     pub soft_limit: u64,
+    /// Path of the Project Memory copy, when the capsule was mirrored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirrored_to: Option<String>,
+    /// Why a requested mirror was not written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_note: Option<String>,
 }
 
 impl CompactionResult {
@@ -96,6 +102,8 @@ impl CompactionResult {
             degraded: false,
             hard_limit: limits.hard_limit,
             soft_limit: limits.soft_limit,
+            mirrored_to: None,
+            mirror_note: None,
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct Plan {
     pub tokenizer: crate::tokens::TokenizerKind,
     /// The ROI minimums the post-generation gate applies.
     pub roi: crate::config::CompactionConfig,
+    /// Mirror the capsule into the workspace's Project Memory, where the rules allow it.
+    pub mirror_requested: bool,
 }
 
 impl Plan {
@@ -362,6 +364,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         workspace,
         tokenizer: session.tokenizer(),
         roi: c.clone(),
+        mirror_requested: false,
     })
 }
 

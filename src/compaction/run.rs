@@ -192,8 +192,51 @@ pub fn commit(
         result.tokens_after = plan.tokens_before;
         result.reclaimed_percent = 0.0;
     }
-    append_child(log, EntryBody::Capsule(Box::new(capsule)))?;
+    let mirrored = if plan.mirror_requested {
+        mirror(log, plan, &mut capsule, &mut result)
+    } else {
+        None
+    };
+    if let Err(e) = append_child(log, EntryBody::Capsule(Box::new(capsule))) {
+        // The capsule is not in the session: neither may its Project Memory copy be.
+        if let Some(path) = mirrored {
+            let _ = std::fs::remove_file(path);
+        }
+        return Err(e);
+    }
     Ok(result)
+}
+
+/// Write the Project Memory copy of an explicit compaction's capsule before it is appended,
+/// when the rules allow (a validated, non-degraded, explicit `/compact`).
+fn mirror(
+    log: &SessionLog,
+    plan: &Plan,
+    capsule: &mut crate::capsule::CapsuleEntry,
+    result: &mut CompactionResult,
+) -> Option<std::path::PathBuf> {
+    use crate::capsule::memory;
+    if let Err(why) = memory::should_mirror(capsule, true) {
+        result.mirror_note = Some(why.to_string());
+        return None;
+    }
+    capsule.mirrored = true;
+    let created = crate::util::now_rfc3339();
+    let source = memory::MirrorSource {
+        created: &created,
+        session: Some(&log.session().header.id),
+    };
+    match memory::mirror(std::path::Path::new(&plan.workspace), capsule, source, true) {
+        Ok(m) => {
+            result.mirrored_to = Some(m.path.display().to_string());
+            Some(m.path)
+        }
+        Err(e) => {
+            capsule.mirrored = false;
+            result.mirror_note = Some(e.to_string());
+            None
+        }
+    }
 }
 
 /// What preflight hands back.
@@ -376,13 +419,29 @@ impl Barrier<'_> {
         }
     }
 
-    /// An explicit `/compact [instructions]`: bypasses the soft ROI threshold.
+    /// An explicit `/compact [instructions]`: bypasses the soft ROI threshold. Mirrors into
+    /// Project Memory when the configuration asks for it.
     pub fn explicit(
         &self,
         log: &mut SessionLog,
         instructions: Option<String>,
     ) -> Result<Result<Plan, CompactionResult>, LogError> {
-        self.planned(log, Trigger::User, instructions, None)
+        self.explicit_mirrored(log, instructions, self.config.mirror_explicit_compacts)
+    }
+
+    /// An explicit `/compact`, asking (or not) for a Project Memory mirror (`--mirror`).
+    pub fn explicit_mirrored(
+        &self,
+        log: &mut SessionLog,
+        instructions: Option<String>,
+        mirror: bool,
+    ) -> Result<Result<Plan, CompactionResult>, LogError> {
+        Ok(self
+            .planned(log, Trigger::User, instructions, None)?
+            .map(|mut p| {
+                p.mirror_requested = mirror;
+                p
+            }))
     }
 
     /// `/capsule create "title"`: a hand-off capsule of the current state; not ROI-gated and

@@ -5,18 +5,29 @@
 //! `soba/sessions` read that snapshot and never wait for the actor, so they answer at once
 //! even while the actor is busy.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 
+use super::flight::{FlightLog, FlightRecord};
 use super::protocol::{
-    AppendResult, AutoCompactResult, BudgetReport, CompactionNotice, RewindResult, RpcError,
+    code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CheckpointResult, CompactionNotice,
+    CompactionPhase, OverflowResult, PreflightResult, RewindResult, RpcError, TurnCompleteResult,
 };
+use crate::capsule::artifacts::ToolMapping;
 use crate::cli::inspect::budget_report;
+use crate::compaction::run::{Barrier as Engine, Preflight};
+use crate::compaction::{reasons, CompactionResult, Generated, Plan};
 use crate::config::Config;
-use crate::session::entry::{Entry, EntryBody, FileEntry, RewindEntry, SettingEntry};
+use crate::session::entry::{CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage};
 use crate::session::log::{LogError, SessionLog};
+use crate::summarize::Summarizer;
 
 /// What the actor tells every interested client.
 #[derive(Debug, Clone)]
@@ -51,6 +62,14 @@ enum Command {
     Rewind { entry_id: String, reply: Reply<RewindResult> },
     SetAutoCompact { enabled: bool, reply: Reply<AutoCompactResult> },
     WatchedFiles { changes: Vec<FileEntry> },
+    Preflight { reply: Reply<PreflightResult> },
+    TurnComplete { usage: Option<Usage>, reply: Reply<TurnCompleteResult> },
+    Checkpoint { kind: CheckpointKind, label: String, reply: Reply<CheckpointResult> },
+    Overflow { reply: Reply<OverflowResult> },
+    Compact { instructions: Option<String>, mirror: Option<bool>, reply: Reply<CompactionResult> },
+    Cancel { reply: Reply<CancelResult> },
+    /// A spawned generation finished (internal).
+    Generated { operation_id: String, generated: Generated },
 }
 
 /// A cheap, cloneable reference to a live session.
@@ -70,6 +89,13 @@ impl std::fmt::Debug for Command {
             Command::Rewind { .. } => "Rewind",
             Command::SetAutoCompact { .. } => "SetAutoCompact",
             Command::WatchedFiles { .. } => "WatchedFiles",
+            Command::Preflight { .. } => "Preflight",
+            Command::TurnComplete { .. } => "TurnComplete",
+            Command::Checkpoint { .. } => "Checkpoint",
+            Command::Overflow { .. } => "Overflow",
+            Command::Compact { .. } => "Compact",
+            Command::Cancel { .. } => "Cancel",
+            Command::Generated { .. } => "Generated",
         })
     }
 }
@@ -101,35 +127,80 @@ impl SessionHandle {
         self.request(|reply| Command::SetAutoCompact { enabled, reply }).await
     }
 
+    /// The model input for the next inference, after any compaction the barrier requires.
+    pub async fn preflight(&self) -> Result<PreflightResult, RpcError> {
+        self.request(|reply| Command::Preflight { reply }).await
+    }
+
+    pub async fn turn_complete(&self, usage: Option<Usage>) -> Result<TurnCompleteResult, RpcError> {
+        self.request(|reply| Command::TurnComplete { usage, reply }).await
+    }
+
+    pub async fn checkpoint(&self, kind: CheckpointKind, label: String) -> Result<CheckpointResult, RpcError> {
+        self.request(|reply| Command::Checkpoint { kind, label, reply }).await
+    }
+
+    pub async fn overflow(&self) -> Result<OverflowResult, RpcError> {
+        self.request(|reply| Command::Overflow { reply }).await
+    }
+
+    pub async fn compact(&self, instructions: Option<String>, mirror: Option<bool>) -> Result<CompactionResult, RpcError> {
+        self.request(|reply| Command::Compact { instructions, mirror, reply }).await
+    }
+
+    pub async fn cancel(&self) -> Result<CancelResult, RpcError> {
+        self.request(|reply| Command::Cancel { reply }).await
+    }
+
     /// Record file changes seen on disk. Fire and forget: the watcher never waits on a session.
     pub fn watched_files(&self, changes: Vec<FileEntry>) {
         let _ = self.tx.send(Command::WatchedFiles { changes });
     }
 }
 
-/// Input that arrived while a compaction ran; applied in order after its outcome.
-enum Queued {
-    Append { entries: Vec<Value>, reply: Reply<AppendResult> },
-    SetAutoCompact { enabled: bool, reply: Reply<AutoCompactResult> },
-    Files(Vec<FileEntry>),
+/// Who waits for the outcome of the running compaction.
+enum Waiter {
+    Preflight(Reply<PreflightResult>),
+    Overflow(Reply<OverflowResult>),
+    Compact(Reply<CompactionResult>),
+}
+
+/// A compaction between plan and commit.
+struct Running {
+    plan: Arc<Plan>,
+    cancel: CancellationToken,
+    started: Instant,
+    waiter: Waiter,
+    /// Input that arrived meanwhile, applied in order after the outcome.
+    queued: VecDeque<Command>,
 }
 
 struct Actor {
     log: SessionLog,
     config: Config,
+    mapping: ToolMapping,
+    summarizer: Option<Arc<dyn Summarizer>>,
     workspace: String,
     status: watch::Sender<Status>,
     events: broadcast::Sender<Event>,
-    /// `Some` while a compaction is between plan and commit.
-    barrier: Option<Barrier>,
+    flight: FlightLog,
+    /// Our own queue, for generation tasks to report back on.
+    me: mpsc::WeakUnboundedSender<Command>,
+    running: Option<Running>,
 }
 
-struct Barrier {
-    queued: Vec<Queued>,
+/// What a session's actor is started with.
+pub struct ActorSetup {
+    pub log: SessionLog,
+    pub config: Config,
+    pub summarizer: Option<Arc<dyn Summarizer>>,
+    pub flight: FlightLog,
+    pub events: broadcast::Sender<Event>,
 }
 
 /// Start the actor of an opened log.
-pub fn spawn(log: SessionLog, config: Config, events: broadcast::Sender<Event>) -> SessionHandle {
+pub fn spawn(setup: ActorSetup) -> SessionHandle {
+    let ActorSetup { log, config, summarizer, flight, events } = setup;
     let id = log.session().header.id.clone();
     let workspace = PathBuf::from(&log.session().header.workspace);
     let path = log.path().to_path_buf();
@@ -139,8 +210,12 @@ pub fn spawn(log: SessionLog, config: Config, events: broadcast::Sender<Event>) 
         status: watch::Sender::new(placeholder_status()),
         log,
         config,
+        mapping: ToolMapping::default(),
+        summarizer,
         events,
-        barrier: None,
+        flight,
+        me: tx.downgrade(),
+        running: None,
     };
     actor.log.session_mut().set_tokenizer(actor.config.model.tokenizer);
     actor.status.send_replace(actor.snapshot());
@@ -162,6 +237,24 @@ fn placeholder_status() -> Status {
     }
 }
 
+fn log_failure(e: LogError) -> RpcError {
+    match e {
+        LogError::Tree { source, .. } => RpcError::invalid_params(format!("entries: {source}")),
+        other => RpcError::internal(other.to_string()),
+    }
+}
+
+/// The error for a preflight that cannot hand out input.
+fn budget_exceeded(r: CompactionResult) -> RpcError {
+    let (code, message) = if r.reason == reasons::OVERFLOW_RETRY_USED {
+        (code::OVERFLOW_RETRY_USED, r.reason.clone())
+    } else {
+        (code::BUDGET_EXCEEDED, format!("{}: {}", reasons::CONTEXT_BUDGET_EXCEEDED, r.reason))
+    };
+    let data = serde_json::to_value(&r).unwrap_or(Value::Null);
+    RpcError::new(code, message).with_data(serde_json::json!({ "compaction": data }))
+}
+
 impl Actor {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         while let Some(cmd) = rx.recv().await {
@@ -169,50 +262,268 @@ impl Actor {
         }
     }
 
+    fn engine(&self) -> Engine<'_> {
+        Engine { config: &self.config, mapping: &self.mapping }
+    }
+
     fn handle(&mut self, cmd: Command) {
+        if let Some(running) = &mut self.running {
+            match cmd {
+                // A rewind is applied even during a compaction: it moves the leaf, so the
+                // running compaction ends `stale` and appends nothing.
+                Command::Rewind { entry_id, reply } => {
+                    let r = self.rewind(&entry_id);
+                    let _ = reply.send(r);
+                }
+                Command::Cancel { reply } => {
+                    running.cancel.cancel();
+                    let _ = reply.send(Ok(CancelResult { cancelled: true }));
+                }
+                Command::Generated { operation_id, generated } => self.finish(operation_id, generated),
+                other => running.queued.push_back(other),
+            }
+            return;
+        }
         match cmd {
-            Command::Append { entries, reply } => match &mut self.barrier {
-                Some(b) => b.queued.push(Queued::Append { entries, reply }),
-                None => {
-                    let r = self.append(entries);
-                    let _ = reply.send(r);
-                }
-            },
-            Command::SetAutoCompact { enabled, reply } => match &mut self.barrier {
-                Some(b) => b.queued.push(Queued::SetAutoCompact { enabled, reply }),
-                None => {
-                    let r = self.set_auto_compact(enabled);
-                    let _ = reply.send(r);
-                }
-            },
-            Command::WatchedFiles { changes } => match &mut self.barrier {
-                Some(b) => b.queued.push(Queued::Files(changes)),
-                None => self.record_files(changes),
-            },
-            // A rewind is applied even during a compaction: it moves the leaf, so the running
-            // compaction ends `stale` and appends nothing.
+            Command::Append { entries, reply } => {
+                let r = self.append(entries);
+                let _ = reply.send(r);
+            }
+            Command::SetAutoCompact { enabled, reply } => {
+                let r = self.set_auto_compact(enabled);
+                let _ = reply.send(r);
+            }
+            Command::WatchedFiles { changes } => self.record_files(changes),
             Command::Rewind { entry_id, reply } => {
                 let r = self.rewind(&entry_id);
+                let _ = reply.send(r);
+            }
+            Command::Cancel { reply } => {
+                let _ = reply.send(Ok(CancelResult { cancelled: false }));
+            }
+            Command::TurnComplete { usage, reply } => {
+                let r = self.engine_step(|e, log| e.turn_complete(log, usage));
+                let _ = reply.send(r.map(|intent_recorded| TurnCompleteResult { intent_recorded }));
+            }
+            Command::Checkpoint { kind, label, reply } => {
+                let r = self.engine_step(|e, log| e.checkpoint(log, kind, label));
+                let _ = reply.send(r.map(|(entry_id, intent_recorded)| CheckpointResult { entry_id, intent_recorded }));
+            }
+            Command::Preflight { reply } => self.preflight(reply),
+            Command::Overflow { reply } => match self.engine_step(|e, log| e.overflow(log)) {
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+                Ok(Ok(plan)) => self.start(plan, Waiter::Overflow(reply)),
+                Ok(Err(ended)) => {
+                    self.record_flight(&ended);
+                    let r = if ended.reason == reasons::OVERFLOW_RETRY_USED {
+                        Err(budget_exceeded(ended))
+                    } else {
+                        Ok(OverflowResult { compaction: ended, retry_allowed: false })
+                    };
+                    let _ = reply.send(r);
+                }
+            },
+            Command::Compact { instructions, mirror, reply } => {
+                let mirror = mirror.unwrap_or(self.config.mirror_explicit_compacts);
+                match self.engine_step(|e, log| e.explicit_mirrored(log, instructions, mirror)) {
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                    Ok(Ok(plan)) => self.start(plan, Waiter::Compact(reply)),
+                    Ok(Err(ended)) => {
+                        self.record_flight(&ended);
+                        let _ = reply.send(Ok(ended));
+                    }
+                }
+            }
+            // A late report of a compaction that already ended (cannot happen: one runs at a time).
+            Command::Generated { .. } => {}
+        }
+    }
+
+    /// Run one engine step on the log and publish the new state.
+    fn engine_step<T>(&mut self, f: impl FnOnce(&Engine<'_>, &mut SessionLog) -> Result<T, LogError>) -> Result<T, RpcError> {
+        let engine = Engine { config: &self.config, mapping: &self.mapping };
+        let r = f(&engine, &mut self.log).map_err(log_failure);
+        self.publish();
+        r
+    }
+
+    fn preflight(&mut self, reply: Reply<PreflightResult>) {
+        match self.engine_step(|e, log| e.preflight(log)) {
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+            Ok(Preflight::Compact(plan)) => self.start(*plan, Waiter::Preflight(reply)),
+            Ok(other) => {
+                let _ = reply.send(self.preflight_answer(other));
+            }
+        }
+    }
+
+    fn preflight_answer(&self, p: Preflight) -> Result<PreflightResult, RpcError> {
+        match p {
+            Preflight::Ready { messages, tokens, skipped } => {
+                if let Some(s) = &skipped {
+                    self.record_flight(s);
+                }
+                Ok(PreflightResult { messages, tokens, compaction: skipped })
+            }
+            Preflight::Failed(r) => {
+                if !r.operation_id.is_empty() {
+                    self.record_flight(&r);
+                }
+                Err(budget_exceeded(r))
+            }
+            Preflight::Compact(_) => unreachable!("handled by the caller"),
+        }
+    }
+
+    /// Begin the barrier: announce it, and write the summary in a task of its own so that this
+    /// actor keeps answering (budget, rewind, cancel) and queueing input meanwhile.
+    fn start(&mut self, plan: Plan, waiter: Waiter) {
+        let plan = Arc::new(plan);
+        let cancel = CancellationToken::new();
+        self.running = Some(Running {
+            plan: plan.clone(),
+            cancel: cancel.clone(),
+            started: Instant::now(),
+            waiter,
+            queued: VecDeque::new(),
+        });
+        self.notice(&plan, CompactionPhase::Start, None, None, None);
+        self.publish();
+        let Some(me) = self.me.upgrade() else { return };
+        let summarizer = self.summarizer.clone();
+        let events = self.events.clone();
+        let (session_id, workspace) = (self.session_id().to_string(), self.workspace.clone());
+        tokio::spawn(async move {
+            let last = AtomicU8::new(0);
+            let progress_plan = plan.clone();
+            let progress = move |pct: u8| {
+                // Only changes are worth a message.
+                if last.swap(pct, Ordering::Relaxed) != pct {
+                    let notice = CompactionNotice {
+                        session_id: session_id.clone(),
+                        operation_id: progress_plan.operation_id.clone(),
+                        phase: CompactionPhase::Progress,
+                        trigger: progress_plan.trigger.as_str().to_string(),
+                        percent: Some(pct.min(100)),
+                        result: None,
+                        message: None,
+                    };
+                    let _ = events.send(Event::Compaction { workspace: workspace.clone(), notice });
+                }
+            };
+            let generated = crate::summarize::generate(&plan, summarizer.as_deref(), cancel, &progress).await;
+            let _ = me.send(Command::Generated { operation_id: plan.operation_id.clone(), generated });
+        });
+    }
+
+    /// End the barrier: commit, tell everyone, apply queued input in order, answer the waiter.
+    fn finish(&mut self, operation_id: String, generated: Generated) {
+        let Some(running) = self.running.take_if(|r| r.plan.operation_id == operation_id) else {
+            return;
+        };
+        let Running { plan, cancel, started, waiter, queued } = running;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let committed = crate::compaction::commit(&mut self.log, &plan, generated, cancel.is_cancelled(), duration_ms);
+        let outcome = committed.map_err(|e| RpcError::internal(format!("the compaction could not be written: {e}")));
+        match &outcome {
+            Ok(result) => {
+                self.record_flight(result);
+                let line = result.completion_line();
+                self.notice(&plan, CompactionPhase::End, None, Some(result.clone()), Some(line));
+                if result.degraded {
+                    let _ = self.events.send(Event::Degraded {
+                        workspace: self.workspace.clone(),
+                        message: format!("The compaction used the local capsule: {}", result.reason),
+                    });
+                }
+            }
+            Err(e) => self.notice(&plan, CompactionPhase::End, None, None, Some(e.message.clone())),
+        }
+        self.publish();
+        for cmd in queued {
+            self.handle(cmd);
+        }
+        // Queued input may have started another compaction; the waiter's answer is about this one.
+        match waiter {
+            Waiter::Compact(reply) => {
+                let _ = reply.send(outcome);
+            }
+            Waiter::Overflow(reply) => {
+                let r = outcome.map(|compaction| OverflowResult {
+                    retry_allowed: compaction.outcome == Outcome::Completed,
+                    compaction,
+                });
+                let _ = reply.send(r);
+            }
+            Waiter::Preflight(reply) => {
+                // The input as it is now, never a second compaction in a loop: a compaction that
+                // could not bring the input under the hard limit is reported as such.
+                let r = outcome.and_then(|compaction| {
+                    match self.engine().ready_input(&self.log, Some(compaction.clone())) {
+                        Preflight::Ready { messages, tokens, .. } => {
+                            Ok(PreflightResult { messages, tokens, compaction: Some(compaction) })
+                        }
+                        Preflight::Failed(mut r) => {
+                            r.operation_id = compaction.operation_id.clone();
+                            r.trigger = compaction.trigger;
+                            if compaction.outcome != Outcome::Completed {
+                                r.reason = format!("{}; {}", compaction.reason, r.reason);
+                            }
+                            Err(budget_exceeded(r))
+                        }
+                        Preflight::Compact(_) => unreachable!("ready_input never plans"),
+                    }
+                });
                 let _ = reply.send(r);
             }
         }
     }
 
-    /// Apply input queued during a compaction, in arrival order.
-    #[allow(dead_code)]
-    fn drain(&mut self, queued: Vec<Queued>) {
-        for q in queued {
-            match q {
-                Queued::Append { entries, reply } => {
-                    let r = self.append(entries);
-                    let _ = reply.send(r);
-                }
-                Queued::SetAutoCompact { enabled, reply } => {
-                    let r = self.set_auto_compact(enabled);
-                    let _ = reply.send(r);
-                }
-                Queued::Files(changes) => self.record_files(changes),
-            }
+    fn notice(
+        &self,
+        plan: &Plan,
+        phase: CompactionPhase,
+        percent: Option<u8>,
+        result: Option<CompactionResult>,
+        message: Option<String>,
+    ) {
+        let notice = CompactionNotice {
+            session_id: self.session_id().to_string(),
+            operation_id: plan.operation_id.clone(),
+            phase,
+            trigger: plan.trigger.as_str().to_string(),
+            percent,
+            result,
+            message,
+        };
+        let _ = self.events.send(Event::Compaction { workspace: self.workspace.clone(), notice });
+    }
+
+    /// One flight record per operation; never any capsule text.
+    fn record_flight(&self, r: &CompactionResult) {
+        let record = FlightRecord {
+            operation_id: r.operation_id.clone(),
+            session_id: self.session_id().to_string(),
+            trigger: r.trigger.as_str().to_string(),
+            outcome: r.outcome.as_str().to_string(),
+            reason: r.reason.clone(),
+            duration_ms: r.duration_ms,
+            checkpoint_id: r.checkpoint_id.clone(),
+            tokens_before: r.tokens_before,
+            tokens_after: r.tokens_after,
+            reclaimed: r.tokens_before.saturating_sub(r.tokens_after),
+            hard_limit: r.hard_limit,
+            soft_limit: r.soft_limit,
+            ts: crate::util::now_rfc3339(),
+        };
+        if let Err(e) = self.flight.append(&record) {
+            eprintln!("soba: cannot write flight record to {}: {e}", self.flight.path().display());
         }
     }
 
@@ -223,7 +534,7 @@ impl Actor {
     fn budget(&self) -> BudgetReport {
         let s = self.log.session();
         let core = budget_report(s, self.config.limits(), self.config.compaction.auto, &self.config.model.name);
-        BudgetReport::new(&s.header.id, &self.workspace, &core, self.barrier.is_some())
+        BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
     }
 
     fn snapshot(&self) -> Status {
@@ -244,10 +555,7 @@ impl Actor {
     }
 
     fn write(&mut self, entries: Vec<Entry>) -> Result<(), RpcError> {
-        self.log.append_all(entries).map_err(|e| match e {
-            LogError::Tree { source, .. } => RpcError::invalid_params(format!("entries: {source}")),
-            other => RpcError::internal(other.to_string()),
-        })
+        self.log.append_all(entries).map_err(log_failure)
     }
 
     fn append(&mut self, raw: Vec<Value>) -> Result<AppendResult, RpcError> {

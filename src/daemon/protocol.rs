@@ -36,8 +36,14 @@ pub mod notification {
 pub const METHODS: &[&str] = &[
     method::SESSION_OPEN,
     method::SESSION_APPEND,
+    method::PREFLIGHT,
+    method::TURN_COMPLETE,
+    method::CHECKPOINT,
+    method::OVERFLOW,
+    method::CANCEL,
     method::REWIND,
     method::BUDGET,
+    method::COMPACT,
     method::AUTO_COMPACT,
     method::SESSIONS,
     method::FLIGHT,
@@ -220,23 +226,8 @@ pub struct AppendResult {
     pub budget: BudgetReport,
 }
 
-/// The outcome of one compaction, as clients see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CompactionResult {
-    pub operation_id: String,
-    pub outcome: String,
-    pub reason: String,
-    pub trigger: String,
-    pub tokens_before: u64,
-    pub tokens_after: u64,
-    pub reclaimed_percent: f64,
-    pub checkpoint_id: Option<String>,
-    pub quality: Option<String>,
-    pub first_kept_entry_id: Option<String>,
-    pub duration_ms: u64,
-    pub degraded: bool,
-}
+/// The outcome of one compaction operation (the engine's type, serialized as is).
+pub use crate::compaction::CompactionResult;
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -334,23 +325,6 @@ pub struct CompactionNotice {
     pub result: Option<CompactionResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-}
-
-/// The persistent completion line: `auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_3f9a…, model`.
-pub fn completion_line(r: &CompactionResult) -> String {
-    let tokens = |n: u64| crate::cli::human_tokens(n);
-    match (r.outcome.as_str(), &r.checkpoint_id) {
-        ("completed", Some(ck)) => format!(
-            "{} compact: {} → {} tokens (−{:.0}%), {}, {}",
-            r.trigger,
-            tokens(r.tokens_before),
-            tokens(r.tokens_after),
-            r.reclaimed_percent,
-            ck,
-            r.quality.as_deref().unwrap_or("model")
-        ),
-        (outcome, _) => format!("{} compact {}: {}", r.trigger, outcome, r.reason),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -453,24 +427,5 @@ mod tests {
         let e = parse_params::<AutoCompactParams>(method::AUTO_COMPACT, serde_json::json!({"enabled": "yes"}))
             .unwrap_err();
         assert!(e.message.contains("`enabled`: invalid type"), "{}", e.message);
-    }
-
-    #[test]
-    fn completion_line_reads_like_the_spec() {
-        let r = CompactionResult {
-            operation_id: "op_1".into(),
-            outcome: "completed".into(),
-            reason: "ok".into(),
-            trigger: "auto_threshold".into(),
-            tokens_before: 41_200,
-            tokens_after: 18_300,
-            reclaimed_percent: 55.6,
-            checkpoint_id: Some("ck_3f9a".into()),
-            quality: Some("model".into()),
-            first_kept_entry_id: None,
-            duration_ms: 10,
-            degraded: false,
-        };
-        assert_eq!(completion_line(&r), "auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model");
     }
 }

@@ -13,20 +13,24 @@ use super::paths::{workspace_path, Paths};
 use super::protocol::{code, ModelParams, RpcError, SessionSummary};
 use super::watcher::{WatchMode, WorkspaceWatcher};
 use crate::config::{Config, ConfigSources, Overrides};
+use crate::summarize::Summarizer;
 use crate::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
 use crate::session::log::{LogError, SessionLog};
 
 /// How the daemon behaves; tests turn the watcher off or force polling.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DaemonOptions {
     pub watch: Option<WatchMode>,
     /// A `--config FILE` layered over the user's and each workspace's config.
     pub extra_config: Option<PathBuf>,
+    /// The summarizer of every session, instead of the one each session's config names
+    /// (embedders and tests).
+    pub summarizer: Option<Arc<dyn Summarizer>>,
 }
 
 impl Default for DaemonOptions {
     fn default() -> Self {
-        DaemonOptions { watch: Some(WatchMode::Native), extra_config: None }
+        DaemonOptions { watch: Some(WatchMode::Native), extra_config: None, summarizer: None }
     }
 }
 
@@ -114,7 +118,27 @@ impl Daemon {
         let (log, config) = tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, extra))
             .await
             .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
-        let handle = actor::spawn(log, config, self.events.clone());
+        let workspace_key = workspace.display().to_string();
+        let summarizer = match &self.options.summarizer {
+            Some(s) => Some(s.clone()),
+            None => match crate::summarize::from_config(&config.summarizer) {
+                Ok(s) => s.map(Arc::from),
+                Err(e) => {
+                    let _ = self.events.send(Event::Degraded {
+                        workspace: workspace_key,
+                        message: format!("The summarization model cannot be used ({e}); capsules are built locally"),
+                    });
+                    None
+                }
+            },
+        };
+        let handle = actor::spawn(actor::ActorSetup {
+            log,
+            config,
+            summarizer,
+            flight: FlightLog::new(&self.paths.workspace_dir(&workspace)),
+            events: self.events.clone(),
+        });
         {
             let mut reg = self.lock();
             // Another client may have opened the same session meanwhile; the log lock makes

@@ -92,8 +92,14 @@ macro_rules! handlers {
 handlers! {
     session_open => method::SESSION_OPEN,
     session_append => method::SESSION_APPEND,
+    preflight => method::PREFLIGHT,
+    turn_complete => method::TURN_COMPLETE,
+    checkpoint => method::CHECKPOINT,
+    overflow => method::OVERFLOW,
+    cancel => method::CANCEL,
     rewind => method::REWIND,
     budget => method::BUDGET,
+    compact => method::COMPACT,
     auto_compact => method::AUTO_COMPACT,
     sessions => method::SESSIONS,
     flight => method::FLIGHT,
@@ -156,6 +162,31 @@ impl Backend {
             method::SESSION_APPEND => {
                 let p: AppendParams = parse_params(method, params)?;
                 to_value(self.session(&p.session_id)?.append(p.entries).await?)
+            }
+            method::PREFLIGHT => {
+                let p: SessionParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.preflight().await?)
+            }
+            method::TURN_COMPLETE => {
+                let p: TurnCompleteParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.turn_complete(p.usage).await?)
+            }
+            method::CHECKPOINT => {
+                let p: CheckpointParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.checkpoint(p.kind, p.label).await?)
+            }
+            method::OVERFLOW => {
+                let p: SessionParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.overflow().await?)
+            }
+            method::CANCEL => {
+                let p: SessionParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.cancel().await?)
+            }
+            method::COMPACT => {
+                let p: CompactParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.compact(p.instructions, p.mirror).await?)
             }
             method::REWIND => {
                 let p: RewindParams = parse_params(method, params)?;

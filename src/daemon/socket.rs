@@ -260,7 +260,7 @@ mod tests {
         // A second daemon sees the lock and steps aside without touching the socket.
         assert!(bind(&paths).unwrap().is_none());
 
-        let daemon = Daemon::new(paths.clone(), DaemonOptions { watch: None, extra_config: None });
+        let daemon = Daemon::new(paths.clone(), DaemonOptions { watch: None, extra_config: None, summarizer: None });
         let server = tokio::spawn(run(listener, daemon, Duration::from_millis(200)));
         let started = std::sync::atomic::AtomicBool::new(false);
         let stream = connect_or_start(&paths, || {

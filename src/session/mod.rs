@@ -104,9 +104,15 @@ impl Session {
         let inherited_capsule = parent.and_then(|p| self.capsule_on_path[p as usize]);
         let inherited_setting = parent.and_then(|p| self.setting_on_path[p as usize]);
         // A `/capsule create` hand-off capsule records state without compacting: it never
-        // becomes the capsule of the model input.
+        // becomes the capsule of the model input. Loaded from a file into a session, it does:
+        // continuing from it is the point of loading it.
         let capsule = match &entry.body {
-            EntryBody::Capsule(c) if c.trigger != entry::Trigger::Handoff => Some(idx),
+            EntryBody::Capsule(c)
+                if c.trigger != entry::Trigger::Handoff
+                    || c.origin == crate::capsule::Origin::Loaded =>
+            {
+                Some(idx)
+            }
             _ => inherited_capsule,
         };
         let setting = match entry.body {

@@ -16,7 +16,9 @@ type Writer = Arc<Mutex<Box<dyn AsyncWrite + Unpin + Send>>>;
 pub struct LspClient {
     writer: Writer,
     pending: Arc<std::sync::Mutex<HashMap<i64, oneshot::Sender<Value>>>>,
-    pub notifications: mpsc::UnboundedReceiver<Value>,
+    notifications: Mutex<mpsc::UnboundedReceiver<Value>>,
+    /// Every notification received so far, in order.
+    pub seen: Arc<std::sync::Mutex<Vec<Value>>>,
     /// Requests the server sent us (method names), e.g. `window/workDoneProgress/create`.
     pub server_requests: Arc<std::sync::Mutex<Vec<String>>>,
     next_id: std::sync::atomic::AtomicI64,
@@ -60,6 +62,8 @@ impl LspClient {
         let pending: Arc<std::sync::Mutex<HashMap<i64, oneshot::Sender<Value>>>> = Default::default();
         let server_requests: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
         let (tx, notifications) = mpsc::unbounded_channel();
+        let seen: Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+        let seen_by_reader = seen.clone();
         // The reader holds the writer weakly: dropping the client closes the stream.
         let (p, w, sr) = (pending.clone(), Arc::downgrade(&writer), server_requests.clone());
         tokio::spawn(async move {
@@ -78,11 +82,12 @@ impl LspClient {
                         write_frame(&w, &json!({"jsonrpc": "2.0", "id": msg["id"], "result": null})).await;
                     }
                 } else {
+                    seen_by_reader.lock().unwrap().push(msg.clone());
                     let _ = tx.send(msg);
                 }
             }
         });
-        LspClient { writer, pending, notifications, server_requests, next_id: 1.into() }
+        LspClient { writer, pending, notifications: Mutex::new(notifications), seen, server_requests, next_id: 1.into() }
     }
 
     /// Send a request; the whole response (`result` or `error`).
@@ -112,6 +117,11 @@ impl LspClient {
     }
 
     /// Close our side of the stream: the server sees end of input.
+    /// Notifications received so far with this method.
+    pub fn seen(&self, method: &str) -> Vec<Value> {
+        self.seen.lock().unwrap().iter().filter(|n| n["method"] == method).map(|n| n["params"].clone()).collect()
+    }
+
     pub async fn close(self) {
         let _ = self.writer.lock().await.shutdown().await;
     }
@@ -141,10 +151,11 @@ impl LspClient {
     }
 
     /// The next notification with this method, skipping others; panics after `timeout`.
-    pub async fn expect_notification(&mut self, method: &str, timeout: Duration) -> Value {
+    pub async fn expect_notification(&self, method: &str, timeout: Duration) -> Value {
         let deadline = tokio::time::Instant::now() + timeout;
+        let mut rx = self.notifications.lock().await;
         loop {
-            let n = tokio::time::timeout_at(deadline, self.notifications.recv())
+            let n = tokio::time::timeout_at(deadline, rx.recv())
                 .await
                 .unwrap_or_else(|_| panic!("no {method} notification within {timeout:?}"))
                 .expect("connection closed");
@@ -155,10 +166,11 @@ impl LspClient {
     }
 
     /// Every notification that arrives within `window`.
-    pub async fn drain(&mut self, window: Duration) -> Vec<Value> {
+    pub async fn drain(&self, window: Duration) -> Vec<Value> {
         let mut out = Vec::new();
         let deadline = tokio::time::Instant::now() + window;
-        while let Ok(Some(n)) = tokio::time::timeout_at(deadline, self.notifications.recv()).await {
+        let mut rx = self.notifications.lock().await;
+        while let Ok(Some(n)) = tokio::time::timeout_at(deadline, rx.recv()).await {
             out.push(n);
         }
         out

@@ -1,0 +1,205 @@
+//! Explicit compactions through the CLI: Project Memory mirroring of a model capsule, the
+//! refusal to mirror a degraded one, and `soba capsule create` (a hand-off that leaves the model
+//! input as it is).
+
+mod loopback;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+use soba::config::Durability;
+use soba::session::entry::*;
+use soba::session::log::SessionLog;
+
+fn write_session(dir: &Path, turns: usize) -> PathBuf {
+    let path = dir.join("session.jsonl");
+    let header = SessionHeader {
+        kind: HeaderTag::Session,
+        version: LOG_FORMAT_VERSION,
+        id: "explicit".into(),
+        workspace: dir.display().to_string(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        model: Some(ModelRef {
+            name: Some("custom".into()),
+            context_window: Some(65000),
+            max_output_tokens: Some(8000),
+            tokenizer: None,
+        }),
+        source: None,
+    };
+    let mut log = SessionLog::create(&path, header, Durability::Flush).unwrap();
+    let mut last: Option<String> = None;
+    for t in 0..turns {
+        for (k, body) in [
+            EntryBody::Message(MessageEntry {
+                role: Role::User,
+                content: vec![ContentBlock::text(format!(
+                    "turn {t}:{}",
+                    " lorem".repeat(1500)
+                ))],
+                usage: None,
+                model: None,
+                synthetic: false,
+            }),
+            EntryBody::Message(MessageEntry {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolCall {
+                    id: format!("c{t}"),
+                    name: "Write".into(),
+                    input: json!({"file_path": format!("src/w{t}.rs")}),
+                }],
+                usage: None,
+                model: None,
+                synthetic: false,
+            }),
+            EntryBody::ToolResult(ToolResultEntry {
+                call_id: format!("c{t}"),
+                tool_name: Some("Write".into()),
+                content: vec![ContentBlock::text(" ipsum".repeat(2500))],
+                is_error: false,
+                exit_code: None,
+            }),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let id = format!("e{t}_{k}");
+            log.append(Entry::new(id.clone(), last.clone(), body))
+                .unwrap();
+            last = Some(id);
+        }
+    }
+    path
+}
+
+fn soba(dir: &Path, args: &[&str]) -> (bool, Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(args)
+        .env("SOBA_CONFIG", dir.join("none.json"))
+        .env("SOBA_TEST_KEY", "sk-test-mirror")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn model_reply() -> String {
+    let state = json!({
+        "goal": "Write the w-modules",
+        "constraints": ["keep the API"],
+        "completed": ["wrote the first modules"],
+        "active": [],
+        "pending": ["write the rest"],
+        "decisions": [{"decision": "one file per turn", "rationale": "easy to review"}],
+        "blockers": [],
+        "nextSteps": ["write the rest"]
+    });
+    json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": state.to_string()}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 50, "total_tokens": 150}
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_compact_with_mirror_writes_project_memory_from_a_model_capsule() {
+    let server = loopback::Loopback::start(|_, _| loopback::json(200, &model_reply())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let session = write_session(dir.path(), 12);
+    let cfg = dir.path().join("model.json");
+    std::fs::write(
+        &cfg,
+        json!({"summarizer": {"provider": "openai", "baseUrl": format!("{}/v1", server.base), "model": "gpt-4o-mini", "apiKeyEnv": "SOBA_TEST_KEY"}}).to_string(),
+    )
+    .unwrap();
+    let d = dir.path().to_path_buf();
+    let (ok, r, err) = tokio::task::spawn_blocking(move || {
+        soba(
+            &d,
+            &[
+                "compact",
+                session.to_str().unwrap(),
+                "--mirror",
+                "--json",
+                "--config",
+                cfg.to_str().unwrap(),
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(ok, "{err}");
+    assert_eq!(r["quality"], "model", "{r}");
+    let mirrored = PathBuf::from(r["mirroredTo"].as_str().expect("mirrored"));
+    assert!(mirrored.starts_with(dir.path().join(".soba/memory")));
+    let text = std::fs::read_to_string(&mirrored).unwrap();
+    assert!(text.contains("Write the w-modules"), "{text}");
+    assert!(dir.path().join(".soba/memory/index.md").is_file());
+    // The capsule in the log records that it was mirrored.
+    let log = std::fs::read_to_string(dir.path().join("session.jsonl")).unwrap();
+    assert!(log
+        .lines()
+        .any(|l| l.contains("\"type\":\"capsule\"") && l.contains("\"mirrored\":true")));
+}
+
+#[test]
+fn a_degraded_capsule_is_never_mirrored_even_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = write_session(dir.path(), 12);
+    let (ok, r, err) = soba(
+        dir.path(),
+        &["compact", session.to_str().unwrap(), "--mirror", "--json"],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(r["outcome"], "completed");
+    assert_eq!(r["quality"], "degraded");
+    assert!(r.get("mirroredTo").is_none());
+    assert!(
+        r["mirrorNote"].as_str().unwrap().contains("degraded"),
+        "{r}"
+    );
+    assert!(!dir.path().join(".soba/memory").exists());
+}
+
+#[test]
+fn capsule_create_records_a_handoff_without_changing_the_model_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = write_session(dir.path(), 3);
+    let s = session.to_str().unwrap();
+    let (_, before, _) = soba(dir.path(), &["context", s, "--json"]);
+    let (ok, created, err) = soba(
+        dir.path(),
+        &["capsule", "create", s, "handoff auth work", "--json"],
+    );
+    assert!(ok, "{err}");
+    let ck = created["checkpointId"].as_str().unwrap().to_string();
+    let (_, after, _) = soba(dir.path(), &["context", s, "--json"]);
+    assert_eq!(
+        before["messages"], after["messages"],
+        "a hand-off does not compact"
+    );
+    let (ok, list, err) = soba(dir.path(), &["capsule", "list", s, "--json"]);
+    assert!(ok, "{err}");
+    let listed = list.to_string();
+    assert!(
+        listed.contains(&ck) && listed.contains("handoff auth work") && listed.contains("handoff"),
+        "{listed}"
+    );
+    let out = dir.path().join("handoff.capsule.md");
+    let (ok, _, err) = soba(
+        dir.path(),
+        &["capsule", "export", s, &ck, out.to_str().unwrap()],
+    );
+    assert!(ok, "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("handoff auth work") && text.contains("src/w0.rs"),
+        "{text}"
+    );
+}

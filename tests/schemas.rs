@@ -1,0 +1,283 @@
+//! The checked-in JSON Schemas match the Rust types, and they accept what SOBA writes.
+//!
+//! After changing a type, regenerate with `UPDATE_SCHEMAS=1 cargo test --test schemas`.
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+use soba::capsule::{
+    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, LoadedFrom,
+    Origin, Quality, Verification, VerificationOutcome,
+};
+use soba::schemas::{capsule_schema, schema_text, session_entry_schema, SCHEMA_FILES};
+use soba::session::entry::*;
+
+fn schemas_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemas")
+}
+
+#[test]
+fn checked_in_schemas_match_the_types() {
+    let update = std::env::var("UPDATE_SCHEMAS").is_ok_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for (name, generate) in SCHEMA_FILES {
+        let path = schemas_dir().join(name);
+        let fresh = schema_text(&generate());
+        if update {
+            std::fs::create_dir_all(schemas_dir()).unwrap();
+            std::fs::write(&path, &fresh).unwrap();
+            continue;
+        }
+        match std::fs::read_to_string(&path) {
+            Ok(on_disk) if on_disk == fresh => {}
+            Ok(_) => stale.push(format!("schemas/{name} differs from the Rust types")),
+            Err(e) => stale.push(format!("schemas/{name}: {e}")),
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{}\nRegenerate with `UPDATE_SCHEMAS=1 cargo test --test schemas` and commit the result.",
+        stale.join("\n")
+    );
+}
+
+fn validator(schema: &Value) -> jsonschema::Validator {
+    jsonschema::validator_for(schema).expect("schema compiles")
+}
+
+fn errors(v: &jsonschema::Validator, instance: &Value) -> Vec<String> {
+    v.iter_errors(instance)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect()
+}
+
+fn capsule() -> CapsuleEntry {
+    CapsuleEntry {
+        checkpoint_id: "ck_0123456789ab".into(),
+        trigger: Trigger::User,
+        quality: Quality::Model,
+        first_kept_entry_id: Some("e3".into()),
+        previous_checkpoint_id: Some("ck_aaaaaaaaaaaa".into()),
+        state: CapsuleState {
+            goal: "g".into(),
+            constraints: vec!["c".into()],
+            completed: vec!["d".into()],
+            active: vec!["a".into()],
+            pending: vec!["p".into()],
+            decisions: vec![Decision {
+                decision: "x".into(),
+                rationale: "y".into(),
+            }],
+            blockers: vec!["b".into()],
+            next_steps: vec!["n".into()],
+        },
+        artifacts: Artifacts {
+            read_files: vec![FileArtifact {
+                path: "a.rs".into(),
+                entry_ids: vec!["e1".into()],
+            }],
+            modified_files: vec![FileArtifact {
+                path: "b.rs".into(),
+                entry_ids: vec![],
+            }],
+            verification: vec![Verification {
+                command: "cargo test".into(),
+                outcome: VerificationOutcome::Passed,
+                entry_id: "e2".into(),
+            }],
+            active_skills: vec!["s".into()],
+        },
+        tokens: CapsuleTokens {
+            before: 10,
+            after: 5,
+        },
+        origin: Origin::Loaded,
+        mirrored: false,
+        title: Some("t".into()),
+        degraded_reason: None,
+        instructions: Some("focus".into()),
+        elide_tool_results_over: Some(4000),
+        loaded_from: Some(LoadedFrom {
+            path: "x.capsule.md".into(),
+            workspace: Some("/w".into()),
+            session: Some("s".into()),
+            checkpoint_id: Some("ck_1".into()),
+            created: Some("2026-01-01T00:00:00Z".into()),
+        }),
+    }
+}
+
+/// One body of every entry type. The match makes a new variant a compile error here.
+fn bodies() -> Vec<EntryBody> {
+    let all = vec![
+        EntryBody::Message(MessageEntry {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::text("hi"),
+                ContentBlock::Thinking {
+                    thinking: "hmm".into(),
+                },
+                ContentBlock::ToolCall {
+                    id: "c1".into(),
+                    name: "Bash".into(),
+                    input: json!({"command": "ls"}),
+                },
+                ContentBlock::Image {
+                    media_type: Some("image/png".into()),
+                    data: Some("iVBORw0KGgo=".into()),
+                },
+            ],
+            usage: Some(Usage {
+                input: 1,
+                cache_read: 2,
+                cache_write: 3,
+                output: 4,
+            }),
+            model: Some("gpt-4o".into()),
+            synthetic: true,
+        }),
+        EntryBody::ToolResult(ToolResultEntry {
+            call_id: "c1".into(),
+            tool_name: Some("Bash".into()),
+            content: vec![ContentBlock::text("ok")],
+            is_error: false,
+            exit_code: Some(0),
+        }),
+        EntryBody::Capsule(Box::new(capsule())),
+        EntryBody::Checkpoint(CheckpointEntry {
+            kind: CheckpointKind::Milestone,
+            label: "parser done".into(),
+            checkpoint_id: None,
+        }),
+        EntryBody::File(FileEntry {
+            path: "a.rs".into(),
+            op: FileOp::Modified,
+            source: FileSource::Watcher,
+        }),
+        EntryBody::Setting(SettingEntry {
+            auto_compact: Some(false),
+            system_tokens: Some(1200),
+            ..Default::default()
+        }),
+        EntryBody::Rewind(RewindEntry { to: "e1".into() }),
+        EntryBody::Skill(SkillEntry {
+            name: "review".into(),
+            active: true,
+        }),
+        EntryBody::Intent(IntentEntry {
+            trigger: Trigger::Milestone,
+            action: IntentAction::Recorded,
+            intent_id: None,
+            label: Some("m".into()),
+        }),
+        EntryBody::TurnComplete(TurnCompleteEntry { usage: None }),
+        EntryBody::Compaction(CompactionRecord {
+            operation_id: "op_1".into(),
+            trigger: Trigger::TurnComplete,
+            outcome: Outcome::Skipped,
+            reason: "below ROI".into(),
+            tokens_before: 30000,
+            tokens_after: None,
+        }),
+        EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            agent: "codex".into(),
+            trigger: Some("auto".into()),
+            tokens_before: Some(180000),
+            summary: Some("s".into()),
+            summary_tokens: Some(900),
+            first_kept_entry_id: None,
+            kept_items: Some(12),
+        }),
+    ];
+    let mut covered = [false; 12];
+    for b in &all {
+        let i = match b {
+            EntryBody::Message(_) => 0,
+            EntryBody::ToolResult(_) => 1,
+            EntryBody::Capsule(_) => 2,
+            EntryBody::Checkpoint(_) => 3,
+            EntryBody::File(_) => 4,
+            EntryBody::Setting(_) => 5,
+            EntryBody::Rewind(_) => 6,
+            EntryBody::Skill(_) => 7,
+            EntryBody::Intent(_) => 8,
+            EntryBody::TurnComplete(_) => 9,
+            EntryBody::Compaction(_) => 10,
+            EntryBody::ForeignCompaction(_) => 11,
+        };
+        covered[i] = true;
+    }
+    assert!(
+        covered.iter().all(|c| *c),
+        "a sample is missing: {covered:?}"
+    );
+    all
+}
+
+#[test]
+fn session_entry_schema_accepts_every_entry_type_and_the_header() {
+    let v = validator(&session_entry_schema());
+    let header = SessionHeader {
+        kind: HeaderTag::Session,
+        version: LOG_FORMAT_VERSION,
+        id: "s1".into(),
+        workspace: "/w".into(),
+        created_at: "2026-01-01T00:00:00Z".into(),
+        model: Some(ModelRef {
+            name: Some("gpt-4o".into()),
+            context_window: Some(128000),
+            ..Default::default()
+        }),
+        source: Some(SourceInfo {
+            format: "pi".into(),
+            path: "x.jsonl".into(),
+            session_id: None,
+        }),
+    };
+    let h = serde_json::to_value(&header).unwrap();
+    assert!(errors(&v, &h).is_empty(), "{:?}", errors(&v, &h));
+    for (n, body) in bodies().into_iter().enumerate() {
+        let name = body.type_name();
+        let mut entry = Entry::new(format!("e{n}"), Some("e0".into()), body);
+        entry.source_id = Some("src".into());
+        let line = serde_json::to_value(&entry).unwrap();
+        assert_eq!(line["type"], name);
+        assert!(
+            errors(&v, &line).is_empty(),
+            "{name}: {:?}",
+            errors(&v, &line)
+        );
+    }
+}
+
+#[test]
+fn session_entry_schema_rejects_malformed_lines() {
+    let v = validator(&session_entry_schema());
+    let bad = [
+        json!({"id": "e1", "parentId": null, "ts": "t", "type": "bogus"}),
+        json!({"parentId": null, "ts": "t", "type": "rewind", "to": "e0"}),
+        json!({"id": "e1", "parentId": null, "ts": "t", "type": "rewind"}),
+        json!({"id": "e1", "parentId": null, "ts": "t", "type": "message", "role": "robot", "content": []}),
+    ];
+    for line in bad {
+        assert!(!v.is_valid(&line), "accepted {line}");
+    }
+}
+
+#[test]
+fn capsule_schema_accepts_a_capsule_and_rejects_a_bad_quality() {
+    let v = validator(&capsule_schema());
+    let mut c = serde_json::to_value(capsule()).unwrap();
+    assert!(errors(&v, &c).is_empty(), "{:?}", errors(&v, &c));
+    c["quality"] = json!("great");
+    assert!(!v.is_valid(&c));
+}
+
+#[test]
+fn config_schema_accepts_a_config_and_rejects_unknown_keys() {
+    let v = validator(&soba::config::config_schema());
+    let good = json!({"compaction": {"keepRecentTokens": 20000, "minSavingsRatio": 0.3}, "memory": {"mirrorExplicitCompacts": true}});
+    assert!(errors(&v, &good).is_empty(), "{:?}", errors(&v, &good));
+    assert!(!v.is_valid(&json!({"compaction": {"keepRecentToken": 1}})));
+    assert!(!v.is_valid(&json!({"compaction": {"minSavingsRatio": 2.0}})));
+}
