@@ -72,7 +72,6 @@ describe('statusline from notifications', function()
     assert.are.equal('31.2k / 48.8k ⟳ 82%', soba.statusline())
     compaction(nil, vim.tbl_extend('force', event, { phase = 'progress', percent = vim.NIL }))
     assert.are.equal('31.2k / 48.8k ⟳ 82%', soba.statusline())
-    assert.is_false(soba.was_announced('op_9'))
     compaction(nil, vim.tbl_extend('force', event, {
       phase = 'end',
       message = 'auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_1, model',
@@ -80,8 +79,14 @@ describe('statusline from notifications', function()
     }))
     assert.are.equal('SOBA: auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_1, model', messages[2].msg)
     assert.are.equal(vim.log.levels.INFO, messages[2].level)
-    assert.is_true(soba.was_announced('op_9'))
+    assert.is_false(soba.claim('op_9'), 'the end notification showed the result')
     assert.are.equal('31.2k / 48.8k', soba.statusline())
+  end)
+
+  it('shows the result once when the command showed it before the end notification', function()
+    assert.is_true(soba.claim('op_11'))
+    compaction(nil, { sessionId = 's_1', operationId = 'op_11', trigger = 'user', phase = 'end', message = 'user compact: done' })
+    assert.are.same({}, messages)
   end)
 
   it('warns when the capsule is a degraded fallback', function()

@@ -71,7 +71,7 @@ function requireClient(ctx: CommandContext): SobaRequester {
 
 /** Shows the result of a compaction unless the daemon's own completion line already did. */
 export function reportCompaction(ctx: CommandContext, result: CompactionResult): void {
-  if (ctx.progress.wasAnnounced(result.operationId)) return;
+  if (!ctx.progress.claim(result.operationId)) return;
   const line = completionLine(result);
   if (result.outcome === 'failed') ctx.ui.error(line);
   else if (result.degraded) ctx.ui.warn(line);

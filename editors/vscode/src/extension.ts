@@ -233,6 +233,7 @@ class SobaExtension {
       case 'end': {
         this.running.get(action.operationId)?.done();
         this.running.delete(action.operationId);
+        if (action.line === undefined) break;
         if (action.warning) void vscode.window.showWarningMessage(action.line);
         else void vscode.window.showInformationMessage(action.line);
         break;

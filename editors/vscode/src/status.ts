@@ -147,7 +147,8 @@ export class BudgetTracker {
 export type ProgressAction =
   | { kind: 'begin'; operationId: string; title: string }
   | { kind: 'report'; operationId: string; increment: number; message: string }
-  | { kind: 'end'; operationId: string; line: string; warning: boolean };
+  /** `line` is undefined when the result was already shown (by the command that asked for it). */
+  | { kind: 'end'; operationId: string; line: string | undefined; warning: boolean };
 
 export const PROGRESS_TITLE = 'Compacting context';
 
@@ -179,6 +180,7 @@ export class CompactionProgress {
       }
       case 'end': {
         this.percentSoFar.delete(id);
+        if (this.announced.has(id)) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
         this.announced.add(id);
         const line = event.message ?? (event.result ? completionLine(event.result) : `${event.trigger} compact finished`);
         const warning = event.result ? event.result.degraded || event.result.outcome === 'failed' : false;
@@ -187,8 +189,14 @@ export class CompactionProgress {
     }
   }
 
-  /** True once the daemon's `end` notification for the operation was shown. */
-  wasAnnounced(operationId: string): boolean {
-    return this.announced.has(operationId);
+  /**
+   * Claims the showing of an operation's result: true the first time, false once the daemon's
+   * `end` notification or an earlier claim showed it. The response to `soba/compact` and the
+   * `end` notification may arrive in either order; the result is shown once.
+   */
+  claim(operationId: string): boolean {
+    if (this.announced.has(operationId)) return false;
+    this.announced.add(operationId);
+    return true;
   }
 }

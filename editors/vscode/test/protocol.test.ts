@@ -106,7 +106,7 @@ describe('status bar against the real daemon', { timeout: 120_000 }, () => {
     assert.equal(severity(shown), 'normal');
     assert.equal(shown.compacting, false);
     const lastLine = tooltipLines(shown, new Date()).find((l) => l.startsWith('Last compaction: '))!;
-    assert.ok(lastLine.startsWith('Last compaction: manual: '), lastLine);
+    assert.ok(lastLine.startsWith(`Last compaction: ${result.trigger}: `), lastLine);
     assert.ok(lastLine.includes(result.checkpointId!), lastLine);
     if (result.degraded) {
       assert.ok(daemon.messages.some((m) => m.type === 2), 'a degraded fallback is announced with a warning');
@@ -116,7 +116,7 @@ describe('status bar against the real daemon', { timeout: 120_000 }, () => {
     const record = records.find((r) => r.operationId === result.operationId);
     assert.ok(record, JSON.stringify(records));
     assert.equal(record.outcome, 'completed');
-    assert.equal(record.trigger, 'manual');
+    assert.equal(record.trigger, result.trigger);
   });
 
   it('lists the workspace sessions for the sidebar with the active one marked', async () => {

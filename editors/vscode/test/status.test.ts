@@ -148,11 +148,21 @@ describe('CompactionProgress', () => {
     assert.deepEqual(progress.handle({ ...base, phase: 'progress', percent: 50 }), [
       { kind: 'report', operationId: 'op_1', increment: 0, message: '82%' },
     ]);
-    assert.equal(progress.wasAnnounced('op_1'), false);
     assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'the line', result: result() }), [
       { kind: 'end', operationId: 'op_1', line: 'the line', warning: false },
     ]);
-    assert.equal(progress.wasAnnounced('op_1'), true);
+    assert.equal(progress.claim('op_1'), false, 'the end notification showed the result');
+  });
+
+  it('closes the progress without a second line when the command showed the result first', () => {
+    const progress = new CompactionProgress();
+    const base = { sessionId: 's_1', operationId: 'op_3', trigger: 'user' };
+    progress.handle({ ...base, phase: 'start' });
+    assert.equal(progress.claim('op_3'), true);
+    assert.equal(progress.claim('op_3'), false);
+    assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'the line' }), [
+      { kind: 'end', operationId: 'op_3', line: undefined, warning: false },
+    ]);
   });
 
   it('begins a progress it did not see start and warns on a degraded result', () => {

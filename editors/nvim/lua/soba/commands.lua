@@ -44,7 +44,7 @@ function M.compact(args)
   local instructions = vim.trim(table.concat(args, ' '))
   local params = instructions ~= '' and { instructions = instructions } or {}
   request('soba/compact', params, function(result)
-    if soba.was_announced(result.operationId) then
+    if not soba.claim(result.operationId) then
       return
     end
     local level = result.outcome == 'failed' and levels.ERROR or result.degraded and levels.WARN or levels.INFO

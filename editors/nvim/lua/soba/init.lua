@@ -145,7 +145,10 @@ local function on_compaction(event)
     state.compacting[event.sessionId] = math.max(state.compacting[event.sessionId] or 0, present(event.percent) or 0)
   elseif event.phase == 'end' then
     state.compacting[event.sessionId] = nil
-    state.announced[id] = true
+    if not M.claim(id) then
+      refresh_statusline()
+      return
+    end
     local result = present(event.result)
     local line = present(event.message) or (result and format.completion_line(result)) or (event.trigger .. ' compact finished')
     local warn = result and (result.degraded or result.outcome == 'failed')
@@ -156,9 +159,15 @@ local function on_compaction(event)
   refresh_statusline()
 end
 
---- True once the daemon's end notification for the operation was shown.
-function M.was_announced(operation_id)
-  return state.announced[operation_id] == true
+--- Claims the showing of an operation's result: true the first time, false once the daemon's
+--- end notification or the command that asked for it showed it. The response to
+--- `soba/compact` and the end notification may arrive in either order; the result shows once.
+function M.claim(operation_id)
+  if state.announced[operation_id] then
+    return false
+  end
+  state.announced[operation_id] = true
+  return true
 end
 
 --- Server → client notifications, installed by lsp/soba.lua and setup().
