@@ -58,6 +58,34 @@ describe(':Soba', function()
 end)
 
 describe('health.config_problems', function()
+  it('knows the keys of schemas/config.schema.json', function()
+    local path = vim.env.SOBA_NVIM_ROOT .. '/../../schemas/config.schema.json'
+    assert.are.equal(1, vim.fn.filereadable(path), path .. ' is missing')
+    local schema = vim.json.decode(table.concat(vim.fn.readfile(path), '\n'))
+    local function keys(t)
+      local list = vim.tbl_keys(t or {})
+      table.sort(list)
+      return list
+    end
+    local function sorted(list)
+      local copy = vim.deepcopy(list)
+      table.sort(copy)
+      return copy
+    end
+    local top = keys(schema.properties)
+    table.insert(top, '$schema')
+    table.sort(top)
+    assert.are.same(top, sorted(health.CONFIG_KEYS['']))
+    for section, property in pairs(schema.properties) do
+      local ref
+      for _, alternative in ipairs(property.anyOf or { property }) do
+        ref = ref or alternative['$ref']
+      end
+      local definition = schema['$defs'][ref:match('[^/]+$')]
+      assert.are.same(keys(definition.properties), sorted(health.CONFIG_KEYS[section]), section)
+    end
+  end)
+
   it('accepts a valid config and names unknown or malformed keys', function()
     assert.are.same({}, health.config_problems('{"compaction": {"keepRecentTokens": 600}, "model": {"name": "x"}}'))
     assert.are.same(

@@ -3,7 +3,8 @@ local M = {}
 
 local health = vim.health
 
---- Keys a config file may hold (see schemas/config.schema.json); others are rejected by the daemon.
+--- Keys a config file may hold, by section; others are rejected by the daemon.
+--- spec/commands_spec.lua keeps this in step with schemas/config.schema.json.
 local CONFIG_KEYS = {
   [''] = { 'compaction', 'model', 'summarizer', 'storage', 'memory', '$schema' },
   compaction = {
@@ -19,7 +20,11 @@ local CONFIG_KEYS = {
     'timeoutMs',
   },
   model = { 'name', 'contextWindow', 'maxOutputTokens', 'tokenizer' },
+  summarizer = { 'provider', 'baseUrl', 'model', 'apiKeyEnv', 'contextWindow', 'maxOutputTokens', 'cooldownMs' },
+  storage = { 'durability' },
+  memory = { 'mirrorExplicitCompacts' },
 }
+M.CONFIG_KEYS = CONFIG_KEYS
 
 --- Problems in a decoded `.soba/config.json`, as messages naming the key; empty when valid.
 function M.config_problems(text)
