@@ -14,6 +14,7 @@ use lsp_client::LspClient;
 use serde_json::{json, Value};
 use soba::capsule::CapsuleState;
 use soba::daemon::paths::Paths;
+use soba::daemon::protocol::code;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::daemon::watcher::WatchMode;
 use soba::summarize::{SummaryError, SummaryRequest, Summarizer};
@@ -227,4 +228,181 @@ async fn preflight_compacts_with_progress_and_stays_responsive() {
     assert_eq!(records[0]["hardLimit"], 9808);
     let text = serde_json::to_string(records).unwrap();
     assert!(!text.contains("Fix the failing auth test"), "flight records carry no capsule text");
+}
+
+/// Start a preflight that compacts, and wait until its summary is being written.
+async fn compacting(c: &Arc<LspClient>, id: &str) -> tokio::task::JoinHandle<Value> {
+    let preflight = {
+        let (c, id) = (c.clone(), id.to_string());
+        tokio::spawn(async move { c.raw("soba/preflight", json!({"sessionId": id})).await })
+    };
+    until_phase(c, "progress").await;
+    preflight
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_ends_the_compaction_without_a_capsule() {
+    let e = env();
+    let c = Arc::new(connect(&e.daemon));
+    c.initialize(&[&e.workspace], false).await;
+    let id = oversized_session(&c, &e).await;
+    assert_eq!(c.request("soba/cancel", json!({"sessionId": id})).await, json!({"cancelled": false}));
+    let preflight = compacting(&c, &id).await;
+    assert_eq!(c.request("soba/cancel", json!({"sessionId": id})).await, json!({"cancelled": true}));
+    let end = until_phase(&c, "end").await;
+    assert_eq!(end["result"]["outcome"], "cancelled");
+    // The input is still over the hard limit, so nothing may be sent.
+    let answer = preflight.await.unwrap();
+    assert_eq!(answer["error"]["code"], code::BUDGET_EXCEEDED, "{answer}");
+    assert_eq!(answer["error"]["data"]["compaction"]["operationId"], end["result"]["operationId"]);
+    assert!(!session_types(&e.daemon, &id).contains(&"capsule".to_string()));
+    // A summary that arrives after the cancellation cannot write either.
+    e.gate.add_permits(1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!session_types(&e.daemon, &id).contains(&"capsule".to_string()));
+    let flight = c.request("soba/flight", json!({"sessionId": id})).await;
+    assert_eq!(flight["records"][0]["outcome"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_during_the_barrier_makes_it_stale() {
+    let e = env();
+    let c = Arc::new(connect(&e.daemon));
+    c.initialize(&[&e.workspace], false).await;
+    let id = oversized_session(&c, &e).await;
+    let first = {
+        let path = e.daemon.session(&id).unwrap().path;
+        let (s, _) = soba::session::log::read_session(&path).unwrap();
+        s.entries()[0].id.clone()
+    };
+    let preflight = compacting(&c, &id).await;
+    let rewound = c.request("soba/rewind", json!({"sessionId": id, "entryId": first})).await;
+    assert_eq!(rewound["leafId"], first.as_str());
+    e.gate.add_permits(1);
+    let end = until_phase(&c, "end").await;
+    assert_eq!(end["result"]["outcome"], "stale", "{end}");
+    // After the rewind the input is one message: it is sent as is.
+    let answer = preflight.await.unwrap();
+    assert_eq!(answer["result"]["messages"].as_array().unwrap().len(), 1, "{answer}");
+    assert_eq!(answer["result"]["compaction"]["outcome"], "stale");
+    assert!(!session_types(&e.daemon, &id).contains(&"capsule".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explicit_compact_with_instructions_from_the_editor() {
+    let e = env();
+    let agent = connect(&e.daemon);
+    agent.initialize(&[], false).await;
+    let id = oversized_session(&agent, &e).await;
+    let editor = connect(&e.daemon);
+    editor.initialize(&[&e.workspace], false).await;
+    e.gate.add_permits(1);
+    // No sessionId: the active session of the editor's first folder.
+    let r = editor
+        .request("workspace/executeCommand", json!({"command": "soba.server.compact", "arguments": [{"instructions": "focus on auth"}]}))
+        .await;
+    assert_eq!(r["outcome"], "completed", "{r}");
+    assert_eq!(r["trigger"], "user");
+    assert!(r["tokensAfter"].as_u64().unwrap() < r["tokensBefore"].as_u64().unwrap());
+    let path = e.daemon.session(&id).unwrap().path;
+    let (s, _) = soba::session::log::read_session(&path).unwrap();
+    let capsule = s.entries().iter().rev().find_map(|e| e.as_capsule()).unwrap();
+    assert_eq!(capsule.instructions.as_deref(), Some("focus on auth"));
+    let budget = editor.request("soba/budget", json!({})).await;
+    assert_eq!(budget["lastCompaction"]["checkpointId"], r["checkpointId"]);
+    assert_eq!(budget["effectiveTokens"], r["tokensAfter"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overflow_allows_one_recovery_per_turn() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[], false).await;
+    let id = oversized_session(&c, &e).await;
+    e.gate.add_permits(1);
+    let r = c.request("soba/overflow", json!({"sessionId": id})).await;
+    assert_eq!(r["compaction"]["trigger"], "context_overflow");
+    assert_eq!(r["compaction"]["outcome"], "completed", "{r}");
+    assert_eq!(r["retryAllowed"], true);
+    let err = c.error("soba/overflow", json!({"sessionId": id})).await;
+    assert_eq!(err["code"], code::OVERFLOW_RETRY_USED, "{err}");
+    assert_eq!(err["data"]["compaction"]["outcome"], "failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_that_cannot_fit_is_refused() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[], false).await;
+    let opened = c.request("soba/session/open", json!({"workspace": e.workspace})).await;
+    let id = opened["sessionId"].as_str().unwrap();
+    // One message larger than the hard limit: nothing lies before it to compact.
+    let huge: String = (0..12).map(chunk).collect::<Vec<_>>().join(" ");
+    c.request("soba/session/append", json!({"sessionId": id, "entries": [message("user", &huge)]})).await;
+    let err = c.error("soba/preflight", json!({"sessionId": id})).await;
+    assert_eq!(err["code"], code::BUDGET_EXCEEDED, "{err}");
+    assert!(err["message"].as_str().unwrap().starts_with("context budget exceeded"), "{err}");
+    assert_eq!(err["data"]["compaction"]["trigger"], "hard_limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_complete_and_checkpoints_record_intents() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[], false).await;
+    let opened = c.request("soba/session/open", json!({"workspace": e.workspace})).await;
+    let id = opened["sessionId"].as_str().unwrap();
+    c.request("soba/session/append", json!({"sessionId": id, "entries": [message("user", "hi"), message("assistant", "hello")]})).await;
+    let r = c
+        .request("soba/turn/complete", json!({"sessionId": id, "usage": {"input": 900, "cacheRead": 0, "cacheWrite": 0, "output": 100}}))
+        .await;
+    assert_eq!(r, json!({"intentRecorded": true}));
+    let r = c.request("soba/checkpoint", json!({"sessionId": id, "kind": "milestone", "label": "tests green"})).await;
+    assert_eq!(r["intentRecorded"], true);
+    assert!(r["entryId"].as_str().unwrap().starts_with("e_"));
+    let err = c.error("soba/checkpoint", json!({"sessionId": id, "kind": "lunch", "label": "x"})).await;
+    assert!(err["message"].as_str().unwrap().contains("`kind`") || err["message"].as_str().unwrap().contains("lunch"), "{err}");
+    c.request("soba/autoCompact", json!({"sessionId": id, "enabled": false})).await;
+    assert_eq!(c.request("soba/turn/complete", json!({"sessionId": id})).await, json!({"intentRecorded": false}));
+    // The small session is under every limit: preflight consumes the intents and sends as is.
+    let r = c.request("soba/preflight", json!({"sessionId": id})).await;
+    assert_eq!(r["messages"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degraded_fallback_is_announced() {
+    let e = env_with(None, Some(SummaryError::Timeout { after_ms: 15000 }));
+    let c = Arc::new(connect(&e.daemon));
+    c.initialize(&[&e.workspace], false).await;
+    let id = oversized_session(&c, &e).await;
+    e.gate.add_permits(1);
+    let r = c.request("soba/preflight", json!({"sessionId": id})).await;
+    assert_eq!(r["compaction"]["quality"], "degraded");
+    assert_eq!(r["compaction"]["degraded"], true);
+    let shown = c.expect_notification("window/showMessage", Duration::from_secs(5)).await;
+    assert_eq!(shown["type"], 2);
+    assert!(shown["message"].as_str().unwrap().contains("did not finish within 15000 ms"), "{shown}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_changed_on_disk_between_turns_reaches_the_next_capsule() {
+    let e = env_with(Some(WatchMode::Native), None);
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = oversized_session(&c, &e).await;
+    // Edited by a formatter, not by a tool call of the agent.
+    std::fs::write(e.workspace.join("formatted.rs"), "fn main() {}\n").unwrap();
+    eventually(|| session_types(&e.daemon, &id).contains(&"file".to_string())).await;
+    // The file entry is the newest entry; more conversation follows so that it is summarized.
+    let entries: Vec<Value> = (20..24).map(|i| message(if i % 2 == 0 { "user" } else { "assistant" }, &chunk(i))).collect();
+    c.request("soba/session/append", json!({"sessionId": id, "entries": entries})).await;
+    e.gate.add_permits(1);
+    let r = c.request("soba/preflight", json!({"sessionId": id})).await;
+    assert_eq!(r["compaction"]["outcome"], "completed", "{r}");
+    let path = e.daemon.session(&id).unwrap().path;
+    let (s, _) = soba::session::log::read_session(&path).unwrap();
+    let capsule = s.entries().iter().rev().find_map(|e| e.as_capsule()).unwrap();
+    let modified: Vec<&str> = capsule.artifacts.modified_files.iter().map(|f| f.path.as_str()).collect();
+    assert!(modified.contains(&"formatted.rs"), "{modified:?}");
+    assert!(r["messages"][0]["content"][0]["text"].as_str().unwrap().contains("formatted.rs"));
 }

@@ -133,3 +133,50 @@ test('two clients of the shared daemon see the same session live', async () => {
   await close(agent);
   await close(editor);
 });
+
+test('open → append → preflight with compaction and progress → budget → compact → flight', async () => {
+  // A small window (hard limit 29808) so that three dozen messages force a compaction.
+  const ws = workspace('compacting', {
+    model: { name: 'gpt-4o', contextWindow: 40000, maxOutputTokens: 2000 },
+    compaction: { keepRecentTokens: 1000, minTokensForAutoCompact: 3000, minReclaimableTokens: 500 },
+  });
+  const c = await connect(ws);
+  const { sessionId } = await c.conn.sendRequest('soba/session/open', { workspace: ws });
+  const words = (i) => Array.from({ length: 1000 }, (_, w) => `w${(i * 7919 + w) % 9973}`).join(' ');
+  const entries = Array.from({ length: 36 }, (_, i) => text(i % 2 ? 'assistant' : 'user', words(i)));
+  const appended = await c.conn.sendRequest('soba/session/append', { sessionId, entries });
+  assert.ok(appended.budget.effectiveTokens > appended.budget.hardLimit);
+
+  const input = await c.conn.sendRequest('soba/preflight', { sessionId });
+  assert.equal(input.compaction.outcome, 'completed');
+  assert.equal(input.compaction.trigger, 'hard_limit');
+  assert.ok(input.tokens <= appended.budget.hardLimit);
+  assert.match(input.messages[0].content[0].text, /Context Capsule|capsule/i);
+
+  await until(() => c.seen.compaction.some((n) => n.phase === 'end'));
+  const phases = c.seen.compaction.map((n) => n.phase);
+  assert.equal(phases[0], 'start');
+  const end = c.seen.compaction.find((n) => n.phase === 'end');
+  assert.match(end.message, /^hard_limit compact: .* tokens \(−\d+%\), ck_/);
+  await until(() => c.seen.progress.some((p) => p.value.kind === 'end'));
+  assert.equal(c.seen.created.length, 1);
+  const begin = c.seen.progress.find((p) => p.value.kind === 'begin');
+  assert.equal(begin.value.title, 'Compacting context before response');
+
+  const budget = await c.conn.sendRequest('soba/budget', { sessionId });
+  assert.equal(budget.lastCompaction.checkpointId, input.compaction.checkpointId);
+  assert.equal(budget.compacting, false);
+
+  await c.conn.sendRequest('soba/session/append', { sessionId, entries: [text('user', words(40)), text('assistant', words(41))] });
+  const explicit = await c.conn.sendRequest('soba/compact', { instructions: 'keep the auth details' });
+  assert.equal(explicit.trigger, 'user');
+  assert.ok(['completed', 'skipped'].includes(explicit.outcome), explicit.reason);
+
+  const flight = await c.conn.sendRequest('soba/flight', { sessionId });
+  assert.deepEqual(
+    flight.records.map((r) => [r.operationId, r.trigger]),
+    [[input.compaction.operationId, 'hard_limit'], [explicit.operationId, 'user']],
+  );
+  for (const r of flight.records) assert.equal(r.hardLimit, 29808);
+  await close(c);
+});
