@@ -17,7 +17,7 @@ use soba::daemon::paths::Paths;
 use soba::daemon::protocol::code;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::daemon::watcher::WatchMode;
-use soba::summarize::{SummaryError, SummaryRequest, Summarizer};
+use soba::summarize::{Summarizer, SummaryError, SummaryRequest};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -80,10 +80,22 @@ fn env_with(watch: Option<WatchMode>, fail: Option<SummaryError>) -> Env {
     )
     .unwrap();
     let gate = Arc::new(Semaphore::new(0));
-    let summarizer: Arc<dyn Summarizer> = Arc::new(GatedSummarizer { gate: gate.clone(), fail });
-    let options = DaemonOptions { watch, extra_config: None, summarizer: Some(summarizer) };
+    let summarizer: Arc<dyn Summarizer> = Arc::new(GatedSummarizer {
+        gate: gate.clone(),
+        fail,
+    });
+    let options = DaemonOptions {
+        watch,
+        extra_config: None,
+        summarizer: Some(summarizer),
+    };
     let daemon = Daemon::new(Paths::under(&base.path().join("soba")), options);
-    Env { _base: base, workspace, daemon, gate }
+    Env {
+        _base: base,
+        workspace,
+        daemon,
+        gate,
+    }
 }
 
 fn env() -> Env {
@@ -93,7 +105,11 @@ fn env() -> Env {
 fn connect(daemon: &Arc<Daemon>) -> LspClient {
     let (client_io, server_io) = tokio::io::duplex(1 << 22);
     let (sr, sw) = tokio::io::split(server_io);
-    tokio::spawn(soba::daemon::server::serve_connection(daemon.clone(), sr, sw));
+    tokio::spawn(soba::daemon::server::serve_connection(
+        daemon.clone(),
+        sr,
+        sw,
+    ));
     let (cr, cw) = tokio::io::split(client_io);
     LspClient::new(cr, cw)
 }
@@ -104,23 +120,41 @@ fn message(role: &str, text: &str) -> Value {
 
 /// About 1000 tokens of distinct text.
 fn chunk(i: usize) -> String {
-    (0..1000).map(|w| format!("w{}", (i * 7919 + w) % 9973)).collect::<Vec<_>>().join(" ")
+    (0..1000)
+        .map(|w| format!("w{}", (i * 7919 + w) % 9973))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A session over its hard limit: 12 exchanges of ~1000 tokens each.
 async fn oversized_session(c: &LspClient, env: &Env) -> String {
-    let opened = c.request("soba/session/open", json!({"workspace": env.workspace})).await;
+    let opened = c
+        .request("soba/session/open", json!({"workspace": env.workspace}))
+        .await;
     let id = opened["sessionId"].as_str().unwrap().to_string();
     assert_eq!(opened["budget"]["hardLimit"], 9808);
-    let entries: Vec<Value> = (0..12).map(|i| message(if i % 2 == 0 { "user" } else { "assistant" }, &chunk(i))).collect();
-    let r = c.request("soba/session/append", json!({"sessionId": id, "entries": entries})).await;
-    assert!(r["budget"]["effectiveTokens"].as_u64().unwrap() > 9808, "{}", r["budget"]);
+    let entries: Vec<Value> = (0..12)
+        .map(|i| message(if i % 2 == 0 { "user" } else { "assistant" }, &chunk(i)))
+        .collect();
+    let r = c
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": entries}),
+        )
+        .await;
+    assert!(
+        r["budget"]["effectiveTokens"].as_u64().unwrap() > 9808,
+        "{}",
+        r["budget"]
+    );
     id
 }
 
 async fn until_phase(c: &LspClient, phase: &str) -> Value {
     loop {
-        let n = c.expect_notification("soba/compaction", Duration::from_secs(10)).await;
+        let n = c
+            .expect_notification("soba/compaction", Duration::from_secs(10))
+            .await;
         if n["phase"] == phase {
             return n;
         }
@@ -139,7 +173,10 @@ async fn eventually(mut cond: impl FnMut() -> bool) {
 fn session_types(daemon: &Daemon, id: &str) -> Vec<String> {
     let path = daemon.session(id).unwrap().path;
     let (s, _) = soba::session::log::read_session(&path).unwrap();
-    s.entries().iter().map(|e| e.body.type_name().to_string()).collect()
+    s.entries()
+        .iter()
+        .map(|e| e.body.type_name().to_string())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,13 +200,26 @@ async fn preflight_compacts_with_progress_and_stays_responsive() {
 
     // While the summary is being written: budget, sessions and other sessions answer at once.
     let t = Instant::now();
-    let budget = observer.request("soba/budget", json!({"sessionId": id})).await;
+    let budget = observer
+        .request("soba/budget", json!({"sessionId": id}))
+        .await;
     assert_eq!(budget["compacting"], true);
     observer.request("soba/sessions", json!({})).await;
-    let other = observer.request("soba/session/open", json!({"workspace": e.workspace})).await;
+    let other = observer
+        .request("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
     let other_id = other["sessionId"].as_str().unwrap();
-    observer.request("soba/session/append", json!({"sessionId": other_id, "entries": [message("user", "hi")]})).await;
-    assert!(t.elapsed() < Duration::from_secs(2), "requests during a compaction took {:?}", t.elapsed());
+    observer
+        .request(
+            "soba/session/append",
+            json!({"sessionId": other_id, "entries": [message("user", "hi")]}),
+        )
+        .await;
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "requests during a compaction took {:?}",
+        t.elapsed()
+    );
 
     // An append to the compacting session waits and lands after the capsule.
     let queued = {
@@ -178,11 +228,18 @@ async fn preflight_compacts_with_progress_and_stays_responsive() {
         tokio::spawn(async move {
             let o = connect(&daemon);
             o.initialize(&[], false).await;
-            o.request("soba/session/append", json!({"sessionId": id, "entries": [message("user", "typed during the barrier")]})).await
+            o.request(
+                "soba/session/append",
+                json!({"sessionId": id, "entries": [message("user", "typed during the barrier")]}),
+            )
+            .await
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!queued.is_finished(), "an append to a compacting session is queued");
+    assert!(
+        !queued.is_finished(),
+        "an append to a compacting session is queued"
+    );
     assert!(!session_types(&e.daemon, &id).contains(&"capsule".to_string()));
 
     e.gate.add_permits(1);
@@ -191,43 +248,80 @@ async fn preflight_compacts_with_progress_and_stays_responsive() {
     assert_eq!(result["outcome"], "completed", "{end}");
     assert_eq!(result["quality"], "model");
     let line = end["message"].as_str().unwrap();
-    assert!(line.starts_with("hard_limit compact: ") && line.contains(result["checkpointId"].as_str().unwrap()), "{line}");
+    assert!(
+        line.starts_with("hard_limit compact: ")
+            && line.contains(result["checkpointId"].as_str().unwrap()),
+        "{line}"
+    );
 
     let answer = preflight.await.unwrap();
     let answer = &answer["result"];
     assert_eq!(answer["compaction"]["checkpointId"], result["checkpointId"]);
     assert!(answer["tokens"].as_u64().unwrap() <= 9808);
     let messages = answer["messages"].as_array().unwrap();
-    assert!(messages[0]["content"][0]["text"].as_str().unwrap().contains("Fix the failing auth test"));
-    assert_eq!(messages.last().unwrap()["content"][0]["text"], "typed during the barrier");
+    assert!(messages[0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Fix the failing auth test"));
+    assert_eq!(
+        messages.last().unwrap()["content"][0]["text"],
+        "typed during the barrier"
+    );
     queued.await.unwrap();
 
     let types = session_types(&e.daemon, &id);
     let capsule_at = types.iter().position(|t| t == "capsule").unwrap();
-    assert_eq!(types[capsule_at + 1..], ["message".to_string()], "{types:?}");
+    assert_eq!(
+        types[capsule_at + 1..],
+        ["message".to_string()],
+        "{types:?}"
+    );
 
     // $/progress mirrored the compaction for a client that asked for it.
-    assert!(c.server_requests.lock().unwrap().contains(&"window/workDoneProgress/create".to_string()));
-    let progress: Vec<Value> = c.seen("$/progress").into_iter().map(|p| p["value"].clone()).collect();
+    assert!(c
+        .server_requests
+        .lock()
+        .unwrap()
+        .contains(&"window/workDoneProgress/create".to_string()));
+    let progress: Vec<Value> = c
+        .seen("$/progress")
+        .into_iter()
+        .map(|p| p["value"].clone())
+        .collect();
     assert_eq!(progress.first().unwrap()["kind"], "begin");
-    assert_eq!(progress.first().unwrap()["title"], "Compacting context before response");
-    assert!(progress.iter().any(|p| p["kind"] == "report" && p["message"] == "40%" && p["percentage"] == 40), "{progress:?}");
+    assert_eq!(
+        progress.first().unwrap()["title"],
+        "Compacting context before response"
+    );
+    assert!(
+        progress
+            .iter()
+            .any(|p| p["kind"] == "report" && p["message"] == "40%" && p["percentage"] == 40),
+        "{progress:?}"
+    );
     assert_eq!(progress.last().unwrap()["kind"], "end");
     assert_eq!(progress.last().unwrap()["message"], line);
     // Budget notifications followed the compaction.
     eventually(|| {
-        c.seen("soba/budgetChanged").last().is_some_and(|b| b["lastCompaction"]["checkpointId"] == result["checkpointId"])
+        c.seen("soba/budgetChanged")
+            .last()
+            .is_some_and(|b| b["lastCompaction"]["checkpointId"] == result["checkpointId"])
     })
     .await;
 
-    let flight = observer.request("soba/flight", json!({"sessionId": id})).await;
+    let flight = observer
+        .request("soba/flight", json!({"sessionId": id}))
+        .await;
     let records = flight["records"].as_array().unwrap();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0]["operationId"], result["operationId"]);
     assert_eq!(records[0]["outcome"], "completed");
     assert_eq!(records[0]["hardLimit"], 9808);
     let text = serde_json::to_string(records).unwrap();
-    assert!(!text.contains("Fix the failing auth test"), "flight records carry no capsule text");
+    assert!(
+        !text.contains("Fix the failing auth test"),
+        "flight records carry no capsule text"
+    );
 }
 
 /// Start a preflight that compacts, and wait until its summary is being written.
@@ -246,15 +340,24 @@ async fn cancel_ends_the_compaction_without_a_capsule() {
     let c = Arc::new(connect(&e.daemon));
     c.initialize(&[&e.workspace], false).await;
     let id = oversized_session(&c, &e).await;
-    assert_eq!(c.request("soba/cancel", json!({"sessionId": id})).await, json!({"cancelled": false}));
+    assert_eq!(
+        c.request("soba/cancel", json!({"sessionId": id})).await,
+        json!({"cancelled": false})
+    );
     let preflight = compacting(&c, &id).await;
-    assert_eq!(c.request("soba/cancel", json!({"sessionId": id})).await, json!({"cancelled": true}));
+    assert_eq!(
+        c.request("soba/cancel", json!({"sessionId": id})).await,
+        json!({"cancelled": true})
+    );
     let end = until_phase(&c, "end").await;
     assert_eq!(end["result"]["outcome"], "cancelled");
     // The input is still over the hard limit, so nothing may be sent.
     let answer = preflight.await.unwrap();
     assert_eq!(answer["error"]["code"], code::BUDGET_EXCEEDED, "{answer}");
-    assert_eq!(answer["error"]["data"]["compaction"]["operationId"], end["result"]["operationId"]);
+    assert_eq!(
+        answer["error"]["data"]["compaction"]["operationId"],
+        end["result"]["operationId"]
+    );
     assert!(!session_types(&e.daemon, &id).contains(&"capsule".to_string()));
     // A summary that arrives after the cancellation cannot write either.
     e.gate.add_permits(1);
@@ -276,14 +379,20 @@ async fn a_rewind_during_the_barrier_makes_it_stale() {
         s.entries()[0].id.clone()
     };
     let preflight = compacting(&c, &id).await;
-    let rewound = c.request("soba/rewind", json!({"sessionId": id, "entryId": first})).await;
+    let rewound = c
+        .request("soba/rewind", json!({"sessionId": id, "entryId": first}))
+        .await;
     assert_eq!(rewound["leafId"], first.as_str());
     e.gate.add_permits(1);
     let end = until_phase(&c, "end").await;
     assert_eq!(end["result"]["outcome"], "stale", "{end}");
     // After the rewind the input is one message: it is sent as is.
     let answer = preflight.await.unwrap();
-    assert_eq!(answer["result"]["messages"].as_array().unwrap().len(), 1, "{answer}");
+    assert_eq!(
+        answer["result"]["messages"].as_array().unwrap().len(),
+        1,
+        "{answer}"
+    );
     assert_eq!(answer["result"]["compaction"]["outcome"], "stale");
     assert!(!session_types(&e.daemon, &id).contains(&"capsule".to_string()));
 }
@@ -306,7 +415,12 @@ async fn explicit_compact_with_instructions_from_the_editor() {
     assert!(r["tokensAfter"].as_u64().unwrap() < r["tokensBefore"].as_u64().unwrap());
     let path = e.daemon.session(&id).unwrap().path;
     let (s, _) = soba::session::log::read_session(&path).unwrap();
-    let capsule = s.entries().iter().rev().find_map(|e| e.as_capsule()).unwrap();
+    let capsule = s
+        .entries()
+        .iter()
+        .rev()
+        .find_map(|e| e.as_capsule())
+        .unwrap();
     assert_eq!(capsule.instructions.as_deref(), Some("focus on auth"));
     let budget = editor.request("soba/budget", json!({})).await;
     assert_eq!(budget["lastCompaction"]["checkpointId"], r["checkpointId"]);
@@ -334,14 +448,26 @@ async fn an_input_that_cannot_fit_is_refused() {
     let e = env();
     let c = connect(&e.daemon);
     c.initialize(&[], false).await;
-    let opened = c.request("soba/session/open", json!({"workspace": e.workspace})).await;
+    let opened = c
+        .request("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
     let id = opened["sessionId"].as_str().unwrap();
     // One message larger than the hard limit: nothing lies before it to compact.
     let huge: String = (0..12).map(chunk).collect::<Vec<_>>().join(" ");
-    c.request("soba/session/append", json!({"sessionId": id, "entries": [message("user", &huge)]})).await;
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": [message("user", &huge)]}),
+    )
+    .await;
     let err = c.error("soba/preflight", json!({"sessionId": id})).await;
     assert_eq!(err["code"], code::BUDGET_EXCEEDED, "{err}");
-    assert!(err["message"].as_str().unwrap().starts_with("context budget exceeded"), "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("context budget exceeded"),
+        "{err}"
+    );
     assert_eq!(err["data"]["compaction"]["trigger"], "hard_limit");
 }
 
@@ -350,20 +476,48 @@ async fn turn_complete_and_checkpoints_record_intents() {
     let e = env();
     let c = connect(&e.daemon);
     c.initialize(&[], false).await;
-    let opened = c.request("soba/session/open", json!({"workspace": e.workspace})).await;
+    let opened = c
+        .request("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
     let id = opened["sessionId"].as_str().unwrap();
-    c.request("soba/session/append", json!({"sessionId": id, "entries": [message("user", "hi"), message("assistant", "hello")]})).await;
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": [message("user", "hi"), message("assistant", "hello")]}),
+    )
+    .await;
     let r = c
         .request("soba/turn/complete", json!({"sessionId": id, "usage": {"input": 900, "cacheRead": 0, "cacheWrite": 0, "output": 100}}))
         .await;
     assert_eq!(r, json!({"intentRecorded": true}));
-    let r = c.request("soba/checkpoint", json!({"sessionId": id, "kind": "milestone", "label": "tests green"})).await;
+    let r = c
+        .request(
+            "soba/checkpoint",
+            json!({"sessionId": id, "kind": "milestone", "label": "tests green"}),
+        )
+        .await;
     assert_eq!(r["intentRecorded"], true);
     assert!(r["entryId"].as_str().unwrap().starts_with("e_"));
-    let err = c.error("soba/checkpoint", json!({"sessionId": id, "kind": "lunch", "label": "x"})).await;
-    assert!(err["message"].as_str().unwrap().contains("`kind`") || err["message"].as_str().unwrap().contains("lunch"), "{err}");
-    c.request("soba/autoCompact", json!({"sessionId": id, "enabled": false})).await;
-    assert_eq!(c.request("soba/turn/complete", json!({"sessionId": id})).await, json!({"intentRecorded": false}));
+    let err = c
+        .error(
+            "soba/checkpoint",
+            json!({"sessionId": id, "kind": "lunch", "label": "x"}),
+        )
+        .await;
+    assert!(
+        err["message"].as_str().unwrap().contains("`kind`")
+            || err["message"].as_str().unwrap().contains("lunch"),
+        "{err}"
+    );
+    c.request(
+        "soba/autoCompact",
+        json!({"sessionId": id, "enabled": false}),
+    )
+    .await;
+    assert_eq!(
+        c.request("soba/turn/complete", json!({"sessionId": id}))
+            .await,
+        json!({"intentRecorded": false})
+    );
     // The small session is under every limit: preflight consumes the intents and sends as is.
     let r = c.request("soba/preflight", json!({"sessionId": id})).await;
     assert_eq!(r["messages"].as_array().unwrap().len(), 2);
@@ -379,9 +533,17 @@ async fn a_degraded_fallback_is_announced() {
     let r = c.request("soba/preflight", json!({"sessionId": id})).await;
     assert_eq!(r["compaction"]["quality"], "degraded");
     assert_eq!(r["compaction"]["degraded"], true);
-    let shown = c.expect_notification("window/showMessage", Duration::from_secs(5)).await;
+    let shown = c
+        .expect_notification("window/showMessage", Duration::from_secs(5))
+        .await;
     assert_eq!(shown["type"], 2);
-    assert!(shown["message"].as_str().unwrap().contains("did not finish within 15000 ms"), "{shown}");
+    assert!(
+        shown["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish within 15000 ms"),
+        "{shown}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -394,15 +556,34 @@ async fn a_file_changed_on_disk_between_turns_reaches_the_next_capsule() {
     std::fs::write(e.workspace.join("formatted.rs"), "fn main() {}\n").unwrap();
     eventually(|| session_types(&e.daemon, &id).contains(&"file".to_string())).await;
     // The file entry is the newest entry; more conversation follows so that it is summarized.
-    let entries: Vec<Value> = (20..24).map(|i| message(if i % 2 == 0 { "user" } else { "assistant" }, &chunk(i))).collect();
-    c.request("soba/session/append", json!({"sessionId": id, "entries": entries})).await;
+    let entries: Vec<Value> = (20..24)
+        .map(|i| message(if i % 2 == 0 { "user" } else { "assistant" }, &chunk(i)))
+        .collect();
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": entries}),
+    )
+    .await;
     e.gate.add_permits(1);
     let r = c.request("soba/preflight", json!({"sessionId": id})).await;
     assert_eq!(r["compaction"]["outcome"], "completed", "{r}");
     let path = e.daemon.session(&id).unwrap().path;
     let (s, _) = soba::session::log::read_session(&path).unwrap();
-    let capsule = s.entries().iter().rev().find_map(|e| e.as_capsule()).unwrap();
-    let modified: Vec<&str> = capsule.artifacts.modified_files.iter().map(|f| f.path.as_str()).collect();
+    let capsule = s
+        .entries()
+        .iter()
+        .rev()
+        .find_map(|e| e.as_capsule())
+        .unwrap();
+    let modified: Vec<&str> = capsule
+        .artifacts
+        .modified_files
+        .iter()
+        .map(|f| f.path.as_str())
+        .collect();
     assert!(modified.contains(&"formatted.rs"), "{modified:?}");
-    assert!(r["messages"][0]["content"][0]["text"].as_str().unwrap().contains("formatted.rs"));
+    assert!(r["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("formatted.rs"));
 }

@@ -24,8 +24,19 @@ fn env_with(watch: Option<WatchMode>) -> Env {
     let base = tempfile::tempdir().unwrap();
     let workspace = std::fs::canonicalize(base.path()).unwrap().join("project");
     std::fs::create_dir_all(&workspace).unwrap();
-    let daemon = Daemon::new(Paths::under(&base.path().join("soba")), DaemonOptions { watch, extra_config: None, summarizer: None });
-    Env { _base: base, workspace, daemon }
+    let daemon = Daemon::new(
+        Paths::under(&base.path().join("soba")),
+        DaemonOptions {
+            watch,
+            extra_config: None,
+            summarizer: None,
+        },
+    );
+    Env {
+        _base: base,
+        workspace,
+        daemon,
+    }
 }
 
 fn env() -> Env {
@@ -35,7 +46,11 @@ fn env() -> Env {
 fn connect(daemon: &Arc<Daemon>) -> LspClient {
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (sr, sw) = tokio::io::split(server_io);
-    tokio::spawn(soba::daemon::server::serve_connection(daemon.clone(), sr, sw));
+    tokio::spawn(soba::daemon::server::serve_connection(
+        daemon.clone(),
+        sr,
+        sw,
+    ));
     let (cr, cw) = tokio::io::split(client_io);
     LspClient::new(cr, cw)
 }
@@ -45,7 +60,9 @@ fn user(text: &str) -> Value {
 }
 
 async fn open(c: &LspClient, ws: &Path) -> String {
-    let r = c.request("soba/session/open", json!({"workspace": ws})).await;
+    let r = c
+        .request("soba/session/open", json!({"workspace": ws}))
+        .await;
     r["sessionId"].as_str().unwrap().to_string()
 }
 
@@ -54,8 +71,13 @@ async fn initialize_offers_every_method_as_a_command() {
     let e = env();
     let c = connect(&e.daemon);
     let r = c.initialize(&[&e.workspace], false).await;
-    let commands: Vec<String> = serde_json::from_value(r["capabilities"]["executeCommandProvider"]["commands"].clone()).unwrap();
-    let expected: Vec<String> = soba::daemon::server::HANDLED.iter().map(|m| command_for(m)).collect();
+    let commands: Vec<String> =
+        serde_json::from_value(r["capabilities"]["executeCommandProvider"]["commands"].clone())
+            .unwrap();
+    let expected: Vec<String> = soba::daemon::server::HANDLED
+        .iter()
+        .map(|m| command_for(m))
+        .collect();
     assert_eq!(commands, expected);
     assert_eq!(r["serverInfo"]["name"], "soba");
 }
@@ -66,7 +88,10 @@ async fn open_append_budget_and_sessions() {
     let c = connect(&e.daemon);
     c.initialize(&[&e.workspace], false).await;
     let opened = c
-        .request("soba/session/open", json!({"workspace": e.workspace, "model": {"name": "gpt-4o"}}))
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "model": {"name": "gpt-4o"}}),
+        )
         .await;
     let id = opened["sessionId"].as_str().unwrap().to_string();
     assert!(Path::new(opened["path"].as_str().unwrap()).is_file());
@@ -75,7 +100,10 @@ async fn open_append_budget_and_sessions() {
     assert_eq!(opened["budget"]["hardLimit"], 128_000 - 16_384 - 8192);
 
     let appended = c
-        .request("soba/session/append", json!({"sessionId": id, "entries": [user("hello there"), user("and more")]}))
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("hello there"), user("and more")]}),
+        )
         .await;
     let ids = appended["entryIds"].as_array().unwrap();
     assert_eq!(ids.len(), 2);
@@ -83,13 +111,17 @@ async fn open_append_budget_and_sessions() {
     let tokens = appended["budget"]["effectiveTokens"].as_u64().unwrap();
     assert!(tokens > 0);
 
-    let changed = c.expect_notification("soba/budgetChanged", Duration::from_secs(5)).await;
+    let changed = c
+        .expect_notification("soba/budgetChanged", Duration::from_secs(5))
+        .await;
     assert_eq!(changed["sessionId"], id.as_str());
     assert_eq!(changed["effectiveTokens"], tokens);
 
     // The same budget by session, by workspace, and by the client's first folder.
     let by_id = c.request("soba/budget", json!({"sessionId": id})).await;
-    let by_ws = c.request("soba/budget", json!({"workspace": e.workspace})).await;
+    let by_ws = c
+        .request("soba/budget", json!({"workspace": e.workspace}))
+        .await;
     let by_folder = c.request("soba/budget", json!({})).await;
     assert_eq!(by_id, by_ws);
     assert_eq!(by_id, by_folder);
@@ -97,7 +129,9 @@ async fn open_append_budget_and_sessions() {
     assert_eq!(by_id["compacting"], false);
     assert_eq!(by_id["source"], "estimated");
 
-    let sessions = c.request("soba/sessions", json!({"workspace": e.workspace})).await;
+    let sessions = c
+        .request("soba/sessions", json!({"workspace": e.workspace}))
+        .await;
     let s = &sessions["sessions"][0];
     assert_eq!(s["sessionId"], id.as_str());
     assert_eq!(s["active"], true);
@@ -113,7 +147,12 @@ async fn budget_notifications_are_coalesced() {
     let id = open(&c, &e.workspace).await;
     c.drain(Duration::from_millis(200)).await;
     let appends: Vec<_> = (0..8)
-        .map(|i| c.request("soba/session/append", json!({"sessionId": id, "entries": [user(&format!("m{i}"))]})))
+        .map(|i| {
+            c.request(
+                "soba/session/append",
+                json!({"sessionId": id, "entries": [user(&format!("m{i}"))]}),
+            )
+        })
         .collect();
     futures::future::join_all(appends).await;
     let last = c.request("soba/budget", json!({"sessionId": id})).await;
@@ -123,8 +162,15 @@ async fn budget_notifications_are_coalesced() {
         .into_iter()
         .filter(|n| n["method"] == "soba/budgetChanged")
         .collect();
-    assert!(!notes.is_empty() && notes.len() < 8, "{} notifications for 8 appends", notes.len());
-    assert_eq!(notes.last().unwrap()["params"]["effectiveTokens"], last["effectiveTokens"]);
+    assert!(
+        !notes.is_empty() && notes.len() < 8,
+        "{} notifications for 8 appends",
+        notes.len()
+    );
+    assert_eq!(
+        notes.last().unwrap()["params"]["effectiveTokens"],
+        last["effectiveTokens"]
+    );
 }
 
 #[tokio::test]
@@ -133,23 +179,51 @@ async fn rewind_and_auto_compact_are_log_entries() {
     let c = connect(&e.daemon);
     c.initialize(&[&e.workspace], false).await;
     let id = open(&c, &e.workspace).await;
-    let a = c.request("soba/session/append", json!({"sessionId": id, "entries": [user("one")]})).await;
+    let a = c
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("one")]}),
+        )
+        .await;
     let first = a["entryIds"][0].clone();
-    c.request("soba/session/append", json!({"sessionId": id, "entries": [user("two two two")]})).await;
-    let r = c.request("soba/rewind", json!({"sessionId": id, "entryId": first})).await;
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": [user("two two two")]}),
+    )
+    .await;
+    let r = c
+        .request("soba/rewind", json!({"sessionId": id, "entryId": first}))
+        .await;
     assert_eq!(r["leafId"], first);
-    assert_eq!(r["budget"]["effectiveTokens"], a["budget"]["effectiveTokens"]);
+    assert_eq!(
+        r["budget"]["effectiveTokens"],
+        a["budget"]["effectiveTokens"]
+    );
 
-    let err = c.error("soba/rewind", json!({"sessionId": id, "entryId": "nope"})).await;
+    let err = c
+        .error("soba/rewind", json!({"sessionId": id, "entryId": "nope"}))
+        .await;
     assert_eq!(err["code"], code::INVALID_PARAMS);
-    assert!(err["message"].as_str().unwrap().contains("entryId"), "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("entryId"),
+        "{err}"
+    );
 
     c.drain(Duration::from_millis(150)).await;
-    let off = c.request("soba/autoCompact", json!({"enabled": false})).await;
+    let off = c
+        .request("soba/autoCompact", json!({"enabled": false}))
+        .await;
     assert_eq!(off, json!({"autoCompact": false}));
-    let changed = c.expect_notification("soba/budgetChanged", Duration::from_secs(5)).await;
+    let changed = c
+        .expect_notification("soba/budgetChanged", Duration::from_secs(5))
+        .await;
     assert_eq!(changed["autoCompact"], false);
-    let on = c.request("soba/autoCompact", json!({"sessionId": id, "enabled": true})).await;
+    let on = c
+        .request(
+            "soba/autoCompact",
+            json!({"sessionId": id, "enabled": true}),
+        )
+        .await;
     assert_eq!(on["autoCompact"], true);
 
     // Both survive a reload of the log.
@@ -157,7 +231,10 @@ async fn rewind_and_auto_compact_are_log_entries() {
     let (s, _) = soba::session::log::read_session(&path).unwrap();
     assert_eq!(s.settings_at(s.leaf()).auto_compact, Some(true));
     let types: Vec<&str> = s.entries().iter().map(|e| e.body.type_name()).collect();
-    assert_eq!(types, ["message", "message", "rewind", "setting", "setting"]);
+    assert_eq!(
+        types,
+        ["message", "message", "rewind", "setting", "setting"]
+    );
 }
 
 #[tokio::test]
@@ -165,36 +242,80 @@ async fn errors_have_stable_codes_and_name_the_field() {
     let e = env();
     let c = connect(&e.daemon);
     c.initialize(&[], false).await;
-    let err = c.error("soba/budget", json!({"sessionId": "s_missing"})).await;
+    let err = c
+        .error("soba/budget", json!({"sessionId": "s_missing"}))
+        .await;
     assert_eq!(err["code"], code::UNKNOWN_SESSION);
     assert!(err["message"].as_str().unwrap().contains("s_missing"));
 
     let err = c.error("soba/budget", json!({})).await;
-    assert_eq!(err["code"], code::INVALID_PARAMS, "no session and no workspace folder: {err}");
+    assert_eq!(
+        err["code"],
+        code::INVALID_PARAMS,
+        "no session and no workspace folder: {err}"
+    );
 
     let err = c.error("soba/session/append", json!({"entries": []})).await;
     assert_eq!(err["code"], code::INVALID_PARAMS);
-    assert!(err["message"].as_str().unwrap().contains("sessionId"), "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("sessionId"),
+        "{err}"
+    );
 
-    let err = c.error("soba/session/open", json!({"workspace": "relative/path"})).await;
-    assert!(err["message"].as_str().unwrap().contains("absolute"), "{err}");
+    let err = c
+        .error("soba/session/open", json!({"workspace": "relative/path"}))
+        .await;
+    assert!(
+        err["message"].as_str().unwrap().contains("absolute"),
+        "{err}"
+    );
 
-    let err = c.error("soba/session/open", json!({"workspace": e.workspace, "sessionId": "s_absent", "create": false})).await;
+    let err = c
+        .error(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": "s_absent", "create": false}),
+        )
+        .await;
     assert_eq!(err["code"], code::UNKNOWN_SESSION);
 
-    let err = c.error("soba/session/open", json!({"workspace": e.workspace, "create": false})).await;
-    assert_eq!(err["code"], code::UNKNOWN_SESSION, "no active session yet: {err}");
+    let err = c
+        .error(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "create": false}),
+        )
+        .await;
+    assert_eq!(
+        err["code"],
+        code::UNKNOWN_SESSION,
+        "no active session yet: {err}"
+    );
 
-    let err = c.error("soba/session/open", json!({"workspace": e.workspace, "sessionId": "../escape"})).await;
+    let err = c
+        .error(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": "../escape"}),
+        )
+        .await;
     assert_eq!(err["code"], code::INVALID_PARAMS);
 
     let id = open(&c, &e.workspace).await;
     let err = c.error("soba/session/append", json!({"sessionId": id, "entries": [{"type": "message", "role": "robot", "content": []}]})).await;
-    assert!(err["message"].as_str().unwrap().contains("entries[0]"), "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("entries[0]"),
+        "{err}"
+    );
     let err = c.error("soba/session/append", json!({"sessionId": id, "entries": [{"type": "message", "role": "user", "content": [], "parentId": "ghost"}]})).await;
     assert!(err["message"].as_str().unwrap().contains("ghost"), "{err}");
-    let err = c.error("soba/autoCompact", json!({"sessionId": id, "enabled": "yes"})).await;
-    assert!(err["message"].as_str().unwrap().contains("`enabled`"), "{err}");
+    let err = c
+        .error(
+            "soba/autoCompact",
+            json!({"sessionId": id, "enabled": "yes"}),
+        )
+        .await;
+    assert!(
+        err["message"].as_str().unwrap().contains("`enabled`"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -204,12 +325,30 @@ async fn a_session_has_one_writer() {
     c.initialize(&[], false).await;
     let id = open(&c, &e.workspace).await;
     // A second daemon on the same data folder (another user session, a stale process).
-    let other = Daemon::new(e.daemon.paths.clone(), DaemonOptions { watch: None, extra_config: None, summarizer: None });
+    let other = Daemon::new(
+        e.daemon.paths.clone(),
+        DaemonOptions {
+            watch: None,
+            extra_config: None,
+            summarizer: None,
+        },
+    );
     let c2 = connect(&other);
     c2.initialize(&[], false).await;
-    let err = c2.error("soba/session/open", json!({"workspace": e.workspace, "sessionId": id})).await;
+    let err = c2
+        .error(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": id}),
+        )
+        .await;
     assert_eq!(err["code"], code::SESSION_LOCKED, "{err}");
-    assert!(err["message"].as_str().unwrap().contains("one writer per session"), "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("one writer per session"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -218,10 +357,24 @@ async fn open_returns_the_live_session_and_reloads_from_disk() {
     let c = connect(&e.daemon);
     c.initialize(&[], false).await;
     let id = open(&c, &e.workspace).await;
-    c.request("soba/session/append", json!({"sessionId": id, "entries": [user("persist me")]})).await;
-    let again = c.request("soba/session/open", json!({"workspace": e.workspace, "sessionId": id})).await;
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": [user("persist me")]}),
+    )
+    .await;
+    let again = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": id}),
+        )
+        .await;
     assert_eq!(again["sessionId"], id.as_str());
-    let active = c.request("soba/session/open", json!({"workspace": e.workspace, "create": false})).await;
+    let active = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "create": false}),
+        )
+        .await;
     assert_eq!(active["sessionId"], id.as_str());
     let tokens = again["budget"]["effectiveTokens"].clone();
     c.close().await;
@@ -230,10 +383,22 @@ async fn open_returns_the_live_session_and_reloads_from_disk() {
     let paths = e.daemon.paths.clone();
     drop(e.daemon);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let fresh = Daemon::new(paths, DaemonOptions { watch: None, extra_config: None, summarizer: None });
+    let fresh = Daemon::new(
+        paths,
+        DaemonOptions {
+            watch: None,
+            extra_config: None,
+            summarizer: None,
+        },
+    );
     let c = connect(&fresh);
     c.initialize(&[], false).await;
-    let reopened = c.request("soba/session/open", json!({"workspace": e.workspace, "sessionId": id})).await;
+    let reopened = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": id}),
+        )
+        .await;
     assert_eq!(reopened["budget"]["effectiveTokens"], tokens);
 }
 
@@ -247,14 +412,34 @@ async fn execute_command_reaches_every_method() {
         .await;
     let id = opened["sessionId"].as_str().unwrap();
     let budget = c
-        .request("workspace/executeCommand", json!({"command": "soba.server.budget", "arguments": [{"sessionId": id}]}))
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "soba.server.budget", "arguments": [{"sessionId": id}]}),
+        )
         .await;
-    assert_eq!(budget, c.request("soba/budget", json!({"sessionId": id})).await);
-    let err = c.error("workspace/executeCommand", json!({"command": "soba.server.nope", "arguments": []})).await;
-    assert_eq!(err["code"], code::INVALID_PARAMS);
-    assert!(err["message"].as_str().unwrap().contains("soba.server.budget"), "{err}");
+    assert_eq!(
+        budget,
+        c.request("soba/budget", json!({"sessionId": id})).await
+    );
     let err = c
-        .error("workspace/executeCommand", json!({"command": "soba.server.budget", "arguments": [{"sessionId": "s_x"}]}))
+        .error(
+            "workspace/executeCommand",
+            json!({"command": "soba.server.nope", "arguments": []}),
+        )
+        .await;
+    assert_eq!(err["code"], code::INVALID_PARAMS);
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("soba.server.budget"),
+        "{err}"
+    );
+    let err = c
+        .error(
+            "workspace/executeCommand",
+            json!({"command": "soba.server.budget", "arguments": [{"sessionId": "s_x"}]}),
+        )
         .await;
     assert_eq!(err["code"], code::UNKNOWN_SESSION);
 }
@@ -265,8 +450,14 @@ async fn flight_of_a_workspace_without_compactions_is_empty() {
     let c = connect(&e.daemon);
     c.initialize(&[&e.workspace], false).await;
     let id = open(&c, &e.workspace).await;
-    assert_eq!(c.request("soba/flight", json!({"sessionId": id})).await, json!({"records": []}));
-    assert_eq!(c.request("soba/flight", json!({})).await, json!({"records": []}));
+    assert_eq!(
+        c.request("soba/flight", json!({"sessionId": id})).await,
+        json!({"records": []})
+    );
+    assert_eq!(
+        c.request("soba/flight", json!({})).await,
+        json!({"records": []})
+    );
 }
 
 #[tokio::test]
@@ -279,9 +470,19 @@ async fn clients_only_hear_about_their_workspaces() {
     let theirs = connect(&e.daemon);
     theirs.initialize(&[&other_ws], false).await;
     let id = open(&theirs, &other_ws).await;
-    theirs.request("soba/session/append", json!({"sessionId": id, "entries": [user("x")]})).await;
+    theirs
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("x")]}),
+        )
+        .await;
     let notes = mine.drain(Duration::from_millis(300)).await;
-    assert!(notes.iter().all(|n| n["params"]["workspace"] != other_ws.display().to_string()), "{notes:?}");
+    assert!(
+        notes
+            .iter()
+            .all(|n| n["params"]["workspace"] != other_ws.display().to_string()),
+        "{notes:?}"
+    );
 }
 
 #[tokio::test]
@@ -291,7 +492,11 @@ async fn the_watcher_records_files_changed_on_disk() {
     let c = connect(&e.daemon);
     c.initialize(&[&e.workspace], false).await;
     let id = open(&c, &e.workspace).await;
-    c.request("soba/session/append", json!({"sessionId": id, "entries": [user("start")]})).await;
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": [user("start")]}),
+    )
+    .await;
     std::fs::create_dir_all(e.workspace.join("src")).unwrap();
     std::fs::write(e.workspace.join("src/lib.rs"), "fn main() {}\n").unwrap();
     std::fs::write(e.workspace.join("scratch.tmp"), "ignored").unwrap();
@@ -304,9 +509,14 @@ async fn the_watcher_records_files_changed_on_disk() {
             .entries()
             .iter()
             .filter_map(|e| match &e.body {
-                soba::session::entry::EntryBody::File(f) => {
-                    Some((f.path.clone(), serde_json::to_value(f.op).unwrap().as_str().unwrap().to_string()))
-                }
+                soba::session::entry::EntryBody::File(f) => Some((
+                    f.path.clone(),
+                    serde_json::to_value(f.op)
+                        .unwrap()
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )),
                 _ => None,
             })
             .collect();
@@ -319,7 +529,10 @@ async fn the_watcher_records_files_changed_on_disk() {
     files.sort();
     assert_eq!(
         files,
-        [("README.md".to_string(), "created".to_string()), ("src/lib.rs".to_string(), "created".to_string())]
+        [
+            ("README.md".to_string(), "created".to_string()),
+            ("src/lib.rs".to_string(), "created".to_string())
+        ]
     );
 }
 
@@ -340,7 +553,10 @@ async fn polling_fallback_records_files_too() {
             assert!(text.contains("\"source\":\"watcher\""));
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "polling watcher recorded nothing");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "polling watcher recorded nothing"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -349,7 +565,9 @@ async fn polling_fallback_records_files_too() {
 /// documented there is handled.
 #[test]
 fn protocol_doc_and_handlers_agree() {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md")).unwrap();
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md"))
+            .unwrap();
     let documented: std::collections::BTreeSet<String> = doc
         .lines()
         .filter_map(|l| l.strip_prefix("### `"))
@@ -363,9 +581,19 @@ fn protocol_doc_and_handlers_agree() {
         .collect();
     let missing_in_doc: Vec<_> = handled.difference(&documented).collect();
     let missing_handler: Vec<_> = documented.difference(&handled).collect();
-    assert!(missing_in_doc.is_empty(), "handled but not documented in docs/protocol.md: {missing_in_doc:?}");
-    assert!(missing_handler.is_empty(), "documented in docs/protocol.md but not handled: {missing_handler:?}");
+    assert!(
+        missing_in_doc.is_empty(),
+        "handled but not documented in docs/protocol.md: {missing_in_doc:?}"
+    );
+    assert!(
+        missing_handler.is_empty(),
+        "documented in docs/protocol.md but not handled: {missing_handler:?}"
+    );
     let declared: std::collections::BTreeSet<&str> = METHODS.iter().copied().collect();
-    let handled_methods: std::collections::BTreeSet<&str> = soba::daemon::server::HANDLED.iter().copied().collect();
-    assert_eq!(declared, handled_methods, "protocol::METHODS and the server's handlers differ");
+    let handled_methods: std::collections::BTreeSet<&str> =
+        soba::daemon::server::HANDLED.iter().copied().collect();
+    assert_eq!(
+        declared, handled_methods,
+        "protocol::METHODS and the server's handlers differ"
+    );
 }

@@ -36,13 +36,23 @@ pub fn serve(mode: ServeMode, common: &CommonArgs) -> anyhow::Result<()> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let paths = Paths::from_env()?;
-    let options = DaemonOptions { extra_config: common.config.clone(), ..DaemonOptions::default() };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let options = DaemonOptions {
+        extra_config: common.config.clone(),
+        ..DaemonOptions::default()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let result = rt.block_on(async move {
         match mode {
             ServeMode::Standalone => {
                 let daemon = Daemon::new(paths, options);
-                crate::daemon::server::serve_connection(daemon, tokio::io::stdin(), tokio::io::stdout()).await;
+                crate::daemon::server::serve_connection(
+                    daemon,
+                    tokio::io::stdin(),
+                    tokio::io::stdout(),
+                )
+                .await;
                 Ok(())
             }
             ServeMode::Daemon => socket::run_daemon(paths, options, idle_timeout()).await,
@@ -52,7 +62,8 @@ pub fn serve(mode: ServeMode, common: &CommonArgs) -> anyhow::Result<()> {
                     args.push("--config".into());
                     args.push(c.clone().into_os_string());
                 }
-                let stream = socket::connect_or_start(&paths, || socket::spawn_daemon_process(&paths, &args)).await?;
+                let start = || socket::spawn_daemon_process(&paths, &args);
+                let stream = socket::connect_or_start(&paths, start, socket::START_TIMEOUT).await?;
                 socket::relay(stream, tokio::io::stdin(), tokio::io::stdout()).await
             }
         }
@@ -74,7 +85,9 @@ pub fn flight(session: Option<&Path>, common: &CommonArgs) -> anyhow::Result<()>
                 .parent()
                 .and_then(Path::parent)
                 .map(Path::to_path_buf)
-                .ok_or_else(|| anyhow::anyhow!("{} is not inside a workspace data folder", path.display()))?;
+                .ok_or_else(|| {
+                    anyhow::anyhow!("{} is not inside a workspace data folder", path.display())
+                })?;
             FlightLog::new(&ws_dir).read(Some(&s.header.id), None)?
         }
         None => {
@@ -106,7 +119,10 @@ fn flight_line(r: &FlightRecord) -> String {
         human_tokens(r.tokens_after),
         human_tokens(r.reclaimed),
         r.duration_ms,
-        r.checkpoint_id.as_deref().map(|c| format!(", {c}")).unwrap_or_default(),
+        r.checkpoint_id
+            .as_deref()
+            .map(|c| format!(", {c}"))
+            .unwrap_or_default(),
         r.reason
     )
 }

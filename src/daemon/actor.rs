@@ -17,15 +17,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::flight::{FlightLog, FlightRecord};
 use super::protocol::{
-    code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CheckpointResult, CompactionNotice,
-    CompactionPhase, OverflowResult, PreflightResult, RewindResult, RpcError, TurnCompleteResult,
+    code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CheckpointResult,
+    CompactionNotice, CompactionPhase, OverflowResult, PreflightResult, RewindResult, RpcError,
+    TurnCompleteResult,
 };
 use crate::capsule::artifacts::ToolMapping;
 use crate::cli::inspect::budget_report;
 use crate::compaction::run::{Barrier as Engine, Preflight};
 use crate::compaction::{reasons, CompactionResult, Generated, Plan};
 use crate::config::Config;
-use crate::session::entry::{CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage};
+use crate::session::entry::{
+    CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
+};
 use crate::session::log::{LogError, SessionLog};
 use crate::summarize::Summarizer;
 
@@ -33,9 +36,15 @@ use crate::summarize::Summarizer;
 #[derive(Debug, Clone)]
 pub enum Event {
     BudgetChanged(BudgetReport),
-    Compaction { workspace: String, notice: CompactionNotice },
+    Compaction {
+        workspace: String,
+        notice: CompactionNotice,
+    },
     /// A degraded fallback was used; the text says why.
-    Degraded { workspace: String, message: String },
+    Degraded {
+        workspace: String,
+        message: String,
+    },
 }
 
 impl Event {
@@ -58,18 +67,49 @@ pub struct Status {
 type Reply<T> = oneshot::Sender<Result<T, RpcError>>;
 
 enum Command {
-    Append { entries: Vec<Value>, reply: Reply<AppendResult> },
-    Rewind { entry_id: String, reply: Reply<RewindResult> },
-    SetAutoCompact { enabled: bool, reply: Reply<AutoCompactResult> },
-    WatchedFiles { changes: Vec<FileEntry> },
-    Preflight { reply: Reply<PreflightResult> },
-    TurnComplete { usage: Option<Usage>, reply: Reply<TurnCompleteResult> },
-    Checkpoint { kind: CheckpointKind, label: String, reply: Reply<CheckpointResult> },
-    Overflow { reply: Reply<OverflowResult> },
-    Compact { instructions: Option<String>, mirror: Option<bool>, reply: Reply<CompactionResult> },
-    Cancel { reply: Reply<CancelResult> },
+    Append {
+        entries: Vec<Value>,
+        reply: Reply<AppendResult>,
+    },
+    Rewind {
+        entry_id: String,
+        reply: Reply<RewindResult>,
+    },
+    SetAutoCompact {
+        enabled: bool,
+        reply: Reply<AutoCompactResult>,
+    },
+    WatchedFiles {
+        changes: Vec<FileEntry>,
+    },
+    Preflight {
+        reply: Reply<PreflightResult>,
+    },
+    TurnComplete {
+        usage: Option<Usage>,
+        reply: Reply<TurnCompleteResult>,
+    },
+    Checkpoint {
+        kind: CheckpointKind,
+        label: String,
+        reply: Reply<CheckpointResult>,
+    },
+    Overflow {
+        reply: Reply<OverflowResult>,
+    },
+    Compact {
+        instructions: Option<String>,
+        mirror: Option<bool>,
+        reply: Reply<CompactionResult>,
+    },
+    Cancel {
+        reply: Reply<CancelResult>,
+    },
     /// A spawned generation finished (internal).
-    Generated { operation_id: String, generated: Generated },
+    Generated {
+        operation_id: String,
+        generated: Generated,
+    },
 }
 
 /// A cheap, cloneable reference to a live session.
@@ -116,15 +156,18 @@ impl SessionHandle {
     }
 
     pub async fn append(&self, entries: Vec<Value>) -> Result<AppendResult, RpcError> {
-        self.request(|reply| Command::Append { entries, reply }).await
+        self.request(|reply| Command::Append { entries, reply })
+            .await
     }
 
     pub async fn rewind(&self, entry_id: String) -> Result<RewindResult, RpcError> {
-        self.request(|reply| Command::Rewind { entry_id, reply }).await
+        self.request(|reply| Command::Rewind { entry_id, reply })
+            .await
     }
 
     pub async fn set_auto_compact(&self, enabled: bool) -> Result<AutoCompactResult, RpcError> {
-        self.request(|reply| Command::SetAutoCompact { enabled, reply }).await
+        self.request(|reply| Command::SetAutoCompact { enabled, reply })
+            .await
     }
 
     /// The model input for the next inference, after any compaction the barrier requires.
@@ -132,20 +175,38 @@ impl SessionHandle {
         self.request(|reply| Command::Preflight { reply }).await
     }
 
-    pub async fn turn_complete(&self, usage: Option<Usage>) -> Result<TurnCompleteResult, RpcError> {
-        self.request(|reply| Command::TurnComplete { usage, reply }).await
+    pub async fn turn_complete(
+        &self,
+        usage: Option<Usage>,
+    ) -> Result<TurnCompleteResult, RpcError> {
+        self.request(|reply| Command::TurnComplete { usage, reply })
+            .await
     }
 
-    pub async fn checkpoint(&self, kind: CheckpointKind, label: String) -> Result<CheckpointResult, RpcError> {
-        self.request(|reply| Command::Checkpoint { kind, label, reply }).await
+    pub async fn checkpoint(
+        &self,
+        kind: CheckpointKind,
+        label: String,
+    ) -> Result<CheckpointResult, RpcError> {
+        self.request(|reply| Command::Checkpoint { kind, label, reply })
+            .await
     }
 
     pub async fn overflow(&self) -> Result<OverflowResult, RpcError> {
         self.request(|reply| Command::Overflow { reply }).await
     }
 
-    pub async fn compact(&self, instructions: Option<String>, mirror: Option<bool>) -> Result<CompactionResult, RpcError> {
-        self.request(|reply| Command::Compact { instructions, mirror, reply }).await
+    pub async fn compact(
+        &self,
+        instructions: Option<String>,
+        mirror: Option<bool>,
+    ) -> Result<CompactionResult, RpcError> {
+        self.request(|reply| Command::Compact {
+            instructions,
+            mirror,
+            reply,
+        })
+        .await
     }
 
     pub async fn cancel(&self) -> Result<CancelResult, RpcError> {
@@ -200,7 +261,13 @@ pub struct ActorSetup {
 
 /// Start the actor of an opened log.
 pub fn spawn(setup: ActorSetup) -> SessionHandle {
-    let ActorSetup { log, config, summarizer, flight, events } = setup;
+    let ActorSetup {
+        log,
+        config,
+        summarizer,
+        flight,
+        events,
+    } = setup;
     let id = log.session().header.id.clone();
     let workspace = PathBuf::from(&log.session().header.workspace);
     let path = log.path().to_path_buf();
@@ -217,11 +284,20 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         me: tx.downgrade(),
         running: None,
     };
-    actor.log.session_mut().set_tokenizer(actor.config.model.tokenizer);
+    actor
+        .log
+        .session_mut()
+        .set_tokenizer(actor.config.model.tokenizer);
     actor.status.send_replace(actor.snapshot());
     let status = actor.status.subscribe();
     tokio::spawn(actor.run(rx));
-    SessionHandle { id, workspace, path, tx, status }
+    SessionHandle {
+        id,
+        workspace,
+        path,
+        tx,
+        status,
+    }
 }
 
 fn placeholder_status() -> Status {
@@ -249,7 +325,10 @@ fn budget_exceeded(r: CompactionResult) -> RpcError {
     let (code, message) = if r.reason == reasons::OVERFLOW_RETRY_USED {
         (code::OVERFLOW_RETRY_USED, r.reason.clone())
     } else {
-        (code::BUDGET_EXCEEDED, format!("{}: {}", reasons::CONTEXT_BUDGET_EXCEEDED, r.reason))
+        (
+            code::BUDGET_EXCEEDED,
+            format!("{}: {}", reasons::CONTEXT_BUDGET_EXCEEDED, r.reason),
+        )
     };
     let data = serde_json::to_value(&r).unwrap_or(Value::Null);
     RpcError::new(code, message).with_data(serde_json::json!({ "compaction": data }))
@@ -263,7 +342,10 @@ impl Actor {
     }
 
     fn engine(&self) -> Engine<'_> {
-        Engine { config: &self.config, mapping: &self.mapping }
+        Engine {
+            config: &self.config,
+            mapping: &self.mapping,
+        }
     }
 
     fn handle(&mut self, cmd: Command) {
@@ -279,7 +361,10 @@ impl Actor {
                     running.cancel.cancel();
                     let _ = reply.send(Ok(CancelResult { cancelled: true }));
                 }
-                Command::Generated { operation_id, generated } => self.finish(operation_id, generated),
+                Command::Generated {
+                    operation_id,
+                    generated,
+                } => self.finish(operation_id, generated),
                 other => running.queued.push_back(other),
             }
             return;
@@ -307,7 +392,10 @@ impl Actor {
             }
             Command::Checkpoint { kind, label, reply } => {
                 let r = self.engine_step(|e, log| e.checkpoint(log, kind, label));
-                let _ = reply.send(r.map(|(entry_id, intent_recorded)| CheckpointResult { entry_id, intent_recorded }));
+                let _ = reply.send(r.map(|(entry_id, intent_recorded)| CheckpointResult {
+                    entry_id,
+                    intent_recorded,
+                }));
             }
             Command::Preflight { reply } => self.preflight(reply),
             Command::Overflow { reply } => match self.engine_step(|e, log| e.overflow(log)) {
@@ -320,12 +408,19 @@ impl Actor {
                     let r = if ended.reason == reasons::OVERFLOW_RETRY_USED {
                         Err(budget_exceeded(ended))
                     } else {
-                        Ok(OverflowResult { compaction: ended, retry_allowed: false })
+                        Ok(OverflowResult {
+                            compaction: ended,
+                            retry_allowed: false,
+                        })
                     };
                     let _ = reply.send(r);
                 }
             },
-            Command::Compact { instructions, mirror, reply } => {
+            Command::Compact {
+                instructions,
+                mirror,
+                reply,
+            } => {
                 let mirror = mirror.unwrap_or(self.config.mirror_explicit_compacts);
                 match self.engine_step(|e, log| e.explicit_mirrored(log, instructions, mirror)) {
                     Err(e) => {
@@ -344,8 +439,14 @@ impl Actor {
     }
 
     /// Run one engine step on the log and publish the new state.
-    fn engine_step<T>(&mut self, f: impl FnOnce(&Engine<'_>, &mut SessionLog) -> Result<T, LogError>) -> Result<T, RpcError> {
-        let engine = Engine { config: &self.config, mapping: &self.mapping };
+    fn engine_step<T>(
+        &mut self,
+        f: impl FnOnce(&Engine<'_>, &mut SessionLog) -> Result<T, LogError>,
+    ) -> Result<T, RpcError> {
+        let engine = Engine {
+            config: &self.config,
+            mapping: &self.mapping,
+        };
         let r = f(&engine, &mut self.log).map_err(log_failure);
         self.publish();
         r
@@ -365,11 +466,19 @@ impl Actor {
 
     fn preflight_answer(&self, p: Preflight) -> Result<PreflightResult, RpcError> {
         match p {
-            Preflight::Ready { messages, tokens, skipped } => {
+            Preflight::Ready {
+                messages,
+                tokens,
+                skipped,
+            } => {
                 if let Some(s) = &skipped {
                     self.record_flight(s);
                 }
-                Ok(PreflightResult { messages, tokens, compaction: skipped })
+                Ok(PreflightResult {
+                    messages,
+                    tokens,
+                    compaction: skipped,
+                })
             }
             Preflight::Failed(r) => {
                 if !r.operation_id.is_empty() {
@@ -414,36 +523,74 @@ impl Actor {
                         result: None,
                         message: None,
                     };
-                    let _ = events.send(Event::Compaction { workspace: workspace.clone(), notice });
+                    let _ = events.send(Event::Compaction {
+                        workspace: workspace.clone(),
+                        notice,
+                    });
                 }
             };
-            let generated = crate::summarize::generate(&plan, summarizer.as_deref(), cancel, &progress).await;
-            let _ = me.send(Command::Generated { operation_id: plan.operation_id.clone(), generated });
+            let generated =
+                crate::summarize::generate(&plan, summarizer.as_deref(), cancel, &progress).await;
+            let _ = me.send(Command::Generated {
+                operation_id: plan.operation_id.clone(),
+                generated,
+            });
         });
     }
 
     /// End the barrier: commit, tell everyone, apply queued input in order, answer the waiter.
     fn finish(&mut self, operation_id: String, generated: Generated) {
-        let Some(running) = self.running.take_if(|r| r.plan.operation_id == operation_id) else {
+        let Some(running) = self
+            .running
+            .take_if(|r| r.plan.operation_id == operation_id)
+        else {
             return;
         };
-        let Running { plan, cancel, started, waiter, queued } = running;
+        let Running {
+            plan,
+            cancel,
+            started,
+            waiter,
+            queued,
+        } = running;
         let duration_ms = started.elapsed().as_millis() as u64;
-        let committed = crate::compaction::commit(&mut self.log, &plan, generated, cancel.is_cancelled(), duration_ms);
-        let outcome = committed.map_err(|e| RpcError::internal(format!("the compaction could not be written: {e}")));
+        let committed = crate::compaction::commit(
+            &mut self.log,
+            &plan,
+            generated,
+            cancel.is_cancelled(),
+            duration_ms,
+        );
+        let outcome = committed
+            .map_err(|e| RpcError::internal(format!("the compaction could not be written: {e}")));
         match &outcome {
             Ok(result) => {
                 self.record_flight(result);
                 let line = result.completion_line();
-                self.notice(&plan, CompactionPhase::End, None, Some(result.clone()), Some(line));
+                self.notice(
+                    &plan,
+                    CompactionPhase::End,
+                    None,
+                    Some(result.clone()),
+                    Some(line),
+                );
                 if result.degraded {
                     let _ = self.events.send(Event::Degraded {
                         workspace: self.workspace.clone(),
-                        message: format!("The compaction used the local capsule: {}", result.reason),
+                        message: format!(
+                            "The compaction used the local capsule: {}",
+                            result.reason
+                        ),
                     });
                 }
             }
-            Err(e) => self.notice(&plan, CompactionPhase::End, None, None, Some(e.message.clone())),
+            Err(e) => self.notice(
+                &plan,
+                CompactionPhase::End,
+                None,
+                None,
+                Some(e.message.clone()),
+            ),
         }
         self.publish();
         for cmd in queued {
@@ -465,10 +612,17 @@ impl Actor {
                 // The input as it is now, never a second compaction in a loop: a compaction that
                 // could not bring the input under the hard limit is reported as such.
                 let r = outcome.and_then(|compaction| {
-                    match self.engine().ready_input(&self.log, Some(compaction.clone())) {
-                        Preflight::Ready { messages, tokens, .. } => {
-                            Ok(PreflightResult { messages, tokens, compaction: Some(compaction) })
-                        }
+                    match self
+                        .engine()
+                        .ready_input(&self.log, Some(compaction.clone()))
+                    {
+                        Preflight::Ready {
+                            messages, tokens, ..
+                        } => Ok(PreflightResult {
+                            messages,
+                            tokens,
+                            compaction: Some(compaction),
+                        }),
                         Preflight::Failed(mut r) => {
                             r.operation_id = compaction.operation_id.clone();
                             r.trigger = compaction.trigger;
@@ -502,7 +656,10 @@ impl Actor {
             result,
             message,
         };
-        let _ = self.events.send(Event::Compaction { workspace: self.workspace.clone(), notice });
+        let _ = self.events.send(Event::Compaction {
+            workspace: self.workspace.clone(),
+            notice,
+        });
     }
 
     /// One flight record per operation; never any capsule text.
@@ -523,7 +680,10 @@ impl Actor {
             ts: crate::util::now_rfc3339(),
         };
         if let Err(e) = self.flight.append(&record) {
-            eprintln!("soba: cannot write flight record to {}: {e}", self.flight.path().display());
+            eprintln!(
+                "soba: cannot write flight record to {}: {e}",
+                self.flight.path().display()
+            );
         }
     }
 
@@ -533,7 +693,12 @@ impl Actor {
 
     fn budget(&self) -> BudgetReport {
         let s = self.log.session();
-        let core = budget_report(s, self.config.limits(), self.config.compaction.auto, &self.config.model.name);
+        let core = budget_report(
+            s,
+            self.config.limits(),
+            self.config.compaction.auto,
+            &self.config.model.name,
+        );
         BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
     }
 
@@ -563,11 +728,19 @@ impl Actor {
         let entry_ids = entries.iter().map(|e| e.id.clone()).collect();
         self.write(entries)?;
         let budget = self.publish();
-        Ok(AppendResult { entry_ids, leaf_id: self.log.session().leaf_id().map(str::to_string), budget })
+        Ok(AppendResult {
+            entry_ids,
+            leaf_id: self.log.session().leaf_id().map(str::to_string),
+            budget,
+        })
     }
 
     fn leaf_entry(&self, body: EntryBody) -> Entry {
-        Entry::new(crate::util::new_id("e_"), self.log.session().leaf_id().map(str::to_string), body)
+        Entry::new(
+            crate::util::new_id("e_"),
+            self.log.session().leaf_id().map(str::to_string),
+            body,
+        )
     }
 
     fn rewind(&mut self, entry_id: &str) -> Result<RewindResult, RpcError> {
@@ -577,10 +750,15 @@ impl Actor {
                 self.session_id()
             )));
         }
-        let entry = self.leaf_entry(EntryBody::Rewind(RewindEntry { to: entry_id.to_string() }));
+        let entry = self.leaf_entry(EntryBody::Rewind(RewindEntry {
+            to: entry_id.to_string(),
+        }));
         self.write(vec![entry])?;
         let budget = self.publish();
-        Ok(RewindResult { leaf_id: self.log.session().leaf_id().map(str::to_string), budget })
+        Ok(RewindResult {
+            leaf_id: self.log.session().leaf_id().map(str::to_string),
+            budget,
+        })
     }
 
     fn set_auto_compact(&mut self, enabled: bool) -> Result<AutoCompactResult, RpcError> {
@@ -601,13 +779,21 @@ impl Actor {
         let mut entries = Vec::with_capacity(changes.len());
         let mut parent = self.log.session().leaf_id().map(str::to_string);
         for change in changes {
-            let e = Entry::new(crate::util::new_id("e_"), parent.take(), EntryBody::File(change));
+            let e = Entry::new(
+                crate::util::new_id("e_"),
+                parent.take(),
+                EntryBody::File(change),
+            );
             parent = Some(e.id.clone());
             entries.push(e);
         }
         if let Err(e) = self.write(entries) {
             // Nothing to answer: the watcher is fire-and-forget. The log stays as it was.
-            eprintln!("soba: session {}: cannot record file changes: {}", self.session_id(), e.message);
+            eprintln!(
+                "soba: session {}: cannot record file changes: {}",
+                self.session_id(),
+                e.message
+            );
             return;
         }
         self.publish();
@@ -626,13 +812,17 @@ const DAEMON_WRITTEN: &[(&str, &str)] = &[
 /// previous entry of the batch, or the leaf), and check each against the entry schema.
 pub fn prepare_entries(leaf: Option<&str>, raw: Vec<Value>) -> Result<Vec<Entry>, RpcError> {
     if raw.is_empty() {
-        return Err(RpcError::invalid_params("`entries`: give at least one entry"));
+        return Err(RpcError::invalid_params(
+            "`entries`: give at least one entry",
+        ));
     }
     let mut parent = leaf.map(str::to_string);
     let mut out = Vec::with_capacity(raw.len());
     for (i, value) in raw.into_iter().enumerate() {
         let Value::Object(mut obj) = value else {
-            return Err(RpcError::invalid_params(format!("`entries[{i}]`: expected an object")));
+            return Err(RpcError::invalid_params(format!(
+                "`entries[{i}]`: expected an object"
+            )));
         };
         if let Some(ty) = obj.get("type").and_then(Value::as_str) {
             if let Some((_, method)) = DAEMON_WRITTEN.iter().find(|(t, _)| *t == ty) {
@@ -643,9 +833,13 @@ pub fn prepare_entries(leaf: Option<&str>, raw: Vec<Value>) -> Result<Vec<Entry>
         }
         fill(&mut obj, "id", || Value::String(crate::util::new_id("e_")));
         fill(&mut obj, "ts", || Value::String(crate::util::now_rfc3339()));
-        fill(&mut obj, "parentId", || parent.clone().map_or(Value::Null, Value::String));
-        let entry: Entry = super::protocol::parse_params(&format!("entries[{i}]"), Value::Object(obj))
-            .map_err(|e| RpcError::invalid_params(e.message.replacen(": invalid params", "", 1)))?;
+        fill(&mut obj, "parentId", || {
+            parent.clone().map_or(Value::Null, Value::String)
+        });
+        let entry: Entry =
+            super::protocol::parse_params(&format!("entries[{i}]"), Value::Object(obj)).map_err(
+                |e| RpcError::invalid_params(e.message.replacen(": invalid params", "", 1)),
+            )?;
         parent = Some(entry.id.clone());
         out.push(entry);
     }
@@ -660,7 +854,10 @@ fn fill(obj: &mut Map<String, Value>, key: &str, value: impl FnOnce() -> Value) 
 
 /// A file path as recorded in the log: relative to the workspace when inside it.
 pub fn workspace_relative(workspace: &Path, path: &Path) -> String {
-    path.strip_prefix(workspace).unwrap_or(path).to_string_lossy().into_owned()
+    path.strip_prefix(workspace)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -681,7 +878,10 @@ mod tests {
         assert_eq!(entries[0].parent_id.as_deref(), Some("leaf"));
         assert!(entries[0].id.starts_with("e_"));
         assert_eq!(entries[1].id, "mine");
-        assert_eq!(entries[1].parent_id.as_deref(), Some(entries[0].id.as_str()));
+        assert_eq!(
+            entries[1].parent_id.as_deref(),
+            Some(entries[0].id.as_str())
+        );
         assert!(!entries[0].ts.is_empty());
     }
 
@@ -691,12 +891,24 @@ mod tests {
         assert!(e.message.contains("`entries`"), "{}", e.message);
         let e = prepare_entries(None, vec![json!("text")]).unwrap_err();
         assert!(e.message.contains("`entries[0]`"), "{}", e.message);
-        let e = prepare_entries(None, vec![json!({"type": "message", "role": "user"})]).unwrap_err();
-        assert!(e.message.contains("entries[0]") && e.message.contains("content"), "{}", e.message);
+        let e =
+            prepare_entries(None, vec![json!({"type": "message", "role": "user"})]).unwrap_err();
+        assert!(
+            e.message.contains("entries[0]") && e.message.contains("content"),
+            "{}",
+            e.message
+        );
         let e = prepare_entries(None, vec![json!({"type": "capsule"})]).unwrap_err();
         assert!(e.message.contains("soba/compact"), "{}", e.message);
-        let e = prepare_entries(None, vec![json!({"type": "file", "path": "a", "op": "eaten", "source": "tool"})])
-            .unwrap_err();
-        assert!(e.message.contains("entries[0]") && e.message.contains("eaten"), "{}", e.message);
+        let e = prepare_entries(
+            None,
+            vec![json!({"type": "file", "path": "a", "op": "eaten", "source": "tool"})],
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("entries[0]") && e.message.contains("eaten"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -39,7 +39,9 @@ pub struct FlightLog {
 
 impl FlightLog {
     pub fn new(workspace_data_dir: &Path) -> Self {
-        FlightLog { path: workspace_data_dir.join(FLIGHT_FILE) }
+        FlightLog {
+            path: workspace_data_dir.join(FLIGHT_FILE),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -53,13 +55,20 @@ impl FlightLog {
         }
         let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        let mut f = OpenOptions::new().create(true).append(true).open(&self.path)?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
         f.write_all(&line)
     }
 
     /// The newest `limit` records (oldest first), of one session when `session` is given.
     /// Lines that do not parse (a torn last line) are skipped.
-    pub fn read(&self, session: Option<&str>, limit: Option<usize>) -> std::io::Result<Vec<FlightRecord>> {
+    pub fn read(
+        &self,
+        session: Option<&str>,
+        limit: Option<usize>,
+    ) -> std::io::Result<Vec<FlightRecord>> {
         let file = match std::fs::File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -68,7 +77,9 @@ impl FlightLog {
         let mut out = Vec::new();
         for line in BufReader::new(file).lines() {
             let line = line?;
-            let Ok(record) = serde_json::from_str::<FlightRecord>(&line) else { continue };
+            let Ok(record) = serde_json::from_str::<FlightRecord>(&line) else {
+                continue;
+            };
             if session.is_none_or(|s| s == record.session_id) {
                 out.push(record);
             }

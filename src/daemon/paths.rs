@@ -20,7 +20,11 @@ impl Paths {
             Some(p) => PathBuf::from(p),
             None => directories::ProjectDirs::from("dev", "soba", "soba")
                 .map(|d| d.data_dir().to_path_buf())
-                .ok_or_else(|| anyhow::anyhow!("no home directory found; set SOBA_DATA_DIR to a folder for session logs"))?,
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "no home directory found; set SOBA_DATA_DIR to a folder for session logs"
+                    )
+                })?,
         };
         let runtime_dir = match std::env::var_os("SOBA_RUNTIME_DIR") {
             Some(p) => PathBuf::from(p),
@@ -29,16 +33,24 @@ impl Paths {
                 None => data_dir.join("run"),
             },
         };
-        Ok(Paths { data_dir, runtime_dir })
+        Ok(Paths {
+            data_dir,
+            runtime_dir,
+        })
     }
 
     /// Paths under one base folder (tests).
     pub fn under(base: &Path) -> Paths {
-        Paths { data_dir: base.join("data"), runtime_dir: base.join("run") }
+        Paths {
+            data_dir: base.join("data"),
+            runtime_dir: base.join("run"),
+        }
     }
 
     pub fn workspace_dir(&self, workspace: &Path) -> PathBuf {
-        self.data_dir.join("workspaces").join(workspace_key(workspace))
+        self.data_dir
+            .join("workspaces")
+            .join(workspace_key(workspace))
     }
 
     pub fn sessions_dir(&self, workspace: &Path) -> PathBuf {
@@ -62,11 +74,24 @@ pub fn workspace_key(workspace: &Path) -> String {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(40)
         .collect();
-    let name = if name.is_empty() || name.starts_with('.') { format!("ws{name}") } else { name };
-    format!("{name}-{:016x}", fnv1a(workspace.as_os_str().as_encoded_bytes()))
+    let name = if name.is_empty() || name.starts_with('.') {
+        format!("ws{name}")
+    } else {
+        name
+    };
+    format!(
+        "{name}-{:016x}",
+        fnv1a(workspace.as_os_str().as_encoded_bytes())
+    )
 }
 
 /// FNV-1a: stable across builds and platforms, unlike the standard library's hasher.
@@ -87,7 +112,9 @@ pub fn workspace_path(given: &str) -> Result<PathBuf, String> {
     };
     let path = PathBuf::from(&raw);
     if !path.is_absolute() {
-        return Err(format!("`workspace` must be an absolute path or a file:// URI, got `{given}`"));
+        return Err(format!(
+            "`workspace` must be an absolute path or a file:// URI, got `{given}`"
+        ));
     }
     // Symlinked and relative-component spellings of one folder are one workspace.
     Ok(std::fs::canonicalize(&path).unwrap_or(path))
@@ -99,8 +126,13 @@ fn percent_decode(s: &str) -> Result<String, String> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or_else(|| format!("bad escape in URI `{s}`"))?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| format!("bad escape `%{hex}` in URI `{s}`"))?);
+            let hex = s
+                .get(i + 1..i + 3)
+                .ok_or_else(|| format!("bad escape in URI `{s}`"))?;
+            out.push(
+                u8::from_str_radix(hex, 16)
+                    .map_err(|_| format!("bad escape `%{hex}` in URI `{s}`"))?,
+            );
             i += 3;
         } else {
             out.push(bytes[i]);
@@ -125,8 +157,14 @@ mod tests {
 
     #[test]
     fn workspaces_are_paths_or_file_uris() {
-        assert_eq!(workspace_path("file:///no/such%20dir").unwrap(), PathBuf::from("/no/such dir"));
-        assert_eq!(workspace_path("/no/such/dir").unwrap(), PathBuf::from("/no/such/dir"));
+        assert_eq!(
+            workspace_path("file:///no/such%20dir").unwrap(),
+            PathBuf::from("/no/such dir")
+        );
+        assert_eq!(
+            workspace_path("/no/such/dir").unwrap(),
+            PathBuf::from("/no/such/dir")
+        );
         let e = workspace_path("relative/dir").unwrap_err();
         assert!(e.contains("absolute"), "{e}");
         assert!(workspace_path("file:///bad%zz").is_err());

@@ -188,7 +188,12 @@ pub struct BudgetReport {
 }
 
 impl BudgetReport {
-    pub fn new(session_id: &str, workspace: &str, core: &CoreBudgetReport, compacting: bool) -> Self {
+    pub fn new(
+        session_id: &str,
+        workspace: &str,
+        core: &CoreBudgetReport,
+        compacting: bool,
+    ) -> Self {
         BudgetReport {
             session_id: session_id.to_string(),
             workspace: workspace.to_string(),
@@ -206,7 +211,10 @@ impl BudgetReport {
     }
 
     pub fn last_compaction(&self) -> Value {
-        self.budget.get("lastCompaction").cloned().unwrap_or(Value::Null)
+        self.budget
+            .get("lastCompaction")
+            .cloned()
+            .unwrap_or(Value::Null)
     }
 }
 
@@ -341,7 +349,11 @@ pub struct RpcError {
 
 impl RpcError {
     pub fn new(code: i64, message: impl Into<String>) -> Self {
-        RpcError { code, message: message.into(), data: None }
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
     }
 
     pub fn invalid_params(message: impl Into<String>) -> Self {
@@ -376,13 +388,24 @@ impl From<RpcError> for tower_lsp_server::jsonrpc::Error {
 }
 
 /// Parse parameters; the error names the offending field.
-pub fn parse_params<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, RpcError> {
-    let params = if params.is_null() { Value::Object(Default::default()) } else { params };
+pub fn parse_params<T: serde::de::DeserializeOwned>(
+    method: &str,
+    params: Value,
+) -> Result<T, RpcError> {
+    let params = if params.is_null() {
+        Value::Object(Default::default())
+    } else {
+        params
+    };
     match serde_json::from_value::<T>(params.clone()) {
         Ok(v) => Ok(v),
         Err(e) => {
             let message = e.to_string();
-            let field = if message.contains('`') { None } else { offending_field::<T>(&params, &message) };
+            let field = if message.contains('`') {
+                None
+            } else {
+                offending_field::<T>(&params, &message)
+            };
             Err(RpcError::invalid_params(match field {
                 Some(f) => format!("{method}: invalid params: `{f}`: {message}"),
                 None => format!("{method}: invalid params: {message}"),
@@ -393,7 +416,10 @@ pub fn parse_params<T: serde::de::DeserializeOwned>(method: &str, params: Value)
 
 /// serde reports a wrong type without the field's name. The field is the one whose removal
 /// makes that error go away.
-fn offending_field<T: serde::de::DeserializeOwned>(params: &Value, message: &str) -> Option<String> {
+fn offending_field<T: serde::de::DeserializeOwned>(
+    params: &Value,
+    message: &str,
+) -> Option<String> {
     let obj = params.as_object()?;
     obj.keys()
         .find(|key| {
@@ -413,19 +439,33 @@ mod tests {
 
     #[test]
     fn command_names_follow_the_method_names() {
-        assert_eq!(command_for(method::SESSION_OPEN), "soba.server.session.open");
+        assert_eq!(
+            command_for(method::SESSION_OPEN),
+            "soba.server.session.open"
+        );
         assert_eq!(command_for(method::BUDGET), "soba.server.budget");
-        assert_eq!(method_for_command("soba.server.turn.complete"), Some(method::TURN_COMPLETE));
+        assert_eq!(
+            method_for_command("soba.server.turn.complete"),
+            Some(method::TURN_COMPLETE)
+        );
         assert_eq!(method_for_command("soba.server.nope"), None);
     }
 
     #[test]
     fn invalid_params_name_the_field() {
-        let e = parse_params::<RewindParams>(method::REWIND, serde_json::json!({"sessionId": "s"})).unwrap_err();
+        let e = parse_params::<RewindParams>(method::REWIND, serde_json::json!({"sessionId": "s"}))
+            .unwrap_err();
         assert_eq!(e.code, code::INVALID_PARAMS);
         assert!(e.message.contains("entryId"), "{}", e.message);
-        let e = parse_params::<AutoCompactParams>(method::AUTO_COMPACT, serde_json::json!({"enabled": "yes"}))
-            .unwrap_err();
-        assert!(e.message.contains("`enabled`: invalid type"), "{}", e.message);
+        let e = parse_params::<AutoCompactParams>(
+            method::AUTO_COMPACT,
+            serde_json::json!({"enabled": "yes"}),
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("`enabled`: invalid type"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -13,9 +13,9 @@ use super::paths::{workspace_path, Paths};
 use super::protocol::{code, ModelParams, RpcError, SessionSummary};
 use super::watcher::{WatchMode, WorkspaceWatcher};
 use crate::config::{Config, ConfigSources, Overrides};
-use crate::summarize::Summarizer;
 use crate::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
 use crate::session::log::{LogError, SessionLog};
+use crate::summarize::Summarizer;
 
 /// How the daemon behaves; tests turn the watcher off or force polling.
 #[derive(Clone)]
@@ -30,7 +30,11 @@ pub struct DaemonOptions {
 
 impl Default for DaemonOptions {
     fn default() -> Self {
-        DaemonOptions { watch: Some(WatchMode::Native), extra_config: None, summarizer: None }
+        DaemonOptions {
+            watch: Some(WatchMode::Native),
+            extra_config: None,
+            summarizer: None,
+        }
     }
 }
 
@@ -67,7 +71,12 @@ pub struct OpenRequest {
 impl Daemon {
     pub fn new(paths: Paths, options: DaemonOptions) -> Arc<Daemon> {
         let (events, _) = broadcast::channel(1024);
-        Arc::new(Daemon { paths, options, events, inner: Mutex::new(Registry::default()) })
+        Arc::new(Daemon {
+            paths,
+            options,
+            events,
+            inner: Mutex::new(Registry::default()),
+        })
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
@@ -110,14 +119,18 @@ impl Daemon {
             self.set_active(&workspace, &id);
             return Ok(h);
         }
-        let path = self.paths.sessions_dir(&workspace).join(format!("{id}.jsonl"));
+        let path = self
+            .paths
+            .sessions_dir(&workspace)
+            .join(format!("{id}.jsonl"));
         let create = req.session_id.is_none() || req.create == Some(true);
         let model = req.model.clone();
         let extra = self.options.extra_config.clone();
         let ws = workspace.clone();
-        let (log, config) = tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, extra))
-            .await
-            .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
+        let (log, config) =
+            tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, extra))
+                .await
+                .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
         let workspace_key = workspace.display().to_string();
         let summarizer = match &self.options.summarizer {
             Some(s) => Some(s.clone()),
@@ -180,18 +193,23 @@ impl Daemon {
                 Err(e) => {
                     let _ = self.events.send(Event::Degraded {
                         workspace: workspace.display().to_string(),
-                        message: format!("file changes in {} are not recorded: {e}", workspace.display()),
+                        message: format!(
+                            "file changes in {} are not recorded: {e}",
+                            workspace.display()
+                        ),
                     });
                     None
                 }
             }
         });
         let mut reg = self.lock();
-        reg.workspaces.entry(workspace.to_path_buf()).or_insert_with(|| Workspace {
-            active: None,
-            flight: FlightLog::new(&self.paths.workspace_dir(workspace)),
-            _watcher: watcher,
-        });
+        reg.workspaces
+            .entry(workspace.to_path_buf())
+            .or_insert_with(|| Workspace {
+                active: None,
+                flight: FlightLog::new(&self.paths.workspace_dir(workspace)),
+                _watcher: watcher,
+            });
     }
 
     fn set_active(&self, workspace: &Path, id: &str) {
@@ -220,7 +238,11 @@ impl Daemon {
 
     /// A live session by id.
     pub fn session(&self, id: &str) -> Result<SessionHandle, RpcError> {
-        self.lock().sessions.get(id).cloned().ok_or_else(|| RpcError::unknown_session(id))
+        self.lock()
+            .sessions
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RpcError::unknown_session(id))
     }
 
     /// The session an editor-side request means: `sessionId`, else the active session of
@@ -241,12 +263,20 @@ impl Daemon {
     }
 
     pub fn sessions_of(&self, workspace: &Path) -> Vec<SessionHandle> {
-        self.lock().sessions.values().filter(|h| h.workspace == workspace).cloned().collect()
+        self.lock()
+            .sessions
+            .values()
+            .filter(|h| h.workspace == workspace)
+            .cloned()
+            .collect()
     }
 
     /// Live sessions, of one workspace when given, sorted by workspace then id.
     pub fn summaries(&self, workspace: Option<&str>) -> Result<Vec<SessionSummary>, RpcError> {
-        let filter = workspace.map(workspace_path).transpose().map_err(RpcError::invalid_params)?;
+        let filter = workspace
+            .map(workspace_path)
+            .transpose()
+            .map_err(RpcError::invalid_params)?;
         let reg = self.lock();
         let mut out: Vec<SessionSummary> = reg
             .sessions
@@ -254,7 +284,11 @@ impl Daemon {
             .filter(|h| filter.as_ref().is_none_or(|w| &h.workspace == w))
             .map(|h| {
                 let status = h.status();
-                let active = reg.workspaces.get(&h.workspace).and_then(|w| w.active.as_deref()) == Some(&h.id);
+                let active = reg
+                    .workspaces
+                    .get(&h.workspace)
+                    .and_then(|w| w.active.as_deref())
+                    == Some(&h.id);
                 SessionSummary {
                     session_id: h.id.clone(),
                     workspace: h.workspace.display().to_string(),
@@ -280,7 +314,12 @@ impl Daemon {
             .unwrap_or_else(|| FlightLog::new(&self.paths.workspace_dir(workspace)))
     }
 
-    pub fn read_flight(&self, workspace: &Path, session: Option<&str>, limit: Option<usize>) -> Result<Vec<FlightRecord>, RpcError> {
+    pub fn read_flight(
+        &self,
+        workspace: &Path,
+        session: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<Vec<FlightRecord>, RpcError> {
         self.flight_log(workspace)
             .read(session, limit)
             .map_err(|e| RpcError::internal(format!("cannot read flight records: {e}")))
@@ -290,7 +329,9 @@ impl Daemon {
 fn validate_session_id(id: &str) -> Result<(), RpcError> {
     let ok = !id.is_empty()
         && id.len() <= 128
-        && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
         && !id.starts_with('.');
     if ok {
         Ok(())
@@ -353,7 +394,11 @@ fn open_log(
     } else {
         return Err(RpcError::unknown_session(id));
     };
-    let config = Config::resolve(&files, log.session().header.model.as_ref(), &Overrides::default())
-        .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
+    let config = Config::resolve(
+        &files,
+        log.session().header.model.as_ref(),
+        &Overrides::default(),
+    )
+    .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
     Ok((log, config))
 }

@@ -18,10 +18,13 @@ use tokio_util::sync::CancellationToken;
 use tower_lsp_server::jsonrpc;
 use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::ls_types::{
-    ExecuteCommandOptions, ExecuteCommandParams, InitializeParams, InitializeResult, InitializedParams,
-    MessageType, NumberOrString, ServerCapabilities, ServerInfo,
+    ExecuteCommandOptions, ExecuteCommandParams, InitializeParams, InitializeResult,
+    InitializedParams, MessageType, NumberOrString, ServerCapabilities, ServerInfo,
 };
-use tower_lsp_server::{Bounded, Client, LanguageServer, LspService, LspServiceBuilder, NotCancellable, OngoingProgress, Server};
+use tower_lsp_server::{
+    Bounded, Client, LanguageServer, LspService, LspServiceBuilder, NotCancellable,
+    OngoingProgress, Server,
+};
 
 use super::actor::{Event, SessionHandle};
 use super::paths::workspace_path;
@@ -42,7 +45,10 @@ where
     W: AsyncWrite,
 {
     let (service, socket) = build_service(daemon);
-    Server::new(input, output, socket).concurrency_level(MAX_CONCURRENT_REQUESTS).serve(service).await;
+    Server::new(input, output, socket)
+        .concurrency_level(MAX_CONCURRENT_REQUESTS)
+        .serve(service)
+        .await;
 }
 
 /// The service of one connection.
@@ -106,7 +112,8 @@ handlers! {
 }
 
 fn to_value<T: serde::Serialize>(v: T) -> Result<Value, RpcError> {
-    serde_json::to_value(v).map_err(|e| RpcError::internal(format!("result does not serialize: {e}")))
+    serde_json::to_value(v)
+        .map_err(|e| RpcError::internal(format!("result does not serialize: {e}")))
 }
 
 impl Backend {
@@ -122,15 +129,28 @@ impl Backend {
     }
 
     fn know(&self, workspace: &std::path::Path) {
-        self.known.lock().unwrap_or_else(|p| p.into_inner()).insert(workspace.display().to_string());
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(workspace.display().to_string());
     }
 
     fn first_folder(&self) -> Option<String> {
-        self.folders.lock().unwrap_or_else(|p| p.into_inner()).first().cloned()
+        self.folders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .first()
+            .cloned()
     }
 
-    fn target(&self, session_id: Option<&str>, workspace: Option<&str>) -> Result<SessionHandle, RpcError> {
-        let h = self.daemon.resolve(session_id, workspace, self.first_folder().as_deref())?;
+    fn target(
+        &self,
+        session_id: Option<&str>,
+        workspace: Option<&str>,
+    ) -> Result<SessionHandle, RpcError> {
+        let h = self
+            .daemon
+            .resolve(session_id, workspace, self.first_folder().as_deref())?;
         self.know(&h.workspace);
         Ok(h)
     }
@@ -157,7 +177,11 @@ impl Backend {
                     .await?;
                 self.know(&h.workspace);
                 let budget = h.status().budget;
-                to_value(SessionOpenResult { session_id: h.id.clone(), path: h.path.display().to_string(), budget })
+                to_value(SessionOpenResult {
+                    session_id: h.id.clone(),
+                    path: h.path.display().to_string(),
+                    budget,
+                })
             }
             method::SESSION_APPEND => {
                 let p: AppendParams = parse_params(method, params)?;
@@ -173,7 +197,11 @@ impl Backend {
             }
             method::CHECKPOINT => {
                 let p: CheckpointParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id)?.checkpoint(p.kind, p.label).await?)
+                to_value(
+                    self.session(&p.session_id)?
+                        .checkpoint(p.kind, p.label)
+                        .await?,
+                )
             }
             method::OVERFLOW => {
                 let p: SessionParams = parse_params(method, params)?;
@@ -194,7 +222,11 @@ impl Backend {
             }
             method::BUDGET => {
                 let p: BudgetParams = parse_params(method, params)?;
-                to_value(self.target(p.session_id.as_deref(), p.workspace.as_deref())?.status().budget)
+                to_value(
+                    self.target(p.session_id.as_deref(), p.workspace.as_deref())?
+                        .status()
+                        .budget,
+                )
             }
             method::AUTO_COMPACT => {
                 let p: AutoCompactParams = parse_params(method, params)?;
@@ -203,7 +235,9 @@ impl Backend {
             }
             method::SESSIONS => {
                 let p: SessionsParams = parse_params(method, params)?;
-                to_value(SessionsResult { sessions: self.daemon.summaries(p.workspace.as_deref())? })
+                to_value(SessionsResult {
+                    sessions: self.daemon.summaries(p.workspace.as_deref())?,
+                })
             }
             method::FLIGHT => {
                 let p: FlightParams = parse_params(method, params)?;
@@ -219,7 +253,9 @@ impl Backend {
                         (workspace_path(&ws).map_err(RpcError::invalid_params)?, None)
                     }
                 };
-                let records = self.daemon.read_flight(&workspace, session.as_deref(), p.limit)?;
+                let records = self
+                    .daemon
+                    .read_flight(&workspace, session.as_deref(), p.limit)?;
                 to_value(FlightResult { records })
             }
             other => Err(RpcError::new(
@@ -237,7 +273,12 @@ impl Backend {
         let stop = self.stop.clone();
         let progress = self.work_done_progress.load(Ordering::Relaxed);
         tokio::spawn(async move {
-            let mut fwd = Forwarder { client, progress, pending: HashMap::new(), ongoing: HashMap::new() };
+            let mut fwd = Forwarder {
+                client,
+                progress,
+                pending: HashMap::new(),
+                ongoing: HashMap::new(),
+            };
             let mut deadline: Option<tokio::time::Instant> = None;
             loop {
                 let flush_at = deadline;
@@ -298,7 +339,9 @@ impl Forwarder {
     async fn flush_budgets(&mut self) {
         for (_, b) in self.pending.drain() {
             if let Ok(v) = serde_json::to_value(&b) {
-                self.client.send_notification::<BudgetChangedNotification>(v).await;
+                self.client
+                    .send_notification::<BudgetChangedNotification>(v)
+                    .await;
             }
         }
     }
@@ -306,13 +349,19 @@ impl Forwarder {
     async fn send(&mut self, ev: Event) {
         match ev {
             Event::BudgetChanged(_) => unreachable!("budgets are coalesced by the caller"),
-            Event::Degraded { message, .. } => self.client.show_message(MessageType::WARNING, message).await,
+            Event::Degraded { message, .. } => {
+                self.client
+                    .show_message(MessageType::WARNING, message)
+                    .await
+            }
             Event::Compaction { notice, .. } => {
                 if self.progress {
                     self.work_done(&notice).await;
                 }
                 if let Ok(v) = serde_json::to_value(&notice) {
-                    self.client.send_notification::<CompactionNotification>(v).await;
+                    self.client
+                        .send_notification::<CompactionNotification>(v)
+                        .await;
                 }
             }
         }
@@ -322,21 +371,36 @@ impl Forwarder {
     async fn work_done(&mut self, notice: &CompactionNotice) {
         match notice.phase {
             CompactionPhase::Start => {
-                let token = NumberOrString::String(format!("soba/compaction/{}", notice.operation_id));
-                let created = tokio::time::timeout(Duration::from_secs(2), self.client.create_work_done_progress(token.clone())).await;
+                let token =
+                    NumberOrString::String(format!("soba/compaction/{}", notice.operation_id));
+                let created = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    self.client.create_work_done_progress(token.clone()),
+                )
+                .await;
                 if matches!(created, Ok(Ok(()))) {
-                    let p = self.client.progress(token, PROGRESS_TITLE).with_percentage(0).with_message("0%").begin().await;
+                    let p = self
+                        .client
+                        .progress(token, PROGRESS_TITLE)
+                        .with_percentage(0)
+                        .with_message("0%")
+                        .begin()
+                        .await;
                     self.ongoing.insert(notice.operation_id.clone(), p);
                 }
             }
             CompactionPhase::Progress => {
-                if let (Some(p), Some(pct)) = (self.ongoing.get(&notice.operation_id), notice.percent) {
-                    p.report_with_message(format!("{pct}%"), u32::from(pct)).await;
+                if let (Some(p), Some(pct)) =
+                    (self.ongoing.get(&notice.operation_id), notice.percent)
+                {
+                    p.report_with_message(format!("{pct}%"), u32::from(pct))
+                        .await;
                 }
             }
             CompactionPhase::End => {
                 if let Some(p) = self.ongoing.remove(&notice.operation_id) {
-                    p.finish_with_message(notice.message.clone().unwrap_or_default()).await;
+                    p.finish_with_message(notice.message.clone().unwrap_or_default())
+                        .await;
                 }
             }
         }
@@ -357,7 +421,12 @@ impl LanguageServer for Backend {
             }
         }
         *self.folders.lock().unwrap_or_else(|p| p.into_inner()) = folders;
-        let progress = params.capabilities.window.as_ref().and_then(|w| w.work_done_progress).unwrap_or(false);
+        let progress = params
+            .capabilities
+            .window
+            .as_ref()
+            .and_then(|w| w.work_done_progress)
+            .unwrap_or(false);
         self.work_done_progress.store(progress, Ordering::Relaxed);
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
@@ -367,7 +436,10 @@ impl LanguageServer for Backend {
                 }),
                 ..ServerCapabilities::default()
             },
-            server_info: Some(ServerInfo { name: "soba".into(), version: Some(env!("CARGO_PKG_VERSION").into()) }),
+            server_info: Some(ServerInfo {
+                name: "soba".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+            }),
             ..InitializeResult::default()
         })
     }
@@ -381,12 +453,20 @@ impl LanguageServer for Backend {
         Ok(())
     }
 
-    async fn execute_command(&self, params: ExecuteCommandParams) -> jsonrpc::Result<Option<Value>> {
-        let Some(method) = method_for_command(&params.command).filter(|m| HANDLED.contains(m)) else {
+    async fn execute_command(
+        &self,
+        params: ExecuteCommandParams,
+    ) -> jsonrpc::Result<Option<Value>> {
+        let Some(method) = method_for_command(&params.command).filter(|m| HANDLED.contains(m))
+        else {
             return Err(RpcError::invalid_params(format!(
                 "`command`: unknown command `{}`; the server offers {}",
                 params.command,
-                HANDLED.iter().map(|m| command_for(m)).collect::<Vec<_>>().join(", ")
+                HANDLED
+                    .iter()
+                    .map(|m| command_for(m))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
             .into());
         };

@@ -26,7 +26,7 @@ use super::server::serve_connection;
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(600);
 
 /// How long `soba serve` waits for a daemon it started to accept connections.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn own_uid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -41,7 +41,8 @@ pub fn authorized(peer_uid: u32, own_uid: u32) -> bool {
 /// Create the runtime folder private to the user, or check an existing one: it must belong to
 /// the user; group and other permissions are removed.
 pub fn prepare_runtime_dir(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create runtime folder {}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create runtime folder {}", dir.display()))?;
     let meta = std::fs::metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
     if meta.uid() != own_uid() {
         bail!(
@@ -75,7 +76,9 @@ fn try_daemon_lock(paths: &Paths) -> anyhow::Result<Option<File>> {
             Ok(Some(f))
         }
         Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
     }
 }
 
@@ -88,18 +91,26 @@ pub struct Listener {
 /// Bind the user's socket. `Ok(None)` when another daemon already serves it.
 pub fn bind(paths: &Paths) -> anyhow::Result<Option<Listener>> {
     prepare_runtime_dir(&paths.runtime_dir)?;
-    let Some(lock) = try_daemon_lock(paths)? else { return Ok(None) };
+    let Some(lock) = try_daemon_lock(paths)? else {
+        return Ok(None);
+    };
     let sock = paths.socket_path();
     // We hold the lock, so no live daemon is behind an existing socket file: it is stale.
     match std::fs::remove_file(&sock) {
         Ok(()) => eprintln!("soba: replaced stale socket {}", sock.display()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot remove stale socket {}", sock.display())),
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot remove stale socket {}", sock.display()))
+        }
     }
-    let listener = UnixListener::bind(&sock).with_context(|| format!("cannot listen on {}", sock.display()))?;
+    let listener = UnixListener::bind(&sock)
+        .with_context(|| format!("cannot listen on {}", sock.display()))?;
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("cannot chmod 600 {}", sock.display()))?;
-    Ok(Some(Listener { listener, _lock: lock }))
+    Ok(Some(Listener {
+        listener,
+        _lock: lock,
+    }))
 }
 
 /// Accept clients until no client has been connected for `idle`.
@@ -125,7 +136,10 @@ pub async fn run(listener: Listener, daemon: Arc<Daemon>, idle: Duration) -> any
         };
         let peer = stream.peer_cred().map(|c| c.uid()).ok();
         if !peer.is_some_and(|uid| authorized(uid, own_uid())) {
-            eprintln!("soba: refused a connection from uid {peer:?}: only uid {} may use this daemon", own_uid());
+            eprintln!(
+                "soba: refused a connection from uid {peer:?}: only uid {} may use this daemon",
+                own_uid()
+            );
             continue;
         }
         live.fetch_add(1, Ordering::SeqCst);
@@ -141,29 +155,39 @@ pub async fn run(listener: Listener, daemon: Arc<Daemon>, idle: Duration) -> any
 }
 
 /// `soba serve --daemon`: bind and serve, or exit quietly when a daemon already runs.
-pub async fn run_daemon(paths: Paths, options: DaemonOptions, idle: Duration) -> anyhow::Result<()> {
-    let Some(listener) = bind(&paths)? else { return Ok(()) };
+pub async fn run_daemon(
+    paths: Paths,
+    options: DaemonOptions,
+    idle: Duration,
+) -> anyhow::Result<()> {
+    let Some(listener) = bind(&paths)? else {
+        return Ok(());
+    };
     let daemon = Daemon::new(paths, options);
     run(listener, daemon, idle).await
 }
 
 /// Connect to the user's daemon, starting it when absent or when only a stale socket is left.
-pub async fn connect_or_start(paths: &Paths, start: impl Fn() -> anyhow::Result<()>) -> anyhow::Result<UnixStream> {
+pub async fn connect_or_start(
+    paths: &Paths,
+    start: impl Fn() -> anyhow::Result<()>,
+    wait: Duration,
+) -> anyhow::Result<UnixStream> {
     let sock = paths.socket_path();
     if let Ok(s) = UnixStream::connect(&sock).await {
         return Ok(s);
     }
     prepare_runtime_dir(&paths.runtime_dir)?;
     start()?;
-    let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
         match UnixStream::connect(&sock).await {
             Ok(s) => return Ok(s),
             Err(e) if tokio::time::Instant::now() >= deadline => {
                 bail!(
-                    "the daemon did not start listening on {} within {}s ({e}); see {} or run `soba serve --standalone`",
+                    "the daemon did not start listening on {} within {:.1}s ({e}); see {} or run `soba serve --standalone`",
                     sock.display(),
-                    START_TIMEOUT.as_secs(),
+                    wait.as_secs_f64(),
                     paths.runtime_dir.join("daemon.log").display()
                 )
             }
@@ -173,7 +197,10 @@ pub async fn connect_or_start(paths: &Paths, start: impl Fn() -> anyhow::Result<
 }
 
 /// Start `soba serve --daemon` detached from this terminal, logging to `<runtime>/daemon.log`.
-pub fn spawn_daemon_process(paths: &Paths, extra_args: &[std::ffi::OsString]) -> anyhow::Result<()> {
+pub fn spawn_daemon_process(
+    paths: &Paths,
+    extra_args: &[std::ffi::OsString],
+) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the soba executable")?;
     let log = OpenOptions::new()
@@ -242,7 +269,10 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         prepare_runtime_dir(&dir).unwrap();
-        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
     }
 
     #[tokio::test]
@@ -255,32 +285,56 @@ mod tests {
         assert!(std::os::unix::net::UnixStream::connect(paths.socket_path()).is_err());
 
         let listener = bind(&paths).unwrap().expect("no daemon holds the lock");
-        let mode = std::fs::metadata(paths.socket_path()).unwrap().permissions().mode() & 0o777;
+        let mode = std::fs::metadata(paths.socket_path())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(mode, 0o600);
         // A second daemon sees the lock and steps aside without touching the socket.
         assert!(bind(&paths).unwrap().is_none());
 
-        let daemon = Daemon::new(paths.clone(), DaemonOptions { watch: None, extra_config: None, summarizer: None });
+        let daemon = Daemon::new(
+            paths.clone(),
+            DaemonOptions {
+                watch: None,
+                extra_config: None,
+                summarizer: None,
+            },
+        );
         let server = tokio::spawn(run(listener, daemon, Duration::from_millis(200)));
         let started = std::sync::atomic::AtomicBool::new(false);
-        let stream = connect_or_start(&paths, || {
-            started.store(true, Ordering::SeqCst);
-            Ok(())
-        })
+        let stream = connect_or_start(
+            &paths,
+            || {
+                started.store(true, Ordering::SeqCst);
+                Ok(())
+            },
+            START_TIMEOUT,
+        )
         .await
         .unwrap();
-        assert!(!started.load(Ordering::SeqCst), "a live daemon is reused, not restarted");
+        assert!(
+            !started.load(Ordering::SeqCst),
+            "a live daemon is reused, not restarted"
+        );
         drop(stream);
         // With no client left, the daemon exits after its idle time.
-        tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
     }
 
     #[tokio::test]
     async fn a_daemon_that_never_starts_is_reported() {
         let base = tempfile::tempdir().unwrap();
         let paths = Paths::under(base.path());
-        tokio::time::pause();
-        let err = connect_or_start(&paths, || Ok(())).await.unwrap_err().to_string();
+        let err = connect_or_start(&paths, || Ok(()), Duration::from_millis(200))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("did not start listening"), "{err}");
         assert!(err.contains("--standalone"), "{err}");
     }

@@ -55,7 +55,11 @@ impl std::fmt::Debug for WorkspaceWatcher {
 impl WorkspaceWatcher {
     /// Watch `root`; `sink` receives each batch of changes (on the watcher's thread).
     /// The second value is a warning when the watcher had to fall back to polling.
-    pub fn start<S>(root: &Path, mode: WatchMode, sink: S) -> notify::Result<(WorkspaceWatcher, Option<String>)>
+    pub fn start<S>(
+        root: &Path,
+        mode: WatchMode,
+        sink: S,
+    ) -> notify::Result<(WorkspaceWatcher, Option<String>)>
     where
         S: Fn(Vec<FileEntry>) + Send + Sync + Clone + 'static,
     {
@@ -96,9 +100,15 @@ where
         let raw = events.into_iter().flat_map(|e| {
             let kind = e.event.kind;
             let n = e.event.paths.len();
-            e.event.paths.into_iter().enumerate().map(move |(i, p)| (kind, i, n, p)).collect::<Vec<_>>()
+            e.event
+                .paths
+                .into_iter()
+                .enumerate()
+                .map(move |(i, p)| (kind, i, n, p))
+                .collect::<Vec<_>>()
         });
-        let (changes, dropped) = filter.batch(raw.filter_map(|(kind, i, n, p)| change_op(kind, i, n).map(|op| (p, op))));
+        let (changes, dropped) =
+            filter.batch(raw.filter_map(|(kind, i, n, p)| change_op(kind, i, n).map(|op| (p, op))));
         if dropped > 0 {
             eprintln!("soba: {dropped} more file changes in one burst were not recorded (limit {MAX_CHANGES_PER_BATCH})");
         }
@@ -142,7 +152,9 @@ where
 pub fn is_watch_limit(e: &notify::Error) -> bool {
     match &e.kind {
         notify::ErrorKind::MaxFilesWatch => true,
-        notify::ErrorKind::Io(io) => matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EMFILE)),
+        notify::ErrorKind::Io(io) => {
+            matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EMFILE))
+        }
         _ => false,
     }
 }
@@ -157,7 +169,11 @@ pub fn change_op(kind: EventKind, index: usize, count: usize) -> Option<FileOp> 
         EventKind::Modify(ModifyKind::Name(RenameMode::To)) => Some(FileOp::Created),
         // A rename with both paths: the first disappears, the second appears.
         EventKind::Modify(ModifyKind::Name(RenameMode::Both)) if count == 2 => {
-            Some(if index == 0 { FileOp::Deleted } else { FileOp::Created })
+            Some(if index == 0 {
+                FileOp::Deleted
+            } else {
+                FileOp::Created
+            })
         }
         EventKind::Modify(ModifyKind::Metadata(_)) => None,
         EventKind::Modify(_) => Some(FileOp::Modified),
@@ -179,11 +195,17 @@ const IGNORE_CACHE_LIMIT: usize = 4096;
 impl ChangeFilter {
     pub fn new(root: &Path) -> Self {
         let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-        ChangeFilter { root, ignores: HashMap::new() }
+        ChangeFilter {
+            root,
+            ignores: HashMap::new(),
+        }
     }
 
     /// Changes to record, in path order, and how many were dropped over the cap.
-    pub fn batch(&mut self, raw: impl IntoIterator<Item = (PathBuf, FileOp)>) -> (Vec<FileEntry>, usize) {
+    pub fn batch(
+        &mut self,
+        raw: impl IntoIterator<Item = (PathBuf, FileOp)>,
+    ) -> (Vec<FileEntry>, usize) {
         let mut latest: BTreeMap<String, FileOp> = BTreeMap::new();
         let mut dropped = 0;
         for (path, op) in raw {
@@ -206,7 +228,9 @@ impl ChangeFilter {
                 }
                 continue;
             }
-            let Some(rel) = self.recordable(&path, op) else { continue };
+            let Some(rel) = self.recordable(&path, op) else {
+                continue;
+            };
             let merged = match (latest.get(&rel), op) {
                 // Created then modified in one burst is still a new file.
                 (Some(FileOp::Created), FileOp::Modified) => FileOp::Created,
@@ -222,7 +246,11 @@ impl ChangeFilter {
         }
         let changes = latest
             .into_iter()
-            .map(|(path, op)| FileEntry { path, op, source: FileSource::Watcher })
+            .map(|(path, op)| FileEntry {
+                path,
+                op,
+                source: FileSource::Watcher,
+            })
             .collect();
         (changes, dropped)
     }
@@ -233,7 +261,10 @@ impl ChangeFilter {
         if rel.as_os_str().is_empty() {
             return None;
         }
-        if rel.components().any(|c| SKIPPED_DIRS.iter().any(|s| c.as_os_str() == *s)) {
+        if rel
+            .components()
+            .any(|c| SKIPPED_DIRS.iter().any(|s| c.as_os_str() == *s))
+        {
             return None;
         }
         let is_dir = op != FileOp::Deleted && path.is_dir();
@@ -252,10 +283,18 @@ impl ChangeFilter {
         if self.ignores.len() > IGNORE_CACHE_LIMIT {
             self.ignores.clear();
         }
-        let mut dirs: Vec<PathBuf> = path.ancestors().skip(1).take_while(|d| d.starts_with(&self.root)).map(Path::to_path_buf).collect();
+        let mut dirs: Vec<PathBuf> = path
+            .ancestors()
+            .skip(1)
+            .take_while(|d| d.starts_with(&self.root))
+            .map(Path::to_path_buf)
+            .collect();
         // Deepest first.
         for dir in dirs.drain(..) {
-            let matcher = self.ignores.entry(dir.clone()).or_insert_with(|| load_gitignore(&dir, dir == self.root));
+            let matcher = self
+                .ignores
+                .entry(dir.clone())
+                .or_insert_with(|| load_gitignore(&dir, dir == self.root));
             if let Some(m) = matcher {
                 let m = m.matched_path_or_any_parents(path, false);
                 if m.is_ignore() {
@@ -275,18 +314,19 @@ fn files_under(dir: &Path, limit: usize) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for entry in rd.flatten() {
             if out.len() >= limit {
                 return out;
             }
             let p = entry.path();
             match entry.file_type() {
-                Ok(t) if t.is_dir() => {
-                    if !SKIPPED_DIRS.iter().any(|s| entry.file_name() == *s) {
-                        stack.push(p);
-                    }
+                Ok(t) if t.is_dir() && !SKIPPED_DIRS.iter().any(|s| entry.file_name() == *s) => {
+                    stack.push(p)
                 }
+                Ok(t) if t.is_dir() => {}
                 Ok(t) if t.is_file() => out.push(p),
                 _ => {}
             }
@@ -320,10 +360,30 @@ mod tests {
 
     #[test]
     fn events_map_to_file_operations() {
-        assert_eq!(change_op(EventKind::Create(CreateKind::File), 0, 1), Some(FileOp::Created));
-        assert_eq!(change_op(EventKind::Remove(RemoveKind::File), 0, 1), Some(FileOp::Deleted));
-        assert_eq!(change_op(EventKind::Modify(ModifyKind::Data(DataChange::Content)), 0, 1), Some(FileOp::Modified));
-        assert_eq!(change_op(EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)), 0, 1), None);
+        assert_eq!(
+            change_op(EventKind::Create(CreateKind::File), 0, 1),
+            Some(FileOp::Created)
+        );
+        assert_eq!(
+            change_op(EventKind::Remove(RemoveKind::File), 0, 1),
+            Some(FileOp::Deleted)
+        );
+        assert_eq!(
+            change_op(
+                EventKind::Modify(ModifyKind::Data(DataChange::Content)),
+                0,
+                1
+            ),
+            Some(FileOp::Modified)
+        );
+        assert_eq!(
+            change_op(
+                EventKind::Modify(ModifyKind::Metadata(MetadataKind::Any)),
+                0,
+                1
+            ),
+            None
+        );
         let both = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
         assert_eq!(change_op(both, 0, 2), Some(FileOp::Deleted));
         assert_eq!(change_op(both, 1, 2), Some(FileOp::Created));
@@ -331,9 +391,15 @@ mod tests {
 
     #[test]
     fn watch_limit_errors_are_recognized() {
-        assert!(is_watch_limit(&notify::Error::new(notify::ErrorKind::MaxFilesWatch)));
-        assert!(is_watch_limit(&notify::Error::io(std::io::Error::from_raw_os_error(libc::ENOSPC))));
-        assert!(!is_watch_limit(&notify::Error::io(std::io::Error::from_raw_os_error(libc::EACCES))));
+        assert!(is_watch_limit(&notify::Error::new(
+            notify::ErrorKind::MaxFilesWatch
+        )));
+        assert!(is_watch_limit(&notify::Error::io(
+            std::io::Error::from_raw_os_error(libc::ENOSPC)
+        )));
+        assert!(!is_watch_limit(&notify::Error::io(
+            std::io::Error::from_raw_os_error(libc::EACCES)
+        )));
         assert!(!is_watch_limit(&notify::Error::path_not_found()));
     }
 
@@ -344,7 +410,13 @@ mod tests {
         std::fs::write(root.join(".gitignore"), "*.log\nout/\n").unwrap();
         std::fs::create_dir_all(root.join("src/gen")).unwrap();
         std::fs::write(root.join("src/gen/.gitignore"), "*.rs\n!keep.rs\n").unwrap();
-        for f in ["src/a.rs", "x.log", "src/gen/b.rs", "src/gen/keep.rs", "new.txt"] {
+        for f in [
+            "src/a.rs",
+            "x.log",
+            "src/gen/b.rs",
+            "src/gen/keep.rs",
+            "new.txt",
+        ] {
             std::fs::write(root.join(f), "x").unwrap();
         }
         std::fs::create_dir_all(root.join("out")).unwrap();
@@ -388,7 +460,13 @@ mod tests {
         std::fs::write(root.join("pkg/sub/target/out.o"), "x").unwrap();
         let (changes, _) = ChangeFilter::new(&root).batch([(root.join("pkg"), FileOp::Created)]);
         let got: Vec<_> = changes.into_iter().map(|c| (c.path, c.op)).collect();
-        assert_eq!(got, [("pkg/a.rs".to_string(), FileOp::Created), ("pkg/sub/b.rs".to_string(), FileOp::Created)]);
+        assert_eq!(
+            got,
+            [
+                ("pkg/a.rs".to_string(), FileOp::Created),
+                ("pkg/sub/b.rs".to_string(), FileOp::Created)
+            ]
+        );
     }
 
     #[test]
@@ -397,7 +475,8 @@ mod tests {
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let mut f = ChangeFilter::new(&root);
         let n = MAX_CHANGES_PER_BATCH + 10;
-        let (changes, dropped) = f.batch((0..n).map(|i| (root.join(format!("f{i}")), FileOp::Deleted)));
+        let (changes, dropped) =
+            f.batch((0..n).map(|i| (root.join(format!("f{i}")), FileOp::Deleted)));
         assert_eq!(changes.len(), MAX_CHANGES_PER_BATCH);
         assert_eq!(dropped, 10);
     }

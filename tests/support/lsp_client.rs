@@ -27,7 +27,9 @@ pub struct LspClient {
 async fn write_frame(w: &Writer, msg: &Value) {
     let body = serde_json::to_vec(msg).unwrap();
     let mut w = w.lock().await;
-    w.write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes()).await.unwrap();
+    w.write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes())
+        .await
+        .unwrap();
     w.write_all(&body).await.unwrap();
     w.flush().await.unwrap();
 }
@@ -59,13 +61,18 @@ impl LspClient {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let writer: Writer = Arc::new(Mutex::new(Box::new(writer)));
-        let pending: Arc<std::sync::Mutex<HashMap<i64, oneshot::Sender<Value>>>> = Default::default();
+        let pending: Arc<std::sync::Mutex<HashMap<i64, oneshot::Sender<Value>>>> =
+            Default::default();
         let server_requests: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
         let (tx, notifications) = mpsc::unbounded_channel();
         let seen: Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
         let seen_by_reader = seen.clone();
         // The reader holds the writer weakly: dropping the client closes the stream.
-        let (p, w, sr) = (pending.clone(), Arc::downgrade(&writer), server_requests.clone());
+        let (p, w, sr) = (
+            pending.clone(),
+            Arc::downgrade(&writer),
+            server_requests.clone(),
+        );
         tokio::spawn(async move {
             let mut r = BufReader::new(reader);
             while let Some(msg) = read_frame(&mut r).await {
@@ -77,9 +84,15 @@ impl LspClient {
                         }
                     }
                 } else if msg.get("id").is_some() {
-                    sr.lock().unwrap().push(msg["method"].as_str().unwrap_or("").to_string());
+                    sr.lock()
+                        .unwrap()
+                        .push(msg["method"].as_str().unwrap_or("").to_string());
                     if let Some(w) = w.upgrade() {
-                        write_frame(&w, &json!({"jsonrpc": "2.0", "id": msg["id"], "result": null})).await;
+                        write_frame(
+                            &w,
+                            &json!({"jsonrpc": "2.0", "id": msg["id"], "result": null}),
+                        )
+                        .await;
                     }
                 } else {
                     seen_by_reader.lock().unwrap().push(msg.clone());
@@ -87,15 +100,28 @@ impl LspClient {
                 }
             }
         });
-        LspClient { writer, pending, notifications: Mutex::new(notifications), seen, server_requests, next_id: 1.into() }
+        LspClient {
+            writer,
+            pending,
+            notifications: Mutex::new(notifications),
+            seen,
+            server_requests,
+            next_id: 1.into(),
+        }
     }
 
     /// Send a request; the whole response (`result` or `error`).
     pub async fn raw(&self, method: &str, params: Value) -> Value {
-        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let (tx, rx) = oneshot::channel();
         self.pending.lock().unwrap().insert(id, tx);
-        write_frame(&self.writer, &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+        write_frame(
+            &self.writer,
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .await;
         tokio::time::timeout(Duration::from_secs(20), rx)
             .await
             .unwrap_or_else(|_| panic!("no answer to {method} within 20s"))
@@ -112,14 +138,23 @@ impl LspClient {
     /// A request that must fail; its error object.
     pub async fn error(&self, method: &str, params: Value) -> Value {
         let r = self.raw(method, params).await;
-        assert!(r.get("error").is_some(), "{method} unexpectedly succeeded: {r}");
+        assert!(
+            r.get("error").is_some(),
+            "{method} unexpectedly succeeded: {r}"
+        );
         r["error"].clone()
     }
 
     /// Close our side of the stream: the server sees end of input.
     /// Notifications received so far with this method.
     pub fn seen(&self, method: &str) -> Vec<Value> {
-        self.seen.lock().unwrap().iter().filter(|n| n["method"] == method).map(|n| n["params"].clone()).collect()
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| n["method"] == method)
+            .map(|n| n["params"].clone())
+            .collect()
     }
 
     pub async fn close(self) {
@@ -127,10 +162,18 @@ impl LspClient {
     }
 
     pub async fn notify(&self, method: &str, params: Value) {
-        write_frame(&self.writer, &json!({"jsonrpc": "2.0", "method": method, "params": params})).await;
+        write_frame(
+            &self.writer,
+            &json!({"jsonrpc": "2.0", "method": method, "params": params}),
+        )
+        .await;
     }
 
-    pub async fn initialize(&self, folders: &[&std::path::Path], work_done_progress: bool) -> Value {
+    pub async fn initialize(
+        &self,
+        folders: &[&std::path::Path],
+        work_done_progress: bool,
+    ) -> Value {
         let folders: Vec<Value> = folders
             .iter()
             .map(|f| json!({"uri": format!("file://{}", f.display()), "name": "ws"}))
