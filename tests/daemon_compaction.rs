@@ -587,3 +587,87 @@ async fn a_file_changed_on_disk_between_turns_reaches_the_next_capsule() {
         .unwrap()
         .contains("formatted.rs"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capsules_are_created_listed_exported_and_loaded() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = oversized_session(&c, &e).await;
+    e.gate.add_permits(1);
+    let created = c
+        .request(
+            "soba/capsule/create",
+            json!({"sessionId": id, "title": "handoff auth work"}),
+        )
+        .await;
+    let ck = created["checkpointId"].as_str().unwrap().to_string();
+    assert_eq!(created["title"], "handoff auth work");
+    assert!(created["tokens"].as_u64().unwrap() > 9808);
+
+    let list = c.request("soba/capsule/list", json!({})).await;
+    let row = &list["capsules"][0];
+    assert_eq!(row["checkpointId"], ck.as_str());
+    assert_eq!(row["trigger"], "handoff");
+    assert_eq!(row["origin"], "session");
+    assert_eq!(row["title"], "handoff auth work");
+
+    let out = e.workspace.join("handoff.capsule.md");
+    let exported = c
+        .request(
+            "soba/capsule/export",
+            json!({"checkpointId": ck, "path": out}),
+        )
+        .await;
+    assert_eq!(exported["path"], out.display().to_string());
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .contains("Fix the failing auth test"));
+    let err = c
+        .error(
+            "soba/capsule/export",
+            json!({"checkpointId": ck, "path": out}),
+        )
+        .await;
+    assert!(
+        err["message"].as_str().unwrap().contains("already exists"),
+        "{err}"
+    );
+    let err = c
+        .error(
+            "soba/capsule/export",
+            json!({"checkpointId": "ck_nope", "path": e.workspace.join("x.capsule.md")}),
+        )
+        .await;
+    assert!(
+        err["message"].as_str().unwrap().contains("checkpointId"),
+        "{err}"
+    );
+
+    // Into a fresh session (which becomes the workspace's active one).
+    let other = c
+        .request("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
+    let other_id = other["sessionId"].as_str().unwrap();
+    let loaded = c.request("soba/capsule/load", json!({"path": out})).await;
+    assert_eq!(loaded["sessionId"], other_id);
+    let list = c
+        .request("soba/capsule/list", json!({"sessionId": other_id}))
+        .await;
+    assert_eq!(list["capsules"][0]["checkpointId"], loaded["checkpointId"]);
+    assert_eq!(list["capsules"][0]["origin"], "loaded");
+    let input = c
+        .request("soba/preflight", json!({"sessionId": other_id}))
+        .await;
+    assert!(input["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Fix the failing auth test"));
+    let err = c
+        .error(
+            "soba/capsule/load",
+            json!({"path": e.workspace.join("missing.capsule.md")}),
+        )
+        .await;
+    assert_eq!(err["code"], code::INVALID_PARAMS, "{err}");
+}

@@ -17,9 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::flight::{FlightLog, FlightRecord};
 use super::protocol::{
-    code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CheckpointResult,
-    CompactionNotice, CompactionPhase, OverflowResult, PreflightResult, RewindResult, RpcError,
-    TurnCompleteResult,
+    code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CapsuleCreateResult,
+    CapsuleExportResult, CapsuleListResult, CapsuleLoadResult, CapsuleSummary, CapsuleTokensView,
+    CheckpointResult, CompactionNotice, CompactionPhase, OverflowResult, PreflightResult,
+    RewindResult, RpcError, TurnCompleteResult,
 };
 use crate::capsule::artifacts::ToolMapping;
 use crate::cli::inspect::budget_report;
@@ -105,6 +106,22 @@ enum Command {
     Cancel {
         reply: Reply<CancelResult>,
     },
+    CapsuleCreate {
+        title: String,
+        reply: Reply<CapsuleCreateResult>,
+    },
+    CapsuleExport {
+        checkpoint_id: String,
+        path: PathBuf,
+        reply: Reply<CapsuleExportResult>,
+    },
+    CapsuleLoad {
+        path: PathBuf,
+        reply: Reply<CapsuleLoadResult>,
+    },
+    CapsuleList {
+        reply: Reply<CapsuleListResult>,
+    },
     /// A spawned generation finished (internal).
     Generated {
         operation_id: String,
@@ -135,6 +152,10 @@ impl std::fmt::Debug for Command {
             Command::Overflow { .. } => "Overflow",
             Command::Compact { .. } => "Compact",
             Command::Cancel { .. } => "Cancel",
+            Command::CapsuleCreate { .. } => "CapsuleCreate",
+            Command::CapsuleExport { .. } => "CapsuleExport",
+            Command::CapsuleLoad { .. } => "CapsuleLoad",
+            Command::CapsuleList { .. } => "CapsuleList",
             Command::Generated { .. } => "Generated",
         })
     }
@@ -213,6 +234,33 @@ impl SessionHandle {
         self.request(|reply| Command::Cancel { reply }).await
     }
 
+    pub async fn capsule_create(&self, title: String) -> Result<CapsuleCreateResult, RpcError> {
+        self.request(|reply| Command::CapsuleCreate { title, reply })
+            .await
+    }
+
+    pub async fn capsule_export(
+        &self,
+        checkpoint_id: String,
+        path: PathBuf,
+    ) -> Result<CapsuleExportResult, RpcError> {
+        self.request(|reply| Command::CapsuleExport {
+            checkpoint_id,
+            path,
+            reply,
+        })
+        .await
+    }
+
+    pub async fn capsule_load(&self, path: PathBuf) -> Result<CapsuleLoadResult, RpcError> {
+        self.request(|reply| Command::CapsuleLoad { path, reply })
+            .await
+    }
+
+    pub async fn capsule_list(&self) -> Result<CapsuleListResult, RpcError> {
+        self.request(|reply| Command::CapsuleList { reply }).await
+    }
+
     /// Record file changes seen on disk. Fire and forget: the watcher never waits on a session.
     pub fn watched_files(&self, changes: Vec<FileEntry>) {
         let _ = self.tx.send(Command::WatchedFiles { changes });
@@ -224,6 +272,10 @@ enum Waiter {
     Preflight(Reply<PreflightResult>),
     Overflow(Reply<OverflowResult>),
     Compact(Reply<CompactionResult>),
+    Handoff {
+        title: String,
+        reply: Reply<CapsuleCreateResult>,
+    },
 }
 
 /// A compaction between plan and commit.
@@ -334,7 +386,75 @@ fn budget_exceeded(r: CompactionResult) -> RpcError {
     RpcError::new(code, message).with_data(serde_json::json!({ "compaction": data }))
 }
 
+/// A hand-off capsule that was not written, with the outcome saying why.
+fn no_capsule(r: CompactionResult) -> RpcError {
+    let data = serde_json::to_value(&r).unwrap_or(Value::Null);
+    RpcError::internal(format!("no capsule created ({}): {}", r.outcome, r.reason))
+        .with_data(serde_json::json!({ "compaction": data }))
+}
+
 impl Actor {
+    fn capsule_list(&self) -> CapsuleListResult {
+        let rows = crate::cli::capsule::list_capsules(self.log.session());
+        CapsuleListResult {
+            capsules: rows
+                .into_iter()
+                .map(|r| CapsuleSummary {
+                    checkpoint_id: r.checkpoint_id,
+                    title: r.title,
+                    trigger: r.trigger,
+                    quality: r.quality,
+                    ts: r.ts,
+                    tokens: CapsuleTokensView {
+                        before: r.tokens_before,
+                        after: r.tokens_after,
+                    },
+                    origin: r.origin,
+                })
+                .collect(),
+        }
+    }
+
+    fn capsule_export(
+        &self,
+        checkpoint_id: &str,
+        path: &Path,
+    ) -> Result<CapsuleExportResult, RpcError> {
+        if !path.is_absolute() {
+            return Err(RpcError::invalid_params(format!(
+                "`path`: give an absolute path, got `{}`",
+                path.display()
+            )));
+        }
+        if path.exists() {
+            return Err(RpcError::invalid_params(format!(
+                "`path`: {} already exists; choose another path or remove it",
+                path.display()
+            )));
+        }
+        let exported = crate::cli::capsule::export_capsule(self.log.session(), checkpoint_id)
+            .map_err(|e| RpcError::invalid_params(format!("`checkpointId`: {e}")))?;
+        crate::capsule::portable::write_capsule_file(path, &exported.text)
+            .map_err(|e| RpcError::internal(e.to_string()))?;
+        Ok(CapsuleExportResult {
+            path: path.display().to_string(),
+        })
+    }
+
+    fn capsule_load(&mut self, path: &Path) -> Result<CapsuleLoadResult, RpcError> {
+        let parsed = crate::capsule::portable::read_capsule_file(path)
+            .map_err(|e| RpcError::invalid_params(format!("`path`: {e}")))?;
+        let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let r =
+            crate::cli::capsule::load_capsule(&mut self.log, &parsed, &shown.display().to_string())
+                .map_err(|e| RpcError::internal(format!("{e:#}")));
+        self.publish();
+        Ok(CapsuleLoadResult {
+            checkpoint_id: r?.checkpoint_id,
+            session_id: self.session_id().to_string(),
+        })
+    }
+
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         while let Some(cmd) = rx.recv().await {
             self.handle(cmd);
@@ -365,6 +485,17 @@ impl Actor {
                     operation_id,
                     generated,
                 } => self.finish(operation_id, generated),
+                // Reads answer at once.
+                Command::CapsuleList { reply } => {
+                    let _ = reply.send(Ok(self.capsule_list()));
+                }
+                Command::CapsuleExport {
+                    checkpoint_id,
+                    path,
+                    reply,
+                } => {
+                    let _ = reply.send(self.capsule_export(&checkpoint_id, &path));
+                }
                 other => running.queued.push_back(other),
             }
             return;
@@ -430,6 +561,32 @@ impl Actor {
                     Ok(Err(ended)) => {
                         self.record_flight(&ended);
                         let _ = reply.send(Ok(ended));
+                    }
+                }
+            }
+            Command::CapsuleList { reply } => {
+                let _ = reply.send(Ok(self.capsule_list()));
+            }
+            Command::CapsuleExport {
+                checkpoint_id,
+                path,
+                reply,
+            } => {
+                let _ = reply.send(self.capsule_export(&checkpoint_id, &path));
+            }
+            Command::CapsuleLoad { path, reply } => {
+                let r = self.capsule_load(&path);
+                let _ = reply.send(r);
+            }
+            Command::CapsuleCreate { title, reply } => {
+                match self.engine_step(|e, log| e.handoff(log, title.clone())) {
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                    Ok(Ok(plan)) => self.start(plan, Waiter::Handoff { title, reply }),
+                    Ok(Err(ended)) => {
+                        self.record_flight(&ended);
+                        let _ = reply.send(Err(no_capsule(ended)));
                     }
                 }
             }
@@ -600,6 +757,17 @@ impl Actor {
         match waiter {
             Waiter::Compact(reply) => {
                 let _ = reply.send(outcome);
+            }
+            Waiter::Handoff { title, reply } => {
+                let r = outcome.and_then(|r| match (&r.checkpoint_id, r.outcome) {
+                    (Some(ck), Outcome::Completed) => Ok(CapsuleCreateResult {
+                        checkpoint_id: ck.clone(),
+                        title,
+                        tokens: r.tokens_before,
+                    }),
+                    _ => Err(no_capsule(r)),
+                });
+                let _ = reply.send(r);
             }
             Waiter::Overflow(reply) => {
                 let r = outcome.map(|compaction| OverflowResult {

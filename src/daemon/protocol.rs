@@ -24,6 +24,10 @@ pub mod method {
     pub const AUTO_COMPACT: &str = "soba/autoCompact";
     pub const SESSIONS: &str = "soba/sessions";
     pub const FLIGHT: &str = "soba/flight";
+    pub const CAPSULE_CREATE: &str = "soba/capsule/create";
+    pub const CAPSULE_EXPORT: &str = "soba/capsule/export";
+    pub const CAPSULE_LOAD: &str = "soba/capsule/load";
+    pub const CAPSULE_LIST: &str = "soba/capsule/list";
 }
 
 /// Notifications the daemon sends to clients.
@@ -47,6 +51,10 @@ pub const METHODS: &[&str] = &[
     method::AUTO_COMPACT,
     method::SESSIONS,
     method::FLIGHT,
+    method::CAPSULE_CREATE,
+    method::CAPSULE_EXPORT,
+    method::CAPSULE_LOAD,
+    method::CAPSULE_LIST,
 ];
 
 /// Every custom notification the daemon sends.
@@ -171,6 +179,38 @@ pub struct FlightParams {
     pub session_id: Option<String>,
     pub workspace: Option<String>,
     pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleCreateParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub title: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleExportParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub checkpoint_id: String,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleLoadParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleListParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -307,6 +347,53 @@ pub struct SessionsResult {
 #[serde(rename_all = "camelCase")]
 pub struct FlightResult {
     pub records: Vec<crate::daemon::flight::FlightRecord>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleCreateResult {
+    pub checkpoint_id: String,
+    pub title: String,
+    /// Effective tokens of the state the capsule describes.
+    pub tokens: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleExportResult {
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleLoadResult {
+    pub checkpoint_id: String,
+    pub session_id: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleTokensView {
+    pub before: u64,
+    pub after: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleSummary {
+    pub checkpoint_id: String,
+    pub title: Option<String>,
+    pub trigger: String,
+    pub quality: String,
+    pub ts: String,
+    pub tokens: CapsuleTokensView,
+    pub origin: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleListResult {
+    pub capsules: Vec<CapsuleSummary>,
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -109,6 +109,10 @@ handlers! {
     auto_compact => method::AUTO_COMPACT,
     sessions => method::SESSIONS,
     flight => method::FLIGHT,
+    capsule_create => method::CAPSULE_CREATE,
+    capsule_export => method::CAPSULE_EXPORT,
+    capsule_load => method::CAPSULE_LOAD,
+    capsule_list => method::CAPSULE_LIST,
 }
 
 fn to_value<T: serde::Serialize>(v: T) -> Result<Value, RpcError> {
@@ -215,6 +219,26 @@ impl Backend {
                 let p: CompactParams = parse_params(method, params)?;
                 let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
                 to_value(h.compact(p.instructions, p.mirror).await?)
+            }
+            method::CAPSULE_CREATE => {
+                let p: CapsuleCreateParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.capsule_create(p.title).await?)
+            }
+            method::CAPSULE_EXPORT => {
+                let p: CapsuleExportParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.capsule_export(p.checkpoint_id, p.path.into()).await?)
+            }
+            method::CAPSULE_LOAD => {
+                let p: CapsuleLoadParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.capsule_load(p.path.into()).await?)
+            }
+            method::CAPSULE_LIST => {
+                let p: CapsuleListParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.capsule_list().await?)
             }
             method::REWIND => {
                 let p: RewindParams = parse_params(method, params)?;
