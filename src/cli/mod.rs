@@ -6,8 +6,8 @@ pub mod compact;
 pub mod demo;
 pub mod import;
 pub mod inspect;
-pub mod serve;
 pub mod replay;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 
