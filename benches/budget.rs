@@ -38,7 +38,7 @@ fn budget_flat(c: &mut Criterion) {
 
 fn plan_over_long_history(c: &mut Criterion) {
     // A history of about 200k tokens with no capsule yet: plan + deterministic capsule.
-    let n = if support::measuring() { 6_000 } else { 400 };
+    let n = if support::measuring() { 6_000 } else { 2_000 };
     let s = support::compacted_session(n, usize::MAX);
     let config = Config::default();
     let mapping = ToolMapping::default();

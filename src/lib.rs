@@ -8,6 +8,7 @@ pub mod capsule;
 pub mod cli;
 pub mod compaction;
 pub mod config;
+pub mod daemon;
 pub mod demo;
 pub mod import;
 pub mod redact;

@@ -22,6 +22,17 @@ enum Command {
     Budget { session: PathBuf },
     /// The model input the next preflight would send.
     Context { session: PathBuf },
+    /// JSON-RPC over stdio for editors and agents, through the user's shared daemon.
+    Serve {
+        /// Serve this client in-process instead of through the shared daemon.
+        #[arg(long, conflicts_with = "daemon")]
+        standalone: bool,
+        /// Run as the shared daemon (started by `soba serve`).
+        #[arg(long, hide = true)]
+        daemon: bool,
+    },
+    /// Flight records of compactions: of a session log, or of the current folder's workspace.
+    Flight { session: Option<PathBuf> },
     /// Compact a session now: a capsule of the old history plus the retained recent tail.
     Compact {
         session: PathBuf,
@@ -65,6 +76,16 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Budget { session } => cli::inspect::budget(session, &cli.common),
         Command::Context { session } => cli::inspect::context(session, &cli.common),
+        Command::Serve { standalone, daemon } => {
+            use cli::serve::ServeMode;
+            let mode = match (standalone, daemon) {
+                (true, _) => ServeMode::Standalone,
+                (_, true) => ServeMode::Daemon,
+                _ => ServeMode::Shared,
+            };
+            cli::serve::serve(mode, &cli.common)
+        }
+        Command::Flight { session } => cli::serve::flight(session.as_deref(), &cli.common),
         Command::Compact {
             session,
             instructions,

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod import;
 pub mod inspect;
 pub mod replay;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,175 @@
+--- Pure text for the statusline, notifications and the flight-record buffer.
+--- No editor state here: every function maps protocol values to strings, so specs test it alone.
+--- Keep in step with editors/vscode/src/status.ts: both editors must say the same thing.
+local M = {}
+
+local function trim_zero(fixed)
+  return (fixed:gsub('%.0$', ''))
+end
+
+--- `950`, `1.2k`, `48.8k`, `128k`, `1.2M`.
+function M.tokens(n)
+  n = math.max(0, math.floor((tonumber(n) or 0) + 0.5))
+  if n < 1000 then
+    return tostring(n)
+  elseif n < 999950 then
+    return trim_zero(string.format('%.1f', n / 1000)) .. 'k'
+  end
+  return trim_zero(string.format('%.1f', n / 1000000)) .. 'M'
+end
+
+--- `31.2k / 48.8k`: effective tokens against the hard limit.
+function M.status_text(report)
+  return M.tokens(report.effectiveTokens) .. ' / ' .. M.tokens(report.hardLimit)
+end
+
+--- 'normal' up to the soft limit, 'warning' past it, 'error' at the hard limit.
+function M.severity(report)
+  if report.effectiveTokens >= report.hardLimit then
+    return 'error'
+  elseif report.effectiveTokens > report.softLimit then
+    return 'warning'
+  end
+  return 'normal'
+end
+
+M.highlight = { normal = 'SobaBudgetOk', warning = 'SobaBudgetWarning', error = 'SobaBudgetError' }
+
+function M.source_label(source)
+  return source == 'provider_usage' and 'provider usage' or 'estimated'
+end
+
+function M.reclaimed_percent(before, after)
+  if not before or before <= 0 then
+    return 0
+  end
+  return math.floor((before - after) / before * 100 + 0.5)
+end
+
+function M.last_compaction(last)
+  if last == nil or last == vim.NIL then
+    return 'none yet'
+  end
+  return string.format(
+    '%s: %s → %s (−%d%%), %s, %s, %s',
+    last.trigger,
+    M.tokens(last.tokensBefore),
+    M.tokens(last.tokensAfter),
+    M.reclaimed_percent(last.tokensBefore, last.tokensAfter),
+    last.checkpointId,
+    last.quality,
+    last.ts
+  )
+end
+
+--- The statusline item: `31.2k / 48.8k`, with the compaction percent while one runs.
+function M.statusline(report, compacting_percent)
+  local text = M.status_text(report)
+  if compacting_percent then
+    return text .. string.format(' ⟳ %d%%', compacting_percent)
+  elseif report.compacting then
+    return text .. ' ⟳'
+  end
+  return text
+end
+
+--- `:Soba budget`: the statusline's tooltip, as lines.
+function M.budget_lines(report)
+  local pct = report.hardLimit > 0 and math.floor(report.effectiveTokens / report.hardLimit * 100 + 0.5) or 0
+  local b = report.breakdown or {}
+  return {
+    string.format('Context budget: %s tokens (%d%% of the hard limit)', M.status_text(report), pct),
+    string.format('Soft limit: %s (auto-compaction starts past it)', M.tokens(report.softLimit)),
+    string.format('Measured: %s (%s, %s)', M.source_label(report.source), report.model, report.tokenizer),
+    string.format(
+      'Breakdown: system %s, tools %s, capsule %s, retained tail %s, new entries %s',
+      M.tokens(b.system),
+      M.tokens(b.tools),
+      M.tokens(b.capsule),
+      M.tokens(b.retainedTail),
+      M.tokens(b.newEntries)
+    ),
+    'Auto-compact: ' .. (report.autoCompact and 'on' or 'off'),
+    'Last compaction: ' .. M.last_compaction(report.lastCompaction),
+  }
+end
+
+--- The line a finished compaction leaves when the daemon sent none.
+function M.completion_line(result)
+  if result.outcome ~= 'completed' then
+    return string.format('%s compact %s: %s', result.trigger, result.outcome, result.reason)
+  end
+  local checkpoint = result.checkpointId ~= vim.NIL and result.checkpointId or 'no checkpoint'
+  local quality = result.quality ~= vim.NIL and result.quality or 'unknown quality'
+  return string.format(
+    '%s compact: %s → %s tokens (−%d%%), %s, %s',
+    result.trigger,
+    M.tokens(result.tokensBefore),
+    M.tokens(result.tokensAfter),
+    math.floor((result.reclaimedPercent or 0) + 0.5),
+    checkpoint,
+    quality
+  )
+end
+
+local function by_ts_desc(list)
+  local sorted = vim.deepcopy(list)
+  table.sort(sorted, function(a, b)
+    return a.ts > b.ts
+  end)
+  return sorted
+end
+
+--- `:Soba flight`, most recent first.
+function M.flight_lines(records)
+  if #records == 0 then
+    return { 'No flight records yet.' }
+  end
+  local lines = {}
+  for _, r in ipairs(by_ts_desc(records)) do
+    local checkpoint = r.checkpointId ~= vim.NIL and r.checkpointId or '-'
+    lines[#lines + 1] = string.format(
+      '%s  %-9s %-16s %s → %s (hard %s, soft %s)  %d ms  %s  %s  %s',
+      r.ts,
+      r.outcome,
+      r.trigger,
+      M.tokens(r.tokensBefore),
+      M.tokens(r.tokensAfter),
+      M.tokens(r.hardLimit),
+      M.tokens(r.softLimit),
+      r.durationMs,
+      checkpoint,
+      r.sessionId,
+      r.reason
+    )
+  end
+  return lines
+end
+
+--- `:Soba capsule list`, most recent first.
+function M.capsule_lines(capsules)
+  if #capsules == 0 then
+    return { 'No capsules in the active session yet.' }
+  end
+  local lines = {}
+  for _, c in ipairs(by_ts_desc(capsules)) do
+    lines[#lines + 1] = string.format(
+      '%s  %s  %s · %s · %s tokens%s',
+      c.checkpointId,
+      c.title ~= '' and c.title or '(untitled)',
+      c.trigger,
+      c.quality,
+      M.tokens(c.tokens and c.tokens.after),
+      c.origin == 'loaded' and ' · loaded' or ''
+    )
+  end
+  return lines
+end
+
+--- `Auth refactor: hand-off!` → `auth-refactor-hand-off.capsule.md`.
+function M.capsule_file_name(title, checkpoint_id)
+  local slug = (title or ''):lower():gsub('[^a-z0-9]+', '-'):gsub('^%-+', ''):gsub('%-+$', ''):sub(1, 60)
+  return (slug ~= '' and slug or checkpoint_id) .. '.capsule.md'
+end
+
+return M

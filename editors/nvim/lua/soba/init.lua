@@ -1,0 +1,247 @@
+--- SOBA for Neovim: the context budget of the workspace's active agent session in the
+--- statusline, and `:Soba` commands over the built-in LSP client talking to `soba serve`.
+local format = require('soba.format')
+
+local M = {}
+
+M.defaults = {
+  --- Command that starts the daemon; `soba` from PATH by default.
+  cmd = { 'soba', 'serve' },
+  --- Notify when a compaction starts and with its completion line when it ends.
+  notify_compaction = true,
+  --- Folders that mark a workspace root, nearest first.
+  root_markers = { '.soba', '.git' },
+  --- How many flight records `:Soba flight` fetches.
+  flight_limit = 50,
+  --- setup() calls vim.lsp.enable('soba') unless this is false.
+  enable = true,
+  --- Extra vim.lsp.config fields for the client (cmd_env, on_exit, root_markers, …).
+  lsp = {},
+}
+
+M.config = vim.deepcopy(M.defaults)
+
+--- Budget reports by workspace path, and the operations whose end the daemon announced.
+local state = {
+  reports = {},
+  latest_workspace = nil,
+  compacting = {},
+  announced = {},
+}
+M._state = state
+
+local function notify(msg, level)
+  vim.notify('SOBA: ' .. msg, level or vim.log.levels.INFO, { title = 'SOBA' })
+end
+M.notify = notify
+
+--- Canonical paths, remembered: the statusline asks on every redraw.
+local real_paths = {}
+
+local function real(path)
+  if not path then
+    return nil
+  end
+  if not real_paths[path] then
+    real_paths[path] = vim.uv.fs_realpath(path) or path
+  end
+  return real_paths[path]
+end
+
+--- The soba client attached to `bufnr` (current buffer by default), else any soba client.
+function M.client(bufnr)
+  local attached = vim.lsp.get_clients({ name = 'soba', bufnr = bufnr or 0 })
+  if attached[1] then
+    return attached[1]
+  end
+  return vim.lsp.get_clients({ name = 'soba' })[1]
+end
+
+--- The workspace whose active session commands act on.
+function M.workspace(client)
+  client = client or M.client()
+  if client and client.root_dir then
+    return real(client.root_dir)
+  end
+  if client and client.workspace_folders and client.workspace_folders[1] then
+    return real(vim.uri_to_fname(client.workspace_folders[1].uri))
+  end
+  return real(vim.fn.getcwd())
+end
+
+--- The report the statusline shows: the current buffer's workspace, else the latest one seen.
+function M.report(bufnr)
+  local client = M.client(bufnr)
+  local report = client and state.reports[M.workspace(client)]
+  return report or (state.latest_workspace and state.reports[state.latest_workspace]) or nil
+end
+
+local function refresh_statusline()
+  vim.cmd.redrawstatus({ bang = true })
+  vim.api.nvim_exec_autocmds('User', { pattern = 'SobaBudgetChanged', modeline = false })
+end
+
+--- Takes a BudgetReport from `soba/budget` or `soba/budgetChanged`.
+function M.accept_report(report)
+  local workspace = real(report.workspace)
+  state.reports[workspace] = report
+  state.latest_workspace = workspace
+  if not report.compacting then
+    state.compacting[report.sessionId] = nil
+  end
+  refresh_statusline()
+end
+
+--- `31.2k / 48.8k` (and ` ⟳ 82%` while compacting), or '' before any session reported.
+function M.statusline()
+  local report = M.report()
+  if not report then
+    return ''
+  end
+  return format.statusline(report, state.compacting[report.sessionId])
+end
+
+--- The statusline item wrapped in its severity highlight, for a plain 'statusline' option.
+function M.statusline_hl()
+  local report = M.report()
+  if not report then
+    return ''
+  end
+  return '%#' .. format.highlight[format.severity(report)] .. '#' .. M.statusline() .. '%*'
+end
+
+--- A lualine component: `sections = { lualine_x = { require('soba').lualine() } }`.
+function M.lualine()
+  return {
+    function()
+      return M.statusline()
+    end,
+    cond = function()
+      return M.report() ~= nil
+    end,
+    color = function()
+      local report = M.report()
+      return report and format.highlight[format.severity(report)] or nil
+    end,
+  }
+end
+
+--- JSON null arrives as vim.NIL; optional fields may be absent or null.
+local function present(value)
+  if value == vim.NIL then
+    return nil
+  end
+  return value
+end
+
+local function on_compaction(event)
+  local id = event.operationId
+  if event.phase == 'start' then
+    state.compacting[event.sessionId] = 0
+    if M.config.notify_compaction then
+      notify(string.format('compacting context (%s)…', event.trigger))
+    end
+  elseif event.phase == 'progress' then
+    state.compacting[event.sessionId] = math.max(state.compacting[event.sessionId] or 0, present(event.percent) or 0)
+  elseif event.phase == 'end' then
+    state.compacting[event.sessionId] = nil
+    if not M.claim(id) then
+      refresh_statusline()
+      return
+    end
+    local result = present(event.result)
+    local line = present(event.message) or (result and format.completion_line(result)) or (event.trigger .. ' compact finished')
+    local warn = result and (result.degraded or result.outcome == 'failed')
+    if M.config.notify_compaction then
+      notify(line, warn and vim.log.levels.WARN or vim.log.levels.INFO)
+    end
+  end
+  refresh_statusline()
+end
+
+--- Claims the showing of an operation's result: true the first time, false once the daemon's
+--- end notification or the command that asked for it showed it. The response to
+--- `soba/compact` and the end notification may arrive in either order; the result shows once.
+function M.claim(operation_id)
+  if state.announced[operation_id] then
+    return false
+  end
+  state.announced[operation_id] = true
+  return true
+end
+
+--- Server → client notifications, installed by lsp/soba.lua and setup().
+M.handlers = {
+  ['soba/budgetChanged'] = function(_, report)
+    M.accept_report(report)
+  end,
+  ['soba/compaction'] = function(_, event)
+    on_compaction(event)
+  end,
+}
+
+--- `$/progress` from the daemon (work-done progress) updates the statusline percent too.
+local function on_lsp_progress(args)
+  local client = vim.lsp.get_client_by_id(args.data.client_id)
+  if not client or client.name ~= 'soba' then
+    return
+  end
+  local value = args.data.params and args.data.params.value or {}
+  local report = M.report()
+  if report and value.kind == 'report' and value.percentage then
+    state.compacting[report.sessionId] = value.percentage
+  elseif report and value.kind == 'end' then
+    state.compacting[report.sessionId] = nil
+  end
+  refresh_statusline()
+end
+
+local function on_attach(client)
+  client:request('soba/budget', { workspace = M.workspace(client) }, function(err, report)
+    if not err and report then
+      M.accept_report(report)
+    end
+  end)
+end
+
+--- The workspace of a file buffer: the nearest folder holding a root marker, else the working
+--- directory. Buffers without a file (a fresh `[No Name]`) get no client: they have no workspace.
+local function root_dir(bufnr, on_dir)
+  if vim.api.nvim_buf_get_name(bufnr) == '' then
+    return
+  end
+  on_dir(vim.fs.root(bufnr, M.config.root_markers) or vim.fn.getcwd())
+end
+
+--- The `vim.lsp.config` table for the daemon; lsp/soba.lua returns it.
+function M.lsp_config()
+  return {
+    cmd = M.config.cmd,
+    root_dir = root_dir,
+    handlers = M.handlers,
+    on_attach = on_attach,
+  }
+end
+
+local function define_highlights()
+  vim.api.nvim_set_hl(0, 'SobaBudgetOk', { link = 'DiagnosticOk', default = true })
+  vim.api.nvim_set_hl(0, 'SobaBudgetWarning', { link = 'DiagnosticWarn', default = true })
+  vim.api.nvim_set_hl(0, 'SobaBudgetError', { link = 'DiagnosticError', default = true })
+end
+
+local group = vim.api.nvim_create_augroup('soba', { clear = true })
+vim.api.nvim_create_autocmd('LspProgress', { group = group, callback = on_lsp_progress })
+vim.api.nvim_create_autocmd('ColorScheme', { group = group, callback = define_highlights })
+define_highlights()
+
+--- For users who prefer a setup call to `vim.lsp.enable('soba')`:
+--- `require('soba').setup({ cmd = { '/path/to/soba', 'serve' } })`.
+function M.setup(opts)
+  M.config = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
+  vim.lsp.config('soba', vim.tbl_extend('force', M.lsp_config(), M.config.lsp))
+  if M.config.enable then
+    vim.lsp.enable('soba')
+  end
+end
+
+return M

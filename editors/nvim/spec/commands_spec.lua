@@ -1,0 +1,113 @@
+local commands = require('soba.commands')
+local health = require('soba.health')
+
+local function complete(cmdline)
+  local arg_lead = cmdline:match('(%S*)$')
+  return commands.complete(arg_lead, cmdline)
+end
+
+describe(':Soba', function()
+  it('is defined with completion', function()
+    assert.are.equal(2, vim.fn.exists(':Soba'))
+    assert.are.same({ 'auto-compact', 'budget', 'capsule', 'compact', 'flight' }, vim.fn.getcompletion('Soba ', 'cmdline'))
+  end)
+
+  it('completes subcommands and their arguments', function()
+    assert.are.same({ 'auto-compact', 'budget', 'capsule', 'compact', 'flight' }, complete('Soba '))
+    assert.are.same({ 'capsule', 'compact' }, complete('Soba c'))
+    assert.are.same({ 'off', 'on' }, complete('Soba auto-compact '))
+    assert.are.same({ 'on' }, complete('Soba auto-compact on'))
+    assert.are.same({ 'create', 'export', 'list', 'load' }, complete('Soba capsule '))
+    assert.are.same({}, complete('Soba budget '))
+    local dir = vim.fn.tempname()
+    vim.fn.mkdir(dir, 'p')
+    vim.fn.writefile({}, dir .. '/hand-off.capsule.md')
+    assert.are.same({ dir .. '/hand-off.capsule.md' }, complete('Soba capsule load ' .. dir .. '/hand'))
+    vim.fn.delete(dir, 'rf')
+  end)
+
+  describe('without a daemon', function()
+    local messages
+    local original_notify = vim.notify
+    before_each(function()
+      messages = {}
+      vim.notify = function(msg, level)
+        messages[#messages + 1] = { msg = msg, level = level }
+      end
+    end)
+    after_each(function()
+      vim.notify = original_notify
+    end)
+
+    it('explains usage errors', function()
+      vim.cmd('Soba frobnicate')
+      assert.matches('^SOBA: usage: :Soba budget | compact', messages[1].msg)
+      vim.cmd('Soba auto-compact maybe')
+      assert.are.equal('SOBA: usage: :Soba auto-compact on|off', messages[2].msg)
+      vim.cmd('Soba capsule')
+      assert.are.equal('SOBA: usage: :Soba capsule create|export|load|list', messages[3].msg)
+      assert.are.equal(vim.log.levels.ERROR, messages[3].level)
+    end)
+
+    it('says the daemon is not running instead of failing', function()
+      vim.cmd('Soba budget')
+      assert.matches('the daemon is not running', messages[1].msg)
+      assert.are.equal('', require('soba').statusline())
+    end)
+  end)
+end)
+
+describe('health.config_problems', function()
+  it('knows the keys of schemas/config.schema.json', function()
+    local path = vim.env.SOBA_NVIM_ROOT .. '/../../schemas/config.schema.json'
+    assert.are.equal(1, vim.fn.filereadable(path), path .. ' is missing')
+    local schema = vim.json.decode(table.concat(vim.fn.readfile(path), '\n'))
+    local function keys(t)
+      local list = vim.tbl_keys(t or {})
+      table.sort(list)
+      return list
+    end
+    local function sorted(list)
+      local copy = vim.deepcopy(list)
+      table.sort(copy)
+      return copy
+    end
+    local top = keys(schema.properties)
+    table.insert(top, '$schema')
+    table.sort(top)
+    assert.are.same(top, sorted(health.CONFIG_KEYS['']))
+    for section, property in pairs(schema.properties) do
+      local ref
+      for _, alternative in ipairs(property.anyOf or { property }) do
+        ref = ref or alternative['$ref']
+      end
+      local definition = schema['$defs'][ref:match('[^/]+$')]
+      assert.are.same(keys(definition.properties), sorted(health.CONFIG_KEYS[section]), section)
+    end
+  end)
+
+  it('accepts a valid config and names unknown or malformed keys', function()
+    assert.are.same({}, health.config_problems('{"compaction": {"keepRecentTokens": 600}, "model": {"name": "x"}}'))
+    assert.are.same(
+      { 'unknown key "colour"', 'unknown key "compaction.keepRecent"' },
+      health.config_problems('{"colour": 1, "compaction": {"keepRecent": 1}}')
+    )
+    assert.are.same({ '"model" must be an object' }, health.config_problems('{"model": "gpt"}'))
+    assert.matches('^not valid JSON', health.config_problems('{"compaction": ')[1])
+    assert.are.same({ 'the top level must be a JSON object' }, health.config_problems('[1]'))
+  end)
+end)
+
+describe('doc/soba.txt', function()
+  it('builds help tags for every command and function', function()
+    local dir = vim.fn.tempname()
+    vim.fn.mkdir(dir, 'p')
+    vim.fn.writefile(vim.fn.readfile(vim.env.SOBA_NVIM_ROOT .. '/doc/soba.txt'), dir .. '/soba.txt')
+    vim.cmd.helptags(vim.fn.fnameescape(dir))
+    local tags = table.concat(vim.fn.readfile(dir .. '/tags'), '\n')
+    vim.fn.delete(dir, 'rf')
+    for _, tag in ipairs({ ':Soba', ':Soba-compact', 'soba.setup()', 'soba.statusline()', 'soba.lualine()', 'soba-health' }) do
+      assert.matches('\n?' .. vim.pesc(tag) .. '\t', tags)
+    end
+  end)
+end)

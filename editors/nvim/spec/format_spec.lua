@@ -1,0 +1,109 @@
+local format = require('soba.format')
+
+local function report(overrides)
+  return vim.tbl_extend('force', {
+    sessionId = 's_1',
+    workspace = '/work/project',
+    effectiveTokens = 31200,
+    hardLimit = 48800,
+    softLimit = 39040,
+    source = 'estimated',
+    contextWindow = 64000,
+    maxOutputTokens = 8000,
+    autoCompact = true,
+    lastCompaction = vim.NIL,
+    breakdown = { system = 1200, tools = 2000, capsule = 0, retainedTail = 0, newEntries = 28000 },
+    model = 'test-model',
+    tokenizer = 'o200k_base',
+    compacting = false,
+  }, overrides or {})
+end
+
+describe('format', function()
+  it('keeps small counts exact and abbreviates thousands and millions', function()
+    assert.are.equal('0', format.tokens(0))
+    assert.are.equal('950', format.tokens(950))
+    assert.are.equal('1.2k', format.tokens(1234))
+    assert.are.equal('48.8k', format.tokens(48800))
+    assert.are.equal('128k', format.tokens(128000))
+    assert.are.equal('1M', format.tokens(999960))
+    assert.are.equal('1.3M', format.tokens(1250000))
+    assert.are.equal('0', format.tokens(-5))
+  end)
+
+  it('shows effective tokens against the hard limit, with progress while compacting', function()
+    assert.are.equal('31.2k / 48.8k', format.statusline(report()))
+    assert.are.equal('31.2k / 48.8k ⟳ 82%', format.statusline(report(), 82))
+    assert.are.equal('31.2k / 48.8k ⟳', format.statusline(report({ compacting = true })))
+  end)
+
+  it('is normal up to the soft limit, warning past it, error at the hard limit', function()
+    assert.are.equal('normal', format.severity(report({ effectiveTokens = 39040 })))
+    assert.are.equal('warning', format.severity(report({ effectiveTokens = 39041 })))
+    assert.are.equal('error', format.severity(report({ effectiveTokens = 48800 })))
+    assert.are.equal('SobaBudgetWarning', format.highlight.warning)
+  end)
+
+  it('describes the budget like the VS Code tooltip', function()
+    assert.are.same({
+      'Context budget: 31.2k / 48.8k tokens (64% of the hard limit)',
+      'Soft limit: 39k (auto-compaction starts past it)',
+      'Measured: estimated (test-model, o200k_base)',
+      'Breakdown: system 1.2k, tools 2k, capsule 0, retained tail 0, new entries 28k',
+      'Auto-compact: on',
+      'Last compaction: none yet',
+    }, format.budget_lines(report()))
+    local last = {
+      checkpointId = 'ck_3f9a',
+      trigger = 'auto_threshold',
+      quality = 'model',
+      tokensBefore = 41200,
+      tokensAfter = 18300,
+      ts = '2026-11-29T12:05:00Z',
+    }
+    assert.are.equal(
+      'auto_threshold: 41.2k → 18.3k (−56%), ck_3f9a, model, 2026-11-29T12:05:00Z',
+      format.last_compaction(last)
+    )
+  end)
+
+  it('writes completion lines for every outcome', function()
+    local result = {
+      operationId = 'op_1',
+      outcome = 'completed',
+      reason = 'compacted',
+      trigger = 'manual',
+      tokensBefore = 41200,
+      tokensAfter = 18300,
+      reclaimedPercent = 55.6,
+      checkpointId = 'ck_3f9a',
+      quality = 'model',
+      degraded = false,
+    }
+    assert.are.equal('manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model', format.completion_line(result))
+    result.outcome, result.reason = 'skipped', 'nothing before the retained tail'
+    assert.are.equal('manual compact skipped: nothing before the retained tail', format.completion_line(result))
+  end)
+
+  it('lists flight records and capsules newest first, or says there are none', function()
+    assert.are.same({ 'No flight records yet.' }, format.flight_lines({}))
+    local lines = format.flight_lines({
+      { ts = '2026-11-29T10:00:00Z', outcome = 'completed', trigger = 'auto_threshold', tokensBefore = 40000, tokensAfter = 10000, hardLimit = 48800, softLimit = 39040, durationMs = 900, checkpointId = 'ck_1', sessionId = 's_1', reason = 'compacted' },
+      { ts = '2026-11-29T11:00:00Z', outcome = 'skipped', trigger = 'manual', tokensBefore = 900, tokensAfter = 900, hardLimit = 48800, softLimit = 39040, durationMs = 2, checkpointId = vim.NIL, sessionId = 's_1', reason = 'nothing to compact' },
+    })
+    assert.are.same({
+      '2026-11-29T11:00:00Z  skipped   manual           900 → 900 (hard 48.8k, soft 39k)  2 ms  -  s_1  nothing to compact',
+      '2026-11-29T10:00:00Z  completed auto_threshold   40k → 10k (hard 48.8k, soft 39k)  900 ms  ck_1  s_1  compacted',
+    }, lines)
+    assert.are.same({ 'No capsules in the active session yet.' }, format.capsule_lines({}))
+    assert.are.same(
+      { 'ck_7  Auth hand-off  manual · model · 3.1k tokens · loaded' },
+      format.capsule_lines({ { checkpointId = 'ck_7', title = 'Auth hand-off', trigger = 'manual', quality = 'model', ts = 't', tokens = { before = 40000, after = 3100 }, origin = 'loaded' } })
+    )
+  end)
+
+  it('names capsule files after their title', function()
+    assert.are.equal('auth-refactor-hand-off.capsule.md', format.capsule_file_name('Auth refactor: hand-off!', 'ck_1'))
+    assert.are.equal('ck_1.capsule.md', format.capsule_file_name('', 'ck_1'))
+  end)
+end)

@@ -1,0 +1,115 @@
+-- The statusline and notifications driven by the daemon's notifications, without a daemon:
+-- the handlers are fed the messages the daemon sends.
+local soba = require('soba')
+
+local function report(overrides)
+  return vim.tbl_extend('force', {
+    sessionId = 's_1',
+    workspace = '/work/statusline-project',
+    effectiveTokens = 31200,
+    hardLimit = 48800,
+    softLimit = 39040,
+    source = 'estimated',
+    contextWindow = 64000,
+    maxOutputTokens = 8000,
+    autoCompact = true,
+    lastCompaction = vim.NIL,
+    breakdown = { system = 0, tools = 0, capsule = 0, retainedTail = 0, newEntries = 31200 },
+    model = 'test-model',
+    tokenizer = 'o200k_base',
+    compacting = false,
+  }, overrides or {})
+end
+
+local budget_changed = soba.handlers['soba/budgetChanged']
+local compaction = soba.handlers['soba/compaction']
+
+describe('statusline from notifications', function()
+  local messages, user_events, autocmd
+  local original_notify = vim.notify
+
+  before_each(function()
+    messages, user_events = {}, 0
+    vim.notify = function(msg, level)
+      messages[#messages + 1] = { msg = msg, level = level }
+    end
+    autocmd = vim.api.nvim_create_autocmd('User', {
+      pattern = 'SobaBudgetChanged',
+      callback = function()
+        user_events = user_events + 1
+      end,
+    })
+  end)
+
+  after_each(function()
+    vim.notify = original_notify
+    vim.api.nvim_del_autocmd(autocmd)
+    for key in pairs(soba._state.reports) do
+      soba._state.reports[key] = nil
+    end
+    soba._state.latest_workspace = nil
+  end)
+
+  it('shows the latest budget and fires User SobaBudgetChanged', function()
+    assert.are.equal('', soba.statusline())
+    assert.is_false(soba.lualine().cond())
+    budget_changed(nil, report())
+    assert.are.equal('31.2k / 48.8k', soba.statusline())
+    assert.are.equal('%#SobaBudgetOk#31.2k / 48.8k%*', soba.statusline_hl())
+    budget_changed(nil, report({ effectiveTokens = 48800 }))
+    assert.are.equal('%#SobaBudgetError#48.8k / 48.8k%*', soba.statusline_hl())
+    assert.are.equal('SobaBudgetError', soba.lualine().color())
+    assert.are.equal(2, user_events)
+  end)
+
+  it('shows compaction progress, then the completion line once', function()
+    budget_changed(nil, report())
+    local event = { sessionId = 's_1', operationId = 'op_9', trigger = 'auto_threshold' }
+    compaction(nil, vim.tbl_extend('force', event, { phase = 'start' }))
+    assert.are.equal('SOBA: compacting context (auto_threshold)…', messages[1].msg)
+    assert.are.equal('31.2k / 48.8k ⟳ 0%', soba.statusline())
+    compaction(nil, vim.tbl_extend('force', event, { phase = 'progress', percent = 82 }))
+    assert.are.equal('31.2k / 48.8k ⟳ 82%', soba.statusline())
+    compaction(nil, vim.tbl_extend('force', event, { phase = 'progress', percent = vim.NIL }))
+    assert.are.equal('31.2k / 48.8k ⟳ 82%', soba.statusline())
+    compaction(nil, vim.tbl_extend('force', event, {
+      phase = 'end',
+      message = 'auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_1, model',
+      result = { degraded = false, outcome = 'completed' },
+    }))
+    assert.are.equal('SOBA: auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_1, model', messages[2].msg)
+    assert.are.equal(vim.log.levels.INFO, messages[2].level)
+    assert.is_false(soba.claim('op_9'), 'the end notification showed the result')
+    assert.are.equal('31.2k / 48.8k', soba.statusline())
+  end)
+
+  it('shows the result once when the command showed it before the end notification', function()
+    assert.is_true(soba.claim('op_11'))
+    compaction(nil, { sessionId = 's_1', operationId = 'op_11', trigger = 'user', phase = 'end', message = 'user compact: done' })
+    assert.are.same({}, messages)
+  end)
+
+  it('warns when the capsule is a degraded fallback', function()
+    compaction(nil, {
+      sessionId = 's_1',
+      operationId = 'op_10',
+      trigger = 'hard_limit',
+      phase = 'end',
+      result = {
+        outcome = 'completed',
+        reason = 'summarizer timed out',
+        trigger = 'hard_limit',
+        tokensBefore = 50000,
+        tokensAfter = 20000,
+        reclaimedPercent = 60,
+        checkpointId = 'ck_2',
+        quality = 'degraded',
+        degraded = true,
+      },
+    })
+    assert.are.same(
+      { msg = 'SOBA: hard_limit compact: 50k → 20k tokens (−60%), ck_2, degraded', level = vim.log.levels.WARN },
+      messages[1]
+    )
+  end)
+end)

@@ -1,0 +1,211 @@
+// One function per palette command. No `vscode` import: the commands talk to the editor through
+// `EditorUi` and to the daemon through `SobaRequester`, so they are unit-tested with fakes, and
+// extension.ts registers exactly the handlers this module returns.
+
+import type { CapsuleSummary, CompactionResult, SessionTarget, SobaRequester } from './protocol';
+import type { Settings } from './settings';
+import { budgetSummary, completionLine, CompactionProgress, formatTokens } from './status';
+import { flightLines } from './views';
+
+export interface PickItem<T> {
+  label: string;
+  description?: string;
+  detail?: string;
+  value: T;
+}
+
+export interface EditorUi {
+  info(message: string, ...actions: string[]): Promise<string | undefined>;
+  warn(message: string): void;
+  error(message: string): void;
+  /** Undefined when the user dismissed the box. */
+  input(options: { prompt: string; placeHolder?: string; required: boolean }): Promise<string | undefined>;
+  pick<T>(items: PickItem<T>[], placeHolder: string): Promise<T | undefined>;
+  /** File system path, or undefined when dismissed. */
+  saveFile(defaultFileName: string): Promise<string | undefined>;
+  openCapsuleFile(): Promise<string | undefined>;
+  showLines(lines: string[]): void;
+}
+
+export interface CommandContext {
+  ui: EditorUi;
+  /** Undefined while the daemon is not running. */
+  client(): SobaRequester | undefined;
+  /** The workspace whose active session the commands act on. */
+  target(): SessionTarget;
+  settings(): Settings;
+  progress: CompactionProgress;
+  /** Refreshes the sidebar after a command changed the session. */
+  refresh(): void;
+}
+
+export const COMMAND_IDS = [
+  'soba.compact',
+  'soba.showBudget',
+  'soba.autoCompactOn',
+  'soba.autoCompactOff',
+  'soba.createCapsule',
+  'soba.exportCapsule',
+  'soba.loadCapsule',
+  'soba.showFlightRecords',
+] as const;
+export type CommandId = (typeof COMMAND_IDS)[number];
+
+/** Sidebar items carry the checkpoint they stand for. */
+export interface CheckpointArgument {
+  checkpointId?: string;
+  label?: string;
+}
+
+export type CommandHandler = (arg?: unknown) => Promise<void>;
+
+const COMPACT_NOW = 'Compact Now';
+
+function requireClient(ctx: CommandContext): SobaRequester {
+  const client = ctx.client();
+  if (!client) {
+    throw new Error('the SOBA daemon is not running: check the "soba.serverPath" setting and the SOBA output channel');
+  }
+  return client;
+}
+
+/** Shows the result of a compaction unless the daemon's own completion line already did. */
+export function reportCompaction(ctx: CommandContext, result: CompactionResult): void {
+  if (!ctx.progress.claim(result.operationId)) return;
+  const line = completionLine(result);
+  if (result.outcome === 'failed') ctx.ui.error(line);
+  else if (result.degraded) ctx.ui.warn(line);
+  else void ctx.ui.info(line);
+}
+
+export async function compact(ctx: CommandContext): Promise<void> {
+  const client = requireClient(ctx);
+  const instructions = await ctx.ui.input({
+    prompt: 'Compact the context of the active session',
+    placeHolder: 'Optional instructions, e.g. "keep the failing test output"',
+    required: false,
+  });
+  if (instructions === undefined) return;
+  const trimmed = instructions.trim();
+  const result = await client.request('soba/compact', {
+    ...ctx.target(),
+    ...(trimmed ? { instructions: trimmed } : {}),
+    ...(ctx.settings().compactMirror ? { mirror: true } : {}),
+  });
+  reportCompaction(ctx, result);
+  ctx.refresh();
+}
+
+export async function showBudget(ctx: CommandContext): Promise<void> {
+  const report = await requireClient(ctx).request('soba/budget', ctx.target());
+  const choice = await ctx.ui.info(budgetSummary(report), COMPACT_NOW);
+  if (choice === COMPACT_NOW) await compact(ctx);
+}
+
+async function setAutoCompact(ctx: CommandContext, enabled: boolean): Promise<void> {
+  const { autoCompact } = await requireClient(ctx).request('soba/autoCompact', { ...ctx.target(), enabled });
+  void ctx.ui.info(`Auto-compact is ${autoCompact ? 'on' : 'off'} for the active session.`);
+  ctx.refresh();
+}
+
+export const autoCompactOn = (ctx: CommandContext) => setAutoCompact(ctx, true);
+export const autoCompactOff = (ctx: CommandContext) => setAutoCompact(ctx, false);
+
+export async function createCapsule(ctx: CommandContext): Promise<void> {
+  const client = requireClient(ctx);
+  const title = await ctx.ui.input({ prompt: 'Capsule title', placeHolder: 'e.g. Auth refactor hand-off', required: true });
+  if (title === undefined || title.trim() === '') return;
+  const created = await client.request('soba/capsule/create', { ...ctx.target(), title: title.trim() });
+  void ctx.ui.info(`Capsule "${created.title}" created: ${created.checkpointId} (${formatTokens(created.tokens)} tokens).`);
+  ctx.refresh();
+}
+
+/** `Auth refactor hand-off` → `auth-refactor-hand-off.capsule.md`. */
+export function capsuleFileName(capsule: Pick<CapsuleSummary, 'title' | 'checkpointId'>): string {
+  const slug = capsule.title
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 60);
+  return `${slug || capsule.checkpointId}.capsule.md`;
+}
+
+export async function exportCapsule(ctx: CommandContext, arg?: unknown): Promise<void> {
+  const client = requireClient(ctx);
+  const fromView = arg as CheckpointArgument | undefined;
+  let chosen: Pick<CapsuleSummary, 'title' | 'checkpointId'> | undefined;
+  if (fromView?.checkpointId) {
+    chosen = { checkpointId: fromView.checkpointId, title: fromView.label ?? '' };
+  } else {
+    const { capsules } = await client.request('soba/capsule/list', ctx.target());
+    if (capsules.length === 0) {
+      void ctx.ui.info('The active session has no checkpoints yet: compact it or create a capsule first.');
+      return;
+    }
+    chosen = await ctx.ui.pick(
+      [...capsules].reverse().map((c) => ({
+        label: c.title || c.checkpointId,
+        description: c.checkpointId,
+        detail: `${c.trigger} · ${c.quality} · ${formatTokens(c.tokens.after)} tokens · ${c.ts}`,
+        value: c,
+      })),
+      'Checkpoint to export as a Portable Capsule',
+    );
+  }
+  if (!chosen) return;
+  const path = await ctx.ui.saveFile(capsuleFileName(chosen));
+  if (!path) return;
+  const exported = await client.request('soba/capsule/export', { ...ctx.target(), checkpointId: chosen.checkpointId, path });
+  void ctx.ui.info(`Capsule ${chosen.checkpointId} exported to ${exported.path}.`);
+}
+
+export async function loadCapsule(ctx: CommandContext): Promise<void> {
+  const client = requireClient(ctx);
+  const path = await ctx.ui.openCapsuleFile();
+  if (!path) return;
+  const loaded = await client.request('soba/capsule/load', { ...ctx.target(), path });
+  void ctx.ui.info(`Capsule loaded into session ${loaded.sessionId} as ${loaded.checkpointId}.`);
+  ctx.refresh();
+}
+
+export async function showFlightRecords(ctx: CommandContext): Promise<void> {
+  const { records } = await requireClient(ctx).request('soba/flight', {
+    ...ctx.target(),
+    limit: ctx.settings().flightRecordLimit,
+  });
+  ctx.ui.showLines(flightLines(records));
+}
+
+const METHOD_NOT_FOUND = -32601;
+
+function errorMessage(err: unknown): string {
+  const code = (err as { code?: unknown } | null)?.code;
+  const data = (err as { data?: unknown } | null)?.data;
+  if (code === METHOD_NOT_FOUND) {
+    return `${typeof data === 'string' ? data : 'this request'} is not supported by this soba daemon: update soba`;
+  }
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** The handler for every contributed command; errors become one error message, never a throw. */
+export function commandHandlers(ctx: CommandContext): Record<CommandId, CommandHandler> {
+  const guarded =
+    (fn: (ctx: CommandContext, arg?: unknown) => Promise<void>): CommandHandler =>
+    async (arg?: unknown) => {
+      try {
+        await fn(ctx, arg);
+      } catch (err) {
+        ctx.ui.error(`SOBA: ${errorMessage(err)}`);
+      }
+    };
+  return {
+    'soba.compact': guarded(compact),
+    'soba.showBudget': guarded(showBudget),
+    'soba.autoCompactOn': guarded(autoCompactOn),
+    'soba.autoCompactOff': guarded(autoCompactOff),
+    'soba.createCapsule': guarded(createCapsule),
+    'soba.exportCapsule': guarded(exportCapsule),
+    'soba.loadCapsule': guarded(loadCapsule),
+    'soba.showFlightRecords': guarded(showFlightRecords),
+  };
+}

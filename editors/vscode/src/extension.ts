@@ -1,0 +1,282 @@
+// The thin VS Code adapter: starts `soba serve` through vscode-languageclient and turns the pure
+// modules' values into a status bar item, progress notifications, tree views and dialogs.
+
+import * as fs from 'node:fs';
+import * as vscode from 'vscode';
+import { LanguageClient, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
+import { commandHandlers, type CommandContext, type EditorUi } from './commands';
+import { BUDGET_CHANGED, COMPACTION, type BudgetReport, type CompactionEvent, type SessionTarget, type SobaRequester } from './protocol';
+import { readSettings, serverCommand, type Settings } from './settings';
+import { backgroundColorId, BudgetTracker, CompactionProgress, severity, statusBarText, tooltipLines, type ProgressAction } from './status';
+import { budgetNodes, capsuleNodes, compactionNodes, sessionNodes, VIEW_IDS, type TreeNode } from './views';
+
+let extension: SobaExtension | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<void> {
+  extension = new SobaExtension(context);
+  await extension.start();
+}
+
+export async function deactivate(): Promise<void> {
+  await extension?.stop();
+  extension = undefined;
+}
+
+function currentSettings(): Settings {
+  const config = vscode.workspace.getConfiguration('soba');
+  return readSettings((key) => config.get(key));
+}
+
+function realFolderPaths(): string[] {
+  return (vscode.workspace.workspaceFolders ?? []).map((folder) => {
+    try {
+      return fs.realpathSync(folder.uri.fsPath);
+    } catch {
+      return folder.uri.fsPath;
+    }
+  });
+}
+
+class NodeProvider implements vscode.TreeDataProvider<TreeNode> {
+  private nodes: TreeNode[] = [];
+  private readonly changed = new vscode.EventEmitter<void>();
+  readonly onDidChangeTreeData = this.changed.event;
+
+  set(nodes: TreeNode[]): void {
+    this.nodes = nodes;
+    this.changed.fire();
+  }
+
+  getChildren(element?: TreeNode): TreeNode[] {
+    return element ? [] : this.nodes;
+  }
+
+  getTreeItem(node: TreeNode): vscode.TreeItem {
+    const item = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.None);
+    item.id = node.id;
+    item.description = node.description;
+    item.tooltip = node.tooltip;
+    item.contextValue = node.contextValue;
+    if (node.icon) item.iconPath = new vscode.ThemeIcon(node.icon);
+    if (node.command) item.command = { command: node.command, title: node.label, arguments: [node] };
+    return item;
+  }
+}
+
+class SobaExtension {
+  private client: LanguageClient | undefined;
+  private readonly output = vscode.window.createOutputChannel('SOBA');
+  private readonly flightOutput = vscode.window.createOutputChannel('SOBA Flight Records');
+  private readonly statusItem = vscode.window.createStatusBarItem('soba.budget', vscode.StatusBarAlignment.Right, 100);
+  private readonly tracker = new BudgetTracker(realFolderPaths);
+  private readonly progress = new CompactionProgress();
+  private readonly running = new Map<string, { report: vscode.Progress<{ increment?: number; message?: string }>; done: () => void }>();
+  private readonly views = {
+    sessions: new NodeProvider(),
+    budget: new NodeProvider(),
+    compactions: new NodeProvider(),
+    capsules: new NodeProvider(),
+  };
+  private settings: Settings = currentSettings();
+
+  constructor(context: vscode.ExtensionContext) {
+    this.statusItem.name = 'SOBA context budget';
+    this.statusItem.command = 'soba.showBudget';
+    const ctx: CommandContext = {
+      ui: vscodeUi(this.flightOutput),
+      client: () => this.requester(),
+      target: () => this.target(),
+      settings: () => this.settings,
+      progress: this.progress,
+      refresh: () => void this.refreshViews(),
+    };
+    context.subscriptions.push(
+      this.output,
+      this.flightOutput,
+      this.statusItem,
+      ...Object.entries(commandHandlers(ctx)).map(([id, handler]) => vscode.commands.registerCommand(id, handler)),
+      vscode.window.registerTreeDataProvider(VIEW_IDS.sessions, this.views.sessions),
+      vscode.window.registerTreeDataProvider(VIEW_IDS.budget, this.views.budget),
+      vscode.window.registerTreeDataProvider(VIEW_IDS.compactions, this.views.compactions),
+      vscode.window.registerTreeDataProvider(VIEW_IDS.capsules, this.views.capsules),
+      vscode.workspace.onDidChangeConfiguration((event) => {
+        if (event.affectsConfiguration('soba')) void this.restart();
+      }),
+      vscode.workspace.onDidChangeWorkspaceFolders(() => void this.refreshBudget()),
+    );
+  }
+
+  private requester(): SobaRequester | undefined {
+    const client = this.client;
+    if (!client || !client.isRunning()) return undefined;
+    return { request: (method, params) => client.sendRequest(method, params) };
+  }
+
+  private target(): SessionTarget {
+    const active = vscode.window.activeTextEditor?.document.uri;
+    const folder = (active && vscode.workspace.getWorkspaceFolder(active)) ?? vscode.workspace.workspaceFolders?.[0];
+    return folder ? { workspace: folder.uri.fsPath } : {};
+  }
+
+  async start(): Promise<void> {
+    this.settings = currentSettings();
+    const { command, args } = serverCommand(this.settings);
+    const serverOptions: ServerOptions = { command, args };
+    const clientOptions: LanguageClientOptions = {
+      documentSelector: [],
+      outputChannel: this.output,
+    };
+    const client = new LanguageClient('soba', 'SOBA', serverOptions, clientOptions);
+    client.onNotification(BUDGET_CHANGED, (report: BudgetReport) => {
+      if (this.tracker.accept(report)) this.renderStatus();
+      void this.refreshViews();
+    });
+    client.onNotification(COMPACTION, (event: CompactionEvent) => {
+      for (const action of this.progress.handle(event)) this.showProgress(action);
+    });
+    this.client = client;
+    try {
+      await client.start();
+    } catch (err) {
+      this.client = undefined;
+      this.statusItem.hide();
+      const message = err instanceof Error ? err.message : String(err);
+      void vscode.window.showErrorMessage(
+        `SOBA: could not start "${command} ${args.join(' ')}": ${message}. Install soba or set "soba.serverPath".`,
+      );
+      return;
+    }
+    await this.refreshBudget();
+  }
+
+  async stop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    for (const run of this.running.values()) run.done();
+    this.running.clear();
+    if (client) await client.stop().catch(() => undefined);
+  }
+
+  private async restart(): Promise<void> {
+    await this.stop();
+    this.tracker.clear();
+    this.renderStatus();
+    await this.start();
+  }
+
+  private async refreshBudget(): Promise<void> {
+    const client = this.requester();
+    if (!client) return;
+    try {
+      const report = await client.request('soba/budget', this.target());
+      if (this.tracker.accept(report)) this.renderStatus();
+    } catch (err) {
+      // A workspace without sessions yet: the bar stays hidden until an agent opens one.
+      this.output.appendLine(`budget: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    await this.refreshViews();
+  }
+
+  private renderStatus(): void {
+    const report = this.tracker.report;
+    this.views.budget.set(budgetNodes(report));
+    if (!report || !this.settings.statusBarEnabled) {
+      this.statusItem.hide();
+      return;
+    }
+    this.statusItem.text = statusBarText(report);
+    this.statusItem.tooltip = tooltipLines(report, new Date()).join('\n');
+    const color = backgroundColorId(severity(report));
+    this.statusItem.backgroundColor = color ? new vscode.ThemeColor(color) : undefined;
+    this.statusItem.show();
+  }
+
+  private refreshing = false;
+
+  private async refreshViews(): Promise<void> {
+    const client = this.requester();
+    if (!client || this.refreshing) return;
+    this.refreshing = true;
+    try {
+      const target = this.target();
+      // Each view stands alone: one failing request leaves the others current.
+      const [sessions, flight, capsules] = await Promise.allSettled([
+        client.request('soba/sessions', { workspace: target.workspace }),
+        client.request('soba/flight', { ...target, limit: this.settings.flightRecordLimit }),
+        client.request('soba/capsule/list', target),
+      ]);
+      if (sessions.status === 'fulfilled') this.views.sessions.set(sessionNodes(sessions.value.sessions));
+      if (flight.status === 'fulfilled') this.views.compactions.set(compactionNodes(flight.value.records));
+      if (capsules.status === 'fulfilled') this.views.capsules.set(capsuleNodes(capsules.value.capsules));
+      for (const failed of [sessions, flight, capsules]) {
+        if (failed.status === 'rejected') this.output.appendLine(`sidebar: ${String(failed.reason?.message ?? failed.reason)}`);
+      }
+    } finally {
+      this.refreshing = false;
+    }
+  }
+
+  private showProgress(action: ProgressAction): void {
+    switch (action.kind) {
+      case 'begin':
+        void vscode.window.withProgress(
+          { location: vscode.ProgressLocation.Notification, title: action.title, cancellable: false },
+          (report) =>
+            new Promise<void>((resolve) => {
+              this.running.set(action.operationId, { report, done: resolve });
+            }),
+        );
+        break;
+      case 'report':
+        this.running.get(action.operationId)?.report.report({ increment: action.increment, message: action.message });
+        break;
+      case 'end': {
+        this.running.get(action.operationId)?.done();
+        this.running.delete(action.operationId);
+        if (action.line === undefined) break;
+        if (action.warning) void vscode.window.showWarningMessage(action.line);
+        else void vscode.window.showInformationMessage(action.line);
+        break;
+      }
+    }
+  }
+}
+
+function vscodeUi(flightOutput: vscode.OutputChannel): EditorUi {
+  return {
+    info: (message, ...actions) => Promise.resolve(vscode.window.showInformationMessage(message, ...actions)),
+    warn: (message) => void vscode.window.showWarningMessage(message),
+    error: (message) => void vscode.window.showErrorMessage(message),
+    input: ({ prompt, placeHolder, required }) =>
+      Promise.resolve(
+        vscode.window.showInputBox({
+          prompt,
+          placeHolder,
+          validateInput: required ? (value) => (value.trim() ? undefined : 'Required') : undefined,
+        }),
+      ),
+    pick: async (items, placeHolder) => (await vscode.window.showQuickPick(items, { placeHolder }))?.value,
+    saveFile: async (defaultFileName) => {
+      const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+      const uri = await vscode.window.showSaveDialog({
+        defaultUri: folder ? vscode.Uri.joinPath(folder, defaultFileName) : undefined,
+        filters: { 'Portable Capsule': ['capsule.md', 'md'] },
+        saveLabel: 'Export Capsule',
+      });
+      return uri?.fsPath;
+    },
+    openCapsuleFile: async () => {
+      const uris = await vscode.window.showOpenDialog({
+        canSelectMany: false,
+        filters: { 'Portable Capsule': ['capsule.md', 'md'] },
+        openLabel: 'Load Capsule',
+      });
+      return uris?.[0]?.fsPath;
+    },
+    showLines: (lines) => {
+      flightOutput.clear();
+      for (const line of lines) flightOutput.appendLine(line);
+      flightOutput.show(true);
+    },
+  };
+}

@@ -1,0 +1,158 @@
+// The SOBA JSON-RPC protocol as the editor sees it, declared once.
+// Mirrors the daemon's protocol contract (docs/protocol.md); keep both in step.
+// Pure declarations: no `vscode` import, so the unit tests and the protocol test can use it.
+
+export type MeasurementSource = 'provider_usage' | 'estimated';
+export type Quality = 'model' | 'degraded';
+export type Outcome = 'completed' | 'skipped' | 'cancelled' | 'stale' | 'failed';
+
+export interface LastCompaction {
+  checkpointId: string;
+  trigger: string;
+  quality: Quality;
+  tokensBefore: number;
+  tokensAfter: number;
+  ts: string;
+}
+
+export interface BudgetBreakdown {
+  system: number;
+  tools: number;
+  capsule: number;
+  retainedTail: number;
+  newEntries: number;
+}
+
+export interface BudgetReport {
+  sessionId: string;
+  workspace: string;
+  effectiveTokens: number;
+  hardLimit: number;
+  softLimit: number;
+  source: MeasurementSource;
+  contextWindow: number;
+  maxOutputTokens: number;
+  autoCompact: boolean;
+  lastCompaction: LastCompaction | null;
+  breakdown: BudgetBreakdown;
+  model: string;
+  tokenizer: string;
+  compacting: boolean;
+}
+
+export interface CompactionResult {
+  operationId: string;
+  outcome: Outcome;
+  reason: string;
+  trigger: string;
+  tokensBefore: number;
+  tokensAfter: number;
+  reclaimedPercent: number;
+  checkpointId: string | null;
+  quality: Quality | null;
+  firstKeptEntryId: string | null;
+  durationMs: number;
+  degraded: boolean;
+}
+
+export interface CompactionEvent {
+  sessionId: string;
+  operationId: string;
+  phase: 'start' | 'progress' | 'end';
+  trigger: string;
+  percent?: number;
+  result?: CompactionResult;
+  /** On `end`: the persistent completion line. */
+  message?: string;
+}
+
+export interface SessionSummary {
+  sessionId: string;
+  workspace: string;
+  path: string;
+  active: boolean;
+  entries: number;
+  effectiveTokens: number;
+  hardLimit: number;
+  lastCompaction: LastCompaction | null;
+}
+
+export interface FlightRecord {
+  operationId: string;
+  sessionId: string;
+  trigger: string;
+  outcome: Outcome;
+  reason: string;
+  durationMs: number;
+  checkpointId: string | null;
+  tokensBefore: number;
+  tokensAfter: number;
+  reclaimed: number;
+  hardLimit: number;
+  softLimit: number;
+  ts: string;
+}
+
+export interface CapsuleSummary {
+  checkpointId: string;
+  title: string;
+  trigger: string;
+  quality: Quality;
+  ts: string;
+  tokens: { before: number; after: number };
+  origin: 'session' | 'loaded';
+}
+
+/** Which session an editor-side request is about: omitted fields mean the workspace's active session. */
+export interface SessionTarget {
+  sessionId?: string;
+  workspace?: string;
+}
+
+export interface ModelOverride {
+  name?: string;
+  contextWindow?: number;
+  maxOutputTokens?: number;
+}
+
+/** Request method → [params, result]. */
+export interface Requests {
+  'soba/session/open': [
+    { workspace: string; sessionId?: string; create?: boolean; model?: ModelOverride },
+    { sessionId: string; path: string; budget: BudgetReport },
+  ];
+  'soba/session/append': [
+    { sessionId: string; entries: Array<Record<string, unknown>> },
+    { entryIds: string[]; leafId: string; budget: BudgetReport },
+  ];
+  'soba/budget': [SessionTarget, BudgetReport];
+  'soba/compact': [SessionTarget & { instructions?: string; mirror?: boolean }, CompactionResult];
+  'soba/autoCompact': [SessionTarget & { enabled: boolean }, { autoCompact: boolean }];
+  'soba/sessions': [{ workspace?: string }, { sessions: SessionSummary[] }];
+  'soba/flight': [SessionTarget & { limit?: number }, { records: FlightRecord[] }];
+  'soba/capsule/create': [SessionTarget & { title: string }, { checkpointId: string; title: string; tokens: number }];
+  'soba/capsule/export': [SessionTarget & { checkpointId: string; path: string }, { path: string }];
+  'soba/capsule/load': [SessionTarget & { path: string }, { checkpointId: string; sessionId: string }];
+  'soba/capsule/list': [SessionTarget, { capsules: CapsuleSummary[] }];
+}
+
+export type RequestMethod = keyof Requests;
+export type ParamsOf<M extends RequestMethod> = Requests[M][0];
+export type ResultOf<M extends RequestMethod> = Requests[M][1];
+
+export const BUDGET_CHANGED = 'soba/budgetChanged';
+export const COMPACTION = 'soba/compaction';
+
+/** JSON-RPC error codes the daemon uses. */
+export const ErrorCodes = {
+  invalidParams: -32602,
+  contextBudgetExceeded: -32001,
+  unknownSession: -32002,
+  overflowRetryUsed: -32003,
+  sessionLocked: -32004,
+} as const;
+
+/** Sends one typed request; implemented over vscode-languageclient or vscode-jsonrpc. */
+export interface SobaRequester {
+  request<M extends RequestMethod>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>>;
+}

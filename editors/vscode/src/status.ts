@@ -1,0 +1,202 @@
+// Status bar logic as a pure unit: text, colour and tooltip from a BudgetReport, the choice of
+// which report to show, and the compaction progress model. No `vscode` import: the adapter in
+// extension.ts turns these values into a StatusBarItem and progress notifications.
+
+import type { BudgetReport, CompactionEvent, CompactionResult, LastCompaction } from './protocol';
+
+/** `950`, `1.2k`, `48.8k`, `128k`, `1.2M`: short enough for a status bar, exact enough to act on. */
+export function formatTokens(tokens: number): string {
+  const n = Math.max(0, Math.round(tokens));
+  if (n < 1000) return String(n);
+  if (n < 999_950) return trimZero((n / 1000).toFixed(1)) + 'k';
+  return trimZero((n / 1_000_000).toFixed(1)) + 'M';
+}
+
+function trimZero(fixed: string): string {
+  return fixed.endsWith('.0') ? fixed.slice(0, -2) : fixed;
+}
+
+/** `31.2k / 48.8k`: the active session's effective tokens against the hard limit. */
+export function statusText(report: BudgetReport): string {
+  return `${formatTokens(report.effectiveTokens)} / ${formatTokens(report.hardLimit)}`;
+}
+
+export type Severity = 'normal' | 'warning' | 'error';
+
+/** Warning past the soft limit (auto-compaction territory), error at the hard limit. */
+export function severity(report: BudgetReport): Severity {
+  if (report.effectiveTokens >= report.hardLimit) return 'error';
+  if (report.effectiveTokens > report.softLimit) return 'warning';
+  return 'normal';
+}
+
+/** The theme colour ids VS Code reserves for status bar items in these states. */
+export function backgroundColorId(level: Severity): string | undefined {
+  switch (level) {
+    case 'error':
+      return 'statusBarItem.errorBackground';
+    case 'warning':
+      return 'statusBarItem.warningBackground';
+    case 'normal':
+      return undefined;
+  }
+}
+
+/** The status bar item's full text, with a codicon that says what state the budget is in. */
+export function statusBarText(report: BudgetReport): string {
+  const icon = report.compacting ? '$(sync~spin)' : severity(report) === 'normal' ? '$(dashboard)' : '$(warning)';
+  return `${icon} ${statusText(report)}`;
+}
+
+export function sourceLabel(source: BudgetReport['source']): string {
+  return source === 'provider_usage' ? 'provider usage' : 'estimated';
+}
+
+export function reclaimedPercent(before: number, after: number): number {
+  if (before <= 0) return 0;
+  return Math.round(((before - after) / before) * 100);
+}
+
+/** `5 min ago`, for the tooltip; `now` is passed in so the function stays pure. */
+export function timeAgo(ts: string, now: Date): string {
+  const then = Date.parse(ts);
+  if (Number.isNaN(then)) return ts;
+  const seconds = Math.max(0, Math.round((now.getTime() - then) / 1000));
+  if (seconds < 60) return 'just now';
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) return `${minutes} min ago`;
+  const hours = Math.round(minutes / 60);
+  if (hours < 48) return `${hours} h ago`;
+  return `${Math.round(hours / 24)} days ago`;
+}
+
+export function lastCompactionLine(last: LastCompaction | null, now: Date): string {
+  if (!last) return 'none yet';
+  const pct = reclaimedPercent(last.tokensBefore, last.tokensAfter);
+  return (
+    `${last.trigger}: ${formatTokens(last.tokensBefore)} → ${formatTokens(last.tokensAfter)} ` +
+    `(−${pct}%), ${last.checkpointId}, ${last.quality}, ${timeAgo(last.ts, now)}`
+  );
+}
+
+/** Tooltip lines: soft limit, measurement source, auto-compact state, last compaction. */
+export function tooltipLines(report: BudgetReport, now: Date): string[] {
+  return [
+    `SOBA context budget: ${statusText(report)} tokens`,
+    `Soft limit: ${formatTokens(report.softLimit)} (auto-compaction starts past it)`,
+    `Measured: ${sourceLabel(report.source)} (${report.model}, ${report.tokenizer})`,
+    `Auto-compact: ${report.autoCompact ? 'on' : 'off'}`,
+    `Last compaction: ${lastCompactionLine(report.lastCompaction, now)}`,
+    ...(report.compacting ? ['Compacting now…'] : []),
+  ];
+}
+
+/** One line for *SOBA: Show Budget* and `:Soba budget`. */
+export function budgetSummary(report: BudgetReport): string {
+  const pct = report.hardLimit > 0 ? Math.round((report.effectiveTokens / report.hardLimit) * 100) : 0;
+  return (
+    `Context budget: ${statusText(report)} tokens (${pct}% of the hard limit), ` +
+    `soft limit ${formatTokens(report.softLimit)}, ${sourceLabel(report.source)}, ` +
+    `auto-compact ${report.autoCompact ? 'on' : 'off'}`
+  );
+}
+
+/** The persistent line a finished compaction leaves behind when the daemon sent none. */
+export function completionLine(result: CompactionResult): string {
+  if (result.outcome !== 'completed') {
+    return `${result.trigger} compact ${result.outcome}: ${result.reason}`;
+  }
+  return (
+    `${result.trigger} compact: ${formatTokens(result.tokensBefore)} → ${formatTokens(result.tokensAfter)} tokens ` +
+    `(−${Math.round(result.reclaimedPercent)}%), ${result.checkpointId ?? 'no checkpoint'}, ${result.quality ?? 'unknown quality'}`
+  );
+}
+
+function samePath(a: string, b: string): boolean {
+  const strip = (p: string) => (p.length > 1 ? p.replace(/[\\/]+$/, '') : p);
+  return strip(a) === strip(b);
+}
+
+/**
+ * Which report the status bar shows. The daemon announces every session it serves; the bar shows
+ * the workspace's active session, which is the one most recently opened or changed there.
+ */
+export class BudgetTracker {
+  private current: BudgetReport | undefined;
+
+  constructor(private readonly workspaces: () => readonly string[]) {}
+
+  get report(): BudgetReport | undefined {
+    return this.current;
+  }
+
+  /** Takes a report from `soba/budget` or `soba/budgetChanged`; true when the shown report changed. */
+  accept(report: BudgetReport): boolean {
+    const folders = this.workspaces();
+    if (folders.length > 0 && !folders.some((folder) => samePath(folder, report.workspace))) return false;
+    this.current = report;
+    return true;
+  }
+
+  clear(): void {
+    this.current = undefined;
+  }
+}
+
+/** What the editor should do with one `soba/compaction` notification. */
+export type ProgressAction =
+  | { kind: 'begin'; operationId: string; title: string }
+  | { kind: 'report'; operationId: string; increment: number; message: string }
+  /** `line` is undefined when the result was already shown (by the command that asked for it). */
+  | { kind: 'end'; operationId: string; line: string | undefined; warning: boolean };
+
+export const PROGRESS_TITLE = 'Compacting context';
+
+/**
+ * Turns the daemon's compaction notifications into begin / report / end actions, with the
+ * increments VS Code's progress API wants (it adds them up) computed from absolute percents.
+ */
+export class CompactionProgress {
+  private readonly percentSoFar = new Map<string, number>();
+  private readonly announced = new Set<string>();
+
+  handle(event: CompactionEvent): ProgressAction[] {
+    const id = event.operationId;
+    switch (event.phase) {
+      case 'start':
+        this.percentSoFar.set(id, 0);
+        return [{ kind: 'begin', operationId: id, title: `${PROGRESS_TITLE} (${event.trigger})` }];
+      case 'progress': {
+        const actions: ProgressAction[] = [];
+        if (!this.percentSoFar.has(id)) {
+          this.percentSoFar.set(id, 0);
+          actions.push({ kind: 'begin', operationId: id, title: `${PROGRESS_TITLE} (${event.trigger})` });
+        }
+        const before = this.percentSoFar.get(id) ?? 0;
+        const percent = Math.min(100, Math.max(before, event.percent ?? before));
+        this.percentSoFar.set(id, percent);
+        actions.push({ kind: 'report', operationId: id, increment: percent - before, message: `${Math.round(percent)}%` });
+        return actions;
+      }
+      case 'end': {
+        this.percentSoFar.delete(id);
+        if (this.announced.has(id)) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
+        this.announced.add(id);
+        const line = event.message ?? (event.result ? completionLine(event.result) : `${event.trigger} compact finished`);
+        const warning = event.result ? event.result.degraded || event.result.outcome === 'failed' : false;
+        return [{ kind: 'end', operationId: id, line, warning }];
+      }
+    }
+  }
+
+  /**
+   * Claims the showing of an operation's result: true the first time, false once the daemon's
+   * `end` notification or an earlier claim showed it. The response to `soba/compact` and the
+   * `end` notification may arrive in either order; the result is shown once.
+   */
+  claim(operationId: string): boolean {
+    if (this.announced.has(operationId)) return false;
+    this.announced.add(operationId);
+    return true;
+  }
+}

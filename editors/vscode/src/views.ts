@@ -1,0 +1,113 @@
+// View models for the sidebar: plain data the tree view adapter renders. No `vscode` import.
+
+import type { BudgetReport, CapsuleSummary, FlightRecord, SessionSummary } from './protocol';
+import { formatTokens, reclaimedPercent, sourceLabel, statusText } from './status';
+
+export interface TreeNode {
+  id: string;
+  label: string;
+  description?: string;
+  tooltip?: string;
+  /** Codicon name. */
+  icon?: string;
+  /** Matched by `viewItem == …` in package.json menus. */
+  contextValue?: string;
+  /** A command run when the item is clicked, with the node as its argument. */
+  command?: string;
+  checkpointId?: string;
+  sessionId?: string;
+}
+
+export const VIEW_IDS = {
+  sessions: 'soba.sessions',
+  budget: 'soba.budget',
+  compactions: 'soba.compactions',
+  capsules: 'soba.capsules',
+} as const;
+
+export function sessionNodes(sessions: readonly SessionSummary[]): TreeNode[] {
+  return sessions.map((s) => ({
+    id: `session:${s.sessionId}`,
+    label: s.sessionId,
+    description: `${s.active ? 'active · ' : ''}${formatTokens(s.effectiveTokens)} / ${formatTokens(s.hardLimit)} · ${s.entries} entries`,
+    tooltip: s.path,
+    icon: s.active ? 'circle-filled' : 'circle-outline',
+    contextValue: s.active ? 'session.active' : 'session',
+    sessionId: s.sessionId,
+  }));
+}
+
+export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
+  if (!report) return [{ id: 'budget:none', label: 'No active session', icon: 'info' }];
+  const part = (key: keyof BudgetReport['breakdown'], label: string): TreeNode => ({
+    id: `budget:${key}`,
+    label,
+    description: formatTokens(report.breakdown[key]),
+    icon: 'symbol-number',
+  });
+  return [
+    {
+      id: 'budget:total',
+      label: 'Effective',
+      description: `${statusText(report)} (${sourceLabel(report.source)})`,
+      icon: 'dashboard',
+      command: 'soba.showBudget',
+    },
+    { id: 'budget:soft', label: 'Soft limit', description: formatTokens(report.softLimit), icon: 'warning' },
+    part('system', 'System prompt'),
+    part('tools', 'Tool schemas'),
+    part('capsule', 'Capsule'),
+    part('retainedTail', 'Retained tail'),
+    part('newEntries', 'New entries'),
+    {
+      id: 'budget:auto',
+      label: 'Auto-compact',
+      description: report.autoCompact ? 'on' : 'off',
+      icon: report.autoCompact ? 'check' : 'circle-slash',
+    },
+  ];
+}
+
+/** Most recent first. */
+export function compactionNodes(records: readonly FlightRecord[], limit = 10): TreeNode[] {
+  return [...records]
+    .sort((a, b) => b.ts.localeCompare(a.ts))
+    .slice(0, limit)
+    .map((r) => ({
+      id: `compaction:${r.operationId}`,
+      label: `${r.outcome} · ${r.trigger}`,
+      description:
+        r.outcome === 'completed'
+          ? `−${reclaimedPercent(r.tokensBefore, r.tokensAfter)}% (${formatTokens(r.tokensBefore)} → ${formatTokens(r.tokensAfter)})`
+          : r.reason,
+      tooltip: `${r.ts} · ${r.durationMs} ms · ${r.checkpointId ?? 'no checkpoint'}\n${r.reason}`,
+      icon: r.outcome === 'completed' ? 'pass' : r.outcome === 'failed' ? 'error' : 'circle-slash',
+      checkpointId: r.checkpointId ?? undefined,
+    }));
+}
+
+export function capsuleNodes(capsules: readonly CapsuleSummary[]): TreeNode[] {
+  return capsules.map((c) => ({
+    id: `capsule:${c.checkpointId}`,
+    label: c.title || c.checkpointId,
+    description: `${c.checkpointId} · ${formatTokens(c.tokens.after)} · ${c.quality}${c.origin === 'loaded' ? ' · loaded' : ''}`,
+    tooltip: `${c.trigger} at ${c.ts}: ${formatTokens(c.tokens.before)} → ${formatTokens(c.tokens.after)} tokens`,
+    icon: 'package',
+    contextValue: 'capsule',
+    checkpointId: c.checkpointId,
+  }));
+}
+
+/** Lines for *SOBA: Show Flight Records*, most recent first. */
+export function flightLines(records: readonly FlightRecord[]): string[] {
+  if (records.length === 0) return ['No flight records yet.'];
+  return [...records]
+    .sort((a, b) => b.ts.localeCompare(a.ts))
+    .map(
+      (r) =>
+        `${r.ts}  ${r.outcome.padEnd(9)} ${r.trigger.padEnd(16)} ` +
+        `${formatTokens(r.tokensBefore)} → ${formatTokens(r.tokensAfter)} ` +
+        `(hard ${formatTokens(r.hardLimit)}, soft ${formatTokens(r.softLimit)})  ${r.durationMs} ms  ` +
+        `${r.checkpointId ?? '-'}  ${r.sessionId}  ${r.reason}`,
+    );
+}

@@ -1,0 +1,217 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { capsuleFileName, commandHandlers, type CommandContext, type EditorUi, type PickItem } from '../src/commands';
+import type { CapsuleSummary, ParamsOf, RequestMethod, ResultOf, SobaRequester } from '../src/protocol';
+import { readSettings } from '../src/settings';
+import { CompactionProgress } from '../src/status';
+import { report, result } from './fixtures';
+
+type Reply = { [M in RequestMethod]?: (params: ParamsOf<M>) => ResultOf<M> };
+
+/** Records what the commands ask of the editor and the daemon; answers from scripted replies. */
+class Harness {
+  readonly sent: Array<[string, unknown]> = [];
+  readonly shown: Array<[string, string]> = [];
+  inputs: Array<string | undefined> = [];
+  picks: number[] = [];
+  saveAs: string | undefined = '/tmp/out.capsule.md';
+  openPath: string | undefined = '/tmp/in.capsule.md';
+  infoChoice: string | undefined;
+  refreshed = 0;
+  running = true;
+  readonly progress = new CompactionProgress();
+
+  constructor(private readonly replies: Reply) {}
+
+  readonly client: SobaRequester = {
+    request: async <M extends RequestMethod>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> => {
+      this.sent.push([method, params]);
+      const reply = this.replies[method] as ((p: ParamsOf<M>) => ResultOf<M>) | undefined;
+      if (!reply) throw new Error(`unknown session (no reply scripted for ${method})`);
+      return reply(params);
+    },
+  };
+
+  readonly ui: EditorUi = {
+    info: async (message) => {
+      this.shown.push(['info', message]);
+      return this.infoChoice;
+    },
+    warn: (message) => void this.shown.push(['warn', message]),
+    error: (message) => void this.shown.push(['error', message]),
+    input: async () => this.inputs.shift(),
+    pick: async <T>(items: PickItem<T>[]) => {
+      const index = this.picks.shift();
+      return index === undefined ? undefined : items[index].value;
+    },
+    saveFile: async () => this.saveAs,
+    openCapsuleFile: async () => this.openPath,
+    showLines: (lines) => void this.shown.push(['lines', lines.join('\n')]),
+  };
+
+  get ctx(): CommandContext {
+    return {
+      ui: this.ui,
+      client: () => (this.running ? this.client : undefined),
+      target: () => ({ workspace: '/w' }),
+      settings: () => readSettings((key) => (key === 'compact.mirror' ? true : key === 'flightRecords.limit' ? 7 : undefined)),
+      progress: this.progress,
+      refresh: () => void this.refreshed++,
+    };
+  }
+
+  run(id: keyof ReturnType<typeof commandHandlers>, arg?: unknown) {
+    return commandHandlers(this.ctx)[id](arg);
+  }
+}
+
+const capsule = (id: string, title: string): CapsuleSummary => ({
+  checkpointId: id,
+  title,
+  trigger: 'manual',
+  quality: 'model',
+  ts: '2026-11-29T12:00:00Z',
+  tokens: { before: 9000, after: 900 },
+  origin: 'session',
+});
+
+describe('commands', () => {
+  it('compacts with the typed instructions and shows the result the daemon did not announce', async () => {
+    const h = new Harness({ 'soba/compact': () => result() });
+    h.inputs = ['  keep the failing test  '];
+    await h.run('soba.compact');
+    assert.deepEqual(h.sent, [['soba/compact', { workspace: '/w', instructions: 'keep the failing test', mirror: true }]]);
+    assert.deepEqual(h.shown, [['info', 'manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model']]);
+    assert.equal(h.refreshed, 1);
+  });
+
+  it('does not repeat a completion line the daemon already announced, and omits empty instructions', async () => {
+    const h = new Harness({ 'soba/compact': () => result() });
+    h.progress.handle({ sessionId: 's', operationId: 'op_1', phase: 'end', trigger: 'manual', message: 'done' });
+    h.inputs = [''];
+    await h.run('soba.compact');
+    assert.deepEqual(h.sent, [['soba/compact', { workspace: '/w', mirror: true }]]);
+    assert.deepEqual(h.shown, []);
+  });
+
+  it('does nothing when the instructions box is dismissed', async () => {
+    const h = new Harness({});
+    h.inputs = [undefined];
+    await h.run('soba.compact');
+    assert.deepEqual(h.sent, []);
+  });
+
+  it('warns on a degraded compaction and errors on a failed one', async () => {
+    const degraded = new Harness({ 'soba/compact': () => result({ degraded: true, quality: 'degraded' }) });
+    degraded.inputs = [''];
+    await degraded.run('soba.compact');
+    assert.equal(degraded.shown[0][0], 'warn');
+    const failed = new Harness({ 'soba/compact': () => result({ outcome: 'failed', reason: 'summarizer timed out' }) });
+    failed.inputs = [''];
+    await failed.run('soba.compact');
+    assert.deepEqual(failed.shown, [['error', 'manual compact failed: summarizer timed out']]);
+  });
+
+  it('shows the budget and compacts when asked from the message', async () => {
+    const h = new Harness({ 'soba/budget': () => report(), 'soba/compact': () => result() });
+    h.infoChoice = 'Compact Now';
+    h.inputs = [''];
+    await h.run('soba.showBudget');
+    assert.deepEqual(
+      h.sent.map(([m]) => m),
+      ['soba/budget', 'soba/compact'],
+    );
+    assert.match(h.shown[0][1], /^Context budget: 31.2k \/ 48.8k tokens/);
+  });
+
+  it('turns auto-compact on and off', async () => {
+    const h = new Harness({ 'soba/autoCompact': (p) => ({ autoCompact: p.enabled }) });
+    await h.run('soba.autoCompactOff');
+    await h.run('soba.autoCompactOn');
+    assert.deepEqual(h.sent, [
+      ['soba/autoCompact', { workspace: '/w', enabled: false }],
+      ['soba/autoCompact', { workspace: '/w', enabled: true }],
+    ]);
+    assert.deepEqual(
+      h.shown.map(([, m]) => m),
+      ['Auto-compact is off for the active session.', 'Auto-compact is on for the active session.'],
+    );
+  });
+
+  it('creates a capsule with a title, and not without one', async () => {
+    const h = new Harness({ 'soba/capsule/create': (p) => ({ checkpointId: 'ck_9', title: p.title, tokens: 1500 }) });
+    h.inputs = ['  ', 'Hand-off'];
+    await h.run('soba.createCapsule');
+    assert.deepEqual(h.sent, []);
+    await h.run('soba.createCapsule');
+    assert.deepEqual(h.sent, [['soba/capsule/create', { workspace: '/w', title: 'Hand-off' }]]);
+    assert.deepEqual(h.shown, [['info', 'Capsule "Hand-off" created: ck_9 (1.5k tokens).']]);
+  });
+
+  it('exports a checkpoint picked from the list, newest first, to the chosen file', async () => {
+    const h = new Harness({
+      'soba/capsule/list': () => ({ capsules: [capsule('ck_1', 'First'), capsule('ck_2', 'Second')] }),
+      'soba/capsule/export': (p) => ({ path: p.path }),
+    });
+    h.picks = [1];
+    await h.run('soba.exportCapsule');
+    assert.deepEqual(h.sent[1], ['soba/capsule/export', { workspace: '/w', checkpointId: 'ck_1', path: '/tmp/out.capsule.md' }]);
+    assert.deepEqual(h.shown, [['info', 'Capsule ck_1 exported to /tmp/out.capsule.md.']]);
+  });
+
+  it('exports the capsule a sidebar item stands for without asking which', async () => {
+    const h = new Harness({ 'soba/capsule/export': (p) => ({ path: p.path }) });
+    await h.run('soba.exportCapsule', { checkpointId: 'ck_5', label: 'From view' });
+    assert.deepEqual(h.sent, [['soba/capsule/export', { workspace: '/w', checkpointId: 'ck_5', path: '/tmp/out.capsule.md' }]]);
+  });
+
+  it('says there is nothing to export in a session without checkpoints, and stops on a dismissed dialog', async () => {
+    const empty = new Harness({ 'soba/capsule/list': () => ({ capsules: [] }) });
+    await empty.run('soba.exportCapsule');
+    assert.match(empty.shown[0][1], /no checkpoints yet/);
+    const dismissed = new Harness({ 'soba/capsule/list': () => ({ capsules: [capsule('ck_1', 'x')] }) });
+    dismissed.picks = [0];
+    dismissed.saveAs = undefined;
+    await dismissed.run('soba.exportCapsule');
+    assert.deepEqual(dismissed.sent.map(([m]) => m), ['soba/capsule/list']);
+  });
+
+  it('loads a capsule file into the active session', async () => {
+    const h = new Harness({ 'soba/capsule/load': () => ({ checkpointId: 'ck_l', sessionId: 's_1' }) });
+    await h.run('soba.loadCapsule');
+    assert.deepEqual(h.sent, [['soba/capsule/load', { workspace: '/w', path: '/tmp/in.capsule.md' }]]);
+    assert.deepEqual(h.shown, [['info', 'Capsule loaded into session s_1 as ck_l.']]);
+    assert.equal(h.refreshed, 1);
+  });
+
+  it('shows flight records with the configured limit', async () => {
+    const h = new Harness({ 'soba/flight': () => ({ records: [] }) });
+    await h.run('soba.showFlightRecords');
+    assert.deepEqual(h.sent, [['soba/flight', { workspace: '/w', limit: 7 }]]);
+    assert.deepEqual(h.shown, [['lines', 'No flight records yet.']]);
+  });
+
+  it('turns daemon errors and a stopped daemon into one error message', async () => {
+    const h = new Harness({});
+    await h.run('soba.showBudget');
+    assert.deepEqual(h.shown, [['error', 'SOBA: unknown session (no reply scripted for soba/budget)']]);
+    h.running = false;
+    await h.run('soba.showFlightRecords');
+    assert.match(h.shown[1][1], /^SOBA: the SOBA daemon is not running: check the "soba.serverPath" setting/);
+  });
+
+  it('tells to update soba when the daemon does not know a request', async () => {
+    const h = new Harness({});
+    h.client.request = async () => {
+      throw Object.assign(new Error('Method not found'), { code: -32601, data: 'soba/compact' });
+    };
+    h.inputs = [''];
+    await h.run('soba.compact');
+    assert.deepEqual(h.shown, [['error', 'SOBA: soba/compact is not supported by this soba daemon: update soba']]);
+  });
+
+  it('names capsule files after their title', () => {
+    assert.equal(capsuleFileName({ title: 'Auth refactor: hand-off!', checkpointId: 'ck_1' }), 'auth-refactor-hand-off.capsule.md');
+    assert.equal(capsuleFileName({ title: '', checkpointId: 'ck_1' }), 'ck_1.capsule.md');
+  });
+});

@@ -1,0 +1,182 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import {
+  backgroundColorId,
+  budgetSummary,
+  BudgetTracker,
+  CompactionProgress,
+  completionLine,
+  formatTokens,
+  severity,
+  statusBarText,
+  statusText,
+  timeAgo,
+  tooltipLines,
+} from '../src/status';
+import { report, result } from './fixtures';
+
+describe('formatTokens', () => {
+  it('keeps small counts exact and abbreviates thousands and millions', () => {
+    assert.equal(formatTokens(0), '0');
+    assert.equal(formatTokens(950), '950');
+    assert.equal(formatTokens(1_234), '1.2k');
+    assert.equal(formatTokens(48_800), '48.8k');
+    assert.equal(formatTokens(128_000), '128k');
+    assert.equal(formatTokens(999_960), '1M');
+    assert.equal(formatTokens(1_250_000), '1.3M');
+    assert.equal(formatTokens(-5), '0');
+  });
+});
+
+describe('status text and colour', () => {
+  it('shows effective tokens against the hard limit', () => {
+    assert.equal(statusText(report()), '31.2k / 48.8k');
+    assert.equal(statusBarText(report()), '$(dashboard) 31.2k / 48.8k');
+  });
+
+  it('is normal up to the soft limit, warning past it, error at the hard limit', () => {
+    assert.equal(severity(report({ effectiveTokens: 39_040 })), 'normal');
+    assert.equal(severity(report({ effectiveTokens: 39_041 })), 'warning');
+    assert.equal(severity(report({ effectiveTokens: 48_799 })), 'warning');
+    assert.equal(severity(report({ effectiveTokens: 48_800 })), 'error');
+    assert.equal(backgroundColorId('normal'), undefined);
+    assert.equal(backgroundColorId('warning'), 'statusBarItem.warningBackground');
+    assert.equal(backgroundColorId('error'), 'statusBarItem.errorBackground');
+    assert.equal(statusBarText(report({ effectiveTokens: 40_000 })), '$(warning) 40k / 48.8k');
+  });
+
+  it('spins while a compaction runs', () => {
+    assert.equal(statusBarText(report({ compacting: true })), '$(sync~spin) 31.2k / 48.8k');
+  });
+});
+
+describe('tooltip', () => {
+  const now = new Date('2026-11-29T12:10:00Z');
+
+  it('names the soft limit, the source, auto-compact and that nothing was compacted yet', () => {
+    assert.deepEqual(tooltipLines(report(), now), [
+      'SOBA context budget: 31.2k / 48.8k tokens',
+      'Soft limit: 39k (auto-compaction starts past it)',
+      'Measured: estimated (test-model, o200k_base)',
+      'Auto-compact: on',
+      'Last compaction: none yet',
+    ]);
+  });
+
+  it('describes the last compaction and provider-measured budgets', () => {
+    const lines = tooltipLines(
+      report({
+        source: 'provider_usage',
+        autoCompact: false,
+        compacting: true,
+        lastCompaction: {
+          checkpointId: 'ck_3f9a',
+          trigger: 'auto_threshold',
+          quality: 'degraded',
+          tokensBefore: 41_200,
+          tokensAfter: 18_300,
+          ts: '2026-11-29T12:05:00Z',
+        },
+      }),
+      now,
+    );
+    assert.equal(lines[2], 'Measured: provider usage (test-model, o200k_base)');
+    assert.equal(lines[3], 'Auto-compact: off');
+    assert.equal(lines[4], 'Last compaction: auto_threshold: 41.2k → 18.3k (−56%), ck_3f9a, degraded, 5 min ago');
+    assert.equal(lines[5], 'Compacting now…');
+  });
+
+  it('says how long ago in words and passes unparsable stamps through', () => {
+    assert.equal(timeAgo('2026-11-29T12:09:30Z', now), 'just now');
+    assert.equal(timeAgo('2026-11-29T09:10:00Z', now), '3 h ago');
+    assert.equal(timeAgo('2026-11-25T12:10:00Z', now), '4 days ago');
+    assert.equal(timeAgo('yesterday', now), 'yesterday');
+  });
+});
+
+describe('summaries', () => {
+  it('summarises the budget in one line', () => {
+    assert.equal(
+      budgetSummary(report()),
+      'Context budget: 31.2k / 48.8k tokens (64% of the hard limit), soft limit 39k, estimated, auto-compact on',
+    );
+  });
+
+  it('writes the completion line of a compaction and the reason of any other outcome', () => {
+    assert.equal(completionLine(result()), 'manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model');
+    assert.equal(
+      completionLine(result({ outcome: 'skipped', reason: 'nothing before the retained tail' })),
+      'manual compact skipped: nothing before the retained tail',
+    );
+  });
+});
+
+describe('BudgetTracker', () => {
+  it('shows the most recently changed session of an open workspace and ignores other workspaces', () => {
+    const tracker = new BudgetTracker(() => ['/work/project/']);
+    const shown = () => tracker.report?.sessionId;
+    assert.equal(shown(), undefined);
+    assert.equal(tracker.accept(report({ workspace: '/elsewhere' })), false);
+    assert.equal(shown(), undefined);
+    assert.equal(tracker.accept(report({ sessionId: 's_1' })), true);
+    assert.equal(tracker.accept(report({ sessionId: 's_2', effectiveTokens: 10 })), true);
+    assert.equal(shown(), 's_2');
+    tracker.clear();
+    assert.equal(shown(), undefined);
+  });
+
+  it('accepts every workspace when the editor has no folder open', () => {
+    const tracker = new BudgetTracker(() => []);
+    assert.equal(tracker.accept(report({ workspace: '/anywhere' })), true);
+  });
+});
+
+describe('CompactionProgress', () => {
+  it('turns absolute percents into increments and ends with the daemon line', () => {
+    const progress = new CompactionProgress();
+    const base = { sessionId: 's_1', operationId: 'op_1', trigger: 'auto_threshold' };
+    assert.deepEqual(progress.handle({ ...base, phase: 'start' }), [
+      { kind: 'begin', operationId: 'op_1', title: 'Compacting context (auto_threshold)' },
+    ]);
+    assert.deepEqual(progress.handle({ ...base, phase: 'progress', percent: 40 }), [
+      { kind: 'report', operationId: 'op_1', increment: 40, message: '40%' },
+    ]);
+    assert.deepEqual(progress.handle({ ...base, phase: 'progress', percent: 82 }), [
+      { kind: 'report', operationId: 'op_1', increment: 42, message: '82%' },
+    ]);
+    // Percents never go backwards, whatever arrives.
+    assert.deepEqual(progress.handle({ ...base, phase: 'progress', percent: 50 }), [
+      { kind: 'report', operationId: 'op_1', increment: 0, message: '82%' },
+    ]);
+    assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'the line', result: result() }), [
+      { kind: 'end', operationId: 'op_1', line: 'the line', warning: false },
+    ]);
+    assert.equal(progress.claim('op_1'), false, 'the end notification showed the result');
+  });
+
+  it('closes the progress without a second line when the command showed the result first', () => {
+    const progress = new CompactionProgress();
+    const base = { sessionId: 's_1', operationId: 'op_3', trigger: 'user' };
+    progress.handle({ ...base, phase: 'start' });
+    assert.equal(progress.claim('op_3'), true);
+    assert.equal(progress.claim('op_3'), false);
+    assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'the line' }), [
+      { kind: 'end', operationId: 'op_3', line: undefined, warning: false },
+    ]);
+  });
+
+  it('begins a progress it did not see start and warns on a degraded result', () => {
+    const progress = new CompactionProgress();
+    const base = { sessionId: 's_1', operationId: 'op_2', trigger: 'overflow' };
+    const actions = progress.handle({ ...base, phase: 'progress', percent: 10 });
+    assert.equal(actions[0].kind, 'begin');
+    assert.deepEqual(actions[1], { kind: 'report', operationId: 'op_2', increment: 10, message: '10%' });
+    const [end] = progress.handle({ ...base, phase: 'end', result: result({ degraded: true, quality: 'degraded' }) });
+    assert.deepEqual(end, {
+      kind: 'end',
+      operationId: 'op_2',
+      line: 'manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, degraded',
+      warning: true,
+    });
+  });
+});

@@ -1,0 +1,90 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { FlightRecord } from '../src/protocol';
+import { budgetNodes, capsuleNodes, compactionNodes, flightLines, sessionNodes } from '../src/views';
+import { report } from './fixtures';
+
+function record(overrides: Partial<FlightRecord>): FlightRecord {
+  return {
+    operationId: 'op_1',
+    sessionId: 's_1',
+    trigger: 'auto_threshold',
+    outcome: 'completed',
+    reason: 'compacted',
+    durationMs: 900,
+    checkpointId: 'ck_1',
+    tokensBefore: 40_000,
+    tokensAfter: 10_000,
+    reclaimed: 30_000,
+    hardLimit: 48_800,
+    softLimit: 39_040,
+    ts: '2026-11-29T12:00:00Z',
+    ...overrides,
+  };
+}
+
+describe('sidebar view models', () => {
+  it('lists sessions with the active one marked', () => {
+    const nodes = sessionNodes([
+      { sessionId: 's_1', workspace: '/w', path: '/d/s_1.jsonl', active: false, entries: 3, effectiveTokens: 900, hardLimit: 48_800, lastCompaction: null },
+      { sessionId: 's_2', workspace: '/w', path: '/d/s_2.jsonl', active: true, entries: 40, effectiveTokens: 31_200, hardLimit: 48_800, lastCompaction: null },
+    ]);
+    assert.deepEqual(
+      nodes.map((n) => [n.label, n.description, n.contextValue]),
+      [
+        ['s_1', '900 / 48.8k · 3 entries', 'session'],
+        ['s_2', 'active · 31.2k / 48.8k · 40 entries', 'session.active'],
+      ],
+    );
+  });
+
+  it('breaks the budget down and says when there is no session', () => {
+    assert.deepEqual(budgetNodes(undefined).map((n) => n.label), ['No active session']);
+    const nodes = budgetNodes(report({ autoCompact: false }));
+    assert.deepEqual(
+      nodes.map((n) => [n.label, n.description]),
+      [
+        ['Effective', '31.2k / 48.8k (estimated)'],
+        ['Soft limit', '39k'],
+        ['System prompt', '1.2k'],
+        ['Tool schemas', '2k'],
+        ['Capsule', '0'],
+        ['Retained tail', '0'],
+        ['New entries', '28k'],
+        ['Auto-compact', 'off'],
+      ],
+    );
+    assert.equal(nodes[0].command, 'soba.showBudget');
+  });
+
+  it('shows recent compactions newest first with outcome, trigger and reclaimed percent', () => {
+    const nodes = compactionNodes([
+      record({ operationId: 'op_old', ts: '2026-11-29T10:00:00Z' }),
+      record({ operationId: 'op_new', ts: '2026-11-29T11:00:00Z', outcome: 'skipped', trigger: 'manual', reason: 'nothing to compact', checkpointId: null }),
+    ]);
+    assert.deepEqual(
+      nodes.map((n) => [n.id, n.label, n.description, n.checkpointId]),
+      [
+        ['compaction:op_new', 'skipped · manual', 'nothing to compact', undefined],
+        ['compaction:op_old', 'completed · auto_threshold', '−75% (40k → 10k)', 'ck_1'],
+      ],
+    );
+    assert.equal(compactionNodes([record({}), record({ operationId: 'op_2' })], 1).length, 1);
+  });
+
+  it('makes capsules exportable from the context menu', () => {
+    const [node] = capsuleNodes([
+      { checkpointId: 'ck_7', title: 'Auth hand-off', trigger: 'manual', quality: 'model', ts: 't', tokens: { before: 40_000, after: 3_100 }, origin: 'loaded' },
+    ]);
+    assert.equal(node.label, 'Auth hand-off');
+    assert.equal(node.description, 'ck_7 · 3.1k · model · loaded');
+    assert.equal(node.contextValue, 'capsule');
+    assert.equal(node.checkpointId, 'ck_7');
+  });
+
+  it('prints flight records, or says there are none', () => {
+    assert.deepEqual(flightLines([]), ['No flight records yet.']);
+    const [line] = flightLines([record({})]);
+    assert.match(line, /^2026-11-29T12:00:00Z {2}completed auto_threshold {3}40k → 10k \(hard 48.8k, soft 39k\) {2}900 ms {2}ck_1 {2}s_1 {2}compacted$/);
+  });
+});

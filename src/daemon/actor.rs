@@ -1,0 +1,1082 @@
+//! One task per live session: the only writer of its log.
+//!
+//! Every mutation of a session goes through its actor's queue, so writes are serialized without
+//! locks. The actor publishes a [`Status`] snapshot after each change; `soba/budget` and
+//! `soba/sessions` read that snapshot and never wait for the actor, so they answer at once
+//! even while the actor is busy.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::flight::{FlightLog, FlightRecord};
+use super::protocol::{
+    code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CapsuleCreateResult,
+    CapsuleExportResult, CapsuleListResult, CapsuleLoadResult, CapsuleSummary, CapsuleTokensView,
+    CheckpointResult, CompactionNotice, CompactionPhase, OverflowResult, PreflightResult,
+    RewindResult, RpcError, TurnCompleteResult,
+};
+use crate::capsule::artifacts::ToolMapping;
+use crate::cli::inspect::budget_report;
+use crate::compaction::run::{Barrier as Engine, Preflight};
+use crate::compaction::{reasons, CompactionResult, Generated, Plan};
+use crate::config::Config;
+use crate::session::entry::{
+    CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
+};
+use crate::session::log::{LogError, SessionLog};
+use crate::summarize::Summarizer;
+
+/// What the actor tells every interested client.
+#[derive(Debug, Clone)]
+pub enum Event {
+    BudgetChanged(BudgetReport),
+    Compaction {
+        workspace: String,
+        notice: CompactionNotice,
+    },
+    /// A degraded fallback was used; the text says why.
+    Degraded {
+        workspace: String,
+        message: String,
+    },
+}
+
+impl Event {
+    pub fn workspace(&self) -> &str {
+        match self {
+            Event::BudgetChanged(b) => &b.workspace,
+            Event::Compaction { workspace, .. } | Event::Degraded { workspace, .. } => workspace,
+        }
+    }
+}
+
+/// Snapshot of a session, published after every change.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub budget: BudgetReport,
+    pub entries: usize,
+    pub leaf_id: Option<String>,
+}
+
+type Reply<T> = oneshot::Sender<Result<T, RpcError>>;
+
+enum Command {
+    Append {
+        entries: Vec<Value>,
+        reply: Reply<AppendResult>,
+    },
+    Rewind {
+        entry_id: String,
+        reply: Reply<RewindResult>,
+    },
+    SetAutoCompact {
+        enabled: bool,
+        reply: Reply<AutoCompactResult>,
+    },
+    WatchedFiles {
+        changes: Vec<FileEntry>,
+    },
+    Preflight {
+        reply: Reply<PreflightResult>,
+    },
+    TurnComplete {
+        usage: Option<Usage>,
+        reply: Reply<TurnCompleteResult>,
+    },
+    Checkpoint {
+        kind: CheckpointKind,
+        label: String,
+        reply: Reply<CheckpointResult>,
+    },
+    Overflow {
+        reply: Reply<OverflowResult>,
+    },
+    Compact {
+        instructions: Option<String>,
+        mirror: Option<bool>,
+        reply: Reply<CompactionResult>,
+    },
+    Cancel {
+        reply: Reply<CancelResult>,
+    },
+    CapsuleCreate {
+        title: String,
+        reply: Reply<CapsuleCreateResult>,
+    },
+    CapsuleExport {
+        checkpoint_id: String,
+        path: PathBuf,
+        reply: Reply<CapsuleExportResult>,
+    },
+    CapsuleLoad {
+        path: PathBuf,
+        reply: Reply<CapsuleLoadResult>,
+    },
+    CapsuleList {
+        reply: Reply<CapsuleListResult>,
+    },
+    /// A spawned generation finished (internal).
+    Generated {
+        operation_id: String,
+        generated: Generated,
+    },
+}
+
+/// A cheap, cloneable reference to a live session.
+#[derive(Debug, Clone)]
+pub struct SessionHandle {
+    pub id: String,
+    pub workspace: PathBuf,
+    pub path: PathBuf,
+    tx: mpsc::UnboundedSender<Command>,
+    status: watch::Receiver<Status>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Command::Append { .. } => "Append",
+            Command::Rewind { .. } => "Rewind",
+            Command::SetAutoCompact { .. } => "SetAutoCompact",
+            Command::WatchedFiles { .. } => "WatchedFiles",
+            Command::Preflight { .. } => "Preflight",
+            Command::TurnComplete { .. } => "TurnComplete",
+            Command::Checkpoint { .. } => "Checkpoint",
+            Command::Overflow { .. } => "Overflow",
+            Command::Compact { .. } => "Compact",
+            Command::Cancel { .. } => "Cancel",
+            Command::CapsuleCreate { .. } => "CapsuleCreate",
+            Command::CapsuleExport { .. } => "CapsuleExport",
+            Command::CapsuleLoad { .. } => "CapsuleLoad",
+            Command::CapsuleList { .. } => "CapsuleList",
+            Command::Generated { .. } => "Generated",
+        })
+    }
+}
+
+fn stopped() -> RpcError {
+    RpcError::internal("the session's writer stopped; open the session again")
+}
+
+impl SessionHandle {
+    pub fn status(&self) -> Status {
+        self.status.borrow().clone()
+    }
+
+    async fn request<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, RpcError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(make(reply)).map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
+    }
+
+    pub async fn append(&self, entries: Vec<Value>) -> Result<AppendResult, RpcError> {
+        self.request(|reply| Command::Append { entries, reply })
+            .await
+    }
+
+    pub async fn rewind(&self, entry_id: String) -> Result<RewindResult, RpcError> {
+        self.request(|reply| Command::Rewind { entry_id, reply })
+            .await
+    }
+
+    pub async fn set_auto_compact(&self, enabled: bool) -> Result<AutoCompactResult, RpcError> {
+        self.request(|reply| Command::SetAutoCompact { enabled, reply })
+            .await
+    }
+
+    /// The model input for the next inference, after any compaction the barrier requires.
+    pub async fn preflight(&self) -> Result<PreflightResult, RpcError> {
+        self.request(|reply| Command::Preflight { reply }).await
+    }
+
+    pub async fn turn_complete(
+        &self,
+        usage: Option<Usage>,
+    ) -> Result<TurnCompleteResult, RpcError> {
+        self.request(|reply| Command::TurnComplete { usage, reply })
+            .await
+    }
+
+    pub async fn checkpoint(
+        &self,
+        kind: CheckpointKind,
+        label: String,
+    ) -> Result<CheckpointResult, RpcError> {
+        self.request(|reply| Command::Checkpoint { kind, label, reply })
+            .await
+    }
+
+    pub async fn overflow(&self) -> Result<OverflowResult, RpcError> {
+        self.request(|reply| Command::Overflow { reply }).await
+    }
+
+    pub async fn compact(
+        &self,
+        instructions: Option<String>,
+        mirror: Option<bool>,
+    ) -> Result<CompactionResult, RpcError> {
+        self.request(|reply| Command::Compact {
+            instructions,
+            mirror,
+            reply,
+        })
+        .await
+    }
+
+    pub async fn cancel(&self) -> Result<CancelResult, RpcError> {
+        self.request(|reply| Command::Cancel { reply }).await
+    }
+
+    pub async fn capsule_create(&self, title: String) -> Result<CapsuleCreateResult, RpcError> {
+        self.request(|reply| Command::CapsuleCreate { title, reply })
+            .await
+    }
+
+    pub async fn capsule_export(
+        &self,
+        checkpoint_id: String,
+        path: PathBuf,
+    ) -> Result<CapsuleExportResult, RpcError> {
+        self.request(|reply| Command::CapsuleExport {
+            checkpoint_id,
+            path,
+            reply,
+        })
+        .await
+    }
+
+    pub async fn capsule_load(&self, path: PathBuf) -> Result<CapsuleLoadResult, RpcError> {
+        self.request(|reply| Command::CapsuleLoad { path, reply })
+            .await
+    }
+
+    pub async fn capsule_list(&self) -> Result<CapsuleListResult, RpcError> {
+        self.request(|reply| Command::CapsuleList { reply }).await
+    }
+
+    /// Record file changes seen on disk. Fire and forget: the watcher never waits on a session.
+    pub fn watched_files(&self, changes: Vec<FileEntry>) {
+        let _ = self.tx.send(Command::WatchedFiles { changes });
+    }
+}
+
+/// Who waits for the outcome of the running compaction.
+enum Waiter {
+    Preflight(Reply<PreflightResult>),
+    Overflow(Reply<OverflowResult>),
+    Compact(Reply<CompactionResult>),
+    Handoff {
+        title: String,
+        reply: Reply<CapsuleCreateResult>,
+    },
+}
+
+/// A compaction between plan and commit.
+struct Running {
+    plan: Arc<Plan>,
+    cancel: CancellationToken,
+    started: Instant,
+    waiter: Waiter,
+    /// Input that arrived meanwhile, applied in order after the outcome.
+    queued: VecDeque<Command>,
+}
+
+struct Actor {
+    log: SessionLog,
+    config: Config,
+    mapping: ToolMapping,
+    summarizer: Option<Arc<dyn Summarizer>>,
+    workspace: String,
+    status: watch::Sender<Status>,
+    events: broadcast::Sender<Event>,
+    flight: FlightLog,
+    /// Our own queue, for generation tasks to report back on.
+    me: mpsc::WeakUnboundedSender<Command>,
+    running: Option<Running>,
+}
+
+/// What a session's actor is started with.
+pub struct ActorSetup {
+    pub log: SessionLog,
+    pub config: Config,
+    pub summarizer: Option<Arc<dyn Summarizer>>,
+    pub flight: FlightLog,
+    pub events: broadcast::Sender<Event>,
+}
+
+/// Start the actor of an opened log.
+pub fn spawn(setup: ActorSetup) -> SessionHandle {
+    let ActorSetup {
+        log,
+        config,
+        summarizer,
+        flight,
+        events,
+    } = setup;
+    let id = log.session().header.id.clone();
+    let workspace = PathBuf::from(&log.session().header.workspace);
+    let path = log.path().to_path_buf();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut actor = Actor {
+        workspace: workspace.display().to_string(),
+        status: watch::Sender::new(placeholder_status()),
+        log,
+        config,
+        mapping: ToolMapping::default(),
+        summarizer,
+        events,
+        flight,
+        me: tx.downgrade(),
+        running: None,
+    };
+    actor
+        .log
+        .session_mut()
+        .set_tokenizer(actor.config.model.tokenizer);
+    actor.status.send_replace(actor.snapshot());
+    let status = actor.status.subscribe();
+    tokio::spawn(actor.run(rx));
+    SessionHandle {
+        id,
+        workspace,
+        path,
+        tx,
+        status,
+    }
+}
+
+fn placeholder_status() -> Status {
+    Status {
+        budget: BudgetReport {
+            session_id: String::new(),
+            workspace: String::new(),
+            budget: Value::Null,
+            compacting: false,
+        },
+        entries: 0,
+        leaf_id: None,
+    }
+}
+
+fn log_failure(e: LogError) -> RpcError {
+    match e {
+        LogError::Tree { source, .. } => RpcError::invalid_params(format!("entries: {source}")),
+        other => RpcError::internal(other.to_string()),
+    }
+}
+
+/// The error for a preflight that cannot hand out input.
+fn budget_exceeded(r: CompactionResult) -> RpcError {
+    let (code, message) = if r.reason == reasons::OVERFLOW_RETRY_USED {
+        (code::OVERFLOW_RETRY_USED, r.reason.clone())
+    } else {
+        (
+            code::BUDGET_EXCEEDED,
+            format!("{}: {}", reasons::CONTEXT_BUDGET_EXCEEDED, r.reason),
+        )
+    };
+    let data = serde_json::to_value(&r).unwrap_or(Value::Null);
+    RpcError::new(code, message).with_data(serde_json::json!({ "compaction": data }))
+}
+
+/// A hand-off capsule that was not written, with the outcome saying why.
+fn no_capsule(r: CompactionResult) -> RpcError {
+    let data = serde_json::to_value(&r).unwrap_or(Value::Null);
+    RpcError::internal(format!("no capsule created ({}): {}", r.outcome, r.reason))
+        .with_data(serde_json::json!({ "compaction": data }))
+}
+
+impl Actor {
+    fn capsule_list(&self) -> CapsuleListResult {
+        let rows = crate::cli::capsule::list_capsules(self.log.session());
+        CapsuleListResult {
+            capsules: rows
+                .into_iter()
+                .map(|r| CapsuleSummary {
+                    checkpoint_id: r.checkpoint_id,
+                    title: r.title,
+                    trigger: r.trigger,
+                    quality: r.quality,
+                    ts: r.ts,
+                    tokens: CapsuleTokensView {
+                        before: r.tokens_before,
+                        after: r.tokens_after,
+                    },
+                    origin: r.origin,
+                })
+                .collect(),
+        }
+    }
+
+    fn capsule_export(
+        &self,
+        checkpoint_id: &str,
+        path: &Path,
+    ) -> Result<CapsuleExportResult, RpcError> {
+        if !path.is_absolute() {
+            return Err(RpcError::invalid_params(format!(
+                "`path`: give an absolute path, got `{}`",
+                path.display()
+            )));
+        }
+        if path.exists() {
+            return Err(RpcError::invalid_params(format!(
+                "`path`: {} already exists; choose another path or remove it",
+                path.display()
+            )));
+        }
+        let exported = crate::cli::capsule::export_capsule(self.log.session(), checkpoint_id)
+            .map_err(|e| RpcError::invalid_params(format!("`checkpointId`: {e}")))?;
+        crate::capsule::portable::write_capsule_file(path, &exported.text)
+            .map_err(|e| RpcError::internal(e.to_string()))?;
+        Ok(CapsuleExportResult {
+            path: path.display().to_string(),
+        })
+    }
+
+    fn capsule_load(&mut self, path: &Path) -> Result<CapsuleLoadResult, RpcError> {
+        let parsed = crate::capsule::portable::read_capsule_file(path)
+            .map_err(|e| RpcError::invalid_params(format!("`path`: {e}")))?;
+        let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let r =
+            crate::cli::capsule::load_capsule(&mut self.log, &parsed, &shown.display().to_string())
+                .map_err(|e| RpcError::internal(format!("{e:#}")));
+        self.publish();
+        Ok(CapsuleLoadResult {
+            checkpoint_id: r?.checkpoint_id,
+            session_id: self.session_id().to_string(),
+        })
+    }
+
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        while let Some(cmd) = rx.recv().await {
+            self.handle(cmd);
+        }
+    }
+
+    fn engine(&self) -> Engine<'_> {
+        Engine {
+            config: &self.config,
+            mapping: &self.mapping,
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        if let Some(running) = &mut self.running {
+            match cmd {
+                // A rewind is applied even during a compaction: it moves the leaf, so the
+                // running compaction ends `stale` and appends nothing.
+                Command::Rewind { entry_id, reply } => {
+                    let r = self.rewind(&entry_id);
+                    let _ = reply.send(r);
+                }
+                Command::Cancel { reply } => {
+                    running.cancel.cancel();
+                    let _ = reply.send(Ok(CancelResult { cancelled: true }));
+                }
+                Command::Generated {
+                    operation_id,
+                    generated,
+                } => self.finish(operation_id, generated),
+                // Reads answer at once.
+                Command::CapsuleList { reply } => {
+                    let _ = reply.send(Ok(self.capsule_list()));
+                }
+                Command::CapsuleExport {
+                    checkpoint_id,
+                    path,
+                    reply,
+                } => {
+                    let _ = reply.send(self.capsule_export(&checkpoint_id, &path));
+                }
+                other => running.queued.push_back(other),
+            }
+            return;
+        }
+        match cmd {
+            Command::Append { entries, reply } => {
+                let r = self.append(entries);
+                let _ = reply.send(r);
+            }
+            Command::SetAutoCompact { enabled, reply } => {
+                let r = self.set_auto_compact(enabled);
+                let _ = reply.send(r);
+            }
+            Command::WatchedFiles { changes } => self.record_files(changes),
+            Command::Rewind { entry_id, reply } => {
+                let r = self.rewind(&entry_id);
+                let _ = reply.send(r);
+            }
+            Command::Cancel { reply } => {
+                let _ = reply.send(Ok(CancelResult { cancelled: false }));
+            }
+            Command::TurnComplete { usage, reply } => {
+                let r = self.engine_step(|e, log| e.turn_complete(log, usage));
+                let _ = reply.send(r.map(|intent_recorded| TurnCompleteResult { intent_recorded }));
+            }
+            Command::Checkpoint { kind, label, reply } => {
+                let r = self.engine_step(|e, log| e.checkpoint(log, kind, label));
+                let _ = reply.send(r.map(|(entry_id, intent_recorded)| CheckpointResult {
+                    entry_id,
+                    intent_recorded,
+                }));
+            }
+            Command::Preflight { reply } => self.preflight(reply),
+            Command::Overflow { reply } => match self.engine_step(|e, log| e.overflow(log)) {
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+                Ok(Ok(plan)) => self.start(plan, Waiter::Overflow(reply)),
+                Ok(Err(ended)) => {
+                    self.record_flight(&ended);
+                    let r = if ended.reason == reasons::OVERFLOW_RETRY_USED {
+                        Err(budget_exceeded(ended))
+                    } else {
+                        Ok(OverflowResult {
+                            compaction: ended,
+                            retry_allowed: false,
+                        })
+                    };
+                    let _ = reply.send(r);
+                }
+            },
+            Command::Compact {
+                instructions,
+                mirror,
+                reply,
+            } => {
+                let mirror = mirror.unwrap_or(self.config.mirror_explicit_compacts);
+                match self.engine_step(|e, log| e.explicit_mirrored(log, instructions, mirror)) {
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                    Ok(Ok(plan)) => self.start(plan, Waiter::Compact(reply)),
+                    Ok(Err(ended)) => {
+                        self.record_flight(&ended);
+                        let _ = reply.send(Ok(ended));
+                    }
+                }
+            }
+            Command::CapsuleList { reply } => {
+                let _ = reply.send(Ok(self.capsule_list()));
+            }
+            Command::CapsuleExport {
+                checkpoint_id,
+                path,
+                reply,
+            } => {
+                let _ = reply.send(self.capsule_export(&checkpoint_id, &path));
+            }
+            Command::CapsuleLoad { path, reply } => {
+                let r = self.capsule_load(&path);
+                let _ = reply.send(r);
+            }
+            Command::CapsuleCreate { title, reply } => {
+                match self.engine_step(|e, log| e.handoff(log, title.clone())) {
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                    Ok(Ok(plan)) => self.start(plan, Waiter::Handoff { title, reply }),
+                    Ok(Err(ended)) => {
+                        self.record_flight(&ended);
+                        let _ = reply.send(Err(no_capsule(ended)));
+                    }
+                }
+            }
+            // A late report of a compaction that already ended (cannot happen: one runs at a time).
+            Command::Generated { .. } => {}
+        }
+    }
+
+    /// Run one engine step on the log and publish the new state.
+    fn engine_step<T>(
+        &mut self,
+        f: impl FnOnce(&Engine<'_>, &mut SessionLog) -> Result<T, LogError>,
+    ) -> Result<T, RpcError> {
+        let engine = Engine {
+            config: &self.config,
+            mapping: &self.mapping,
+        };
+        let r = f(&engine, &mut self.log).map_err(log_failure);
+        self.publish();
+        r
+    }
+
+    fn preflight(&mut self, reply: Reply<PreflightResult>) {
+        match self.engine_step(|e, log| e.preflight(log)) {
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+            Ok(Preflight::Compact(plan)) => self.start(*plan, Waiter::Preflight(reply)),
+            Ok(other) => {
+                let _ = reply.send(self.preflight_answer(other));
+            }
+        }
+    }
+
+    fn preflight_answer(&self, p: Preflight) -> Result<PreflightResult, RpcError> {
+        match p {
+            Preflight::Ready {
+                messages,
+                tokens,
+                skipped,
+            } => {
+                if let Some(s) = &skipped {
+                    self.record_flight(s);
+                }
+                Ok(PreflightResult {
+                    messages,
+                    tokens,
+                    compaction: skipped,
+                })
+            }
+            Preflight::Failed(r) => {
+                if !r.operation_id.is_empty() {
+                    self.record_flight(&r);
+                }
+                Err(budget_exceeded(r))
+            }
+            Preflight::Compact(_) => unreachable!("handled by the caller"),
+        }
+    }
+
+    /// Begin the barrier: announce it, and write the summary in a task of its own so that this
+    /// actor keeps answering (budget, rewind, cancel) and queueing input meanwhile.
+    fn start(&mut self, plan: Plan, waiter: Waiter) {
+        let plan = Arc::new(plan);
+        let cancel = CancellationToken::new();
+        self.running = Some(Running {
+            plan: plan.clone(),
+            cancel: cancel.clone(),
+            started: Instant::now(),
+            waiter,
+            queued: VecDeque::new(),
+        });
+        self.notice(&plan, CompactionPhase::Start, None, None, None);
+        self.publish();
+        let Some(me) = self.me.upgrade() else { return };
+        let summarizer = self.summarizer.clone();
+        let events = self.events.clone();
+        let (session_id, workspace) = (self.session_id().to_string(), self.workspace.clone());
+        tokio::spawn(async move {
+            let last = AtomicU8::new(0);
+            let progress_plan = plan.clone();
+            let progress = move |pct: u8| {
+                // Only changes are worth a message.
+                if last.swap(pct, Ordering::Relaxed) != pct {
+                    let notice = CompactionNotice {
+                        session_id: session_id.clone(),
+                        operation_id: progress_plan.operation_id.clone(),
+                        phase: CompactionPhase::Progress,
+                        trigger: progress_plan.trigger.as_str().to_string(),
+                        percent: Some(pct.min(100)),
+                        result: None,
+                        message: None,
+                    };
+                    let _ = events.send(Event::Compaction {
+                        workspace: workspace.clone(),
+                        notice,
+                    });
+                }
+            };
+            let generated =
+                crate::summarize::generate(&plan, summarizer.as_deref(), cancel, &progress).await;
+            let _ = me.send(Command::Generated {
+                operation_id: plan.operation_id.clone(),
+                generated,
+            });
+        });
+    }
+
+    /// End the barrier: commit, tell everyone, apply queued input in order, answer the waiter.
+    fn finish(&mut self, operation_id: String, generated: Generated) {
+        let Some(running) = self
+            .running
+            .take_if(|r| r.plan.operation_id == operation_id)
+        else {
+            return;
+        };
+        let Running {
+            plan,
+            cancel,
+            started,
+            waiter,
+            queued,
+        } = running;
+        let duration_ms = started.elapsed().as_millis() as u64;
+        let committed = crate::compaction::commit(
+            &mut self.log,
+            &plan,
+            generated,
+            cancel.is_cancelled(),
+            duration_ms,
+        );
+        let outcome = committed
+            .map_err(|e| RpcError::internal(format!("the compaction could not be written: {e}")));
+        match &outcome {
+            Ok(result) => {
+                self.record_flight(result);
+                let line = result.completion_line();
+                self.notice(
+                    &plan,
+                    CompactionPhase::End,
+                    None,
+                    Some(result.clone()),
+                    Some(line),
+                );
+                if result.degraded {
+                    let _ = self.events.send(Event::Degraded {
+                        workspace: self.workspace.clone(),
+                        message: format!(
+                            "The compaction used the local capsule: {}",
+                            result.reason
+                        ),
+                    });
+                }
+            }
+            Err(e) => self.notice(
+                &plan,
+                CompactionPhase::End,
+                None,
+                None,
+                Some(e.message.clone()),
+            ),
+        }
+        self.publish();
+        for cmd in queued {
+            self.handle(cmd);
+        }
+        // Queued input may have started another compaction; the waiter's answer is about this one.
+        match waiter {
+            Waiter::Compact(reply) => {
+                let _ = reply.send(outcome);
+            }
+            Waiter::Handoff { title, reply } => {
+                let r = outcome.and_then(|r| match (&r.checkpoint_id, r.outcome) {
+                    (Some(ck), Outcome::Completed) => Ok(CapsuleCreateResult {
+                        checkpoint_id: ck.clone(),
+                        title,
+                        tokens: r.tokens_before,
+                    }),
+                    _ => Err(no_capsule(r)),
+                });
+                let _ = reply.send(r);
+            }
+            Waiter::Overflow(reply) => {
+                let r = outcome.map(|compaction| OverflowResult {
+                    retry_allowed: compaction.outcome == Outcome::Completed,
+                    compaction,
+                });
+                let _ = reply.send(r);
+            }
+            Waiter::Preflight(reply) => {
+                // The input as it is now, never a second compaction in a loop: a compaction that
+                // could not bring the input under the hard limit is reported as such.
+                let r = outcome.and_then(|compaction| {
+                    match self
+                        .engine()
+                        .ready_input(&self.log, Some(compaction.clone()))
+                    {
+                        Preflight::Ready {
+                            messages, tokens, ..
+                        } => Ok(PreflightResult {
+                            messages,
+                            tokens,
+                            compaction: Some(compaction),
+                        }),
+                        Preflight::Failed(mut r) => {
+                            r.operation_id = compaction.operation_id.clone();
+                            r.trigger = compaction.trigger;
+                            if compaction.outcome != Outcome::Completed {
+                                r.reason = format!("{}; {}", compaction.reason, r.reason);
+                            }
+                            Err(budget_exceeded(r))
+                        }
+                        Preflight::Compact(_) => unreachable!("ready_input never plans"),
+                    }
+                });
+                let _ = reply.send(r);
+            }
+        }
+    }
+
+    fn notice(
+        &self,
+        plan: &Plan,
+        phase: CompactionPhase,
+        percent: Option<u8>,
+        result: Option<CompactionResult>,
+        message: Option<String>,
+    ) {
+        let notice = CompactionNotice {
+            session_id: self.session_id().to_string(),
+            operation_id: plan.operation_id.clone(),
+            phase,
+            trigger: plan.trigger.as_str().to_string(),
+            percent,
+            result,
+            message,
+        };
+        let _ = self.events.send(Event::Compaction {
+            workspace: self.workspace.clone(),
+            notice,
+        });
+    }
+
+    /// One flight record per operation; never any capsule text.
+    fn record_flight(&self, r: &CompactionResult) {
+        let record = FlightRecord {
+            operation_id: r.operation_id.clone(),
+            session_id: self.session_id().to_string(),
+            trigger: r.trigger.as_str().to_string(),
+            outcome: r.outcome.as_str().to_string(),
+            reason: r.reason.clone(),
+            duration_ms: r.duration_ms,
+            checkpoint_id: r.checkpoint_id.clone(),
+            tokens_before: r.tokens_before,
+            tokens_after: r.tokens_after,
+            reclaimed: r.tokens_before.saturating_sub(r.tokens_after),
+            hard_limit: r.hard_limit,
+            soft_limit: r.soft_limit,
+            ts: crate::util::now_rfc3339(),
+        };
+        if let Err(e) = self.flight.append(&record) {
+            eprintln!(
+                "soba: cannot write flight record to {}: {e}",
+                self.flight.path().display()
+            );
+        }
+    }
+
+    fn session_id(&self) -> &str {
+        &self.log.session().header.id
+    }
+
+    fn budget(&self) -> BudgetReport {
+        let s = self.log.session();
+        let core = budget_report(
+            s,
+            self.config.limits(),
+            self.config.compaction.auto,
+            &self.config.model.name,
+        );
+        BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
+    }
+
+    fn snapshot(&self) -> Status {
+        Status {
+            budget: self.budget(),
+            entries: self.log.session().len(),
+            leaf_id: self.log.session().leaf_id().map(str::to_string),
+        }
+    }
+
+    /// Publish the new state and tell clients the budget changed.
+    fn publish(&self) -> BudgetReport {
+        let status = self.snapshot();
+        let budget = status.budget.clone();
+        self.status.send_replace(status);
+        let _ = self.events.send(Event::BudgetChanged(budget.clone()));
+        budget
+    }
+
+    fn write(&mut self, entries: Vec<Entry>) -> Result<(), RpcError> {
+        self.log.append_all(entries).map_err(log_failure)
+    }
+
+    fn append(&mut self, raw: Vec<Value>) -> Result<AppendResult, RpcError> {
+        let entries = prepare_entries(self.log.session().leaf_id(), raw)?;
+        let entry_ids = entries.iter().map(|e| e.id.clone()).collect();
+        self.write(entries)?;
+        let budget = self.publish();
+        Ok(AppendResult {
+            entry_ids,
+            leaf_id: self.log.session().leaf_id().map(str::to_string),
+            budget,
+        })
+    }
+
+    fn leaf_entry(&self, body: EntryBody) -> Entry {
+        Entry::new(
+            crate::util::new_id("e_"),
+            self.log.session().leaf_id().map(str::to_string),
+            body,
+        )
+    }
+
+    fn rewind(&mut self, entry_id: &str) -> Result<RewindResult, RpcError> {
+        if self.log.session().get(entry_id).is_none() {
+            return Err(RpcError::invalid_params(format!(
+                "`entryId`: entry `{entry_id}` is not in session `{}`",
+                self.session_id()
+            )));
+        }
+        let entry = self.leaf_entry(EntryBody::Rewind(RewindEntry {
+            to: entry_id.to_string(),
+        }));
+        self.write(vec![entry])?;
+        let budget = self.publish();
+        Ok(RewindResult {
+            leaf_id: self.log.session().leaf_id().map(str::to_string),
+            budget,
+        })
+    }
+
+    fn set_auto_compact(&mut self, enabled: bool) -> Result<AutoCompactResult, RpcError> {
+        let entry = self.leaf_entry(EntryBody::Setting(SettingEntry {
+            auto_compact: Some(enabled),
+            ..SettingEntry::default()
+        }));
+        self.write(vec![entry])?;
+        let budget = self.publish();
+        let auto_compact = budget.budget["autoCompact"].as_bool().unwrap_or(enabled);
+        Ok(AutoCompactResult { auto_compact })
+    }
+
+    fn record_files(&mut self, changes: Vec<FileEntry>) {
+        if changes.is_empty() {
+            return;
+        }
+        let mut entries = Vec::with_capacity(changes.len());
+        let mut parent = self.log.session().leaf_id().map(str::to_string);
+        for change in changes {
+            let e = Entry::new(
+                crate::util::new_id("e_"),
+                parent.take(),
+                EntryBody::File(change),
+            );
+            parent = Some(e.id.clone());
+            entries.push(e);
+        }
+        if let Err(e) = self.write(entries) {
+            // Nothing to answer: the watcher is fire-and-forget. The log stays as it was.
+            eprintln!(
+                "soba: session {}: cannot record file changes: {}",
+                self.session_id(),
+                e.message
+            );
+            return;
+        }
+        self.publish();
+    }
+}
+
+/// Entry types only the daemon writes, with the method that writes them.
+const DAEMON_WRITTEN: &[(&str, &str)] = &[
+    ("capsule", "soba/compact"),
+    ("intent", "soba/turn/complete or soba/checkpoint"),
+    ("compaction", "soba/compact"),
+    ("rewind", "soba/rewind"),
+];
+
+/// Turn client-supplied entries into log entries: fill in `id`, `ts` and `parentId` (the
+/// previous entry of the batch, or the leaf), and check each against the entry schema.
+pub fn prepare_entries(leaf: Option<&str>, raw: Vec<Value>) -> Result<Vec<Entry>, RpcError> {
+    if raw.is_empty() {
+        return Err(RpcError::invalid_params(
+            "`entries`: give at least one entry",
+        ));
+    }
+    let mut parent = leaf.map(str::to_string);
+    let mut out = Vec::with_capacity(raw.len());
+    for (i, value) in raw.into_iter().enumerate() {
+        let Value::Object(mut obj) = value else {
+            return Err(RpcError::invalid_params(format!(
+                "`entries[{i}]`: expected an object"
+            )));
+        };
+        if let Some(ty) = obj.get("type").and_then(Value::as_str) {
+            if let Some((_, method)) = DAEMON_WRITTEN.iter().find(|(t, _)| *t == ty) {
+                return Err(RpcError::invalid_params(format!(
+                    "`entries[{i}].type`: `{ty}` entries are written by the daemon; use {method}"
+                )));
+            }
+        }
+        fill(&mut obj, "id", || Value::String(crate::util::new_id("e_")));
+        fill(&mut obj, "ts", || Value::String(crate::util::now_rfc3339()));
+        fill(&mut obj, "parentId", || {
+            parent.clone().map_or(Value::Null, Value::String)
+        });
+        let entry: Entry =
+            super::protocol::parse_params(&format!("entries[{i}]"), Value::Object(obj)).map_err(
+                |e| RpcError::invalid_params(e.message.replacen(": invalid params", "", 1)),
+            )?;
+        parent = Some(entry.id.clone());
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+fn fill(obj: &mut Map<String, Value>, key: &str, value: impl FnOnce() -> Value) {
+    if obj.get(key).is_none_or(Value::is_null) {
+        obj.insert(key.to_string(), value());
+    }
+}
+
+/// A file path as recorded in the log: relative to the workspace when inside it.
+pub fn workspace_relative(workspace: &Path, path: &Path) -> String {
+    path.strip_prefix(workspace)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn entries_get_ids_timestamps_and_a_chain_of_parents() {
+        let entries = prepare_entries(
+            Some("leaf"),
+            vec![
+                json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "hi"}]}),
+                json!({"type": "file", "path": "a.rs", "op": "modified", "source": "tool", "id": "mine"}),
+            ],
+        )
+        .unwrap();
+        assert_eq!(entries[0].parent_id.as_deref(), Some("leaf"));
+        assert!(entries[0].id.starts_with("e_"));
+        assert_eq!(entries[1].id, "mine");
+        assert_eq!(
+            entries[1].parent_id.as_deref(),
+            Some(entries[0].id.as_str())
+        );
+        assert!(!entries[0].ts.is_empty());
+    }
+
+    #[test]
+    fn bad_entries_are_refused_naming_the_entry_and_field() {
+        let e = prepare_entries(None, vec![]).unwrap_err();
+        assert!(e.message.contains("`entries`"), "{}", e.message);
+        let e = prepare_entries(None, vec![json!("text")]).unwrap_err();
+        assert!(e.message.contains("`entries[0]`"), "{}", e.message);
+        let e =
+            prepare_entries(None, vec![json!({"type": "message", "role": "user"})]).unwrap_err();
+        assert!(
+            e.message.contains("entries[0]") && e.message.contains("content"),
+            "{}",
+            e.message
+        );
+        let e = prepare_entries(None, vec![json!({"type": "capsule"})]).unwrap_err();
+        assert!(e.message.contains("soba/compact"), "{}", e.message);
+        let e = prepare_entries(
+            None,
+            vec![json!({"type": "file", "path": "a", "op": "eaten", "source": "tool"})],
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("entries[0]") && e.message.contains("eaten"),
+            "{}",
+            e.message
+        );
+    }
+}

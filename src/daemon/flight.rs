@@ -1,0 +1,166 @@
+//! Flight records: one JSON line per compaction operation, append-only, per workspace.
+//!
+//! A record holds identifiers, limits, token counts, the outcome and its reason — never capsule
+//! or summary text, so the file can be shared in a bug report as is.
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// File name of the flight log inside a workspace's data folder.
+pub const FLIGHT_FILE: &str = "flight.jsonl";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlightRecord {
+    pub operation_id: String,
+    pub session_id: String,
+    pub trigger: String,
+    pub outcome: String,
+    pub reason: String,
+    pub duration_ms: u64,
+    pub checkpoint_id: Option<String>,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    /// Tokens the operation took out of the model input (`before - after`, never negative).
+    pub reclaimed: u64,
+    pub hard_limit: u64,
+    pub soft_limit: u64,
+    pub ts: String,
+}
+
+/// The flight log of one workspace.
+#[derive(Debug, Clone)]
+pub struct FlightLog {
+    path: PathBuf,
+}
+
+impl FlightLog {
+    pub fn new(workspace_data_dir: &Path) -> Self {
+        FlightLog {
+            path: workspace_data_dir.join(FLIGHT_FILE),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append one record as a single write of a whole line.
+    pub fn append(&self, record: &FlightRecord) -> std::io::Result<()> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        let mut line = Vec::new();
+        // A torn last line (a crash mid-write) must not swallow this record.
+        if !ends_with_newline(&self.path)? {
+            line.push(b'\n');
+        }
+        serde_json::to_writer(&mut line, record).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        f.write_all(&line)
+    }
+
+    /// The newest `limit` records (oldest first), of one session when `session` is given.
+    /// Lines that do not parse (a torn last line) are skipped.
+    pub fn read(
+        &self,
+        session: Option<&str>,
+        limit: Option<usize>,
+    ) -> std::io::Result<Vec<FlightRecord>> {
+        let file = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for line in BufReader::new(file).lines() {
+            let line = line?;
+            let Ok(record) = serde_json::from_str::<FlightRecord>(&line) else {
+                continue;
+            };
+            if session.is_none_or(|s| s == record.session_id) {
+                out.push(record);
+            }
+        }
+        if let Some(limit) = limit {
+            let skip = out.len().saturating_sub(limit);
+            out.drain(..skip);
+        }
+        Ok(out)
+    }
+}
+
+/// Whether the file is empty or ends with a newline.
+fn ends_with_newline(path: &Path) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    if f.metadata()?.len() == 0 {
+        return Ok(true);
+    }
+    f.seek(SeekFrom::End(-1))?;
+    let mut last = [0u8; 1];
+    f.read_exact(&mut last)?;
+    Ok(last[0] == b'\n')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(op: &str, session: &str) -> FlightRecord {
+        FlightRecord {
+            operation_id: op.into(),
+            session_id: session.into(),
+            trigger: "user".into(),
+            outcome: "completed".into(),
+            reason: "capsule appended".into(),
+            duration_ms: 12,
+            checkpoint_id: Some("ck_1".into()),
+            tokens_before: 1000,
+            tokens_after: 400,
+            reclaimed: 600,
+            hard_limit: 48808,
+            soft_limit: 39046,
+            ts: "2026-01-01T00:00:00Z".into(),
+        }
+    }
+
+    #[test]
+    fn records_filter_by_session_and_keep_the_newest() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = FlightLog::new(dir.path());
+        assert!(log.read(None, None).unwrap().is_empty());
+        for (op, s) in [("op1", "a"), ("op2", "b"), ("op3", "a"), ("op4", "a")] {
+            log.append(&record(op, s)).unwrap();
+        }
+        let ops = |v: Vec<FlightRecord>| v.into_iter().map(|r| r.operation_id).collect::<Vec<_>>();
+        assert_eq!(ops(log.read(Some("a"), Some(2)).unwrap()), ["op3", "op4"]);
+        assert_eq!(ops(log.read(None, None).unwrap()).len(), 4);
+    }
+
+    #[test]
+    fn a_torn_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = FlightLog::new(dir.path());
+        log.append(&record("op1", "a")).unwrap();
+        let mut f = OpenOptions::new().append(true).open(log.path()).unwrap();
+        f.write_all(b"{\"operationId\":\"op2\",").unwrap();
+        assert_eq!(log.read(None, None).unwrap().len(), 1);
+        // The next record starts on a line of its own.
+        log.append(&record("op3", "a")).unwrap();
+        let ops: Vec<String> = log
+            .read(None, None)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.operation_id)
+            .collect();
+        assert_eq!(ops, ["op1", "op3"]);
+    }
+}

@@ -1,0 +1,18 @@
+//! The daemon: a JSON-RPC server (LSP base protocol) that owns live sessions.
+//!
+//! - [`protocol`]: every `soba/*` name, parameter, result and error code, in one place.
+//! - [`server`]: the tower-lsp-server front end, one instance per connected client.
+//! - [`registry`]: workspaces → sessions, the active session per workspace, event fan-out.
+//! - [`actor`]: one task per session, the only writer of its log.
+//! - [`socket`]: the per-user Unix socket shared by every `soba serve`, and the stdio relay.
+//! - [`watcher`]: file changes under a workspace root, recorded as `file` entries.
+//! - [`flight`]: append-only per-workspace records of every compaction operation.
+
+pub mod actor;
+pub mod flight;
+pub mod paths;
+pub mod protocol;
+pub mod registry;
+pub mod server;
+pub mod socket;
+pub mod watcher;

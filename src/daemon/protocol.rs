@@ -1,0 +1,558 @@
+//! The `soba/*` JSON-RPC surface in one place: method and notification names, parameter and
+//! result types, error codes. `docs/protocol.md` documents every name listed here; a test keeps
+//! the two in step. Nothing below the daemon imports these types.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::cli::inspect::BudgetReport as CoreBudgetReport;
+use crate::session::entry::{CheckpointKind, Usage};
+use crate::session::view::ModelMessage;
+
+/// Requests a client sends to the daemon.
+pub mod method {
+    pub const SESSION_OPEN: &str = "soba/session/open";
+    pub const SESSION_APPEND: &str = "soba/session/append";
+    pub const PREFLIGHT: &str = "soba/preflight";
+    pub const TURN_COMPLETE: &str = "soba/turn/complete";
+    pub const CHECKPOINT: &str = "soba/checkpoint";
+    pub const OVERFLOW: &str = "soba/overflow";
+    pub const CANCEL: &str = "soba/cancel";
+    pub const REWIND: &str = "soba/rewind";
+    pub const BUDGET: &str = "soba/budget";
+    pub const COMPACT: &str = "soba/compact";
+    pub const AUTO_COMPACT: &str = "soba/autoCompact";
+    pub const SESSIONS: &str = "soba/sessions";
+    pub const FLIGHT: &str = "soba/flight";
+    pub const CAPSULE_CREATE: &str = "soba/capsule/create";
+    pub const CAPSULE_EXPORT: &str = "soba/capsule/export";
+    pub const CAPSULE_LOAD: &str = "soba/capsule/load";
+    pub const CAPSULE_LIST: &str = "soba/capsule/list";
+}
+
+/// Notifications the daemon sends to clients.
+pub mod notification {
+    pub const BUDGET_CHANGED: &str = "soba/budgetChanged";
+    pub const COMPACTION: &str = "soba/compaction";
+}
+
+/// Every request method the daemon handles, in documentation order.
+pub const METHODS: &[&str] = &[
+    method::SESSION_OPEN,
+    method::SESSION_APPEND,
+    method::PREFLIGHT,
+    method::TURN_COMPLETE,
+    method::CHECKPOINT,
+    method::OVERFLOW,
+    method::CANCEL,
+    method::REWIND,
+    method::BUDGET,
+    method::COMPACT,
+    method::AUTO_COMPACT,
+    method::SESSIONS,
+    method::FLIGHT,
+    method::CAPSULE_CREATE,
+    method::CAPSULE_EXPORT,
+    method::CAPSULE_LOAD,
+    method::CAPSULE_LIST,
+];
+
+/// Every custom notification the daemon sends.
+pub const NOTIFICATIONS: &[&str] = &[notification::BUDGET_CHANGED, notification::COMPACTION];
+
+/// Prefix of the `workspace/executeCommand` equivalents.
+pub const COMMAND_PREFIX: &str = "soba.server.";
+
+/// `soba/session/open` → `soba.server.session.open`.
+pub fn command_for(method: &str) -> String {
+    let bare = method.strip_prefix("soba/").unwrap_or(method);
+    format!("{COMMAND_PREFIX}{}", bare.replace('/', "."))
+}
+
+/// `soba.server.session.open` → `soba/session/open`, for handled methods only.
+pub fn method_for_command(command: &str) -> Option<&'static str> {
+    METHODS.iter().copied().find(|m| command_for(m) == command)
+}
+
+/// Title of the work-done progress shown while a compaction runs.
+pub const PROGRESS_TITLE: &str = "Compacting context before response";
+
+/// Stable JSON-RPC error codes beyond the standard ones.
+pub mod code {
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const BUDGET_EXCEEDED: i64 = -32001;
+    pub const UNKNOWN_SESSION: i64 = -32002;
+    pub const OVERFLOW_RETRY_USED: i64 = -32003;
+    pub const SESSION_LOCKED: i64 = -32004;
+    pub const INTERNAL: i64 = -32603;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parameters
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelParams {
+    pub name: Option<String>,
+    pub context_window: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionOpenParams {
+    pub workspace: String,
+    pub session_id: Option<String>,
+    pub create: Option<bool>,
+    pub model: Option<ModelParams>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendParams {
+    pub session_id: String,
+    /// Entries as in the session log; `id`, `parentId` and `ts` may be left out.
+    pub entries: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionParams {
+    pub session_id: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnCompleteParams {
+    pub session_id: String,
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointParams {
+    pub session_id: String,
+    pub kind: CheckpointKind,
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RewindParams {
+    pub session_id: String,
+    pub entry_id: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub instructions: Option<String>,
+    pub mirror: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoCompactParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsParams {
+    pub workspace: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlightParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleCreateParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub title: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleExportParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub checkpoint_id: String,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleLoadParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleListParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results
+
+/// The budget of one session as clients see it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetReport {
+    pub session_id: String,
+    pub workspace: String,
+    #[serde(flatten)]
+    pub budget: Value,
+    pub compacting: bool,
+}
+
+impl BudgetReport {
+    pub fn new(
+        session_id: &str,
+        workspace: &str,
+        core: &CoreBudgetReport,
+        compacting: bool,
+    ) -> Self {
+        BudgetReport {
+            session_id: session_id.to_string(),
+            workspace: workspace.to_string(),
+            budget: serde_json::to_value(core).expect("budget report serializes"),
+            compacting,
+        }
+    }
+
+    pub fn effective_tokens(&self) -> u64 {
+        self.budget["effectiveTokens"].as_u64().unwrap_or(0)
+    }
+
+    pub fn hard_limit(&self) -> u64 {
+        self.budget["hardLimit"].as_u64().unwrap_or(0)
+    }
+
+    pub fn last_compaction(&self) -> Value {
+        self.budget
+            .get("lastCompaction")
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionOpenResult {
+    pub session_id: String,
+    pub path: String,
+    pub budget: BudgetReport,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendResult {
+    pub entry_ids: Vec<String>,
+    pub leaf_id: Option<String>,
+    pub budget: BudgetReport,
+}
+
+/// The outcome of one compaction operation (the engine's type, serialized as is).
+pub use crate::compaction::CompactionResult;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightResult {
+    pub messages: Vec<ModelMessage>,
+    pub tokens: u64,
+    pub compaction: Option<CompactionResult>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnCompleteResult {
+    pub intent_recorded: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointResult {
+    pub entry_id: String,
+    pub intent_recorded: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverflowResult {
+    pub compaction: CompactionResult,
+    pub retry_allowed: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelResult {
+    pub cancelled: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RewindResult {
+    pub leaf_id: Option<String>,
+    pub budget: BudgetReport,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoCompactResult {
+    pub auto_compact: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub workspace: String,
+    pub path: String,
+    pub active: bool,
+    pub entries: usize,
+    pub effective_tokens: u64,
+    pub hard_limit: u64,
+    pub last_compaction: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsResult {
+    pub sessions: Vec<SessionSummary>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlightResult {
+    pub records: Vec<crate::daemon::flight::FlightRecord>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleCreateResult {
+    pub checkpoint_id: String,
+    pub title: String,
+    /// Effective tokens of the state the capsule describes.
+    pub tokens: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleExportResult {
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleLoadResult {
+    pub checkpoint_id: String,
+    pub session_id: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleTokensView {
+    pub before: u64,
+    pub after: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleSummary {
+    pub checkpoint_id: String,
+    pub title: Option<String>,
+    pub trigger: String,
+    pub quality: String,
+    pub ts: String,
+    pub tokens: CapsuleTokensView,
+    pub origin: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleListResult {
+    pub capsules: Vec<CapsuleSummary>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Notifications
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CompactionPhase {
+    Start,
+    Progress,
+    End,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactionNotice {
+    pub session_id: String,
+    pub operation_id: String,
+    pub phase: CompactionPhase,
+    pub trigger: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub percent: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<CompactionResult>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/// A JSON-RPC error with a stable code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        RpcError::new(code::INVALID_PARAMS, message)
+    }
+
+    pub fn unknown_session(id: &str) -> Self {
+        RpcError::new(
+            code::UNKNOWN_SESSION,
+            format!("unknown session `{id}`; open it first with soba/session/open (create: true makes a new one)"),
+        )
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        RpcError::new(code::INTERNAL, message)
+    }
+
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+}
+
+impl From<RpcError> for tower_lsp_server::jsonrpc::Error {
+    fn from(e: RpcError) -> Self {
+        tower_lsp_server::jsonrpc::Error {
+            code: tower_lsp_server::jsonrpc::ErrorCode::from(e.code),
+            message: e.message.into(),
+            data: e.data,
+        }
+    }
+}
+
+/// Parse parameters; the error names the offending field.
+pub fn parse_params<T: serde::de::DeserializeOwned>(
+    method: &str,
+    params: Value,
+) -> Result<T, RpcError> {
+    let params = if params.is_null() {
+        Value::Object(Default::default())
+    } else {
+        params
+    };
+    match serde_json::from_value::<T>(params.clone()) {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            let message = e.to_string();
+            let field = if message.contains('`') {
+                None
+            } else {
+                offending_field::<T>(&params, &message)
+            };
+            Err(RpcError::invalid_params(match field {
+                Some(f) => format!("{method}: invalid params: `{f}`: {message}"),
+                None => format!("{method}: invalid params: {message}"),
+            }))
+        }
+    }
+}
+
+/// serde reports a wrong type without the field's name. The field is the one whose removal
+/// makes that error go away.
+fn offending_field<T: serde::de::DeserializeOwned>(
+    params: &Value,
+    message: &str,
+) -> Option<String> {
+    let obj = params.as_object()?;
+    obj.keys()
+        .find(|key| {
+            let mut without = obj.clone();
+            without.remove(key.as_str());
+            match serde_json::from_value::<T>(Value::Object(without)) {
+                Ok(_) => true,
+                Err(e) => e.to_string() != message,
+            }
+        })
+        .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_names_follow_the_method_names() {
+        assert_eq!(
+            command_for(method::SESSION_OPEN),
+            "soba.server.session.open"
+        );
+        assert_eq!(command_for(method::BUDGET), "soba.server.budget");
+        assert_eq!(
+            method_for_command("soba.server.turn.complete"),
+            Some(method::TURN_COMPLETE)
+        );
+        assert_eq!(method_for_command("soba.server.nope"), None);
+    }
+
+    #[test]
+    fn invalid_params_name_the_field() {
+        let e = parse_params::<RewindParams>(method::REWIND, serde_json::json!({"sessionId": "s"}))
+            .unwrap_err();
+        assert_eq!(e.code, code::INVALID_PARAMS);
+        assert!(e.message.contains("entryId"), "{}", e.message);
+        let e = parse_params::<AutoCompactParams>(
+            method::AUTO_COMPACT,
+            serde_json::json!({"enabled": "yes"}),
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("`enabled`: invalid type"),
+            "{}",
+            e.message
+        );
+    }
+}

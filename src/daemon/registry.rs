@@ -1,0 +1,404 @@
+//! Workspaces → sessions: which sessions are live, which one is active in each workspace, the
+//! file watcher and flight log of each workspace, and the event channel every client listens to.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+use super::actor::{self, Event, SessionHandle};
+use super::flight::{FlightLog, FlightRecord};
+use super::paths::{workspace_path, Paths};
+use super::protocol::{code, ModelParams, RpcError, SessionSummary};
+use super::watcher::{WatchMode, WorkspaceWatcher};
+use crate::config::{Config, ConfigSources, Overrides};
+use crate::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
+use crate::session::log::{LogError, SessionLog};
+use crate::summarize::Summarizer;
+
+/// How the daemon behaves; tests turn the watcher off or force polling.
+#[derive(Clone)]
+pub struct DaemonOptions {
+    pub watch: Option<WatchMode>,
+    /// A `--config FILE` layered over the user's and each workspace's config.
+    pub extra_config: Option<PathBuf>,
+    /// The summarizer of every session, instead of the one each session's config names
+    /// (embedders and tests).
+    pub summarizer: Option<Arc<dyn Summarizer>>,
+}
+
+impl Default for DaemonOptions {
+    fn default() -> Self {
+        DaemonOptions {
+            watch: Some(WatchMode::Native),
+            extra_config: None,
+            summarizer: None,
+        }
+    }
+}
+
+/// The state shared by every connection of one daemon.
+pub struct Daemon {
+    pub paths: Paths,
+    pub options: DaemonOptions,
+    events: broadcast::Sender<Event>,
+    inner: Mutex<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    sessions: HashMap<String, SessionHandle>,
+    workspaces: HashMap<PathBuf, Workspace>,
+}
+
+struct Workspace {
+    active: Option<String>,
+    flight: FlightLog,
+    /// Held for its lifetime: dropping it stops the watch.
+    _watcher: Option<WorkspaceWatcher>,
+}
+
+/// What `soba/session/open` asks for.
+#[derive(Debug, Clone, Default)]
+pub struct OpenRequest {
+    pub workspace: String,
+    pub session_id: Option<String>,
+    pub create: Option<bool>,
+    pub model: Option<ModelParams>,
+}
+
+impl Daemon {
+    pub fn new(paths: Paths, options: DaemonOptions) -> Arc<Daemon> {
+        let (events, _) = broadcast::channel(1024);
+        Arc::new(Daemon {
+            paths,
+            options,
+            events,
+            inner: Mutex::new(Registry::default()),
+        })
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    pub fn events(&self) -> broadcast::Sender<Event> {
+        self.events.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        // A panic while holding the lock leaves plain maps behind, still consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Open (or create) a session and make it the active session of its workspace.
+    ///
+    /// Without `sessionId` a new session is created, unless `create` is `false`: then the
+    /// workspace's active session is returned. With `sessionId`, a live session is returned
+    /// as is; one on disk is loaded; a missing one is created only when `create` is `true`.
+    pub async fn open(self: &Arc<Self>, req: OpenRequest) -> Result<SessionHandle, RpcError> {
+        let workspace = workspace_path(&req.workspace).map_err(RpcError::invalid_params)?;
+        let id = match (&req.session_id, req.create) {
+            (Some(id), _) => {
+                validate_session_id(id)?;
+                id.clone()
+            }
+            (None, Some(false)) => return self.active(&workspace),
+            (None, _) => crate::util::new_id("s_"),
+        };
+        let live = self.lock().sessions.get(&id).cloned();
+        if let Some(h) = live {
+            if h.workspace != workspace {
+                return Err(RpcError::invalid_params(format!(
+                    "`sessionId`: session `{id}` belongs to workspace {}, not {}",
+                    h.workspace.display(),
+                    workspace.display()
+                )));
+            }
+            self.set_active(&workspace, &id);
+            return Ok(h);
+        }
+        let path = self
+            .paths
+            .sessions_dir(&workspace)
+            .join(format!("{id}.jsonl"));
+        let create = req.session_id.is_none() || req.create == Some(true);
+        let model = req.model.clone();
+        let extra = self.options.extra_config.clone();
+        let ws = workspace.clone();
+        let (log, config) =
+            tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, extra))
+                .await
+                .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
+        let workspace_key = workspace.display().to_string();
+        let summarizer = match &self.options.summarizer {
+            Some(s) => Some(s.clone()),
+            None => match crate::summarize::from_config(&config.summarizer) {
+                Ok(s) => s.map(Arc::from),
+                Err(e) => {
+                    let _ = self.events.send(Event::Degraded {
+                        workspace: workspace_key,
+                        message: format!("The summarization model cannot be used ({e}); capsules are built locally"),
+                    });
+                    None
+                }
+            },
+        };
+        let handle = actor::spawn(actor::ActorSetup {
+            log,
+            config,
+            summarizer,
+            flight: FlightLog::new(&self.paths.workspace_dir(&workspace)),
+            events: self.events.clone(),
+        });
+        {
+            let mut reg = self.lock();
+            // Another client may have opened the same session meanwhile; the log lock makes
+            // that impossible on disk, so the first handle stays.
+            if let Some(existing) = reg.sessions.get(&handle.id) {
+                return Ok(existing.clone());
+            }
+            reg.sessions.insert(handle.id.clone(), handle.clone());
+        }
+        self.ensure_workspace(&workspace);
+        self.set_active(&workspace, &handle.id);
+        Ok(handle)
+    }
+
+    fn ensure_workspace(self: &Arc<Self>, workspace: &Path) {
+        if self.lock().workspaces.contains_key(workspace) {
+            return;
+        }
+        let watcher = self.options.watch.and_then(|mode| {
+            let daemon = Arc::downgrade(self);
+            let ws = workspace.to_path_buf();
+            let sink = move |changes: Vec<crate::session::entry::FileEntry>| {
+                if let Some(d) = daemon.upgrade() {
+                    for h in d.sessions_of(&ws) {
+                        h.watched_files(changes.clone());
+                    }
+                }
+            };
+            match WorkspaceWatcher::start(workspace, mode, sink) {
+                Ok((w, warning)) => {
+                    if let Some(message) = warning {
+                        let _ = self.events.send(Event::Degraded {
+                            workspace: workspace.display().to_string(),
+                            message,
+                        });
+                    }
+                    Some(w)
+                }
+                Err(e) => {
+                    let _ = self.events.send(Event::Degraded {
+                        workspace: workspace.display().to_string(),
+                        message: format!(
+                            "file changes in {} are not recorded: {e}",
+                            workspace.display()
+                        ),
+                    });
+                    None
+                }
+            }
+        });
+        let mut reg = self.lock();
+        reg.workspaces
+            .entry(workspace.to_path_buf())
+            .or_insert_with(|| Workspace {
+                active: None,
+                flight: FlightLog::new(&self.paths.workspace_dir(workspace)),
+                _watcher: watcher,
+            });
+    }
+
+    fn set_active(&self, workspace: &Path, id: &str) {
+        if let Some(ws) = self.lock().workspaces.get_mut(workspace) {
+            ws.active = Some(id.to_string());
+        }
+    }
+
+    fn active(&self, workspace: &Path) -> Result<SessionHandle, RpcError> {
+        let reg = self.lock();
+        reg.workspaces
+            .get(workspace)
+            .and_then(|w| w.active.as_ref())
+            .and_then(|id| reg.sessions.get(id))
+            .cloned()
+            .ok_or_else(|| {
+                RpcError::new(
+                    code::UNKNOWN_SESSION,
+                    format!(
+                        "workspace {} has no active session; an agent opens one with soba/session/open",
+                        workspace.display()
+                    ),
+                )
+            })
+    }
+
+    /// A live session by id.
+    pub fn session(&self, id: &str) -> Result<SessionHandle, RpcError> {
+        self.lock()
+            .sessions
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RpcError::unknown_session(id))
+    }
+
+    /// The session an editor-side request means: `sessionId`, else the active session of
+    /// `workspace`, else of `fallback_workspace` (the client's first folder).
+    pub fn resolve(
+        &self,
+        session_id: Option<&str>,
+        workspace: Option<&str>,
+        fallback_workspace: Option<&str>,
+    ) -> Result<SessionHandle, RpcError> {
+        if let Some(id) = session_id {
+            return self.session(id);
+        }
+        let ws = workspace.or(fallback_workspace).ok_or_else(|| {
+            RpcError::invalid_params("`sessionId`: give a sessionId or a workspace (the client named no workspace folder)")
+        })?;
+        self.active(&workspace_path(ws).map_err(RpcError::invalid_params)?)
+    }
+
+    pub fn sessions_of(&self, workspace: &Path) -> Vec<SessionHandle> {
+        self.lock()
+            .sessions
+            .values()
+            .filter(|h| h.workspace == workspace)
+            .cloned()
+            .collect()
+    }
+
+    /// Live sessions, of one workspace when given, sorted by workspace then id.
+    pub fn summaries(&self, workspace: Option<&str>) -> Result<Vec<SessionSummary>, RpcError> {
+        let filter = workspace
+            .map(workspace_path)
+            .transpose()
+            .map_err(RpcError::invalid_params)?;
+        let reg = self.lock();
+        let mut out: Vec<SessionSummary> = reg
+            .sessions
+            .values()
+            .filter(|h| filter.as_ref().is_none_or(|w| &h.workspace == w))
+            .map(|h| {
+                let status = h.status();
+                let active = reg
+                    .workspaces
+                    .get(&h.workspace)
+                    .and_then(|w| w.active.as_deref())
+                    == Some(&h.id);
+                SessionSummary {
+                    session_id: h.id.clone(),
+                    workspace: h.workspace.display().to_string(),
+                    path: h.path.display().to_string(),
+                    active,
+                    entries: status.entries,
+                    effective_tokens: status.budget.effective_tokens(),
+                    hard_limit: status.budget.hard_limit(),
+                    last_compaction: status.budget.last_compaction(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.workspace, &a.session_id).cmp(&(&b.workspace, &b.session_id)));
+        Ok(out)
+    }
+
+    /// The flight log of a workspace (whether or not a session of it is live).
+    pub fn flight_log(&self, workspace: &Path) -> FlightLog {
+        self.lock()
+            .workspaces
+            .get(workspace)
+            .map(|w| w.flight.clone())
+            .unwrap_or_else(|| FlightLog::new(&self.paths.workspace_dir(workspace)))
+    }
+
+    pub fn read_flight(
+        &self,
+        workspace: &Path,
+        session: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<Vec<FlightRecord>, RpcError> {
+        self.flight_log(workspace)
+            .read(session, limit)
+            .map_err(|e| RpcError::internal(format!("cannot read flight records: {e}")))
+    }
+}
+
+fn validate_session_id(id: &str) -> Result<(), RpcError> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && !id.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(RpcError::invalid_params(format!(
+            "`sessionId`: `{id}` is not a valid session id (letters, digits, `-`, `_`, `.`; at most 128)"
+        )))
+    }
+}
+
+fn log_error(e: LogError) -> RpcError {
+    match e {
+        LogError::Locked { .. } => RpcError::new(code::SESSION_LOCKED, e.to_string()),
+        other => RpcError::internal(other.to_string()),
+    }
+}
+
+/// Open or create the log and resolve its configuration (blocking: reads the whole log).
+fn open_log(
+    path: &Path,
+    workspace: &Path,
+    id: &str,
+    create: bool,
+    model: Option<ModelParams>,
+    extra_config: Option<PathBuf>,
+) -> Result<(SessionLog, Config), RpcError> {
+    let files = ConfigSources::for_workspace(Some(workspace).filter(|w| w.is_dir()), extra_config)
+        .files()
+        .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
+    let model_ref = model.map(|m| ModelRef {
+        name: m.name,
+        context_window: m.context_window,
+        max_output_tokens: m.max_output_tokens,
+        tokenizer: None,
+    });
+    let provisional = Config::resolve(&files, model_ref.as_ref(), &Overrides::default())
+        .map_err(|e| RpcError::invalid_params(format!("`model`: {e}")))?;
+    let log = if path.exists() {
+        let (log, report) = SessionLog::open(path, provisional.durability).map_err(log_error)?;
+        for m in report.messages(path) {
+            eprintln!("soba: warning: {m}");
+        }
+        log
+    } else if create {
+        let header = SessionHeader {
+            kind: HeaderTag::Session,
+            version: LOG_FORMAT_VERSION,
+            id: id.to_string(),
+            workspace: workspace.display().to_string(),
+            created_at: crate::util::now_rfc3339(),
+            model: Some(ModelRef {
+                name: Some(provisional.model.name.clone()),
+                context_window: Some(provisional.model.context_window),
+                max_output_tokens: Some(provisional.model.max_output_tokens),
+                tokenizer: Some(provisional.model.tokenizer),
+            }),
+            source: None,
+        };
+        SessionLog::create(path, header, provisional.durability).map_err(log_error)?
+    } else {
+        return Err(RpcError::unknown_session(id));
+    };
+    let config = Config::resolve(
+        &files,
+        log.session().header.model.as_ref(),
+        &Overrides::default(),
+    )
+    .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
+    Ok((log, config))
+}

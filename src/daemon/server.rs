@@ -1,0 +1,500 @@
+//! The JSON-RPC front end: one tower-lsp-server instance per connected client, all sharing one
+//! [`Daemon`].
+//!
+//! Handlers parse parameters, call the registry or a session actor, and convert the answer.
+//! None of them blocks the connection: `soba/budget` and `soba/sessions` read published
+//! snapshots, and a request that waits for a compaction (`soba/preflight`, `soba/compact`)
+//! holds only its own slot while other requests keep flowing.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+use tower_lsp_server::jsonrpc;
+use tower_lsp_server::ls_types::notification::Notification;
+use tower_lsp_server::ls_types::{
+    ExecuteCommandOptions, ExecuteCommandParams, InitializeParams, InitializeResult,
+    InitializedParams, MessageType, NumberOrString, ServerCapabilities, ServerInfo,
+};
+use tower_lsp_server::{
+    Bounded, Client, LanguageServer, LspService, LspServiceBuilder, NotCancellable,
+    OngoingProgress, Server,
+};
+
+use super::actor::{Event, SessionHandle};
+use super::paths::workspace_path;
+use super::protocol::*;
+use super::registry::{Daemon, OpenRequest};
+
+/// Budget notifications for one session within this window are merged into the last one.
+pub const BUDGET_COALESCE: Duration = Duration::from_millis(50);
+
+/// Requests one connection may have in flight at once (a preflight waiting for a compaction
+/// holds one).
+const MAX_CONCURRENT_REQUESTS: usize = 64;
+
+/// Serve one client over a byte stream until it disconnects or sends `exit`.
+pub async fn serve_connection<R, W>(daemon: Arc<Daemon>, input: R, output: W)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite,
+{
+    let (service, socket) = build_service(daemon);
+    Server::new(input, output, socket)
+        .concurrency_level(MAX_CONCURRENT_REQUESTS)
+        .serve(service)
+        .await;
+}
+
+/// The service of one connection.
+pub fn build_service(daemon: Arc<Daemon>) -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
+    let builder = LspService::build(|client| Backend::new(client, daemon));
+    register(builder).finish()
+}
+
+/// Per-connection state.
+pub struct Backend {
+    client: Client,
+    daemon: Arc<Daemon>,
+    /// Workspace folders the client named at `initialize`, first one first.
+    folders: Mutex<Vec<String>>,
+    /// Workspaces this client hears events of: its folders and the workspaces of the sessions
+    /// it opened or addressed.
+    known: Arc<Mutex<HashSet<String>>>,
+    work_done_progress: AtomicBool,
+    stop: CancellationToken,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+macro_rules! handlers {
+    ($($name:ident => $method:expr),* $(,)?) => {
+        impl Backend {
+            $(
+                async fn $name(&self, params: Value) -> jsonrpc::Result<Value> {
+                    self.call($method, params).await.map_err(Into::into)
+                }
+            )*
+        }
+
+        fn register(builder: LspServiceBuilder<Backend>) -> LspServiceBuilder<Backend> {
+            builder $(.custom_method($method, Backend::$name))*
+        }
+
+        /// Every method a connection answers (the drift test compares it with the docs).
+        pub const HANDLED: &[&str] = &[$($method),*];
+    };
+}
+
+handlers! {
+    session_open => method::SESSION_OPEN,
+    session_append => method::SESSION_APPEND,
+    preflight => method::PREFLIGHT,
+    turn_complete => method::TURN_COMPLETE,
+    checkpoint => method::CHECKPOINT,
+    overflow => method::OVERFLOW,
+    cancel => method::CANCEL,
+    rewind => method::REWIND,
+    budget => method::BUDGET,
+    compact => method::COMPACT,
+    auto_compact => method::AUTO_COMPACT,
+    sessions => method::SESSIONS,
+    flight => method::FLIGHT,
+    capsule_create => method::CAPSULE_CREATE,
+    capsule_export => method::CAPSULE_EXPORT,
+    capsule_load => method::CAPSULE_LOAD,
+    capsule_list => method::CAPSULE_LIST,
+}
+
+fn to_value<T: serde::Serialize>(v: T) -> Result<Value, RpcError> {
+    serde_json::to_value(v)
+        .map_err(|e| RpcError::internal(format!("result does not serialize: {e}")))
+}
+
+impl Backend {
+    fn new(client: Client, daemon: Arc<Daemon>) -> Backend {
+        Backend {
+            client,
+            daemon,
+            folders: Mutex::new(Vec::new()),
+            known: Arc::new(Mutex::new(HashSet::new())),
+            work_done_progress: AtomicBool::new(false),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    fn know(&self, workspace: &std::path::Path) {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(workspace.display().to_string());
+    }
+
+    fn first_folder(&self) -> Option<String> {
+        self.folders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .first()
+            .cloned()
+    }
+
+    fn target(
+        &self,
+        session_id: Option<&str>,
+        workspace: Option<&str>,
+    ) -> Result<SessionHandle, RpcError> {
+        let h = self
+            .daemon
+            .resolve(session_id, workspace, self.first_folder().as_deref())?;
+        self.know(&h.workspace);
+        Ok(h)
+    }
+
+    fn session(&self, id: &str) -> Result<SessionHandle, RpcError> {
+        let h = self.daemon.session(id)?;
+        self.know(&h.workspace);
+        Ok(h)
+    }
+
+    /// Run one `soba/*` method.
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        match method {
+            method::SESSION_OPEN => {
+                let p: SessionOpenParams = parse_params(method, params)?;
+                let h = self
+                    .daemon
+                    .open(OpenRequest {
+                        workspace: p.workspace,
+                        session_id: p.session_id,
+                        create: p.create,
+                        model: p.model,
+                    })
+                    .await?;
+                self.know(&h.workspace);
+                let budget = h.status().budget;
+                to_value(SessionOpenResult {
+                    session_id: h.id.clone(),
+                    path: h.path.display().to_string(),
+                    budget,
+                })
+            }
+            method::SESSION_APPEND => {
+                let p: AppendParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.append(p.entries).await?)
+            }
+            method::PREFLIGHT => {
+                let p: SessionParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.preflight().await?)
+            }
+            method::TURN_COMPLETE => {
+                let p: TurnCompleteParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.turn_complete(p.usage).await?)
+            }
+            method::CHECKPOINT => {
+                let p: CheckpointParams = parse_params(method, params)?;
+                to_value(
+                    self.session(&p.session_id)?
+                        .checkpoint(p.kind, p.label)
+                        .await?,
+                )
+            }
+            method::OVERFLOW => {
+                let p: SessionParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.overflow().await?)
+            }
+            method::CANCEL => {
+                let p: SessionParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.cancel().await?)
+            }
+            method::COMPACT => {
+                let p: CompactParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.compact(p.instructions, p.mirror).await?)
+            }
+            method::CAPSULE_CREATE => {
+                let p: CapsuleCreateParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.capsule_create(p.title).await?)
+            }
+            method::CAPSULE_EXPORT => {
+                let p: CapsuleExportParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.capsule_export(p.checkpoint_id, p.path.into()).await?)
+            }
+            method::CAPSULE_LOAD => {
+                let p: CapsuleLoadParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.capsule_load(p.path.into()).await?)
+            }
+            method::CAPSULE_LIST => {
+                let p: CapsuleListParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.capsule_list().await?)
+            }
+            method::REWIND => {
+                let p: RewindParams = parse_params(method, params)?;
+                to_value(self.session(&p.session_id)?.rewind(p.entry_id).await?)
+            }
+            method::BUDGET => {
+                let p: BudgetParams = parse_params(method, params)?;
+                to_value(
+                    self.target(p.session_id.as_deref(), p.workspace.as_deref())?
+                        .status()
+                        .budget,
+                )
+            }
+            method::AUTO_COMPACT => {
+                let p: AutoCompactParams = parse_params(method, params)?;
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.set_auto_compact(p.enabled).await?)
+            }
+            method::SESSIONS => {
+                let p: SessionsParams = parse_params(method, params)?;
+                to_value(SessionsResult {
+                    sessions: self.daemon.summaries(p.workspace.as_deref())?,
+                })
+            }
+            method::FLIGHT => {
+                let p: FlightParams = parse_params(method, params)?;
+                let (workspace, session) = match (&p.session_id, &p.workspace) {
+                    (Some(id), _) => {
+                        let h = self.session(id)?;
+                        (h.workspace.clone(), Some(id.clone()))
+                    }
+                    (None, ws) => {
+                        let ws = ws.clone().or_else(|| self.first_folder()).ok_or_else(|| {
+                            RpcError::invalid_params("`workspace`: give a sessionId or a workspace")
+                        })?;
+                        (workspace_path(&ws).map_err(RpcError::invalid_params)?, None)
+                    }
+                };
+                let records = self
+                    .daemon
+                    .read_flight(&workspace, session.as_deref(), p.limit)?;
+                to_value(FlightResult { records })
+            }
+            other => Err(RpcError::new(
+                jsonrpc::ErrorCode::MethodNotFound.code(),
+                format!("unknown method `{other}`"),
+            )),
+        }
+    }
+
+    /// Forward daemon events this client cares about until the connection ends.
+    fn spawn_forwarder(&self) {
+        let mut rx = self.daemon.subscribe();
+        let client = self.client.clone();
+        let known = self.known.clone();
+        let stop = self.stop.clone();
+        let progress = self.work_done_progress.load(Ordering::Relaxed);
+        tokio::spawn(async move {
+            let mut fwd = Forwarder {
+                client,
+                progress,
+                pending: HashMap::new(),
+                ongoing: HashMap::new(),
+            };
+            let mut deadline: Option<tokio::time::Instant> = None;
+            loop {
+                let flush_at = deadline;
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = async { tokio::time::sleep_until(flush_at.expect("guarded")).await }, if flush_at.is_some() => {
+                        deadline = None;
+                        fwd.flush_budgets().await;
+                    }
+                    ev = rx.recv() => match ev {
+                        Ok(ev) => {
+                            let interested = known.lock().unwrap_or_else(|p| p.into_inner()).contains(ev.workspace());
+                            if !interested {
+                                continue;
+                            }
+                            match ev {
+                                Event::BudgetChanged(b) => {
+                                    fwd.pending.insert(b.session_id.clone(), b);
+                                    deadline.get_or_insert_with(|| tokio::time::Instant::now() + BUDGET_COALESCE);
+                                }
+                                other => {
+                                    // Keep order: budgets seen before this event go out first.
+                                    deadline = None;
+                                    fwd.flush_budgets().await;
+                                    fwd.send(other).await;
+                                }
+                            }
+                        }
+                        Err(RecvError::Lagged(_)) => continue,
+                        Err(RecvError::Closed) => break,
+                    },
+                }
+            }
+        });
+    }
+}
+
+enum BudgetChangedNotification {}
+impl Notification for BudgetChangedNotification {
+    type Params = Value;
+    const METHOD: &'static str = notification::BUDGET_CHANGED;
+}
+
+enum CompactionNotification {}
+impl Notification for CompactionNotification {
+    type Params = Value;
+    const METHOD: &'static str = notification::COMPACTION;
+}
+
+struct Forwarder {
+    client: Client,
+    progress: bool,
+    pending: HashMap<String, BudgetReport>,
+    ongoing: HashMap<String, OngoingProgress<Bounded, NotCancellable>>,
+}
+
+impl Forwarder {
+    async fn flush_budgets(&mut self) {
+        for (_, b) in self.pending.drain() {
+            if let Ok(v) = serde_json::to_value(&b) {
+                self.client
+                    .send_notification::<BudgetChangedNotification>(v)
+                    .await;
+            }
+        }
+    }
+
+    async fn send(&mut self, ev: Event) {
+        match ev {
+            Event::BudgetChanged(_) => unreachable!("budgets are coalesced by the caller"),
+            Event::Degraded { message, .. } => {
+                self.client
+                    .show_message(MessageType::WARNING, message)
+                    .await
+            }
+            Event::Compaction { notice, .. } => {
+                if self.progress {
+                    self.work_done(&notice).await;
+                }
+                if let Ok(v) = serde_json::to_value(&notice) {
+                    self.client
+                        .send_notification::<CompactionNotification>(v)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Mirror a compaction as standard work-done progress.
+    async fn work_done(&mut self, notice: &CompactionNotice) {
+        match notice.phase {
+            CompactionPhase::Start => {
+                let token =
+                    NumberOrString::String(format!("soba/compaction/{}", notice.operation_id));
+                let created = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    self.client.create_work_done_progress(token.clone()),
+                )
+                .await;
+                if matches!(created, Ok(Ok(()))) {
+                    let p = self
+                        .client
+                        .progress(token, PROGRESS_TITLE)
+                        .with_percentage(0)
+                        .with_message("0%")
+                        .begin()
+                        .await;
+                    self.ongoing.insert(notice.operation_id.clone(), p);
+                }
+            }
+            CompactionPhase::Progress => {
+                if let (Some(p), Some(pct)) =
+                    (self.ongoing.get(&notice.operation_id), notice.percent)
+                {
+                    p.report_with_message(format!("{pct}%"), u32::from(pct))
+                        .await;
+                }
+            }
+            CompactionPhase::End => {
+                if let Some(p) = self.ongoing.remove(&notice.operation_id) {
+                    p.finish_with_message(notice.message.clone().unwrap_or_default())
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+impl LanguageServer for Backend {
+    async fn initialize(&self, params: InitializeParams) -> jsonrpc::Result<InitializeResult> {
+        let folders: Vec<String> = params
+            .workspace_folders
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|f| f.uri.to_file_path().map(|p| p.display().to_string()))
+            .collect();
+        for f in &folders {
+            if let Ok(p) = workspace_path(f) {
+                self.know(&p);
+            }
+        }
+        *self.folders.lock().unwrap_or_else(|p| p.into_inner()) = folders;
+        let progress = params
+            .capabilities
+            .window
+            .as_ref()
+            .and_then(|w| w.work_done_progress)
+            .unwrap_or(false);
+        self.work_done_progress.store(progress, Ordering::Relaxed);
+        Ok(InitializeResult {
+            capabilities: ServerCapabilities {
+                execute_command_provider: Some(ExecuteCommandOptions {
+                    commands: HANDLED.iter().map(|m| command_for(m)).collect(),
+                    ..ExecuteCommandOptions::default()
+                }),
+                ..ServerCapabilities::default()
+            },
+            server_info: Some(ServerInfo {
+                name: "soba".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+            }),
+            ..InitializeResult::default()
+        })
+    }
+
+    async fn initialized(&self, _: InitializedParams) {
+        self.spawn_forwarder();
+    }
+
+    async fn shutdown(&self) -> jsonrpc::Result<()> {
+        self.stop.cancel();
+        Ok(())
+    }
+
+    async fn execute_command(
+        &self,
+        params: ExecuteCommandParams,
+    ) -> jsonrpc::Result<Option<Value>> {
+        let Some(method) = method_for_command(&params.command).filter(|m| HANDLED.contains(m))
+        else {
+            return Err(RpcError::invalid_params(format!(
+                "`command`: unknown command `{}`; the server offers {}",
+                params.command,
+                HANDLED
+                    .iter()
+                    .map(|m| command_for(m))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .into());
+        };
+        let arg = params.arguments.into_iter().next().unwrap_or(Value::Null);
+        Ok(Some(self.call(method, arg).await?))
+    }
+}

@@ -1,0 +1,599 @@
+//! End-to-end tests of the daemon over an in-memory, `Content-Length`-framed duplex stream.
+
+#[path = "support/lsp_client.rs"]
+mod lsp_client;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lsp_client::LspClient;
+use serde_json::{json, Value};
+use soba::daemon::paths::Paths;
+use soba::daemon::protocol::{code, command_for, METHODS};
+use soba::daemon::registry::{Daemon, DaemonOptions};
+use soba::daemon::watcher::WatchMode;
+
+struct Env {
+    _base: tempfile::TempDir,
+    workspace: PathBuf,
+    daemon: Arc<Daemon>,
+}
+
+fn env_with(watch: Option<WatchMode>) -> Env {
+    let base = tempfile::tempdir().unwrap();
+    let workspace = std::fs::canonicalize(base.path()).unwrap().join("project");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let daemon = Daemon::new(
+        Paths::under(&base.path().join("soba")),
+        DaemonOptions {
+            watch,
+            extra_config: None,
+            summarizer: None,
+        },
+    );
+    Env {
+        _base: base,
+        workspace,
+        daemon,
+    }
+}
+
+fn env() -> Env {
+    env_with(None)
+}
+
+fn connect(daemon: &Arc<Daemon>) -> LspClient {
+    let (client_io, server_io) = tokio::io::duplex(1 << 20);
+    let (sr, sw) = tokio::io::split(server_io);
+    tokio::spawn(soba::daemon::server::serve_connection(
+        daemon.clone(),
+        sr,
+        sw,
+    ));
+    let (cr, cw) = tokio::io::split(client_io);
+    LspClient::new(cr, cw)
+}
+
+fn user(text: &str) -> Value {
+    json!({"type": "message", "role": "user", "content": [{"type": "text", "text": text}]})
+}
+
+async fn open(c: &LspClient, ws: &Path) -> String {
+    let r = c
+        .request("soba/session/open", json!({"workspace": ws}))
+        .await;
+    r["sessionId"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn initialize_offers_every_method_as_a_command() {
+    let e = env();
+    let c = connect(&e.daemon);
+    let r = c.initialize(&[&e.workspace], false).await;
+    let commands: Vec<String> =
+        serde_json::from_value(r["capabilities"]["executeCommandProvider"]["commands"].clone())
+            .unwrap();
+    let expected: Vec<String> = soba::daemon::server::HANDLED
+        .iter()
+        .map(|m| command_for(m))
+        .collect();
+    assert_eq!(commands, expected);
+    assert_eq!(r["serverInfo"]["name"], "soba");
+}
+
+#[tokio::test]
+async fn open_append_budget_and_sessions() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let opened = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "model": {"name": "gpt-4o"}}),
+        )
+        .await;
+    let id = opened["sessionId"].as_str().unwrap().to_string();
+    assert!(Path::new(opened["path"].as_str().unwrap()).is_file());
+    assert_eq!(opened["budget"]["effectiveTokens"], 0);
+    assert_eq!(opened["budget"]["model"], "gpt-4o");
+    assert_eq!(opened["budget"]["hardLimit"], 128_000 - 16_384 - 8192);
+
+    let appended = c
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("hello there"), user("and more")]}),
+        )
+        .await;
+    let ids = appended["entryIds"].as_array().unwrap();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(appended["leafId"], ids[1]);
+    let tokens = appended["budget"]["effectiveTokens"].as_u64().unwrap();
+    assert!(tokens > 0);
+
+    let changed = c
+        .expect_notification("soba/budgetChanged", Duration::from_secs(5))
+        .await;
+    assert_eq!(changed["sessionId"], id.as_str());
+    assert_eq!(changed["effectiveTokens"], tokens);
+
+    // The same budget by session, by workspace, and by the client's first folder.
+    let by_id = c.request("soba/budget", json!({"sessionId": id})).await;
+    let by_ws = c
+        .request("soba/budget", json!({"workspace": e.workspace}))
+        .await;
+    let by_folder = c.request("soba/budget", json!({})).await;
+    assert_eq!(by_id, by_ws);
+    assert_eq!(by_id, by_folder);
+    assert_eq!(by_id["effectiveTokens"], tokens);
+    assert_eq!(by_id["compacting"], false);
+    assert_eq!(by_id["source"], "estimated");
+
+    let sessions = c
+        .request("soba/sessions", json!({"workspace": e.workspace}))
+        .await;
+    let s = &sessions["sessions"][0];
+    assert_eq!(s["sessionId"], id.as_str());
+    assert_eq!(s["active"], true);
+    assert_eq!(s["entries"], 2);
+    assert_eq!(s["effectiveTokens"], tokens);
+}
+
+#[tokio::test]
+async fn budget_notifications_are_coalesced() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = open(&c, &e.workspace).await;
+    c.drain(Duration::from_millis(200)).await;
+    let appends: Vec<_> = (0..8)
+        .map(|i| {
+            c.request(
+                "soba/session/append",
+                json!({"sessionId": id, "entries": [user(&format!("m{i}"))]}),
+            )
+        })
+        .collect();
+    futures::future::join_all(appends).await;
+    let last = c.request("soba/budget", json!({"sessionId": id})).await;
+    let notes: Vec<Value> = c
+        .drain(Duration::from_millis(400))
+        .await
+        .into_iter()
+        .filter(|n| n["method"] == "soba/budgetChanged")
+        .collect();
+    assert!(
+        !notes.is_empty() && notes.len() < 8,
+        "{} notifications for 8 appends",
+        notes.len()
+    );
+    assert_eq!(
+        notes.last().unwrap()["params"]["effectiveTokens"],
+        last["effectiveTokens"]
+    );
+}
+
+#[tokio::test]
+async fn rewind_and_auto_compact_are_log_entries() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = open(&c, &e.workspace).await;
+    let a = c
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("one")]}),
+        )
+        .await;
+    let first = a["entryIds"][0].clone();
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": [user("two two two")]}),
+    )
+    .await;
+    let r = c
+        .request("soba/rewind", json!({"sessionId": id, "entryId": first}))
+        .await;
+    assert_eq!(r["leafId"], first);
+    assert_eq!(
+        r["budget"]["effectiveTokens"],
+        a["budget"]["effectiveTokens"]
+    );
+
+    let err = c
+        .error("soba/rewind", json!({"sessionId": id, "entryId": "nope"}))
+        .await;
+    assert_eq!(err["code"], code::INVALID_PARAMS);
+    assert!(
+        err["message"].as_str().unwrap().contains("entryId"),
+        "{err}"
+    );
+
+    c.drain(Duration::from_millis(150)).await;
+    let off = c
+        .request("soba/autoCompact", json!({"enabled": false}))
+        .await;
+    assert_eq!(off, json!({"autoCompact": false}));
+    let changed = c
+        .expect_notification("soba/budgetChanged", Duration::from_secs(5))
+        .await;
+    assert_eq!(changed["autoCompact"], false);
+    let on = c
+        .request(
+            "soba/autoCompact",
+            json!({"sessionId": id, "enabled": true}),
+        )
+        .await;
+    assert_eq!(on["autoCompact"], true);
+
+    // Both survive a reload of the log.
+    let path = e.daemon.session(&id).unwrap().path;
+    let (s, _) = soba::session::log::read_session(&path).unwrap();
+    assert_eq!(s.settings_at(s.leaf()).auto_compact, Some(true));
+    let types: Vec<&str> = s.entries().iter().map(|e| e.body.type_name()).collect();
+    assert_eq!(
+        types,
+        ["message", "message", "rewind", "setting", "setting"]
+    );
+}
+
+#[tokio::test]
+async fn errors_have_stable_codes_and_name_the_field() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[], false).await;
+    let err = c
+        .error("soba/budget", json!({"sessionId": "s_missing"}))
+        .await;
+    assert_eq!(err["code"], code::UNKNOWN_SESSION);
+    assert!(err["message"].as_str().unwrap().contains("s_missing"));
+
+    let err = c.error("soba/budget", json!({})).await;
+    assert_eq!(
+        err["code"],
+        code::INVALID_PARAMS,
+        "no session and no workspace folder: {err}"
+    );
+
+    let err = c.error("soba/session/append", json!({"entries": []})).await;
+    assert_eq!(err["code"], code::INVALID_PARAMS);
+    assert!(
+        err["message"].as_str().unwrap().contains("sessionId"),
+        "{err}"
+    );
+
+    let err = c
+        .error("soba/session/open", json!({"workspace": "relative/path"}))
+        .await;
+    assert!(
+        err["message"].as_str().unwrap().contains("absolute"),
+        "{err}"
+    );
+
+    let err = c
+        .error(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": "s_absent", "create": false}),
+        )
+        .await;
+    assert_eq!(err["code"], code::UNKNOWN_SESSION);
+
+    let err = c
+        .error(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "create": false}),
+        )
+        .await;
+    assert_eq!(
+        err["code"],
+        code::UNKNOWN_SESSION,
+        "no active session yet: {err}"
+    );
+
+    let err = c
+        .error(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": "../escape"}),
+        )
+        .await;
+    assert_eq!(err["code"], code::INVALID_PARAMS);
+
+    let id = open(&c, &e.workspace).await;
+    let err = c.error("soba/session/append", json!({"sessionId": id, "entries": [{"type": "message", "role": "robot", "content": []}]})).await;
+    assert!(
+        err["message"].as_str().unwrap().contains("entries[0]"),
+        "{err}"
+    );
+    let err = c.error("soba/session/append", json!({"sessionId": id, "entries": [{"type": "message", "role": "user", "content": [], "parentId": "ghost"}]})).await;
+    assert!(err["message"].as_str().unwrap().contains("ghost"), "{err}");
+    let err = c
+        .error(
+            "soba/autoCompact",
+            json!({"sessionId": id, "enabled": "yes"}),
+        )
+        .await;
+    assert!(
+        err["message"].as_str().unwrap().contains("`enabled`"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_session_has_one_writer() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[], false).await;
+    let id = open(&c, &e.workspace).await;
+    // A second daemon on the same data folder (another user session, a stale process).
+    let other = Daemon::new(
+        e.daemon.paths.clone(),
+        DaemonOptions {
+            watch: None,
+            extra_config: None,
+            summarizer: None,
+        },
+    );
+    let c2 = connect(&other);
+    c2.initialize(&[], false).await;
+    let err = c2
+        .error(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": id}),
+        )
+        .await;
+    assert_eq!(err["code"], code::SESSION_LOCKED, "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("one writer per session"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn open_returns_the_live_session_and_reloads_from_disk() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[], false).await;
+    let id = open(&c, &e.workspace).await;
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": [user("persist me")]}),
+    )
+    .await;
+    let again = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": id}),
+        )
+        .await;
+    assert_eq!(again["sessionId"], id.as_str());
+    let active = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "create": false}),
+        )
+        .await;
+    assert_eq!(active["sessionId"], id.as_str());
+    let tokens = again["budget"]["effectiveTokens"].clone();
+    c.close().await;
+
+    // A fresh daemon loads the log from disk (the first one is gone with its lock).
+    let paths = e.daemon.paths.clone();
+    drop(e.daemon);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fresh = Daemon::new(
+        paths,
+        DaemonOptions {
+            watch: None,
+            extra_config: None,
+            summarizer: None,
+        },
+    );
+    let c = connect(&fresh);
+    c.initialize(&[], false).await;
+    let reopened = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": id}),
+        )
+        .await;
+    assert_eq!(reopened["budget"]["effectiveTokens"], tokens);
+}
+
+#[tokio::test]
+async fn execute_command_reaches_every_method() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let opened = c
+        .request("workspace/executeCommand", json!({"command": "soba.server.session.open", "arguments": [{"workspace": e.workspace}]}))
+        .await;
+    let id = opened["sessionId"].as_str().unwrap();
+    let budget = c
+        .request(
+            "workspace/executeCommand",
+            json!({"command": "soba.server.budget", "arguments": [{"sessionId": id}]}),
+        )
+        .await;
+    assert_eq!(
+        budget,
+        c.request("soba/budget", json!({"sessionId": id})).await
+    );
+    let err = c
+        .error(
+            "workspace/executeCommand",
+            json!({"command": "soba.server.nope", "arguments": []}),
+        )
+        .await;
+    assert_eq!(err["code"], code::INVALID_PARAMS);
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("soba.server.budget"),
+        "{err}"
+    );
+    let err = c
+        .error(
+            "workspace/executeCommand",
+            json!({"command": "soba.server.budget", "arguments": [{"sessionId": "s_x"}]}),
+        )
+        .await;
+    assert_eq!(err["code"], code::UNKNOWN_SESSION);
+}
+
+#[tokio::test]
+async fn flight_of_a_workspace_without_compactions_is_empty() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = open(&c, &e.workspace).await;
+    assert_eq!(
+        c.request("soba/flight", json!({"sessionId": id})).await,
+        json!({"records": []})
+    );
+    assert_eq!(
+        c.request("soba/flight", json!({})).await,
+        json!({"records": []})
+    );
+}
+
+#[tokio::test]
+async fn clients_only_hear_about_their_workspaces() {
+    let e = env();
+    let other_ws = e.workspace.parent().unwrap().join("other");
+    std::fs::create_dir_all(&other_ws).unwrap();
+    let mine = connect(&e.daemon);
+    mine.initialize(&[&e.workspace], false).await;
+    let theirs = connect(&e.daemon);
+    theirs.initialize(&[&other_ws], false).await;
+    let id = open(&theirs, &other_ws).await;
+    theirs
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("x")]}),
+        )
+        .await;
+    let notes = mine.drain(Duration::from_millis(300)).await;
+    assert!(
+        notes
+            .iter()
+            .all(|n| n["params"]["workspace"] != other_ws.display().to_string()),
+        "{notes:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_watcher_records_files_changed_on_disk() {
+    let e = env_with(Some(WatchMode::Native));
+    std::fs::write(e.workspace.join(".gitignore"), "*.tmp\n").unwrap();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = open(&c, &e.workspace).await;
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": [user("start")]}),
+    )
+    .await;
+    std::fs::create_dir_all(e.workspace.join("src")).unwrap();
+    std::fs::write(e.workspace.join("src/lib.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(e.workspace.join("scratch.tmp"), "ignored").unwrap();
+    std::fs::write(e.workspace.join("README.md"), "# project\n").unwrap();
+    let path = e.daemon.session(&id).unwrap().path;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let files = loop {
+        let (s, _) = soba::session::log::read_session(&path).unwrap();
+        let files: Vec<(String, String)> = s
+            .entries()
+            .iter()
+            .filter_map(|e| match &e.body {
+                soba::session::entry::EntryBody::File(f) => Some((
+                    f.path.clone(),
+                    serde_json::to_value(f.op)
+                        .unwrap()
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )),
+                _ => None,
+            })
+            .collect();
+        if files.len() >= 2 || tokio::time::Instant::now() > deadline {
+            break files;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut files = files;
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            ("README.md".to_string(), "created".to_string()),
+            ("src/lib.rs".to_string(), "created".to_string())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn polling_fallback_records_files_too() {
+    let e = env_with(Some(WatchMode::Poll));
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = open(&c, &e.workspace).await;
+    // Let the first scan see the empty tree.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(e.workspace.join("notes.md"), "edited by a formatter").unwrap();
+    let path = e.daemon.session(&id).unwrap().path;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&path).unwrap();
+        if text.contains("\"notes.md\"") {
+            assert!(text.contains("\"source\":\"watcher\""));
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "polling watcher recorded nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every handled method and notification is documented in docs/protocol.md, and every method
+/// documented there is handled.
+#[test]
+fn protocol_doc_and_handlers_agree() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md"))
+            .unwrap();
+    let documented: std::collections::BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("### `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_string)
+        .collect();
+    let handled: std::collections::BTreeSet<String> = soba::daemon::server::HANDLED
+        .iter()
+        .chain(soba::daemon::protocol::NOTIFICATIONS)
+        .map(|s| s.to_string())
+        .collect();
+    let missing_in_doc: Vec<_> = handled.difference(&documented).collect();
+    let missing_handler: Vec<_> = documented.difference(&handled).collect();
+    assert!(
+        missing_in_doc.is_empty(),
+        "handled but not documented in docs/protocol.md: {missing_in_doc:?}"
+    );
+    assert!(
+        missing_handler.is_empty(),
+        "documented in docs/protocol.md but not handled: {missing_handler:?}"
+    );
+    let declared: std::collections::BTreeSet<&str> = METHODS.iter().copied().collect();
+    let handled_methods: std::collections::BTreeSet<&str> =
+        soba::daemon::server::HANDLED.iter().copied().collect();
+    assert_eq!(
+        declared, handled_methods,
+        "protocol::METHODS and the server's handlers differ"
+    );
+}
