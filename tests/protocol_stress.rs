@@ -671,6 +671,14 @@ async fn malformed_messages_get_errors_and_the_daemon_keeps_serving() {
             .await;
         assert!(r.get("result").is_some(), "after {}: {r}", case.name);
     }
+    let unreadable = cases
+        .iter()
+        .filter(|c| matches!(c.expect, Expect::Fatal(_)))
+        .count();
+    eprintln!(
+        "malformed: {} cases; {closed} of {unreadable} unreadable frames ended their connection",
+        cases.len()
+    );
     assert!(
         failures.is_empty(),
         "{} of {} cases failed:\n{}",
