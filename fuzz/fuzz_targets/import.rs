@@ -14,7 +14,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(rest) else {
         return;
     };
-    let format = Format::ALL.get(usize::from(selector) % (Format::ALL.len() + 1)).copied();
+    let format = Format::ALL
+        .get(usize::from(selector) % (Format::ALL.len() + 1))
+        .copied();
     let options = ImportOptions {
         source_path: "fuzz.jsonl".into(),
         default_workspace: "/ws".into(),

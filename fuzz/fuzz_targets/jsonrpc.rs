@@ -41,9 +41,14 @@ fuzz_target!(|data: &[u8]| {
             let mut out = Vec::new();
             let _ = cr.read_to_end(&mut out).await;
         });
-        let init = frame(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#);
+        let init =
+            frame(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"capabilities":{}}}"#);
         let _ = cw.write_all(&init).await;
-        let _ = cw.write_all(&frame(r#"{"jsonrpc":"2.0","method":"initialized","params":{}}"#)).await;
+        let _ = cw
+            .write_all(&frame(
+                r#"{"jsonrpc":"2.0","method":"initialized","params":{}}"#,
+            ))
+            .await;
         let _ = cw.write_all(data).await;
         let _ = cw.shutdown().await;
         tokio::time::timeout(Duration::from_secs(10), connection)
