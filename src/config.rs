@@ -121,6 +121,8 @@ pub struct Config {
     pub durability: Durability,
     /// Mirror explicit, validated, non-degraded capsules into `.soba/memory/`.
     pub mirror_explicit_compacts: bool,
+    /// How tool calls become artifacts (files read and modified, verification commands).
+    pub tool_mapping: crate::capsule::artifacts::ToolMapping,
 }
 
 impl Default for Config {
@@ -131,6 +133,7 @@ impl Default for Config {
             summarizer: SummarizerConfig::default(),
             durability: Durability::default(),
             mirror_explicit_compacts: false,
+            tool_mapping: crate::capsule::artifacts::ToolMapping::default(),
         }
     }
 }
@@ -153,6 +156,29 @@ pub struct ConfigFile {
     pub storage: Option<StorageFile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryFile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<ArtifactsFile>,
+}
+
+/// Which tools read files, write files, run shell commands or apply patches, and the argument
+/// that holds the path, command or patch. Entries are added to (or replace) the built-in
+/// mapping for Claude Code, Codex, pi and OpenAI-chat agents; an empty argument name removes a
+/// built-in entry.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArtifactsFile {
+    /// Tool name → argument holding the path it reads, e.g. `{"Read": "file_path"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<std::collections::BTreeMap<String, String>>,
+    /// Tool name → argument holding the path it writes, e.g. `{"Edit": "file_path"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write: Option<std::collections::BTreeMap<String, String>>,
+    /// Tool name → argument holding the shell command (a string or an argv array).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<std::collections::BTreeMap<String, String>>,
+    /// Tool name → argument holding a patch (`apply_patch` format or a unified diff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch: Option<std::collections::BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -496,6 +522,7 @@ const TOP_KEYS: &[&str] = &[
     "compaction",
     "model",
     "summarizer",
+    "artifacts",
     "storage",
     "memory",
     "$schema",
@@ -524,6 +551,7 @@ const SUMMARIZER_KEYS: &[&str] = &[
 ];
 const STORAGE_KEYS: &[&str] = &["durability"];
 const MEMORY_KEYS: &[&str] = &["mirrorExplicitCompacts"];
+const ARTIFACTS_KEYS: &[&str] = &["read", "write", "shell", "patch"];
 
 fn check_keys(file: &str, prefix: &str, value: &Value, known: &[&str]) -> Result<(), ConfigError> {
     let Some(obj) = value.as_object() else {
@@ -569,12 +597,13 @@ impl ConfigFile {
             message: e.to_string(),
         })?;
         check_keys(file, "", &value, TOP_KEYS)?;
-        let sections: [(&str, &[&str]); 5] = [
+        let sections: [(&str, &[&str]); 6] = [
             ("compaction", COMPACTION_KEYS),
             ("model", MODEL_KEYS),
             ("summarizer", SUMMARIZER_KEYS),
             ("storage", STORAGE_KEYS),
             ("memory", MEMORY_KEYS),
+            ("artifacts", ARTIFACTS_KEYS),
         ];
         for (section, keys) in sections {
             if let Some(v) = value.get(section) {
@@ -701,6 +730,23 @@ impl Config {
             }
             if let Some(m) = f.memory.as_ref().and_then(|m| m.mirror_explicit_compacts) {
                 config.mirror_explicit_compacts = m;
+            }
+            if let Some(a) = &f.artifacts {
+                let m = &mut config.tool_mapping;
+                for (ours, theirs) in [
+                    (&mut m.read, &a.read),
+                    (&mut m.write, &a.write),
+                    (&mut m.shell, &a.shell),
+                    (&mut m.patch, &a.patch),
+                ] {
+                    for (tool, arg) in theirs.iter().flatten() {
+                        if arg.is_empty() {
+                            ours.remove(tool);
+                        } else {
+                            ours.insert(tool.clone(), arg.clone());
+                        }
+                    }
+                }
             }
         }
         if let Some(name) = &overrides.model {
@@ -935,6 +981,34 @@ mod tests {
         assert_eq!(c.compaction.timeout_ms, 5000);
         let c = Config::resolve(&[user, ws], None, &flags).unwrap();
         assert_eq!(c.compaction.keep_recent_tokens, 9000);
+    }
+
+    #[test]
+    fn tool_mapping_is_configurable() {
+        let c = resolve_text(
+            r#"{"artifacts":{"read":{"open_file":"filename"},"write":{"Write":""},"shell":{"run":"script"}}}"#,
+        )
+        .unwrap();
+        let m = &c.tool_mapping;
+        assert_eq!(
+            m.read.get("open_file").map(String::as_str),
+            Some("filename")
+        );
+        assert_eq!(
+            m.read.get("Read").map(String::as_str),
+            Some("file_path"),
+            "built-ins stay"
+        );
+        assert!(
+            !m.write.contains_key("Write"),
+            "an empty argument removes a built-in"
+        );
+        assert_eq!(m.shell.get("run").map(String::as_str), Some("script"));
+        let err = resolve_text(r#"{"artifacts":{"reads":{}}}"#).unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean `artifacts.read`"),
+            "{err}"
+        );
     }
 
     #[test]

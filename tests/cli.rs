@@ -274,3 +274,34 @@ fn compact_with_an_unreachable_model_falls_back_to_the_local_capsule_and_says_so
                 .contains("sk-test-not-a-real-key")
     );
 }
+
+#[test]
+fn budget_shows_who_writes_capsules_and_the_breaker_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 1);
+    let (ok, v, err) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(v["summarizer"]["uses"], "local");
+    assert!(v["summarizer"].get("breaker").is_none());
+    let cfg = dir.path().join("model.json");
+    std::fs::write(&cfg, r#"{"summarizer":{"provider":"anthropic","baseUrl":"http://127.0.0.1:9","model":"claude-haiku-4-5","apiKeyEnv":"HOME"}}"#).unwrap();
+    let (ok, v, err) = soba(
+        &[
+            "budget",
+            p.to_str().unwrap(),
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    assert!(
+        v["summarizer"]["uses"]
+            .as_str()
+            .unwrap()
+            .contains("claude-haiku-4-5"),
+        "{v}"
+    );
+    assert_eq!(v["summarizer"]["breaker"]["state"], "closed", "{v}");
+}

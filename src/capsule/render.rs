@@ -163,6 +163,31 @@ pub(crate) mod tests {
         insta::assert_snapshot!(render_for_model(&full_capsule()));
     }
 
+    /// Spec §1: a Context Capsule preserves the goal and constraints; completed, active and
+    /// pending work; decisions and rationale; blockers and next steps; read and modified files,
+    /// verification commands, and active skills.
+    #[test]
+    fn a_context_capsule_preserves_the_state_needed_to_continue() {
+        let text = render_for_model(&full_capsule());
+        for section in [
+            "## Goal",
+            "## Constraints",
+            "## Completed",
+            "## Active",
+            "## Pending",
+            "## Decisions",
+            "## Blockers",
+            "## Next steps",
+            "## Files read",
+            "## Files modified",
+            "## Verification",
+            "## Active skills",
+        ] {
+            assert!(text.contains(section), "{section} missing");
+        }
+        assert!(text.contains("inject a Clock trait — because tests need a fixed time"));
+    }
+
     #[test]
     fn rendering_is_deterministic() {
         assert_eq!(

@@ -3,7 +3,6 @@
 use std::path::Path;
 
 use super::{human_tokens, print_json, warn_load, CommonArgs};
-use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::Barrier;
 use crate::compaction::{CompactionResult, Plan};
 use crate::config::Config;
@@ -62,7 +61,7 @@ fn with_barrier<T>(
     config: &Config,
     f: impl FnOnce(&Barrier<'_>, &mut SessionLog) -> Result<T, LogError>,
 ) -> Result<T, LogError> {
-    let mapping = ToolMapping::default();
+    let mapping = config.tool_mapping.clone();
     let barrier = Barrier {
         config,
         mapping: &mapping,

@@ -24,6 +24,33 @@ pub struct BudgetReport {
     pub breakdown: Breakdown,
     pub model: String,
     pub tokenizer: &'static str,
+    /// Who writes capsules: the configured model (with its circuit breaker) or the local builder.
+    pub summarizer: SummarizerStatus,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummarizerStatus {
+    /// `local`, or the model and server (never the key).
+    pub uses: String,
+    /// The model path's circuit breaker; absent for the local builder.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<crate::summarize::BreakerState>,
+}
+
+impl SummarizerStatus {
+    pub fn of(summarizer: Option<&dyn crate::summarize::Summarizer>) -> Self {
+        match summarizer {
+            None => SummarizerStatus {
+                uses: "local".into(),
+                breaker: None,
+            },
+            Some(s) => SummarizerStatus {
+                uses: s.describe(),
+                breaker: s.breaker().map(|b| b.state(std::time::Instant::now())),
+            },
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -43,6 +70,7 @@ pub fn budget_report(
     limits: Limits,
     auto_default: bool,
     model: &str,
+    summarizer: Option<&dyn crate::summarize::Summarizer>,
 ) -> BudgetReport {
     let view = ModelView::build(session, session.leaf());
     let budget = Budget::measure(limits, view.breakdown(session), view.usage_anchor(session));
@@ -71,6 +99,7 @@ pub fn budget_report(
         breakdown: budget.breakdown,
         model: model.to_string(),
         tokenizer: session.tokenizer().as_str(),
+        summarizer: SummarizerStatus::of(summarizer),
     }
 }
 
@@ -79,11 +108,13 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
     session.set_tokenizer(config.model.tokenizer);
+    let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let r = budget_report(
         &session,
         config.limits(),
         config.compaction.auto,
         &config.model.name,
+        summarizer.as_deref(),
     );
     if common.json {
         return print_json(&r);
@@ -110,6 +141,7 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         b.system, b.tools, b.capsule, b.retained_tail, b.new_entries
     );
     println!("auto-compact {}", if r.auto_compact { "on" } else { "off" });
+    println!("capsules written by {}", r.summarizer.uses);
     match &r.last_compaction {
         Some(c) => println!(
             "last compaction {} ({}, {}): {} → {} tokens",

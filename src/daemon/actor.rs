@@ -328,8 +328,8 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         workspace: workspace.display().to_string(),
         status: watch::Sender::new(placeholder_status()),
         log,
+        mapping: config.tool_mapping.clone(),
         config,
-        mapping: ToolMapping::default(),
         summarizer,
         events,
         flight,
@@ -866,6 +866,7 @@ impl Actor {
             self.config.limits(),
             self.config.compaction.auto,
             &self.config.model.name,
+            self.summarizer.as_deref(),
         );
         BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
     }

@@ -62,7 +62,10 @@ impl FlightLog {
         if !ends_with_newline(&self.path)? {
             line.push(b'\n');
         }
-        serde_json::to_writer(&mut line, record).map_err(std::io::Error::other)?;
+        // Reasons can quote provider errors; nothing secret leaves the session through them.
+        let mut record = record.clone();
+        record.reason = crate::redact::redact(&record.reason).into_owned();
+        serde_json::to_writer(&mut line, &record).map_err(std::io::Error::other)?;
         line.push(b'\n');
         f.write_all(&line)
     }
@@ -162,5 +165,18 @@ mod tests {
             .map(|r| r.operation_id)
             .collect();
         assert_eq!(ops, ["op1", "op3"]);
+    }
+
+    #[test]
+    fn secrets_in_reasons_are_redacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = FlightLog::new(dir.path());
+        let mut r = record("op1", "a");
+        let key = format!("sk-ant-api03-{}", "x7Qa".repeat(20));
+        r.reason = format!("provider error: invalid key {key}; the local capsule was used");
+        log.append(&r).unwrap();
+        let text = std::fs::read_to_string(log.path()).unwrap();
+        assert!(!text.contains(&key), "{text}");
+        assert!(text.contains("[redacted:"), "{text}");
     }
 }

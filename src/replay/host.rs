@@ -127,8 +127,8 @@ impl<'a> SimulatedHost<'a> {
         timeline.capsule_writer = writer.describe();
         SimulatedHost {
             log,
+            mapping: config.tool_mapping.clone(),
             config,
-            mapping: ToolMapping::default(),
             timeline,
             turn: 0,
             sink,

@@ -503,3 +503,117 @@ pub fn blocks_text(blocks: &[ContentBlock]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// One entry of every type, with every optional field that type has.
+    pub(crate) fn one_of_each() -> Vec<EntryBody> {
+        let capsule = crate::capsule::render::tests::full_capsule();
+        vec![
+            EntryBody::Message(MessageEntry {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::text("hi"),
+                    ContentBlock::Thinking {
+                        thinking: "hmm".into(),
+                    },
+                    ContentBlock::ToolCall {
+                        id: "c1".into(),
+                        name: "Bash".into(),
+                        input: json!({"command": "ls"}),
+                    },
+                    ContentBlock::Image {
+                        media_type: Some("image/png".into()),
+                        data: Some("AAAA".into()),
+                    },
+                ],
+                usage: Some(Usage {
+                    input: 1,
+                    cache_read: 2,
+                    cache_write: 3,
+                    output: 4,
+                }),
+                model: Some("gpt-4o".into()),
+                synthetic: true,
+            }),
+            EntryBody::ToolResult(ToolResultEntry {
+                call_id: "c1".into(),
+                tool_name: Some("Bash".into()),
+                content: vec![ContentBlock::text("out")],
+                is_error: true,
+                exit_code: Some(2),
+            }),
+            EntryBody::Capsule(Box::new(capsule)),
+            EntryBody::Checkpoint(CheckpointEntry {
+                kind: CheckpointKind::PlanPivot,
+                label: "pivot".into(),
+                checkpoint_id: Some("ck_1".into()),
+            }),
+            EntryBody::File(FileEntry {
+                path: "src/a.rs".into(),
+                op: FileOp::Deleted,
+                source: FileSource::Watcher,
+            }),
+            EntryBody::Setting(SettingEntry {
+                auto_compact: Some(false),
+                system_prompt: Some("be brief".into()),
+                system_tokens: Some(10),
+                tool_schemas: Some("[]".into()),
+                tool_tokens: Some(20),
+            }),
+            EntryBody::Rewind(RewindEntry { to: "e1".into() }),
+            EntryBody::Skill(SkillEntry {
+                name: "pdf".into(),
+                active: true,
+            }),
+            EntryBody::Intent(IntentEntry {
+                trigger: Trigger::Milestone,
+                action: IntentAction::Consumed,
+                intent_id: Some("e9".into()),
+                label: Some("done".into()),
+            }),
+            EntryBody::TurnComplete(TurnCompleteEntry {
+                usage: Some(Usage::default()),
+            }),
+            EntryBody::Compaction(CompactionRecord {
+                operation_id: "op_1".into(),
+                trigger: Trigger::AutoThreshold,
+                outcome: Outcome::Skipped,
+                reason: "roi".into(),
+                tokens_before: 10,
+                tokens_after: Some(10),
+            }),
+            EntryBody::ForeignCompaction(ForeignCompactionEntry {
+                agent: "pi".into(),
+                trigger: Some("auto".into()),
+                tokens_before: Some(100),
+                summary: Some("s".into()),
+                summary_tokens: Some(1),
+                first_kept_entry_id: Some("e3".into()),
+                kept_items: Some(4),
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_entry_type_round_trips_through_one_json_line() {
+        let bodies = one_of_each();
+        let mut types: Vec<&str> = bodies.iter().map(EntryBody::type_name).collect();
+        types.sort_unstable();
+        types.dedup();
+        assert_eq!(types.len(), 12, "one of each type");
+        for (i, body) in bodies.into_iter().enumerate() {
+            let mut e = Entry::new(format!("e{i}"), Some("p".into()), body);
+            e.source_id = Some(format!("src-{i}"));
+            let line = serde_json::to_string(&e).unwrap();
+            assert!(!line.contains('\n'));
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["type"], e.body.type_name());
+            let back: Entry = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, e, "{line}");
+        }
+    }
+}

@@ -553,3 +553,50 @@ mod foreign_compaction_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+    use crate::session::entry::{MessageEntry, Usage};
+    use crate::session::testing::Builder;
+
+    fn assistant_with_usage(b: &mut Builder, input: u64) -> String {
+        b.push(EntryBody::Message(MessageEntry {
+            role: Role::Assistant,
+            content: vec![ContentBlock::text("answer")],
+            usage: Some(Usage {
+                input,
+                cache_read: 0,
+                cache_write: 0,
+                output: 10,
+            }),
+            model: None,
+            synthetic: false,
+        }))
+    }
+
+    #[test]
+    fn usage_recorded_before_the_latest_capsule_is_ignored() {
+        let mut b = Builder::new();
+        b.user("one");
+        assistant_with_usage(&mut b, 90_000);
+        let kept = b.user("two");
+        assistant_with_usage(&mut b, 95_000);
+        let mut cap = crate::capsule::render::tests::full_capsule();
+        cap.first_kept_entry_id = Some(kept);
+        b.push(EntryBody::Capsule(Box::new(cap)));
+        let s = &b.session;
+        let view = ModelView::build(s, s.leaf());
+        // The tail's usage measured the old, larger input: no anchor.
+        assert!(view.usage_anchor(s).is_none());
+        // Usage reported after the capsule is used again.
+        b.user("three");
+        assistant_with_usage(&mut b, 7_000);
+        b.user("four");
+        let s = &b.session;
+        let view = ModelView::build(s, s.leaf());
+        let anchor = view.usage_anchor(s).expect("fresh usage");
+        assert_eq!(anchor.usage.input, 7_000);
+        assert_eq!(anchor.tokens_after, s.tokens_of(s.leaf().unwrap()));
+    }
+}

@@ -88,6 +88,8 @@ describe('health.config_problems', function()
 
   it('accepts a valid config and names unknown or malformed keys', function()
     assert.are.same({}, health.config_problems('{"compaction": {"keepRecentTokens": 600}, "model": {"name": "x"}}'))
+    -- Section names nested elsewhere are plain values there (summarizer.model is a string).
+    assert.are.same({}, health.config_problems('{"summarizer": {"provider": "openai", "model": "gpt-4o-mini"}, "artifacts": {"read": {"open_file": "filename"}}}'))
     assert.are.same(
       { 'unknown key "colour"', 'unknown key "compaction.keepRecent"' },
       health.config_problems('{"colour": 1, "compaction": {"keepRecent": 1}}')

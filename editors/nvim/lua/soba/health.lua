@@ -6,7 +6,7 @@ local health = vim.health
 --- Keys a config file may hold, by section; others are rejected by the daemon.
 --- spec/commands_spec.lua keeps this in step with schemas/config.schema.json.
 local CONFIG_KEYS = {
-  [''] = { 'compaction', 'model', 'summarizer', 'storage', 'memory', '$schema' },
+  [''] = { 'compaction', 'model', 'summarizer', 'storage', 'memory', 'artifacts', '$schema' },
   compaction = {
     'auto',
     'compactOnTurnComplete',
@@ -23,6 +23,7 @@ local CONFIG_KEYS = {
   summarizer = { 'provider', 'baseUrl', 'model', 'apiKeyEnv', 'contextWindow', 'maxOutputTokens', 'cooldownMs' },
   storage = { 'durability' },
   memory = { 'mirrorExplicitCompacts' },
+  artifacts = { 'read', 'write', 'shell', 'patch' },
 }
 M.CONFIG_KEYS = CONFIG_KEYS
 
@@ -47,7 +48,7 @@ function M.config_problems(text)
       local where = section == '' and key or section .. '.' .. key
       if not allowed[key] then
         problems[#problems + 1] = string.format('unknown key "%s"', where)
-      elseif CONFIG_KEYS[key] then
+      elseif section == '' and CONFIG_KEYS[key] then
         if type(value[key]) ~= 'table' then
           problems[#problems + 1] = string.format('"%s" must be an object', where)
         else
