@@ -179,4 +179,34 @@ mod tests {
         assert!(!text.contains(&key), "{text}");
         assert!(text.contains("[redacted:"), "{text}");
     }
+
+    /// Spec §8: "Runtime and flight records include operation ID, trigger, token limits,
+    /// outcome, duration, checkpoint, and reclaimed tokens without publishing summary contents."
+    #[test]
+    fn flight_records_hold_the_operation_facts_but_no_summary_text() {
+        let v = serde_json::to_value(record("op1", "a")).unwrap();
+        for key in [
+            "operationId",
+            "sessionId",
+            "trigger",
+            "hardLimit",
+            "softLimit",
+            "outcome",
+            "reason",
+            "durationMs",
+            "checkpointId",
+            "tokensBefore",
+            "tokensAfter",
+            "reclaimed",
+        ] {
+            assert!(v.get(key).is_some(), "{key} missing: {v}");
+        }
+        // Only identifiers, figures and the reason: no field can carry capsule or summary text.
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert!(
+            keys.iter()
+                .all(|k| !["state", "summary", "goal", "capsule", "content"].contains(k)),
+            "{keys:?}"
+        );
+    }
 }
