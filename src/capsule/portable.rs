@@ -238,21 +238,15 @@ fn unescape_line(line: &str) -> &str {
 
 /// The canonical form of a list item: lines trimmed, no blank lines at either end.
 fn normalize_item(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().map(str::trim).collect();
-    let start = lines
-        .iter()
-        .position(|l| !l.is_empty())
-        .unwrap_or(lines.len());
-    let end = lines
-        .iter()
-        .rposition(|l| !l.is_empty())
-        .map_or(start, |e| e + 1);
-    lines[start..end].join("\n")
+    join_without_blank_edges(s.lines().map(str::trim).collect())
 }
 
 /// The canonical form of the goal: trailing spaces dropped, no blank lines at either end.
 fn normalize_block(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().map(str::trim_end).collect();
+    join_without_blank_edges(s.lines().map(str::trim_end).collect())
+}
+
+fn join_without_blank_edges(lines: Vec<&str>) -> String {
     let start = lines
         .iter()
         .position(|l| !l.is_empty())

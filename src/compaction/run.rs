@@ -321,6 +321,15 @@ impl Barrier<'_> {
     /// oversized is never handed out.
     pub fn ready_input(&self, log: &SessionLog, skipped: Option<CompactionResult>) -> Preflight {
         let (view, budget) = self.budget(log);
+        Self::ready_from(log, &view, &budget, skipped)
+    }
+
+    fn ready_from(
+        log: &SessionLog,
+        view: &ModelView,
+        budget: &Budget,
+        skipped: Option<CompactionResult>,
+    ) -> Preflight {
         if budget.over_hard_limit() {
             let r = CompactionResult::ended(
                 "",
@@ -347,7 +356,7 @@ impl Barrier<'_> {
     /// Ask before an inference. Appends only bookkeeping (consumed intents, skipped attempts).
     pub fn preflight(&self, log: &mut SessionLog) -> Result<Preflight, LogError> {
         let facts = turn_facts(log.session(), log.session().leaf());
-        let (_, budget) = self.budget(log);
+        let (view, budget) = self.budget(log);
         if facts.overflow_exhausted {
             let r = CompactionResult::ended(
                 "",
@@ -360,7 +369,8 @@ impl Barrier<'_> {
             return Ok(Preflight::Failed(r));
         }
         match decide(&budget, &self.config.compaction, self.auto(log), &facts) {
-            Decision::Proceed => Ok(self.ready_input(log, None)),
+            // Nothing was appended: the view already built is the input.
+            Decision::Proceed => Ok(Self::ready_from(log, &view, &budget, None)),
             Decision::ConsumeOnly { consume } => {
                 self.consume(log, &consume)?;
                 Ok(self.ready_input(log, None))
