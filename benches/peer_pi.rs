@@ -3,8 +3,11 @@
 //!
 //! - `import`: the pi transcript → a SOBA session log (once per session; not part of open).
 //! - `open`: parse the SOBA log and build the entry index (`read_session`).
-//! - `check`: the preflight decision on an open session: model view, budget (cached token
-//!   counts), trigger decision. This is what runs before every inference.
+//! - `check`: the preflight decision on an open session (`Barrier::check`): budget from the
+//!   session's kept tally, turn facts, trigger decision. This is what runs before every
+//!   inference.
+//! - `appendAndCheck`: one more message joins the session (in memory: counted exactly, the
+//!   tally updated), then the check — the work an agent's turn adds between two inferences.
 //! - `firstCheck`: `open` plus the first check, which counts every entry's tokens exactly.
 //! - `plan`: the compaction plan (cut point, summary input, facts, local capsule).
 //!
@@ -15,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use soba::budget::Budget;
 use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::triggers::{decide, turn_facts};
+use soba::compaction::run::Barrier;
 use soba::compaction::{plan, PlanRequest};
 use soba::config::{Config, Durability, Overrides};
 use soba::import::{import_str, Format, ImportOptions};
-use soba::session::entry::Trigger;
+use soba::session::entry::{ContentBlock, Entry, EntryBody, MessageEntry, Role, Trigger, Usage};
 use soba::session::log::{read_session, SessionLog};
 use soba::session::view::ModelView;
 use soba::session::Session;
@@ -30,30 +33,48 @@ fn measuring() -> bool {
     std::env::args().any(|a| a == "--bench")
 }
 
-/// Median wall time of `f` over runs that together take about `budget` (at least 5 runs).
-fn median<T>(budget: Duration, mut f: impl FnMut() -> T) -> Duration {
+/// Median wall time per call of `f`, timed in batches of `batch` calls (so that operations
+/// shorter than the clock's own cost are measured), over batches that together take about
+/// `budget` (at least 5). What `f` returns is dropped outside the timed region: closing a
+/// session is not part of opening it.
+fn median<T>(budget: Duration, batch: u32, mut f: impl FnMut() -> T) -> Duration {
     let budget = if measuring() { budget } else { Duration::ZERO };
     let mut times = Vec::new();
+    let mut results = Vec::with_capacity(batch as usize);
     let started = Instant::now();
     while times.len() < 5 || (started.elapsed() < budget && times.len() < 100_000) {
         let t = Instant::now();
-        std::hint::black_box(f());
-        times.push(t.elapsed());
+        for _ in 0..batch {
+            results.push(std::hint::black_box(f()));
+        }
+        times.push(t.elapsed() / batch);
+        results.clear();
     }
     times.sort_unstable();
     times[times.len() / 2]
 }
 
-fn check(session: &Session, config: &Config) -> bool {
-    let view = ModelView::build(session, session.leaf());
-    let budget = Budget::measure(
-        config.limits(),
-        view.breakdown(session),
-        view.usage_anchor(session),
-    );
-    let facts = turn_facts(session, session.leaf());
-    let decision = decide(&budget, &config.compaction, config.compaction.auto, &facts);
-    matches!(decision, soba::compaction::Decision::Compact { .. })
+fn check(session: &Session, barrier: &Barrier) -> bool {
+    let check = barrier.check(session);
+    matches!(check.decision, soba::compaction::Decision::Compact { .. })
+}
+
+/// A short assistant reply with its provider usage, as an agent appends one between two
+/// inferences.
+fn reply(n: usize, parent: Option<&str>, usage: Option<Usage>) -> Entry {
+    Entry::new(
+        format!("bench_{n}"),
+        parent.map(str::to_string),
+        EntryBody::Message(MessageEntry {
+            role: Role::Assistant,
+            content: vec![ContentBlock::text(format!(
+                "Done: step {n} of the refactor passes its tests; next I update the docs."
+            ))],
+            usage,
+            model: None,
+            synthetic: false,
+        }),
+    )
 }
 
 fn micros(d: Duration) -> f64 {
@@ -81,7 +102,7 @@ fn main() -> anyhow::Result<()> {
         default_session_id: "bench".into(),
         now: soba::util::now_rfc3339(),
     };
-    let import = median(Duration::from_secs(2), || {
+    let import = median(Duration::from_secs(2), 1, || {
         import_str(&text, Some(Format::Pi), &options)
     });
     let imported = import_str(&text, Some(Format::Pi), &options)?;
@@ -95,15 +116,20 @@ fn main() -> anyhow::Result<()> {
 
     let (session, _) = read_session(&log_path)?;
     let config = Config::resolve(&[], session.header.model.as_ref(), &Overrides::default())?;
-    let open = median(Duration::from_secs(3), || read_session(&log_path));
-    let first_check = median(Duration::from_secs(3), || {
-        let (s, _) = read_session(&log_path).expect("the log loads");
-        check(&s, &config)
-    });
-    // Warm: every entry's count is cached, as in a running daemon.
-    let compact_due = check(&session, &config);
-    let check_time = median(Duration::from_secs(2), || check(&session, &config));
     let mapping = ToolMapping::default();
+    let barrier = Barrier {
+        config: &config,
+        mapping: &mapping,
+    };
+    let open = median(Duration::from_secs(3), 1, || read_session(&log_path));
+    let first_check = median(Duration::from_secs(3), 1, || {
+        let (s, _) = read_session(&log_path).expect("the log loads");
+        check(&s, &barrier);
+        s
+    });
+    // Warm: every entry's count is cached and the tally kept, as in a running daemon.
+    let compact_due = check(&session, &barrier);
+    let check_time = median(Duration::from_secs(2), 10_000, || check(&session, &barrier));
     let req = PlanRequest {
         trigger: Trigger::User,
         instructions: None,
@@ -112,21 +138,42 @@ fn main() -> anyhow::Result<()> {
         mapping: &mapping,
         operation_id: "op_bench".into(),
     };
-    let plan_time = median(Duration::from_secs(2), || {
+    let plan_time = median(Duration::from_secs(2), 1, || {
         plan(&session, session.leaf(), &req)
     });
+    let budget = barrier.measure(&session);
     let view = ModelView::build(&session, session.leaf());
-    let budget = Budget::measure(
-        config.limits(),
-        view.breakdown(&session),
-        view.usage_anchor(&session),
+    assert_eq!(
+        budget,
+        Budget::measure(
+            config.limits(),
+            view.breakdown(&session),
+            view.usage_anchor(&session)
+        ),
+        "the kept tally measures what the view does"
     );
+    let entries = session.len();
+    // Last, as it grows the session: each run appends one reply.
+    let last_usage = session.entries().iter().rev().find_map(|e| match &e.body {
+        EntryBody::Message(m) if m.role == Role::Assistant => m.usage,
+        _ => None,
+    });
+    let mut session = session;
+    let mut n = 0;
+    let append_and_check = median(Duration::from_secs(2), 100, || {
+        n += 1;
+        let parent = session.leaf_id().map(str::to_string);
+        session
+            .push(reply(n, parent.as_deref(), last_usage))
+            .expect("a fresh id on the leaf");
+        check(&session, &barrier)
+    });
 
     let report = serde_json::json!({
         "input": input.display().to_string(),
         "inputBytes": text.len(),
         "logBytes": log_bytes,
-        "entries": session.len(),
+        "entries": entries,
         "contextWindow": config.model.context_window,
         "effectiveTokens": budget.effective_tokens,
         "source": budget.source,
@@ -135,6 +182,7 @@ fn main() -> anyhow::Result<()> {
             "import": micros(import),
             "open": micros(open),
             "check": micros(check_time),
+            "appendAndCheck": micros(append_and_check),
             "firstCheck": micros(first_check),
             "plan": micros(plan_time),
         }

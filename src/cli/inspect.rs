@@ -72,10 +72,10 @@ pub fn budget_report(
     model: &str,
     summarizer: Option<&dyn crate::summarize::Summarizer>,
 ) -> BudgetReport {
-    let view = ModelView::build(session, session.leaf());
-    let budget = Budget::measure(limits, view.breakdown(session), view.usage_anchor(session));
-    let settings = session.settings_at(session.leaf());
-    let last_compaction = view.capsule.map(|c| {
+    // The kept tally, not a fresh view: the daemon reports the budget after every append.
+    let tally = session.tally();
+    let budget = Budget::measure(limits, tally.breakdown(), tally.usage_anchor());
+    let last_compaction = tally.capsule().map(|c| {
         let e = session.entry(c);
         let cap = e.as_capsule().expect("capsule");
         LastCompaction {
@@ -94,7 +94,7 @@ pub fn budget_report(
         source: budget.source,
         context_window: limits.context_window,
         max_output_tokens: limits.max_output_tokens,
-        auto_compact: settings.auto_compact.unwrap_or(auto_default),
+        auto_compact: tally.auto_compact().unwrap_or(auto_default),
         last_compaction,
         breakdown: budget.breakdown,
         model: model.to_string(),

@@ -12,10 +12,11 @@ use crate::session::entry::{
 };
 use crate::session::log::{LogError, SessionLog};
 use crate::session::view::{ModelMessage, ModelView};
+use crate::session::Session;
 use crate::util::new_id;
 
 use super::plan::{plan, NoPlan, Plan, PlanRequest};
-use super::triggers::{decide, records_intent, turn_facts, Decision};
+use super::triggers::{decide, records_intent, Decision};
 use super::{reasons, roi, CompactionResult};
 
 /// The narrative state a compaction produced, or its cancellation.
@@ -260,23 +261,45 @@ pub struct Barrier<'a> {
     pub mapping: &'a ToolMapping,
 }
 
+/// The preflight decision before any of it is acted on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub budget: Budget,
+    pub decision: Decision,
+    /// The turn's one overflow recovery is spent: no input may be handed out.
+    pub overflow_exhausted: bool,
+}
+
 impl Barrier<'_> {
-    fn auto(&self, log: &SessionLog) -> bool {
-        let s = log.session();
-        s.settings_at(s.leaf())
-            .auto_compact
+    /// Whether soft triggers may compact: the session's `/auto-compact` setting, else the
+    /// configuration's.
+    fn auto(&self, s: &Session) -> bool {
+        s.tally()
+            .auto_compact()
             .unwrap_or(self.config.compaction.auto)
+    }
+
+    /// The budget at the leaf, from the session's kept tally: no view is built.
+    pub fn measure(&self, s: &Session) -> Budget {
+        let t = s.tally();
+        Budget::measure(self.config.limits(), t.breakdown(), t.usage_anchor())
+    }
+
+    /// What the preflight barrier would do at the leaf. Constant time while ordinary appends
+    /// keep the tally; the model input is built only when it is handed out.
+    pub fn check(&self, s: &Session) -> Check {
+        let budget = self.measure(s);
+        let facts = s.tally().facts();
+        Check {
+            decision: decide(&budget, &self.config.compaction, self.auto(s), facts),
+            overflow_exhausted: facts.overflow_exhausted,
+            budget,
+        }
     }
 
     fn budget(&self, log: &SessionLog) -> (ModelView, Budget) {
         let s = log.session();
-        let view = ModelView::build(s, s.leaf());
-        let budget = Budget::measure(
-            self.config.limits(),
-            view.breakdown(s),
-            view.usage_anchor(s),
-        );
-        (view, budget)
+        (ModelView::build(s, s.leaf()), self.measure(s))
     }
 
     fn consume(&self, log: &mut SessionLog, ids: &[String]) -> Result<(), LogError> {
@@ -355,9 +378,12 @@ impl Barrier<'_> {
 
     /// Ask before an inference. Appends only bookkeeping (consumed intents, skipped attempts).
     pub fn preflight(&self, log: &mut SessionLog) -> Result<Preflight, LogError> {
-        let facts = turn_facts(log.session(), log.session().leaf());
-        let (view, budget) = self.budget(log);
-        if facts.overflow_exhausted {
+        let Check {
+            budget,
+            decision,
+            overflow_exhausted,
+        } = self.check(log.session());
+        if overflow_exhausted {
             let r = CompactionResult::ended(
                 "",
                 Trigger::ContextOverflow,
@@ -368,9 +394,16 @@ impl Barrier<'_> {
             );
             return Ok(Preflight::Failed(r));
         }
-        match decide(&budget, &self.config.compaction, self.auto(log), &facts) {
-            // Nothing was appended: the view already built is the input.
-            Decision::Proceed => Ok(Self::ready_from(log, &view, &budget, None)),
+        match decision {
+            Decision::Proceed => {
+                let s = log.session();
+                Ok(Self::ready_from(
+                    log,
+                    &ModelView::build(s, s.leaf()),
+                    &budget,
+                    None,
+                ))
+            }
             Decision::ConsumeOnly { consume } => {
                 self.consume(log, &consume)?;
                 Ok(self.ready_input(log, None))
@@ -470,9 +503,8 @@ impl Barrier<'_> {
         &self,
         log: &mut SessionLog,
     ) -> Result<Result<Plan, CompactionResult>, LogError> {
-        let facts = turn_facts(log.session(), log.session().leaf());
-        if facts.overflow_recoveries >= 1 {
-            let (_, budget) = self.budget(log);
+        if log.session().tally().facts().overflow_recoveries >= 1 {
+            let budget = self.measure(log.session());
             let r = CompactionResult::ended(
                 &new_id("op_"),
                 Trigger::ContextOverflow,
@@ -542,7 +574,7 @@ impl Barrier<'_> {
         trigger: Trigger,
         label: Option<String>,
     ) -> Result<bool, LogError> {
-        if !records_intent(trigger, &self.config.compaction, self.auto(log)) {
+        if !records_intent(trigger, &self.config.compaction, self.auto(log.session())) {
             return Ok(false);
         }
         append_child(

@@ -62,7 +62,8 @@ pub struct SourceInfo {
 }
 
 /// One line after the header.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+// Deserialized by `super::decode`, in one pass.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
     pub id: String,
@@ -151,7 +152,8 @@ pub struct MessageEntry {
     pub synthetic: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+// Deserialized by `super::decode`, in one pass.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
     Text {
@@ -505,7 +507,7 @@ pub fn blocks_text(blocks: &[ContentBlock]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 

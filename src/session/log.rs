@@ -192,53 +192,77 @@ fn load(
     let mut session = Session::new(header, kind);
 
     loop {
-        buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).map_err(io_err(path))?;
-        if n == 0 {
+        // A line that lies whole in the read buffer (nearly all of them) is parsed where it
+        // lies; only one that straddles two reads is copied.
+        let available = reader.fill_buf().map_err(io_err(path))?;
+        if available.is_empty() {
             break;
         }
+        let (line, n) = match memchr::memchr(b'\n', available) {
+            Some(end) => (&available[..=end], end + 1),
+            None => {
+                buf.clear();
+                buf.extend_from_slice(available);
+                let len = available.len();
+                reader.consume(len);
+                reader.read_until(b'\n', &mut buf).map_err(io_err(path))?;
+                (&buf[..], 0)
+            }
+        };
         line_no += 1;
-        let complete = buf.ends_with(b"\n");
-        let text = trim_newline(&buf);
-        if text.iter().all(u8::is_ascii_whitespace) {
-            offset += n as u64;
-            continue;
+        let outcome = load_line(&mut session, line);
+        let len = line.len();
+        let torn = matches!(outcome, LineOutcome::Torn);
+        if torn {
+            let moved_to = if repair {
+                Some(move_torn_tail(path, offset, line)?)
+            } else {
+                None
+            };
+            report.torn_tail = Some(TornTail {
+                line: line_no,
+                bytes: len,
+                moved_to,
+            });
         }
-        match serde_json::from_slice::<Entry>(text) {
-            Ok(entry) => {
-                if let Err(e) = session.push(entry) {
-                    report.skipped.push(SkippedLine {
-                        line: line_no,
-                        reason: e.to_string(),
-                    });
-                }
-            }
-            Err(e) if !complete => {
-                // The last bytes of the file without a newline: an interrupted write.
-                let moved_to = if repair {
-                    Some(move_torn_tail(path, offset, &buf)?)
-                } else {
-                    None
-                };
-                report.torn_tail = Some(TornTail {
-                    line: line_no,
-                    bytes: buf.len(),
-                    moved_to,
-                });
-                let _ = e;
-                break;
-            }
-            Err(e) => {
-                report.skipped.push(SkippedLine {
-                    line: line_no,
-                    reason: format!("not a valid entry: {e}"),
-                });
-            }
+        if let LineOutcome::Skipped(reason) = outcome {
+            report.skipped.push(SkippedLine {
+                line: line_no,
+                reason,
+            });
         }
-        offset += n as u64;
+        reader.consume(n);
+        if torn {
+            break;
+        }
+        offset += len as u64;
     }
     report.entries = session.len();
     Ok((session, report))
+}
+
+enum LineOutcome {
+    Loaded,
+    Skipped(String),
+    /// The last bytes of the file, without a newline, that do not parse: an interrupted write.
+    Torn,
+}
+
+/// Parse one line (with its newline, if it has one) into the session.
+fn load_line(session: &mut Session, line: &[u8]) -> LineOutcome {
+    let complete = line.ends_with(b"\n");
+    let text = trim_newline(line);
+    if text.iter().all(u8::is_ascii_whitespace) {
+        return LineOutcome::Loaded;
+    }
+    match serde_json::from_slice::<Entry>(text) {
+        Ok(entry) => match session.push(entry) {
+            Ok(()) => LineOutcome::Loaded,
+            Err(e) => LineOutcome::Skipped(e.to_string()),
+        },
+        Err(_) if !complete => LineOutcome::Torn,
+        Err(e) => LineOutcome::Skipped(format!("not a valid entry: {e}")),
+    }
 }
 
 fn trim_newline(b: &[u8]) -> &[u8] {
@@ -488,6 +512,42 @@ mod tests {
         assert!(std::fs::read_to_string(&p).unwrap().ends_with("}\n"));
         let (_, again) = read_session(&p).unwrap();
         assert!(again.torn_tail.is_none());
+    }
+
+    /// Lines are read in place from a 1 MiB buffer; lines longer than it, and lines that
+    /// straddle two reads, must load the same, and so must a long torn tail.
+    #[test]
+    fn lines_longer_than_the_read_buffer_load_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        let sizes = [10, 700_000, 3_000_000, 5, 1_048_000, 1_048_576, 20];
+        let mut parent: Option<String> = None;
+        let mut written = Vec::new();
+        for (n, size) in sizes.iter().enumerate() {
+            let id = format!("e{n}");
+            let e = msg(&id, parent.as_deref(), &"x".repeat(*size));
+            log.append(e.clone()).unwrap();
+            written.push(e);
+            parent = Some(id);
+        }
+        drop(log);
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        let torn = format!(
+            r#"{{"id":"t","parentId":"e6","ts":"x","type":"message","role":"user","content":[{{"type":"text","text":"{}"#,
+            "y".repeat(2_500_000)
+        );
+        f.write_all(torn.as_bytes()).unwrap();
+        drop(f);
+        let (session, report) = read_session(&p).unwrap();
+        assert!(report.skipped.is_empty(), "{:?}", report.skipped);
+        assert_eq!(session.entries(), &written[..]);
+        let tail = report.torn_tail.unwrap();
+        assert_eq!((tail.line, tail.bytes), (sizes.len() + 2, torn.len()));
+        let (log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        assert_eq!(log.session().entries(), &written[..]);
+        let side = std::fs::read(dir.path().join("s.jsonl.torn-1")).unwrap();
+        assert_eq!(side, torn.as_bytes());
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Sessions: entries, the in-memory index of the entry tree, the model-input view, and the
 //! append-only JSONL log on disk.
 
+mod decode;
 pub mod entry;
 pub mod log;
+pub mod tally;
+pub mod turn;
 pub mod view;
 
 use std::collections::HashMap;
@@ -40,6 +43,9 @@ pub struct Session {
     overhead_tokens: Vec<OnceLock<(u32, u32)>>,
     tokenizer: TokenizerKind,
     leaf: Option<u32>,
+    /// Budget and turn facts at the leaf; empty until first asked for, and after an entry
+    /// that reshapes the view.
+    tally: OnceLock<tally::Tally>,
 }
 
 impl Session {
@@ -55,6 +61,7 @@ impl Session {
             overhead_tokens: Vec::new(),
             tokenizer,
             leaf: None,
+            tally: OnceLock::new(),
         }
     }
 
@@ -68,6 +75,7 @@ impl Session {
             self.tokenizer = kind;
             self.tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
             self.overhead_tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
+            self.tally = OnceLock::new();
         }
     }
 
@@ -130,7 +138,18 @@ impl Session {
         self.tokens.push(OnceLock::new());
         self.overhead_tokens.push(OnceLock::new());
         self.entries.push(entry);
+        if let Some(mut t) = self.tally.take() {
+            if t.apply(self, idx as usize) {
+                self.tally = OnceLock::from(t);
+            }
+        }
         Ok(())
+    }
+
+    /// The budget's parts and the turn's facts at the leaf: built from the model view on first
+    /// use, then kept up to date by each append (see [`tally`]).
+    pub fn tally(&self) -> &tally::Tally {
+        self.tally.get_or_init(|| tally::Tally::build(self))
     }
 
     pub fn entries(&self) -> &[Entry] {

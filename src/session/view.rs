@@ -69,6 +69,8 @@ pub struct ModelView {
     pub capsule: Option<usize>,
     pub first_kept: Option<usize>,
     pub slots: Vec<ViewSlot>,
+    /// Tool results on the branch left out of the input (no call for them, or a repeat).
+    pub left_out: Vec<usize>,
     pub warnings: Vec<String>,
 }
 
@@ -214,6 +216,11 @@ impl ModelView {
     /// `foreign_compaction` (an imported agent's own compaction): it measured that agent's
     /// compacted context, not this view.
     pub fn usage_anchor(&self, session: &Session) -> Option<UsageAnchor> {
+        self.usage_anchor_at(session).map(|(_, a)| a)
+    }
+
+    /// [`Self::usage_anchor`], with the index of the entry that carried the usage.
+    pub fn usage_anchor_at(&self, session: &Session) -> Option<(usize, UsageAnchor)> {
         let oldest_foreign_compaction = self.oldest_foreign_compaction(session);
         let mut after = 0;
         for slot in self.slots.iter().rev() {
@@ -226,10 +233,11 @@ impl ModelView {
                 if let EntryBody::Message(m) = &session.entry(i).body {
                     if let Some(usage) = m.usage.filter(|_| !measured_foreign_context) {
                         if m.role == Role::Assistant {
-                            return Some(UsageAnchor {
+                            let anchor = UsageAnchor {
                                 usage,
                                 tokens_after: after,
-                            });
+                            };
+                            return Some((i, anchor));
                         }
                     }
                 }
@@ -240,7 +248,7 @@ impl ModelView {
     }
 
     /// The oldest `foreign_compaction` between the latest capsule (or the root) and the leaf.
-    fn oldest_foreign_compaction(&self, session: &Session) -> Option<usize> {
+    pub fn oldest_foreign_compaction(&self, session: &Session) -> Option<usize> {
         let mut oldest = None;
         let mut cur = self.leaf;
         while let Some(i) = cur.filter(|&i| Some(i) != self.capsule) {
@@ -292,6 +300,7 @@ fn pair_tool_results(session: &Session, ordered: &[(usize, ViewPart)], view: &mu
                     r.call_id, e.id
                 ));
             }
+            view.left_out.push(i);
             emitted[pos] = true;
             continue;
         }

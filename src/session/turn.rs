@@ -1,0 +1,77 @@
+//! What the log says about the current agent turn: soft compaction attempts, overflow
+//! recoveries, and the pending intents of soft triggers.
+
+use super::entry::{EntryBody, IntentAction, Outcome, Role};
+use super::Session;
+use crate::session::entry::Trigger;
+
+/// A soft trigger's request for a compaction at the next preflight, not yet consumed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingIntent {
+    pub entry_id: String,
+    pub trigger: Trigger,
+    pub label: Option<String>,
+}
+
+/// What the log says about the current agent turn.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnFacts {
+    /// A soft compaction already ran (or was skipped) in this turn.
+    pub soft_attempted: bool,
+    /// Overflow recovery compactions in this turn.
+    pub overflow_recoveries: u32,
+    /// The last overflow recovery of this turn failed, or a second overflow was reported.
+    pub overflow_exhausted: bool,
+    /// Pending intents, oldest first.
+    pub pending: Vec<PendingIntent>,
+}
+
+/// Read the turn facts at `leaf`: walk back to the start of the turn (the latest real user
+/// prompt) for attempts, and to the latest capsule for pending intents.
+pub fn turn_facts(session: &Session, leaf: Option<usize>) -> TurnFacts {
+    let mut facts = TurnFacts::default();
+    let mut in_turn = true;
+    let mut consumed: Vec<String> = Vec::new();
+    let mut recorded: Vec<PendingIntent> = Vec::new();
+    let mut cur = leaf;
+    while let Some(i) = cur {
+        let e = session.entry(i);
+        match &e.body {
+            EntryBody::Message(m) if m.role == Role::User && !m.synthetic => in_turn = false,
+            EntryBody::Capsule(c) => {
+                if in_turn {
+                    facts.soft_attempted |= c.trigger.is_soft();
+                    if c.trigger == Trigger::ContextOverflow {
+                        facts.overflow_recoveries += 1;
+                    }
+                }
+                // Intents before a capsule were served by a compaction.
+                break;
+            }
+            EntryBody::Compaction(r) if in_turn => {
+                facts.soft_attempted |= r.trigger.is_soft();
+                if r.trigger == Trigger::ContextOverflow {
+                    facts.overflow_recoveries += 1;
+                    facts.overflow_exhausted |= r.outcome == Outcome::Failed;
+                }
+            }
+            EntryBody::Intent(intent) => match intent.action {
+                IntentAction::Consumed => consumed.extend(intent.intent_id.clone()),
+                IntentAction::Recorded => {
+                    if !consumed.contains(&e.id) {
+                        recorded.push(PendingIntent {
+                            entry_id: e.id.clone(),
+                            trigger: intent.trigger,
+                            label: intent.label.clone(),
+                        });
+                    }
+                }
+            },
+            _ => {}
+        }
+        cur = session.parent_of(i);
+    }
+    recorded.reverse();
+    facts.pending = recorded;
+    facts
+}
