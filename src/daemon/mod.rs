@@ -2,6 +2,8 @@
 //!
 //! - [`protocol`]: every `soba/*` name, parameter, result and error code, in one place.
 //! - [`server`]: the tower-lsp-server front end, one instance per connected client.
+//! - [`framing`]: the connection's frame reader in front of it: bad frames are answered and
+//!   skipped, and the connection goes on.
 //! - [`registry`]: workspaces → sessions, the active session per workspace, event fan-out.
 //! - [`actor`]: one task per session, the only writer of its log.
 //! - [`socket`]: the per-user Unix socket shared by every `soba serve`, and the stdio relay.
@@ -10,6 +12,7 @@
 
 pub mod actor;
 pub mod flight;
+pub mod framing;
 pub mod paths;
 pub mod protocol;
 pub mod registry;

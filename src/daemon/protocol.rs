@@ -79,6 +79,8 @@ pub const PROGRESS_TITLE: &str = "Compacting context before response";
 
 /// Stable JSON-RPC error codes beyond the standard ones.
 pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
     pub const INVALID_PARAMS: i64 = -32602;
     pub const BUDGET_EXCEEDED: i64 = -32001;
     pub const UNKNOWN_SESSION: i64 = -32002;

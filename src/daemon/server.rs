@@ -27,6 +27,7 @@ use tower_lsp_server::{
 };
 
 use super::actor::{Event, SessionHandle};
+use super::framing;
 use super::paths::workspace_path;
 use super::protocol::*;
 use super::registry::{Daemon, OpenRequest};
@@ -38,17 +39,20 @@ pub const BUDGET_COALESCE: Duration = Duration::from_millis(50);
 /// holds one).
 const MAX_CONCURRENT_REQUESTS: usize = 64;
 
-/// Serve one client over a byte stream until it disconnects or sends `exit`.
+/// Serve one client over a byte stream until it disconnects or sends `exit`. Frames the
+/// service cannot read are answered by [`framing::relay_frames`] and the connection goes on.
 pub async fn serve_connection<R, W>(daemon: Arc<Daemon>, input: R, output: W)
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite,
 {
     let (service, socket) = build_service(daemon);
-    Server::new(input, output, socket)
-        .concurrency_level(MAX_CONCURRENT_REQUESTS)
-        .serve(service)
-        .await;
+    framing::relay_frames(input, output, |service_input, service_output| {
+        Server::new(service_input, service_output, socket)
+            .concurrency_level(MAX_CONCURRENT_REQUESTS)
+            .serve(service)
+    })
+    .await;
 }
 
 /// The service of one connection.
