@@ -1,12 +1,18 @@
 //! Budget and preflight cost against session length: must stay flat, because a preflight only
 //! touches the model input (bounded by the window), never the whole history.
+//!
+//! - `budget/N`: the budget from a fresh model view (what a rebuild of the tally costs).
+//! - `preflight_check/N`: the preflight decision on the session's kept tally.
+//! - `append_and_check/N`: one more message joins the session (counted, tally updated), then
+//!   the decision.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use soba::budget::Budget;
 use soba::capsule::artifacts::ToolMapping;
+use soba::compaction::run::Barrier;
 use soba::compaction::{plan, PlanRequest};
 use soba::config::Config;
-use soba::session::entry::Trigger;
+use soba::session::entry::{Entry, Trigger};
 use soba::session::view::ModelView;
 
 #[path = "support.rs"]
@@ -30,6 +36,37 @@ fn budget_flat(c: &mut Criterion) {
             b.iter(|| {
                 let view = ModelView::build(s, s.leaf());
                 Budget::measure(limits, view.breakdown(s), view.usage_anchor(s)).effective_tokens
+            })
+        });
+    }
+    g.finish();
+
+    let mapping = ToolMapping::default();
+    let barrier = Barrier {
+        config: &config,
+        mapping: &mapping,
+    };
+    let mut g = c.benchmark_group("preflight_check");
+    for &n in sizes {
+        let s = support::compacted_session(n, 400);
+        g.bench_with_input(BenchmarkId::from_parameter(n), &s, |b, s| {
+            b.iter(|| barrier.check(s).budget.effective_tokens)
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group("append_and_check");
+    for &n in sizes {
+        let mut s = support::compacted_session(n, 400);
+        let _ = barrier.check(&s);
+        let mut i = n;
+        g.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter(|| {
+                i += 1;
+                let parent = s.leaf_id().map(str::to_string);
+                s.push(Entry::new(format!("x{i}"), parent, support::body(i)))
+                    .expect("a fresh id on the leaf");
+                barrier.check(&s).budget.effective_tokens
             })
         });
     }

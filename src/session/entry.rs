@@ -141,6 +141,7 @@ impl Role {
 #[serde(rename_all = "camelCase")]
 pub struct MessageEntry {
     pub role: Role,
+    #[serde(deserialize_with = "super::decode::blocks")]
     pub content: Vec<ContentBlock>,
     /// Provider usage of the inference that produced this (assistant) message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -208,6 +209,7 @@ pub struct ToolResultEntry {
     pub call_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
+    #[serde(deserialize_with = "super::decode::blocks")]
     pub content: Vec<ContentBlock>,
     #[serde(default)]
     pub is_error: bool,
