@@ -561,6 +561,61 @@ async fn polling_fallback_records_files_too() {
     }
 }
 
+#[tokio::test]
+async fn polling_fallback_records_edits_of_existing_files() {
+    let e = env_with(Some(WatchMode::Poll));
+    let file = e.workspace.join("main.rs");
+    std::fs::write(&file, "fn main() {}\n").unwrap();
+    // Polling compares modification times in whole seconds: the file was last written a
+    // minute ago, so the edit below moves its time forward.
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(60))
+        .unwrap();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    // The watch (and its first scan) is in place once the session is open.
+    let id = open(&c, &e.workspace).await;
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        writeln!(f, "// reformatted").unwrap();
+    }
+    let path = e.daemon.session(&id).unwrap().path;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (s, _) = soba::session::log::read_session(&path).unwrap();
+        let edits: Vec<_> = s
+            .entries()
+            .iter()
+            .filter_map(|e| match &e.body {
+                soba::session::entry::EntryBody::File(f) => Some((f.path.clone(), f.op)),
+                _ => None,
+            })
+            .collect();
+        if !edits.is_empty() {
+            assert_eq!(
+                edits,
+                [(
+                    "main.rs".to_string(),
+                    soba::session::entry::FileOp::Modified
+                )]
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "polling watcher did not record the edit"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Every handled method and notification is documented in docs/protocol.md, and every method
 /// documented there is handled.
 #[test]

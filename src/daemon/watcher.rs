@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use notify::event::{EventKind, ModifyKind, RenameMode};
+use notify::event::{EventKind, MetadataKind, ModifyKind, RenameMode};
 use notify::{PollWatcher, RecommendedWatcher, RecursiveMode};
 use notify_debouncer_full::{new_debouncer_opt, DebounceEventResult, Debouncer, NoCache};
 
@@ -160,7 +160,7 @@ pub fn is_watch_limit(e: &notify::Error) -> bool {
 }
 
 /// The file operation an event means for its `index`-th of `count` paths; `None` for events
-/// that change no content (access, metadata).
+/// that change no content (access, permissions, ownership).
 pub fn change_op(kind: EventKind, index: usize, count: usize) -> Option<FileOp> {
     match kind {
         EventKind::Create(_) => Some(FileOp::Created),
@@ -175,6 +175,9 @@ pub fn change_op(kind: EventKind, index: usize, count: usize) -> Option<FileOp> 
                 FileOp::Created
             })
         }
+        // The polling watcher's only sign of a write: the modification time moved forward.
+        // (Native watchers report writes as data changes and never send this kind.)
+        EventKind::Modify(ModifyKind::Metadata(MetadataKind::WriteTime)) => Some(FileOp::Modified),
         EventKind::Modify(ModifyKind::Metadata(_)) => None,
         EventKind::Modify(_) => Some(FileOp::Modified),
         EventKind::Access(_) | EventKind::Other | EventKind::Any => None,
@@ -356,7 +359,7 @@ fn load_gitignore(dir: &Path, is_root: bool) -> Option<Gitignore> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use notify::event::{CreateKind, DataChange, MetadataKind, RemoveKind};
+    use notify::event::{CreateKind, DataChange, RemoveKind};
 
     #[test]
     fn events_map_to_file_operations() {
@@ -383,6 +386,14 @@ mod tests {
                 1
             ),
             None
+        );
+        assert_eq!(
+            change_op(
+                EventKind::Modify(ModifyKind::Metadata(MetadataKind::WriteTime)),
+                0,
+                1
+            ),
+            Some(FileOp::Modified)
         );
         let both = EventKind::Modify(ModifyKind::Name(RenameMode::Both));
         assert_eq!(change_op(both, 0, 2), Some(FileOp::Deleted));
