@@ -455,7 +455,7 @@ mod tests {
             Step::Setting => {
                 b.push(EntryBody::Setting(SettingEntry {
                     system_tokens: Some(b.session.len() as u64),
-                    auto_compact: Some(b.session.len() % 2 == 0),
+                    auto_compact: Some(b.session.len().is_multiple_of(2)),
                     ..SettingEntry::default()
                 }));
             }
