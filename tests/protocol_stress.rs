@@ -214,9 +214,10 @@ enum Expect {
     /// An error response with this id and one of these codes; the connection stays open.
     Error(Value, &'static [i64]),
     /// A frame the server cannot read (bad header, a body that is not JSON) or JSON that is not
-    /// a JSON-RPC message: an error response with a null id, this code and a message saying
-    /// what was wrong; then the same connection goes on answering.
-    Unreadable(i64),
+    /// a JSON-RPC message: an error response with this code and a message saying what was
+    /// wrong, and a null id — or, for what reads as a request with a valid id, that id, so the
+    /// client can match the error to its request; then the same connection goes on answering.
+    Unreadable(i64, Value),
     /// No response at all (notifications, responses to nothing).
     Ignored,
 }
@@ -270,17 +271,17 @@ fn malformed_cases(session: &str) -> Vec<Case> {
         case(
             "body is not JSON",
             frame(b"hello"),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "truncated JSON",
             frame(br#"{"jsonrpc":"2.0","id":1,"#),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "invalid UTF-8",
             frame(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\xfe\"}"),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         // A frame with no body holds no message: ignored.
         case("empty body", frame(b""), Expect::Ignored),
@@ -291,37 +292,37 @@ fn malformed_cases(session: &str) -> Vec<Case> {
                 .copied()
                 .chain(req(json!(1), "soba/sessions", json!({})))
                 .collect(),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "Content-Length not a number",
             b"Content-Length: ten\r\n\r\n{}".to_vec(),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "negative Content-Length",
             b"Content-Length: -5\r\n\r\n{}".to_vec(),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "unsupported Content-Type",
             b"Content-Length: 2\r\nContent-Type: text/html\r\n\r\n{}".to_vec(),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "no Content-Length header",
             b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n{}".to_vec(),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "two Content-Length headers",
             b"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}".to_vec(),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "header lines ended by a bare line feed",
             b"Content-Length: 2\n\n{}".to_vec(),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "garbage glued to a header",
@@ -330,88 +331,88 @@ fn malformed_cases(session: &str) -> Vec<Case> {
                 .copied()
                 .chain(req(json!(2), "soba/sessions", json!({})))
                 .collect(),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "Content-Length over the limit",
             over_the_limit,
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "JSON nested 100 000 deep",
             frame(nested.as_bytes()),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         case(
             "16 MB of garbage",
             frame(huge_string.as_bytes()),
-            Expect::Unreadable(PARSE),
+            Expect::Unreadable(PARSE, Value::Null),
         ),
         // Not a JSON-RPC request.
         case(
             "a JSON number",
             frame(b"42"),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "a JSON string",
             frame(br#""soba/budget""#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "an empty batch",
             frame(b"[]"),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "a batch of requests",
             frame(br#"[{"jsonrpc":"2.0","id":7,"method":"soba/sessions"}]"#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "an empty object",
             frame(b"{}"),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "jsonrpc 1.0",
             frame(br#"{"jsonrpc":"1.0","id":8,"method":"soba/sessions"}"#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, json!(8)),
         ),
         case(
             "no jsonrpc member",
             frame(br#"{"id":9,"method":"soba/sessions"}"#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, json!(9)),
         ),
         case(
             "method is a number",
             frame(br#"{"jsonrpc":"2.0","id":10,"method":5}"#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "id is an object",
             frame(br#"{"jsonrpc":"2.0","id":{"a":1},"method":"soba/sessions"}"#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "id is an array",
             frame(br#"{"jsonrpc":"2.0","id":[1],"method":"soba/sessions"}"#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "id is a fraction",
             frame(br#"{"jsonrpc":"2.0","id":1.5,"method":"soba/sessions"}"#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "id beyond 64 bits",
             frame(br#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"soba/sessions"}"#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, Value::Null),
         ),
         case(
             "a repeated method member",
             frame(br#"{"jsonrpc":"2.0","id":17,"method":"soba/sessions","method":"soba/budget"}"#),
-            Expect::Unreadable(INVALID_REQUEST),
+            Expect::Unreadable(INVALID_REQUEST, json!(17)),
         ),
         // Unknown methods.
         case(
@@ -649,16 +650,16 @@ async fn malformed_messages_get_errors_and_the_daemon_keeps_serving() {
     for (i, case) in cases.iter().enumerate() {
         c.send_raw(&case.bytes).await;
         match &case.expect {
-            Expect::Unreadable(code) => match c.response().await {
+            Expect::Unreadable(code, id) => match c.response().await {
                 Some(r) => {
                     let message = r["error"]["message"].as_str().unwrap_or("");
                     // The bare "Parse error" / "Invalid request" of a generic decoder says
                     // neither what was wrong nor what to send instead.
-                    if r["id"].is_null() && r["error"]["code"] == *code && message.len() > 30 {
+                    if r["id"] == *id && r["error"]["code"] == *code && message.len() > 30 {
                         unreadable_answered += 1;
                     } else {
                         failures.push(format!(
-                            "{}: expected an error with a null id, code {code} and an explaining message, got {r}",
+                            "{}: expected an error with id {id}, code {code} and an explaining message, got {r}",
                             case.name
                         ));
                     }
@@ -709,7 +710,7 @@ async fn malformed_messages_get_errors_and_the_daemon_keeps_serving() {
     }
     let unreadable = cases
         .iter()
-        .filter(|c| matches!(c.expect, Expect::Unreadable(_)))
+        .filter(|c| matches!(c.expect, Expect::Unreadable(..)))
         .count();
     eprintln!(
         "malformed: {} cases; {unreadable_answered} of {unreadable} unreadable frames answered, on one connection that kept serving",

@@ -119,6 +119,7 @@ async fn relay_client_input<R: AsyncRead + Unpin>(
             Incoming::Unreadable(problem) => Rejection {
                 code: code::PARSE_ERROR,
                 message: problem.to_string(),
+                id: None,
             },
         };
         // A full queue holds this reader back until the client reads its answers. A closed one
@@ -544,11 +545,14 @@ pub enum Verdict {
     Reject(Rejection),
 }
 
-/// An error answered by this layer, with a null id: the message's id is unknown or untrusted.
+/// An error answered by this layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     pub code: i64,
     pub message: String,
+    /// The id of a request that is readable but not valid (a wrong `jsonrpc`, say), so that the
+    /// client can match the error to the request it sent; null when no id could be read.
+    pub id: Option<Value>,
 }
 
 impl Rejection {
@@ -556,7 +560,7 @@ impl Rejection {
         let response = json!({
             "jsonrpc": "2.0",
             "error": {"code": self.code, "message": self.message},
-            "id": null,
+            "id": self.id.clone().unwrap_or(Value::Null),
         });
         Bytes::from(serde_json::to_vec(&response).expect("a JSON value serializes"))
     }
@@ -589,6 +593,7 @@ pub fn check_message(body: &[u8]) -> Verdict {
                     "the message body is not UTF-8 (invalid byte at offset {}); send UTF-8 JSON",
                     e.valid_up_to()
                 ),
+                id: None,
             })
         }
     };
@@ -598,13 +603,32 @@ pub fn check_message(body: &[u8]) -> Verdict {
         Err(e) if e.is_data() => Verdict::Reject(Rejection {
             code: code::INVALID_REQUEST,
             message: explain_not_a_message(text),
+            id: request_id(text),
         }),
         Err(e) => Verdict::Reject(Rejection {
             code: code::PARSE_ERROR,
             message: format!(
                 "the message body is not JSON ({e}); send one JSON-RPC 2.0 message object per frame"
             ),
+            id: None,
         }),
+    }
+}
+
+/// The id of a body that reads as a request (an object with a string `method`) and has a valid
+/// id. A response's id is never echoed: the client would take the error for the answer to a
+/// request of its own.
+fn request_id(text: &str) -> Option<Value> {
+    let Ok(Value::Object(object)) = serde_json::from_str::<Value>(text) else {
+        return None;
+    };
+    if !object.get("method").is_some_and(Value::is_string) {
+        return None;
+    }
+    match object.get("id")? {
+        id @ Value::String(_) => Some(id.clone()),
+        id @ Value::Number(n) if n.is_i64() => Some(id.clone()),
+        _ => None,
     }
 }
 
@@ -960,6 +984,34 @@ mod tests {
                 r.code
             }
             other => panic!("{body}: {other:?}"),
+        }
+    }
+
+    /// A client matches answers to requests by id: an invalid request whose id can be read gets
+    /// its error under that id; anything else, or anything shaped as a response, under null.
+    #[test]
+    fn an_invalid_request_with_a_readable_id_is_answered_under_it() {
+        let id_of = |body: &str| match check_message(body.as_bytes()) {
+            Verdict::Reject(r) => r.id,
+            other => panic!("{body}: {other:?}"),
+        };
+        assert_eq!(
+            id_of(r#"{"jsonrpc":"1.0","id":8,"method":"soba/sessions"}"#),
+            Some(json!(8))
+        );
+        assert_eq!(
+            id_of(r#"{"id":"a","method":"soba/sessions"}"#),
+            Some(json!("a"))
+        );
+        for body in [
+            r#"{"jsonrpc":"1.0","id":5,"result":1}"#,
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"soba/sessions"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"soba/sessions"}"#,
+            r#"{"jsonrpc":"2.0","id":10,"method":5}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"soba/sessions"}]"#,
+            r#"{"jsonrpc":"2.0","id":3,"#,
+        ] {
+            assert_eq!(id_of(body), None, "{body}");
         }
     }
 
