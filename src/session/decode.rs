@@ -112,15 +112,14 @@ impl EntryKeys {
 
 /// The body's keys: those held back from before `type`, then the rest of the object, with the
 /// entry's own keys taken out wherever they appear.
-struct BodyKeys<'a, E, A> {
+struct BodyKeys<'a, A> {
     held: std::vec::IntoIter<(String, Value)>,
     held_value: Option<Value>,
     rest: A,
     entry: &'a mut EntryKeys,
-    _error: std::marker::PhantomData<E>,
 }
 
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for BodyKeys<'_, A::Error, A> {
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for BodyKeys<'_, A> {
     type Error = A::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(
@@ -212,7 +211,6 @@ impl<'de> Deserialize<'de> for Entry {
                             held_value: None,
                             rest: &mut map,
                             entry: &mut own,
-                            _error: std::marker::PhantomData,
                         };
                         break body(&type_name, keys)?;
                     }

@@ -83,51 +83,38 @@ impl Session {
 
     /// Check that `entry` can be appended (unique id, known parent, known rewind target).
     pub fn check(&self, entry: &Entry) -> Result<(), TreeError> {
+        self.resolve(entry).map(|_| ())
+    }
+
+    /// The indices of `entry`'s parent and rewind target, or why it cannot be appended. Each id
+    /// is looked up once: this runs for every line of a log being opened.
+    fn resolve(&self, entry: &Entry) -> Result<(Option<u32>, Option<u32>), TreeError> {
         if self.by_id.contains_key(&entry.id) {
             return Err(TreeError::DuplicateId(entry.id.clone()));
         }
-        if let Some(p) = &entry.parent_id {
-            if !self.by_id.contains_key(p) {
-                return Err(TreeError::UnknownParent {
-                    id: entry.id.clone(),
-                    parent: p.clone(),
-                });
-            }
-        }
-        if let EntryBody::Rewind(r) = &entry.body {
-            if !self.by_id.contains_key(&r.to) {
-                return Err(TreeError::UnknownRewindTarget(r.to.clone()));
-            }
-        }
-        Ok(())
+        let parent = match &entry.parent_id {
+            Some(p) => Some(*self.by_id.get(p).ok_or_else(|| TreeError::UnknownParent {
+                id: entry.id.clone(),
+                parent: p.clone(),
+            })?),
+            None => None,
+        };
+        let rewind_to = match &entry.body {
+            EntryBody::Rewind(r) => Some(
+                *self
+                    .by_id
+                    .get(&r.to)
+                    .ok_or_else(|| TreeError::UnknownRewindTarget(r.to.clone()))?,
+            ),
+            _ => None,
+        };
+        Ok((parent, rewind_to))
     }
 
     /// Add an entry to the index and move the leaf: to the entry itself, or to the target of a
     /// `rewind`.
     pub fn push(&mut self, entry: Entry) -> Result<(), TreeError> {
-        // The checks of `check`, in its order, without looking any id up twice.
-        if self.by_id.contains_key(&entry.id) {
-            return Err(TreeError::DuplicateId(entry.id.clone()));
-        }
-        let parent = match &entry.parent_id {
-            Some(p) => match self.by_id.get(p) {
-                Some(&i) => Some(i),
-                None => {
-                    return Err(TreeError::UnknownParent {
-                        id: entry.id.clone(),
-                        parent: p.clone(),
-                    })
-                }
-            },
-            None => None,
-        };
-        let rewind_to = match &entry.body {
-            EntryBody::Rewind(r) => match self.by_id.get(&r.to) {
-                Some(&i) => Some(i),
-                None => return Err(TreeError::UnknownRewindTarget(r.to.clone())),
-            },
-            _ => None,
-        };
+        let (parent, rewind_to) = self.resolve(&entry)?;
         let idx = self.entries.len() as u32;
         self.by_id.insert(entry.id.clone(), idx);
         let inherited_capsule = parent.and_then(|p| self.capsule_on_path[p as usize]);

@@ -255,10 +255,6 @@ impl Tally {
     pub fn auto_compact(&self) -> Option<bool> {
         self.auto_compact
     }
-
-    pub fn leaf(&self) -> Option<usize> {
-        self.leaf
-    }
 }
 
 #[cfg(test)]
