@@ -514,6 +514,32 @@ mod tests {
         assert!(again.torn_tail.is_none());
     }
 
+    /// A kill between an entry's bytes and its newline leaves a whole entry as the last line:
+    /// it is kept, and the next append starts on a line of its own.
+    #[test]
+    fn whole_last_entry_without_its_newline_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Fsync).unwrap();
+        log.append(msg("a", None, "one")).unwrap();
+        log.append(msg("b", Some("a"), "two")).unwrap();
+        drop(log);
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
+        let (mut log, report) = SessionLog::open(&p, Durability::Fsync).unwrap();
+        assert!(report.torn_tail.is_none(), "{report:?}");
+        assert_eq!(log.session().leaf_id(), Some("b"));
+        log.append(msg("c", Some("b"), "three")).unwrap();
+        drop(log);
+        let (s, again) = read_session(&p).unwrap();
+        assert!(
+            again.torn_tail.is_none() && again.skipped.is_empty(),
+            "{again:?}"
+        );
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.leaf_id(), Some("c"));
+    }
+
     /// Lines are read in place from a 1 MiB buffer; lines longer than it, and lines that
     /// straddle two reads, must load the same, and so must a long torn tail.
     #[test]
