@@ -266,6 +266,19 @@ fn malformed_cases(session: &str) -> Vec<Case> {
     let mut over_the_limit =
         format!("Content-Length: {}\r\n\r\n", MAX_CONTENT_LENGTH + 1).into_bytes();
     over_the_limit.resize(over_the_limit.len() + MAX_CONTENT_LENGTH + 1, b' ');
+    // An append too large to accept, as a client writes it: `id` and `method` first.
+    let request_head = format!(
+        r#"{{"jsonrpc":"2.0","id":41,"method":"soba/session/append","params":{{"sessionId":"{session}","entries":[{{"type":"message","role":"user","content":[{{"type":"text","text":""#
+    );
+    let mut request_over_the_limit = format!(
+        "Content-Length: {}\r\n\r\n{request_head}",
+        MAX_CONTENT_LENGTH + 1
+    )
+    .into_bytes();
+    request_over_the_limit.resize(
+        request_over_the_limit.len() + MAX_CONTENT_LENGTH + 1 - request_head.len(),
+        b'x',
+    );
     let mut cases = vec![
         // Broken framing and bodies.
         case(
@@ -337,6 +350,11 @@ fn malformed_cases(session: &str) -> Vec<Case> {
             "Content-Length over the limit",
             over_the_limit,
             Expect::Unreadable(PARSE, Value::Null),
+        ),
+        case(
+            "request over the size limit",
+            request_over_the_limit,
+            Expect::Unreadable(PARSE, json!(41)),
         ),
         case(
             "JSON nested 100 000 deep",

@@ -51,6 +51,10 @@ const OUTPUT_QUEUE_FRAMES: usize = 16;
 const MIN_READ: usize = 8 << 10;
 const MAX_READ: usize = 1 << 20;
 
+/// How much of a body over the limit is read to find the request's id. Clients write `id`
+/// and `method` before `params`, so a request's id is within the first few bytes.
+const OVERSIZED_HEAD_BYTES: usize = 64 << 10;
+
 /// After a large frame the read buffer is replaced when it holds more than this, so an idle
 /// connection does not keep a body-sized allocation.
 const RETAINED_BUFFER_BYTES: usize = 1 << 20;
@@ -119,7 +123,10 @@ async fn relay_client_input<R: AsyncRead + Unpin>(
             Incoming::Unreadable(problem) => Rejection {
                 code: code::PARSE_ERROR,
                 message: problem.to_string(),
-                id: None,
+                id: match &problem {
+                    Unreadable::TooLarge { request_id, .. } => request_id.clone(),
+                    _ => None,
+                },
             },
         };
         // A full queue holds this reader back until the client reads its answers. A closed one
@@ -201,6 +208,9 @@ pub enum Unreadable {
     TooLarge {
         declared: u64,
         limit: usize,
+        /// The id of the request, read from the head of the body, so the client can match
+        /// the error to what it sent.
+        request_id: Option<Value>,
     },
     /// The input ended inside a header or a body.
     EndedInsideFrame,
@@ -234,7 +244,7 @@ impl fmt::Display for Unreadable {
                 f,
                 "`Content-Type: {value}` is not supported and the message was skipped; send `application/vscode-jsonrpc; charset=utf-8` or no `Content-Type`"
             ),
-            Unreadable::TooLarge { declared, limit } => write!(
+            Unreadable::TooLarge { declared, limit, .. } => write!(
                 f,
                 "`Content-Length: {declared}` is over the limit of {limit} bytes and the message was skipped; send less in one message"
             ),
@@ -251,6 +261,8 @@ pub struct FrameReader<R> {
     buffered: BytesMut,
     state: ReadState,
     max_content_length: usize,
+    /// The head of an oversized body while it is read.
+    oversized_head: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +274,12 @@ enum ReadState {
     /// Discarding a body whose length is known but which will not be read.
     SkipBody {
         remaining: u64,
+    },
+    /// Keeping the first [`OVERSIZED_HEAD_BYTES`] of a body over the limit, to find the
+    /// request's id, before discarding the rest.
+    ReadOversizedHead {
+        remaining: u64,
+        declared: u64,
     },
     /// Discarding garbage up to the next [`RESYNC_MARKER`].
     Resync,
@@ -275,7 +293,19 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             buffered: BytesMut::new(),
             state: ReadState::Header,
             max_content_length,
+            oversized_head: Vec::new(),
         }
+    }
+
+    /// The answer to an oversized body whose head has been read.
+    fn oversized(&mut self, declared: u64) -> Incoming {
+        let request_id = request_id_in_head(&self.oversized_head);
+        self.oversized_head = Vec::new();
+        Incoming::Unreadable(Unreadable::TooLarge {
+            declared,
+            limit: self.max_content_length,
+            request_id,
+        })
     }
 
     /// The next frame or unreadable stretch; `None` at the end of the input.
@@ -296,6 +326,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     ReadState::Body { .. } => true,
                     // Already answered when the skipping began.
                     ReadState::SkipBody { .. } | ReadState::Resync | ReadState::Ended => false,
+                    // Not answered yet: it is, with the id if the head held one.
+                    ReadState::ReadOversizedHead { declared, .. } => {
+                        self.state = ReadState::Ended;
+                        self.buffered = BytesMut::new();
+                        return Ok(Some(self.oversized(declared)));
+                    }
                 };
                 self.state = ReadState::Ended;
                 self.buffered = BytesMut::new();
@@ -338,6 +374,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                             Framing::Body(content_length) => {
                                 self.state = ReadState::Body { content_length };
                             }
+                            Framing::Oversized(declared) => {
+                                self.oversized_head.clear();
+                                self.state = ReadState::ReadOversizedHead {
+                                    remaining: declared,
+                                    declared,
+                                };
+                            }
                             Framing::Skip(remaining, problem) => {
                                 self.state = ReadState::SkipBody { remaining };
                                 return Some(Incoming::Unreadable(problem));
@@ -359,6 +402,26 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     }
                     self.state = ReadState::Header;
                     return Some(Incoming::Frame(body));
+                }
+                ReadState::ReadOversizedHead {
+                    remaining,
+                    declared,
+                } => {
+                    let room = OVERSIZED_HEAD_BYTES - self.oversized_head.len();
+                    let taken = (room as u64).min(remaining).min(self.buffered.len() as u64);
+                    self.oversized_head
+                        .extend_from_slice(&self.buffered[..taken as usize]);
+                    self.buffered.advance(taken as usize);
+                    let remaining = remaining - taken;
+                    if self.oversized_head.len() < OVERSIZED_HEAD_BYTES && remaining > 0 {
+                        self.state = ReadState::ReadOversizedHead {
+                            remaining,
+                            declared,
+                        };
+                        return None;
+                    }
+                    self.state = ReadState::SkipBody { remaining };
+                    return Some(self.oversized(declared));
                 }
                 ReadState::SkipBody { remaining } => {
                     let skipped = remaining.min(self.buffered.len() as u64);
@@ -399,6 +462,8 @@ enum Framing {
     Body(usize),
     /// The body's length is known but it is refused.
     Skip(u64, Unreadable),
+    /// The body is longer than the limit: its head is read for the id, the rest discarded.
+    Oversized(u64),
     /// The body's length is unknown.
     Unknown(Unreadable),
 }
@@ -460,13 +525,7 @@ fn parse_header(buffered: &[u8], max_content_length: usize) -> HeaderScan {
             Framing::Skip(declared, Unreadable::UnsupportedContentType(content_type))
         }
         (None, Ok(length)) if length <= max_content_length => Framing::Body(length),
-        (None, _) => Framing::Skip(
-            declared,
-            Unreadable::TooLarge {
-                declared,
-                limit: max_content_length,
-            },
-        ),
+        (None, _) => Framing::Oversized(declared),
     };
     complete(end, framing)
 }
@@ -625,11 +684,55 @@ fn request_id(text: &str) -> Option<Value> {
     if !object.get("method").is_some_and(Value::is_string) {
         return None;
     }
-    match object.get("id")? {
-        id @ Value::String(_) => Some(id.clone()),
-        id @ Value::Number(n) if n.is_i64() => Some(id.clone()),
+    echoable_id(object.get("id")?)
+}
+
+/// A request id the client can match: a string or an integer.
+fn echoable_id(id: &Value) -> Option<Value> {
+    match id {
+        Value::String(_) => Some(id.clone()),
+        Value::Number(n) if n.is_i64() => Some(id.clone()),
         _ => None,
     }
+}
+
+/// The id of a request from the first bytes of its body: the top-level `id`, provided a string
+/// `method` comes before the body is cut off (a response's id is never echoed, as above).
+fn request_id_in_head(head: &[u8]) -> Option<Value> {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+
+    #[derive(Default)]
+    struct Seen {
+        id: Option<Value>,
+        method: bool,
+    }
+    struct TopLevel<'s>(&'s mut Seen);
+    impl<'de> Visitor<'de> for TopLevel<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON-RPC message object")
+        }
+        // Each member is noted as it is read, so what precedes the cut survives the error
+        // the cut raises.
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                match key.as_str() {
+                    "id" => self.0.id = Some(map.next_value()?),
+                    "method" => self.0.method = map.next_value::<Value>()?.is_string(),
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+    let mut seen = Seen::default();
+    let _ = serde_json::Deserializer::from_slice(head).deserialize_map(TopLevel(&mut seen));
+    if !seen.method {
+        return None;
+    }
+    echoable_id(seen.id.as_ref()?)
 }
 
 const MESSAGE_SHAPE: &str =
@@ -899,7 +1002,8 @@ mod tests {
             reader.next().await.unwrap(),
             Some(Incoming::Unreadable(Unreadable::TooLarge {
                 declared,
-                limit
+                limit,
+                request_id: None,
             }))
         );
         assert_eq!(reader.next().await.unwrap(), Some(body(SESSIONS)));
@@ -909,6 +1013,79 @@ mod tests {
             reader.buffered.capacity()
         );
         assert_eq!(reader.next().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_request_is_answered_under_its_id() {
+        let limit = 1 << 10;
+        let declared = 8u64 << 20;
+        let head =
+            r#"{"jsonrpc":"2.0","id":7,"method":"soba/session/append","params":{"entries":["#;
+        let mut reader = FrameReader::new(
+            Flood {
+                header: format!("Content-Length: {declared}\r\n\r\n{head}").into_bytes(),
+                spaces: declared - head.len() as u64,
+                trailer: frame(SESSIONS),
+            },
+            limit,
+        );
+        assert_eq!(
+            reader.next().await.unwrap(),
+            Some(Incoming::Unreadable(Unreadable::TooLarge {
+                declared,
+                limit,
+                request_id: Some(json!(7)),
+            }))
+        );
+        assert_eq!(reader.next().await.unwrap(), Some(body(SESSIONS)));
+        assert!(reader.oversized_head.capacity() == 0, "the head is let go");
+    }
+
+    #[tokio::test]
+    async fn input_ending_inside_an_oversized_body_is_still_answered_under_its_id() {
+        let head = r#"{"jsonrpc":"2.0","method":"soba/session/append","id":"big","params":{"#;
+        let bytes = format!("Content-Length: 5000\r\n\r\n{head}").into_bytes();
+        let mut reader = FrameReader::new(Trickle::new(bytes, 7), 100);
+        assert_eq!(
+            read_all(&mut reader).await,
+            [Incoming::Unreadable(Unreadable::TooLarge {
+                declared: 5000,
+                limit: 100,
+                request_id: Some(json!("big")),
+            })]
+        );
+    }
+
+    #[test]
+    fn a_request_id_is_read_from_the_head_of_a_body() {
+        let id = |head: &str| request_id_in_head(head.as_bytes());
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","id":3,"method":"m","params":{"a":[1,2"#),
+            Some(json!(3))
+        );
+        assert_eq!(
+            id(r#"{"method":"m","params":{},"id":"x","tail":"cut her"#),
+            Some(json!("x"))
+        );
+        assert_eq!(
+            id(r#"{"method":"m","id":"with \"escapes\"","params":["#),
+            Some(json!("with \"escapes\""))
+        );
+        // Whole small bodies read the same way.
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","id":-4,"method":"m"}"#),
+            Some(json!(-4))
+        );
+        // Not echoed: a response, a method after the cut, ids a client cannot have sent.
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":3,"result":{"big":"#), None);
+        assert_eq!(id(r#"{"id":3,"params":{"entries":["#), None);
+        assert_eq!(id(r#"{"id":1.5,"method":"m","params":"#), None);
+        assert_eq!(id(r#"{"id":null,"method":"m","params":"#), None);
+        assert_eq!(id(r#"{"method":3,"id":1,"params":"#), None);
+        assert_eq!(id(r#"{"method":"m","id":"cut in the mid"#), None);
+        assert_eq!(id(r#"["#), None);
+        assert_eq!(id(""), None);
+        assert_eq!(id("\u{ff}not json"), None);
     }
 
     #[tokio::test]
