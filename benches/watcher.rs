@@ -246,15 +246,10 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// A pause before change `n`, spread evenly over `span` (golden-ratio steps), so that the
-/// changes land at every phase of the watcher's own clock — the debouncer's tick, or the
+/// changes land at every phase of the watcher's own clock — the debounce window, or the
 /// polling interval — and the latencies sample all of them instead of one.
 fn phase(n: usize, span: Duration) -> Duration {
     span.mul_f64((n as f64 * 0.618_033_988_75).fract())
-}
-
-/// The debouncer reports a quiet path on the first tick (a quarter of the window) after it.
-fn tick() -> Duration {
-    DEBOUNCE / 4
 }
 
 /// A figure of the report, `n/a` where the run has none.
@@ -358,9 +353,10 @@ fn daemon_path(
         })
         .collect();
     let polling = messages.iter().any(|m| m.contains("polling"));
-    // Ready means ready: when the open answers, every folder to watch has its watch.
+    // Ready means ready: when the open answers, every folder to watch has its watch, and
+    // no folder whose changes would be dropped has one.
     assert!(
-        polling || watches >= watched_folders,
+        polling || watches == watched_folders,
         "{watches} inotify watches when soba/session/open answered, for {watched_folders} folders"
     );
     let after_open = d.memory();
@@ -370,7 +366,7 @@ fn daemon_path(
     let mut to_notification = Vec::new();
     for n in 0..changes {
         let rel = shape.src_file(n);
-        c.drain(Duration::from_millis(100) + phase(n, tick()));
+        c.drain(Duration::from_millis(100) + phase(n, DEBOUNCE));
         let t0 = Instant::now();
         touch(&root.join(&rel), n);
         let deadline = t0 + Duration::from_secs(15);
@@ -490,7 +486,7 @@ fn watch_child(root: &Path, shape: Shape, mode: WatchMode, changes: usize, idle:
     for n in 0..changes {
         let rel = shape.src_file(n);
         let span = match mode {
-            WatchMode::Native => tick(),
+            WatchMode::Native => DEBOUNCE,
             WatchMode::Poll => POLL_INTERVAL,
         };
         while rx
@@ -597,7 +593,6 @@ fn main() {
         },
         "maxUserWatches": max_user_watches(),
         "debounceMillis": DEBOUNCE.as_millis() as u64,
-        "debounceTickMillis": tick().as_millis() as u64,
         "pollIntervalMillis": POLL_INTERVAL.as_millis() as u64,
         "budgetCoalesceMillis": soba::daemon::server::BUDGET_COALESCE.as_millis() as u64,
         "daemon": daemon,

@@ -55,7 +55,8 @@ struct Registry {
 struct Workspace {
     active: Option<String>,
     flight: FlightLog,
-    /// Held for its lifetime: dropping it stops the watch.
+    /// Held for its lifetime: dropping it stops the watch. `None` while it starts, when
+    /// watching is off, or when it could not start (the client was told).
     _watcher: Option<WorkspaceWatcher>,
 }
 
@@ -131,16 +132,15 @@ impl Daemon {
             tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, extra))
                 .await
                 .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
-        let workspace_key = workspace.display().to_string();
         let summarizer = match &self.options.summarizer {
             Some(s) => Some(s.clone()),
             None => match crate::summarize::from_config(&config.summarizer) {
                 Ok(s) => s.map(Arc::from),
                 Err(e) => {
-                    let _ = self.events.send(Event::Degraded {
-                        workspace: workspace_key,
-                        message: format!("The summarization model cannot be used ({e}); capsules are built locally"),
-                    });
+                    self.degraded(
+                        &workspace,
+                        format!("The summarization model cannot be used ({e}); capsules are built locally"),
+                    );
                     None
                 }
             },
@@ -161,55 +161,92 @@ impl Daemon {
             }
             reg.sessions.insert(handle.id.clone(), handle.clone());
         }
-        self.ensure_workspace(&workspace);
+        self.ensure_workspace(&workspace).await;
         self.set_active(&workspace, &handle.id);
         Ok(handle)
     }
 
-    fn ensure_workspace(self: &Arc<Self>, workspace: &Path) {
-        if self.lock().workspaces.contains_key(workspace) {
-            return;
+    /// Register the workspace and start its watch. The first open in a workspace claims it
+    /// and answers once the watch is in place; the walk of the tree runs on a blocking thread,
+    /// so other clients' requests go on meanwhile.
+    async fn ensure_workspace(self: &Arc<Self>, workspace: &Path) {
+        {
+            let mut reg = self.lock();
+            if reg.workspaces.contains_key(workspace) {
+                return;
+            }
+            reg.workspaces.insert(
+                workspace.to_path_buf(),
+                Workspace {
+                    active: None,
+                    flight: FlightLog::new(&self.paths.workspace_dir(workspace)),
+                    _watcher: None,
+                },
+            );
         }
-        let watcher = self.options.watch.and_then(|mode| {
-            let daemon = Arc::downgrade(self);
-            let ws = workspace.to_path_buf();
-            let sink = move |changes: Vec<crate::session::entry::FileEntry>| {
-                if let Some(d) = daemon.upgrade() {
-                    for h in d.sessions_of(&ws) {
-                        h.watched_files(changes.clone());
-                    }
-                }
-            };
-            match WorkspaceWatcher::start(workspace, mode, sink) {
-                Ok((w, warning)) => {
-                    if let Some(message) = warning {
-                        let _ = self.events.send(Event::Degraded {
-                            workspace: workspace.display().to_string(),
-                            message,
-                        });
-                    }
-                    Some(w)
-                }
-                Err(e) => {
-                    let _ = self.events.send(Event::Degraded {
-                        workspace: workspace.display().to_string(),
-                        message: format!(
-                            "file changes in {} are not recorded: {e}",
-                            workspace.display()
-                        ),
-                    });
-                    None
+        let Some(mode) = self.options.watch else {
+            return;
+        };
+        let daemon = self.clone();
+        let ws = workspace.to_path_buf();
+        let started = tokio::task::spawn_blocking(move || daemon.start_watcher(&ws, mode)).await;
+        let watcher = match started {
+            Ok(watcher) => watcher,
+            Err(e) => {
+                self.degraded(
+                    workspace,
+                    format!(
+                        "file changes in {} are not recorded: {e}",
+                        workspace.display()
+                    ),
+                );
+                None
+            }
+        };
+        if let Some(entry) = self.lock().workspaces.get_mut(workspace) {
+            entry._watcher = watcher;
+        }
+    }
+
+    fn start_watcher(
+        self: &Arc<Self>,
+        workspace: &Path,
+        mode: WatchMode,
+    ) -> Option<WorkspaceWatcher> {
+        let daemon = Arc::downgrade(self);
+        let ws = workspace.to_path_buf();
+        let sink = move |changes: Vec<crate::session::entry::FileEntry>| {
+            if let Some(d) = daemon.upgrade() {
+                for h in d.sessions_of(&ws) {
+                    h.watched_files(changes.clone());
                 }
             }
+        };
+        match WorkspaceWatcher::start(workspace, mode, sink) {
+            Ok((w, warning)) => {
+                if let Some(message) = warning {
+                    self.degraded(workspace, message);
+                }
+                Some(w)
+            }
+            Err(e) => {
+                self.degraded(
+                    workspace,
+                    format!(
+                        "file changes in {} are not recorded: {e}",
+                        workspace.display()
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn degraded(&self, workspace: &Path, message: String) {
+        let _ = self.events.send(Event::Degraded {
+            workspace: workspace.display().to_string(),
+            message,
         });
-        let mut reg = self.lock();
-        reg.workspaces
-            .entry(workspace.to_path_buf())
-            .or_insert_with(|| Workspace {
-                active: None,
-                flight: FlightLog::new(&self.paths.workspace_dir(workspace)),
-                _watcher: watcher,
-            });
     }
 
     fn set_active(&self, workspace: &Path, id: &str) {

@@ -1,163 +1,20 @@
-//! File changes under a workspace root, recorded as `file` entries in its live sessions.
-//!
-//! Edits made by shell commands, formatters or the user never pass through a tool call, so the
-//! capsule's modified files would miss them; the watcher closes that gap. Events are debounced
-//! (a burst of writes is one change), filtered through `.gitignore` files, `.soba/`, `.git/` and
-//! build output, deduplicated per path, and capped per batch. When the OS watch limit is
-//! exhausted the watcher falls back to polling and says so instead of failing.
+//! What the watcher records and which folders it watches: paths inside the root, outside
+//! `.soba/`, VCS metadata, build output and anything a `.gitignore` ignores; files only, one
+//! change per path per burst.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use notify::event::{EventKind, MetadataKind, ModifyKind, RenameMode};
-use notify::{PollWatcher, RecommendedWatcher, RecursiveMode};
-use notify_debouncer_full::{new_debouncer_opt, DebounceEventResult, Debouncer, NoCache};
 
 use crate::session::entry::{FileEntry, FileOp, FileSource};
 
 /// Path components that are never recorded: SOBA's own folder, VCS metadata, build output.
 const SKIPPED_DIRS: &[&str] = &[".soba", ".git", ".hg", ".svn", "target", "node_modules"];
 
-/// At most this many distinct paths per debounced batch; the rest are counted and dropped.
+/// At most this many distinct paths per burst; the rest are counted and dropped.
 pub const MAX_CHANGES_PER_BATCH: usize = 256;
-
-/// Quiet time before a burst of events is reported.
-pub const DEBOUNCE: Duration = Duration::from_millis(300);
-
-/// How often the polling fallback scans.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchMode {
-    /// inotify / FSEvents / ReadDirectoryChanges; falls back to polling at the watch limit.
-    Native,
-    /// Periodic scans.
-    Poll,
-}
-
-/// A running watch of one workspace root; dropping it stops the watch.
-pub enum WorkspaceWatcher {
-    Native(Debouncer<RecommendedWatcher, NoCache>),
-    Poll(Debouncer<PollWatcher, NoCache>),
-}
-
-impl std::fmt::Debug for WorkspaceWatcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            WorkspaceWatcher::Native(_) => "WorkspaceWatcher::Native",
-            WorkspaceWatcher::Poll(_) => "WorkspaceWatcher::Poll",
-        })
-    }
-}
-
-impl WorkspaceWatcher {
-    /// Watch `root`; `sink` receives each batch of changes (on the watcher's thread).
-    /// The second value is a warning when the watcher had to fall back to polling.
-    pub fn start<S>(
-        root: &Path,
-        mode: WatchMode,
-        sink: S,
-    ) -> notify::Result<(WorkspaceWatcher, Option<String>)>
-    where
-        S: Fn(Vec<FileEntry>) + Send + Sync + Clone + 'static,
-    {
-        if mode == WatchMode::Native {
-            match start_native(root, sink.clone()) {
-                Ok(w) => return Ok((w, None)),
-                Err(e) if is_watch_limit(&e) => {
-                    let w = start_poll(root, sink)?;
-                    let warning = format!(
-                        "the OS file-watch limit is exhausted ({e}); watching {} by polling every {}s instead. \
-                         Raise the limit (Linux: sysctl fs.inotify.max_user_watches) for instant updates",
-                        root.display(),
-                        POLL_INTERVAL.as_secs()
-                    );
-                    return Ok((w, Some(warning)));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok((start_poll(root, sink)?, None))
-    }
-
-    pub fn mode(&self) -> WatchMode {
-        match self {
-            WorkspaceWatcher::Native(_) => WatchMode::Native,
-            WorkspaceWatcher::Poll(_) => WatchMode::Poll,
-        }
-    }
-}
-
-fn handler<S>(root: &Path, sink: S) -> impl FnMut(DebounceEventResult) + Send + 'static
-where
-    S: Fn(Vec<FileEntry>) + Send + 'static,
-{
-    let mut filter = ChangeFilter::new(root);
-    move |result: DebounceEventResult| {
-        let Ok(events) = result else { return };
-        let raw = events.into_iter().flat_map(|e| {
-            let kind = e.event.kind;
-            let n = e.event.paths.len();
-            e.event
-                .paths
-                .into_iter()
-                .enumerate()
-                .map(move |(i, p)| (kind, i, n, p))
-                .collect::<Vec<_>>()
-        });
-        let (changes, dropped) =
-            filter.batch(raw.filter_map(|(kind, i, n, p)| change_op(kind, i, n).map(|op| (p, op))));
-        if dropped > 0 {
-            eprintln!("soba: {dropped} more file changes in one burst were not recorded (limit {MAX_CHANGES_PER_BATCH})");
-        }
-        if !changes.is_empty() {
-            sink(changes);
-        }
-    }
-}
-
-fn start_native<S>(root: &Path, sink: S) -> notify::Result<WorkspaceWatcher>
-where
-    S: Fn(Vec<FileEntry>) + Send + Sync + 'static,
-{
-    let mut d = new_debouncer_opt::<_, RecommendedWatcher, NoCache>(
-        DEBOUNCE,
-        None,
-        handler(root, sink),
-        NoCache,
-        notify::Config::default(),
-    )?;
-    d.watch(root, RecursiveMode::Recursive)?;
-    Ok(WorkspaceWatcher::Native(d))
-}
-
-fn start_poll<S>(root: &Path, sink: S) -> notify::Result<WorkspaceWatcher>
-where
-    S: Fn(Vec<FileEntry>) + Send + Sync + 'static,
-{
-    let mut d = new_debouncer_opt::<_, PollWatcher, NoCache>(
-        DEBOUNCE,
-        None,
-        handler(root, sink),
-        NoCache,
-        notify::Config::default().with_poll_interval(POLL_INTERVAL),
-    )?;
-    d.watch(root, RecursiveMode::Recursive)?;
-    Ok(WorkspaceWatcher::Poll(d))
-}
-
-/// Whether a watcher error means the OS ran out of watches (inotify `ENOSPC`, `EMFILE`).
-pub fn is_watch_limit(e: &notify::Error) -> bool {
-    match &e.kind {
-        notify::ErrorKind::MaxFilesWatch => true,
-        notify::ErrorKind::Io(io) => {
-            matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EMFILE))
-        }
-        _ => false,
-    }
-}
 
 /// The file operation an event means for its `index`-th of `count` paths; `None` for events
 /// that change no content (access, permissions, ownership).
@@ -185,7 +42,8 @@ pub fn change_op(kind: EventKind, index: usize, count: usize) -> Option<FileOp> 
 }
 
 /// Turns raw paths into recorded changes: inside the root, not ignored, files only, one per
-/// path per batch, at most [`MAX_CHANGES_PER_BATCH`].
+/// path per batch, at most [`MAX_CHANGES_PER_BATCH`]. Also decides which folders are worth a
+/// watch: those whose files could be recorded.
 pub struct ChangeFilter {
     root: PathBuf,
     /// `.gitignore` matcher per directory (None: the directory has none), loaded lazily.
@@ -193,7 +51,7 @@ pub struct ChangeFilter {
 }
 
 /// Directories whose `.gitignore` stays cached; the cache is cleared beyond that.
-const IGNORE_CACHE_LIMIT: usize = 4096;
+const IGNORE_CACHE_LIMIT: usize = 1 << 16;
 
 impl ChangeFilter {
     pub fn new(root: &Path) -> Self {
@@ -204,102 +62,147 @@ impl ChangeFilter {
         }
     }
 
+    /// The canonical root every recorded path is relative to.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Changes to record, in path order, and how many were dropped over the cap.
+    ///
+    /// A path's net change over the burst follows from its first event and whether it exists
+    /// now: created and gone again (a temporary file) is nothing; deleted and back (an
+    /// editor's atomic save) is a modification.
     pub fn batch(
         &mut self,
         raw: impl IntoIterator<Item = (PathBuf, FileOp)>,
     ) -> (Vec<FileEntry>, usize) {
-        let mut latest: BTreeMap<String, FileOp> = BTreeMap::new();
+        let mut first: BTreeMap<PathBuf, FileOp> = BTreeMap::new();
         let mut dropped = 0;
+        let mut note = |first: &mut BTreeMap<PathBuf, FileOp>, path: PathBuf, op: FileOp| {
+            if first.contains_key(&path) {
+                return;
+            }
+            if first.len() >= MAX_CHANGES_PER_BATCH {
+                dropped += 1;
+                return;
+            }
+            first.insert(path, op);
+        };
         for (path, op) in raw {
             if path.file_name().is_some_and(|n| n == ".gitignore") {
                 if let Some(dir) = path.parent() {
-                    self.ignores.remove(dir);
+                    self.gitignore_changed(dir);
                 }
+            }
+            if self.relative(&path).is_none() {
+                continue;
             }
             // A new folder's files can be written before the OS watch on the folder exists;
             // they are reported by looking inside it.
             if op == FileOp::Created && path.is_dir() {
                 for file in files_under(&path, MAX_CHANGES_PER_BATCH) {
-                    if let Some(rel) = self.recordable(&file, FileOp::Created) {
-                        if latest.len() < MAX_CHANGES_PER_BATCH || latest.contains_key(&rel) {
-                            latest.insert(rel, FileOp::Created);
-                        } else {
-                            dropped += 1;
-                        }
+                    if self.relative(&file).is_some() {
+                        note(&mut first, file, FileOp::Created);
                     }
                 }
                 continue;
             }
-            let Some(rel) = self.recordable(&path, op) else {
-                continue;
-            };
-            let merged = match (latest.get(&rel), op) {
-                // Created then modified in one burst is still a new file.
-                (Some(FileOp::Created), FileOp::Modified) => FileOp::Created,
-                // Deleted then created again (an editor's atomic save) is a modification.
-                (Some(FileOp::Deleted), FileOp::Created) => FileOp::Modified,
-                _ => op,
-            };
-            if latest.len() >= MAX_CHANGES_PER_BATCH && !latest.contains_key(&rel) {
-                dropped += 1;
+            note(&mut first, path, op);
+        }
+        let mut changes = Vec::with_capacity(first.len());
+        for (path, op) in first {
+            let exists = std::fs::symlink_metadata(&path).ok();
+            if exists.as_ref().is_some_and(|m| m.is_dir()) {
                 continue;
             }
-            latest.insert(rel, merged);
-        }
-        let changes = latest
-            .into_iter()
-            .map(|(path, op)| FileEntry {
-                path,
+            let op = match (op, exists.is_some()) {
+                (FileOp::Created, true) => FileOp::Created,
+                (FileOp::Created, false) => continue,
+                (_, false) => FileOp::Deleted,
+                (_, true) => FileOp::Modified,
+            };
+            if self.ignored(&path, false) {
+                continue;
+            }
+            let Some(rel) = self.relative(&path) else {
+                continue;
+            };
+            changes.push(FileEntry {
+                path: rel.to_string_lossy().into_owned(),
                 op,
                 source: FileSource::Watcher,
-            })
-            .collect();
+            });
+        }
         (changes, dropped)
     }
 
-    /// The workspace-relative path to record, or `None` when the path is skipped.
-    fn recordable(&mut self, path: &Path, op: FileOp) -> Option<String> {
+    /// The path relative to the root, or `None` when it is outside the root, the root itself,
+    /// or under a skipped folder.
+    fn relative<'p>(&self, path: &'p Path) -> Option<&'p Path> {
         let rel = path.strip_prefix(&self.root).ok()?;
-        if rel.as_os_str().is_empty() {
+        if rel.as_os_str().is_empty() || rel.components().any(|c| is_skipped(c.as_os_str())) {
             return None;
         }
-        if rel
-            .components()
-            .any(|c| SKIPPED_DIRS.iter().any(|s| c.as_os_str() == *s))
-        {
-            return None;
+        Some(rel)
+    }
+
+    /// Whether files in `dir` could be recorded, so a watch on it is worth its cost.
+    pub fn keeps_dir(&mut self, dir: &Path) -> bool {
+        if dir == self.root {
+            return true;
         }
-        let is_dir = op != FileOp::Deleted && path.is_dir();
-        if is_dir || (op != FileOp::Deleted && !path.exists()) {
-            return None;
+        self.relative(dir).is_some() && !self.ignored(dir, true)
+    }
+
+    /// The kept folders at and below `top` (itself included when kept), parents first.
+    /// Symbolic links are not followed, so a link cycle cannot trap the walk.
+    pub fn kept_dirs(&mut self, top: &Path) -> Vec<PathBuf> {
+        if !self.keeps_dir(top) {
+            return Vec::new();
         }
-        if self.ignored(path) {
-            return None;
+        let mut out = vec![top.to_path_buf()];
+        let mut next = 0;
+        while next < out.len() {
+            let Ok(entries) = std::fs::read_dir(&out[next]) else {
+                next += 1;
+                continue;
+            };
+            next += 1;
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    let dir = entry.path();
+                    if self.keeps_dir(&dir) {
+                        out.push(dir);
+                    }
+                }
+            }
         }
-        Some(rel.to_string_lossy().into_owned())
+        out
+    }
+
+    /// A `.gitignore` in `dir` was written or removed: read it afresh next time.
+    pub fn gitignore_changed(&mut self, dir: &Path) {
+        self.ignores.remove(dir);
     }
 
     /// Whether a `.gitignore` between the root and the path ignores it; the deepest file
     /// that has an opinion decides (so `!negations` in subfolders work).
-    fn ignored(&mut self, path: &Path) -> bool {
+    pub fn ignored(&mut self, path: &Path, is_dir: bool) -> bool {
         if self.ignores.len() > IGNORE_CACHE_LIMIT {
             self.ignores.clear();
         }
-        let mut dirs: Vec<PathBuf> = path
+        // Deepest first.
+        for dir in path
             .ancestors()
             .skip(1)
             .take_while(|d| d.starts_with(&self.root))
-            .map(Path::to_path_buf)
-            .collect();
-        // Deepest first.
-        for dir in dirs.drain(..) {
-            let matcher = self
-                .ignores
-                .entry(dir.clone())
-                .or_insert_with(|| load_gitignore(&dir, dir == self.root));
-            if let Some(m) = matcher {
-                let m = m.matched_path_or_any_parents(path, false);
+        {
+            if !self.ignores.contains_key(dir) {
+                let m = load_gitignore(dir, dir == self.root);
+                self.ignores.insert(dir.to_path_buf(), m);
+            }
+            if let Some(m) = &self.ignores[dir] {
+                let m = m.matched_path_or_any_parents(path, is_dir);
                 if m.is_ignore() {
                     return true;
                 }
@@ -310,6 +213,10 @@ impl ChangeFilter {
         }
         false
     }
+}
+
+fn is_skipped(name: &std::ffi::OsStr) -> bool {
+    SKIPPED_DIRS.iter().any(|s| name == *s)
 }
 
 /// Up to `limit` files below `dir` (skipped folders left out).
@@ -326,9 +233,7 @@ fn files_under(dir: &Path, limit: usize) -> Vec<PathBuf> {
             }
             let p = entry.path();
             match entry.file_type() {
-                Ok(t) if t.is_dir() && !SKIPPED_DIRS.iter().any(|s| entry.file_name() == *s) => {
-                    stack.push(p)
-                }
+                Ok(t) if t.is_dir() && !is_skipped(&entry.file_name()) => stack.push(p),
                 Ok(t) if t.is_dir() => {}
                 Ok(t) if t.is_file() => out.push(p),
                 _ => {}
@@ -401,20 +306,6 @@ mod tests {
     }
 
     #[test]
-    fn watch_limit_errors_are_recognized() {
-        assert!(is_watch_limit(&notify::Error::new(
-            notify::ErrorKind::MaxFilesWatch
-        )));
-        assert!(is_watch_limit(&notify::Error::io(
-            std::io::Error::from_raw_os_error(libc::ENOSPC)
-        )));
-        assert!(!is_watch_limit(&notify::Error::io(
-            std::io::Error::from_raw_os_error(libc::EACCES)
-        )));
-        assert!(!is_watch_limit(&notify::Error::path_not_found()));
-    }
-
-    #[test]
     fn filter_honours_gitignore_skips_build_output_and_merges_bursts() {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
@@ -459,6 +350,73 @@ mod tests {
                 ("src/gen/keep.rs".to_string(), FileOp::Modified),
             ]
         );
+    }
+
+    #[test]
+    fn a_path_records_its_net_change_over_the_burst() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(root.join("saved.rs"), "x").unwrap();
+        std::fs::write(root.join("kept.rs"), "x").unwrap();
+        let mut f = ChangeFilter::new(&root);
+        let (changes, _) = f.batch([
+            // A temporary file that came and went.
+            (root.join("tmp.swp"), FileOp::Created),
+            (root.join("tmp.swp"), FileOp::Modified),
+            (root.join("tmp.swp"), FileOp::Deleted),
+            // An atomic save: the file was replaced.
+            (root.join("saved.rs"), FileOp::Deleted),
+            (root.join("saved.rs"), FileOp::Created),
+            // Written, then removed before the burst was due.
+            (root.join("edited-then-gone.rs"), FileOp::Modified),
+            (root.join("kept.rs"), FileOp::Modified),
+        ]);
+        let got: Vec<_> = changes.into_iter().map(|c| (c.path, c.op)).collect();
+        assert_eq!(
+            got,
+            [
+                ("edited-then-gone.rs".to_string(), FileOp::Deleted),
+                ("kept.rs".to_string(), FileOp::Modified),
+                ("saved.rs".to_string(), FileOp::Modified),
+            ]
+        );
+    }
+
+    #[test]
+    fn only_folders_whose_files_are_recorded_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::write(root.join(".gitignore"), "out/\n*.d\n").unwrap();
+        for d in [
+            "src/deep",
+            "src/gen.d",
+            "out/x",
+            "node_modules/pkg/lib",
+            "target/debug",
+            ".git/objects",
+            "docs",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("docs/.gitignore"), "*\n!keep/\n").unwrap();
+        std::fs::create_dir_all(root.join("docs/keep")).unwrap();
+        std::fs::create_dir_all(root.join("docs/drop")).unwrap();
+        std::os::unix::fs::symlink(&root, root.join("src/loop")).unwrap();
+        let mut f = ChangeFilter::new(&root);
+        let mut kept: Vec<String> = f
+            .kept_dirs(&root)
+            .iter()
+            .map(|d| {
+                d.strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        kept.sort();
+        assert_eq!(kept, ["", "docs", "docs/keep", "src", "src/deep"]);
+        assert!(f.kept_dirs(&root.join("out")).is_empty());
+        assert!(!f.keeps_dir(&root.join("node_modules/pkg")));
     }
 
     #[test]
