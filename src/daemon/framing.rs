@@ -986,18 +986,23 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn an_oversized_body_is_skipped_as_it_streams_past() {
-        let limit = 1 << 10;
-        let declared = 64u64 << 20;
-        let mut reader = FrameReader::new(
+    /// A frame announcing `declared` bytes whose body starts with `head` (then spaces), over a
+    /// limit of 1 KiB, followed by a valid frame.
+    fn oversized(head: &str, declared: u64) -> FrameReader<Flood> {
+        FrameReader::new(
             Flood {
-                header: format!("Content-Length: {declared}\r\n\r\n").into_bytes(),
-                spaces: declared,
+                header: format!("Content-Length: {declared}\r\n\r\n{head}").into_bytes(),
+                spaces: declared - head.len() as u64,
                 trailer: frame(SESSIONS),
             },
-            limit,
-        );
+            1 << 10,
+        )
+    }
+
+    #[tokio::test]
+    async fn an_oversized_body_is_skipped_as_it_streams_past() {
+        let (limit, declared) = (1 << 10, 64u64 << 20);
+        let mut reader = oversized("", declared);
         assert_eq!(
             reader.next().await.unwrap(),
             Some(Incoming::Unreadable(Unreadable::TooLarge {
@@ -1017,18 +1022,10 @@ mod tests {
 
     #[tokio::test]
     async fn an_oversized_request_is_answered_under_its_id() {
-        let limit = 1 << 10;
-        let declared = 8u64 << 20;
+        let (limit, declared) = (1 << 10, 8u64 << 20);
         let head =
             r#"{"jsonrpc":"2.0","id":7,"method":"soba/session/append","params":{"entries":["#;
-        let mut reader = FrameReader::new(
-            Flood {
-                header: format!("Content-Length: {declared}\r\n\r\n{head}").into_bytes(),
-                spaces: declared - head.len() as u64,
-                trailer: frame(SESSIONS),
-            },
-            limit,
-        );
+        let mut reader = oversized(head, declared);
         assert_eq!(
             reader.next().await.unwrap(),
             Some(Incoming::Unreadable(Unreadable::TooLarge {

@@ -193,13 +193,7 @@ impl Daemon {
         let watcher = match started {
             Ok(watcher) => watcher,
             Err(e) => {
-                self.degraded(
-                    workspace,
-                    format!(
-                        "file changes in {} are not recorded: {e}",
-                        workspace.display()
-                    ),
-                );
+                self.not_watched(workspace, e);
                 None
             }
         };
@@ -230,16 +224,20 @@ impl Daemon {
                 Some(w)
             }
             Err(e) => {
-                self.degraded(
-                    workspace,
-                    format!(
-                        "file changes in {} are not recorded: {e}",
-                        workspace.display()
-                    ),
-                );
+                self.not_watched(workspace, e);
                 None
             }
         }
+    }
+
+    fn not_watched(&self, workspace: &Path, why: impl std::fmt::Display) {
+        self.degraded(
+            workspace,
+            format!(
+                "file changes in {} are not recorded: {why}",
+                workspace.display()
+            ),
+        );
     }
 
     fn degraded(&self, workspace: &Path, message: String) {

@@ -468,13 +468,19 @@ mod tests {
         )
     }
 
-    #[test]
-    fn appended_entries_load_back_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("s.jsonl");
+    /// A log at `dir/s.jsonl` holding `a` and its child `b`.
+    fn two_entry_log(dir: &Path) -> (PathBuf, SessionLog) {
+        let p = dir.join("s.jsonl");
         let mut log = SessionLog::create(&p, header(), Durability::Fsync).unwrap();
         log.append(msg("a", None, "one")).unwrap();
         log.append(msg("b", Some("a"), "two")).unwrap();
+        (p, log)
+    }
+
+    #[test]
+    fn appended_entries_load_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, log) = two_entry_log(dir.path());
         drop(log);
         let (s, report) = read_session(&p).unwrap();
         assert_eq!(
@@ -519,10 +525,7 @@ mod tests {
     #[test]
     fn whole_last_entry_without_its_newline_is_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("s.jsonl");
-        let mut log = SessionLog::create(&p, header(), Durability::Fsync).unwrap();
-        log.append(msg("a", None, "one")).unwrap();
-        log.append(msg("b", Some("a"), "two")).unwrap();
+        let (p, log) = two_entry_log(dir.path());
         drop(log);
         let bytes = std::fs::read(&p).unwrap();
         std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
@@ -647,10 +650,7 @@ mod tests {
     #[test]
     fn rewind_moves_the_leaf_and_survives_reload() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("s.jsonl");
-        let mut log = SessionLog::create(&p, header(), Durability::Fsync).unwrap();
-        log.append(msg("a", None, "one")).unwrap();
-        log.append(msg("b", Some("a"), "two")).unwrap();
+        let (p, mut log) = two_entry_log(dir.path());
         log.append(Entry::new(
             "r",
             Some("b".into()),
