@@ -11,6 +11,7 @@ pub mod config;
 pub mod daemon;
 pub mod demo;
 pub mod import;
+pub mod inspect;
 pub mod redact;
 pub mod replay;
 pub mod report;

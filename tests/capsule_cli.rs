@@ -5,11 +5,11 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+use soba::capsule::handoff::{export_capsule, list_capsules, load_capsule};
 use soba::capsule::portable::{read_capsule_file, write_capsule_file};
 use soba::capsule::{
     Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, Origin, Quality,
 };
-use soba::cli::capsule::{export_capsule, list_capsules, load_capsule};
 use soba::config::Durability;
 use soba::session::entry::{
     ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, Role, SessionHeader, Trigger,

@@ -7,8 +7,8 @@ mod common;
 use std::path::Path;
 
 use serde_json::Value;
+use soba::capsule::handoff::list_capsules;
 use soba::capsule::{Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Origin, Quality};
-use soba::cli::capsule::{list_capsules, rewind_session};
 use soba::config::Durability;
 use soba::import::{import_str, ImportOptions};
 use soba::session::entry::{
@@ -16,6 +16,7 @@ use soba::session::entry::{
     Trigger, LOG_FORMAT_VERSION,
 };
 use soba::session::log::{read_session, SessionLog};
+use soba::session::rewind::rewind_session;
 use soba::session::view::{ModelMessage, ModelView};
 
 fn header(id: &str) -> SessionHeader {

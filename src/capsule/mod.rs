@@ -1,8 +1,9 @@
 //! Context Capsules: the model, artifact extraction, the deterministic builder, rendering,
-//! and the portable `.capsule.md` format.
+//! the portable `.capsule.md` format, and hand-offs between sessions.
 
 pub mod artifacts;
 pub mod builder;
+pub mod handoff;
 pub mod model;
 
 pub use model::*;

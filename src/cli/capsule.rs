@@ -3,22 +3,18 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use clap::Subcommand;
 use serde::Serialize;
 
-use super::{human_tokens, print_json, warn_load, CommonArgs};
-use crate::capsule::portable::{
-    read_capsule_file, write, write_capsule_file, Exported, Parsed, PortableCapsule,
-};
-use crate::capsule::CapsuleEntry;
+use super::{print_json, warn_load, CommonArgs};
+use crate::capsule::handoff::{export_capsule, list_capsules, load_capsule};
+use crate::capsule::portable::{read_capsule_file, write_capsule_file};
 use crate::config::Durability;
-use crate::session::entry::{
-    Entry, EntryBody, HeaderTag, RewindEntry, SessionHeader, LOG_FORMAT_VERSION,
-};
+use crate::session::entry::{HeaderTag, SessionHeader, LOG_FORMAT_VERSION};
 use crate::session::log::{read_session, SessionLog};
-use crate::session::view::ModelView;
-use crate::session::Session;
+use crate::session::rewind::rewind_session;
+use crate::util::human_tokens;
 
 #[derive(Debug, Subcommand)]
 pub enum CapsuleCommand {
@@ -74,44 +70,6 @@ pub fn run(command: &CapsuleCommand, common: &CommonArgs) -> anyhow::Result<()> 
     }
 }
 
-/// The capsule entry with this checkpoint id, or an error listing the ones there are.
-pub fn find_capsule<'a>(
-    session: &'a Session,
-    checkpoint: &str,
-) -> anyhow::Result<(&'a Entry, &'a CapsuleEntry)> {
-    let mut ids = Vec::new();
-    for e in session.entries() {
-        if let Some(c) = e.as_capsule() {
-            if c.checkpoint_id == checkpoint {
-                return Ok((e, c));
-            }
-            ids.push(c.checkpoint_id.as_str());
-        }
-    }
-    if ids.is_empty() {
-        bail!("no capsule `{checkpoint}`: this session has no capsules yet");
-    }
-    let hint = crate::util::did_you_mean(checkpoint, &ids)
-        .map(|c| format!(" Did you mean `{c}`?"))
-        .unwrap_or_default();
-    bail!(
-        "no capsule `{checkpoint}` in this session.{hint} Its capsules: {}",
-        ids.join(", ")
-    )
-}
-
-/// The `.capsule.md` text of a capsule of `session`.
-pub fn export_capsule(session: &Session, checkpoint: &str) -> anyhow::Result<Exported> {
-    let (entry, capsule) = find_capsule(session, checkpoint)?;
-    let h = &session.header;
-    Ok(write(&PortableCapsule::from_entry(
-        capsule,
-        &entry.ts,
-        Some(&h.workspace),
-        Some(&h.id),
-    )))
-}
-
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExportReport {
@@ -152,44 +110,6 @@ fn export(
         println!("{s}");
     }
     Ok(())
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LoadReport {
-    pub checkpoint_id: String,
-    pub entry_id: String,
-    pub title: Option<String>,
-    pub loaded_from: String,
-    pub source_checkpoint_id: String,
-    /// Lines of the file that are not part of the capsule (notes, unknown sections).
-    pub ignored_lines: Vec<usize>,
-}
-
-/// Append a parsed capsule file to a session as a capsule with `origin: loaded`, after the
-/// current leaf, so that it is the latest capsule of the model input.
-pub fn load_capsule(
-    log: &mut SessionLog,
-    parsed: &Parsed,
-    path: &str,
-) -> anyhow::Result<LoadReport> {
-    let checkpoint_id = crate::util::new_id("ck_");
-    let capsule = parsed.capsule.to_loaded_entry(checkpoint_id.clone(), path);
-    let entry_id = crate::util::new_id("e_");
-    let parent = log.session().leaf_id().map(str::to_string);
-    log.append(Entry::new(
-        entry_id.clone(),
-        parent,
-        EntryBody::Capsule(Box::new(capsule)),
-    ))?;
-    Ok(LoadReport {
-        checkpoint_id,
-        entry_id,
-        title: parsed.capsule.title.clone(),
-        loaded_from: path.to_string(),
-        source_checkpoint_id: parsed.capsule.checkpoint_id.clone(),
-        ignored_lines: parsed.ignored.iter().map(|i| i.line).collect(),
-    })
 }
 
 /// Appends from the command line are rare and small: always make them durable.
@@ -252,54 +172,6 @@ fn load(
     Ok(())
 }
 
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CapsuleRow {
-    pub checkpoint_id: String,
-    pub entry_id: String,
-    pub title: Option<String>,
-    pub trigger: String,
-    pub quality: String,
-    pub origin: String,
-    pub ts: String,
-    pub tokens_before: u64,
-    pub tokens_after: u64,
-    /// On the branch of the current leaf.
-    pub on_branch: bool,
-    /// The capsule that opens the model input now.
-    pub current: bool,
-}
-
-/// Every capsule of the session, in log order.
-pub fn list_capsules(session: &Session) -> Vec<CapsuleRow> {
-    let leaf = session.leaf();
-    let current = leaf.and_then(|l| session.capsule_on_path(l));
-    session
-        .entries()
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| {
-            let c = e.as_capsule()?;
-            Some(CapsuleRow {
-                checkpoint_id: c.checkpoint_id.clone(),
-                entry_id: e.id.clone(),
-                title: c.title.clone(),
-                trigger: c.trigger.as_str().into(),
-                quality: c.quality.as_str().into(),
-                origin: match c.origin {
-                    crate::capsule::Origin::Session => "session".into(),
-                    crate::capsule::Origin::Loaded => "loaded".into(),
-                },
-                ts: e.ts.clone(),
-                tokens_before: c.tokens.before,
-                tokens_after: c.tokens.after,
-                on_branch: leaf.is_some_and(|l| session.is_ancestor(i, l)),
-                current: current == Some(i),
-            })
-        })
-        .collect()
-}
-
 fn list(session_path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (session, report) = read_session(session_path)?;
     warn_load(session_path, &report);
@@ -338,50 +210,6 @@ fn list(session_path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     }
     println!("* opens the model input now  ~ on another branch");
     Ok(())
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RewindReport {
-    pub rewind_entry_id: String,
-    pub from: Option<String>,
-    pub to: String,
-    /// Messages of the model input at the new leaf.
-    pub messages: usize,
-}
-
-/// Move the leaf of the session to entry `to` by appending a `rewind` entry after the
-/// current leaf. Nothing is deleted; the abandoned branch stays in the log.
-pub fn rewind_session(log: &mut SessionLog, to: &str) -> anyhow::Result<RewindReport> {
-    let session = log.session();
-    if session.index_of(to).is_none() {
-        let ids: Vec<&str> = session.entries().iter().map(|e| e.id.as_str()).collect();
-        let hint = crate::util::did_you_mean(to, &ids)
-            .map(|c| format!(" Did you mean `{c}`?"))
-            .unwrap_or_default();
-        return Err(anyhow!(
-            "no entry `{to}` in {}.{hint} Entry ids are in the log (`soba context --json` shows those of the model input)",
-            log.path().display()
-        ));
-    }
-    let from = session.leaf_id().map(str::to_string);
-    let id = crate::util::new_id("e_");
-    log.append(Entry::new(
-        id.clone(),
-        from.clone(),
-        EntryBody::Rewind(RewindEntry { to: to.to_string() }),
-    ))
-    .context("appending the rewind entry")?;
-    let session = log.session();
-    let messages = ModelView::build(session, session.leaf())
-        .messages(session)
-        .len();
-    Ok(RewindReport {
-        rewind_entry_id: id,
-        from,
-        to: to.to_string(),
-        messages,
-    })
 }
 
 pub fn rewind(session_path: &Path, to: &str, common: &CommonArgs) -> anyhow::Result<()> {

@@ -2,12 +2,13 @@
 
 use std::path::Path;
 
-use super::{human_tokens, print_json, warn_load, CommonArgs};
+use super::{print_json, warn_load, CommonArgs};
 use crate::compaction::run::Barrier;
 use crate::compaction::{CompactionResult, Plan};
 use crate::config::Config;
 use crate::session::entry::Outcome;
 use crate::session::log::{read_session, LogError, SessionLog};
+use crate::util::human_tokens;
 
 /// Open a session for writing with its layered configuration.
 fn open(path: &Path, common: &CommonArgs) -> anyhow::Result<(SessionLog, Config)> {

@@ -8,11 +8,12 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use super::{human_tokens, print_json, CommonArgs};
+use super::{print_json, CommonArgs};
 use crate::config::Config;
 use crate::replay::host::CapsuleWriter;
 use crate::report::text::LivePrinter;
 use crate::report::{html, Event, Timeline};
+use crate::util::human_tokens;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {

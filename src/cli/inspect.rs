@@ -2,106 +2,10 @@
 
 use std::path::Path;
 
-use serde::Serialize;
-
-use super::{human_tokens, print_json, warn_load, CommonArgs};
-use crate::budget::{Breakdown, Budget, Limits, MeasurementSource};
+use super::{print_json, warn_load, CommonArgs};
+use crate::inspect::{budget_report, context_report};
 use crate::session::log::read_session;
-use crate::session::view::{ModelMessage, ModelView};
-use crate::session::Session;
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BudgetReport {
-    pub effective_tokens: u64,
-    pub hard_limit: u64,
-    pub soft_limit: u64,
-    pub source: MeasurementSource,
-    pub context_window: u64,
-    pub max_output_tokens: u64,
-    pub auto_compact: bool,
-    pub last_compaction: Option<LastCompaction>,
-    pub breakdown: Breakdown,
-    pub model: String,
-    pub tokenizer: &'static str,
-    /// Who writes capsules: the configured model (with its circuit breaker) or the local builder.
-    pub summarizer: SummarizerStatus,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SummarizerStatus {
-    /// `local`, or the model and server (never the key).
-    pub uses: String,
-    /// The model path's circuit breaker; absent for the local builder.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub breaker: Option<crate::summarize::BreakerState>,
-}
-
-impl SummarizerStatus {
-    pub fn of(summarizer: Option<&dyn crate::summarize::Summarizer>) -> Self {
-        match summarizer {
-            None => SummarizerStatus {
-                uses: "local".into(),
-                breaker: None,
-            },
-            Some(s) => SummarizerStatus {
-                uses: s.describe(),
-                breaker: s.breaker().map(|b| b.state(std::time::Instant::now())),
-            },
-        }
-    }
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LastCompaction {
-    pub checkpoint_id: String,
-    pub trigger: String,
-    pub quality: String,
-    pub tokens_before: u64,
-    pub tokens_after: u64,
-    pub ts: String,
-}
-
-/// The budget of a session at its leaf.
-pub fn budget_report(
-    session: &Session,
-    limits: Limits,
-    auto_default: bool,
-    model: &str,
-    summarizer: Option<&dyn crate::summarize::Summarizer>,
-) -> BudgetReport {
-    // The kept tally, not a fresh view: the daemon reports the budget after every append.
-    let tally = session.tally();
-    let budget = Budget::measure(limits, tally.breakdown(), tally.usage_anchor());
-    let last_compaction = tally.capsule().map(|c| {
-        let e = session.entry(c);
-        let cap = e.as_capsule().expect("capsule");
-        LastCompaction {
-            checkpoint_id: cap.checkpoint_id.clone(),
-            trigger: cap.trigger.as_str().into(),
-            quality: cap.quality.as_str().into(),
-            tokens_before: cap.tokens.before,
-            tokens_after: cap.tokens.after,
-            ts: e.ts.clone(),
-        }
-    });
-    BudgetReport {
-        effective_tokens: budget.effective_tokens,
-        hard_limit: limits.hard_limit,
-        soft_limit: limits.soft_limit,
-        source: budget.source,
-        context_window: limits.context_window,
-        max_output_tokens: limits.max_output_tokens,
-        auto_compact: tally.auto_compact().unwrap_or(auto_default),
-        last_compaction,
-        breakdown: budget.breakdown,
-        model: model.to_string(),
-        tokenizer: session.tokenizer().as_str(),
-        summarizer: SummarizerStatus::of(summarizer),
-    }
-}
+use crate::util::human_tokens;
 
 pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
@@ -150,30 +54,6 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         None => println!("no compaction yet"),
     }
     Ok(())
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContextReport {
-    pub messages: Vec<ModelMessage>,
-    pub capsule: Option<serde_json::Value>,
-    pub first_kept_entry_id: Option<String>,
-    pub tokens: u64,
-    pub warnings: Vec<String>,
-}
-
-pub fn context_report(session: &Session) -> ContextReport {
-    let view = ModelView::build(session, session.leaf());
-    let breakdown = view.breakdown(session);
-    ContextReport {
-        messages: view.messages(session),
-        capsule: view.capsule.map(|c| {
-            serde_json::to_value(session.entry(c).as_capsule()).expect("capsule serializes")
-        }),
-        first_kept_entry_id: view.first_kept.map(|i| session.entry(i).id.clone()),
-        tokens: breakdown.total(),
-        warnings: view.warnings,
-    }
 }
 
 pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {

@@ -74,12 +74,3 @@ pub fn warn_load(path: &Path, report: &crate::session::log::LoadReport) {
         eprintln!("warning: {m}");
     }
 }
-
-/// `12.3k`-style rendering of a token count.
-pub fn human_tokens(n: u64) -> String {
-    if n >= 1000 {
-        format!("{:.1}k", n as f64 / 1000.0)
-    } else {
-        n.to_string()
-    }
-}

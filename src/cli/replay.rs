@@ -11,12 +11,13 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::demo::{fresh_dir, limits_line, use_color, RunOutput};
 use super::import::FormatChoice;
-use super::{human_tokens, print_json, CommonArgs};
+use super::{print_json, CommonArgs};
 use crate::import::{import_str, Format, ImportOptions};
 use crate::replay::host::CapsuleWriter;
 use crate::replay::{replay, Observers};
 use crate::report::text::LivePrinter;
 use crate::report::{html, Event};
+use crate::util::human_tokens;
 
 /// Below this many entries a replay is too quick for a progress bar to help.
 const PROGRESS_MIN_ENTRIES: usize = 500;

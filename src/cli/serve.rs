@@ -2,12 +2,13 @@
 
 use std::path::Path;
 
-use super::{human_tokens, print_json, CommonArgs};
+use super::{print_json, CommonArgs};
 use crate::daemon::flight::{FlightLog, FlightRecord};
 use crate::daemon::paths::Paths;
 use crate::daemon::registry::{Daemon, DaemonOptions};
 use crate::daemon::socket;
 use crate::session::log::read_session;
+use crate::util::human_tokens;
 
 /// How `soba serve` runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

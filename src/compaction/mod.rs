@@ -64,7 +64,7 @@ pub struct CompactionResult {
 impl CompactionResult {
     /// The persistent completion line: trigger, before → after tokens, reclaimed %, checkpoint.
     pub fn completion_line(&self) -> String {
-        let k = crate::cli::human_tokens;
+        let k = crate::util::human_tokens;
         match self.outcome {
             Outcome::Completed => format!(
                 "{} compact: {} → {} tokens (−{:.0}%), {}, {}",

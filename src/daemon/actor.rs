@@ -23,10 +23,10 @@ use super::protocol::{
     RewindResult, RpcError, TurnCompleteResult,
 };
 use crate::capsule::artifacts::ToolMapping;
-use crate::cli::inspect::budget_report;
 use crate::compaction::run::{Barrier as Engine, Preflight};
 use crate::compaction::{reasons, CompactionResult, Generated, Plan};
 use crate::config::Config;
+use crate::inspect::budget_report;
 use crate::session::entry::{
     CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
 };
@@ -395,7 +395,7 @@ fn no_capsule(r: CompactionResult) -> RpcError {
 
 impl Actor {
     fn capsule_list(&self) -> CapsuleListResult {
-        let rows = crate::cli::capsule::list_capsules(self.log.session());
+        let rows = crate::capsule::handoff::list_capsules(self.log.session());
         CapsuleListResult {
             capsules: rows
                 .into_iter()
@@ -432,7 +432,7 @@ impl Actor {
                 path.display()
             )));
         }
-        let exported = crate::cli::capsule::export_capsule(self.log.session(), checkpoint_id)
+        let exported = crate::capsule::handoff::export_capsule(self.log.session(), checkpoint_id)
             .map_err(|e| RpcError::invalid_params(format!("`checkpointId`: {e}")))?;
         crate::capsule::portable::write_capsule_file(path, &exported.text)
             .map_err(|e| RpcError::internal(e.to_string()))?;
@@ -445,9 +445,12 @@ impl Actor {
         let parsed = crate::capsule::portable::read_capsule_file(path)
             .map_err(|e| RpcError::invalid_params(format!("`path`: {e}")))?;
         let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let r =
-            crate::cli::capsule::load_capsule(&mut self.log, &parsed, &shown.display().to_string())
-                .map_err(|e| RpcError::internal(format!("{e:#}")));
+        let r = crate::capsule::handoff::load_capsule(
+            &mut self.log,
+            &parsed,
+            &shown.display().to_string(),
+        )
+        .map_err(|e| RpcError::internal(format!("{e:#}")));
         self.publish();
         Ok(CapsuleLoadResult {
             checkpoint_id: r?.checkpoint_id,

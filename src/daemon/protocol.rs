@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::cli::inspect::BudgetReport as CoreBudgetReport;
+use crate::inspect::BudgetReport as CoreBudgetReport;
 use crate::session::entry::{CheckpointKind, Usage};
 use crate::session::view::ModelMessage;
 

@@ -7,8 +7,8 @@ use std::fmt::Write;
 
 use super::Timeline;
 use crate::capsule::Quality;
-use crate::cli::human_tokens;
 use crate::session::entry::{Outcome, Trigger};
+use crate::util::human_tokens;
 
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 360.0;

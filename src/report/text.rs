@@ -5,8 +5,8 @@
 
 use super::{Event, ForeignMark, Step, Timeline, TimelineCompaction};
 use crate::budget::Limits;
-use crate::cli::human_tokens;
 use crate::session::entry::Outcome;
+use crate::util::human_tokens;
 
 const BAR_CELLS: u64 = 20;
 

@@ -4,6 +4,7 @@
 mod decode;
 pub mod entry;
 pub mod log;
+pub mod rewind;
 pub mod tally;
 pub mod turn;
 pub mod view;
