@@ -163,21 +163,25 @@ impl ChangeFilter {
         let mut out = vec![top.to_path_buf()];
         let mut next = 0;
         while next < out.len() {
-            let Ok(entries) = std::fs::read_dir(&out[next]) else {
-                next += 1;
-                continue;
-            };
+            let children = self.kept_subdirs(&out[next].clone());
+            out.extend(children);
             next += 1;
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    let dir = entry.path();
-                    if self.keeps_dir(&dir) {
-                        out.push(dir);
-                    }
-                }
-            }
         }
         out
+    }
+
+    /// The kept folders directly inside `dir` (none when it cannot be read); links are left
+    /// out.
+    pub fn kept_subdirs(&mut self, dir: &Path) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|entry| entry.path())
+            .filter(|child| self.keeps_dir(child))
+            .collect()
     }
 
     /// A `.gitignore` in `dir` was written or removed: read it afresh next time.

@@ -185,31 +185,23 @@ impl NativeWatch {
             RecommendedWatcher::kind(),
             WatcherKind::Inotify | WatcherKind::Kqueue
         );
-        let mut watched = HashSet::new();
-        if per_folder {
-            watcher.watch(root, RecursiveMode::NonRecursive)?;
-            for dir in filter.kept_dirs(root).into_iter().skip(1) {
-                match watcher.watch(&dir, RecursiveMode::NonRecursive) {
-                    Ok(()) => {
-                        watched.insert(dir);
-                    }
-                    Err(e) if is_watch_limit(&e) => return Err(e),
-                    // Gone or unreadable since the walk: nothing in it to record.
-                    Err(_) => {}
-                }
-            }
-            watched.insert(root.to_path_buf());
+        let mode = if per_folder {
+            RecursiveMode::NonRecursive
         } else {
-            watcher.watch(root, RecursiveMode::Recursive)?;
-        }
-        let native = NativeWatch {
+            RecursiveMode::Recursive
+        };
+        watcher.watch(root, mode)?;
+        let mut native = NativeWatch {
             watcher,
-            watched,
+            watched: HashSet::from([root.to_path_buf()]),
             per_folder,
             signals,
             events,
             limit_reported: false,
         };
+        if per_folder {
+            native.watch_tree(root.to_path_buf(), &mut filter)?;
+        }
         Ok((native, filter))
     }
 
@@ -313,30 +305,43 @@ impl NativeWatch {
         }
     }
 
-    /// Watch the kept folders at and below `top` that have no watch yet.
+    /// Watch the kept folders at and below `top` that have no watch yet, saying once when
+    /// the OS runs out of watches.
     fn watch_new(&mut self, top: PathBuf, filter: &mut ChangeFilter) {
-        for dir in filter.kept_dirs(&top) {
-            if self.watched.contains(&dir) {
-                continue;
-            }
-            match self.watcher.watch(&dir, RecursiveMode::NonRecursive) {
-                Ok(()) => {
-                    self.watched.insert(dir);
-                }
-                Err(e) if is_watch_limit(&e) => {
-                    if !self.limit_reported {
-                        self.limit_reported = true;
-                        eprintln!(
-                            "soba: the OS file-watch limit is exhausted ({e}); changes in new folders under {} are not recorded. \
-                             Raise the limit (Linux: sysctl fs.inotify.max_user_watches)",
-                            filter.root().display()
-                        );
-                    }
-                    return;
-                }
-                Err(_) => {}
+        if let Err(e) = self.watch_tree(top, filter) {
+            if !self.limit_reported {
+                self.limit_reported = true;
+                eprintln!(
+                    "soba: the OS file-watch limit is exhausted ({e}); changes in new folders under {} are not recorded. \
+                     Raise the limit (Linux: sysctl fs.inotify.max_user_watches)",
+                    filter.root().display()
+                );
             }
         }
+    }
+
+    /// Watch the kept folders at and below `top`, each before it is listed: a folder created
+    /// inside one once its watch is in place is reported by the watch, one created earlier is
+    /// found by the listing, so none falls between the two. Fails only at the watch limit.
+    fn watch_tree(&mut self, top: PathBuf, filter: &mut ChangeFilter) -> notify::Result<()> {
+        if !filter.keeps_dir(&top) {
+            return Ok(());
+        }
+        let mut queue = vec![top];
+        while let Some(dir) = queue.pop() {
+            if !self.watched.contains(&dir) {
+                match self.watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                    Ok(()) => {
+                        self.watched.insert(dir.clone());
+                    }
+                    Err(e) if is_watch_limit(&e) => return Err(e),
+                    // Gone or unreadable since it was seen: nothing in it to record.
+                    Err(_) => continue,
+                }
+            }
+            queue.extend(filter.kept_subdirs(&dir));
+        }
+        Ok(())
     }
 }
 
@@ -502,6 +507,29 @@ mod tests {
         w.write("pkg/after.rs");
         w.recorded_until("pkg/after.rs");
         assert_eq!(w.watcher.folders(), 3);
+    }
+
+    /// Folders made in quick succession, each inside the last, while the watcher is adding
+    /// watches: every one must end up watched (a folder is watched before it is listed).
+    #[test]
+    fn native_watches_every_folder_of_a_tree_made_at_once() {
+        let w = live(WatchMode::Native, |_| {});
+        let (chains, depth) = (40, 6);
+        for c in 0..chains {
+            // One level at a time, so that folders appear while the watcher is adding
+            // watches to their parents.
+            let mut dir = w.root.join(format!("c{c}"));
+            std::fs::create_dir(&dir).unwrap();
+            for d in 0..depth {
+                std::thread::sleep(Duration::from_micros(300));
+                dir.push(format!("d{d}"));
+                std::fs::create_dir(&dir).unwrap();
+            }
+        }
+        w.folders_become(1 + chains * (depth + 1));
+        w.settle();
+        w.write("c39/d0/d1/d2/d3/d4/d5/deep.rs");
+        w.recorded_until("c39/d0/d1/d2/d3/d4/d5/deep.rs");
     }
 
     #[test]
