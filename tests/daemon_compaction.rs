@@ -179,6 +179,61 @@ fn session_types(daemon: &Daemon, id: &str) -> Vec<String> {
         .collect()
 }
 
+/// A close sent while a compaction runs ends it as a cancel does: the waiting preflight is
+/// answered, input queued before the close is applied, and the log is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_during_a_compaction_cancels_it_and_answers_everyone() {
+    let e = env();
+    let c = Arc::new(connect(&e.daemon));
+    c.initialize(&[&e.workspace], false).await;
+    let id = oversized_session(&c, &e).await;
+    let preflight = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move { c.raw("soba/preflight", json!({"sessionId": id})).await })
+    };
+    until_phase(&c, "progress").await;
+    let queued = {
+        let (c, id) = (c.clone(), id.clone());
+        tokio::spawn(async move {
+            c.raw(
+                "soba/session/append",
+                json!({"sessionId": id, "entries": [message("user", "sent before the close")]}),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let closed = c
+        .request("soba/session/close", json!({"sessionId": id}))
+        .await;
+    let path = PathBuf::from(closed["path"].as_str().unwrap());
+    // The gate was never opened: only the close could end the compaction.
+    let end = until_phase(&c, "end").await;
+    assert_eq!(end["result"]["outcome"], "cancelled", "{end}");
+    // Over the hard limit with no capsule, the waiting agent hears that its turn was
+    // cancelled and the budget is exceeded, not silence.
+    let answer = preflight.await.unwrap();
+    assert_eq!(answer["error"]["code"], code::BUDGET_EXCEEDED, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cancelled"),
+        "{answer}"
+    );
+    let appended = queued.await.unwrap();
+    assert!(appended.get("result").is_some(), "{appended}");
+    let (log, _) = soba::session::log::SessionLog::open(&path, soba::config::Durability::Flush)
+        .expect("the log is released");
+    let last = log.session().entries().last().unwrap();
+    assert!(
+        serde_json::to_string(&last.body)
+            .unwrap()
+            .contains("sent before the close"),
+        "{last:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preflight_compacts_with_progress_and_stays_responsive() {
     let e = env();

@@ -609,6 +609,127 @@ async fn polling_fallback_records_edits_of_existing_files() {
     }
 }
 
+#[tokio::test]
+async fn closing_a_session_releases_its_log_and_tells_every_client() {
+    let e = env();
+    let agent = connect(&e.daemon);
+    agent.initialize(&[&e.workspace], false).await;
+    let editor = connect(&e.daemon);
+    editor.initialize(&[&e.workspace], false).await;
+    let id = open(&agent, &e.workspace).await;
+    let appended = agent
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("one"), user("two")]}),
+        )
+        .await;
+    let path = PathBuf::from(
+        agent
+            .request(
+                "soba/session/open",
+                json!({"workspace": e.workspace, "sessionId": id}),
+            )
+            .await["path"]
+            .as_str()
+            .unwrap(),
+    );
+
+    let closed = agent
+        .request("soba/session/close", json!({"sessionId": id}))
+        .await;
+    assert_eq!(closed["sessionId"], id.as_str());
+    assert_eq!(closed["path"], path.display().to_string());
+    let notice = editor
+        .expect_notification("soba/session/closed", Duration::from_secs(5))
+        .await;
+    assert_eq!(notice["sessionId"], id.as_str());
+    assert_eq!(notice["workspace"], e.workspace.display().to_string());
+
+    // The log is free for another writer the moment the answer arrives, and holds everything.
+    {
+        let (log, _) = soba::session::log::SessionLog::open(&path, soba::config::Durability::Flush)
+            .expect("the closed session's log is released");
+        assert_eq!(log.session().leaf_id(), appended["leafId"].as_str());
+    }
+
+    // Gone from the daemon: listed nowhere, unknown by id, no longer the active session.
+    let sessions = editor.request("soba/sessions", json!({})).await;
+    assert_eq!(sessions["sessions"], json!([]));
+    for (method, params) in [
+        ("soba/budget", json!({"sessionId": id})),
+        ("soba/budget", json!({"workspace": e.workspace})),
+        (
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("late")]}),
+        ),
+        ("soba/session/close", json!({"sessionId": id})),
+    ] {
+        let err = agent.error(method, params.clone()).await;
+        assert_eq!(
+            err["code"],
+            code::UNKNOWN_SESSION,
+            "{method} {params}: {err}"
+        );
+    }
+
+    // Opening it again loads it from disk, and it takes input as before.
+    let reopened = agent
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": id}),
+        )
+        .await;
+    assert_eq!(reopened["budget"]["sessionId"], id.as_str());
+    let more = agent
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("three")]}),
+        )
+        .await;
+    assert_eq!(more["entryIds"].as_array().unwrap().len(), 1);
+    let budget = editor
+        .request("soba/budget", json!({"workspace": e.workspace}))
+        .await;
+    assert_eq!(budget["sessionId"], id.as_str());
+}
+
+/// Closing the last session of a workspace stops its file watch; opening a session there
+/// again starts a new one.
+#[tokio::test]
+async fn a_workspace_reopened_after_its_last_close_is_watched_again() {
+    let e = env_with(Some(WatchMode::Native));
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = open(&c, &e.workspace).await;
+    c.request("soba/session/close", json!({"sessionId": id}))
+        .await;
+    let id = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": id}),
+        )
+        .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(e.workspace.join("after.rs"), "fn main() {}\n").unwrap();
+    let path = e.daemon.session(&id).unwrap().path;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("\"after.rs\"")
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the reopened workspace's watcher recorded nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Every handled method and notification is documented in docs/protocol.md, and every method
 /// documented there is handled.
 #[test]

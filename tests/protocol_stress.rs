@@ -538,6 +538,7 @@ fn malformed_cases(session: &str) -> Vec<Case> {
             json!({"sessionId": session, "instructions": 42}),
         ),
         bad_params(40, "soba/cancel", json!({"session": session})),
+        bad_params(42, "soba/session/close", json!({"sessionId": true})),
         // Well-formed, but about things that do not exist.
         case(
             "append to an unknown session",
@@ -557,6 +558,11 @@ fn malformed_cases(session: &str) -> Vec<Case> {
             "budget of an unknown session",
             req(json!(52), "soba/budget", json!({"sessionId": "s_nope"})),
             Expect::Error(json!(52), &[UNKNOWN_SESSION]),
+        ),
+        case(
+            "close of an unknown session",
+            req(json!(55), "soba/session/close", json!({"sessionId": "s_nope"})),
+            Expect::Error(json!(55), &[UNKNOWN_SESSION]),
         ),
         case(
             "rewind to an unknown entry",

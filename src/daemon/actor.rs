@@ -20,7 +20,7 @@ use super::protocol::{
     code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CapsuleCreateResult,
     CapsuleExportResult, CapsuleListResult, CapsuleLoadResult, CapsuleSummary, CapsuleTokensView,
     CheckpointResult, CompactionNotice, CompactionPhase, OverflowResult, PreflightResult,
-    RewindResult, RpcError, TurnCompleteResult,
+    RewindResult, RpcError, SessionClosedNotice, TurnCompleteResult,
 };
 use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::{Barrier as Engine, Preflight};
@@ -46,6 +46,7 @@ pub enum Event {
         workspace: String,
         message: String,
     },
+    SessionClosed(SessionClosedNotice),
 }
 
 impl Event {
@@ -53,6 +54,7 @@ impl Event {
         match self {
             Event::BudgetChanged(b) => &b.workspace,
             Event::Compaction { workspace, .. } | Event::Degraded { workspace, .. } => workspace,
+            Event::SessionClosed(notice) => &notice.workspace,
         }
     }
 }
@@ -122,6 +124,10 @@ enum Command {
     CapsuleList {
         reply: Reply<CapsuleListResult>,
     },
+    /// Stop taking input and release the log once everything before this is done.
+    Close {
+        reply: Reply<()>,
+    },
     /// A spawned generation finished (internal).
     Generated {
         operation_id: String,
@@ -156,6 +162,7 @@ impl std::fmt::Debug for Command {
             Command::CapsuleExport { .. } => "CapsuleExport",
             Command::CapsuleLoad { .. } => "CapsuleLoad",
             Command::CapsuleList { .. } => "CapsuleList",
+            Command::Close { .. } => "Close",
             Command::Generated { .. } => "Generated",
         })
     }
@@ -261,6 +268,12 @@ impl SessionHandle {
         self.request(|reply| Command::CapsuleList { reply }).await
     }
 
+    /// Finish what was asked before, end a running compaction as `soba/cancel` does, then stop
+    /// and release the log; returns once the log is free for another writer.
+    pub async fn close(&self) -> Result<(), RpcError> {
+        self.request(|reply| Command::Close { reply }).await
+    }
+
     /// Record file changes seen on disk. Fire and forget: the watcher never waits on a session.
     pub fn watched_files(&self, changes: Vec<FileEntry>) {
         let _ = self.tx.send(Command::WatchedFiles { changes });
@@ -300,6 +313,8 @@ struct Actor {
     /// Our own queue, for generation tasks to report back on.
     me: mpsc::WeakUnboundedSender<Command>,
     running: Option<Running>,
+    /// Set by `Close`: whoever waits for the log to be released.
+    closing: Option<Reply<()>>,
 }
 
 /// What a session's actor is started with.
@@ -335,6 +350,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         flight,
         me: tx.downgrade(),
         running: None,
+        closing: None,
     };
     actor
         .log
@@ -461,6 +477,16 @@ impl Actor {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         while let Some(cmd) = rx.recv().await {
             self.handle(cmd);
+            if self.closing.is_some() {
+                break;
+            }
+        }
+        if let Some(reply) = self.closing.take() {
+            // Input sent after the close fails at once; the log and its lock go with the actor,
+            // before the answer, so the closer can hand the file to another writer.
+            drop(rx);
+            drop(self);
+            let _ = reply.send(Ok(()));
         }
     }
 
@@ -472,8 +498,17 @@ impl Actor {
     }
 
     fn handle(&mut self, cmd: Command) {
+        if self.closing.is_some() {
+            // Queued behind a close: dropping it answers its sender that the session stopped.
+            return;
+        }
         if let Some(running) = &mut self.running {
             match cmd {
+                // A close ends the compaction as a cancel does, then waits its turn.
+                Command::Close { reply } => {
+                    running.cancel.cancel();
+                    running.queued.push_back(Command::Close { reply });
+                }
                 // A rewind is applied even during a compaction: it moves the leaf, so the
                 // running compaction ends `stale` and appends nothing.
                 Command::Rewind { entry_id, reply } => {
@@ -520,6 +555,7 @@ impl Actor {
             Command::Cancel { reply } => {
                 let _ = reply.send(Ok(CancelResult { cancelled: false }));
             }
+            Command::Close { reply } => self.closing = Some(reply),
             Command::TurnComplete { usage, reply } => {
                 let r = self.engine_step(|e, log| e.turn_complete(log, usage));
                 let _ = reply.send(r.map(|intent_recorded| TurnCompleteResult { intent_recorded }));

@@ -19,6 +19,7 @@ pub mod method {
     pub const OVERFLOW: &str = "soba/overflow";
     pub const CANCEL: &str = "soba/cancel";
     pub const REWIND: &str = "soba/rewind";
+    pub const SESSION_CLOSE: &str = "soba/session/close";
     pub const BUDGET: &str = "soba/budget";
     pub const COMPACT: &str = "soba/compact";
     pub const AUTO_COMPACT: &str = "soba/autoCompact";
@@ -34,6 +35,7 @@ pub mod method {
 pub mod notification {
     pub const BUDGET_CHANGED: &str = "soba/budgetChanged";
     pub const COMPACTION: &str = "soba/compaction";
+    pub const SESSION_CLOSED: &str = "soba/session/closed";
 }
 
 /// Every request method the daemon handles, in documentation order.
@@ -46,6 +48,7 @@ pub const METHODS: &[&str] = &[
     method::OVERFLOW,
     method::CANCEL,
     method::REWIND,
+    method::SESSION_CLOSE,
     method::BUDGET,
     method::COMPACT,
     method::AUTO_COMPACT,
@@ -58,7 +61,11 @@ pub const METHODS: &[&str] = &[
 ];
 
 /// Every custom notification the daemon sends.
-pub const NOTIFICATIONS: &[&str] = &[notification::BUDGET_CHANGED, notification::COMPACTION];
+pub const NOTIFICATIONS: &[&str] = &[
+    notification::BUDGET_CHANGED,
+    notification::COMPACTION,
+    notification::SESSION_CLOSED,
+];
 
 /// Prefix of the `workspace/executeCommand` equivalents.
 pub const COMMAND_PREFIX: &str = "soba.server.";
@@ -121,6 +128,22 @@ pub struct AppendParams {
 #[serde(rename_all = "camelCase")]
 pub struct SessionParams {
     pub session_id: String,
+}
+
+/// The answer to `soba/session/close`: the session is no longer live and its log is free.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCloseResult {
+    pub session_id: String,
+    pub path: String,
+}
+
+/// `soba/session/closed`: a session left the daemon; clients showing it let it go.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionClosedNotice {
+    pub session_id: String,
+    pub workspace: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -10,7 +10,7 @@ use tokio::sync::broadcast;
 use super::actor::{self, Event, SessionHandle};
 use super::flight::{FlightLog, FlightRecord};
 use super::paths::{workspace_path, Paths};
-use super::protocol::{code, ModelParams, RpcError, SessionSummary};
+use super::protocol::{code, ModelParams, RpcError, SessionClosedNotice, SessionSummary};
 use super::watcher::{WatchMode, WorkspaceWatcher};
 use crate::config::{Config, ConfigSources, Overrides};
 use crate::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
@@ -269,6 +269,35 @@ impl Daemon {
                     ),
                 )
             })
+    }
+
+    /// End a live session: it leaves the registry (and stops being the workspace's active
+    /// session), its actor finishes what was asked before and releases the log, and every
+    /// client that knows the workspace hears `soba/session/closed`. The last session of a
+    /// workspace takes the workspace's file watch with it. Opening it again loads it from disk.
+    pub async fn close(&self, id: &str) -> Result<SessionHandle, RpcError> {
+        let handle = {
+            let mut reg = self.lock();
+            let handle = reg
+                .sessions
+                .remove(id)
+                .ok_or_else(|| RpcError::unknown_session(id))?;
+            let ws = &handle.workspace;
+            if !reg.sessions.values().any(|h| &h.workspace == ws) {
+                reg.workspaces.remove(ws);
+            } else if let Some(w) = reg.workspaces.get_mut(ws) {
+                if w.active.as_deref() == Some(id) {
+                    w.active = None;
+                }
+            }
+            handle
+        };
+        handle.close().await?;
+        let _ = self.events.send(Event::SessionClosed(SessionClosedNotice {
+            session_id: handle.id.clone(),
+            workspace: handle.workspace.display().to_string(),
+        }));
+        Ok(handle)
     }
 
     /// A live session by id.

@@ -108,6 +108,7 @@ handlers! {
     overflow => method::OVERFLOW,
     cancel => method::CANCEL,
     rewind => method::REWIND,
+    session_close => method::SESSION_CLOSE,
     budget => method::BUDGET,
     compact => method::COMPACT,
     auto_compact => method::AUTO_COMPACT,
@@ -248,6 +249,14 @@ impl Backend {
                 let p: RewindParams = parse_params(method, params)?;
                 to_value(self.session(&p.session_id)?.rewind(p.entry_id).await?)
             }
+            method::SESSION_CLOSE => {
+                let p: SessionParams = parse_params(method, params)?;
+                let h = self.daemon.close(&p.session_id).await?;
+                to_value(SessionCloseResult {
+                    session_id: h.id.clone(),
+                    path: h.path.display().to_string(),
+                })
+            }
             method::BUDGET => {
                 let p: BudgetParams = parse_params(method, params)?;
                 to_value(
@@ -350,6 +359,12 @@ impl Notification for BudgetChangedNotification {
     const METHOD: &'static str = notification::BUDGET_CHANGED;
 }
 
+enum SessionClosedNotification {}
+impl Notification for SessionClosedNotification {
+    type Params = Value;
+    const METHOD: &'static str = notification::SESSION_CLOSED;
+}
+
 enum CompactionNotification {}
 impl Notification for CompactionNotification {
     type Params = Value;
@@ -381,6 +396,13 @@ impl Forwarder {
                 self.client
                     .show_message(MessageType::WARNING, message)
                     .await
+            }
+            Event::SessionClosed(notice) => {
+                if let Ok(v) = serde_json::to_value(&notice) {
+                    self.client
+                        .send_notification::<SessionClosedNotification>(v)
+                        .await;
+                }
             }
             Event::Compaction { notice, .. } => {
                 if self.progress {

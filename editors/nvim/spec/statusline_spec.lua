@@ -23,6 +23,7 @@ end
 
 local budget_changed = soba.handlers['soba/budgetChanged']
 local compaction = soba.handlers['soba/compaction']
+local session_closed = soba.handlers['soba/session/closed']
 
 describe('statusline from notifications', function()
   local messages, user_events, autocmd
@@ -48,6 +49,17 @@ describe('statusline from notifications', function()
       soba._state.reports[key] = nil
     end
     soba._state.latest_workspace = nil
+  end)
+
+  it('goes blank when the shown session is closed, and only then', function()
+    budget_changed(nil, report())
+    session_closed(nil, { sessionId = 's_other', workspace = '/work/statusline-project' })
+    assert.are.equal('31.2k / 48.8k', soba.statusline())
+    local events = user_events
+    session_closed(nil, { sessionId = 's_1', workspace = '/work/statusline-project' })
+    assert.are.equal('', soba.statusline())
+    assert.is_nil(soba.report())
+    assert.are.equal(events + 1, user_events)
   end)
 
   it('shows the latest budget and fires User SobaBudgetChanged', function()

@@ -5,7 +5,16 @@ import * as fs from 'node:fs';
 import * as vscode from 'vscode';
 import { LanguageClient, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
 import { commandHandlers, type CommandContext, type EditorUi } from './commands';
-import { BUDGET_CHANGED, COMPACTION, type BudgetReport, type CompactionEvent, type SessionTarget, type SobaRequester } from './protocol';
+import {
+  BUDGET_CHANGED,
+  COMPACTION,
+  SESSION_CLOSED,
+  type BudgetReport,
+  type CompactionEvent,
+  type SessionClosed,
+  type SessionTarget,
+  type SobaRequester,
+} from './protocol';
 import { readSettings, serverCommand, type Settings } from './settings';
 import { backgroundColorId, BudgetTracker, CompactionProgress, severity, statusBarText, tooltipLines, type ProgressAction } from './status';
 import { budgetNodes, capsuleNodes, compactionNodes, sessionNodes, VIEW_IDS, type TreeNode } from './views';
@@ -133,6 +142,11 @@ class SobaExtension {
     });
     client.onNotification(COMPACTION, (event: CompactionEvent) => {
       for (const action of this.progress.handle(event)) this.showProgress(action);
+    });
+    client.onNotification(SESSION_CLOSED, (closed: SessionClosed) => {
+      // The bar moves to the workspace's next active session, or hides when there is none.
+      if (this.tracker.forget(closed.sessionId)) this.renderStatus();
+      void this.refreshBudget();
     });
     this.client = client;
     try {

@@ -125,6 +125,7 @@ export interface Requests {
     { sessionId: string; entries: Array<Record<string, unknown>> },
     { entryIds: string[]; leafId: string; budget: BudgetReport },
   ];
+  'soba/session/close': [{ sessionId: string }, { sessionId: string; path: string }];
   'soba/budget': [SessionTarget, BudgetReport];
   'soba/compact': [SessionTarget & { instructions?: string; mirror?: boolean }, CompactionResult];
   'soba/autoCompact': [SessionTarget & { enabled: boolean }, { autoCompact: boolean }];
@@ -142,6 +143,13 @@ export type ResultOf<M extends RequestMethod> = Requests[M][1];
 
 export const BUDGET_CHANGED = 'soba/budgetChanged';
 export const COMPACTION = 'soba/compaction';
+export const SESSION_CLOSED = 'soba/session/closed';
+
+/** `soba/session/closed`: the session left the daemon (its agent closed it). */
+export interface SessionClosed {
+  sessionId: string;
+  workspace: string;
+}
 
 /** JSON-RPC error codes the daemon uses. */
 export const ErrorCodes = {

@@ -141,6 +141,13 @@ export class BudgetTracker {
   clear(): void {
     this.current = undefined;
   }
+
+  /** A session was closed: stop showing it. True when it was the one shown. */
+  forget(sessionId: string): boolean {
+    if (this.current?.sessionId !== sessionId) return false;
+    this.current = undefined;
+    return true;
+  }
 }
 
 /** What the editor should do with one `soba/compaction` notification. */

@@ -8,7 +8,17 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type MessageConnection } from 'vscode-jsonrpc/node';
-import { BUDGET_CHANGED, COMPACTION, type BudgetReport, type CompactionEvent, type ParamsOf, type RequestMethod, type ResultOf } from '../src/protocol';
+import {
+  BUDGET_CHANGED,
+  COMPACTION,
+  SESSION_CLOSED,
+  type BudgetReport,
+  type CompactionEvent,
+  type ParamsOf,
+  type RequestMethod,
+  type ResultOf,
+  type SessionClosed,
+} from '../src/protocol';
 import { BudgetTracker } from '../src/status';
 
 export const SOBA_BIN = process.env.SOBA_BIN ?? path.resolve(__dirname, '..', '..', '..', '..', 'target', 'debug', 'soba');
@@ -41,6 +51,7 @@ export class Daemon {
   readonly workspace = fs.realpathSync(makeDir(path.join(this.tmp, 'workspace')));
   readonly budgets: BudgetReport[] = [];
   readonly compactions: CompactionEvent[] = [];
+  readonly closed: SessionClosed[] = [];
   readonly messages: Array<{ type: number; message: string }> = [];
   readonly tracker = new BudgetTracker(() => [this.workspace]);
   private stderr = '';
@@ -86,6 +97,11 @@ export class Daemon {
     });
     this.conn.onNotification(COMPACTION, (event: CompactionEvent) => {
       this.compactions.push(event);
+      this.wake();
+    });
+    this.conn.onNotification(SESSION_CLOSED, (closed: SessionClosed) => {
+      this.closed.push(closed);
+      this.tracker.forget(closed.sessionId);
       this.wake();
     });
     this.conn.onNotification('window/showMessage', (m: { type: number; message: string }) => void this.messages.push(m));

@@ -151,4 +151,20 @@ describe('status bar against the real daemon', { timeout: 120_000 }, () => {
       },
     );
   });
+
+  it('lets go of the session when its agent closes it', async () => {
+    assert.equal(daemon.tracker.report?.sessionId, sessionId);
+    const closed = await daemon.request('soba/session/close', { sessionId });
+    assert.equal(closed.sessionId, sessionId);
+    await daemon.until('soba/session/closed', () => daemon.closed.some((c) => c.sessionId === sessionId));
+    assert.equal(daemon.closed[0].workspace, daemon.workspace);
+    assert.equal(daemon.tracker.report, undefined, 'the status bar hides');
+    // What the extension asks next: the workspace has no active session any more.
+    await assert.rejects(daemon.request('soba/budget', { workspace: daemon.workspace }), (err: { code: number }) => {
+      assert.equal(err.code, -32002);
+      return true;
+    });
+    const sessions = await daemon.request('soba/sessions', { workspace: daemon.workspace });
+    assert.deepEqual(sessions.sessions, []);
+  });
 });

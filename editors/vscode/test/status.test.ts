@@ -125,6 +125,16 @@ describe('BudgetTracker', () => {
     assert.equal(shown(), undefined);
   });
 
+  it('lets go of the shown session when it is closed, and only then', () => {
+    const tracker = new BudgetTracker(() => []);
+    tracker.accept(report({ sessionId: 's_1' }));
+    assert.equal(tracker.forget('s_other'), false);
+    assert.equal(tracker.report?.sessionId, 's_1');
+    assert.equal(tracker.forget('s_1'), true);
+    assert.equal(tracker.report, undefined);
+    assert.equal(tracker.forget('s_1'), false);
+  });
+
   it('accepts every workspace when the editor has no folder open', () => {
     const tracker = new BudgetTracker(() => []);
     assert.equal(tracker.accept(report({ workspace: '/anywhere' })), true);

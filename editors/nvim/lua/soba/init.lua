@@ -92,6 +92,21 @@ function M.accept_report(report)
   refresh_statusline()
 end
 
+--- Takes a `soba/session/closed`: the statusline stops showing that session (it goes blank
+--- until the workspace's next session reports).
+function M.forget_session(closed)
+  local workspace = real(closed.workspace)
+  local shown = state.reports[workspace]
+  if shown and shown.sessionId == closed.sessionId then
+    state.reports[workspace] = nil
+    if state.latest_workspace == workspace then
+      state.latest_workspace = nil
+    end
+  end
+  state.compacting[closed.sessionId] = nil
+  refresh_statusline()
+end
+
 --- `31.2k / 48.8k` (and ` ⟳ 82%` while compacting), or '' before any session reported.
 function M.statusline()
   local report = M.report()
@@ -178,6 +193,14 @@ M.handlers = {
   ['soba/compaction'] = function(_, event)
     on_compaction(event)
   end,
+  ['soba/session/closed'] = function(_, closed, ctx)
+    M.forget_session(closed)
+    -- The workspace may have another session: ask, as on attach.
+    local client = ctx and vim.lsp.get_client_by_id(ctx.client_id)
+    if client then
+      M.request_budget(client)
+    end
+  end,
 }
 
 --- `$/progress` from the daemon (work-done progress) updates the statusline percent too.
@@ -196,12 +219,17 @@ local function on_lsp_progress(args)
   refresh_statusline()
 end
 
-local function on_attach(client)
+--- Ask for the budget of the client's workspace (its active session), and show it.
+function M.request_budget(client)
   client:request('soba/budget', { workspace = M.workspace(client) }, function(err, report)
     if not err and report then
       M.accept_report(report)
     end
   end)
+end
+
+local function on_attach(client)
+  M.request_budget(client)
 end
 
 --- The workspace of a file buffer: the nearest folder holding a root marker, else the working
