@@ -561,7 +561,11 @@ fn malformed_cases(session: &str) -> Vec<Case> {
         ),
         case(
             "close of an unknown session",
-            req(json!(55), "soba/session/close", json!({"sessionId": "s_nope"})),
+            req(
+                json!(55),
+                "soba/session/close",
+                json!({"sessionId": "s_nope"}),
+            ),
             Expect::Error(json!(55), &[UNKNOWN_SESSION]),
         ),
         case(

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use notify::{RecommendedWatcher, RecursiveMode, Watcher, WatcherKind};
 
@@ -349,14 +349,20 @@ impl NativeWatch {
 struct PollWatch {
     filter: ChangeFilter,
     snapshot: Snapshot,
+    scanned_at: SystemTime,
 }
 
 impl PollWatch {
     /// The first scan happens here, so that changes made once `start` returns are seen.
     fn start(root: &Path) -> PollWatch {
         let mut filter = ChangeFilter::new(root);
+        let scanned_at = SystemTime::now();
         let snapshot = Snapshot::scan(&mut filter, root);
-        PollWatch { filter, snapshot }
+        PollWatch {
+            filter,
+            snapshot,
+            scanned_at,
+        }
     }
 
     fn run<S>(self, sink: S) -> WorkspaceWatcher
@@ -376,14 +382,31 @@ impl PollWatch {
             folders,
             sink,
         };
+        let mut last_scan = self.scanned_at;
         spawn_loop("soba-poll", move || loop {
             match stop.recv_timeout(POLL_INTERVAL) {
                 Err(RecvTimeoutError::Timeout) => {}
                 _ => return,
             }
             let root = recorder.filter.root().to_path_buf();
-            let next = Snapshot::scan(&mut recorder.filter, &root);
-            let changes = snapshot.changes_to(&next);
+            let scanned_at = SystemTime::now();
+            let mut next = Snapshot::scan(&mut recorder.filter, &root);
+            let mut changes = snapshot.changes_to(&next);
+            let rules_changed: Vec<PathBuf> = changes
+                .iter()
+                .filter(|(path, _)| path.file_name().is_some_and(|n| n == ".gitignore"))
+                .filter_map(|(path, _)| path.parent().map(Path::to_path_buf))
+                .collect();
+            if !rules_changed.is_empty() {
+                // This scan used the old rules: scan again with the new ones, and leave out
+                // files that only came into or went out of view.
+                for dir in &rules_changed {
+                    recorder.filter.gitignore_changed(dir);
+                }
+                next = Snapshot::scan(&mut recorder.filter, &root);
+                changes = snapshot.changes_across_rule_change(&next, last_scan, |p| p.exists());
+            }
+            last_scan = scanned_at;
             recorder.folders.store(next.folders, Ordering::Relaxed);
             snapshot = next;
             if !changes.is_empty() {
@@ -568,6 +591,33 @@ mod tests {
         w.settle();
         w.write("old/y.rs");
         w.recorded_until("old/y.rs");
+    }
+
+    /// A `.gitignore` edit that brings a folder into view is recorded as itself, not as every
+    /// file of the folder created; files written there afterwards are recorded.
+    #[test]
+    fn polling_records_a_rule_change_not_the_files_it_reveals() {
+        let w = live(WatchMode::Poll, |root| {
+            std::fs::write(root.join(".gitignore"), "gen/\n").unwrap();
+            std::fs::create_dir_all(root.join("gen")).unwrap();
+            let old = root.join("gen/old.rs");
+            std::fs::write(&old, "// generated").unwrap();
+            std::fs::File::options()
+                .write(true)
+                .open(&old)
+                .unwrap()
+                .set_modified(SystemTime::now() - Duration::from_secs(3600))
+                .unwrap();
+        });
+        std::fs::write(w.root.join(".gitignore"), "").unwrap();
+        let seen = w.recorded_until(".gitignore");
+        assert_eq!(seen, [(".gitignore".to_string(), FileOp::Modified)]);
+        assert_eq!(w.watcher.folders(), 2);
+        w.write("gen/new.rs");
+        assert_eq!(
+            w.recorded_until("gen/new.rs"),
+            [("gen/new.rs".to_string(), FileOp::Created)]
+        );
     }
 
     #[test]

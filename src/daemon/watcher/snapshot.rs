@@ -77,7 +77,31 @@ impl Snapshot {
         changes.sort_by(|a, b| a.0.cmp(&b.0));
         changes
     }
+
+    /// What changed from `self` to `next` when the ignore rules changed in between, so that
+    /// files came into view (a folder no longer ignored) or went out of it: a file that
+    /// appeared is new only if written since the previous scan began (`since`), and one that
+    /// disappeared is deleted only if it is gone from disk.
+    pub fn changes_across_rule_change(
+        &self,
+        next: &Snapshot,
+        since: SystemTime,
+        exists: impl Fn(&Path) -> bool,
+    ) -> Vec<(PathBuf, FileOp)> {
+        // The kernel stamps files from a clock that may lag the one `since` was read from.
+        let since = since - CLOCK_SLACK;
+        self.changes_to(next)
+            .into_iter()
+            .filter(|(path, op)| match op {
+                FileOp::Created => next.files[path].modified.is_none_or(|m| m >= since),
+                FileOp::Deleted => !exists(path),
+                _ => true,
+            })
+            .collect()
+    }
 }
+
+const CLOCK_SLACK: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {
@@ -131,6 +155,38 @@ mod tests {
             ]
         );
         assert!(after.changes_to(&after).is_empty());
+    }
+
+    #[test]
+    fn files_that_only_came_into_or_out_of_view_are_not_changes() {
+        let second = 1_700_000_000_000_000_000u64;
+        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_nanos(second + s * 1_000_000_000);
+        let before = snapshot(&[
+            ("/w/.gitignore", stamp(second, 5)),
+            ("/w/now-ignored.log", stamp(second, 5)),
+            ("/w/removed.rs", stamp(second, 5)),
+        ]);
+        let after = snapshot(&[
+            ("/w/.gitignore", stamp(second + 20_000_000_000, 0)),
+            // In a folder no longer ignored: written long before the previous scan.
+            ("/w/gen/old.rs", stamp(second, 5)),
+            // Written since the previous scan began (at +10 s).
+            ("/w/gen/new.rs", stamp(second + 15_000_000_000, 5)),
+        ]);
+        let on_disk = |p: &Path| p == Path::new("/w/now-ignored.log");
+        let changes = before.changes_across_rule_change(&after, at(10), on_disk);
+        let got: Vec<(String, FileOp)> = changes
+            .into_iter()
+            .map(|(p, op)| (p.to_string_lossy().into_owned(), op))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("/w/.gitignore".to_string(), FileOp::Modified),
+                ("/w/gen/new.rs".to_string(), FileOp::Created),
+                ("/w/removed.rs".to_string(), FileOp::Deleted),
+            ]
+        );
     }
 
     #[test]
