@@ -2,33 +2,25 @@
 //! (`compaction::run::Barrier` over a session log on disk). Each test rebuilds the scenario of
 //! the cited issue and checks that it does not reproduce here.
 
+#[path = "support/agent.rs"]
+mod agent;
 mod loopback;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use agent::{config, Agent};
 use futures::future::BoxFuture;
 use serde_json::json;
-use soba::capsule::artifacts::ToolMapping;
 use soba::capsule::{CapsuleState, Quality};
-use soba::compaction::run::{Barrier, Preflight};
-use soba::compaction::{commit, CompactionResult, Plan};
-use soba::config::{Config, ConfigFile, Durability, Overrides, Provider, SummarizerConfig};
+use soba::compaction::run::Preflight;
+use soba::config::{Provider, SummarizerConfig};
 use soba::session::entry::*;
-use soba::session::log::{read_session, SessionLog};
+use soba::session::log::read_session;
 use soba::session::view::{ModelMessage, ModelView};
-use soba::summarize::{generate, ModelSummarizer, Summarizer, SummaryError, SummaryRequest};
+use soba::summarize::{ModelSummarizer, Summarizer, SummaryError, SummaryRequest};
 use soba::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
 use tokio_util::sync::CancellationToken;
-
-fn config(json: &str) -> Config {
-    let file = ConfigFile::parse("test.json", json).expect("valid test config");
-    Config::resolve(&[file], None, &Overrides::default()).expect("config resolves")
-}
-
-fn filler(tokens: usize) -> String {
-    " lorem".repeat(tokens)
-}
 
 /// A summarizer that counts its calls and answers at once with a short state, like a model
 /// that always succeeds.
@@ -57,219 +49,6 @@ impl Summarizer for CountingSummarizer {
                 ..CapsuleState::default()
             })
         })
-    }
-}
-
-/// A session log on disk driven the way an agent host drives the barrier.
-struct Agent {
-    _dir: tempfile::TempDir,
-    path: std::path::PathBuf,
-    log: SessionLog,
-    config: Config,
-    mapping: ToolMapping,
-    runtime: tokio::runtime::Runtime,
-    n: usize,
-}
-
-impl Agent {
-    fn new(config: Config) -> Agent {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.jsonl");
-        let header = SessionHeader {
-            kind: HeaderTag::Session,
-            version: LOG_FORMAT_VERSION,
-            id: "s".into(),
-            workspace: "/ws".into(),
-            created_at: soba::util::now_rfc3339(),
-            model: None,
-            source: None,
-        };
-        let log = SessionLog::create(&path, header, Durability::Flush).unwrap();
-        Agent {
-            _dir: dir,
-            path,
-            log,
-            config,
-            mapping: ToolMapping::default(),
-            runtime: tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap(),
-            n: 0,
-        }
-    }
-
-    fn push(&mut self, body: EntryBody) -> String {
-        self.n += 1;
-        let id = format!("x{}", self.n);
-        let parent = self.log.session().leaf_id().map(str::to_string);
-        self.log
-            .append(Entry::new(id.clone(), parent, body))
-            .unwrap();
-        id
-    }
-
-    fn message(&mut self, role: Role, content: Vec<ContentBlock>) -> String {
-        self.push(EntryBody::Message(MessageEntry {
-            role,
-            content,
-            usage: None,
-            model: None,
-            synthetic: false,
-        }))
-    }
-
-    fn user(&mut self, tokens: usize) -> String {
-        let text = format!("request {}:{}", self.n, filler(tokens));
-        self.message(Role::User, vec![ContentBlock::text(text)])
-    }
-
-    fn assistant(&mut self, tokens: usize) -> String {
-        self.message(Role::Assistant, vec![ContentBlock::text(filler(tokens))])
-    }
-
-    fn call(&mut self, calls: &[(&str, &str, serde_json::Value)]) -> String {
-        let content = calls
-            .iter()
-            .map(|(id, name, input)| ContentBlock::ToolCall {
-                id: (*id).into(),
-                name: (*name).into(),
-                input: input.clone(),
-            })
-            .collect();
-        self.message(Role::Assistant, content)
-    }
-
-    fn result(&mut self, call_id: &str, name: &str, tokens: usize) -> String {
-        self.push(EntryBody::ToolResult(ToolResultEntry {
-            call_id: call_id.into(),
-            tool_name: Some(name.into()),
-            content: vec![ContentBlock::text(filler(tokens))],
-            is_error: false,
-            exit_code: Some(0),
-        }))
-    }
-
-    /// One tool call and its result of about `tokens` tokens.
-    fn tool(&mut self, name: &str, input: serde_json::Value, tokens: usize) -> (String, String) {
-        let call_id = format!("call{}", self.n);
-        let call = self.call(&[(&call_id, name, input)]);
-        let result = self.result(&call_id, name, tokens);
-        (call, result)
-    }
-
-    /// A turn: prompt, read, edit, answer; about `tokens` tokens.
-    fn turn(&mut self, tokens: usize) {
-        self.user(tokens / 4);
-        let k = self.n;
-        self.tool(
-            "Read",
-            json!({"file_path": format!("/ws/src/f{k}.rs")}),
-            tokens / 4,
-        );
-        self.tool(
-            "Edit",
-            json!({"file_path": format!("/ws/src/f{k}.rs"), "old_string": "a", "new_string": "b"}),
-            tokens / 4,
-        );
-        self.assistant(tokens / 4);
-    }
-
-    fn barrier(&self) -> (Config, ToolMapping) {
-        (self.config.clone(), self.mapping.clone())
-    }
-
-    fn effective(&self) -> u64 {
-        let s = self.log.session();
-        let view = ModelView::build(s, s.leaf());
-        soba::budget::Budget::measure(
-            self.config.limits(),
-            view.breakdown(s),
-            view.usage_anchor(s),
-        )
-        .effective_tokens
-    }
-
-    fn preflight(&mut self) -> Preflight {
-        let (config, mapping) = self.barrier();
-        Barrier {
-            config: &config,
-            mapping: &mapping,
-        }
-        .preflight(&mut self.log)
-        .unwrap()
-    }
-
-    /// Generate with `summarizer` (or locally) and commit.
-    fn run(&mut self, plan: &Plan, summarizer: Option<&dyn Summarizer>) -> CompactionResult {
-        let generated = self.runtime.block_on(generate(
-            plan,
-            summarizer,
-            CancellationToken::new(),
-            &|_| {},
-        ));
-        commit(&mut self.log, plan, generated, false, 1).unwrap()
-    }
-
-    /// Preflight as a host does before one inference: run any compaction it asks for, then ask
-    /// again, until input is handed out or refused. Returns the compactions that ran.
-    fn preflight_through(
-        &mut self,
-        summarizer: Option<&dyn Summarizer>,
-    ) -> (Vec<CompactionResult>, Preflight) {
-        let mut results = Vec::new();
-        // A barrier that needed more than a few rounds would be the loop under test.
-        for _ in 0..4 {
-            match self.preflight() {
-                Preflight::Compact(plan) => results.push(self.run(&plan, summarizer)),
-                p @ Preflight::Ready { .. } => {
-                    if let Preflight::Ready {
-                        skipped: Some(s), ..
-                    } = &p
-                    {
-                        results.push(s.clone());
-                    }
-                    return (results, p);
-                }
-                p @ Preflight::Failed(_) => return (results, p),
-            }
-        }
-        panic!("preflight did not settle within 4 rounds: a compaction loop");
-    }
-
-    fn explicit(&mut self, summarizer: Option<&dyn Summarizer>) -> CompactionResult {
-        let (config, mapping) = self.barrier();
-        let plan = Barrier {
-            config: &config,
-            mapping: &mapping,
-        }
-        .explicit(&mut self.log, None)
-        .unwrap();
-        match plan {
-            Ok(plan) => self.run(&plan, summarizer),
-            Err(r) => r,
-        }
-    }
-
-    fn capsules(&self) -> usize {
-        self.log
-            .session()
-            .entries()
-            .iter()
-            .filter(|e| e.as_capsule().is_some())
-            .count()
-    }
-
-    fn input(&self) -> Vec<ModelMessage> {
-        let s = self.log.session();
-        ModelView::build(s, s.leaf()).messages(s)
-    }
-
-    fn input_ids(&self) -> Vec<String> {
-        self.input()
-            .into_iter()
-            .filter_map(|m| m.entry_id)
-            .collect()
     }
 }
 
@@ -317,7 +96,7 @@ fn assert_tool_pairs_whole(messages: &[ModelMessage]) {
 #[test]
 fn opencode_27924_compaction_that_cannot_shrink_does_not_loop() {
     let cfg = config(r#"{"model":{"name":"test","contextWindow":200000,"maxOutputTokens":32000}}"#);
-    let mut agent = Agent::new(cfg);
+    let mut agent = Agent::with(cfg);
     // ~100K tokens sent with every request: AGENTS.md and tool schemas.
     agent.push(EntryBody::Setting(SettingEntry {
         system_tokens: Some(70_000),
@@ -382,18 +161,15 @@ fn opencode_27924_compaction_that_cannot_shrink_does_not_loop() {
 /// failure; the loop ends and no capsule piles on capsule.
 #[test]
 fn opencode_27924_provider_overflow_on_every_request_ends_after_one_recovery() {
-    let mut agent = Agent::new(config(
+    let mut agent = Agent::with(config(
         r#"{"model":{"name":"test","contextWindow":65000,"maxOutputTokens":8000}}"#,
     ));
     for _ in 0..9 {
         agent.turn(4000);
     }
     agent.user(10);
-    let (config, mapping) = agent.barrier();
-    let barrier = Barrier {
-        config: &config,
-        mapping: &mapping,
-    };
+    let settings = agent.settings();
+    let barrier = settings.barrier();
     let mut recoveries = 0;
     let mut ended = None;
     for attempt in 0..20 {
@@ -444,7 +220,7 @@ fn opencode_27924_provider_overflow_on_every_request_ends_after_one_recovery() {
 /// hard limit.
 #[test]
 fn codex_29319_a_full_window_still_compacts_promptly() {
-    let mut agent = Agent::new(config(
+    let mut agent = Agent::with(config(
         r#"{"model":{"name":"test","contextWindow":65000,"maxOutputTokens":8000},
             "compaction":{"timeoutMs":300}}"#,
     ));
@@ -506,7 +282,7 @@ fn codex_29319_a_full_window_still_compacts_promptly() {
 /// first capsule survive the second.
 #[test]
 fn pi_2608_messages_kept_by_the_first_compaction_survive_the_second() {
-    let mut agent = Agent::new(config(
+    let mut agent = Agent::with(config(
         r#"{"model":{"name":"test","contextWindow":200000,"maxOutputTokens":32000},
             "compaction":{"keepRecentTokens":20000}}"#,
     ));
@@ -522,7 +298,7 @@ fn pi_2608_messages_kept_by_the_first_compaction_survive_the_second() {
     }
     let paste = agent.user(37_000);
     agent.assistant(200);
-    let first = agent.explicit(None);
+    let first = agent.explicit(None, None);
     assert_eq!(first.outcome, Outcome::Completed, "{first:?}");
     let kept_by_first: Vec<String> = agent.input_ids();
     assert!(
@@ -535,14 +311,12 @@ fn pi_2608_messages_kept_by_the_first_compaction_survive_the_second() {
         agent.user(2000);
         agent.assistant(2000);
     }
-    let (config, mapping) = agent.barrier();
-    let plan = Barrier {
-        config: &config,
-        mapping: &mapping,
-    }
-    .explicit(&mut agent.log, None)
-    .unwrap()
-    .expect("the second compaction plans");
+    let settings = agent.settings();
+    let plan = settings
+        .barrier()
+        .explicit(&mut agent.log, None)
+        .unwrap()
+        .expect("the second compaction plans");
     let second = agent.run(&plan, None);
     assert_eq!(second.outcome, Outcome::Completed, "{second:?}");
     let after = agent.input_ids();
@@ -613,15 +387,12 @@ fn pi_2608_messages_kept_by_the_first_compaction_survive_the_second() {
 /// input lacks its call and no call lacks its result.
 #[test]
 fn pi_1764_no_orphan_tool_result_after_chained_compactions() {
-    let mut agent = Agent::new(config(
+    let mut agent = Agent::with(config(
         r#"{"model":{"name":"test","contextWindow":65000,"maxOutputTokens":8000},
             "compaction":{"keepRecentTokens":6000}}"#,
     ));
-    let (config, mapping) = agent.barrier();
-    let barrier = Barrier {
-        config: &config,
-        mapping: &mapping,
-    };
+    let settings = agent.settings();
+    let barrier = settings.barrier();
     for round in 0..3 {
         agent.user(200);
         for step in 0..6 {
@@ -645,7 +416,7 @@ fn pi_1764_no_orphan_tool_result_after_chained_compactions() {
         // The last result alone is larger than keepRecentTokens.
         agent.tool("Bash", json!({"command": "cargo test"}), 9000);
         let result = match round {
-            0 => agent.explicit(None),
+            0 => agent.explicit(None, None),
             1 => {
                 agent.tool("Bash", json!({"command": "cat big.log"}), 30_000);
                 let (results, p) = agent.preflight_through(None);
@@ -701,7 +472,7 @@ fn pi_1764_no_orphan_tool_result_after_chained_compactions() {
 /// the next input fits under the hard limit.
 #[test]
 fn claude_code_2038_the_compaction_request_itself_never_overflows() {
-    let mut agent = Agent::new(config(
+    let mut agent = Agent::with(config(
         r#"{"model":{"name":"test","contextWindow":65000,"maxOutputTokens":8000}}"#,
     ));
     for _ in 0..18 {
@@ -745,7 +516,7 @@ fn claude_code_2038_the_compaction_request_itself_never_overflows() {
         |_| Some("test-key".into()),
     )
     .unwrap();
-    let result = agent.explicit(Some(&summarizer));
+    let result = agent.explicit(None, Some(&summarizer));
     assert_eq!(result.outcome, Outcome::Completed, "{result:?}");
     assert_eq!(result.quality, Some(Quality::Model), "{result:?}");
 

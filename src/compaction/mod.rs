@@ -118,6 +118,3 @@ pub mod reasons {
     pub const WOULD_NOT_SHRINK: &str =
         "the continuation would not be smaller than the current context";
 }
-
-#[cfg(test)]
-mod spec_tests;

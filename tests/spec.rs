@@ -1,205 +1,19 @@
 //! One test per behaviour sentence of the spec's sections 2–7, over a real session log.
 
+#[path = "support/agent.rs"]
+mod agent;
+
+use agent::{config, filler, Agent};
 use serde_json::json;
+use soba::capsule::{CapsuleState, Quality};
+use soba::compaction::run::{Generated, Preflight};
+use soba::compaction::{commit, generate_local, reasons, turn_facts};
+use soba::config::Durability;
+use soba::session::entry::*;
+use soba::session::log::{read_session, SessionLog};
+use soba::session::view::{ModelMessage, ModelView};
 
-use super::run::{commit, generate_local, Barrier, Generated, Preflight};
-use super::{reasons, CompactionResult};
-use crate::capsule::artifacts::ToolMapping;
-use crate::capsule::{CapsuleState, Quality};
-use crate::config::{Config, ConfigFile, Overrides};
-use crate::session::entry::*;
-use crate::session::log::{read_session, SessionLog};
-use crate::session::view::ModelView;
-
-/// contextWindow 65000, maxOutputTokens 8000 → hard limit 48808, soft limit 39046.
-fn config() -> Config {
-    let f = ConfigFile::parse(
-        "t",
-        r#"{"model":{"name":"test","contextWindow":65000,"maxOutputTokens":8000}}"#,
-    )
-    .unwrap();
-    Config::resolve(&[f], None, &Overrides::default()).unwrap()
-}
-
-struct Harness {
-    _dir: tempfile::TempDir,
-    path: std::path::PathBuf,
-    log: SessionLog,
-    config: Config,
-    mapping: ToolMapping,
-    n: usize,
-}
-
-fn filler(tokens: usize) -> String {
-    " lorem".repeat(tokens)
-}
-
-impl Harness {
-    fn new() -> Self {
-        Self::with(config())
-    }
-
-    fn with(config: Config) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.jsonl");
-        let header = SessionHeader {
-            kind: HeaderTag::Session,
-            version: LOG_FORMAT_VERSION,
-            id: "s".into(),
-            workspace: "/ws".into(),
-            created_at: crate::util::now_rfc3339(),
-            model: None,
-            source: None,
-        };
-        let log = SessionLog::create(&path, header, crate::config::Durability::Flush).unwrap();
-        Harness {
-            _dir: dir,
-            path,
-            log,
-            config,
-            mapping: ToolMapping::default(),
-            n: 0,
-        }
-    }
-
-    fn push(&mut self, body: EntryBody) -> String {
-        self.n += 1;
-        let id = format!("x{}", self.n);
-        let parent = self.log.session().leaf_id().map(str::to_string);
-        self.log
-            .append(Entry::new(id.clone(), parent, body))
-            .unwrap();
-        id
-    }
-
-    fn message(&mut self, role: Role, content: Vec<ContentBlock>) -> String {
-        self.push(EntryBody::Message(MessageEntry {
-            role,
-            content,
-            usage: None,
-            model: None,
-            synthetic: false,
-        }))
-    }
-
-    fn user(&mut self, tokens: usize) -> String {
-        let text = format!("request {}:{}", self.n, filler(tokens));
-        self.message(Role::User, vec![ContentBlock::text(text)])
-    }
-
-    fn assistant(&mut self, tokens: usize) -> String {
-        self.message(Role::Assistant, vec![ContentBlock::text(filler(tokens))])
-    }
-
-    /// An assistant tool call and its result of about `tokens` tokens.
-    fn tool(&mut self, name: &str, input: serde_json::Value, tokens: usize) -> (String, String) {
-        let call_id = format!("call{}", self.n);
-        let call = self.message(
-            Role::Assistant,
-            vec![ContentBlock::ToolCall {
-                id: call_id.clone(),
-                name: name.into(),
-                input,
-            }],
-        );
-        let result = self.push(EntryBody::ToolResult(ToolResultEntry {
-            call_id,
-            tool_name: Some(name.into()),
-            content: vec![ContentBlock::text(filler(tokens))],
-            is_error: false,
-            exit_code: Some(0),
-        }));
-        (call, result)
-    }
-
-    /// A turn: user prompt, a file read, an edit, an answer: about `tokens` tokens.
-    fn turn(&mut self, tokens: usize) {
-        self.user(tokens / 4);
-        let k = self.n;
-        self.tool(
-            "Read",
-            json!({"file_path": format!("/ws/src/f{k}.rs")}),
-            tokens / 4,
-        );
-        self.tool(
-            "Edit",
-            json!({"file_path": format!("/ws/src/f{k}.rs"), "old_string": "a", "new_string": "b"}),
-            tokens / 4,
-        );
-        self.assistant(tokens / 4);
-    }
-
-    fn effective(&self) -> u64 {
-        let s = self.log.session();
-        let view = ModelView::build(s, s.leaf());
-        crate::budget::Budget::measure(
-            self.config.limits(),
-            view.breakdown(s),
-            view.usage_anchor(s),
-        )
-        .effective_tokens
-    }
-
-    fn preflight(&mut self) -> Preflight {
-        let b = Barrier {
-            config: &self.config,
-            mapping: &self.mapping,
-        };
-        b.preflight(&mut self.log).unwrap()
-    }
-
-    /// Preflight, running any compaction locally, until input is ready.
-    fn preflight_through(&mut self) -> (Vec<CompactionResult>, Preflight) {
-        let mut results = Vec::new();
-        for _ in 0..4 {
-            match self.preflight() {
-                Preflight::Compact(plan) => {
-                    let b = Barrier {
-                        config: &self.config,
-                        mapping: &self.mapping,
-                    };
-                    results.push(b.run_local(&mut self.log, &plan).unwrap());
-                }
-                p @ Preflight::Ready { .. } => {
-                    if let Preflight::Ready {
-                        skipped: Some(s), ..
-                    } = &p
-                    {
-                        results.push(s.clone());
-                    }
-                    return (results, p);
-                }
-                p @ Preflight::Failed(_) => return (results, p),
-            }
-        }
-        panic!("preflight did not settle");
-    }
-
-    fn capsules(&self) -> usize {
-        self.log
-            .session()
-            .entries()
-            .iter()
-            .filter(|e| e.as_capsule().is_some())
-            .count()
-    }
-
-    fn explicit(&mut self, instructions: Option<&str>) -> CompactionResult {
-        let b = Barrier {
-            config: &self.config,
-            mapping: &self.mapping,
-        };
-        match b
-            .explicit(&mut self.log, instructions.map(str::to_string))
-            .unwrap()
-        {
-            Ok(plan) => b.run_local(&mut self.log, &plan).unwrap(),
-            Err(r) => r,
-        }
-    }
-}
-
-fn ready_messages(p: &Preflight) -> &[crate::session::view::ModelMessage] {
+fn ready_messages(p: &Preflight) -> &[ModelMessage] {
     match p {
         Preflight::Ready { messages, .. } => messages,
         other => panic!("expected input, got {other:?}"),
@@ -210,20 +24,19 @@ fn ready_messages(p: &Preflight) -> &[crate::session::view::ModelMessage] {
 
 #[test]
 fn after_a_successful_compact_the_next_request_is_capsule_then_retained_tail_then_new_entries() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..12 {
         h.turn(4000);
     }
-    let r = h.explicit(None);
+    let r = h.explicit(None, None);
     assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
     let first_kept = r.first_kept_entry_id.clone().unwrap();
     let new = h.user(10);
-    let (_, p) = h.preflight_through();
+    let (_, p) = h.preflight_through(None);
     let msgs = ready_messages(&p);
     assert!(
         msgs[0].entry_id.is_none()
-            && crate::session::entry::blocks_text(&msgs[0].content)
-                .starts_with("# Context Capsule")
+            && blocks_text(&msgs[0].content).starts_with("# Context Capsule")
     );
     assert_eq!(msgs[1].entry_id.as_deref(), Some(first_kept.as_str()));
     assert_eq!(msgs.last().unwrap().entry_id.as_deref(), Some(new.as_str()));
@@ -245,13 +58,13 @@ fn after_a_successful_compact_the_next_request_is_capsule_then_retained_tail_the
 
 #[test]
 fn older_messages_remain_in_the_canonical_session_jsonl_for_audit_and_rewind() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     let first = h.user(100);
     for _ in 0..12 {
         h.turn(4000);
     }
     let before = std::fs::read_to_string(&h.path).unwrap();
-    assert_eq!(h.explicit(None).outcome, Outcome::Completed);
+    assert_eq!(h.explicit(None, None).outcome, Outcome::Completed);
     let after = std::fs::read_to_string(&h.path).unwrap();
     assert!(after.starts_with(&before), "the log is only appended to");
     let (s, _) = read_session(&h.path).unwrap();
@@ -266,12 +79,12 @@ fn older_messages_remain_in_the_canonical_session_jsonl_for_audit_and_rewind() {
 
 #[test]
 fn tool_calls_are_never_split_from_their_results_at_the_compaction_boundary() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     h.user(100);
     for i in 0..40 {
         h.tool("Bash", json!({"command": format!("cat f{i}.txt")}), 1500);
     }
-    let r = h.explicit(None);
+    let r = h.explicit(None, None);
     assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
     let s = h.log.session();
     let view = ModelView::build(s, s.leaf());
@@ -290,10 +103,7 @@ fn tool_calls_are_never_split_from_their_results_at_the_compaction_boundary() {
             assert!(m
                 .content
                 .iter()
-                .all(
-                    |b| !crate::session::entry::blocks_text(std::slice::from_ref(b))
-                        .contains("interrupted")
-                ));
+                .all(|b| !blocks_text(std::slice::from_ref(b)).contains("interrupted")));
         }
     }
 }
@@ -303,12 +113,12 @@ fn tool_calls_are_never_split_from_their_results_at_the_compaction_boundary() {
 #[test]
 fn only_the_latest_capsule_and_its_retained_tail_enter_model_input_older_capsules_do_not_accumulate(
 ) {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for round in 0..3 {
         for _ in 0..12 {
             h.turn(4000);
         }
-        let r = h.explicit(None);
+        let r = h.explicit(None, None);
         assert_eq!(r.outcome, Outcome::Completed, "round {round}: {r:?}");
     }
     assert_eq!(h.capsules(), 3);
@@ -316,7 +126,7 @@ fn only_the_latest_capsule_and_its_retained_tail_enter_model_input_older_capsule
     let msgs = ModelView::build(s, s.leaf()).messages(s);
     let capsule_messages = msgs
         .iter()
-        .filter(|m| crate::session::entry::blocks_text(&m.content).starts_with("# Context Capsule"))
+        .filter(|m| blocks_text(&m.content).starts_with("# Context Capsule"))
         .count();
     assert_eq!(capsule_messages, 1);
     assert!(h.effective() <= h.config.limits().hard_limit);
@@ -324,13 +134,13 @@ fn only_the_latest_capsule_and_its_retained_tail_enter_model_input_older_capsule
 
 #[test]
 fn when_soba_compacts_again_the_previous_state_is_rolled_into_the_new_capsule() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     h.user(50);
     h.tool("Write", json!({"file_path": "/ws/early.rs"}), 100);
     for _ in 0..12 {
         h.turn(4000);
     }
-    let r1 = h.explicit(None);
+    let r1 = h.explicit(None, None);
     let first_goal = {
         let s = h.log.session();
         s.entries()
@@ -345,7 +155,7 @@ fn when_soba_compacts_again_the_previous_state_is_rolled_into_the_new_capsule() 
     for _ in 0..12 {
         h.turn(4000);
     }
-    let r2 = h.explicit(None);
+    let r2 = h.explicit(None, None);
     assert_eq!(
         (r1.outcome, r2.outcome),
         (Outcome::Completed, Outcome::Completed)
@@ -375,16 +185,13 @@ fn when_soba_compacts_again_the_previous_state_is_rolled_into_the_new_capsule() 
 
 #[test]
 fn soft_triggers_record_a_pending_intent_and_never_mutate_the_session_in_the_background() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..10 {
         h.turn(4000);
     }
     let entries_before = h.log.session().len();
-    let (cfg, map) = (h.config.clone(), h.mapping.clone());
-    let b = Barrier {
-        config: &cfg,
-        mapping: &map,
-    };
+    let settings = h.settings();
+    let b = settings.barrier();
     let recorded = b.turn_complete(&mut h.log, None).unwrap();
     assert!(recorded);
     // turn_complete + intent, and no capsule.
@@ -392,14 +199,14 @@ fn soft_triggers_record_a_pending_intent_and_never_mutate_the_session_in_the_bac
     assert_eq!(h.capsules(), 0);
     // The compact runs at the next preflight barrier.
     h.user(10);
-    let (results, _) = h.preflight_through();
+    let (results, _) = h.preflight_through(None);
     assert_eq!(results[0].trigger, Trigger::TurnComplete);
     assert_eq!(results[0].outcome, Outcome::Completed);
 }
 
 #[test]
 fn immediately_before_the_next_inference_soba_creates_an_immutable_plan() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..10 {
         h.turn(4000);
     }
@@ -416,11 +223,11 @@ fn immediately_before_the_next_inference_soba_creates_an_immutable_plan() {
 
 #[test]
 fn completion_leaves_one_persistent_line_with_trigger_tokens_reclaimed_and_checkpoint() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..12 {
         h.turn(4000);
     }
-    let r = h.explicit(None);
+    let r = h.explicit(None, None);
     let line = r.completion_line();
     let ck = r.checkpoint_id.clone().unwrap();
     assert!(line.starts_with("user compact: "), "{line}");
@@ -434,15 +241,12 @@ fn completion_leaves_one_persistent_line_with_trigger_tokens_reclaimed_and_check
 
 #[test]
 fn an_abort_never_appends_a_late_capsule() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..12 {
         h.turn(4000);
     }
-    let (cfg, map) = (h.config.clone(), h.mapping.clone());
-    let b = Barrier {
-        config: &cfg,
-        mapping: &map,
-    };
+    let settings = h.settings();
+    let b = settings.barrier();
     let plan = b.explicit(&mut h.log, None).unwrap().unwrap();
     let len = h.log.session().len();
     let r = commit(&mut h.log, &plan, generate_local(&plan), true, 5).unwrap();
@@ -455,15 +259,12 @@ fn an_abort_never_appends_a_late_capsule() {
 
 #[test]
 fn a_changed_session_leaf_never_appends_a_late_capsule() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..12 {
         h.turn(4000);
     }
-    let (cfg, map) = (h.config.clone(), h.mapping.clone());
-    let b = Barrier {
-        config: &cfg,
-        mapping: &map,
-    };
+    let settings = h.settings();
+    let b = settings.barrier();
     let plan = b.explicit(&mut h.log, None).unwrap().unwrap();
     // New input lands on the session while the summary is being written (a model that
     // finishes late).
@@ -488,11 +289,11 @@ fn a_changed_session_leaf_never_appends_a_late_capsule() {
 
 #[test]
 fn soba_does_not_send_a_request_already_known_to_be_oversized() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     h.user(10);
     // One tool result larger than the whole window, with nothing older to summarize.
     h.tool("Bash", json!({"command": "cat huge.log"}), 60000);
-    let (results, p) = h.preflight_through();
+    let (results, p) = h.preflight_through(None);
     match p {
         Preflight::Ready { tokens, .. } => {
             assert!(tokens <= h.config.limits().hard_limit);
@@ -504,21 +305,20 @@ fn soba_does_not_send_a_request_already_known_to_be_oversized() {
             let msgs = ready_messages(&again);
             assert!(msgs
                 .iter()
-                .any(|m| crate::session::entry::blocks_text(&m.content)
-                    .contains("elided to fit the context window")));
+                .any(|m| blocks_text(&m.content).contains("elided to fit the context window")));
         }
         Preflight::Failed(r) => panic!("expected elision to fit: {r:?}"),
         Preflight::Compact(_) => unreachable!(),
     }
 }
 
-fn p_ready(h: &mut Harness) -> Preflight {
-    h.preflight_through().1
+fn p_ready(h: &mut Agent) -> Preflight {
+    h.preflight_through(None).1
 }
 
 #[test]
 fn hard_limit_compaction_is_mandatory_even_with_auto_off_and_fits_under_the_hard_limit() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     h.push(EntryBody::Setting(SettingEntry {
         auto_compact: Some(false),
         ..Default::default()
@@ -527,7 +327,7 @@ fn hard_limit_compaction_is_mandatory_even_with_auto_off_and_fits_under_the_hard
         h.turn(4000);
     }
     assert!(h.effective() > h.config.limits().hard_limit);
-    let (results, p) = h.preflight_through();
+    let (results, p) = h.preflight_through(None);
     assert_eq!(results[0].trigger, Trigger::HardLimit);
     assert_eq!(results[0].outcome, Outcome::Completed);
     let Preflight::Ready { tokens, .. } = p else {
@@ -539,15 +339,16 @@ fn hard_limit_compaction_is_mandatory_even_with_auto_off_and_fits_under_the_hard
 #[test]
 fn when_the_continuation_cannot_fit_the_outcome_is_failed_and_no_input_is_produced() {
     // A tiny window where even the system prompt overflows.
-    let f = ConfigFile::parse("t", r#"{"model":{"contextWindow":20000,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":1000}}"#).unwrap();
-    let mut h = Harness::with(Config::resolve(&[f], None, &Overrides::default()).unwrap());
+    let mut h = Agent::with(config(
+        r#"{"model":{"contextWindow":20000,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":1000}}"#,
+    ));
     h.push(EntryBody::Setting(SettingEntry {
         system_tokens: Some(12000),
         ..Default::default()
     }));
     h.user(10);
     h.assistant(10);
-    let (_, p) = h.preflight_through();
+    let (_, p) = h.preflight_through(None);
     let Preflight::Failed(r) = p else {
         panic!("expected failure, got {p:?}")
     };
@@ -562,50 +363,48 @@ fn when_the_continuation_cannot_fit_the_outcome_is_failed_and_no_input_is_produc
 #[test]
 fn at_most_one_soft_attempt_runs_per_agent_turn_and_a_skipped_one_is_not_appended() {
     // keepRecentTokens so high that no soft compaction pays off.
-    let f = ConfigFile::parse("t", r#"{"model":{"contextWindow":65000,"maxOutputTokens":8000},"compaction":{"keepRecentTokens":36000}}"#).unwrap();
-    let mut h = Harness::with(Config::resolve(&[f], None, &Overrides::default()).unwrap());
+    let mut h = Agent::with(config(
+        r#"{"model":{"contextWindow":65000,"maxOutputTokens":8000},"compaction":{"keepRecentTokens":36000}}"#,
+    ));
     for _ in 0..10 {
         h.turn(4000);
     }
     assert!(h.effective() >= h.config.limits().soft_limit);
-    let (results, p) = h.preflight_through();
+    let (results, p) = h.preflight_through(None);
     assert!(matches!(p, Preflight::Ready { .. }));
     assert_eq!(results.len(), 1);
     assert_eq!(results[0].outcome, Outcome::Skipped);
     assert_eq!(h.capsules(), 0);
     // Same turn (tool work, no new prompt): no second soft attempt.
     h.tool("Bash", json!({"command": "ls"}), 10);
-    let (again, _) = h.preflight_through();
+    let (again, _) = h.preflight_through(None);
     assert!(again.is_empty(), "{again:?}");
     // A new turn may try again.
     h.user(10);
-    let (next, _) = h.preflight_through();
+    let (next, _) = h.preflight_through(None);
     assert_eq!(next.len(), 1);
 }
 
 #[test]
 fn milestone_and_plan_pivot_outrank_turn_complete_and_are_consumed_once() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..10 {
         h.turn(4000);
     }
-    let (cfg, map) = (h.config.clone(), h.mapping.clone());
-    let b = Barrier {
-        config: &cfg,
-        mapping: &map,
-    };
+    let settings = h.settings();
+    let b = settings.barrier();
     b.turn_complete(&mut h.log, None).unwrap();
     let (_, recorded) = b
         .checkpoint(&mut h.log, CheckpointKind::Milestone, "tests pass".into())
         .unwrap();
     assert!(recorded);
     h.user(10);
-    let (results, _) = h.preflight_through();
+    let (results, _) = h.preflight_through(None);
     assert_eq!(results[0].trigger, Trigger::Milestone);
     assert_eq!(results[0].outcome, Outcome::Completed);
     // Consumed: the next turn's preflight does not compact for it again.
     h.user(10);
-    let (next, _) = h.preflight_through();
+    let (next, _) = h.preflight_through(None);
     assert!(
         next.iter()
             .all(|r| r.trigger != Trigger::Milestone && r.trigger != Trigger::TurnComplete),
@@ -615,15 +414,12 @@ fn milestone_and_plan_pivot_outrank_turn_complete_and_are_consumed_once() {
 
 #[test]
 fn pending_intents_survive_a_restart() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..10 {
         h.turn(4000);
     }
-    let (cfg, map) = (h.config.clone(), h.mapping.clone());
-    let b = Barrier {
-        config: &cfg,
-        mapping: &map,
-    };
+    let settings = h.settings();
+    let b = settings.barrier();
     b.checkpoint(
         &mut h.log,
         CheckpointKind::PlanPivot,
@@ -634,29 +430,24 @@ fn pending_intents_survive_a_restart() {
     let header = h.log.session().header.clone();
     drop(std::mem::replace(
         &mut h.log,
-        SessionLog::create(
-            &h._dir.path().join("tmp.jsonl"),
-            header,
-            crate::config::Durability::Flush,
-        )
-        .unwrap(),
+        SessionLog::create(&h.dir.path().join("tmp.jsonl"), header, Durability::Flush).unwrap(),
     ));
-    let (reopened, _) = SessionLog::open(&path, crate::config::Durability::Flush).unwrap();
+    let (reopened, _) = SessionLog::open(&path, Durability::Flush).unwrap();
     h.log = reopened;
-    let facts = super::turn_facts(h.log.session(), h.log.session().leaf());
+    let facts = turn_facts(h.log.session(), h.log.session().leaf());
     assert_eq!(facts.pending.len(), 1);
     assert_eq!(facts.pending[0].trigger, Trigger::PlanPivot);
 }
 
 #[test]
 fn explicit_compact_bypasses_the_soft_roi_threshold() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     // Well under the soft limit: a soft trigger would never run, /compact does.
     for _ in 0..6 {
         h.turn(4000);
     }
     assert!(h.effective() < h.config.limits().soft_limit);
-    let r = h.explicit(Some("focus on the parser"));
+    let r = h.explicit(Some("focus on the parser"), None);
     assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
     let s = h.log.session();
     let cap = s
@@ -670,10 +461,10 @@ fn explicit_compact_bypasses_the_soft_roi_threshold() {
 
 #[test]
 fn explicit_compact_is_a_no_op_when_there_is_no_safe_history_before_the_retained_window() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     h.turn(2000);
     let len = h.log.session().len();
-    let r = h.explicit(None);
+    let r = h.explicit(None, None);
     assert_eq!(r.outcome, Outcome::Skipped);
     assert_eq!(r.reason, reasons::NOTHING_BEFORE_RETAINED_WINDOW);
     assert_eq!(h.capsules(), 0);
@@ -682,16 +473,13 @@ fn explicit_compact_is_a_no_op_when_there_is_no_safe_history_before_the_retained
 
 #[test]
 fn context_overflow_gets_one_recovery_compact_and_at_most_one_retry_per_turn() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..9 {
         h.turn(4000);
     }
     h.user(10);
-    let (cfg, map) = (h.config.clone(), h.mapping.clone());
-    let b = Barrier {
-        config: &cfg,
-        mapping: &map,
-    };
+    let settings = h.settings();
+    let b = settings.barrier();
     let plan = b
         .overflow(&mut h.log)
         .unwrap()
@@ -724,7 +512,7 @@ fn context_overflow_gets_one_recovery_compact_and_at_most_one_retry_per_turn() {
 
 #[test]
 fn after_generation_soba_measures_the_complete_continuation_exactly() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     h.push(EntryBody::Setting(SettingEntry {
         system_prompt: Some(filler(500)),
         tool_tokens: Some(700),
@@ -733,7 +521,7 @@ fn after_generation_soba_measures_the_complete_continuation_exactly() {
     for _ in 0..12 {
         h.turn(4000);
     }
-    let r = h.explicit(None);
+    let r = h.explicit(None, None);
     assert_eq!(r.outcome, Outcome::Completed);
     // The recorded "after" equals the budget of the new input: system + tools + capsule + tail.
     assert_eq!(r.tokens_after, h.effective());
@@ -745,15 +533,12 @@ fn after_generation_soba_measures_the_complete_continuation_exactly() {
 
 #[test]
 fn a_soft_capsule_that_misses_a_minimum_after_generation_is_skipped_and_not_appended() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..10 {
         h.turn(4000);
     }
-    let (cfg, map) = (h.config.clone(), h.mapping.clone());
-    let b = Barrier {
-        config: &cfg,
-        mapping: &map,
-    };
+    let settings = h.settings();
+    let b = settings.barrier();
     let Preflight::Compact(plan) = b.preflight(&mut h.log).unwrap() else {
         panic!()
     };
@@ -786,16 +571,13 @@ fn a_soft_capsule_that_misses_a_minimum_after_generation_is_skipped_and_not_appe
 #[test]
 fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation_roi_gate() {
     for trigger in [Trigger::HardLimit, Trigger::ContextOverflow, Trigger::User] {
-        let mut h = Harness::new();
+        let mut h = Agent::new();
         for _ in 0..14 {
             h.turn(4000);
         }
         h.user(10);
-        let (cfg, map) = (h.config.clone(), h.mapping.clone());
-        let b = Barrier {
-            config: &cfg,
-            mapping: &map,
-        };
+        let settings = h.settings();
+        let b = settings.barrier();
         let plan = match trigger {
             Trigger::HardLimit => match b.preflight(&mut h.log).unwrap() {
                 Preflight::Compact(p) => *p,
@@ -840,11 +622,11 @@ fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation
 
 #[test]
 fn the_local_capsule_is_marked_degraded() {
-    let mut h = Harness::new();
+    let mut h = Agent::new();
     for _ in 0..12 {
         h.turn(4000);
     }
-    let r = h.explicit(None);
+    let r = h.explicit(None, None);
     assert_eq!(r.quality, Some(Quality::Degraded));
     assert!(!r.degraded, "no model configured is not a fallback");
 }
@@ -881,12 +663,12 @@ mod properties {
             events in proptest::collection::vec(event(), 0..3),
             model in any::<bool>(),
         ) {
-            let mut h = Harness::new();
+            let mut h = Agent::new();
             for _ in 0..turns {
                 h.turn(4000);
             }
-            let (cfg, map) = (h.config.clone(), h.mapping.clone());
-            let b = Barrier { config: &cfg, mapping: &map };
+            let settings = h.settings();
+            let b = settings.barrier();
             let plan = match b.explicit(&mut h.log, None).unwrap() {
                 Ok(p) => p,
                 Err(r) => { prop_assert_ne!(r.outcome, Outcome::Completed); return Ok(()); }
@@ -932,13 +714,13 @@ mod properties {
             sizes in proptest::collection::vec(200usize..9000, 12..40),
             system in 0u64..6000,
         ) {
-            let mut h = Harness::new();
+            let mut h = Agent::new();
             h.push(EntryBody::Setting(SettingEntry { system_tokens: Some(system), ..Default::default() }));
             for s in sizes {
                 h.turn(s);
             }
             let over = h.effective() > h.config.limits().hard_limit;
-            let (results, p) = h.preflight_through();
+            let (results, p) = h.preflight_through(None);
             if let Some(r) = results.iter().find(|r| r.trigger == Trigger::HardLimit) {
                 prop_assert!(over);
                 if r.outcome == Outcome::Completed {
