@@ -616,23 +616,17 @@ async fn closing_a_session_releases_its_log_and_tells_every_client() {
     agent.initialize(&[&e.workspace], false).await;
     let editor = connect(&e.daemon);
     editor.initialize(&[&e.workspace], false).await;
-    let id = open(&agent, &e.workspace).await;
+    let opened = agent
+        .request("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
+    let id = opened["sessionId"].as_str().unwrap().to_string();
+    let path = PathBuf::from(opened["path"].as_str().unwrap());
     let appended = agent
         .request(
             "soba/session/append",
             json!({"sessionId": id, "entries": [user("one"), user("two")]}),
         )
         .await;
-    let path = PathBuf::from(
-        agent
-            .request(
-                "soba/session/open",
-                json!({"workspace": e.workspace, "sessionId": id}),
-            )
-            .await["path"]
-            .as_str()
-            .unwrap(),
-    );
 
     let closed = agent
         .request("soba/session/close", json!({"sessionId": id}))

@@ -100,7 +100,7 @@ impl ChangeFilter {
             // A new folder's files can be written before the OS watch on the folder exists;
             // they are reported by looking inside it.
             if op == FileOp::Created && path.is_dir() {
-                for file in files_under(&path, MAX_CHANGES_PER_BATCH) {
+                for file in self.kept_files(&path, MAX_CHANGES_PER_BATCH) {
                     if self.relative(&file).is_some() {
                         note(&mut first, file, FileOp::Created);
                     }
@@ -163,8 +163,8 @@ impl ChangeFilter {
         let mut out = vec![top.to_path_buf()];
         let mut next = 0;
         while next < out.len() {
-            let children = self.kept_subdirs(&out[next].clone());
-            out.extend(children);
+            let dir = out[next].clone();
+            out.extend(self.kept_subdirs(&dir));
             next += 1;
         }
         out
@@ -182,6 +182,33 @@ impl ChangeFilter {
             .map(|entry| entry.path())
             .filter(|child| self.keeps_dir(child))
             .collect()
+    }
+
+    /// Up to `limit` files in the kept folders at and below `top`, read no further than needed.
+    fn kept_files(&mut self, top: &Path, limit: usize) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        if !self.keeps_dir(top) {
+            return files;
+        }
+        let mut queue = vec![top.to_path_buf()];
+        while let Some(dir) = queue.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if files.len() >= limit {
+                    return files;
+                }
+                match entry.file_type() {
+                    Ok(t) if t.is_file() => files.push(entry.path()),
+                    Ok(t) if t.is_dir() && self.keeps_dir(&entry.path()) => {
+                        queue.push(entry.path())
+                    }
+                    _ => {}
+                }
+            }
+        }
+        files
     }
 
     /// A `.gitignore` in `dir` was written or removed: read it afresh next time.
@@ -221,30 +248,6 @@ impl ChangeFilter {
 
 fn is_skipped(name: &std::ffi::OsStr) -> bool {
     SKIPPED_DIRS.iter().any(|s| name == *s)
-}
-
-/// Up to `limit` files below `dir` (skipped folders left out).
-fn files_under(dir: &Path, limit: usize) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in rd.flatten() {
-            if out.len() >= limit {
-                return out;
-            }
-            let p = entry.path();
-            match entry.file_type() {
-                Ok(t) if t.is_dir() && !is_skipped(&entry.file_name()) => stack.push(p),
-                Ok(t) if t.is_dir() => {}
-                Ok(t) if t.is_file() => out.push(p),
-                _ => {}
-            }
-        }
-    }
-    out
 }
 
 fn load_gitignore(dir: &Path, is_root: bool) -> Option<Gitignore> {
