@@ -194,12 +194,17 @@ mod tests {
         // SAFETY: a valid NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let e = open_regular(&fifo).unwrap_err().to_string();
-        assert!(e.contains("named pipe (FIFO)") && e.contains("regular files"), "{e}");
+        assert!(
+            e.contains("named pipe (FIFO)") && e.contains("regular files"),
+            "{e}"
+        );
         let e = open_regular_append(&fifo).unwrap_err().to_string();
         assert!(e.contains("FIFO"), "{e}");
         let e = open_regular(dir.path()).unwrap_err().to_string();
         assert!(e.contains("a directory"), "{e}");
-        let e = open_regular(Path::new("/dev/null")).unwrap_err().to_string();
+        let e = open_regular(Path::new("/dev/null"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a device"), "{e}");
     }
 
@@ -226,7 +231,9 @@ mod tests {
         std::fs::write(&target, "keep").unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        let e = open_or_create_private_append(&link).unwrap_err().to_string();
+        let e = open_or_create_private_append(&link)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("symbolic link"), "{e}");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
     }
@@ -237,7 +244,10 @@ mod tests {
         let e = require_parent(&dir.path().join("no/such/out.jsonl"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("does not exist") && e.contains("mkdir -p"), "{e}");
+        assert!(
+            e.contains("does not exist") && e.contains("mkdir -p"),
+            "{e}"
+        );
         assert!(!dir.path().join("no").exists());
         require_parent(&dir.path().join("out.jsonl")).unwrap();
         require_parent(Path::new("relative.jsonl")).unwrap();

@@ -122,7 +122,11 @@ impl LoadReport {
             parts.push(format!(
                 "{} entr{} after them re-attached to the chain",
                 self.reattached.len(),
-                if self.reattached.len() == 1 { "y" } else { "ies" }
+                if self.reattached.len() == 1 {
+                    "y"
+                } else {
+                    "ies"
+                }
             ));
         }
         if let Some(t) = &self.torn_tail {
@@ -920,8 +924,14 @@ mod tests {
             }]
         );
         let summary = report.summary(&p).unwrap();
-        assert!(summary.contains("1 damaged line(s) skipped (line 4)"), "{summary}");
-        assert!(summary.contains("1 entry after them re-attached"), "{summary}");
+        assert!(
+            summary.contains("1 damaged line(s) skipped (line 4)"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("1 entry after them re-attached"),
+            "{summary}"
+        );
         // New entries go on the same chain, and the damaged line stays in the file.
         let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
         log.append(msg("f", Some("e"), "six")).unwrap();
@@ -1026,15 +1036,25 @@ mod tests {
         let err = log.append(msg("c", Some("b"), "three")).unwrap_err();
         assert!(matches!(err, LogError::WriteFailed { .. }), "{err}");
         let text = err.to_string();
-        assert!(text.contains("Nothing was saved") && text.contains("Free disk space"), "{text}");
-        assert_eq!(std::fs::read(&p).unwrap(), before, "the partial line is cut off");
+        assert!(
+            text.contains("Nothing was saved") && text.contains("Free disk space"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            before,
+            "the partial line is cut off"
+        );
         assert_eq!(log.session().len(), 2);
         log.append(msg("c", Some("b"), "three")).unwrap();
         log.append(msg("d", Some("c"), "four")).unwrap();
         log.append(msg("e", Some("d"), "five")).unwrap();
         drop(log);
         let (s, report) = read_session(&p).unwrap();
-        assert!(report.skipped.is_empty() && report.torn_tail.is_none(), "{report:?}");
+        assert!(
+            report.skipped.is_empty() && report.torn_tail.is_none(),
+            "{report:?}"
+        );
         assert_eq!(s.len(), 5);
         assert_eq!(s.leaf_id(), Some("e"));
     }
@@ -1049,7 +1069,10 @@ mod tests {
             ..fault(0)
         });
         let err = log
-            .append_all(vec![msg("c", Some("b"), "three"), msg("d", Some("c"), "four")])
+            .append_all(vec![
+                msg("c", Some("b"), "three"),
+                msg("d", Some("c"), "four"),
+            ])
             .unwrap_err();
         assert!(matches!(err, LogError::WriteFailed { .. }), "{err}");
         assert_eq!(std::fs::read(&p).unwrap(), before);
@@ -1069,15 +1092,25 @@ mod tests {
         let again = log.append(msg("c", Some("b"), "three")).unwrap_err();
         let text = again.to_string();
         assert!(matches!(again, LogError::WritesStopped { .. }), "{text}");
-        assert!(text.contains("close the session and open it again"), "{text}");
+        assert!(
+            text.contains("close the session and open it again"),
+            "{text}"
+        );
         drop(log);
         let (mut log, report) = SessionLog::open(&p, Durability::Fsync).unwrap();
-        assert_eq!(report.torn_tail.as_ref().map(|t| t.bytes), Some(9), "{report:?}");
+        assert_eq!(
+            report.torn_tail.as_ref().map(|t| t.bytes),
+            Some(9),
+            "{report:?}"
+        );
         assert_eq!(log.session().leaf_id(), Some("b"));
         log.append(msg("c", Some("b"), "three")).unwrap();
         drop(log);
         let (s, report) = read_session(&p).unwrap();
-        assert!(report.skipped.is_empty() && report.torn_tail.is_none(), "{report:?}");
+        assert!(
+            report.skipped.is_empty() && report.torn_tail.is_none(),
+            "{report:?}"
+        );
         assert_eq!(s.len(), 3);
     }
 
@@ -1090,7 +1123,10 @@ mod tests {
         let err = SessionLog::open(&link, Durability::Fsync).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, LogError::Locked { .. }), "{text}");
-        assert!(text.contains(&format!("pid {}", std::process::id())), "{text}");
+        assert!(
+            text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
         drop(log);
         assert!(SessionLog::open(&link, Durability::Fsync).is_ok());
     }
@@ -1119,7 +1155,9 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let e = read_session(&fifo).unwrap_err().to_string();
         assert!(e.contains("named pipe (FIFO)"), "{e}");
-        let e = SessionLog::open(&fifo, Durability::Fsync).unwrap_err().to_string();
+        let e = SessionLog::open(&fifo, Durability::Fsync)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("named pipe (FIFO)"), "{e}");
     }
 
