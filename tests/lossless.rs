@@ -359,6 +359,78 @@ async fn the_polling_watcher_ignores_soba_folders_too() {
     only_project_files_are_recorded(&e).await;
 }
 
+/// Through the daemon: an append to a full disk is answered with an error that says what to
+/// do, the session goes on once space is freed, and every acknowledged entry loads back.
+#[tokio::test]
+async fn the_daemon_answers_a_full_disk_with_advice_and_loses_nothing() {
+    let Some(disk) = SmallDisk::mount(128 * 1024) else {
+        return;
+    };
+    let data = disk.path().to_path_buf();
+    let e = env_with(
+        move |root| {
+            let paths = Paths {
+                data_dir: data.join("soba"),
+                runtime_dir: root.join("run"),
+            };
+            (root.join("project"), paths)
+        },
+        None,
+    );
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let r = c
+        .request("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
+    let id = r["sessionId"].as_str().unwrap().to_string();
+    let path = PathBuf::from(r["path"].as_str().unwrap());
+    let mut acked: Vec<String> = Vec::new();
+    let mut append = async |text: String| {
+        let r = c
+            .raw(
+                "soba/session/append",
+                json!({"sessionId": id, "entries": [user(&text)]}),
+            )
+            .await;
+        match r["result"]["entryIds"].as_array() {
+            Some(ids) => {
+                acked.extend(ids.iter().map(|i| i.as_str().unwrap().to_string()));
+                Ok(())
+            }
+            None => Err(r["error"]["message"].as_str().unwrap_or_default().to_string()),
+        }
+    };
+    append("before the disk fills".into()).await.unwrap();
+    // Fill the disk.
+    let filler = disk.path().join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        while f.write_all(&[b'x'; 1024]).is_ok() {}
+    }
+    let err = append("x".repeat(6000)).await.unwrap_err();
+    assert!(
+        err.contains("Nothing was saved") && err.contains("Free disk space"),
+        "{err}"
+    );
+    // Small entries may still fit in the last page; each is kept or refused whole.
+    for n in 0..5 {
+        let _ = append(format!("small {n}")).await;
+    }
+    std::fs::remove_file(&filler).unwrap();
+    append("after space was freed".into()).await.unwrap();
+    c.request("soba/session/close", json!({"sessionId": id}))
+        .await;
+    let (s, report) = read_session(&path).unwrap();
+    assert!(
+        report.skipped.is_empty() && report.torn_tail.is_none(),
+        "{report:?}"
+    );
+    for a in &acked {
+        assert!(s.get(a).is_some(), "acknowledged entry {a} lost");
+    }
+}
+
 /// A log with a damaged line in the middle: opening it says so in the result and as a
 /// `window/showMessage`; the entries after it are still on the branch.
 #[tokio::test]
