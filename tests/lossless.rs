@@ -397,7 +397,10 @@ async fn the_daemon_answers_a_full_disk_with_advice_and_loses_nothing() {
                 acked.extend(ids.iter().map(|i| i.as_str().unwrap().to_string()));
                 Ok(())
             }
-            None => Err(r["error"]["message"].as_str().unwrap_or_default().to_string()),
+            None => Err(r["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()),
         }
     };
     append("before the disk fills".into()).await.unwrap();

@@ -419,11 +419,26 @@ fn load_line(session: &mut Session, line: &[u8], gap: &mut Option<Option<usize>>
                 None => Some((id, None)),
                 Some(p) => session.attach_point(&p).map(|slot| (id, slot)),
             });
-            match lost {
-                Some((id, slot)) => session.bridge(id, slot),
-                None => *gap = Some(session.leaf()),
+            let lost_unreadable = lost.is_none();
+            if let Some((id, slot)) = lost {
+                session.bridge(id, slot);
             }
-            return LineOutcome::Skipped(format!("not a valid entry: {e}"));
+            let mut reason = format!("not a valid entry: {e}");
+            // A write that failed part-way, followed by a later append on the same line (what
+            // a full disk did before failed writes were cut back): the later entry is whole.
+            if let Some(glued) = glued_entry(text) {
+                let id = glued.id.clone();
+                if session.push(glued).is_ok() {
+                    reason.push_str(&format!(
+                        "; the whole entry `{id}` written after the damaged part of the line was loaded"
+                    ));
+                    return LineOutcome::Skipped(reason);
+                }
+            }
+            if lost_unreadable {
+                *gap = Some(session.leaf());
+            }
+            return LineOutcome::Skipped(reason);
         }
     };
     let bridged = entry
@@ -456,6 +471,13 @@ fn load_line(session: &mut Session, line: &[u8], gap: &mut Option<Option<usize>>
         }
         Err(e) => LineOutcome::Skipped(e.to_string()),
     }
+}
+
+/// A whole entry at the end of a damaged line, after the damaged part.
+fn glued_entry(text: &[u8]) -> Option<Entry> {
+    memchr::memmem::find_iter(text, br#"{"id":""#)
+        .filter(|&at| at > 0)
+        .find_map(|at| serde_json::from_slice::<Entry>(&text[at..]).ok())
 }
 
 /// The `id` and `parentId` of a damaged entry line, when its start is intact: entries are
@@ -961,6 +983,30 @@ mod tests {
         let (s, report) = read_session(&p).unwrap();
         assert_eq!(report.skipped.len(), 2, "{report:?}");
         assert_eq!(s.leaf_id(), Some("e"));
+    }
+
+    /// Logs written before failed appends were cut back: a partial entry with the next
+    /// (acknowledged) entry glued onto it. The glued entry and its children load.
+    #[test]
+    fn an_entry_glued_onto_a_partial_line_is_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = serde_json::to_string(&msg("d", Some("b"), "four")).unwrap();
+        let partial = r#"{"id":"c","parentId":"b","ts":"x","type":"message","role":"user","con"#;
+        let p = log_with_damaged_middle(dir.path(), &format!("{partial}{d}"));
+        // The original `d` and `e` lines now name parents `c` and `d`; drop the first `d`.
+        let text = std::fs::read_to_string(&p).unwrap();
+        let kept: Vec<&str> = text
+            .lines()
+            .enumerate()
+            .filter(|(n, _)| *n != 4)
+            .map(|(_, l)| l)
+            .collect();
+        std::fs::write(&p, kept.join("\n") + "\n").unwrap();
+        let (s, report) = read_session(&p).unwrap();
+        assert_eq!(report.skipped.len(), 1, "{report:?}");
+        assert!(report.skipped[0].reason.contains("`d`"), "{report:?}");
+        assert_eq!(branch_ids(&s), ["a", "b", "d", "e"]);
+        assert!(report.reattached.is_empty(), "{report:?}");
     }
 
     #[test]
