@@ -390,7 +390,7 @@ fn load(
 enum LineOutcome {
     Loaded,
     Skipped(String),
-    /// Loaded, under the parent of its own parent, which a damaged line lost.
+    /// Loaded, though its parent was lost to a damaged line: attached where that parent hung.
     Reattached {
         entry_id: String,
         missing_parent: String,
@@ -441,20 +441,26 @@ fn load_line(session: &mut Session, line: &[u8], gap: &mut Option<Option<usize>>
             return LineOutcome::Skipped(reason);
         }
     };
-    let bridged = entry
-        .parent_id
-        .as_deref()
-        .filter(|p| session.is_bridged(p))
-        .map(str::to_string);
-    let id = entry.id.clone();
+    // Only a log with damaged lines pays for this check.
+    if session.has_bridges() {
+        if let Some(missing_parent) = entry
+            .parent_id
+            .as_deref()
+            .filter(|p| session.is_bridged(p))
+            .map(str::to_string)
+        {
+            let entry_id = entry.id.clone();
+            return match session.push(entry) {
+                Ok(()) => LineOutcome::Reattached {
+                    entry_id,
+                    missing_parent,
+                },
+                Err(e) => LineOutcome::Skipped(e.to_string()),
+            };
+        }
+    }
     match session.push(entry) {
-        Ok(()) => match bridged {
-            Some(missing_parent) => LineOutcome::Reattached {
-                entry_id: id,
-                missing_parent,
-            },
-            None => LineOutcome::Loaded,
-        },
+        Ok(()) => LineOutcome::Loaded,
         Err(TreeError::UnknownParent { id, parent }) if gap.is_some() => {
             let slot = gap.take().flatten();
             session.bridge(parent.clone(), slot);

@@ -129,6 +129,11 @@ impl Session {
         self.slot_of(id).map(|s| s.map(|i| i as usize))
     }
 
+    /// Whether any entry was lost to a damaged line.
+    pub fn has_bridges(&self) -> bool {
+        !self.bridges.is_empty()
+    }
+
     /// Whether `id` is an entry lost to a damaged line, whose children attach elsewhere.
     pub fn is_bridged(&self, id: &str) -> bool {
         !self.by_id.contains_key(id) && self.bridges.contains_key(id)

@@ -3,7 +3,8 @@
 //! Edits made by shell commands, formatters or the user never pass through a tool call, so the
 //! capsule's modified files would miss them; the watcher closes that gap. Events are debounced
 //! ([`burst`]: a burst of writes is one change), filtered through `.gitignore` files, `.soba/`,
-//! `.git/` and build output ([`filter`]), merged per path, and capped per batch.
+//! `.git/`, build output and the daemon's own data and runtime folders ([`filter`]), merged per
+//! path, and capped per batch.
 //!
 //! Where the OS watches one folder at a time (inotify, kqueue) only the folders whose files
 //! could be recorded are watched, so a large `node_modules/` or ignored build tree costs no
