@@ -526,11 +526,27 @@ async fn a_fifo_as_a_session_log_is_refused_by_the_daemon() {
     .expect("the open answers instead of waiting on the pipe");
     let text = err["message"].as_str().unwrap_or_default();
     assert!(text.contains("named pipe (FIFO)"), "{err}");
-    // The daemon goes on serving.
+    // The daemon goes on serving; a pipe given as a capsule file is refused too.
     let r = c
         .request("soba/session/open", json!({"workspace": e.workspace}))
         .await;
-    assert!(r["sessionId"].is_string(), "{r}");
+    let id = r["sessionId"].as_str().unwrap().to_string();
+    let pipe = e.workspace.join("handoff.capsule.md");
+    mkfifo(&pipe);
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.error("soba/capsule/load", json!({"sessionId": id, "path": pipe})),
+    )
+    .await
+    .expect("the load answers instead of waiting on the pipe");
+    let text = err["message"].as_str().unwrap_or_default();
+    assert!(text.contains("named pipe (FIFO)"), "{err}");
+    let r = c.request("soba/budget", json!({"sessionId": id})).await;
+    assert_eq!(
+        r["sessionId"],
+        id.as_str(),
+        "the session still answers: {r}"
+    );
 }
 
 /// Folders the daemon creates are 0700, the logs and flight records in them 0600.
