@@ -1179,6 +1179,10 @@ mod tests {
             text.contains(&format!("pid {}", std::process::id())),
             "{text}"
         );
+        let hard = dir.path().join("hard-link.jsonl");
+        std::fs::hard_link(&p, &hard).unwrap();
+        let err = SessionLog::open(&hard, Durability::Fsync).unwrap_err();
+        assert!(matches!(err, LogError::Locked { .. }), "{err}");
         drop(log);
         assert!(SessionLog::open(&link, Durability::Fsync).is_ok());
     }
