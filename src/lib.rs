@@ -10,6 +10,7 @@ pub mod compaction;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod files;
 pub mod import;
 pub mod inspect;
 pub mod redact;

@@ -139,6 +139,7 @@ pub fn mirror(
         let p = p.display().to_string();
         move |source| MirrorError::Io { path: p, source }
     };
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     write_atomic(&path, exported.text.as_bytes()).map_err(io(&path))?;
     let index = rebuild_index(&dir)?;
     Ok(Mirrored {
@@ -359,6 +360,12 @@ mod tests {
         );
         let text = std::fs::read_to_string(&m.path).unwrap();
         assert!(!text.contains(&secret) && text.contains("[redacted:slack_token]"));
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode(&m.path), 0o600, "mirrors are private");
+            assert_eq!(mode(&m.index), 0o600);
+        }
         assert_eq!(m.redactions.total(), 1);
 
         let mut later = capsule(Trigger::User, Quality::Model);

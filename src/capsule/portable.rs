@@ -985,7 +985,7 @@ pub fn read_capsule_file_limited(path: &Path, limit: u64) -> Result<Parsed, Port
         path: shown.clone(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
+    let file = crate::files::open_regular(path).map_err(io)?;
     // Read at most one byte past the limit: a huge file is never loaded whole.
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
@@ -1008,30 +1008,38 @@ pub fn read_capsule_file_limited(path: &Path, limit: u64) -> Result<Parsed, Port
     })
 }
 
-/// Write `text` to `path` atomically: a temporary file beside it, then a rename.
+/// Write `text` to `path` atomically: a temporary file beside it, then a rename. The folder
+/// must exist.
 pub fn write_capsule_file(path: &Path, text: &str) -> Result<(), PortableError> {
-    write_atomic(path, text.as_bytes()).map_err(|source| PortableError::Io {
-        path: path.display().to_string(),
-        source,
-    })
+    crate::files::require_parent(path)
+        .and_then(|()| write_atomic(path, text.as_bytes()))
+        .map_err(|source| PortableError::Io {
+            path: path.display().to_string(),
+            source,
+        })
 }
 
 /// Replace `path` with `bytes` so that readers see the old or the new file, never a part:
-/// write a temporary file in the same directory, sync it, rename it over `path`.
+/// write a temporary file (mode `0600`) in the same directory, sync it, rename it over `path`.
+/// The directory must exist.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        // A leftover from a killed writer with this pid is ours to replace.
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut f = crate::files::create_private(&tmp, false)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)

@@ -68,7 +68,7 @@ struct ImportSummary<'a> {
 }
 
 pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.file)
+    let text = crate::files::read_regular_to_string(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let source_path = std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone());
     check_output(&source_path, &args.output, args.force)?;
@@ -114,6 +114,7 @@ pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
 }
 
 fn check_output(source: &Path, output: &Path, force: bool) -> anyhow::Result<()> {
+    crate::files::require_parent(output)?;
     if std::fs::canonicalize(output).is_ok_and(|o| o == source) {
         bail!(
             "the output {} is the transcript itself; choose another path",

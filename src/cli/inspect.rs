@@ -20,8 +20,14 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         &config.model.name,
         summarizer.as_deref(),
     );
+    let warning = report.summary(path);
     if common.json {
-        return print_json(&r);
+        let mut v = serde_json::to_value(&r)?;
+        if let Some(w) = &warning {
+            v["warning"] = w.clone().into();
+            v["load"] = serde_json::to_value(&report)?;
+        }
+        return print_json(&v);
     }
     let pct = |n: u64| 100.0 * n as f64 / r.hard_limit as f64;
     println!(
@@ -52,6 +58,9 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             c.checkpoint_id, c.trigger, c.quality, c.tokens_before, c.tokens_after
         ),
         None => println!("no compaction yet"),
+    }
+    if let Some(w) = warning {
+        println!("warning: {w}");
     }
     Ok(())
 }

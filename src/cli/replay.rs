@@ -39,8 +39,8 @@ pub struct ReplayArgs {
 
 pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
     let path = &args.transcript;
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = crate::files::read_regular_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let source_path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
     let options = ImportOptions {
         source_path: source_path.display().to_string(),

@@ -141,6 +141,8 @@ pub struct SessionHandle {
     pub id: String,
     pub workspace: PathBuf,
     pub path: PathBuf,
+    /// What loading the log skipped or re-attached, for the clients that open it.
+    pub load_warning: Option<String>,
     tx: mpsc::UnboundedSender<Command>,
     status: watch::Receiver<Status>,
 }
@@ -363,6 +365,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         id,
         workspace,
         path,
+        load_warning: None,
         tx,
         status,
     }

@@ -3,7 +3,6 @@
 //! A record holds identifiers, limits, token counts, the outcome and its reason — never capsule
 //! or summary text, so the file can be shared in a bug report as is.
 
-use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
@@ -51,12 +50,9 @@ impl FlightLog {
     /// Append one record as a single write of a whole line.
     pub fn append(&self, record: &FlightRecord) -> std::io::Result<()> {
         if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)?;
+            crate::files::create_private_dir_all(dir)?;
         }
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?;
+        let mut f = crate::files::open_or_create_private_append(&self.path)?;
         let mut line = Vec::new();
         // A torn last line (a crash mid-write) must not swallow this record.
         if !ends_with_newline(&self.path)? {
@@ -77,7 +73,7 @@ impl FlightLog {
         session: Option<&str>,
         limit: Option<usize>,
     ) -> std::io::Result<Vec<FlightRecord>> {
-        let file = match std::fs::File::open(&self.path) {
+        let file = match crate::files::open_regular(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e),
@@ -103,7 +99,7 @@ impl FlightLog {
 /// Whether the file is empty or ends with a newline.
 fn ends_with_newline(path: &Path) -> std::io::Result<bool> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path)?;
+    let mut f = crate::files::open_regular(path)?;
     if f.metadata()?.len() == 0 {
         return Ok(true);
     }
@@ -153,7 +149,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = FlightLog::new(dir.path());
         log.append(&record("op1", "a")).unwrap();
-        let mut f = OpenOptions::new().append(true).open(log.path()).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(log.path())
+            .unwrap();
         f.write_all(b"{\"operationId\":\"op2\",").unwrap();
         assert_eq!(log.read(None, None).unwrap().len(), 1);
         // The next record starts on a line of its own.

@@ -289,6 +289,9 @@ pub struct SessionOpenResult {
     pub session_id: String,
     pub path: String,
     pub budget: BudgetReport,
+    /// Damaged lines skipped (and entries re-attached) when the log was loaded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -128,7 +128,7 @@ impl Daemon {
         let model = req.model.clone();
         let extra = self.options.extra_config.clone();
         let ws = workspace.clone();
-        let (log, config) =
+        let (log, config, load_warning) =
             tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, extra))
                 .await
                 .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
@@ -145,13 +145,14 @@ impl Daemon {
                 }
             },
         };
-        let handle = actor::spawn(actor::ActorSetup {
+        let mut handle = actor::spawn(actor::ActorSetup {
             log,
             config,
             summarizer,
             flight: FlightLog::new(&self.paths.workspace_dir(&workspace)),
             events: self.events.clone(),
         });
+        handle.load_warning = load_warning;
         {
             let mut reg = self.lock();
             // Another client may have opened the same session meanwhile; the log lock makes
@@ -216,7 +217,8 @@ impl Daemon {
                 }
             }
         };
-        match WorkspaceWatcher::start(workspace, mode, sink) {
+        let own = [self.paths.data_dir.clone(), self.paths.runtime_dir.clone()];
+        match WorkspaceWatcher::start_excluding(workspace, mode, &own, sink) {
             Ok((w, warning)) => {
                 if let Some(message) = warning {
                     self.degraded(workspace, message);
@@ -240,7 +242,7 @@ impl Daemon {
         );
     }
 
-    fn degraded(&self, workspace: &Path, message: String) {
+    pub(crate) fn degraded(&self, workspace: &Path, message: String) {
         let _ = self.events.send(Event::Degraded {
             workspace: workspace.display().to_string(),
             message,
@@ -413,7 +415,8 @@ fn log_error(e: LogError) -> RpcError {
     }
 }
 
-/// Open or create the log and resolve its configuration (blocking: reads the whole log).
+/// Open or create the log and resolve its configuration (blocking: reads the whole log); the
+/// third value says what loading skipped, if anything.
 fn open_log(
     path: &Path,
     workspace: &Path,
@@ -421,7 +424,7 @@ fn open_log(
     create: bool,
     model: Option<ModelParams>,
     extra_config: Option<PathBuf>,
-) -> Result<(SessionLog, Config), RpcError> {
+) -> Result<(SessionLog, Config, Option<String>), RpcError> {
     let files = ConfigSources::for_workspace(Some(workspace).filter(|w| w.is_dir()), extra_config)
         .files()
         .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
@@ -433,11 +436,13 @@ fn open_log(
     });
     let provisional = Config::resolve(&files, model_ref.as_ref(), &Overrides::default())
         .map_err(|e| RpcError::invalid_params(format!("`model`: {e}")))?;
+    let mut load_warning = None;
     let log = if path.exists() {
         let (log, report) = SessionLog::open(path, provisional.durability).map_err(log_error)?;
         for m in report.messages(path) {
             eprintln!("soba: warning: {m}");
         }
+        load_warning = report.summary(path);
         log
     } else if create {
         let header = SessionHeader {
@@ -454,6 +459,10 @@ fn open_log(
             }),
             source: None,
         };
+        if let Some(dir) = path.parent() {
+            crate::files::create_private_dir_all(dir)
+                .map_err(|e| RpcError::internal(format!("{}: {e}", dir.display())))?;
+        }
         SessionLog::create(path, header, provisional.durability).map_err(log_error)?
     } else {
         return Err(RpcError::unknown_session(id));
@@ -464,5 +473,5 @@ fn open_log(
         &Overrides::default(),
     )
     .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
-    Ok((log, config))
+    Ok((log, config, load_warning))
 }

@@ -185,11 +185,16 @@ impl Backend {
                     })
                     .await?;
                 self.know(&h.workspace);
+                if let Some(w) = &h.load_warning {
+                    // Also as `window/showMessage`, to every client of the workspace.
+                    self.daemon.degraded(&h.workspace, w.clone());
+                }
                 let budget = h.status().budget;
                 to_value(SessionOpenResult {
                     session_id: h.id.clone(),
                     path: h.path.display().to_string(),
                     budget,
+                    warnings: h.load_warning.iter().cloned().collect(),
                 })
             }
             method::SESSION_APPEND => {

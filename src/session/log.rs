@@ -3,7 +3,13 @@
 //! Line 1 is the header, every later line one entry. Appends are single `write` calls of a
 //! whole line; with [`Durability::Fsync`] (the default) the data is on stable storage before
 //! the append returns, so an acknowledged entry survives a crash or power loss. One process
-//! writes a session at a time, enforced by an OS lock on `<log>.lock`.
+//! writes a session at a time, enforced by an OS lock on the log file itself (so every path to
+//! it, links included, meets the same lock); `<log>.lock` only names the holder.
+//!
+//! A write that fails (a full disk, an I/O error) may have left part of a line behind; the
+//! file is cut back to the end of the last acknowledged line before the error is returned, so
+//! the next append starts clean. When even that fails, the log stops taking writes until it
+//! is reopened.
 //!
 //! Loading never deletes data: a torn final line (a crash mid-write) is moved to a side file
 //! `<log>.torn-<n>` and reported; an unparseable line elsewhere is reported with its line
@@ -35,6 +41,13 @@ pub enum LogError {
     Exists { path: String },
     #[error("cannot append to {path}: {source}")]
     Tree { path: String, source: TreeError },
+    #[error("could not write to {path}: {source}. Nothing was saved: the log is back at its last complete entry. Free disk space (or fix the cause), then send the entries again")]
+    WriteFailed {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: writing is stopped for this session: {reason}. Free disk space (or fix the cause), then close the session and open it again; opening repairs the log")]
+    WritesStopped { path: String, reason: String },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> LogError + '_ {
@@ -62,15 +75,77 @@ pub struct TornTail {
     pub moved_to: Option<String>,
 }
 
+/// An entry whose parent was lost to a damaged line, attached where that parent hung.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reattached {
+    pub line: usize,
+    pub entry_id: String,
+    /// The parent it names, whose line is damaged.
+    pub missing_parent: String,
+    /// Where it now hangs: the lost parent's own parent, or (when the damaged line's ids
+    /// could not be read) the entry that was the leaf just before the damaged line.
+    pub attached_to: Option<String>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadReport {
     pub entries: usize,
     pub skipped: Vec<SkippedLine>,
     pub torn_tail: Option<TornTail>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reattached: Vec<Reattached>,
 }
 
 impl LoadReport {
+    /// Whether anything in the file was skipped, cut or re-attached.
+    pub fn is_clean(&self) -> bool {
+        self.skipped.is_empty() && self.torn_tail.is_none() && self.reattached.is_empty()
+    }
+
+    /// One line for a client: how many lines were skipped and what that means.
+    pub fn summary(&self, path: &Path) -> Option<String> {
+        if self.is_clean() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if !self.skipped.is_empty() {
+            let lines: Vec<String> = self.skipped.iter().map(|s| s.line.to_string()).collect();
+            parts.push(format!(
+                "{} damaged line(s) skipped (line {}); they stay in the file",
+                self.skipped.len(),
+                lines.join(", ")
+            ));
+        }
+        if !self.reattached.is_empty() {
+            parts.push(format!(
+                "{} entr{} after them re-attached to the chain",
+                self.reattached.len(),
+                if self.reattached.len() == 1 {
+                    "y"
+                } else {
+                    "ies"
+                }
+            ));
+        }
+        if let Some(t) = &self.torn_tail {
+            parts.push(format!(
+                "a torn final line ({} bytes) set aside{}",
+                t.bytes,
+                t.moved_to
+                    .as_deref()
+                    .map(|s| format!(" in {s}"))
+                    .unwrap_or_default()
+            ));
+        }
+        Some(format!(
+            "{}: {}. What those lines held is not in the budget or the model input; see the log",
+            path.display(),
+            parts.join("; ")
+        ))
+    }
+
     /// Human-readable lines for stderr.
     pub fn messages(&self, path: &Path) -> Vec<String> {
         let mut out: Vec<String> = self
@@ -78,6 +153,18 @@ impl LoadReport {
             .iter()
             .map(|s| format!("{}:{}: skipped: {}", path.display(), s.line, s.reason))
             .collect();
+        out.extend(self.reattached.iter().map(|r| {
+            format!(
+                "{}:{}: entry `{}` names `{}`, lost to a damaged line; attached to {}",
+                path.display(),
+                r.line,
+                r.entry_id,
+                r.missing_parent,
+                r.attached_to
+                    .as_deref()
+                    .map_or("the root".to_string(), |a| format!("`{a}`"))
+            )
+        }));
         if let Some(t) = &self.torn_tail {
             out.push(match &t.moved_to {
                 Some(side) => format!(
@@ -102,33 +189,47 @@ impl LoadReport {
 #[derive(Debug)]
 pub struct SessionLog {
     path: PathBuf,
+    /// Opened for appending; its OS lock is the session's writer lock.
     file: File,
-    _lock: File,
     session: Session,
     durability: Durability,
+    /// Length of the file up to the end of the last acknowledged line.
+    good_len: u64,
+    /// Why writes are refused: a failed write could not be undone.
+    stopped: Option<String>,
+    fault: Option<WriteFault>,
 }
 
-fn lock_path(path: &Path) -> PathBuf {
-    let mut p = path.as_os_str().to_owned();
+/// A failure to inject into the next append (tests): the write stores `written` bytes of the
+/// line and then fails with `ENOSPC`, the way a write to a full disk does.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteFault {
+    pub written: usize,
+    /// The fsync after a complete write fails instead (`written` is ignored).
+    pub sync_fails: bool,
+    /// Cutting the partial line back off fails too.
+    pub cut_fails: bool,
+}
+
+/// The side file naming the writer, beside the log's real path (links resolved), so that a
+/// link to the log names the same holder.
+fn holder_note_path(log: &Path) -> PathBuf {
+    let real = std::fs::canonicalize(log).unwrap_or_else(|_| log.to_path_buf());
+    let mut p = real.into_os_string();
     p.push(".lock");
     PathBuf::from(p)
 }
 
-/// Take the session's writer lock, or say who holds it.
-fn acquire_lock(path: &Path) -> Result<File, LogError> {
-    let lp = lock_path(path);
-    let mut lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&lp)
-        .map_err(io_err(&lp))?;
-    match lock.try_lock() {
+/// Take the session's writer lock on the opened log, or say who holds it.
+fn acquire_lock(path: &Path, log: &File) -> Result<(), LogError> {
+    match log.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut holder = String::new();
-            let _ = lock.read_to_string(&mut holder);
+            if let Ok(mut note) = crate::files::open_regular(&holder_note_path(path)) {
+                let _ = note.read_to_string(&mut holder);
+            }
             let holder = holder.trim();
             return Err(LogError::Locked {
                 path: path.display().to_string(),
@@ -139,18 +240,44 @@ fn acquire_lock(path: &Path) -> Result<File, LogError> {
                 },
             });
         }
-        Err(std::fs::TryLockError::Error(e)) => return Err(io_err(&lp)(e)),
+        Err(std::fs::TryLockError::Error(e)) => return Err(io_err(path)(e)),
     }
+    let note = holder_note_path(path);
     let who = format!(
         "pid {} ({}) since {}",
         std::process::id(),
         std::env::args().take(2).collect::<Vec<_>>().join(" "),
         crate::util::now_rfc3339()
     );
-    lock.set_len(0).map_err(io_err(&lp))?;
-    lock.seek(SeekFrom::Start(0)).map_err(io_err(&lp))?;
-    lock.write_all(who.as_bytes()).map_err(io_err(&lp))?;
-    Ok(lock)
+    // The lock is on the log itself; the note only names the holder for a second writer's
+    // error, so a note that cannot be written is worth a warning, not a refusal.
+    if let Err(e) = write_holder_note(&note, &who) {
+        eprintln!(
+            "soba: warning: cannot name this writer in {}: {e}",
+            note.display()
+        );
+    }
+    Ok(())
+}
+
+/// Replace the holder note. A link planted at its path is refused, never followed: the note
+/// must not overwrite some other file.
+fn write_holder_note(note: &Path, who: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(crate::files::PRIVATE_FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(note)
+        .map_err(|e| crate::files::symlink_refused(note, e))?;
+    if !f.metadata()?.is_file() {
+        return Err(crate::files::not_regular(note, "not a regular file"));
+    }
+    f.set_len(0)?;
+    f.seek(SeekFrom::Start(0))?;
+    f.write_all(who.as_bytes())
 }
 
 /// Parse a whole log. `repair` moves a torn final line to a side file (needs write access).
@@ -159,7 +286,7 @@ fn load(
     tokenizer: Option<TokenizerKind>,
     repair: bool,
 ) -> Result<(Session, LoadReport), LogError> {
-    let file = File::open(path).map_err(io_err(path))?;
+    let file = crate::files::open_regular(path).map_err(io_err(path))?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut buf = Vec::new();
     let mut line_no = 0usize;
@@ -190,6 +317,9 @@ fn load(
         })
         .unwrap_or_default();
     let mut session = Session::new(header, kind);
+    // The leaf before a damaged line whose entry id could not be read: the next entry that
+    // names an unknown parent continues the chain from here.
+    let mut gap: Option<Option<usize>> = None;
 
     loop {
         // A line that lies whole in the read buffer (nearly all of them) is parsed where it
@@ -210,7 +340,7 @@ fn load(
             }
         };
         line_no += 1;
-        let outcome = load_line(&mut session, line);
+        let outcome = load_line(&mut session, line, &mut gap);
         let len = line.len();
         let torn = matches!(outcome, LineOutcome::Torn);
         if torn {
@@ -225,11 +355,27 @@ fn load(
                 moved_to,
             });
         }
-        if let LineOutcome::Skipped(reason) = outcome {
-            report.skipped.push(SkippedLine {
+        match outcome {
+            LineOutcome::Skipped(reason) => report.skipped.push(SkippedLine {
                 line: line_no,
                 reason,
-            });
+            }),
+            LineOutcome::Reattached {
+                entry_id,
+                missing_parent,
+            } => {
+                let attached_to = session
+                    .attach_point(&missing_parent)
+                    .flatten()
+                    .map(|i| session.entry(i).id.clone());
+                report.reattached.push(Reattached {
+                    line: line_no,
+                    entry_id,
+                    missing_parent,
+                    attached_to,
+                });
+            }
+            LineOutcome::Loaded | LineOutcome::Torn => {}
         }
         reader.consume(n);
         if torn {
@@ -244,25 +390,113 @@ fn load(
 enum LineOutcome {
     Loaded,
     Skipped(String),
+    /// Loaded, though its parent was lost to a damaged line: attached where that parent hung.
+    Reattached {
+        entry_id: String,
+        missing_parent: String,
+    },
     /// The last bytes of the file, without a newline, that do not parse: an interrupted write.
     Torn,
 }
 
 /// Parse one line (with its newline, if it has one) into the session.
-fn load_line(session: &mut Session, line: &[u8]) -> LineOutcome {
+///
+/// A damaged line must not orphan everything after it: when its entry's `id` and `parentId`
+/// can still be read, entries naming it attach to its parent; when they cannot, the first
+/// later entry naming an unknown parent continues the chain from the leaf before the damage
+/// (`gap`). Either way the damaged line is reported and stays in the file.
+fn load_line(session: &mut Session, line: &[u8], gap: &mut Option<Option<usize>>) -> LineOutcome {
     let complete = line.ends_with(b"\n");
     let text = trim_newline(line);
     if text.iter().all(u8::is_ascii_whitespace) {
         return LineOutcome::Loaded;
     }
-    match serde_json::from_slice::<Entry>(text) {
-        Ok(entry) => match session.push(entry) {
-            Ok(()) => LineOutcome::Loaded,
-            Err(e) => LineOutcome::Skipped(e.to_string()),
-        },
-        Err(_) if !complete => LineOutcome::Torn,
-        Err(e) => LineOutcome::Skipped(format!("not a valid entry: {e}")),
+    let entry = match serde_json::from_slice::<Entry>(text) {
+        Ok(entry) => entry,
+        Err(_) if !complete => return LineOutcome::Torn,
+        Err(e) => {
+            let lost = salvage_ids(text).and_then(|(id, parent)| match parent {
+                None => Some((id, None)),
+                Some(p) => session.attach_point(&p).map(|slot| (id, slot)),
+            });
+            let lost_unreadable = lost.is_none();
+            if let Some((id, slot)) = lost {
+                session.bridge(id, slot);
+            }
+            let mut reason = format!("not a valid entry: {e}");
+            // A write that failed part-way, followed by a later append on the same line (what
+            // a full disk did before failed writes were cut back): the later entry is whole.
+            if let Some(glued) = glued_entry(text) {
+                let id = glued.id.clone();
+                if session.push(glued).is_ok() {
+                    reason.push_str(&format!(
+                        "; the whole entry `{id}` written after the damaged part of the line was loaded"
+                    ));
+                    return LineOutcome::Skipped(reason);
+                }
+            }
+            if lost_unreadable {
+                *gap = Some(session.leaf());
+            }
+            return LineOutcome::Skipped(reason);
+        }
+    };
+    // Only a log with damaged lines pays for this check.
+    if session.has_bridges() {
+        if let Some(missing_parent) = entry
+            .parent_id
+            .as_deref()
+            .filter(|p| session.is_bridged(p))
+            .map(str::to_string)
+        {
+            let entry_id = entry.id.clone();
+            return match session.push(entry) {
+                Ok(()) => LineOutcome::Reattached {
+                    entry_id,
+                    missing_parent,
+                },
+                Err(e) => LineOutcome::Skipped(e.to_string()),
+            };
+        }
     }
+    match session.push(entry) {
+        Ok(()) => LineOutcome::Loaded,
+        Err(TreeError::UnknownParent { id, parent }) if gap.is_some() => {
+            let slot = gap.take().flatten();
+            session.bridge(parent.clone(), slot);
+            // The entry itself was refused untouched; push it again now that its parent
+            // resolves. It was consumed, so rebuild it from the line.
+            match serde_json::from_slice::<Entry>(text).map(|e| session.push(e)) {
+                Ok(Ok(())) => LineOutcome::Reattached {
+                    entry_id: id,
+                    missing_parent: parent,
+                },
+                Ok(Err(e)) => LineOutcome::Skipped(e.to_string()),
+                Err(e) => LineOutcome::Skipped(format!("not a valid entry: {e}")),
+            }
+        }
+        Err(e) => LineOutcome::Skipped(e.to_string()),
+    }
+}
+
+/// A whole entry at the end of a damaged line, after the damaged part.
+fn glued_entry(text: &[u8]) -> Option<Entry> {
+    memchr::memmem::find_iter(text, br#"{"id":""#)
+        .filter(|&at| at > 0)
+        .find_map(|at| serde_json::from_slice::<Entry>(&text[at..]).ok())
+}
+
+/// The `id` and `parentId` of a damaged entry line, when its start is intact: entries are
+/// written with those two keys first (`{"id":"…","parentId":…`). `parentId` is `None` for a
+/// root entry.
+fn salvage_ids(text: &[u8]) -> Option<(String, Option<String>)> {
+    let rest = text.strip_prefix(br#"{"id":"#)?;
+    let mut stream = serde_json::Deserializer::from_slice(rest).into_iter::<String>();
+    let id = stream.next()?.ok()?;
+    let rest = rest[stream.byte_offset()..].strip_prefix(br#","parentId":"#)?;
+    let mut stream = serde_json::Deserializer::from_slice(rest).into_iter::<Option<String>>();
+    let parent = stream.next()?.ok()?;
+    Some((id, parent))
 }
 
 fn trim_newline(b: &[u8]) -> &[u8] {
@@ -282,17 +516,10 @@ fn move_torn_tail(path: &Path, offset: u64, bytes: &[u8]) -> Result<String, LogE
         }
         n += 1;
     };
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&side)
-        .map_err(io_err(&side))?;
+    let mut f = crate::files::create_private(&side, false).map_err(io_err(&side))?;
     f.write_all(bytes).map_err(io_err(&side))?;
     f.sync_all().map_err(io_err(&side))?;
-    let log = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(io_err(path))?;
+    let log = crate::files::open_regular_write(path).map_err(io_err(path))?;
     log.set_len(offset).map_err(io_err(path))?;
     log.sync_all().map_err(io_err(path))?;
     Ok(side.display().to_string())
@@ -304,17 +531,15 @@ pub fn read_session(path: &Path) -> Result<(Session, LoadReport), LogError> {
 }
 
 impl SessionLog {
-    /// Create a new log with its header. Fails if the file exists.
+    /// Create a new log with its header (mode `0600`). Fails if the file exists or its folder
+    /// does not: creating folders is the caller's decision.
     pub fn create(
         path: &Path,
         header: SessionHeader,
         durability: Durability,
     ) -> Result<SessionLog, LogError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-        }
-        let lock = acquire_lock(path)?;
-        let mut file = match OpenOptions::new().append(true).create_new(true).open(path) {
+        crate::files::require_parent(path).map_err(io_err(path))?;
+        let mut file = match crate::files::create_private(path, true) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(LogError::Exists {
@@ -323,6 +548,7 @@ impl SessionLog {
             }
             Err(e) => return Err(io_err(path)(e)),
         };
+        acquire_lock(path, &file)?;
         let mut line = serde_json::to_vec(&header).expect("header serializes");
         line.push(b'\n');
         file.write_all(&line).map_err(io_err(path))?;
@@ -341,42 +567,49 @@ impl SessionLog {
         Ok(SessionLog {
             path: path.to_path_buf(),
             file,
-            _lock: lock,
             session: Session::new(header, tokenizer),
             durability,
+            good_len: line.len() as u64,
+            stopped: None,
+            fault: None,
         })
     }
 
     /// Open an existing log for writing: take the lock, load, and move a torn tail aside.
     pub fn open(path: &Path, durability: Durability) -> Result<(SessionLog, LoadReport), LogError> {
-        let lock = acquire_lock(path)?;
+        let mut file = crate::files::open_regular_append(path).map_err(io_err(path))?;
+        acquire_lock(path, &file)?;
         let (session, report) = load(path, None, true)?;
-        let mut file = OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(io_err(path))?;
         // A complete last entry written without its newline gets one, so the next append
         // starts on its own line.
-        let len = file.metadata().map_err(io_err(path))?.len();
+        let mut len = file.metadata().map_err(io_err(path))?.len();
         if len > 0 {
             let mut last = [0u8; 1];
-            let mut r = File::open(path).map_err(io_err(path))?;
-            r.seek(SeekFrom::Start(len - 1)).map_err(io_err(path))?;
-            r.read_exact(&mut last).map_err(io_err(path))?;
+            file.seek(SeekFrom::Start(len - 1)).map_err(io_err(path))?;
+            file.read_exact(&mut last).map_err(io_err(path))?;
             if last[0] != b'\n' {
                 file.write_all(b"\n").map_err(io_err(path))?;
+                len += 1;
             }
         }
         Ok((
             SessionLog {
                 path: path.to_path_buf(),
                 file,
-                _lock: lock,
                 session,
                 durability,
+                good_len: len,
+                stopped: None,
+                fault: None,
             },
             report,
         ))
+    }
+
+    /// Make the next append fail the way a full disk does (tests of the recovery).
+    #[doc(hidden)]
+    pub fn inject_write_fault(&mut self, fault: WriteFault) {
+        self.fault = Some(fault);
     }
 
     pub fn path(&self) -> &Path {
@@ -434,15 +667,77 @@ impl SessionLog {
                 bytes.push(b'\n');
             }
         }
-        self.file.write_all(&bytes).map_err(io_err(&self.path))?;
-        if self.durability == Durability::Fsync {
-            self.file.sync_data().map_err(io_err(&self.path))?;
+        if let Some(reason) = &self.stopped {
+            return Err(LogError::WritesStopped {
+                path: self.path.display().to_string(),
+                reason: reason.clone(),
+            });
         }
+        let fault = self.fault.take();
+        if let Err(source) = self.write_durably(&bytes, fault) {
+            return Err(self.undo_failed_write(source, fault));
+        }
+        self.good_len += bytes.len() as u64;
         for e in entries {
             self.session.push(e).map_err(|source| LogError::Tree {
                 path: self.path.display().to_string(),
                 source,
             })?;
+        }
+        Ok(())
+    }
+}
+
+impl SessionLog {
+    /// One write of the whole batch, then the sync the durability policy asks for.
+    fn write_durably(&mut self, bytes: &[u8], fault: Option<WriteFault>) -> std::io::Result<()> {
+        match fault {
+            Some(f) if !f.sync_fails => {
+                self.file.write_all(&bytes[..f.written.min(bytes.len())])?;
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            _ => {}
+        }
+        self.file.write_all(bytes)?;
+        if fault.is_some_and(|f| f.sync_fails) {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        if self.durability == Durability::Fsync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Cut the file back to its last acknowledged line after a failed write, so that no part
+    /// of the failed batch is glued to the next one. When that fails too, stop writing.
+    fn undo_failed_write(&mut self, source: std::io::Error, fault: Option<WriteFault>) -> LogError {
+        let path = self.path.display().to_string();
+        let cut = if fault.is_some_and(|f| f.cut_fails) {
+            Err(std::io::Error::from_raw_os_error(libc::EIO))
+        } else {
+            self.cut_back()
+        };
+        match cut {
+            Ok(()) => LogError::WriteFailed { path, source },
+            Err(cut) => {
+                let reason = format!(
+                    "a write failed ({source}) and its partial line could not be cut off ({cut})"
+                );
+                self.stopped = Some(reason.clone());
+                LogError::WritesStopped { path, reason }
+            }
+        }
+    }
+
+    fn cut_back(&mut self) -> std::io::Result<()> {
+        self.file.set_len(self.good_len)?;
+        self.file.sync_data()?;
+        let len = self.file.metadata()?.len();
+        if len != self.good_len {
+            return Err(std::io::Error::other(format!(
+                "the file is {len} bytes after cutting it to {}",
+                self.good_len
+            )));
         }
         Ok(())
     }
@@ -608,6 +903,133 @@ mod tests {
             .contains("this is not json\n"));
     }
 
+    /// A log of `a → b → c → d → e` whose line for `c` is replaced by `damaged`.
+    fn log_with_damaged_middle(dir: &Path, damaged: &str) -> PathBuf {
+        let p = dir.join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        let mut parent = None;
+        for id in ["a", "b", "c", "d", "e"] {
+            log.append(msg(id, parent, &format!("entry {id}"))).unwrap();
+            parent = Some(id);
+        }
+        drop(log);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = String::new();
+        for (n, l) in lines.iter().enumerate() {
+            out.push_str(if n == 3 { damaged } else { l });
+            out.push('\n');
+        }
+        std::fs::write(&p, out).unwrap();
+        p
+    }
+
+    fn branch_ids(s: &Session) -> Vec<String> {
+        s.branch(s.leaf().unwrap())
+            .into_iter()
+            .map(|i| s.entry(i).id.clone())
+            .collect()
+    }
+
+    /// One damaged line used to orphan every later entry: the budget fell and a compaction
+    /// wrote onto the old branch.
+    #[test]
+    fn a_damaged_line_whose_ids_are_readable_leaves_its_children_on_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let damaged = r#"{"id":"c","parentId":"b","ts":"x","type":"message","role":"us\u00"#;
+        let p = log_with_damaged_middle(dir.path(), damaged);
+        let (s, report) = read_session(&p).unwrap();
+        assert_eq!(report.skipped.len(), 1, "{report:?}");
+        assert_eq!(report.skipped[0].line, 4);
+        assert_eq!(branch_ids(&s), ["a", "b", "d", "e"]);
+        assert_eq!(
+            report.reattached,
+            [Reattached {
+                line: 5,
+                entry_id: "d".into(),
+                missing_parent: "c".into(),
+                attached_to: Some("b".into()),
+            }]
+        );
+        let summary = report.summary(&p).unwrap();
+        assert!(
+            summary.contains("1 damaged line(s) skipped (line 4)"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("1 entry after them re-attached"),
+            "{summary}"
+        );
+        // New entries go on the same chain, and the damaged line stays in the file.
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        log.append(msg("f", Some("e"), "six")).unwrap();
+        drop(log);
+        let (s, _) = read_session(&p).unwrap();
+        assert_eq!(branch_ids(&s), ["a", "b", "d", "e", "f"]);
+        assert!(std::fs::read_to_string(&p).unwrap().contains(damaged));
+    }
+
+    /// When not even the id can be read, the entries after the damaged line continue the
+    /// chain from the leaf before it.
+    #[test]
+    fn entries_after_an_unreadable_line_continue_the_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = log_with_damaged_middle(dir.path(), "\u{0}\u{0}garbage from a bad sector");
+        let (s, report) = read_session(&p).unwrap();
+        assert_eq!(report.skipped.len(), 1, "{report:?}");
+        assert_eq!(branch_ids(&s), ["a", "b", "d", "e"]);
+        assert_eq!(report.reattached.len(), 1);
+        assert_eq!(report.reattached[0].attached_to.as_deref(), Some("b"));
+        // Only the one missing id is bridged: a later entry naming another unknown parent
+        // is still refused.
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        let stray = serde_json::to_string(&msg("g", Some("nowhere"), "stray")).unwrap();
+        writeln!(f, "{stray}").unwrap();
+        drop(f);
+        let (s, report) = read_session(&p).unwrap();
+        assert_eq!(report.skipped.len(), 2, "{report:?}");
+        assert_eq!(s.leaf_id(), Some("e"));
+    }
+
+    /// Logs written before failed appends were cut back: a partial entry with the next
+    /// (acknowledged) entry glued onto it. The glued entry and its children load.
+    #[test]
+    fn an_entry_glued_onto_a_partial_line_is_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = serde_json::to_string(&msg("d", Some("b"), "four")).unwrap();
+        let partial = r#"{"id":"c","parentId":"b","ts":"x","type":"message","role":"user","con"#;
+        let p = log_with_damaged_middle(dir.path(), &format!("{partial}{d}"));
+        // The original `d` and `e` lines now name parents `c` and `d`; drop the first `d`.
+        let text = std::fs::read_to_string(&p).unwrap();
+        let kept: Vec<&str> = text
+            .lines()
+            .enumerate()
+            .filter(|(n, _)| *n != 4)
+            .map(|(_, l)| l)
+            .collect();
+        std::fs::write(&p, kept.join("\n") + "\n").unwrap();
+        let (s, report) = read_session(&p).unwrap();
+        assert_eq!(report.skipped.len(), 1, "{report:?}");
+        assert!(report.skipped[0].reason.contains("`d`"), "{report:?}");
+        assert_eq!(branch_ids(&s), ["a", "b", "d", "e"]);
+        assert!(report.reattached.is_empty(), "{report:?}");
+    }
+
+    #[test]
+    fn ids_are_salvaged_only_from_an_intact_start() {
+        assert_eq!(
+            salvage_ids(br#"{"id":"c","parentId":"b","ts":"#),
+            Some(("c".into(), Some("b".into())))
+        );
+        assert_eq!(
+            salvage_ids(br#"{"id":"r","parentId":null,"t"#),
+            Some(("r".into(), None))
+        );
+        assert_eq!(salvage_ids(br#"{"ts":"x","id":"c","parentId":"b"}"#), None);
+        assert_eq!(salvage_ids(br#"{"id":"c","pa"#), None);
+        assert_eq!(salvage_ids(b"garbage"), None);
+    }
+
     #[test]
     fn second_writer_gets_an_error_naming_the_holder() {
         let dir = tempfile::tempdir().unwrap();
@@ -645,6 +1067,182 @@ mod tests {
         assert!(log.append(msg("a", None, "dup")).is_err());
         assert!(log.append(msg("b", Some("nope"), "orphan")).is_err());
         assert_eq!(std::fs::read(&p).unwrap(), before);
+    }
+
+    fn fault(written: usize) -> WriteFault {
+        WriteFault {
+            written,
+            sync_fails: false,
+            cut_fails: false,
+        }
+    }
+
+    /// A full disk used to leave part of a line that the next append was glued onto: the
+    /// entries acknowledged after it were lost on reload.
+    #[test]
+    fn a_failed_append_is_cut_back_and_later_entries_survive_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, mut log) = two_entry_log(dir.path());
+        let before = std::fs::read(&p).unwrap();
+        log.inject_write_fault(fault(17));
+        let err = log.append(msg("c", Some("b"), "three")).unwrap_err();
+        assert!(matches!(err, LogError::WriteFailed { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("Nothing was saved") && text.contains("Free disk space"),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            before,
+            "the partial line is cut off"
+        );
+        assert_eq!(log.session().len(), 2);
+        log.append(msg("c", Some("b"), "three")).unwrap();
+        log.append(msg("d", Some("c"), "four")).unwrap();
+        log.append(msg("e", Some("d"), "five")).unwrap();
+        drop(log);
+        let (s, report) = read_session(&p).unwrap();
+        assert!(
+            report.skipped.is_empty() && report.torn_tail.is_none(),
+            "{report:?}"
+        );
+        assert_eq!(s.len(), 5);
+        assert_eq!(s.leaf_id(), Some("e"));
+    }
+
+    #[test]
+    fn a_failed_sync_is_not_acknowledged_and_is_cut_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, mut log) = two_entry_log(dir.path());
+        let before = std::fs::read(&p).unwrap();
+        log.inject_write_fault(WriteFault {
+            sync_fails: true,
+            ..fault(0)
+        });
+        let err = log
+            .append_all(vec![
+                msg("c", Some("b"), "three"),
+                msg("d", Some("c"), "four"),
+            ])
+            .unwrap_err();
+        assert!(matches!(err, LogError::WriteFailed { .. }), "{err}");
+        assert_eq!(std::fs::read(&p).unwrap(), before);
+        assert_eq!(log.session().leaf_id(), Some("b"));
+    }
+
+    #[test]
+    fn writes_stop_when_a_partial_line_cannot_be_cut_off_and_reopening_repairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, mut log) = two_entry_log(dir.path());
+        log.inject_write_fault(WriteFault {
+            cut_fails: true,
+            ..fault(9)
+        });
+        let err = log.append(msg("c", Some("b"), "three")).unwrap_err();
+        assert!(matches!(err, LogError::WritesStopped { .. }), "{err}");
+        let again = log.append(msg("c", Some("b"), "three")).unwrap_err();
+        let text = again.to_string();
+        assert!(matches!(again, LogError::WritesStopped { .. }), "{text}");
+        assert!(
+            text.contains("close the session and open it again"),
+            "{text}"
+        );
+        drop(log);
+        let (mut log, report) = SessionLog::open(&p, Durability::Fsync).unwrap();
+        assert_eq!(
+            report.torn_tail.as_ref().map(|t| t.bytes),
+            Some(9),
+            "{report:?}"
+        );
+        assert_eq!(log.session().leaf_id(), Some("b"));
+        log.append(msg("c", Some("b"), "three")).unwrap();
+        drop(log);
+        let (s, report) = read_session(&p).unwrap();
+        assert!(
+            report.skipped.is_empty() && report.torn_tail.is_none(),
+            "{report:?}"
+        );
+        assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn a_symbolic_link_to_a_locked_log_meets_the_same_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, log) = two_entry_log(dir.path());
+        let link = dir.path().join("other-name.jsonl");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        let err = SessionLog::open(&link, Durability::Fsync).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, LogError::Locked { .. }), "{text}");
+        assert!(
+            text.contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        let hard = dir.path().join("hard-link.jsonl");
+        std::fs::hard_link(&p, &hard).unwrap();
+        let err = SessionLog::open(&hard, Durability::Fsync).unwrap_err();
+        assert!(matches!(err, LogError::Locked { .. }), "{err}");
+        drop(log);
+        assert!(SessionLog::open(&link, Durability::Fsync).is_ok());
+    }
+
+    #[test]
+    fn a_symbolic_link_planted_at_the_lock_note_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let p = dir.path().join("s.jsonl");
+        std::os::unix::fs::symlink(&victim, dir.path().join("s.jsonl.lock")).unwrap();
+        let mut log = SessionLog::create(&p, header(), Durability::Fsync).unwrap();
+        log.append(msg("a", None, "one")).unwrap();
+        drop(log);
+        let (log, _) = SessionLog::open(&p, Durability::Fsync).unwrap();
+        assert_eq!(log.session().len(), 1);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    }
+
+    #[test]
+    fn a_fifo_as_a_log_is_refused_without_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("s.jsonl");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = read_session(&fifo).unwrap_err().to_string();
+        assert!(e.contains("named pipe (FIFO)"), "{e}");
+        let e = SessionLog::open(&fifo, Durability::Fsync)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("named pipe (FIFO)"), "{e}");
+    }
+
+    #[test]
+    fn logs_lock_notes_and_torn_side_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let (p, log) = two_entry_log(dir.path());
+        drop(log);
+        assert_eq!(mode(&p), 0o600);
+        assert_eq!(mode(&dir.path().join("s.jsonl.lock")), 0o600);
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(br#"{"id":"c","par"#).unwrap();
+        drop(f);
+        let (_, report) = SessionLog::open(&p, Durability::Fsync).unwrap();
+        let side = report.torn_tail.unwrap().moved_to.unwrap();
+        assert_eq!(mode(Path::new(&side)), 0o600);
+    }
+
+    #[test]
+    fn a_log_is_not_created_in_a_missing_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("missing/s.jsonl");
+        let e = SessionLog::create(&p, header(), Durability::Fsync)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        assert!(!dir.path().join("missing").exists());
     }
 
     #[test]

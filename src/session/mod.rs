@@ -36,6 +36,8 @@ pub struct Session {
     /// Ids are hashed once per entry on load; foldhash is several times faster than the
     /// default SipHash here and still seeded per process.
     by_id: HashMap<String, u32, foldhash::fast::RandomState>,
+    /// Ids of entries lost to damaged lines, and where their children attach instead.
+    bridges: HashMap<String, Option<u32>>,
     parent: Vec<Option<u32>>,
     /// Latest capsule at or above each entry on its branch.
     capsule_on_path: Vec<Option<u32>>,
@@ -57,6 +59,7 @@ impl Session {
             header,
             entries: Vec::new(),
             by_id: HashMap::default(),
+            bridges: HashMap::new(),
             parent: Vec::new(),
             capsule_on_path: Vec::new(),
             setting_on_path: Vec::new(),
@@ -94,22 +97,54 @@ impl Session {
             return Err(TreeError::DuplicateId(entry.id.clone()));
         }
         let parent = match &entry.parent_id {
-            Some(p) => Some(*self.by_id.get(p).ok_or_else(|| TreeError::UnknownParent {
+            Some(p) => self.slot_of(p).ok_or_else(|| TreeError::UnknownParent {
                 id: entry.id.clone(),
                 parent: p.clone(),
-            })?),
+            })?,
             None => None,
         };
         let rewind_to = match &entry.body {
             EntryBody::Rewind(r) => Some(
-                *self
-                    .by_id
-                    .get(&r.to)
+                self.slot_of(&r.to)
+                    .flatten()
                     .ok_or_else(|| TreeError::UnknownRewindTarget(r.to.clone()))?,
             ),
             _ => None,
         };
         Ok((parent, rewind_to))
+    }
+
+    /// Where an entry naming `id` as its parent attaches: `Some(Some(i))` under entry `i`,
+    /// `Some(None)` at the root (the parent of a lost root entry), `None` when `id` is unknown.
+    fn slot_of(&self, id: &str) -> Option<Option<u32>> {
+        match self.by_id.get(id) {
+            Some(&i) => Some(Some(i)),
+            None => self.bridges.get(id).copied(),
+        }
+    }
+
+    /// Where an entry naming `id` as its parent attaches, as an index (`None`: the root).
+    /// `None` overall when `id` is unknown.
+    pub fn attach_point(&self, id: &str) -> Option<Option<usize>> {
+        self.slot_of(id).map(|s| s.map(|i| i as usize))
+    }
+
+    /// Whether any entry was lost to a damaged line.
+    pub fn has_bridges(&self) -> bool {
+        !self.bridges.is_empty()
+    }
+
+    /// Whether `id` is an entry lost to a damaged line, whose children attach elsewhere.
+    pub fn is_bridged(&self, id: &str) -> bool {
+        !self.by_id.contains_key(id) && self.bridges.contains_key(id)
+    }
+
+    /// An entry `id` was lost (its line in the log is damaged): entries naming it as their
+    /// parent attach to `to` instead, so one bad line does not cut the chain after it.
+    pub fn bridge(&mut self, id: String, to: Option<usize>) {
+        if !self.by_id.contains_key(&id) {
+            self.bridges.insert(id, to.map(|i| i as u32));
+        }
     }
 
     /// Add an entry to the index and move the leaf: to the entry itself, or to the target of a

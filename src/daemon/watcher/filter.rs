@@ -46,6 +46,10 @@ pub fn change_op(kind: EventKind, index: usize, count: usize) -> Option<FileOp> 
 /// watch: those whose files could be recorded.
 pub struct ChangeFilter {
     root: PathBuf,
+    /// Folders never recorded nor watched, wherever they lie: SOBA's own data and runtime
+    /// folders. Recording a write to a session log would append to that log, which the
+    /// watcher would record again: a session growing forever with no activity.
+    excluded: Vec<PathBuf>,
     /// `.gitignore` matcher per directory (None: the directory has none), loaded lazily.
     ignores: HashMap<PathBuf, Option<Gitignore>>,
 }
@@ -58,8 +62,15 @@ impl ChangeFilter {
         let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
         ChangeFilter {
             root,
+            excluded: Vec::new(),
             ignores: HashMap::new(),
         }
+    }
+
+    /// Never record or watch anything under `dirs` (which need not exist yet).
+    pub fn excluding(mut self, dirs: &[PathBuf]) -> Self {
+        self.excluded = dirs.iter().map(|d| resolved(d)).collect();
+        self
     }
 
     /// The canonical root every recorded path is relative to.
@@ -141,6 +152,9 @@ impl ChangeFilter {
     fn relative<'p>(&self, path: &'p Path) -> Option<&'p Path> {
         let rel = path.strip_prefix(&self.root).ok()?;
         if rel.as_os_str().is_empty() || rel.components().any(|c| is_skipped(c.as_os_str())) {
+            return None;
+        }
+        if self.excluded.iter().any(|x| path.starts_with(x)) {
             return None;
         }
         Some(rel)
@@ -243,6 +257,25 @@ impl ChangeFilter {
             }
         }
         false
+    }
+}
+
+/// `path` with symbolic links resolved as far as it exists, the rest appended as given: the
+/// form watched paths take (the root is canonical), for a folder that may not exist yet.
+fn resolved(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
     }
 }
 
@@ -443,6 +476,32 @@ mod tests {
                 ("pkg/sub/b.rs".to_string(), FileOp::Created)
             ]
         );
+    }
+
+    /// A data folder inside the workspace (or a workspace that is the home folder holding
+    /// it): recording the log's own writes would append to the log, forever.
+    #[test]
+    fn soba_own_folders_are_never_recorded_nor_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let data = root.join(".local/share/soba");
+        std::fs::create_dir_all(data.join("workspaces/w/sessions")).unwrap();
+        std::fs::write(data.join("workspaces/w/sessions/s.jsonl"), "x").unwrap();
+        std::fs::write(root.join("notes.md"), "x").unwrap();
+        // The runtime folder does not exist yet when the watch starts.
+        let mut f = ChangeFilter::new(&root).excluding(&[data.clone(), root.join("run/soba")]);
+        let (changes, _) = f.batch([
+            (data.join("workspaces/w/sessions/s.jsonl"), FileOp::Modified),
+            (root.join("notes.md"), FileOp::Modified),
+            (root.join("run/soba/soba.sock"), FileOp::Created),
+        ]);
+        let paths: Vec<_> = changes.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["notes.md"]);
+        assert!(!f.keeps_dir(&data));
+        assert!(!f.keeps_dir(&data.join("workspaces")));
+        assert!(f.keeps_dir(&root.join(".local/share")));
+        let (changes, _) = f.batch([(root.join(".local"), FileOp::Created)]);
+        assert!(changes.is_empty(), "{changes:?}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Edits made by shell commands, formatters or the user never pass through a tool call, so the
 //! capsule's modified files would miss them; the watcher closes that gap. Events are debounced
 //! ([`burst`]: a burst of writes is one change), filtered through `.gitignore` files, `.soba/`,
-//! `.git/` and build output ([`filter`]), merged per path, and capped per batch.
+//! `.git/`, build output and the daemon's own data and runtime folders ([`filter`]), merged per
+//! path, and capped per batch.
 //!
 //! Where the OS watches one folder at a time (inotify, kqueue) only the folders whose files
 //! could be recorded are watched, so a large `node_modules/` or ignored build tree costs no
@@ -80,12 +81,26 @@ impl WorkspaceWatcher {
     where
         S: Fn(Vec<FileEntry>) + Send + 'static,
     {
+        Self::start_excluding(root, mode, &[], sink)
+    }
+
+    /// [`start`](Self::start), never watching or recording anything under `excluded` (SOBA's
+    /// own data and runtime folders, which may lie inside the workspace).
+    pub fn start_excluding<S>(
+        root: &Path,
+        mode: WatchMode,
+        excluded: &[PathBuf],
+        sink: S,
+    ) -> notify::Result<(WorkspaceWatcher, Option<String>)>
+    where
+        S: Fn(Vec<FileEntry>) + Send + 'static,
+    {
         let root = std::fs::canonicalize(root)
             .map_err(|e| notify::Error::io(e).add_path(root.to_path_buf()))?;
         // Without a native backend on this platform the recommended watcher is itself a
         // poller, and a worse one than ours.
         if mode == WatchMode::Native && RecommendedWatcher::kind() != WatcherKind::PollWatcher {
-            match NativeWatch::start(&root) {
+            match NativeWatch::start(&root, excluded) {
                 Ok((native, filter)) => return Ok((native.run(filter, sink), None)),
                 Err(e) if is_watch_limit(&e) => {
                     let warning = format!(
@@ -94,12 +109,12 @@ impl WorkspaceWatcher {
                         root.display(),
                         POLL_INTERVAL.as_secs()
                     );
-                    return Ok((PollWatch::start(&root).run(sink), Some(warning)));
+                    return Ok((PollWatch::start(&root, excluded).run(sink), Some(warning)));
                 }
                 Err(e) => return Err(e),
             }
         }
-        Ok((PollWatch::start(&root).run(sink), None))
+        Ok((PollWatch::start(&root, excluded).run(sink), None))
     }
 
     pub fn mode(&self) -> WatchMode {
@@ -171,7 +186,7 @@ struct NativeWatch {
 }
 
 impl NativeWatch {
-    fn start(root: &Path) -> notify::Result<(NativeWatch, ChangeFilter)> {
+    fn start(root: &Path, excluded: &[PathBuf]) -> notify::Result<(NativeWatch, ChangeFilter)> {
         let (signals, events) = mpsc::channel();
         let forward = signals.clone();
         let mut watcher = RecommendedWatcher::new(
@@ -180,7 +195,7 @@ impl NativeWatch {
             },
             notify::Config::default(),
         )?;
-        let mut filter = ChangeFilter::new(root);
+        let mut filter = ChangeFilter::new(root).excluding(excluded);
         let per_folder = matches!(
             RecommendedWatcher::kind(),
             WatcherKind::Inotify | WatcherKind::Kqueue
@@ -354,8 +369,8 @@ struct PollWatch {
 
 impl PollWatch {
     /// The first scan happens here, so that changes made once `start` returns are seen.
-    fn start(root: &Path) -> PollWatch {
-        let mut filter = ChangeFilter::new(root);
+    fn start(root: &Path, excluded: &[PathBuf]) -> PollWatch {
+        let mut filter = ChangeFilter::new(root).excluding(excluded);
         let scanned_at = SystemTime::now();
         let snapshot = Snapshot::scan(&mut filter, root);
         PollWatch {
