@@ -55,9 +55,10 @@ const UNKNOWN_SESSION = -32002;
 export async function compactWithSoba(
   daemon: Daemon,
   input: CompactionInput,
+  memory: SyncMemory,
   onSession?: (sessionId: string) => void,
 ): Promise<SobaCompaction> {
-  const sessionId = await sync(daemon, input, onSession);
+  const sessionId = await sync(daemon, input, memory, onSession);
   const result = await daemon.request<SobaOutcome>('soba/compact', {
     sessionId,
     ...(input.instructions ? { instructions: input.instructions } : {}),
@@ -72,6 +73,7 @@ export async function compactWithSoba(
   } catch (e) {
     throw new SobaDeclined((e as Error).message);
   }
+  memory.compacted(sessionId, result.checkpointId);
   return {
     ...pi,
     tokensBefore: input.tokensBefore,
@@ -88,6 +90,29 @@ export async function compactWithSoba(
 }
 
 /**
+ * What this pi process last did to each SOBA session: the capsule its last compaction wrote and
+ * the pi entries appended since. While pi's branch still ends in that compaction, new entries
+ * simply follow the session's leaf (the capsule, or file changes the daemon recorded after it).
+ */
+export class SyncMemory {
+  private readonly sessions = new Map<string, { checkpointId: string; appended: Set<string> }>();
+
+  compacted(sessionId: string, checkpointId: string): void {
+    this.sessions.set(sessionId, { checkpointId, appended: new Set() });
+  }
+
+  /** The ids appended after `checkpointId`, when it is still this session's latest capsule here. */
+  appendedAfter(sessionId: string, checkpointId: string): Set<string> | undefined {
+    const s = this.sessions.get(sessionId);
+    return s?.checkpointId === checkpointId ? s.appended : undefined;
+  }
+
+  forget(sessionId: string): void {
+    this.sessions.delete(sessionId);
+  }
+}
+
+/**
  * The SOBA session holding pi's branch: the one the branch's latest SOBA compaction names, with
  * what followed it appended after its capsule; else (none yet, or that session is gone or does
  * not take the entries) a new session with the whole branch.
@@ -95,11 +120,12 @@ export async function compactWithSoba(
 async function sync(
   daemon: Daemon,
   input: CompactionInput,
+  memory: SyncMemory,
   onSession?: (sessionId: string) => void,
 ): Promise<string> {
   const plan = planSync(input.branch);
   if (plan.resume) {
-    const resumed = await resume(daemon, input.workspace, plan.resume, plan.entries);
+    const resumed = await resume(daemon, input.workspace, plan.resume, plan.entries, memory);
     if (resumed) {
       onSession?.(resumed);
       return resumed;
@@ -114,24 +140,44 @@ async function sync(
   return opened.sessionId;
 }
 
+interface CapsuleRow {
+  checkpointId: string;
+  entryId: string;
+}
+
 async function resume(
   daemon: Daemon,
   workspace: string,
   mark: SobaMark,
   entries: SobaEntry[],
+  memory: SyncMemory,
 ): Promise<string | undefined> {
+  const { sessionId, checkpointId } = mark;
   try {
-    await daemon.request('soba/session/open', { workspace, sessionId: mark.sessionId, create: false });
-    if (entries.length > 0) {
-      // After the capsule, not after the leaf: pi may be on another branch than the last sync.
-      const [first, ...rest] = entries;
-      await append(daemon, mark.sessionId, [{ ...first, parentId: mark.checkpointId }, ...rest]);
+    await daemon.request('soba/session/open', { workspace, sessionId, create: false });
+    const appended = memory.appendedAfter(sessionId, checkpointId);
+    if (appended) {
+      const fresh = entries.filter((e) => !appended.has(e.id));
+      await append(daemon, sessionId, fresh);
+      for (const e of fresh) appended.add(e.id);
+      return sessionId;
     }
-    return mark.sessionId;
+    // Another pi process or another branch: continue right after the capsule itself.
+    const { capsules } = await daemon.request<{ capsules: CapsuleRow[] }>('soba/capsule/list', { sessionId });
+    const capsule = capsules.find((c) => c.checkpointId === checkpointId);
+    if (!capsule) return undefined;
+    if (entries.length > 0) {
+      const [first, ...rest] = entries;
+      await append(daemon, sessionId, [{ ...first, parentId: capsule.entryId }, ...rest]);
+    }
+    return sessionId;
   } catch (e) {
     const code = (e as RpcError).code;
-    // Gone (another data folder, deleted), or entries it already holds on another branch.
-    if (code === UNKNOWN_SESSION || code === INVALID_PARAMS) return undefined;
+    // Gone (another data folder, deleted), or it holds these entries already on another branch.
+    if (code === UNKNOWN_SESSION || code === INVALID_PARAMS) {
+      memory.forget(sessionId);
+      return undefined;
+    }
     throw e;
   }
 }

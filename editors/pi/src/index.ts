@@ -2,7 +2,7 @@
 // SOBA's cut its firstKeptEntryId. When SOBA cannot answer, pi compacts on its own and says why.
 import type { ExtensionAPI, ExtensionContext } from '@mariozechner/pi-coding-agent';
 import { SobaConnection, SobaUnavailable } from './client.js';
-import { compactWithSoba, SobaDeclined } from './compact.js';
+import { compactWithSoba, SobaDeclined, SyncMemory } from './compact.js';
 import type { PiEntry } from './entries.js';
 
 /** Settings, from the environment pi runs in. */
@@ -25,6 +25,7 @@ export default function soba(pi: ExtensionAPI): void {
   const settings = settingsFrom(process.env);
   let connection: SobaConnection | undefined;
   const sessions = new Set<string>();
+  const memory = new SyncMemory();
 
   async function daemon(cwd: string): Promise<SobaConnection> {
     if (connection?.alive) return connection;
@@ -64,6 +65,7 @@ export default function soba(pi: ExtensionAPI): void {
             ? { name: model.id, contextWindow: model.contextWindow, maxOutputTokens: model.maxTokens }
             : undefined,
         },
+        memory,
         (id) => {
           sessionId = id;
           sessions.add(id);

@@ -30,11 +30,8 @@ function home(options = {}) {
 }
 
 /** Turns until pi compacts (its window is 16k tokens, ~3k a turn); returns the compaction_end event. */
-async function talkUntilCompaction(pi) {
-  const prompts = [
-    'read notes.txt and tell me what it says',
-    ...Array.from({ length: 9 }, (_, i) => `step ${i + 1}: ${filler(i + 100, 350)}`),
-  ];
+async function talkUntilCompaction(pi, { first = 'read notes.txt and tell me what it says', seed = 100 } = {}) {
+  const prompts = [first, ...Array.from({ length: 9 }, (_, i) => `step ${seed + i}: ${filler(seed + i, 350)}`)];
   for (const p of prompts) {
     const from = pi.events.length;
     await pi.command({ type: 'prompt', message: p });
@@ -47,6 +44,22 @@ async function talkUntilCompaction(pi) {
   throw new Error('pi never compacted');
 }
 
+async function prompt(pi, message) {
+  const from = pi.events.length;
+  await pi.command({ type: 'prompt', message });
+  await pi.waitFor((e) => e.type === 'agent_end', { from, what: 'agent_end' });
+}
+
+/** A request pi sent: system prompt, then the compaction summary, then the kept entries. */
+function assertStartsWithCapsule(request, summary) {
+  const [system, first, second] = request.messages;
+  assert.equal(system.role, 'system');
+  assert.equal(first.role, 'user');
+  assert.equal(messageText(first.content), COMPACTION_PREFIX + summary + '\n</summary>');
+  assert.match(summary, /^# Context Capsule ck_/);
+  assert.ok(messageText(second.content).length > 0);
+}
+
 function sessionFile(state) {
   assert.ok(state.sessionFile, 'pi has a session file');
   return state.sessionFile;
@@ -56,20 +69,22 @@ function notices(pi) {
   return pi.events.filter((e) => e.type === 'extension_ui_request' && e.method === 'notify');
 }
 
-test('pi compaction is SOBA\'s: the capsule is the summary, the cut is SOBA\'s, the next request starts with it', async () => {
+test("pi's compactions are SOBA's: capsule as summary, SOBA's cut, the next request starts with it, across a restart", async () => {
   const h = home();
-  const pi = new Pi(h);
+  let pi = new Pi(h);
   try {
     const end = await talkUntilCompaction(pi);
     assert.equal(end.aborted, false, JSON.stringify(end));
     assert.ok(end.result, `compaction_end has a result: ${JSON.stringify(end)}\n${pi.stderr}`);
     const state = await pi.command({ type: 'get_state' });
-    const entries = readJsonl(sessionFile(state));
+    const file = sessionFile(state);
+    const entries = readJsonl(file);
     const compaction = entries.findLast((e) => e.type === 'compaction');
     assert.ok(compaction, 'pi recorded a compaction');
     assert.equal(compaction.fromHook, true, 'the compaction came from the extension');
     const { sessionId, checkpointId } = compaction.details.soba;
     assert.match(checkpointId, /^ck_/);
+    assert.equal(compaction.summary, end.result.summary);
 
     // The cut: a pi entry before the compaction that pi can start from (not a tool result).
     const kept = entries.find((e) => e.id === compaction.firstKeptEntryId);
@@ -78,25 +93,36 @@ test('pi compaction is SOBA\'s: the capsule is the summary, the cut is SOBA\'s, 
     assert.notEqual(kept.message.role, 'toolResult');
     assert.ok(entries.indexOf(kept) < entries.indexOf(compaction));
     assert.ok(entries.indexOf(kept) > entries.findIndex((e) => e.type === 'message'), 'something was summarized');
-
-    // The next request pi sends starts with the capsule, then the retained entries.
-    const before = model.requests.length;
-    await pi.command({ type: 'prompt', message: 'what was the flaky test again?' });
-    await pi.waitFor((e) => e.type === 'agent_end', { from: pi.events.length - 1, what: 'agent_end' });
-    const next = model.requests[before];
-    const [system, first, second] = next.messages;
-    assert.equal(system.role, 'system');
-    assert.equal(first.role, 'user');
-    assert.equal(messageText(first.content), COMPACTION_PREFIX + compaction.summary + '\n</summary>');
-    assert.ok(messageText(second.content).length > 0);
-
     assert.ok(
       notices(pi).some((n) => n.notifyType === 'info' && n.message.includes(checkpointId)),
       'pi shows the SOBA compaction',
     );
+
+    // The next request pi sends starts with the capsule, then the retained entries.
+    const before = model.requests.length;
+    await prompt(pi, 'what was the flaky test again?');
+    assertStartsWithCapsule(model.requests[before], compaction.summary);
     await pi.quit();
 
-    // The summary is exactly the capsule SOBA itself puts at the head of this session's input.
+    // pi again, continuing the session: it still starts from the capsule, and its next
+    // compaction continues the same SOBA session after that capsule.
+    pi = new Pi(h, ['--continue']);
+    const resumed = model.requests.length;
+    await prompt(pi, 'now fix it');
+    assertStartsWithCapsule(model.requests[resumed], compaction.summary);
+    const second = await talkUntilCompaction(pi, { first: 'and the retry logic', seed: 200 });
+    assert.ok(second.result, JSON.stringify(second));
+    const again = readJsonl(file).findLast((e) => e.type === 'compaction');
+    assert.notEqual(again.id, compaction.id);
+    assert.equal(again.details.soba.sessionId, sessionId, 'the second compaction continued the SOBA session');
+    assert.notEqual(again.details.soba.checkpointId, checkpointId);
+    const afterSecond = model.requests.length;
+    await prompt(pi, 'and now?');
+    assertStartsWithCapsule(model.requests[afterSecond], again.summary);
+    await pi.quit();
+
+    // SOBA's log holds every pi entry once, both capsules, and SOBA's own input for the session
+    // now is exactly what pi sends: the second capsule, then pi's kept entries.
     const logs = path.join(h.env.SOBA_DATA_DIR, 'workspaces');
     const log = fs
       .readdirSync(logs, { recursive: true })
@@ -104,15 +130,70 @@ test('pi compaction is SOBA\'s: the capsule is the summary, the cut is SOBA\'s, 
       .find((f) => f.endsWith(`${sessionId}.jsonl`));
     assert.ok(log, `SOBA's session log ${sessionId} exists`);
     const soba = readJsonl(log);
-    assert.ok(soba.some((e) => e.type === 'capsule' && e.checkpointId === checkpointId));
+    assert.equal(new Set(soba.map((e) => e.id)).size, soba.length, 'every pi entry reached SOBA once');
+    for (const ck of [checkpointId, again.details.soba.checkpointId]) {
+      assert.ok(soba.some((e) => e.type === 'capsule' && e.checkpointId === ck), `capsule ${ck} in SOBA's log`);
+    }
     const context = JSON.parse(
       execFileSync(SOBA_BIN, ['context', log, '--json'], { env: h.env, cwd: h.workspace, encoding: 'utf8' }),
     );
     const capsule = context.messages[0];
     assert.equal(capsule.entryId, undefined);
-    assert.equal(messageText(capsule.content), compaction.summary);
-    assert.equal(context.messages[1].entryId, compaction.firstKeptEntryId, "SOBA's first kept entry is pi's");
+    assert.equal(messageText(capsule.content), again.summary);
+    assert.equal(context.messages[1].entryId, again.firstKeptEntryId, "SOBA's first kept entry is pi's");
   } finally {
     if (pi.child.exitCode === null) pi.child.kill();
   }
 });
+
+/** Executables standing in for a broken SOBA. */
+function brokenSoba(dir, name, script) {
+  const file = path.join(dir, name);
+  fs.writeFileSync(file, `#!/bin/sh\n${script}\n`, { mode: 0o755 });
+  return file;
+}
+
+const SOBA_DOWN = [
+  {
+    name: 'the soba binary is missing',
+    bin: (dir) => path.join(dir, 'no-such-soba'),
+    reason: /cannot start `.*no-such-soba serve`: spawn .* ENOENT/,
+  },
+  {
+    name: 'the daemon fails to start',
+    bin: (dir) => brokenSoba(dir, 'failing-soba', 'echo "soba: cannot create the runtime folder" >&2; exit 3'),
+    reason: /`.*failing-soba serve` exited with code 3: soba: cannot create the runtime folder/,
+  },
+  {
+    name: 'the daemon does not answer in time',
+    bin: (dir) => brokenSoba(dir, 'silent-soba', 'exec sleep 300'),
+    timeoutMs: 1500,
+    reason: /no answer to initialize within 1\.5s/,
+  },
+];
+
+for (const down of SOBA_DOWN) {
+  test(`pi falls back to its own compaction, with a warning, when ${down.name}`, async () => {
+    const probe = home();
+    const h = home({ sobaBin: down.bin(probe.root), timeoutMs: down.timeoutMs });
+    const pi = new Pi(h);
+    try {
+      const end = await talkUntilCompaction(pi);
+      assert.ok(end.result, `pi compacted: ${JSON.stringify(end)}\n${pi.stderr}`);
+      const warning = notices(pi).find((n) => n.notifyType === 'warning');
+      assert.ok(warning, `a warning: ${JSON.stringify(notices(pi))}`);
+      assert.match(warning.message, /^SOBA did not compact \(/);
+      assert.match(warning.message, down.reason);
+      assert.match(warning.message, /pi compacts on its own\.$/);
+
+      const state = await pi.command({ type: 'get_state' });
+      const compaction = readJsonl(sessionFile(state)).findLast((e) => e.type === 'compaction');
+      assert.ok(compaction.summary.startsWith(PI_SUMMARY), compaction.summary);
+      assert.ok(!compaction.fromHook);
+      assert.equal(compaction.details?.soba, undefined);
+      await pi.quit();
+    } finally {
+      if (pi.child.exitCode === null) pi.child.kill();
+    }
+  });
+}

@@ -67,11 +67,11 @@ export function makeHome({ baseUrl, sobaBin, timeoutMs }) {
 
 /** pi in RPC mode: JSON lines in on stdin, events and responses out on stdout. */
 export class Pi {
-  constructor(home) {
+  constructor(home, args = []) {
     this.events = [];
     this.waiters = [];
     this.stderr = '';
-    this.child = spawn(process.execPath, [PI_CLI, '--mode', 'rpc'], {
+    this.child = spawn(process.execPath, [PI_CLI, '--mode', 'rpc', ...args], {
       cwd: home.workspace,
       env: home.env,
       stdio: ['pipe', 'pipe', 'pipe'],
