@@ -33,6 +33,8 @@ function reply(body) {
 
 export async function startFakeModel() {
   const requests = [];
+  /** Usage reported for each request, in order: what pi measures its context by. */
+  const usage = [];
   const server = http.createServer((req, res) => {
     let raw = '';
     req.setEncoding('utf8');
@@ -65,6 +67,7 @@ export async function startFakeModel() {
         res.write(chunk({}, 'stop'));
       }
       const completion = Math.ceil((r.content ?? r.toolCall.arguments).length / 4);
+      usage.push(promptTokens + completion);
       res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: 0, model: body.model, choices: [], usage: { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion } })}\n\n`);
       res.end('data: [DONE]\n\n');
     });
@@ -74,6 +77,7 @@ export async function startFakeModel() {
   return {
     baseUrl: `http://127.0.0.1:${port}/v1`,
     requests,
+    usage,
     close: () => new Promise((resolve) => server.close(resolve)),
   };
 }

@@ -5,22 +5,25 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { startFakeModel, filler, messageText, PI_SUMMARY } from './fake-model.mjs';
-import { makeHome, Pi, readJsonl } from './pi-harness.mjs';
+import { makeHome, Pi, readJsonl, MODEL, PI_RESERVE_TOKENS } from './pi-harness.mjs';
 
 const SOBA_BIN = process.env.SOBA_BIN;
 const COMPACTION_PREFIX = 'The conversation history before this point was compacted into the following summary:\n\n<summary>\n';
 
 let model;
 const homes = [];
+const scratch = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'soba-pi-bins-')));
 before(async () => {
   assert.ok(SOBA_BIN && fs.existsSync(SOBA_BIN), 'SOBA_BIN names the soba binary (scripts/test sets it)');
   model = await startFakeModel();
 });
 after(async () => {
   await model.close();
-  if (!process.env.SOBA_PI_KEEP) for (const h of homes) h.remove();
+  for (const h of homes) h.remove();
+  fs.rmSync(scratch, { recursive: true, force: true });
 });
 
 function home(options = {}) {
@@ -29,25 +32,30 @@ function home(options = {}) {
   return h;
 }
 
-/** Turns until pi compacts (its window is 16k tokens, ~3k a turn); returns the compaction_end event. */
+/**
+ * Turns until pi compacts (its window is 16k tokens, ~3k a turn); returns the compaction_end
+ * event. pi compacts after a run whose last response reported more than window - reserve
+ * tokens of context, which the fake model's reported usage says in advance.
+ */
 async function talkUntilCompaction(pi, { first = 'read notes.txt and tell me what it says', seed = 100 } = {}) {
   const prompts = [first, ...Array.from({ length: 9 }, (_, i) => `step ${seed + i}: ${filler(seed + i, 350)}`)];
   for (const p of prompts) {
     const from = pi.events.length;
     await pi.command({ type: 'prompt', message: p });
     await pi.waitFor((e) => e.type === 'agent_end', { from, what: 'agent_end' });
-    const started = await pi
-      .waitFor((e) => e.type === 'compaction_start', { from, ms: 1500, what: 'compaction_start' })
-      .catch(() => undefined);
-    if (started) return pi.waitFor((e) => e.type === 'compaction_end', { from, what: 'compaction_end' });
+    if (model.usage.at(-1) > MODEL.contextWindow - PI_RESERVE_TOKENS) {
+      return pi.waitFor((e) => e.type === 'compaction_end', { from, what: 'compaction_end' });
+    }
   }
   throw new Error('pi never compacted');
 }
 
+/** One turn that leaves pi's context under its compaction threshold. */
 async function prompt(pi, message) {
   const from = pi.events.length;
   await pi.command({ type: 'prompt', message });
   await pi.waitFor((e) => e.type === 'agent_end', { from, what: 'agent_end' });
+  assert.ok(model.usage.at(-1) <= MODEL.contextWindow - PI_RESERVE_TOKENS, 'no compaction is due after this turn');
 }
 
 /** A request pi sent: system prompt, then the compaction summary, then the kept entries. */
@@ -174,8 +182,7 @@ const SOBA_DOWN = [
 
 for (const down of SOBA_DOWN) {
   test(`pi falls back to its own compaction, with a warning, when ${down.name}`, async () => {
-    const probe = home();
-    const h = home({ sobaBin: down.bin(probe.root), timeoutMs: down.timeoutMs });
+    const h = home({ sobaBin: down.bin(scratch), timeoutMs: down.timeoutMs });
     const pi = new Pi(h);
     try {
       const end = await talkUntilCompaction(pi);

@@ -12,6 +12,8 @@ const PI_CLI = path.join(PACKAGE, 'node_modules/@mariozechner/pi-coding-agent/di
 
 /** The model pi uses: a small window, so a few turns fill it. */
 export const MODEL = { id: 'fake-coder', contextWindow: 16000, maxTokens: 1000 };
+/** pi compacts when its context passes contextWindow - reserveTokens. */
+export const PI_RESERVE_TOKENS = 4000;
 
 export function makeHome({ baseUrl, sobaBin, timeoutMs }) {
   const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'soba-pi-')));
@@ -39,7 +41,7 @@ export function makeHome({ baseUrl, sobaBin, timeoutMs }) {
     JSON.stringify({
       defaultProvider: 'fake',
       defaultModel: MODEL.id,
-      compaction: { enabled: true, reserveTokens: 4000, keepRecentTokens: 2000 },
+      compaction: { enabled: true, reserveTokens: PI_RESERVE_TOKENS, keepRecentTokens: 2000 },
     }),
   );
   // SOBA keeps a tail of about the same size as pi would.
@@ -131,19 +133,6 @@ export class Pi {
     const res = await this.waitFor((e) => e.type === 'response' && e.id === id, { from, what: `the response to ${cmd.type}` });
     if (!res.success) throw new Error(`${cmd.type} failed: ${res.error}`);
     return res.data;
-  }
-
-  /** One user turn, to the end of the agent's run and of any compaction that follows it. */
-  async prompt(message) {
-    const from = this.events.length;
-    await this.command({ type: 'prompt', message });
-    await this.waitFor((e) => e.type === 'agent_end', { from, what: 'agent_end' });
-    // pi checks its context after the run; a compaction it starts ends before it goes idle.
-    for (;;) {
-      const state = await this.command({ type: 'get_state' });
-      if (!state.isCompacting && !state.isStreaming) return state;
-      await new Promise((r) => setTimeout(r, 50));
-    }
   }
 
   async quit() {
