@@ -77,7 +77,7 @@ function notices(pi) {
   return pi.events.filter((e) => e.type === 'extension_ui_request' && e.method === 'notify');
 }
 
-test("pi's compactions are SOBA's: capsule as summary, SOBA's cut, the next request starts with it, across a restart", async () => {
+test("pi's compactions (automatic and /compact) are SOBA's: capsule as summary, SOBA's cut, the next request starts with it, across a restart", async () => {
   const h = home();
   let pi = new Pi(h);
   try {
@@ -127,10 +127,19 @@ test("pi's compactions are SOBA's: capsule as summary, SOBA's cut, the next requ
     const afterSecond = model.requests.length;
     await prompt(pi, 'and now?');
     assertStartsWithCapsule(model.requests[afterSecond], again.summary);
+
+    // `/compact` with instructions goes through SOBA too.
+    const requestsBefore = model.requests.length;
+    const manual = await pi.command({ type: 'compact', customInstructions: 'keep the flaky test name' });
+    assert.equal(manual.details.soba.sessionId, sessionId);
+    assert.match(manual.summary, /^# Context Capsule ck_/);
+    assert.equal(model.requests.length, requestsBefore, 'pi asked no model for a summary');
+    const last = readJsonl(file).findLast((e) => e.type === 'compaction');
+    assert.equal(last.details.soba.checkpointId, manual.details.soba.checkpointId);
     await pi.quit();
 
-    // SOBA's log holds every pi entry once, both capsules, and SOBA's own input for the session
-    // now is exactly what pi sends: the second capsule, then pi's kept entries.
+    // SOBA's log holds every pi entry once, all three capsules, and SOBA's own input for the
+    // session now is exactly what pi sends: the latest capsule, then pi's kept entries.
     const logs = path.join(h.env.SOBA_DATA_DIR, 'workspaces');
     const log = fs
       .readdirSync(logs, { recursive: true })
@@ -139,7 +148,7 @@ test("pi's compactions are SOBA's: capsule as summary, SOBA's cut, the next requ
     assert.ok(log, `SOBA's session log ${sessionId} exists`);
     const soba = readJsonl(log);
     assert.equal(new Set(soba.map((e) => e.id)).size, soba.length, 'every pi entry reached SOBA once');
-    for (const ck of [checkpointId, again.details.soba.checkpointId]) {
+    for (const ck of [checkpointId, again.details.soba.checkpointId, last.details.soba.checkpointId]) {
       assert.ok(soba.some((e) => e.type === 'capsule' && e.checkpointId === ck), `capsule ${ck} in SOBA's log`);
     }
     const context = JSON.parse(
@@ -147,8 +156,8 @@ test("pi's compactions are SOBA's: capsule as summary, SOBA's cut, the next requ
     );
     const capsule = context.messages[0];
     assert.equal(capsule.entryId, undefined);
-    assert.equal(messageText(capsule.content), again.summary);
-    assert.equal(context.messages[1].entryId, again.firstKeptEntryId, "SOBA's first kept entry is pi's");
+    assert.equal(messageText(capsule.content), last.summary);
+    assert.equal(context.messages[1].entryId, last.firstKeptEntryId, "SOBA's first kept entry is pi's");
   } finally {
     if (pi.child.exitCode === null) pi.child.kill();
   }
