@@ -663,6 +663,9 @@ async fn capsules_are_created_listed_exported_and_loaded() {
     let list = c.request("soba/capsule/list", json!({})).await;
     let row = &list["capsules"][0];
     assert_eq!(row["checkpointId"], ck.as_str());
+    assert!(row["entryId"]
+        .as_str()
+        .is_some_and(|id| id.starts_with("e_")));
     assert_eq!(row["trigger"], "handoff");
     assert_eq!(row["origin"], "session");
     assert_eq!(row["title"], "handoff auth work");

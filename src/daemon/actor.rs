@@ -420,6 +420,7 @@ impl Actor {
                 .into_iter()
                 .map(|r| CapsuleSummary {
                     checkpoint_id: r.checkpoint_id,
+                    entry_id: r.entry_id,
                     title: r.title,
                     trigger: r.trigger,
                     quality: r.quality,

@@ -410,6 +410,8 @@ pub struct CapsuleTokensView {
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleSummary {
     pub checkpoint_id: String,
+    /// The capsule's log entry: the parent for entries that continue from it.
+    pub entry_id: String,
     pub title: Option<String>,
     pub trigger: String,
     pub quality: String,

@@ -1,0 +1,162 @@
+// A connection to the SOBA daemon: `soba serve` as a child process, JSON-RPC with LSP framing
+// over its stdio, every request under a deadline. Any failure of the child (not installed,
+// exited, silent) fails the pending requests with SobaUnavailable and never throws elsewhere.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { pathToFileURL } from 'node:url';
+import { encode, FrameReader } from './framing.js';
+
+/** SOBA cannot answer: not installed, exited, or too slow. pi then compacts on its own. */
+export class SobaUnavailable extends Error {}
+
+/** An error answer of the daemon (docs/protocol.md, "Errors"). */
+export class SobaError extends Error {
+  constructor(
+    readonly code: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface ConnectOptions {
+  /** The `soba` executable. */
+  bin: string;
+  /** The workspace the agent works in (pi's cwd). */
+  workspace: string;
+  /** Deadline of each request, in milliseconds. */
+  timeoutMs: number;
+  env?: NodeJS.ProcessEnv;
+}
+
+interface Pending {
+  resolve: (value: unknown) => void;
+  reject: (error: Error) => void;
+}
+
+const STDERR_KEPT = 2000;
+const METHOD_NOT_FOUND = -32601;
+
+export class SobaConnection {
+  private closed: string | undefined;
+  private stderr = '';
+  private nextId = 1;
+  private readonly pending = new Map<number, Pending>();
+
+  private constructor(
+    private readonly child: ChildProcess,
+    private readonly bin: string,
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** Start `soba serve` and initialize the connection, or throw SobaUnavailable saying why. */
+  static async connect(o: ConnectOptions): Promise<SobaConnection> {
+    const child = spawn(o.bin, ['serve'], { env: o.env ?? process.env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const c = new SobaConnection(child, o.bin, o.timeoutMs);
+    const reader = new FrameReader(
+      (m) => c.dispatch(m),
+      (why) => c.fail(`the SOBA daemon sent ${why}`),
+    );
+    child.stdout!.on('data', (chunk: Buffer) => reader.push(chunk));
+    child.stderr!.setEncoding('utf8');
+    child.stderr!.on('data', (d: string) => {
+      c.stderr = (c.stderr + d).slice(-STDERR_KEPT);
+    });
+    child.on('error', (e) => c.fail(`cannot start \`${o.bin} serve\`: ${e.message}`));
+    child.on('exit', (code, signal) => {
+      const how = signal ? `was killed by ${signal}` : `exited with code ${code}`;
+      const said = c.stderr.trim();
+      c.fail(`\`${o.bin} serve\` ${how}${said ? `: ${said}` : ''}`);
+    });
+    // Write errors (EPIPE once the child is gone) are reported by `exit`.
+    child.stdin!.on('error', () => {});
+    // A pi run must be able to end while the daemon connection sits idle.
+    child.unref();
+    for (const s of [child.stdin, child.stdout, child.stderr]) {
+      (s as unknown as { unref?: () => void }).unref?.();
+    }
+    const root = pathToFileURL(o.workspace).href;
+    await c.request('initialize', {
+      processId: process.pid,
+      rootUri: root,
+      capabilities: {},
+      workspaceFolders: [{ uri: root, name: 'pi' }],
+    });
+    c.send({ jsonrpc: '2.0', method: 'initialized', params: {} });
+    return c;
+  }
+
+  get alive(): boolean {
+    return this.closed === undefined;
+  }
+
+  private send(message: object): void {
+    if (this.closed !== undefined || !this.child.stdin?.writable) return;
+    this.child.stdin.write(encode(message));
+  }
+
+  private dispatch(m: unknown): void {
+    if (typeof m !== 'object' || m === null) return;
+    const msg = m as { id?: number | string | null; method?: string; result?: unknown; error?: { code: number; message: string } };
+    if (typeof msg.method === 'string') {
+      // Notifications are of no use here; requests get a polite refusal.
+      if (msg.id !== undefined && msg.id !== null) {
+        this.send({ jsonrpc: '2.0', id: msg.id, error: { code: METHOD_NOT_FOUND, message: `not handled: ${msg.method}` } });
+      }
+      return;
+    }
+    if (typeof msg.id !== 'number') return;
+    const p = this.pending.get(msg.id);
+    if (!p) return;
+    this.pending.delete(msg.id);
+    if (msg.error) p.reject(new SobaError(msg.error.code, msg.error.message));
+    else p.resolve(msg.result ?? null);
+  }
+
+  private fail(why: string): void {
+    if (this.closed !== undefined) return;
+    this.closed = why;
+    for (const p of this.pending.values()) p.reject(new SobaUnavailable(why));
+    this.pending.clear();
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill();
+  }
+
+  /**
+   * A request answered within the deadline. An error answer is a SobaError (`code`, `message`);
+   * a dead or silent daemon is SobaUnavailable, and the connection is then closed.
+   */
+  request<T>(method: string, params?: object): Promise<T> {
+    if (this.closed !== undefined) return Promise.reject(new SobaUnavailable(this.closed));
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(
+        () => this.fail(`no answer to ${method} within ${this.timeoutMs / 1000}s from \`${this.bin} serve\``),
+        this.timeoutMs,
+      );
+      this.pending.set(id, {
+        resolve: (v) => {
+          clearTimeout(timer);
+          resolve(v as T);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      });
+      this.send({ jsonrpc: '2.0', id, method, ...(params === undefined ? {} : { params }) });
+    });
+  }
+
+  /** A request whose answer does not matter (soba/cancel of an aborted compaction). */
+  fireAndForget(method: string, params: object): void {
+    this.request(method, params).catch(() => {});
+  }
+
+  /** Shut down politely (so the shared daemon lets this client go), then end the child. */
+  async close(): Promise<void> {
+    if (this.closed === undefined) {
+      await this.request('shutdown').catch(() => {});
+      this.send({ jsonrpc: '2.0', method: 'exit' });
+    }
+    this.fail('the connection to the SOBA daemon was closed');
+  }
+}

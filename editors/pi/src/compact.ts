@@ -1,0 +1,188 @@
+// One pi compaction done by SOBA: bring the SOBA session up to pi's branch, compact it, and
+// read the capsule and the retained tail back as pi's summary and firstKeptEntryId.
+import {
+  compactionFromInput,
+  fullSync,
+  planSync,
+  type PiEntry,
+  type SobaEntry,
+  type SobaMark,
+  type SobaMessage,
+} from './entries.js';
+
+/** The daemon requests this needs (SobaConnection in production). */
+export interface Daemon {
+  request<T>(method: string, params: object): Promise<T>;
+}
+
+export interface CompactionInput {
+  workspace: string;
+  branch: PiEntry[];
+  instructions?: string;
+  tokensBefore: number;
+  model?: { name?: string; contextWindow?: number; maxOutputTokens?: number };
+}
+
+/** What SOBA's compaction reported, for the message pi shows. */
+export interface SobaOutcome {
+  outcome: string;
+  reason?: string;
+  trigger?: string;
+  tokensBefore?: number;
+  tokensAfter?: number;
+  checkpointId?: string | null;
+  quality?: string | null;
+}
+
+export interface SobaCompaction {
+  summary: string;
+  firstKeptEntryId: string;
+  tokensBefore: number;
+  details: { soba: SobaMark & { quality: string | null; tokensBefore?: number; tokensAfter?: number } };
+}
+
+/** SOBA answered but did not compact (nothing to reclaim, a failed capsule): pi compacts itself. */
+export class SobaDeclined extends Error {}
+
+interface RpcError {
+  code?: number;
+  message?: string;
+}
+
+const INVALID_PARAMS = -32602;
+const UNKNOWN_SESSION = -32002;
+
+export async function compactWithSoba(
+  daemon: Daemon,
+  input: CompactionInput,
+  memory: SyncMemory,
+  onSession?: (sessionId: string) => void,
+): Promise<SobaCompaction> {
+  const sessionId = await sync(daemon, input, memory, onSession);
+  const result = await daemon.request<SobaOutcome>('soba/compact', {
+    sessionId,
+    ...(input.instructions ? { instructions: input.instructions } : {}),
+  });
+  if (result.outcome !== 'completed' || !result.checkpointId) {
+    throw new SobaDeclined(`SOBA's compaction ended ${result.outcome}${result.reason ? `: ${result.reason}` : ''}`);
+  }
+  const { messages } = await daemon.request<{ messages: SobaMessage[] }>('soba/preflight', { sessionId });
+  let pi;
+  try {
+    pi = compactionFromInput(messages, input.branch);
+  } catch (e) {
+    throw new SobaDeclined((e as Error).message);
+  }
+  memory.compacted(sessionId, result.checkpointId);
+  return {
+    ...pi,
+    tokensBefore: input.tokensBefore,
+    details: {
+      soba: {
+        sessionId,
+        checkpointId: result.checkpointId,
+        quality: result.quality ?? null,
+        tokensBefore: result.tokensBefore,
+        tokensAfter: result.tokensAfter,
+      },
+    },
+  };
+}
+
+/**
+ * What this pi process last did to each SOBA session: the capsule its last compaction wrote and
+ * the pi entries appended since. While pi's branch still ends in that compaction, new entries
+ * simply follow the session's leaf (the capsule, or file changes the daemon recorded after it).
+ */
+export class SyncMemory {
+  private readonly sessions = new Map<string, { checkpointId: string; appended: Set<string> }>();
+
+  compacted(sessionId: string, checkpointId: string): void {
+    this.sessions.set(sessionId, { checkpointId, appended: new Set() });
+  }
+
+  /** The ids appended after `checkpointId`, when it is still this session's latest capsule here. */
+  appendedAfter(sessionId: string, checkpointId: string): Set<string> | undefined {
+    const s = this.sessions.get(sessionId);
+    return s?.checkpointId === checkpointId ? s.appended : undefined;
+  }
+
+  forget(sessionId: string): void {
+    this.sessions.delete(sessionId);
+  }
+}
+
+/**
+ * The SOBA session holding pi's branch: the one the branch's latest SOBA compaction names, with
+ * what followed it appended after its capsule; else (none yet, or that session is gone or does
+ * not take the entries) a new session with the whole branch.
+ */
+async function sync(
+  daemon: Daemon,
+  input: CompactionInput,
+  memory: SyncMemory,
+  onSession?: (sessionId: string) => void,
+): Promise<string> {
+  const plan = planSync(input.branch);
+  if (plan.resume) {
+    const resumed = await resume(daemon, input.workspace, plan.resume, plan.entries, memory);
+    if (resumed) {
+      onSession?.(resumed);
+      return resumed;
+    }
+  }
+  const opened = await daemon.request<{ sessionId: string }>('soba/session/open', {
+    workspace: input.workspace,
+    ...(input.model ? { model: input.model } : {}),
+  });
+  onSession?.(opened.sessionId);
+  await append(daemon, opened.sessionId, fullSync(input.branch));
+  return opened.sessionId;
+}
+
+interface CapsuleRow {
+  checkpointId: string;
+  entryId: string;
+}
+
+async function resume(
+  daemon: Daemon,
+  workspace: string,
+  mark: SobaMark,
+  entries: SobaEntry[],
+  memory: SyncMemory,
+): Promise<string | undefined> {
+  const { sessionId, checkpointId } = mark;
+  try {
+    await daemon.request('soba/session/open', { workspace, sessionId, create: false });
+    const appended = memory.appendedAfter(sessionId, checkpointId);
+    if (appended) {
+      const fresh = entries.filter((e) => !appended.has(e.id));
+      await append(daemon, sessionId, fresh);
+      for (const e of fresh) appended.add(e.id);
+      return sessionId;
+    }
+    // Another pi process or another branch: continue right after the capsule itself.
+    const { capsules } = await daemon.request<{ capsules: CapsuleRow[] }>('soba/capsule/list', { sessionId });
+    const capsule = capsules.find((c) => c.checkpointId === checkpointId);
+    if (!capsule) return undefined;
+    if (entries.length > 0) {
+      const [first, ...rest] = entries;
+      await append(daemon, sessionId, [{ ...first, parentId: capsule.entryId }, ...rest]);
+    }
+    return sessionId;
+  } catch (e) {
+    const code = (e as RpcError).code;
+    // Gone (another data folder, deleted), or it holds these entries already on another branch.
+    if (code === UNKNOWN_SESSION || code === INVALID_PARAMS) {
+      memory.forget(sessionId);
+      return undefined;
+    }
+    throw e;
+  }
+}
+
+async function append(daemon: Daemon, sessionId: string, entries: SobaEntry[]): Promise<void> {
+  if (entries.length === 0) return;
+  await daemon.request('soba/session/append', { sessionId, entries });
+}

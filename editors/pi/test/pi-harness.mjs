@@ -1,0 +1,152 @@
+// Runs the real pi (the pinned npm package) headless in RPC mode, with this extension installed
+// the way a user installs it (`pi install <path>`), against the fake model server, in a
+// temporary home: agent folder, workspace, and the SOBA daemon's data and runtime folders.
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const PACKAGE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const PI_CLI = path.join(PACKAGE, 'node_modules/@mariozechner/pi-coding-agent/dist/cli.js');
+
+/** The model pi uses: a small window, so a few turns fill it. */
+export const MODEL = { id: 'fake-coder', contextWindow: 16000, maxTokens: 1000 };
+/** pi compacts when its context passes contextWindow - reserveTokens. */
+export const PI_RESERVE_TOKENS = 4000;
+
+export function makeHome({ baseUrl, sobaBin, timeoutMs }) {
+  const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'soba-pi-')));
+  const agentDir = path.join(root, 'agent');
+  const workspace = path.join(root, 'work');
+  fs.mkdirSync(agentDir, { recursive: true });
+  fs.mkdirSync(path.join(workspace, '.soba'), { recursive: true });
+  fs.writeFileSync(path.join(workspace, 'notes.txt'), 'remember: the flaky test is auth_retry\n');
+  fs.writeFileSync(
+    path.join(agentDir, 'models.json'),
+    JSON.stringify({
+      providers: {
+        fake: {
+          baseUrl,
+          api: 'openai-completions',
+          apiKey: 'test-key',
+          compat: { supportsDeveloperRole: false, supportsReasoningEffort: false, supportsUsageInStreaming: true },
+          models: [{ ...MODEL, name: 'Fake Coder', reasoning: false, input: ['text'], cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 } }],
+        },
+      },
+    }),
+  );
+  fs.writeFileSync(
+    path.join(agentDir, 'settings.json'),
+    JSON.stringify({
+      defaultProvider: 'fake',
+      defaultModel: MODEL.id,
+      compaction: { enabled: true, reserveTokens: PI_RESERVE_TOKENS, keepRecentTokens: 2000 },
+    }),
+  );
+  // SOBA keeps a tail of about the same size as pi would.
+  fs.writeFileSync(
+    path.join(workspace, '.soba', 'config.json'),
+    JSON.stringify({ compaction: { keepRecentTokens: 2000, safetyReserveTokens: 1000, minTokensForAutoCompact: 3000 } }),
+  );
+  const env = {
+    PATH: process.env.PATH,
+    HOME: root,
+    PI_CODING_AGENT_DIR: agentDir,
+    PI_OFFLINE: '1',
+    PI_SKIP_VERSION_CHECK: '1',
+    PI_TELEMETRY: '0',
+    SOBA_BIN: sobaBin,
+    SOBA_DATA_DIR: path.join(root, 'soba-data'),
+    SOBA_RUNTIME_DIR: path.join(root, 'soba-run'),
+    SOBA_CONFIG: path.join(root, 'no-user-config.json'),
+    SOBA_DAEMON_IDLE_SECS: '5',
+    ...(timeoutMs ? { SOBA_PI_TIMEOUT_MS: String(timeoutMs) } : {}),
+  };
+  execFileSync(process.execPath, [PI_CLI, 'install', PACKAGE], { env, cwd: workspace, stdio: 'pipe' });
+  return { root, agentDir, workspace, env, remove: () => fs.rmSync(root, { recursive: true, force: true }) };
+}
+
+/** pi in RPC mode: JSON lines in on stdin, events and responses out on stdout. */
+export class Pi {
+  constructor(home, args = []) {
+    this.events = [];
+    this.waiters = [];
+    this.stderr = '';
+    this.child = spawn(process.execPath, [PI_CLI, '--mode', 'rpc', ...args], {
+      cwd: home.workspace,
+      env: home.env,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let buf = '';
+    this.child.stdout.setEncoding('utf8');
+    this.child.stdout.on('data', (d) => {
+      buf += d;
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        if (!line) continue;
+        try {
+          this.events.push(JSON.parse(line));
+        } catch {
+          continue;
+        }
+        this.check();
+      }
+    });
+    this.child.stderr.setEncoding('utf8');
+    this.child.stderr.on('data', (d) => (this.stderr += d));
+    this.exited = new Promise((resolve) => this.child.once('exit', resolve));
+    this.nextId = 1;
+  }
+
+  check() {
+    for (const w of [...this.waiters]) {
+      const hit = this.events.slice(w.from).find(w.pred);
+      if (hit) {
+        this.waiters.splice(this.waiters.indexOf(w), 1);
+        clearTimeout(w.timer);
+        w.resolve(hit);
+      }
+    }
+  }
+
+  /** The first event from index `from` on that satisfies `pred`. */
+  waitFor(pred, { from = 0, ms = 60000, what = 'an event' } = {}) {
+    return new Promise((resolve, reject) => {
+      const w = { pred, from, resolve };
+      w.timer = setTimeout(() => {
+        this.waiters.splice(this.waiters.indexOf(w), 1);
+        reject(new Error(`timed out waiting for ${what}; events: ${JSON.stringify(this.events.map((e) => e.type))}\nstderr: ${this.stderr}`));
+      }, ms);
+      this.waiters.push(w);
+      this.check();
+    });
+  }
+
+  /** Send a command and wait for its response. */
+  async command(cmd) {
+    const id = `c${this.nextId++}`;
+    const from = this.events.length;
+    this.child.stdin.write(`${JSON.stringify({ id, ...cmd })}\n`);
+    const res = await this.waitFor((e) => e.type === 'response' && e.id === id, { from, what: `the response to ${cmd.type}` });
+    if (!res.success) throw new Error(`${cmd.type} failed: ${res.error}`);
+    return res.data;
+  }
+
+  async quit() {
+    this.child.stdin.end();
+    const timer = setTimeout(() => this.child.kill(), 10000);
+    await this.exited;
+    clearTimeout(timer);
+  }
+}
+
+export function readJsonl(file) {
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim())
+    .map((l) => JSON.parse(l));
+}
