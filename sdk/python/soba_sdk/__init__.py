@@ -5,7 +5,15 @@ from . import protocol
 from .client import SobaClient
 from .errors import ErrorCode, SobaConnectionError, SobaError
 from .framing import FramingError, encode_frame, read_frame
-from .providers import image_url, to_anthropic, to_openai_chat, to_openai_responses
+from .providers import (
+    from_anthropic,
+    from_openai_chat,
+    from_openai_responses,
+    image_url,
+    to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
+)
 
 __all__ = [
     "ErrorCode",
@@ -14,6 +22,9 @@ __all__ = [
     "SobaConnectionError",
     "SobaError",
     "encode_frame",
+    "from_anthropic",
+    "from_openai_chat",
+    "from_openai_responses",
     "image_url",
     "protocol",
     "read_frame",

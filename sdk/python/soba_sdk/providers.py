@@ -171,3 +171,86 @@ def to_openai_responses(messages: Sequence[ModelMessage], system_prompt: Optiona
 def _json(value: Any) -> str:
     """Arguments as OpenAI sends them: compact JSON, like JSON.stringify."""
     return json.dumps({} if value is None else value, separators=(",", ":"), ensure_ascii=False)
+
+
+# Replies back into the log -------------------------------------------------------------------
+# Each returns {"content": [ContentBlock, ...], "usage": Usage} ("usage" only when the reply had
+# one): append it as {"type": "message", "role": "assistant", **turn}.
+
+
+def _parse_arguments(args: Optional[str]) -> Any:
+    """Tool-call arguments as sent: JSON text, parsed; text that is not JSON is kept as is."""
+    if not args:
+        return {}
+    try:
+        return json.loads(args)
+    except json.JSONDecodeError:
+        return args
+
+
+def from_anthropic(response: Dict[str, Any]) -> Dict[str, Any]:
+    """An Anthropic Messages response: `text`, `thinking` and `tool_use` blocks, and its usage."""
+    content: List[Dict[str, Any]] = []
+    for b in response.get("content") or []:
+        if b.get("type") == "text":
+            content.append({"type": "text", "text": b.get("text", "")})
+        elif b.get("type") == "thinking":
+            content.append({"type": "thinking", "thinking": b.get("thinking", "")})
+        elif b.get("type") == "tool_use":
+            content.append({"type": "tool_call", "id": b.get("id", ""), "name": b.get("name", ""), "input": b.get("input", {})})
+    turn: Dict[str, Any] = {"content": content}
+    u = response.get("usage")
+    if u:
+        turn["usage"] = {
+            "input": u.get("input_tokens") or 0,
+            "cacheRead": u.get("cache_read_input_tokens") or 0,
+            "cacheWrite": u.get("cache_creation_input_tokens") or 0,
+            "output": u.get("output_tokens") or 0,
+        }
+    return turn
+
+
+def from_openai_chat(response: Dict[str, Any]) -> Dict[str, Any]:
+    """An OpenAI Chat Completions response (its first choice): text, tool calls, and usage."""
+    choices = response.get("choices") or [{}]
+    message = choices[0].get("message") or {}
+    content: List[Dict[str, Any]] = []
+    if message.get("content"):
+        content.append({"type": "text", "text": message["content"]})
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        content.append({"type": "tool_call", "id": call.get("id", ""), "name": fn.get("name", ""),
+                        "input": _parse_arguments(fn.get("arguments"))})
+    turn: Dict[str, Any] = {"content": content}
+    u = response.get("usage")
+    if u:
+        cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        turn["usage"] = {"input": (u.get("prompt_tokens") or 0) - cached, "cacheRead": cached, "cacheWrite": 0,
+                         "output": u.get("completion_tokens") or 0}
+    return turn
+
+
+def from_openai_responses(response: Dict[str, Any]) -> Dict[str, Any]:
+    """An OpenAI Responses response: `message` text (and refusals), `function_call` items as
+    tool calls, reasoning summaries as thinking, and usage."""
+    content: List[Dict[str, Any]] = []
+    for item in response.get("output") or []:
+        kind = item.get("type")
+        if kind == "message":
+            text = "".join(c.get("text") or c.get("refusal") or "" for c in item.get("content") or [])
+            if text:
+                content.append({"type": "text", "text": text})
+        elif kind == "reasoning":
+            thinking = "\n".join(s.get("text") or "" for s in item.get("summary") or [])
+            if thinking:
+                content.append({"type": "thinking", "thinking": thinking})
+        elif kind == "function_call":
+            content.append({"type": "tool_call", "id": item.get("call_id", ""), "name": item.get("name", ""),
+                            "input": _parse_arguments(item.get("arguments"))})
+    turn: Dict[str, Any] = {"content": content}
+    u = response.get("usage")
+    if u:
+        cached = (u.get("input_tokens_details") or {}).get("cached_tokens") or 0
+        turn["usage"] = {"input": (u.get("input_tokens") or 0) - cached, "cacheRead": cached, "cacheWrite": 0,
+                         "output": u.get("output_tokens") or 0}
+    return turn

@@ -5,7 +5,14 @@ from __future__ import annotations
 import unittest
 from typing import List
 
-from soba_sdk import to_anthropic, to_openai_chat, to_openai_responses
+from soba_sdk import (
+    from_anthropic,
+    from_openai_chat,
+    from_openai_responses,
+    to_anthropic,
+    to_openai_chat,
+    to_openai_responses,
+)
 from soba_sdk.protocol import ModelMessage
 
 # A preflight input: capsule, a user turn with an image, two calls (one interrupted), a system note.
@@ -103,6 +110,52 @@ class ProvidersTest(unittest.TestCase):
             {"role": "system", "content": "The user switched branches."},
             {"role": "user", "content": [{"type": "input_text", "text": "Go on."}]},
         ])
+
+    def test_replies_come_back_as_entry_content_with_usage_in_disjoint_parts(self) -> None:
+        self.assertEqual(from_anthropic({
+            "content": [
+                {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                {"type": "text", "text": "Running it."},
+                {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
+            ],
+            "usage": {"input_tokens": 12, "cache_read_input_tokens": 3000, "cache_creation_input_tokens": 40, "output_tokens": 7},
+        }), {
+            "content": [
+                {"type": "thinking", "thinking": "hmm"},
+                {"type": "text", "text": "Running it."},
+                {"type": "tool_call", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
+            ],
+            "usage": {"input": 12, "cacheRead": 3000, "cacheWrite": 40, "output": 7},
+        })
+        self.assertEqual(from_openai_chat({
+            "choices": [{"message": {"content": None, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "Read", "arguments": '{"path":"a.rs"}'}},
+                {"id": "call_2", "type": "function", "function": {"name": "Bash", "arguments": "not json"}},
+            ]}}],
+            "usage": {"prompt_tokens": 5000, "completion_tokens": 30, "prompt_tokens_details": {"cached_tokens": 4096}},
+        }), {
+            "content": [
+                {"type": "tool_call", "id": "call_1", "name": "Read", "input": {"path": "a.rs"}},
+                {"type": "tool_call", "id": "call_2", "name": "Bash", "input": "not json"},
+            ],
+            "usage": {"input": 904, "cacheRead": 4096, "cacheWrite": 0, "output": 30},
+        })
+        self.assertEqual(from_openai_responses({
+            "output": [
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "Look at the test."}]},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Reading."}]},
+                {"type": "function_call", "call_id": "call_9", "name": "Read", "arguments": '{"path":"t.rs"}'},
+            ],
+            "usage": {"input_tokens": 2000, "output_tokens": 15, "input_tokens_details": {"cached_tokens": 1024}},
+        }), {
+            "content": [
+                {"type": "thinking", "thinking": "Look at the test."},
+                {"type": "text", "text": "Reading."},
+                {"type": "tool_call", "id": "call_9", "name": "Read", "input": {"path": "t.rs"}},
+            ],
+            "usage": {"input": 976, "cacheRead": 1024, "cacheWrite": 0, "output": 15},
+        })
+        self.assertEqual(from_openai_chat({"choices": [{"message": {"content": "hi"}}]}), {"content": [{"type": "text", "text": "hi"}]})
 
 
 if __name__ == "__main__":

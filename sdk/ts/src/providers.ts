@@ -4,7 +4,7 @@
 // Thinking blocks are left out everywhere: providers accept earlier reasoning only with the
 // signature or encrypted content they issued, which the plain `thinking` block does not carry.
 
-import type { ContentBlock, ModelMessage } from './protocol';
+import type { ContentBlock, ModelMessage, Usage } from './protocol';
 
 type ImageBlock = Extract<ContentBlock, { type: 'image' }>;
 
@@ -245,4 +245,134 @@ export function toOpenAIResponses(
     }
   }
   return { ...(systemPrompt ? { instructions: systemPrompt } : {}), input };
+}
+
+// Replies back into the log ------------------------------------------------------------------
+
+/** A provider reply as a session entry's parts: append `{ type: 'message', role: 'assistant', ...turn }`. */
+export interface ModelTurn {
+  content: ContentBlock[];
+  /** The provider's usage, in SOBA's disjoint parts; absent when the reply had none. */
+  usage?: Usage;
+}
+
+/** Tool-call arguments as sent: JSON text, parsed; text that is not JSON is kept as is. */
+function parseArguments(args: string | undefined): unknown {
+  if (!args) return {};
+  try {
+    return JSON.parse(args);
+  } catch {
+    return args;
+  }
+}
+
+export interface AnthropicResponse {
+  content: Array<{ type: string; text?: string; thinking?: string; id?: string; name?: string; input?: unknown }>;
+  usage?: {
+    input_tokens?: number;
+    output_tokens?: number;
+    cache_read_input_tokens?: number | null;
+    cache_creation_input_tokens?: number | null;
+  };
+}
+
+/** An Anthropic Messages response: `text`, `thinking` and `tool_use` blocks, and its usage. */
+export function fromAnthropic(response: AnthropicResponse): ModelTurn {
+  const content = response.content.flatMap((b): ContentBlock[] => {
+    switch (b.type) {
+      case 'text':
+        return [{ type: 'text', text: b.text ?? '' }];
+      case 'thinking':
+        return [{ type: 'thinking', thinking: b.thinking ?? '' }];
+      case 'tool_use':
+        return [{ type: 'tool_call', id: b.id ?? '', name: b.name ?? '', input: b.input ?? {} }];
+      default:
+        return [];
+    }
+  });
+  const u = response.usage;
+  return {
+    content,
+    ...(u
+      ? {
+          usage: {
+            input: u.input_tokens ?? 0,
+            cacheRead: u.cache_read_input_tokens ?? 0,
+            cacheWrite: u.cache_creation_input_tokens ?? 0,
+            output: u.output_tokens ?? 0,
+          },
+        }
+      : {}),
+  };
+}
+
+export interface OpenAIChatResponse {
+  choices: Array<{
+    message: {
+      content?: string | null;
+      tool_calls?: Array<{ id: string; function: { name: string; arguments?: string } }> | null;
+    };
+  }>;
+  usage?: { prompt_tokens?: number; completion_tokens?: number; prompt_tokens_details?: { cached_tokens?: number } | null };
+}
+
+/** An OpenAI Chat Completions response (its first choice): text, tool calls, and usage. */
+export function fromOpenAIChat(response: OpenAIChatResponse): ModelTurn {
+  const message = response.choices[0]?.message ?? {};
+  const content: ContentBlock[] = [];
+  if (message.content) content.push({ type: 'text', text: message.content });
+  for (const call of message.tool_calls ?? []) {
+    content.push({ type: 'tool_call', id: call.id, name: call.function.name, input: parseArguments(call.function.arguments) });
+  }
+  const u = response.usage;
+  const cached = u?.prompt_tokens_details?.cached_tokens ?? 0;
+  return {
+    content,
+    ...(u
+      ? { usage: { input: (u.prompt_tokens ?? 0) - cached, cacheRead: cached, cacheWrite: 0, output: u.completion_tokens ?? 0 } }
+      : {}),
+  };
+}
+
+export interface OpenAIResponsesResponse {
+  output: Array<{
+    type: string;
+    content?: Array<{ type: string; text?: string; refusal?: string }>;
+    summary?: Array<{ type: string; text?: string }>;
+    call_id?: string;
+    name?: string;
+    arguments?: string;
+  }>;
+  usage?: { input_tokens?: number; output_tokens?: number; input_tokens_details?: { cached_tokens?: number } | null };
+}
+
+/**
+ * An OpenAI Responses response: `message` text (and refusals), `function_call` items as tool
+ * calls, reasoning summaries as thinking, and usage.
+ */
+export function fromOpenAIResponses(response: OpenAIResponsesResponse): ModelTurn {
+  const content = response.output.flatMap((item): ContentBlock[] => {
+    switch (item.type) {
+      case 'message': {
+        const text = (item.content ?? []).map((c) => c.text ?? c.refusal ?? '').join('');
+        return text ? [{ type: 'text', text }] : [];
+      }
+      case 'reasoning': {
+        const thinking = (item.summary ?? []).map((s) => s.text ?? '').join('\n');
+        return thinking ? [{ type: 'thinking', thinking }] : [];
+      }
+      case 'function_call':
+        return [{ type: 'tool_call', id: item.call_id ?? '', name: item.name ?? '', input: parseArguments(item.arguments) }];
+      default:
+        return [];
+    }
+  });
+  const u = response.usage;
+  const cached = u?.input_tokens_details?.cached_tokens ?? 0;
+  return {
+    content,
+    ...(u
+      ? { usage: { input: (u.input_tokens ?? 0) - cached, cacheRead: cached, cacheWrite: 0, output: u.output_tokens ?? 0 } }
+      : {}),
+  };
 }

@@ -2,7 +2,15 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { toAnthropic, toOpenAIChat, toOpenAIResponses, type ModelMessage } from '../src';
+import {
+  fromAnthropic,
+  fromOpenAIChat,
+  fromOpenAIResponses,
+  toAnthropic,
+  toOpenAIChat,
+  toOpenAIResponses,
+  type ModelMessage,
+} from '../src';
 
 /** A preflight input: capsule, a user turn with an image, two calls (one interrupted), a system note. */
 const input: ModelMessage[] = [
@@ -128,4 +136,67 @@ test('OpenAI Responses: instructions, function_call and function_call_output ite
     { role: 'system', content: 'The user switched branches.' },
     { role: 'user', content: [{ type: 'input_text', text: 'Go on.' }] },
   ]);
+});
+
+test('replies come back as entry content with usage in disjoint parts', () => {
+  assert.deepEqual(
+    fromAnthropic({
+      content: [
+        { type: 'thinking', thinking: 'hmm' },
+        { type: 'text', text: 'Running it.' },
+        { type: 'tool_use', id: 'toolu_1', name: 'Bash', input: { command: 'ls' } },
+      ],
+      usage: { input_tokens: 12, cache_read_input_tokens: 3000, cache_creation_input_tokens: 40, output_tokens: 7 },
+    }),
+    {
+      content: [
+        { type: 'thinking', thinking: 'hmm' },
+        { type: 'text', text: 'Running it.' },
+        { type: 'tool_call', id: 'toolu_1', name: 'Bash', input: { command: 'ls' } },
+      ],
+      usage: { input: 12, cacheRead: 3000, cacheWrite: 40, output: 7 },
+    },
+  );
+  assert.deepEqual(
+    fromOpenAIChat({
+      choices: [
+        {
+          message: {
+            content: null,
+            tool_calls: [
+              { id: 'call_1', function: { name: 'Read', arguments: '{"path":"a.rs"}' } },
+              { id: 'call_2', function: { name: 'Bash', arguments: 'not json' } },
+            ],
+          },
+        },
+      ],
+      usage: { prompt_tokens: 5000, completion_tokens: 30, prompt_tokens_details: { cached_tokens: 4096 } },
+    }),
+    {
+      content: [
+        { type: 'tool_call', id: 'call_1', name: 'Read', input: { path: 'a.rs' } },
+        { type: 'tool_call', id: 'call_2', name: 'Bash', input: 'not json' },
+      ],
+      usage: { input: 904, cacheRead: 4096, cacheWrite: 0, output: 30 },
+    },
+  );
+  assert.deepEqual(
+    fromOpenAIResponses({
+      output: [
+        { type: 'reasoning', summary: [{ type: 'summary_text', text: 'Look at the test.' }] },
+        { type: 'message', content: [{ type: 'output_text', text: 'Reading.' }] },
+        { type: 'function_call', call_id: 'call_9', name: 'Read', arguments: '{"path":"t.rs"}' },
+      ],
+      usage: { input_tokens: 2000, output_tokens: 15, input_tokens_details: { cached_tokens: 1024 } },
+    }),
+    {
+      content: [
+        { type: 'thinking', thinking: 'Look at the test.' },
+        { type: 'text', text: 'Reading.' },
+        { type: 'tool_call', id: 'call_9', name: 'Read', input: { path: 't.rs' } },
+      ],
+      usage: { input: 976, cacheRead: 1024, cacheWrite: 0, output: 15 },
+    },
+  );
+  assert.deepEqual(fromOpenAIChat({ choices: [{ message: { content: 'hi' } }] }), { content: [{ type: 'text', text: 'hi' }] });
 });
