@@ -1,6 +1,8 @@
 //! JSON Schemas of the formats SOBA writes and of its JSON-RPC protocol, generated from the
 //! Rust types. The checked-in copies under `schemas/` are compared with these by
 //! `tests/schemas.rs`; regenerate them with `UPDATE_SCHEMAS=1 cargo test --test schemas`.
+//! The SDKs' types are generated from `schemas/protocol/` in turn
+//! (`sdk/ts/scripts/gen-types.mjs`, `sdk/python/scripts/gen_types.py`).
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -303,7 +305,9 @@ pub fn protocol_schemas() -> Vec<(String, Value)> {
             titled(
                 generate(),
                 format!("{name} notification params"),
-                Some(format!("Params of the `{name}` notification the daemon sends.")),
+                Some(format!(
+                    "Params of the `{name}` notification the daemon sends."
+                )),
             ),
         ));
     }

@@ -24,8 +24,7 @@ fn schemas_dir() -> PathBuf {
 /// The checked-in schema file, compiled.
 fn validator(name: &str, part: &str) -> jsonschema::Validator {
     let path = schemas_dir().join(protocol_file(name, part));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let schema: Value = serde_json::from_str(&text).unwrap();
     jsonschema::validator_for(&schema).expect("schema compiles")
 }
@@ -185,7 +184,10 @@ async fn a_whole_session_through_the_daemon_matches_the_schemas() {
     let input = c.call("soba/preflight", json!({"sessionId": sid})).await;
     assert_eq!(input["compaction"]["outcome"], "completed", "{input}");
     assert_eq!(input["messages"][0]["role"], "user");
-    assert!(input["messages"][0].get("entryId").is_none(), "the capsule comes from no entry");
+    assert!(
+        input["messages"][0].get("entryId").is_none(),
+        "the capsule comes from no entry"
+    );
 
     c.call(
         "soba/session/append",
@@ -280,7 +282,8 @@ async fn a_whole_session_through_the_daemon_matches_the_schemas() {
     assert_eq!(synthetic["isError"], true);
     assert!(synthetic.get("entryId").is_none());
 
-    c.call("soba/session/close", json!({"sessionId": sid})).await;
+    c.call("soba/session/close", json!({"sessionId": sid}))
+        .await;
 
     let closed = c
         .client
@@ -336,11 +339,15 @@ async fn the_append_schema_refuses_what_the_daemon_refuses() {
     let sid = opened["sessionId"].as_str().unwrap();
     for (ty, _) in soba::daemon::actor::DAEMON_WRITTEN {
         let params = json!({"sessionId": sid, "entries": [{"type": ty, "to": "e1"}]});
-        assert!(!schema.is_valid(&params), "the schema accepts a `{ty}` entry");
+        assert!(
+            !schema.is_valid(&params),
+            "the schema accepts a `{ty}` entry"
+        );
         let e = c.error("soba/session/append", params).await;
         assert_eq!(e["code"], code::INVALID_PARAMS);
     }
-    let bad_role = json!({"sessionId": sid, "entries": [{"type": "message", "role": "robot", "content": []}]});
+    let bad_role =
+        json!({"sessionId": sid, "entries": [{"type": "message", "role": "robot", "content": []}]});
     assert!(!schema.is_valid(&bad_role));
     assert_eq!(
         c.error("soba/session/append", bad_role).await["code"],

@@ -50,13 +50,17 @@ fn checked_in_schemas_match_the_types() {
             if update {
                 std::fs::remove_file(schemas_dir().join(&name)).unwrap();
             } else {
-                stale.push(format!("schemas/{name} belongs to no method or notification"));
+                stale.push(format!(
+                    "schemas/{name} belongs to no method or notification"
+                ));
             }
         }
     }
     assert!(
         stale.is_empty(),
-        "{}\nRegenerate with `UPDATE_SCHEMAS=1 cargo test --test schemas` and commit the result.",
+        "{}\nRegenerate with `UPDATE_SCHEMAS=1 cargo test --test schemas`, then the SDK types \
+         (`node sdk/ts/scripts/gen-types.mjs`, `python3 sdk/python/scripts/gen_types.py`), and \
+         commit the result.",
         stale.join("\n")
     );
 }
