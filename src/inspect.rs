@@ -55,7 +55,9 @@ impl SummarizerStatus {
 #[serde(rename_all = "camelCase")]
 pub struct LastCompaction {
     pub checkpoint_id: String,
+    #[schemars(with = "crate::session::entry::Trigger")]
     pub trigger: String,
+    #[schemars(with = "crate::capsule::Quality")]
     pub quality: String,
     pub tokens_before: u64,
     pub tokens_after: u64,

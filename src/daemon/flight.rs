@@ -18,7 +18,9 @@ pub const FLIGHT_FILE: &str = "flight.jsonl";
 pub struct FlightRecord {
     pub operation_id: String,
     pub session_id: String,
+    #[schemars(with = "crate::session::entry::Trigger")]
     pub trigger: String,
+    #[schemars(with = "crate::session::entry::Outcome")]
     pub outcome: String,
     pub reason: String,
     pub duration_ms: u64,

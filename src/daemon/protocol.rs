@@ -412,10 +412,13 @@ pub struct CapsuleTokensView {
 pub struct CapsuleSummary {
     pub checkpoint_id: String,
     pub title: Option<String>,
+    #[schemars(with = "crate::session::entry::Trigger")]
     pub trigger: String,
+    #[schemars(with = "crate::capsule::Quality")]
     pub quality: String,
     pub ts: String,
     pub tokens: CapsuleTokensView,
+    #[schemars(with = "crate::capsule::Origin")]
     pub origin: String,
 }
 
@@ -442,6 +445,7 @@ pub struct CompactionNotice {
     pub session_id: String,
     pub operation_id: String,
     pub phase: CompactionPhase,
+    #[schemars(with = "crate::session::entry::Trigger")]
     pub trigger: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub percent: Option<u8>,

@@ -89,7 +89,8 @@ class Generator:
         required = set(node.get("required", []))
         lines = [f"class {name}({', '.join(bases)}):"]
         if node.get("description"):
-            lines.append(f'    """{node["description"]}"""')
+            doc = node["description"].replace("\n", "\n    ")
+            lines.append(f'    """{doc}"""')
             lines.append("")
         fields = list(extra)
         for key, prop in (node.get("properties") or {}).items():

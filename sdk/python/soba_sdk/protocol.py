@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Literal, NotRequired, Optional, TypedDict, U
 
 class AppendedEntryFields(TypedDict):
     """An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
-`ts` may be left out. Entry types the daemon alone writes are not accepted."""
+    `ts` may be left out. Entry types the daemon alone writes are not accepted."""
 
     # Assigned by the daemon when left out.
     id: NotRequired[Optional[str]]
@@ -68,8 +68,8 @@ class BreakerStateOpen(TypedDict):
 
 class BudgetChangedNotification(TypedDict):
     """soba/budgetChanged notification params.
-
-Params of the `soba/budgetChanged` notification the daemon sends."""
+    
+    Params of the `soba/budgetChanged` notification the daemon sends."""
 
     sessionId: str
     workspace: str
@@ -119,8 +119,8 @@ class BudgetReport(TypedDict):
 
 class BudgetResult(TypedDict):
     """soba/budget result.
-
-The budget of one session as clients see it."""
+    
+    The budget of one session as clients see it."""
 
     sessionId: str
     workspace: str
@@ -215,11 +215,11 @@ class CapsuleLoadResult(TypedDict):
 class CapsuleSummary(TypedDict):
     checkpointId: str
     title: Optional[str]
-    trigger: str
-    quality: str
+    trigger: Trigger
+    quality: Quality
     ts: str
     tokens: CapsuleTokensView
-    origin: str
+    origin: Origin
 
 
 class CapsuleTokensView(TypedDict):
@@ -260,8 +260,8 @@ class CompactParams(TypedDict):
 
 class CompactResult(TypedDict):
     """soba/compact result.
-
-The terminal outcome of one compaction operation."""
+    
+    The terminal outcome of one compaction operation."""
 
     operationId: str
     outcome: Outcome
@@ -286,13 +286,13 @@ The terminal outcome of one compaction operation."""
 
 class CompactionNotification(TypedDict):
     """soba/compaction notification params.
-
-Params of the `soba/compaction` notification the daemon sends."""
+    
+    Params of the `soba/compaction` notification the daemon sends."""
 
     sessionId: str
     operationId: str
     phase: CompactionPhase
-    trigger: str
+    trigger: Trigger
     percent: NotRequired[Optional[int]]
     result: NotRequired[Optional[CompactionResult]]
     message: NotRequired[Optional[str]]
@@ -363,8 +363,8 @@ class FlightParams(TypedDict):
 class FlightRecord(TypedDict):
     operationId: str
     sessionId: str
-    trigger: str
-    outcome: str
+    trigger: Trigger
+    outcome: Outcome
     reason: str
     durationMs: int
     checkpointId: Optional[str]
@@ -402,8 +402,8 @@ class ForeignCompactionEntry(TypedDict):
 
 class LastCompaction(TypedDict):
     checkpointId: str
-    trigger: str
-    quality: str
+    trigger: Trigger
+    quality: Quality
     tokensBefore: int
     tokensAfter: int
     ts: str
@@ -502,8 +502,8 @@ class SessionCloseParams(TypedDict):
 
 class SessionCloseResult(TypedDict):
     """soba/session/close result.
-
-The answer to `soba/session/close`: the session is no longer live and its log is free."""
+    
+    The answer to `soba/session/close`: the session is no longer live and its log is free."""
 
     sessionId: str
     path: str
@@ -511,8 +511,8 @@ The answer to `soba/session/close`: the session is no longer live and its log is
 
 class SessionClosedNotification(TypedDict):
     """soba/session/closed notification params.
-
-Params of the `soba/session/closed` notification the daemon sends."""
+    
+    Params of the `soba/session/closed` notification the daemon sends."""
 
     sessionId: str
     workspace: str
@@ -680,6 +680,9 @@ FileSource = Literal["tool", "watcher", "agent"]
 
 
 MeasurementSource = Union[Literal["provider_usage"], Literal["estimated"]]
+
+
+Origin = Union[Literal["session"], Literal["loaded"]]
 
 
 Outcome = Literal["completed", "skipped", "cancelled", "stale", "failed"]

@@ -92,11 +92,11 @@ export type BudgetReport = {
 export type CapsuleSummary = {
   checkpointId: string;
   title: string | null;
-  trigger: string;
-  quality: string;
+  trigger: Trigger;
+  quality: Quality;
   ts: string;
   tokens: CapsuleTokensView;
-  origin: string;
+  origin: Origin;
 };
 
 export type CapsuleTokensView = {
@@ -174,8 +174,8 @@ export type FileSource = "tool" | "watcher" | "agent";
 export type FlightRecord = {
   operationId: string;
   sessionId: string;
-  trigger: string;
-  outcome: string;
+  trigger: Trigger;
+  outcome: Outcome;
   reason: string;
   durationMs: number;
   checkpointId: string | null;
@@ -207,8 +207,8 @@ export type ForeignCompactionEntry = {
 
 export type LastCompaction = {
   checkpointId: string;
-  trigger: string;
-  quality: string;
+  trigger: Trigger;
+  quality: Quality;
   tokensBefore: number;
   tokensAfter: number;
   ts: string;
@@ -242,6 +242,8 @@ export type ModelParams = {
   contextWindow?: number | null;
   maxOutputTokens?: number | null;
 };
+
+export type Origin = "session" | "loaded";
 
 export type Outcome = "completed" | "skipped" | "cancelled" | "stale" | "failed";
 
@@ -498,7 +500,7 @@ export type CompactionNotification = {
   sessionId: string;
   operationId: string;
   phase: CompactionPhase;
-  trigger: string;
+  trigger: Trigger;
   percent?: number | null;
   result?: CompactionResult | null;
   message?: string | null;
