@@ -15,7 +15,11 @@ OUT = HERE.parent / "soba_sdk" / "protocol.py"
 
 KNOWN = {
     "$schema", "$defs", "$ref", "title", "description", "type", "properties", "required",
-    "items", "enum", "const", "anyOf", "oneOf", "format", "minimum", "maximum", "default",
+    "items", "enum", "const", "anyOf", "oneOf", "allOf", "additionalProperties",
+    # Validation and annotation keywords with no typing counterpart.
+    "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength",
+    "maxLength", "pattern", "minItems", "maxItems", "uniqueItems", "default", "examples",
+    "deprecated", "readOnly", "writeOnly",
 }
 
 
@@ -51,6 +55,9 @@ class Generator:
             return f"Optional[{t}]" if len(non_null) < len(variants) else t
         if "$ref" in node:
             return self.ref(node, names)
+        if node.get("allOf"):
+            # TypedDicts do not intersect; the first part names the shape.
+            return self.type_of(node["allOf"][0], names, hint)
         types = node.get("type")
         types = types if isinstance(types, list) else [types]
         nullable = "null" in types
@@ -70,7 +77,9 @@ class Generator:
             out = f"List[{self.type_of(node.get('items', True), names, hint + 'Item')}]"
         elif t == "object":
             if not node.get("properties"):
-                out = "Dict[str, Any]"
+                extra = node.get("additionalProperties")
+                value = self.type_of(extra, names, hint + "Value") if isinstance(extra, dict) else "Any"
+                out = f"Dict[str, {value}]"
             else:
                 self.emit_class(hint, node, names, self.simple)
                 out = hint

@@ -58,7 +58,11 @@ const doc = (description, indent) => {
 
 const KNOWN = new Set([
   '$schema', '$defs', '$ref', 'title', 'description', 'type', 'properties', 'required', 'items',
-  'enum', 'const', 'anyOf', 'oneOf', 'format', 'minimum', 'maximum', 'default',
+  'enum', 'const', 'anyOf', 'oneOf', 'allOf', 'additionalProperties',
+  // Validation and annotation keywords with no TypeScript counterpart.
+  'format', 'minimum', 'maximum', 'exclusiveMinimum', 'exclusiveMaximum', 'minLength', 'maxLength',
+  'pattern', 'minItems', 'maxItems', 'uniqueItems', 'default', 'examples', 'deprecated', 'readOnly',
+  'writeOnly',
 ]);
 
 /** The TypeScript type of a schema node; `names` maps `$defs` names to generated names. */
@@ -101,9 +105,10 @@ function tsType(node, names, indent) {
       }
     });
     // An object whose members come from `$ref` and `oneOf` alone adds nothing of its own.
-    const filtered = alts.filter((a) => !(a === '{}' && (node.$ref || node.oneOf || node.anyOf)));
+    const filtered = alts.filter((a) => !(a === '{}' && (node.$ref || node.oneOf || node.anyOf || node.allOf)));
     if (filtered.length) parts.push(filtered.length > 1 ? filtered.join(' | ') : filtered[0]);
   }
+  for (const part of node.allOf ?? []) parts.push(tsType(part, names, indent));
   const variants = node.oneOf ?? node.anyOf;
   if (variants) {
     const inner = indent + '  ';
@@ -121,7 +126,11 @@ function tsType(node, names, indent) {
 
 function objectType(node, names, indent) {
   const props = Object.entries(node.properties ?? {});
-  if (!props.length) return node.oneOf || node.anyOf || node.$ref ? '{}' : 'Record<string, unknown>';
+  const extra = node.additionalProperties;
+  if (!props.length) {
+    if (extra && extra !== true) return `Record<string, ${tsType(extra, names, indent)}>`;
+    return node.oneOf || node.anyOf || node.allOf || node.$ref ? '{}' : 'Record<string, unknown>';
+  }
   const required = new Set(node.required ?? []);
   const inner = indent + '  ';
   const body = props
@@ -130,7 +139,9 @@ function objectType(node, names, indent) {
       return `${doc(v.description, inner)}${inner}${key}${required.has(k) ? '' : '?'}: ${tsType(v, names, inner)};`;
     })
     .join('\n');
-  return `{\n${body}\n${indent}}`;
+  // Keys beyond the named ones (kept as sent): any type, so the named ones keep theirs.
+  const rest = extra !== undefined && extra !== false ? ' & Record<string, unknown>' : '';
+  return `{\n${body}\n${indent}}${rest}`;
 }
 
 const withoutKeys = (o, keys) => Object.fromEntries(Object.entries(o).filter(([k]) => !keys.includes(k)));
