@@ -108,8 +108,8 @@ class SobaClient:
         return self._send(method, params, timeout)
 
     def on(self, method: str, handler: Callable[[Any], None]) -> Callable[[], None]:
-        """Call `handler(params)` for each notification `method` (on the reader thread);
-        returns a function that stops it."""
+        """Call `handler(params)` for each notification `method` (on the reader thread, so a
+        handler must not send requests itself); returns a function that stops it."""
         with self._lock:
             self._handlers[method].append(handler)
 
@@ -216,6 +216,12 @@ class SobaClient:
     # Internals ----------------------------------------------------------------------------
 
     def _send(self, method: str, params: Any, timeout: Optional[float] = None) -> Any:
+        if threading.current_thread() is self._threads[0]:
+            # The answer would arrive on this very thread: waiting for it would hang forever.
+            raise RuntimeError(
+                f"{method}: requests cannot be sent from a notification handler; "
+                "hand the work to another thread (a queue, an executor)"
+            )
         future: Future = Future()
         with self._lock:
             if self._closed_reason is not None:

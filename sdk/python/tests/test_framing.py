@@ -127,6 +127,28 @@ class ConnectionTest(unittest.TestCase):
         self.assertEqual(c.sessions(), {"sessions": []})
         d.close(c)
 
+    def test_a_request_from_a_notification_handler_is_refused_instead_of_hanging(self) -> None:
+        def script(msg: Dict[str, Any], d: FakeDaemon) -> None:
+            if msg.get("method") == "soba/sessions":
+                d.reply({"jsonrpc": "2.0", "method": "soba/budgetChanged", "params": {"sessionId": "s_1"}})
+                d.reply({"jsonrpc": "2.0", "id": msg["id"], "result": {"sessions": []}})
+
+        d = FakeDaemon(script)
+        c = SobaClient(d.client_reader, d.client_writer)
+        refused: List[BaseException] = []
+
+        def handler(_: Any) -> None:
+            try:
+                c.budget()
+            except RuntimeError as e:
+                refused.append(e)
+
+        c.on("soba/budgetChanged", handler)
+        self.assertEqual(c.sessions(), {"sessions": []})
+        self.assertEqual(len(refused), 1)
+        self.assertIn("requests cannot be sent from a notification handler", str(refused[0]))
+        d.close(c)
+
 
 if __name__ == "__main__":
     unittest.main()
