@@ -1,13 +1,14 @@
 //! A session at its leaf, read-only: its budget (behind `soba budget` and the daemon's
 //! `soba/budget`) and the model input it hands out (behind `soba context`).
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::budget::{Breakdown, Budget, Limits, MeasurementSource};
 use crate::session::view::{ModelMessage, ModelView};
 use crate::session::Session;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetReport {
     pub effective_tokens: u64,
@@ -25,7 +26,7 @@ pub struct BudgetReport {
     pub summarizer: SummarizerStatus,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SummarizerStatus {
     /// `local`, or the model and server (never the key).
@@ -50,11 +51,13 @@ impl SummarizerStatus {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LastCompaction {
     pub checkpoint_id: String,
+    #[schemars(with = "crate::session::entry::Trigger")]
     pub trigger: String,
+    #[schemars(with = "crate::capsule::Quality")]
     pub quality: String,
     pub tokens_before: u64,
     pub tokens_after: u64,

@@ -1,12 +1,18 @@
-//! JSON Schemas of the formats SOBA writes, generated from the Rust types. The checked-in
-//! copies under `schemas/` are compared with these by `tests/schemas.rs`; regenerate them with
-//! `UPDATE_SCHEMAS=1 cargo test --test schemas`.
+//! JSON Schemas of the formats SOBA writes and of its JSON-RPC protocol, generated from the
+//! Rust types. The checked-in copies under `schemas/` are compared with these by
+//! `tests/schemas.rs`; regenerate them with `UPDATE_SCHEMAS=1 cargo test --test schemas`.
+//! The SDKs' types are generated from `schemas/protocol/` in turn
+//! (`sdk/ts/scripts/gen-types.mjs`, `sdk/python/scripts/gen_types.py`).
 
+use std::collections::{BTreeSet, HashSet};
+
+use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::Value;
 
 use crate::capsule::CapsuleEntry;
-use crate::session::entry::{Entry, SessionHeader};
+use crate::daemon::protocol::{self as rpc, method, notification};
+use crate::session::entry::{Entry, EntryBody, SessionHeader};
 
 /// One line of a session log: the header (line 1) or an entry (every later line).
 #[derive(JsonSchema)]
@@ -33,6 +39,280 @@ pub fn session_entry_schema() -> Value {
 
 /// A function that generates one schema.
 pub type SchemaFn = fn() -> Value;
+
+/// An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
+/// `ts` may be left out. Entry types the daemon alone writes are not accepted.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // Exists for its schema only.
+pub struct AppendedEntry {
+    /// Assigned by the daemon when left out.
+    id: Option<String>,
+    /// The entry this one follows; left out (or null): the previous entry of the batch, or
+    /// the session's leaf for the first one.
+    parent_id: Option<String>,
+    /// RFC 3339 timestamp; the time of the append when left out.
+    ts: Option<String>,
+    /// Id of the record this entry comes from in the agent's own transcript.
+    source_id: Option<String>,
+    #[serde(flatten)]
+    body: EntryBody,
+}
+
+/// Schema of what a client sends: optional fields may be left out.
+pub fn params_schema<T: JsonSchema>() -> Value {
+    let schema = SchemaSettings::draft2020_12()
+        .into_generator()
+        .into_root_schema_for::<T>();
+    serde_json::to_value(schema).expect("schema serializes")
+}
+
+/// Schema of what the daemon sends: a field it always writes is required, even when null.
+pub fn result_schema<T: JsonSchema>() -> Value {
+    let schema = SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator()
+        .into_root_schema_for::<T>();
+    serde_json::to_value(schema).expect("schema serializes")
+}
+
+/// `soba/session/append` params: the entry schema without the daemon-written types.
+fn append_params_schema() -> Value {
+    let mut schema = params_schema::<rpc::AppendParams>();
+    let daemon_written: HashSet<&str> = crate::daemon::actor::DAEMON_WRITTEN
+        .iter()
+        .map(|(ty, _)| *ty)
+        .collect();
+    if let Some(variants) = schema
+        .pointer_mut("/$defs/AppendedEntry/oneOf")
+        .and_then(Value::as_array_mut)
+    {
+        variants.retain(|v| {
+            let ty = v.pointer("/properties/type/const").and_then(Value::as_str);
+            !ty.is_some_and(|t| daemon_written.contains(t))
+        });
+    }
+    prune_unused_defs(&mut schema);
+    schema
+}
+
+/// Drop `$defs` no `$ref` reaches from the root any more.
+fn prune_unused_defs(schema: &mut Value) {
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(map) => {
+                if let Some(r) = map.get("$ref").and_then(Value::as_str) {
+                    if let Some(name) = r.strip_prefix("#/$defs/") {
+                        out.push(name.to_string());
+                    }
+                }
+                map.iter()
+                    .filter(|(k, _)| k.as_str() != "$defs")
+                    .for_each(|(_, v)| refs(v, out));
+            }
+            Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+    let Some(defs) = schema.get("$defs").cloned() else {
+        return;
+    };
+    let mut reached = BTreeSet::new();
+    let mut todo = Vec::new();
+    refs(schema, &mut todo);
+    while let Some(name) = todo.pop() {
+        if reached.insert(name.clone()) {
+            if let Some(def) = defs.get(&name) {
+                refs(def, &mut todo);
+            }
+        }
+    }
+    if let Some(Value::Object(defs)) = schema.get_mut("$defs") {
+        defs.retain(|name, _| reached.contains(name));
+    }
+}
+
+/// The schemas of one request method.
+pub struct MethodSchemas {
+    pub method: &'static str,
+    pub params: SchemaFn,
+    pub result: SchemaFn,
+}
+
+const fn m(method: &'static str, params: SchemaFn, result: SchemaFn) -> MethodSchemas {
+    MethodSchemas {
+        method,
+        params,
+        result,
+    }
+}
+
+/// Every request method's params and result schema. `tests/schemas.rs` checks that the list
+/// covers every method the server dispatches.
+pub const PROTOCOL_METHODS: &[MethodSchemas] = &[
+    m(
+        method::SESSION_OPEN,
+        params_schema::<rpc::SessionOpenParams>,
+        result_schema::<rpc::SessionOpenResult>,
+    ),
+    m(
+        method::SESSION_APPEND,
+        append_params_schema,
+        result_schema::<rpc::AppendResult>,
+    ),
+    m(
+        method::PREFLIGHT,
+        params_schema::<rpc::SessionParams>,
+        result_schema::<rpc::PreflightResult>,
+    ),
+    m(
+        method::TURN_COMPLETE,
+        params_schema::<rpc::TurnCompleteParams>,
+        result_schema::<rpc::TurnCompleteResult>,
+    ),
+    m(
+        method::CHECKPOINT,
+        params_schema::<rpc::CheckpointParams>,
+        result_schema::<rpc::CheckpointResult>,
+    ),
+    m(
+        method::OVERFLOW,
+        params_schema::<rpc::SessionParams>,
+        result_schema::<rpc::OverflowResult>,
+    ),
+    m(
+        method::CANCEL,
+        params_schema::<rpc::SessionParams>,
+        result_schema::<rpc::CancelResult>,
+    ),
+    m(
+        method::REWIND,
+        params_schema::<rpc::RewindParams>,
+        result_schema::<rpc::RewindResult>,
+    ),
+    m(
+        method::SESSION_CLOSE,
+        params_schema::<rpc::SessionParams>,
+        result_schema::<rpc::SessionCloseResult>,
+    ),
+    m(
+        method::BUDGET,
+        params_schema::<rpc::BudgetParams>,
+        result_schema::<rpc::BudgetReport>,
+    ),
+    m(
+        method::COMPACT,
+        params_schema::<rpc::CompactParams>,
+        result_schema::<rpc::CompactionResult>,
+    ),
+    m(
+        method::AUTO_COMPACT,
+        params_schema::<rpc::AutoCompactParams>,
+        result_schema::<rpc::AutoCompactResult>,
+    ),
+    m(
+        method::SESSIONS,
+        params_schema::<rpc::SessionsParams>,
+        result_schema::<rpc::SessionsResult>,
+    ),
+    m(
+        method::FLIGHT,
+        params_schema::<rpc::FlightParams>,
+        result_schema::<rpc::FlightResult>,
+    ),
+    m(
+        method::CAPSULE_CREATE,
+        params_schema::<rpc::CapsuleCreateParams>,
+        result_schema::<rpc::CapsuleCreateResult>,
+    ),
+    m(
+        method::CAPSULE_EXPORT,
+        params_schema::<rpc::CapsuleExportParams>,
+        result_schema::<rpc::CapsuleExportResult>,
+    ),
+    m(
+        method::CAPSULE_LOAD,
+        params_schema::<rpc::CapsuleLoadParams>,
+        result_schema::<rpc::CapsuleLoadResult>,
+    ),
+    m(
+        method::CAPSULE_LIST,
+        params_schema::<rpc::CapsuleListParams>,
+        result_schema::<rpc::CapsuleListResult>,
+    ),
+];
+
+/// Every custom notification's params schema.
+pub const PROTOCOL_NOTIFICATIONS: &[(&str, SchemaFn)] = &[
+    (
+        notification::BUDGET_CHANGED,
+        result_schema::<rpc::BudgetReport>,
+    ),
+    (
+        notification::COMPACTION,
+        result_schema::<rpc::CompactionNotice>,
+    ),
+    (
+        notification::SESSION_CLOSED,
+        result_schema::<rpc::SessionClosedNotice>,
+    ),
+];
+
+/// `soba/session/open` → `session.open` (the file-name stem of its schemas).
+pub fn protocol_stem(name: &str) -> String {
+    name.strip_prefix("soba/").unwrap_or(name).replace('/', ".")
+}
+
+/// Path under `schemas/` of a method's params or result schema (`part` is `params` or
+/// `result`), or of a notification's params (`part` is `notification`).
+pub fn protocol_file(name: &str, part: &str) -> String {
+    format!("protocol/{}.{part}.schema.json", protocol_stem(name))
+}
+
+/// Every protocol schema: its path under `schemas/` and its text-ready value, titled after
+/// the method so that each file stands alone.
+pub fn protocol_schemas() -> Vec<(String, Value)> {
+    fn titled(mut schema: Value, title: String, description: Option<String>) -> Value {
+        if let Value::Object(map) = &mut schema {
+            let old_description = map.remove("description");
+            let rest = std::mem::take(map);
+            map.insert("$schema".into(), rest["$schema"].clone());
+            map.insert("title".into(), Value::String(title));
+            if let Some(d) = description.map(Value::String).or(old_description) {
+                map.insert("description".into(), d);
+            }
+            map.extend(
+                rest.into_iter()
+                    .filter(|(k, _)| k != "$schema" && k != "title"),
+            );
+        }
+        schema
+    }
+    let mut out = Vec::new();
+    for m in PROTOCOL_METHODS {
+        out.push((
+            protocol_file(m.method, "params"),
+            titled((m.params)(), format!("{} params", m.method), None),
+        ));
+        out.push((
+            protocol_file(m.method, "result"),
+            titled((m.result)(), format!("{} result", m.method), None),
+        ));
+    }
+    for (name, generate) in PROTOCOL_NOTIFICATIONS {
+        out.push((
+            protocol_file(name, "notification"),
+            titled(
+                generate(),
+                format!("{name} notification params"),
+                Some(format!(
+                    "Params of the `{name}` notification the daemon sends."
+                )),
+            ),
+        ));
+    }
+    out
+}
 
 /// Every checked-in schema: file name under `schemas/` and its generator.
 pub const SCHEMA_FILES: [(&str, SchemaFn); 3] = [

@@ -9,7 +9,9 @@ use soba::capsule::{
     Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, LoadedFrom,
     Origin, Quality, Verification, VerificationOutcome,
 };
-use soba::schemas::{capsule_schema, schema_text, session_entry_schema, SCHEMA_FILES};
+use soba::schemas::{
+    capsule_schema, protocol_schemas, schema_text, session_entry_schema, SCHEMA_FILES,
+};
 use soba::session::entry::*;
 
 fn schemas_dir() -> PathBuf {
@@ -20,11 +22,17 @@ fn schemas_dir() -> PathBuf {
 fn checked_in_schemas_match_the_types() {
     let update = std::env::var("UPDATE_SCHEMAS").is_ok_and(|v| v == "1");
     let mut stale = Vec::new();
-    for (name, generate) in SCHEMA_FILES {
-        let path = schemas_dir().join(name);
-        let fresh = schema_text(&generate());
+    let files = SCHEMA_FILES
+        .iter()
+        .map(|(name, generate)| (name.to_string(), generate()))
+        .chain(protocol_schemas());
+    let mut expected = std::collections::BTreeSet::new();
+    for (name, schema) in files {
+        let path = schemas_dir().join(&name);
+        let fresh = schema_text(&schema);
+        expected.insert(name.clone());
         if update {
-            std::fs::create_dir_all(schemas_dir()).unwrap();
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(&path, &fresh).unwrap();
             continue;
         }
@@ -34,9 +42,25 @@ fn checked_in_schemas_match_the_types() {
             Err(e) => stale.push(format!("schemas/{name}: {e}")),
         }
     }
+    // A schema of a method that no longer exists is stale too.
+    let protocol_dir = schemas_dir().join("protocol");
+    for entry in std::fs::read_dir(&protocol_dir).into_iter().flatten() {
+        let name = format!("protocol/{}", entry.unwrap().file_name().to_string_lossy());
+        if !expected.contains(&name) {
+            if update {
+                std::fs::remove_file(schemas_dir().join(&name)).unwrap();
+            } else {
+                stale.push(format!(
+                    "schemas/{name} belongs to no method or notification"
+                ));
+            }
+        }
+    }
     assert!(
         stale.is_empty(),
-        "{}\nRegenerate with `UPDATE_SCHEMAS=1 cargo test --test schemas` and commit the result.",
+        "{}\nRegenerate with `UPDATE_SCHEMAS=1 cargo test --test schemas`, then the SDK types \
+         (`node sdk/ts/scripts/gen-types.mjs`, `python3 sdk/python/scripts/gen_types.py`), and \
+         commit the result.",
         stale.join("\n")
     );
 }

@@ -1013,7 +1013,7 @@ impl Actor {
 }
 
 /// Entry types only the daemon writes, with the method that writes them.
-const DAEMON_WRITTEN: &[(&str, &str)] = &[
+pub const DAEMON_WRITTEN: &[(&str, &str)] = &[
     ("capsule", "soba/compact"),
     ("intent", "soba/turn/complete or soba/checkpoint"),
     ("compaction", "soba/compact"),

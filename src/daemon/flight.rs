@@ -6,17 +6,20 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// File name of the flight log inside a workspace's data folder.
 pub const FLIGHT_FILE: &str = "flight.jsonl";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlightRecord {
     pub operation_id: String,
     pub session_id: String,
+    #[schemars(with = "crate::session::entry::Trigger")]
     pub trigger: String,
+    #[schemars(with = "crate::session::entry::Outcome")]
     pub outcome: String,
     pub reason: String,
     pub duration_ms: u64,

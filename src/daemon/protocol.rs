@@ -2,6 +2,7 @@
 //! result types, error codes. `docs/protocol.md` documents every name listed here; a test keeps
 //! the two in step. Nothing below the daemon imports these types.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -99,7 +100,7 @@ pub mod code {
 // ---------------------------------------------------------------------------------------------
 // Parameters
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelParams {
     pub name: Option<String>,
@@ -107,7 +108,7 @@ pub struct ModelParams {
     pub max_output_tokens: Option<u64>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionOpenParams {
     pub workspace: String,
@@ -116,22 +117,23 @@ pub struct SessionOpenParams {
     pub model: Option<ModelParams>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppendParams {
     pub session_id: String,
     /// Entries as in the session log; `id`, `parentId` and `ts` may be left out.
+    #[schemars(with = "Vec<crate::schemas::AppendedEntry>")]
     pub entries: Vec<Value>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionParams {
     pub session_id: String,
 }
 
 /// The answer to `soba/session/close`: the session is no longer live and its log is free.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionCloseResult {
     pub session_id: String,
@@ -139,21 +141,21 @@ pub struct SessionCloseResult {
 }
 
 /// `soba/session/closed`: a session left the daemon; clients showing it let it go.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionClosedNotice {
     pub session_id: String,
     pub workspace: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnCompleteParams {
     pub session_id: String,
     pub usage: Option<Usage>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointParams {
     pub session_id: String,
@@ -161,21 +163,21 @@ pub struct CheckpointParams {
     pub label: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RewindParams {
     pub session_id: String,
     pub entry_id: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetParams {
     pub session_id: Option<String>,
     pub workspace: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactParams {
     pub session_id: Option<String>,
@@ -184,7 +186,7 @@ pub struct CompactParams {
     pub mirror: Option<bool>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoCompactParams {
     pub session_id: Option<String>,
@@ -192,13 +194,13 @@ pub struct AutoCompactParams {
     pub enabled: bool,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsParams {
     pub workspace: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlightParams {
     pub session_id: Option<String>,
@@ -206,7 +208,7 @@ pub struct FlightParams {
     pub limit: Option<usize>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleCreateParams {
     pub session_id: Option<String>,
@@ -214,7 +216,7 @@ pub struct CapsuleCreateParams {
     pub title: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleExportParams {
     pub session_id: Option<String>,
@@ -223,7 +225,7 @@ pub struct CapsuleExportParams {
     pub path: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleLoadParams {
     pub session_id: Option<String>,
@@ -231,7 +233,7 @@ pub struct CapsuleLoadParams {
     pub path: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleListParams {
     pub session_id: Option<String>,
@@ -242,12 +244,13 @@ pub struct CapsuleListParams {
 // Results
 
 /// The budget of one session as clients see it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BudgetReport {
     pub session_id: String,
     pub workspace: String,
     #[serde(flatten)]
+    #[schemars(with = "CoreBudgetReport")]
     pub budget: Value,
     pub compacting: bool,
 }
@@ -283,7 +286,7 @@ impl BudgetReport {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionOpenResult {
     pub session_id: String,
@@ -294,7 +297,7 @@ pub struct SessionOpenResult {
     pub warnings: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppendResult {
     pub entry_ids: Vec<String>,
@@ -305,7 +308,7 @@ pub struct AppendResult {
 /// The outcome of one compaction operation (the engine's type, serialized as is).
 pub use crate::compaction::CompactionResult;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PreflightResult {
     pub messages: Vec<ModelMessage>,
@@ -313,46 +316,46 @@ pub struct PreflightResult {
     pub compaction: Option<CompactionResult>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnCompleteResult {
     pub intent_recorded: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointResult {
     pub entry_id: String,
     pub intent_recorded: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OverflowResult {
     pub compaction: CompactionResult,
     pub retry_allowed: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CancelResult {
     pub cancelled: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RewindResult {
     pub leaf_id: Option<String>,
     pub budget: BudgetReport,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoCompactResult {
     pub auto_compact: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSummary {
     pub session_id: String,
@@ -362,22 +365,23 @@ pub struct SessionSummary {
     pub entries: usize,
     pub effective_tokens: u64,
     pub hard_limit: u64,
+    #[schemars(with = "Option<crate::inspect::LastCompaction>")]
     pub last_compaction: Value,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsResult {
     pub sessions: Vec<SessionSummary>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlightResult {
     pub records: Vec<crate::daemon::flight::FlightRecord>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleCreateResult {
     pub checkpoint_id: String,
@@ -386,41 +390,44 @@ pub struct CapsuleCreateResult {
     pub tokens: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleExportResult {
     pub path: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleLoadResult {
     pub checkpoint_id: String,
     pub session_id: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleTokensView {
     pub before: u64,
     pub after: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleSummary {
     pub checkpoint_id: String,
     /// The capsule's log entry: the parent for entries that continue from it.
     pub entry_id: String,
     pub title: Option<String>,
+    #[schemars(with = "crate::session::entry::Trigger")]
     pub trigger: String,
+    #[schemars(with = "crate::capsule::Quality")]
     pub quality: String,
     pub ts: String,
     pub tokens: CapsuleTokensView,
+    #[schemars(with = "crate::capsule::Origin")]
     pub origin: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleListResult {
     pub capsules: Vec<CapsuleSummary>,
@@ -429,7 +436,7 @@ pub struct CapsuleListResult {
 // ---------------------------------------------------------------------------------------------
 // Notifications
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CompactionPhase {
     Start,
@@ -437,12 +444,13 @@ pub enum CompactionPhase {
     End,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionNotice {
     pub session_id: String,
     pub operation_id: String,
     pub phase: CompactionPhase,
+    #[schemars(with = "crate::session::entry::Trigger")]
     pub trigger: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub percent: Option<u8>,

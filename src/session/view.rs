@@ -52,6 +52,7 @@ pub struct ViewSlot {
 #[serde(rename_all = "camelCase")]
 pub struct ModelMessage {
     /// `system`, `user`, `assistant`, or `tool`.
+    #[schemars(extend("enum" = ["system", "user", "assistant", "tool"]))]
     pub role: String,
     pub content: Vec<ContentBlock>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
