@@ -214,6 +214,8 @@ class CapsuleLoadResult(TypedDict):
 
 class CapsuleSummary(TypedDict):
     checkpointId: str
+    # The capsule's log entry: the parent for entries that continue from it.
+    entryId: str
     title: Optional[str]
     trigger: Trigger
     quality: Quality
@@ -533,6 +535,8 @@ class SessionOpenResult(TypedDict):
     sessionId: str
     path: str
     budget: BudgetReport
+    # Damaged lines skipped (and entries re-attached) when the log was loaded.
+    warnings: NotRequired[List[str]]
 
 
 class SessionSummary(TypedDict):

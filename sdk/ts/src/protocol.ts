@@ -91,6 +91,8 @@ export type BudgetReport = {
 
 export type CapsuleSummary = {
   checkpointId: string;
+  /** The capsule's log entry: the parent for entries that continue from it. */
+  entryId: string;
   title: string | null;
   trigger: Trigger;
   quality: Quality;
@@ -605,6 +607,8 @@ export type SessionOpenResult = {
   sessionId: string;
   path: string;
   budget: BudgetReport;
+  /** Damaged lines skipped (and entries re-attached) when the log was loaded. */
+  warnings?: Array<string>;
 };
 
 /** soba/sessions params. */
