@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use regex::{Captures, Regex};
+use regex::{Captures, Regex, RegexSet};
 use serde::Serialize;
 
 /// What a redacted secret was.
@@ -32,15 +32,29 @@ pub enum SecretKind {
     GitlabToken,
     AwsAccessKey,
     AwsSecretKey,
+    AwsSessionToken,
+    AzureKey,
     GcpApiKey,
     GcpOauthToken,
+    GoogleOauthSecret,
     SlackToken,
     SlackWebhook,
     StripeKey,
     NpmToken,
     HuggingfaceToken,
+    TwilioKey,
+    SendgridKey,
+    MailgunKey,
+    ShopifyToken,
+    DigitaloceanToken,
+    PypiToken,
+    DockerToken,
+    TelegramToken,
+    DiscordToken,
     Jwt,
     BearerToken,
+    BasicAuth,
+    ApiKeyHeader,
     EnvSecret,
 }
 
@@ -55,15 +69,29 @@ impl SecretKind {
             SecretKind::GitlabToken => "gitlab_token",
             SecretKind::AwsAccessKey => "aws_access_key",
             SecretKind::AwsSecretKey => "aws_secret_key",
+            SecretKind::AwsSessionToken => "aws_session_token",
+            SecretKind::AzureKey => "azure_key",
             SecretKind::GcpApiKey => "gcp_api_key",
             SecretKind::GcpOauthToken => "gcp_oauth_token",
+            SecretKind::GoogleOauthSecret => "google_oauth_secret",
             SecretKind::SlackToken => "slack_token",
             SecretKind::SlackWebhook => "slack_webhook",
             SecretKind::StripeKey => "stripe_key",
             SecretKind::NpmToken => "npm_token",
             SecretKind::HuggingfaceToken => "huggingface_token",
+            SecretKind::TwilioKey => "twilio_key",
+            SecretKind::SendgridKey => "sendgrid_key",
+            SecretKind::MailgunKey => "mailgun_key",
+            SecretKind::ShopifyToken => "shopify_token",
+            SecretKind::DigitaloceanToken => "digitalocean_token",
+            SecretKind::PypiToken => "pypi_token",
+            SecretKind::DockerToken => "docker_token",
+            SecretKind::TelegramToken => "telegram_token",
+            SecretKind::DiscordToken => "discord_token",
             SecretKind::Jwt => "jwt",
             SecretKind::BearerToken => "bearer_token",
+            SecretKind::BasicAuth => "basic_auth",
+            SecretKind::ApiKeyHeader => "api_key_header",
             SecretKind::EnvSecret => "env_secret",
         }
     }
@@ -117,15 +145,26 @@ impl RedactionReport {
     }
 }
 
+/// What a rule's match must also satisfy before it is replaced.
+#[derive(Clone, Copy)]
+enum Check {
+    /// Every match is a secret.
+    None,
+    /// The secret (the `secret` group, or the whole match) must pass.
+    Value(fn(&str) -> bool),
+    /// An assignment: the variable's name (group `name`) and its value must pass together.
+    Named(fn(&str, &str) -> bool),
+}
+
 /// One detection rule: the capture group `secret` (or the whole match) is replaced when the
-/// optional check accepts it.
+/// check accepts it.
 struct Rule {
     kind: SecretKind,
     regex: Regex,
-    check: Option<fn(&str) -> bool>,
+    check: Check,
 }
 
-fn rule(kind: SecretKind, pattern: &str, check: Option<fn(&str) -> bool>) -> Rule {
+fn rule(kind: SecretKind, pattern: &str, check: Check) -> Rule {
     Rule {
         kind,
         regex: Regex::new(pattern).expect("redaction pattern compiles"),
@@ -151,10 +190,14 @@ fn has_digit_and_letter(s: &str) -> bool {
     s.bytes().any(|b| b.is_ascii_digit()) && s.bytes().any(|b| b.is_ascii_alphabetic())
 }
 
+fn unquoted(v: &str) -> &str {
+    v.trim_matches(|c| c == '"' || c == '\'' || c == '\\')
+}
+
 /// A value assigned to a secret-named variable that is a real value, not a reference or a
 /// placeholder (`$TOKEN`, `${TOKEN}`, `<your-key>`, `{{ secret }}`, `xxxx`, `changeme`).
 fn is_literal_secret_value(v: &str) -> bool {
-    let v = v.trim_matches(|c| c == '"' || c == '\'' || c == '\\');
+    let v = unquoted(v);
     if v.len() < 4 || v.starts_with("[redacted:") {
         return false;
     }
@@ -174,8 +217,16 @@ fn is_literal_secret_value(v: &str) -> bool {
         "example",
         "dummy",
         "null",
+        "none",
         "true",
         "false",
+        "required",
+        "optional",
+        "string",
+        "secret",
+        "password",
+        "token",
+        "undefined",
     ];
     const PLACEHOLDER_PARTS: &[&str] = &[
         "your",
@@ -196,21 +247,170 @@ fn is_literal_secret_value(v: &str) -> bool {
     true
 }
 
+/// Program code rather than a value: a call, an index, an attribute path (`os.environ[…]`,
+/// `self.password`, `request.form`).
+fn is_code(v: &str) -> bool {
+    let v = unquoted(v);
+    if v.contains(['(', '[', '{']) {
+        return true;
+    }
+    let ident = |p: &str| {
+        !p.is_empty()
+            && p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let parts: Vec<&str> = v.split('.').collect();
+    parts.len() > 1 && parts.iter().all(|p| ident(p)) && !v.bytes().any(|b| b.is_ascii_digit())
+}
+
+/// An identifier-like word with no digit (`created_at`, `user_id`, `createdAt`, `sha256` has
+/// one): the value of a sort key, a column name, a mode, not a credential.
+fn is_plain_word(v: &str) -> bool {
+    let v = unquoted(v);
+    !v.bytes().any(|b| b.is_ascii_digit())
+        && v
+            .chars()
+            .all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-')
+}
+
+/// The words of a variable name, lower-case: `DB_PASSWORD` → `db password`,
+/// `--api-key` → `api key`, `clientSecret` → `client secret`.
+fn name_words(name: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut prev_lower = false;
+    for c in name.chars() {
+        if !c.is_ascii_alphanumeric() {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            prev_lower = false;
+            continue;
+        }
+        if c.is_ascii_uppercase() && prev_lower && !word.is_empty() {
+            words.push(std::mem::take(&mut word));
+        }
+        prev_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
+        word.push(c.to_ascii_lowercase());
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// Names whose `…_KEY` is a database or data-structure key, not a credential.
+const ORDINARY_KEY_WORDS: &[&str] = &[
+    "sort",
+    "primary",
+    "foreign",
+    "partition",
+    "range",
+    "cache",
+    "hash",
+    "lookup",
+    "idempotency",
+    "unique",
+    "composite",
+    "index",
+    "map",
+    "dedup",
+    "group",
+    "shard",
+    "routing",
+    "object",
+    "s3",
+    "row",
+    "column",
+    "order",
+    "hot",
+    "max",
+    "min",
+    "default",
+    "storage",
+];
+
+/// Whether `name = value` assigns a credential.
+///
+/// Public halves (`PUBLIC_KEY`, `STRIPE_PUBLISHABLE_KEY`, `NEXT_PUBLIC_…`) never are. A
+/// password-like name takes any literal value that is not code (`password=self.password`);
+/// key- and token-like names also need a value that is no plain word and no number
+/// (`SORT_KEY=created_at`, `DEFAULT_MAX_TOKEN=4096`).
+fn is_secret_assignment(name: &str, value: &str) -> bool {
+    let words = name_words(name);
+    let Some(last) = words.last().map(String::as_str) else {
+        return false;
+    };
+    if words
+        .iter()
+        .any(|w| matches!(w.as_str(), "public" | "publishable" | "pub"))
+    {
+        return false;
+    }
+    if !is_literal_secret_value(value) || is_code(value) {
+        return false;
+    }
+    let v = unquoted(value);
+    // Public keys and publishable keys are meant to be shared.
+    if v.starts_with("ssh-") || v.starts_with("ecdsa-") || v.starts_with("pk_") {
+        return false;
+    }
+    let password_like = matches!(last, "password" | "passwd" | "pwd" | "pass" | "passphrase");
+    if password_like {
+        // A bare `pass` is a verdict or a keyword far more often than a password.
+        if words.len() == 1 && last == "pass" {
+            return false;
+        }
+        // `password=password`, `db_password=db_pass`: the same words, not a value.
+        let lower = v.to_ascii_lowercase();
+        return !(words.iter().any(|w| lower == *w)
+            || (is_plain_word(v) && v.contains('_')));
+    }
+    let secret_like = matches!(
+        last,
+        "secret" | "token" | "key" | "apikey" | "credentials" | "credential" | "auth"
+    );
+    if !secret_like {
+        return false;
+    }
+    if last == "key" {
+        let qualifier = words.len().checked_sub(2).map(|i| words[i].as_str());
+        match qualifier {
+            // A bare `key=…` is any dictionary key.
+            None => return false,
+            Some(q) if ORDINARY_KEY_WORDS.contains(&q) => return false,
+            _ => {}
+        }
+    }
+    if words.len() == 1 && last == "auth" {
+        return false;
+    }
+    !is_plain_word(v) && !v.bytes().all(|b| b.is_ascii_digit() || b == b'.') && v.len() >= 8
+}
+
+/// The characters that may end an unquoted value.
+const VALUE_UNQUOTED: &str = r#"[^\s"'`;&|)\\,]+"#;
+/// Names ending in a credential word, in any case: `DB_PASSWORD`, `db_password`,
+/// `clientSecret`, `--api-key`, `aws.secret_key`.
+const SECRET_NAME: &str =
+    r"[A-Za-z0-9_.-]*(?:[Kk][Ee][Yy]|[Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss](?:[Ww][Oo][Rr][Dd]|[Ww][Dd]|[Pp][Hh][Rr][Aa][Ss][Ee])?|[Pp][Ww][Dd]|[Aa][Uu][Tt][Hh]|[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll][Ss]?)";
+
 static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
+    use Check::{Named, None as Always, Value};
     use SecretKind::*;
     vec![
         // PEM blocks, also inside JSON strings where newlines are `\n`; an unterminated block
         // (a truncated paste) is redacted up to the end of its base64 body.
         rule(
             PrivateKey,
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|(?:(?:\r?\n|\\n)[A-Za-z0-9+/=]{16,})*)",
-            None,
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|(?:(?:\r?\n|\\n)(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]+: [^\r\n\\]*))*)",
+            Always,
         ),
         // `scheme://user:password@host`: only the user-info goes; the host stays readable.
         rule(
             UrlCredentials,
             r#"\b[a-zA-Z][a-zA-Z0-9+.-]*://(?P<secret>[^\s:/@\[\]'"<>]*:[^\s@/'"<>]+)@"#,
-            Some(|s| {
+            Value(|s| {
                 s.split_once(':')
                     .is_some_and(|(_, p)| is_literal_secret_value(p))
             }),
@@ -218,92 +418,210 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         rule(
             SlackWebhook,
             r"https://hooks\.slack\.com/(?:services|workflows)/T[A-Z0-9]{6,}/[A-Z0-9]{6,}/[A-Za-z0-9]{16,}",
-            None,
+            Always,
+        ),
+        rule(
+            DiscordToken,
+            r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/[A-Za-z0-9_-]{60,68}",
+            Always,
         ),
         rule(
             AnthropicKey,
             r"\bsk-ant-[a-z]{2,8}\d{0,3}-[A-Za-z0-9_-]{32,}",
-            None,
+            Always,
         ),
         rule(
             OpenaiKey,
             r"\bsk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}",
-            Some(looks_random),
+            Value(looks_random),
         ),
         rule(
             GithubToken,
             r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,}\b|\bgithub_pat_[A-Za-z0-9_]{50,}\b",
-            None,
+            Always,
         ),
         rule(
             GitlabToken,
             r"\bgl(?:pat|dt|rt|ptt|cbt|soat|ft|imt|agent)-[A-Za-z0-9_-]{20,}",
-            Some(varied),
+            Value(varied),
         ),
         rule(
             AwsAccessKey,
             r"\b(?:AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[A-Z0-9]{16}\b",
-            Some(varied),
+            Value(varied),
         ),
+        // `aws_secret_access_key = …`, `"SecretAccessKey": "…"`, YAML, and the CLI's
+        // `aws configure set aws_secret_access_key …` / `--secret-access-key …`.
         rule(
             AwsSecretKey,
-            r#"(?i)\baws_?secret_?(?:access_?)?key["']?\s*[:=]\s*["']?(?P<secret>[A-Za-z0-9/+=]{40})\b"#,
-            Some(has_digit_and_letter),
+            r#"(?i)(?:aws[_-]?secret[_-]?(?:access[_-]?)?key|secret[_-]?access[_-]?key)["']?\s*(?:[:=]|\s)\s*["']?(?P<secret>[A-Za-z0-9/+=]{40})(?:[^A-Za-z0-9/+=]|$)"#,
+            Value(has_digit_and_letter),
         ),
-        rule(GcpApiKey, r"\bAIza[0-9A-Za-z_-]{35}\b", None),
+        // Temporary credentials: by name, or by the fixed start every STS token has.
+        rule(
+            AwsSessionToken,
+            r#"(?i)(?:aws[_-]?(?:session|security)[_-]?token|session[_-]?token)["']?\s*(?:[:=]|\s)\s*["']?(?P<secret>[A-Za-z0-9/+=]{100,})|\b(?:FwoGZXIvYXdzE|IQoJb3JpZ2luX2Vj)[A-Za-z0-9/+=]{80,}"#,
+            Value(has_digit_and_letter),
+        ),
+        // Storage connection strings (`AccountKey=`, `SharedAccessKey=`) and SAS URLs (`sig=`).
+        rule(
+            AzureKey,
+            r"(?i)\b(?:AccountKey|SharedAccessKey)=(?P<secret>[A-Za-z0-9+/]{20,}={0,2})|[?&]sig=(?P<sig>[A-Za-z0-9%+/]{20,}(?:%3D|=){0,2})",
+            Value(has_digit_and_letter),
+        ),
+        rule(GcpApiKey, r"\bAIza[0-9A-Za-z_-]{35}\b", Always),
         rule(
             GcpOauthToken,
             r"\bya29\.[0-9A-Za-z_-]{20,}",
-            Some(has_digit_and_letter),
+            Value(has_digit_and_letter),
+        ),
+        rule(
+            GoogleOauthSecret,
+            r"\bGOCSPX-[A-Za-z0-9_-]{28}",
+            Value(varied),
         ),
         rule(
             SlackToken,
             r"\bxox[abposre]-[A-Za-z0-9-]{10,}",
-            Some(|s| s.bytes().filter(u8::is_ascii_digit).count() >= 6),
+            Value(|s| s.bytes().filter(u8::is_ascii_digit).count() >= 6),
         ),
         rule(
             StripeKey,
             r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}\b|\bwhsec_[A-Za-z0-9]{24,}\b",
-            Some(has_digit_and_letter),
+            Value(has_digit_and_letter),
         ),
         rule(
             NpmToken,
             r"\bnpm_[A-Za-z0-9]{36}\b",
-            Some(has_digit_and_letter),
+            Value(has_digit_and_letter),
+        ),
+        // `.npmrc`: `//registry…/:_authToken=…`, `_auth=…`, `_password=…` in any form.
+        rule(
+            NpmToken,
+            r#"(?i)(?:^|[\s:"'])_(?:authToken|auth|password)\s*=\s*["']?(?P<secret>[^\s"'`]+)"#,
+            Value(is_literal_secret_value),
         ),
         rule(
             HuggingfaceToken,
             r"\bhf_[A-Za-z0-9]{30,}\b",
-            Some(looks_random),
+            Value(looks_random),
+        ),
+        rule(
+            TwilioKey,
+            r"\bSK[0-9a-fA-F]{32}\b",
+            Value(has_digit_and_letter),
+        ),
+        rule(
+            SendgridKey,
+            r"\bSG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}",
+            Always,
+        ),
+        rule(
+            MailgunKey,
+            r"\bkey-[0-9a-f]{32}\b|\b[0-9a-f]{32}-[0-9a-f]{8}-[0-9a-f]{8}\b",
+            Value(varied),
+        ),
+        rule(
+            ShopifyToken,
+            r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b",
+            Value(varied),
+        ),
+        rule(
+            DigitaloceanToken,
+            r"\bdo[opr]_v1_[a-f0-9]{64}\b",
+            Value(varied),
+        ),
+        rule(PypiToken, r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}", Always),
+        // Docker Hub access tokens, and the `auth` of `~/.docker/config.json`.
+        rule(
+            DockerToken,
+            r#"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{27,}|"auth"\s*:\s*"(?P<secret>[A-Za-z0-9+/]{12,}={0,2})""#,
+            Value(has_digit_and_letter),
+        ),
+        rule(
+            TelegramToken,
+            r"\b[0-9]{8,10}:AA[A-Za-z0-9_-]{33}",
+            Value(varied),
+        ),
+        rule(
+            DiscordToken,
+            r"\b[MNO][A-Za-z0-9_-]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
+            Value(looks_random),
         ),
         rule(
             Jwt,
             r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
-            None,
+            Always,
         ),
         rule(
             BearerToken,
             r"(?i)\bbearer\s+(?P<secret>[A-Za-z0-9._~+/-]{16,}=*)",
-            Some(has_digit_and_letter),
+            Value(has_digit_and_letter),
         ),
-        // `.env`-style and shell assignments to upper-case secret names: `export GITHUB_TOKEN=…`,
-        // `DB_PASSWORD="…"`, `API_KEY=… npm test`. Shell and `.env` allow no spaces around `=`,
-        // which keeps program code (`api_key = os.environ[…]`) out.
+        rule(
+            BasicAuth,
+            r#"(?i)\bauthorization["']?\s*[:=]\s*["']?basic\s+(?P<secret>[A-Za-z0-9+/]{8,}={0,2})"#,
+            Value(|s| s.len() >= 8 && varied(s)),
+        ),
+        // Key headers: `X-API-Key: …`, `api-key: …` (Azure OpenAI), `X-Auth-Token: …`.
+        rule(
+            ApiKeyHeader,
+            r#"(?i)\b(?:x-api-key|api-key|x-auth-token|x-access-token|x-goog-api-key|private-token|x-apikey|apikey)["']?\s*:\s*["']?(?P<secret>[A-Za-z0-9._~+/=-]{12,})"#,
+            Value(|s| is_literal_secret_value(s) && has_digit_and_letter(s)),
+        ),
+        // `.env`, shell, INI and command-line assignments with no space around `=`:
+        // `export GITHUB_TOKEN=…`, `DB_PASSWORD="…"`, `db_password=…`, `--password=…`,
+        // `?token=…`. Program code with spaces (`api_key = os.environ[…]`) is the next rule's.
         rule(
             EnvSecret,
-            r#"(?m)(?:^|[\s;&|("'`])(?:export\s+)?[A-Z0-9_]*(?:_KEY|_TOKEN|_SECRET|PASSWORD|_PASSWD|_PWD)=(?P<secret>"[^"\n]*"|'[^'\n]*'|\\"[^"\\\n]*\\"|[^\s"'`;&|)\\]+)"#,
-            Some(is_literal_secret_value),
+            &format!(
+                r#"(?m)(?:^|[\s;&|("'`?,{{])(?:export\s+)?(?:--?)?(?P<name>{SECRET_NAME})=(?P<secret>"[^"\n]*"|'[^'\n]*'|\\"[^"\\\n]*\\"|{VALUE_UNQUOTED})"#
+            ),
+            Named(is_secret_assignment),
+        ),
+        // Quoted values with any spacing and separator (`SECRET_KEY = '…'` in Django's
+        // settings, `"password": "…"` in JSON, `password := "…"`, `:token => "…"`), and YAML's
+        // unquoted `password: …`.
+        rule(
+            EnvSecret,
+            &format!(
+                r#"(?m)(?:^|[\s;&|("'`,{{:])(?P<name>{SECRET_NAME})["']?\s*(?:(?::|=|:=|=>)\s*(?P<secret>"[^"\n]{{4,}}"|'[^'\n]{{4,}}'|\\"[^"\\\n]{{4,}}\\")|:\s+(?P<yaml>[^\s"'#,{{}}\[\]&*!|>][^\s"',{{}}]*)\s*$)"#
+            ),
+            Named(is_secret_assignment),
         ),
     ]
 });
+
+/// Every rule's pattern in one automaton: a single pass says which rules can match at all,
+/// so clean text (nearly all of it) is scanned once instead of once per rule.
+static PREFILTER: LazyLock<RegexSet> = LazyLock::new(|| {
+    RegexSet::new(RULES.iter().map(|r| r.regex.as_str())).expect("redaction patterns compile")
+});
+
+/// The part of a match that is replaced: the first secret-like group that took part, else
+/// the whole match.
+fn secret_of<'t>(caps: &Captures<'t>) -> regex::Match<'t> {
+    ["secret", "sig", "yaml"]
+        .iter()
+        .find_map(|g| caps.name(g))
+        .unwrap_or_else(|| caps.get(0).expect("group 0 always matches"))
+}
 
 /// Apply one rule; `None` when it changed nothing.
 fn apply(rule: &Rule, text: &str, report: &mut RedactionReport) -> Option<String> {
     let mut hits = 0usize;
     let out = rule.regex.replace_all(text, |caps: &Captures| {
         let whole = caps.get(0).expect("group 0 always matches");
-        let secret = caps.name("secret").unwrap_or(whole);
-        if rule.check.is_some_and(|check| !check(secret.as_str())) {
+        let secret = secret_of(caps);
+        let accepted = match rule.check {
+            Check::None => true,
+            Check::Value(check) => check(secret.as_str()),
+            Check::Named(check) => check(
+                caps.name("name").map_or("", |m| m.as_str()),
+                secret.as_str(),
+            ),
+        };
+        if !accepted {
             return whole.as_str().to_string();
         }
         hits += 1;
@@ -323,12 +641,66 @@ fn apply(rule: &Rule, text: &str, report: &mut RedactionReport) -> Option<String
 pub fn redact_with_report(text: &str) -> (Cow<'_, str>, RedactionReport) {
     let mut report = RedactionReport::default();
     let mut current: Cow<'_, str> = Cow::Borrowed(text);
-    for rule in RULES.iter() {
-        if let Some(changed) = apply(rule, &current, &mut report) {
+    let candidates = PREFILTER.matches(text);
+    if !candidates.matched_any() {
+        return (current, report);
+    }
+    // A rule that cannot match the original text cannot match it after earlier rules ran
+    // either: they only put markers in, and no rule accepts a marker.
+    for i in candidates.iter() {
+        if let Some(changed) = apply(&RULES[i], &current, &mut report) {
             current = Cow::Owned(changed);
         }
     }
     (current, report)
+}
+
+/// Redact a list of separate text items that together may hold one secret, as when a model
+/// writes a private key one line per item: a PEM block that starts in one item takes every
+/// following item that is part of it (base64 lines, `Proc-Type:` headers, the `END` line).
+/// Each item is otherwise redacted on its own.
+pub fn redact_items(items: &[String]) -> (Vec<String>, RedactionReport) {
+    static PEM_BEGIN: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+            .expect("pattern compiles")
+    });
+    static PEM_END: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+            .expect("pattern compiles")
+    });
+    static PEM_BODY: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"^\s*(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]+: \S.*|)\s*$").expect("pattern compiles")
+    });
+    let mut report = RedactionReport::default();
+    let mut out = Vec::with_capacity(items.len());
+    let mut inside = false;
+    for item in items {
+        if inside {
+            if PEM_END.is_match(item) {
+                inside = false;
+                let rest = PEM_END.splitn(item, 2).nth(1).unwrap_or("");
+                let (rest, found) = redact_with_report(rest);
+                report.merge(&found);
+                out.push(format!("{}{rest}", SecretKind::PrivateKey.marker()).trim().to_string());
+                continue;
+            }
+            if PEM_BODY.is_match(item) {
+                out.push(SecretKind::PrivateKey.marker());
+                continue;
+            }
+            inside = false;
+        }
+        let (clean, found) = redact_with_report(item);
+        report.merge(&found);
+        // A block that begins here and does not end here continues in the next items.
+        if let Some(begin) = PEM_BEGIN.find_iter(item).last() {
+            if !PEM_END.is_match(&item[begin.end()..]) {
+                inside = true;
+            }
+        }
+        out.push(clean.into_owned());
+    }
+    (out, report)
 }
 
 /// Redact every secret in `text`. Borrows when there is nothing to redact.

@@ -286,7 +286,7 @@ fn secrets() -> Vec<(SecretKind, String, String)> {
     add(EnvSecret, format!("sntrys_{}", rnd(67, 60, B64URL)), &|k| {
         format!("SENTRY_AUTH_TOKEN={k}")
     });
-    add(EnvSecret, format!("key-{}", rnd(68, 32, HEX)), &|k| {
+    add(MailgunKey, format!("key-{}", rnd(68, 32, HEX)), &|k| {
         format!("MAILGUN_API_KEY={k}")
     });
     add(EnvSecret, rnd(69, 16, ALNUM), &|k| format!("PASSWORD={k}"));
