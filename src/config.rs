@@ -98,6 +98,11 @@ pub struct SummarizerConfig {
     /// (the local capsule is built at once). Default: 60000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooldown_ms: Option<u64>,
+    /// Redact secrets from everything sent to the summarizer (history, previous capsule,
+    /// instructions). Default: on for a remote server, off for one on this machine
+    /// (`localhost`, `127.0.0.1`, `::1`). `false` sends the history as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redact_input: Option<bool>,
 }
 
 /// When an append counts as acknowledged.
@@ -548,6 +553,7 @@ const SUMMARIZER_KEYS: &[&str] = &[
     "contextWindow",
     "maxOutputTokens",
     "cooldownMs",
+    "redactInput",
 ];
 const STORAGE_KEYS: &[&str] = &["durability"];
 const MEMORY_KEYS: &[&str] = &["mirrorExplicitCompacts"];
@@ -824,6 +830,7 @@ impl Config {
                 ),
             });
         };
+        check_summarizer_base_url(self.summarizer.base_url.as_deref())?;
         if c.keep_recent_tokens >= limits.hard_limit {
             return Err(ConfigError::OutOfRange {
                 key: "compaction.keepRecentTokens".into(),
@@ -833,6 +840,30 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A `baseUrl` with user-info (`https://user:pass@host`) would send those credentials as Basic
+/// auth in place of the key, and print them wherever the URL is shown: refused, without
+/// repeating them.
+fn check_summarizer_base_url(base_url: Option<&str>) -> Result<(), ConfigError> {
+    let Some(raw) = base_url else {
+        return Ok(());
+    };
+    let Ok(url) = reqwest::Url::parse(raw.trim()) else {
+        // Unparsable URLs are reported, with the reason, when the summarizer is built.
+        return Ok(());
+    };
+    if url.username().is_empty() && url.password().is_none() {
+        return Ok(());
+    }
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    Err(ConfigError::OutOfRange {
+        key: "summarizer.baseUrl".into(),
+        value: shown.as_str().trim_end_matches('/').to_string(),
+        allowed: "must not hold credentials (`user:password@`): remove them from the URL, put the API key in an environment variable and name it in summarizer.apiKeyEnv".into(),
+    })
 }
 
 fn apply_compaction(c: &mut CompactionConfig, f: &CompactionFile) {

@@ -268,8 +268,7 @@ fn is_code(v: &str) -> bool {
 fn is_plain_word(v: &str) -> bool {
     let v = unquoted(v);
     !v.bytes().any(|b| b.is_ascii_digit())
-        && v
-            .chars()
+        && v.chars()
             .all(|c| c.is_ascii_alphabetic() || c == '_' || c == '-')
 }
 
@@ -363,8 +362,7 @@ fn is_secret_assignment(name: &str, value: &str) -> bool {
         }
         // `password=password`, `db_password=db_pass`: the same words, not a value.
         let lower = v.to_ascii_lowercase();
-        return !(words.iter().any(|w| lower == *w)
-            || (is_plain_word(v) && v.contains('_')));
+        return !(words.iter().any(|w| lower == *w) || (is_plain_word(v) && v.contains('_')));
     }
     let secret_like = matches!(
         last,
@@ -392,8 +390,7 @@ fn is_secret_assignment(name: &str, value: &str) -> bool {
 const VALUE_UNQUOTED: &str = r#"[^\s"'`;&|)\\,]+"#;
 /// Names ending in a credential word, in any case: `DB_PASSWORD`, `db_password`,
 /// `clientSecret`, `--api-key`, `aws.secret_key`.
-const SECRET_NAME: &str =
-    r"[A-Za-z0-9_.-]*(?:[Kk][Ee][Yy]|[Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss](?:[Ww][Oo][Rr][Dd]|[Ww][Dd]|[Pp][Hh][Rr][Aa][Ss][Ee])?|[Pp][Ww][Dd]|[Aa][Uu][Tt][Hh]|[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll][Ss]?)";
+const SECRET_NAME: &str = r"[A-Za-z0-9_.-]*(?:[Kk][Ee][Yy]|[Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss](?:[Ww][Oo][Rr][Dd]|[Ww][Dd]|[Pp][Hh][Rr][Aa][Ss][Ee])?|[Pp][Ww][Dd]|[Aa][Uu][Tt][Hh]|[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll][Ss]?)";
 
 static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
     use Check::{Named, None as Always, Value};
@@ -531,7 +528,11 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             r"\bdo[opr]_v1_[a-f0-9]{64}\b",
             Value(varied),
         ),
-        rule(PypiToken, r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}", Always),
+        rule(
+            PypiToken,
+            r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}",
+            Always,
+        ),
         // Docker Hub access tokens, and the `auth` of `~/.docker/config.json`.
         rule(
             DockerToken,
@@ -681,7 +682,11 @@ pub fn redact_items(items: &[String]) -> (Vec<String>, RedactionReport) {
                 let rest = PEM_END.splitn(item, 2).nth(1).unwrap_or("");
                 let (rest, found) = redact_with_report(rest);
                 report.merge(&found);
-                out.push(format!("{}{rest}", SecretKind::PrivateKey.marker()).trim().to_string());
+                out.push(
+                    format!("{}{rest}", SecretKind::PrivateKey.marker())
+                        .trim()
+                        .to_string(),
+                );
                 continue;
             }
             if PEM_BODY.is_match(item) {

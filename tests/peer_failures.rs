@@ -246,6 +246,8 @@ fn codex_29319_a_full_window_still_compacts_promptly() {
             context_window: Some(65_000),
             max_output_tokens: Some(8_000),
             cooldown_ms: None,
+            redact_input: None,
+            redact_input: None,
         },
         |_| Some("test-key".into()),
     )
@@ -512,6 +514,8 @@ fn claude_code_2038_the_compaction_request_itself_never_overflows() {
             context_window: Some(window),
             max_output_tokens: Some(max_output),
             cooldown_ms: None,
+            redact_input: None,
+            redact_input: None,
         },
         |_| Some("test-key".into()),
     )

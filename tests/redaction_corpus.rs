@@ -79,7 +79,9 @@ fn vendor_tokens() -> Vec<(&'static str, &'static str, Gen)> {
         ("anthropic", "ANTHROPIC_API_KEY", |s| {
             format!("sk-ant-api03-{}AA", rnd(s, 93, B64URL))
         }),
-        ("github", "GITHUB_TOKEN", |s| format!("ghp_{}", rnd(s, 36, ALNUM))),
+        ("github", "GITHUB_TOKEN", |s| {
+            format!("ghp_{}", rnd(s, 36, ALNUM))
+        }),
         ("github-fine", "GH_TOKEN", |s| {
             format!("github_pat_{}_{}", rnd(s, 22, ALNUM), rnd(s + 1, 59, ALNUM))
         }),
@@ -89,7 +91,9 @@ fn vendor_tokens() -> Vec<(&'static str, &'static str, Gen)> {
         ("aws-access", "AWS_ACCESS_KEY_ID", |s| {
             format!("AKIA{}", rnd(s, 16, UPPER_DIGITS))
         }),
-        ("gcp", "GOOGLE_API_KEY", |s| format!("AIza{}", rnd(s, 35, B64URL))),
+        ("gcp", "GOOGLE_API_KEY", |s| {
+            format!("AIza{}", rnd(s, 35, B64URL))
+        }),
         ("google-oauth", "GOOGLE_CLIENT_SECRET", |s| {
             format!("GOCSPX-{}", rnd(s, 28, B64URL))
         }),
@@ -105,12 +109,18 @@ fn vendor_tokens() -> Vec<(&'static str, &'static str, Gen)> {
             format!("sk_live_{}", rnd(s, 24 + (s % 70) as usize, ALNUM))
         }),
         ("npm", "NPM_TOKEN", |s| format!("npm_{}", rnd(s, 36, ALNUM))),
-        ("huggingface", "HF_TOKEN", |s| format!("hf_{}", rnd(s, 34, ALNUM))),
-        ("twilio", "TWILIO_API_KEY", |s| format!("SK{}", rnd(s, 32, HEX))),
+        ("huggingface", "HF_TOKEN", |s| {
+            format!("hf_{}", rnd(s, 34, ALNUM))
+        }),
+        ("twilio", "TWILIO_API_KEY", |s| {
+            format!("SK{}", rnd(s, 32, HEX))
+        }),
         ("sendgrid", "SENDGRID_API_KEY", |s| {
             format!("SG.{}.{}", rnd(s, 22, B64URL), rnd(s + 1, 43, B64URL))
         }),
-        ("mailgun", "MAILGUN_API_KEY", |s| format!("key-{}", rnd(s, 32, HEX))),
+        ("mailgun", "MAILGUN_API_KEY", |s| {
+            format!("key-{}", rnd(s, 32, HEX))
+        }),
         ("shopify", "SHOPIFY_ACCESS_TOKEN", |s| {
             format!("shpat_{}", rnd(s, 32, HEX))
         }),
@@ -118,7 +128,10 @@ fn vendor_tokens() -> Vec<(&'static str, &'static str, Gen)> {
             format!("dop_v1_{}", rnd(s, 64, HEX))
         }),
         ("pypi", "TWINE_PASSWORD", |s| {
-            format!("pypi-AgEIcHlwaS5vcmc{}", rnd(s, 70 + (s % 80) as usize, B64URL))
+            format!(
+                "pypi-AgEIcHlwaS5vcmc{}",
+                rnd(s, 70 + (s % 80) as usize, B64URL)
+            )
         }),
         ("docker", "DOCKER_TOKEN", |s| {
             format!("dckr_pat_{}", rnd(s, 27, B64URL))
@@ -181,7 +194,10 @@ fn secrets() -> Vec<(String, String, String)> {
         let s = rnd(next(), 40, B64);
         let text = match k {
             0 => format!("[default]\naws_secret_access_key = {s}\nregion = eu-west-1"),
-            1 => format!("{{\"AccessKeyId\": \"ASIA{}\", \"SecretAccessKey\": \"{s}\"}}", rnd(next(), 16, UPPER_DIGITS)),
+            1 => format!(
+                "{{\"AccessKeyId\": \"ASIA{}\", \"SecretAccessKey\": \"{s}\"}}",
+                rnd(next(), 16, UPPER_DIGITS)
+            ),
             2 => format!("aws configure set aws_secret_access_key {s}"),
             3 => format!("  secret_access_key: {s}"),
             4 => format!("AWS_SECRET_ACCESS_KEY={s} terraform apply"),
@@ -258,14 +274,22 @@ fn secrets() -> Vec<(String, String, String)> {
             rnd(next(), 18, DIGITS),
             rnd(next(), 68, B64URL)
         );
-        add("discord-webhook", hook.clone(), format!("curl -X POST {hook} -d @msg.json"));
+        add(
+            "discord-webhook",
+            hook.clone(),
+            format!("curl -X POST {hook} -d @msg.json"),
+        );
         let hook = format!(
             "https://hooks.slack.com/services/T{}/B{}/{}",
             rnd(next(), 8, UPPER_DIGITS),
             rnd(next(), 10, UPPER_DIGITS),
             rnd(next(), 24, ALNUM)
         );
-        add("slack-webhook", hook.clone(), format!("SLACK_WEBHOOK={hook}"));
+        add(
+            "slack-webhook",
+            hook.clone(),
+            format!("SLACK_WEBHOOK={hook}"),
+        );
         // Private keys: whole, in JSON, truncated.
         let labels = [
             "RSA PRIVATE KEY",
@@ -278,10 +302,7 @@ fn secrets() -> Vec<(String, String, String)> {
         let key = pem(labels[k], next(), 4 + k);
         let text = match k % 3 {
             0 => format!("$ cat ~/.ssh/id\n{key}\n"),
-            1 => format!(
-                "{{\"private_key\": \"{}\\n\"}}",
-                key.replace('\n', "\\n")
-            ),
+            1 => format!("{{\"private_key\": \"{}\\n\"}}", key.replace('\n', "\\n")),
             _ => key.split("\n-----END").next().unwrap().to_string(),
         };
         let secret = key.lines().nth(2).unwrap().to_string();
@@ -424,7 +445,12 @@ fn ordinary_lines() -> Vec<String> {
         |_, n| format!("RATE_LIMIT_TOKENS_PER_MINUTE={}", n * 10),
         |_, n| format!("max_tokens={n}"),
         |_, n| format!("--max-tokens {n} --temperature 0.{}", n % 10),
-        |h, _| format!("AWS_DEFAULT_REGION=eu-west-1 aws s3 cp s3://acme-{}/x .", &h[..6]),
+        |h, _| {
+            format!(
+                "AWS_DEFAULT_REGION=eu-west-1 aws s3 cp s3://acme-{}/x .",
+                &h[..6]
+            )
+        },
         |_, n| format!("    let key = format!(\"user:{{}}\", id{n});"),
         |_, n| format!("HashMap<String, u64> with {n} keys"),
         |_, n| format!("redis-cli GET session:{n}"),
@@ -448,7 +474,12 @@ fn ordinary_lines() -> Vec<String> {
         |_, n| format!("KEYCLOAK_REALM=acme-{n}"),
         |_, n| format!("MONKEY_PATCH={}", n % 2 == 0),
         |_, n| format!("turkey: {n}"),
-        |_, n| format!("\"tokenizer\": \"o200k_base\", \"contextWindow\": {}", n * 100),
+        |_, n| {
+            format!(
+                "\"tokenizer\": \"o200k_base\", \"contextWindow\": {}",
+                n * 100
+            )
+        },
         |_, n| format!("see https://docs.acme.dev/auth?page={n}"),
         |_, n| format!("assert!(secret_count({n}) == 0);"),
         |_, n| format!("keepRecentTokens: {}", n * 10),
@@ -492,7 +523,10 @@ fn the_corpus_has_at_least_three_hundred_secrets_and_three_hundred_ordinary_line
     assert!(s.len() >= 300, "{} secrets", s.len());
     assert!(o.len() >= 300, "{} ordinary lines", o.len());
     for (form, secret, text) in &s {
-        assert!(text.contains(secret.as_str()), "corpus bug in {form}: {text}");
+        assert!(
+            text.contains(secret.as_str()),
+            "corpus bug in {form}: {text}"
+        );
     }
 }
 

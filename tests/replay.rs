@@ -284,3 +284,95 @@ fn replay_will_not_overwrite_an_existing_log() {
     assert!(String::from_utf8_lossy(&run.stderr).contains("already exists"));
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "keep me");
 }
+
+/// Fake secrets of several kinds, assembled at run time (the repository holds no
+/// secret-shaped literal).
+fn planted_secrets() -> Vec<String> {
+    let body = |seed: u32, n: usize| -> String {
+        let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                alphabet[x as usize % alphabet.len()] as char
+            })
+            .collect()
+    };
+    vec![
+        format!("ghp_{}", body(1, 36)),
+        format!("sk-proj-{}", body(2, 64)),
+        format!("AKIA{}", body(3, 16).to_ascii_uppercase()),
+        format!(
+            "xoxb-{}-{}-{}",
+            "123456789012",
+            "1234567890123",
+            body(4, 24)
+        ),
+        format!("Tr0ub4dor{}", body(5, 8)),
+        format!("SG.{}.{}", body(6, 22), body(7, 43)),
+    ]
+}
+
+#[test]
+fn the_html_report_holds_no_planted_secret() {
+    let s = planted_secrets();
+    let filler =
+        "The parser handles nested blocks and reports the line of every error. ".repeat(60);
+    let mut messages =
+        vec![serde_json::json!({"role": "system", "content": "You are a coding agent."})];
+    messages.push(serde_json::json!({"role": "user",
+        "content": format!("Deploy with GITHUB_TOKEN={} and OPENAI_API_KEY={}; the database password is in .env", s[0], s[1])}));
+    for i in 0..14 {
+        let id = format!("call_{i}");
+        messages.push(serde_json::json!({"role": "assistant", "content": format!("Step {i}: checking the config. {filler}"),
+            "tool_calls": [{"id": id, "type": "function", "function": {"name": "bash",
+                "arguments": serde_json::json!({"command": format!("AWS_ACCESS_KEY_ID={} DB_PASSWORD={} ./deploy.sh --step {i}", s[2], s[4])}).to_string()}}]}));
+        messages.push(serde_json::json!({"role": "tool", "tool_call_id": id,
+            "content": format!("SLACK_BOT_TOKEN={}\nSENDGRID_API_KEY={}\n{filler}", s[3], s[5])}));
+        messages.push(serde_json::json!({"role": "user", "content": format!("Continue; keep using {} for GitHub. {filler}", s[0])}));
+    }
+    let out = tempfile::tempdir().unwrap();
+    let transcript = out.path().join("leaky.traj.json");
+    std::fs::write(&transcript, serde_json::to_string(&messages).unwrap()).unwrap();
+    let config = out.path().join("small.json");
+    std::fs::write(&config, SMALL_WINDOW).unwrap();
+    let report = out.path().join("r.html");
+    let run = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .env("NO_COLOR", "1")
+        .arg("replay")
+        .arg(&transcript)
+        .arg("--config")
+        .arg(&config)
+        .arg("--report")
+        .arg(&report)
+        .arg("--log")
+        .arg(out.path().join("s.jsonl"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("compaction-row"), "the replay compacted");
+    assert!(
+        html.contains("[redacted:"),
+        "the capsule in the report kept the planted text"
+    );
+    let leaked: Vec<&String> = s
+        .iter()
+        .filter(|secret| html.contains(secret.as_str()))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "{} of {} planted secrets in the report: {leaked:?}",
+        leaked.len(),
+        s.len()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&report).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & 0o077, 0, "the report is private: {mode:o}");
+}

@@ -111,6 +111,7 @@ fn config(provider: Provider, server: &Loopback) -> SummarizerConfig {
         context_window: Some(16_000),
         max_output_tokens: Some(1_000),
         cooldown_ms: None,
+        redact_input: None,
     }
 }
 
@@ -951,4 +952,129 @@ fn generate_blocking_needs_no_runtime() {
         (state.goal.as_str(), quality),
         ("from the CLI", Quality::Model)
     );
+}
+
+/// A fake secret, assembled so that the repository holds no secret-shaped literal.
+fn planted() -> (String, String) {
+    let token = format!("ghp_{}{}", "Zq8Xw3Vt6Ru9Sp2On5Ml", "8Kj1Ih4Gf7Ed0Cb3Aa9Y");
+    let password = format!("{}{}", "Tr0ub4dor", "-and-3-Horses");
+    (token, password)
+}
+
+fn request_with_secrets() -> SummaryRequest {
+    let (token, password) = planted();
+    let mut req = request();
+    req.history.push(message(
+        "user",
+        &format!("push with GITHUB_TOKEN={token} and db_password={password}"),
+    ));
+    req.history.push(message(
+        "tool",
+        &format!("$ cat .env\nDB_PASSWORD={password}\n"),
+    ));
+    req.instructions = Some(format!("Remember the token {token}."));
+    req
+}
+
+#[tokio::test]
+async fn summarizer_input_is_redacted_when_redact_input_is_on() {
+    let reply = capsule_json("Push the release");
+    let server = Loopback::start(move |_, _| sse(&openai_events(&reply))).await;
+    let mut cfg = config(Provider::Openai, &server);
+    cfg.redact_input = Some(true);
+    let s = summarizer(&cfg);
+    let r = run_with(&s, &request_with_secrets(), 2000, CancellationToken::new()).await;
+    assert!(matches!(r.outcome, Summarized::Model(_)), "{:?}", r.outcome);
+    let (token, password) = planted();
+    let raw = &server.requests()[0].raw;
+    assert!(!raw.contains(&token), "the token reached the summarizer");
+    assert!(
+        !raw.contains(&password),
+        "the password reached the summarizer"
+    );
+    assert!(raw.contains("[redacted:github_token]"), "{raw}");
+    assert!(
+        raw.contains("push with GITHUB_TOKEN="),
+        "the rest of the history is sent"
+    );
+}
+
+#[tokio::test]
+async fn a_summarizer_on_this_machine_gets_the_history_as_it_is_unless_told_otherwise() {
+    let reply = capsule_json("Push the release");
+    let server = Loopback::start(move |_, _| sse(&openai_events(&reply))).await;
+    let s = summarizer(&config(Provider::Openai, &server));
+    assert!(
+        !s.redacts_input(),
+        "loopback servers default to no redaction"
+    );
+    let r = run_with(&s, &request_with_secrets(), 2000, CancellationToken::new()).await;
+    assert!(matches!(r.outcome, Summarized::Model(_)), "{:?}", r.outcome);
+    assert!(server.requests()[0].raw.contains(&planted().0));
+}
+
+#[test]
+fn remote_summarizers_get_redacted_input_by_default_and_an_explicit_false_turns_it_off() {
+    let mut cfg = SummarizerConfig {
+        provider: Provider::Openai,
+        base_url: Some("https://llm.example.com/v1".into()),
+        model: Some("gpt-4o-mini".into()),
+        ..SummarizerConfig::default()
+    };
+    assert!(ModelSummarizer::new(&cfg, |_| None)
+        .unwrap()
+        .redacts_input());
+    cfg.base_url = None;
+    assert!(ModelSummarizer::new(&cfg, |_| None)
+        .unwrap()
+        .redacts_input());
+    cfg.redact_input = Some(false);
+    assert!(!ModelSummarizer::new(&cfg, |_| None)
+        .unwrap()
+        .redacts_input());
+}
+
+#[test]
+fn credentials_in_the_base_url_are_refused_without_being_repeated() {
+    let pw = format!("{}{}", "hunter2", "-Secret");
+    let cfg = SummarizerConfig {
+        provider: Provider::Openai,
+        base_url: Some(format!("https://bob:{pw}@llm.example.com/v1")),
+        model: Some("gpt-4o-mini".into()),
+        ..SummarizerConfig::default()
+    };
+    let err = ModelSummarizer::new(&cfg, |_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("credentials") && err.contains("apiKeyEnv"),
+        "{err}"
+    );
+    assert!(!err.contains(&pw) && !err.contains("bob"), "{err}");
+    // And at config validation, before any summarizer is built.
+    let text = format!(
+        r#"{{"summarizer":{{"provider":"openai","model":"gpt-4o-mini","baseUrl":"https://bob:{pw}@llm.example.com/v1"}}}}"#
+    );
+    let file = soba::config::ConfigFile::parse("c.json", &text).unwrap();
+    let err = soba::config::Config::resolve(&[file], None, &soba::config::Overrides::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("summarizer.baseUrl") && err.contains("apiKeyEnv"),
+        "{err}"
+    );
+    assert!(!err.contains(&pw), "{err}");
+}
+
+#[tokio::test]
+async fn secrets_in_a_server_error_body_are_redacted_from_the_error() {
+    let (token, _) = planted();
+    let body =
+        format!(r#"{{"error":{{"message":"invalid credentials for GITHUB_TOKEN={token}"}}}}"#);
+    let server = Loopback::start(move |_, _| json(401, &body)).await;
+    let s = summarizer(&config(Provider::Openai, &server));
+    let r = run(&s, 2000).await;
+    let reason = degraded_reason(&r);
+    assert!(reason.contains("401"), "{reason}");
+    assert!(!reason.contains(&token), "{reason}");
 }

@@ -341,6 +341,41 @@ mod tests {
     }
 
     #[test]
+    fn a_private_key_written_one_line_per_item_leaves_no_line_in_the_mirror() {
+        let ws = tempfile::tempdir().unwrap();
+        let mut c = capsule(Trigger::User, Quality::Model);
+        // Fake key lines, assembled so the repository holds no key-shaped literal.
+        let body: Vec<String> = (0..5)
+            .map(|i| {
+                format!(
+                    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC{i}{}",
+                    "Xq7Lm2Pz9Rt4Vw8Ys3Kd6Hf1Nb5Jc0Ga"
+                )
+            })
+            .collect();
+        c.state.completed.push("deploy key created".into());
+        c.state
+            .completed
+            .push(format!("-----BEGIN {}-----", "RSA PRIVATE KEY"));
+        c.state.completed.extend(body.iter().cloned());
+        c.state
+            .completed
+            .push(format!("-----END {}-----", "RSA PRIVATE KEY"));
+        c.state.completed.push("CI secret updated".into());
+        let src = MirrorSource {
+            created: "2026-11-29T10:00:00Z",
+            session: Some("s1"),
+        };
+        let m = mirror(ws.path(), &c, src, true).unwrap();
+        let text = std::fs::read_to_string(&m.path).unwrap();
+        for line in &body {
+            assert!(!text.contains(line.as_str()), "key line kept:\n{text}");
+        }
+        assert!(text.contains("deploy key created") && text.contains("CI secret updated"));
+        assert!(text.contains("[redacted:private_key]"), "{text}");
+    }
+
+    #[test]
     fn mirror_writes_the_capsule_and_the_index() {
         let ws = tempfile::tempdir().unwrap();
         let mut c = capsule(Trigger::User, Quality::Model);

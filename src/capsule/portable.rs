@@ -377,8 +377,13 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
         report.merge(&found);
         out.into_owned()
     };
-    let list = |v: &[String], r: &mut dyn FnMut(&str) -> String| {
-        v.iter().map(|s| r(s)).collect::<Vec<_>>()
+    // A list is redacted as a whole: a model that writes a private key one line per item
+    // must not leave its body behind in the items after the `BEGIN` line.
+    let lists = std::cell::RefCell::new(RedactionReport::default());
+    let list = |v: &[String], _: &mut dyn FnMut(&str) -> String| {
+        let (out, found) = crate::redact::redact_items(v);
+        lists.borrow_mut().merge(&found);
+        out
     };
     let files = |v: &[FileArtifact], r: &mut dyn FnMut(&str) -> String| {
         v.iter()
@@ -433,6 +438,7 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
             active_skills: list(&c.artifacts.active_skills, &mut r),
         },
     };
+    report.merge(&lists.into_inner());
     (clean, report)
 }
 

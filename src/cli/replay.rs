@@ -107,7 +107,14 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
 
     let report = match &args.report {
         Some(p) => {
-            std::fs::write(p, html::render(&replayed.timeline))
+            // Redacted and private (0600) like every other export of the session.
+            crate::files::require_parent(p)
+                .and_then(|()| {
+                    crate::capsule::portable::write_atomic(
+                        p,
+                        html::render(&replayed.timeline).as_bytes(),
+                    )
+                })
                 .with_context(|| format!("cannot write {}", p.display()))?;
             Some(p.display().to_string())
         }

@@ -1,7 +1,7 @@
 //! The timeline as one self-contained HTML file: an inline SVG chart of effective tokens per
 //! preflight with the soft and hard limits, compaction markers (coloured by trigger, hollow when
 //! the capsule is degraded), the source agent's own compactions, a table of compactions and the
-//! latest capsule. No scripts, no external resources.
+//! latest capsule. No scripts, no external resources; every text from the session is redacted.
 
 use std::fmt::Write;
 
@@ -41,6 +41,12 @@ const ALL_TRIGGERS: [Trigger; 8] = [
     Trigger::ContextOverflow,
     Trigger::Handoff,
 ];
+
+/// Text from the session as it goes into the page: secrets redacted, then escaped. The page is
+/// shared (attached to issues, sent to colleagues), so nothing from the log enters it raw.
+fn session_text(s: &str) -> String {
+    escape(&crate::redact::redact(s))
+}
 
 /// Text made safe for HTML element content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -160,8 +166,8 @@ pub fn chart(t: &Timeline) -> String {
             r##"<g class="foreign"><line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{y_end}" stroke="#3b82f6" stroke-dasharray="1 3"/><path d="M{:.1},{:.1} l6,10 h-12 z" fill="#3b82f6"><title>{} compacted ({}) at {} tokens</title></path></g>"##,
             x,
             y - 5.0,
-            escape(&f.agent),
-            escape(f.trigger.as_deref().unwrap_or("unspecified")),
+            session_text(&f.agent),
+            session_text(f.trigger.as_deref().unwrap_or("unspecified")),
             f.tokens_before.map_or("?".into(), human_tokens)
         );
     }
@@ -169,7 +175,7 @@ pub fn chart(t: &Timeline) -> String {
         let r = &c.result;
         let x = scale.x(c.step);
         let color = trigger_color(r.trigger);
-        let title = escape(&r.completion_line());
+        let title = session_text(&r.completion_line());
         let class = format!("compaction trigger-{} outcome-{}", r.trigger, r.outcome);
         if r.outcome == Outcome::Completed {
             let hollow = r.degraded || r.quality == Some(Quality::Degraded);
@@ -233,9 +239,9 @@ fn compactions_table(t: &Timeline) -> String {
             human_tokens(r.tokens_before),
             human_tokens(r.tokens_after),
             r.reclaimed_percent,
-            escape(r.checkpoint_id.as_deref().unwrap_or("–")),
+            session_text(r.checkpoint_id.as_deref().unwrap_or("–")),
             r.quality.map_or("–", Quality::as_str),
-            escape(&r.reason),
+            session_text(&r.reason),
             color = trigger_color(r.trigger),
         );
     }
@@ -254,7 +260,7 @@ fn foreign_table(t: &Timeline) -> String {
     for f in &t.foreign_compactions {
         let kept = match (&f.kept_items, &f.first_kept_entry_id) {
             (Some(k), _) => format!("{k} items"),
-            (None, Some(id)) => format!("from {}", escape(id)),
+            (None, Some(id)) => format!("from {}", session_text(id)),
             (None, None) => "–".into(),
         };
         let _ = write!(
@@ -262,8 +268,8 @@ fn foreign_table(t: &Timeline) -> String {
             r#"<tr class="foreign-row"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{kept}</td><td>{}</td><td>{}</td></tr>"#,
             f.turn,
             f.step,
-            escape(&f.agent),
-            escape(f.trigger.as_deref().unwrap_or("–")),
+            session_text(&f.agent),
+            session_text(f.trigger.as_deref().unwrap_or("–")),
             opt(f.tokens_before),
             opt(f.summary_tokens),
             human_tokens(f.soba_tokens),
@@ -289,16 +295,16 @@ pub fn render(t: &Timeline) -> String {
     let _ = write!(
         out,
         r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title} — SOBA report</title><style>{STYLE}</style></head><body><h1>{title}</h1><p class="meta">model {model} ({tokenizer}) · window {window} · max output {out_tokens} · safety reserve {reserve} · hard limit {hard} · soft limit {soft} · keep recent {keep}</p><p class="meta">capsules {writer}</p>"#,
-        title = escape(&t.title),
-        model = escape(&t.model),
-        tokenizer = escape(&t.tokenizer),
+        title = session_text(&t.title),
+        model = session_text(&t.model),
+        tokenizer = session_text(&t.tokenizer),
         window = human_tokens(l.context_window),
         out_tokens = human_tokens(l.max_output_tokens),
         reserve = human_tokens(l.safety_reserve_tokens),
         hard = human_tokens(l.hard_limit),
         soft = human_tokens(l.soft_limit),
         keep = human_tokens(t.keep_recent_tokens),
-        writer = escape(&t.capsule_writer),
+        writer = session_text(&t.capsule_writer),
     );
     out.push_str(&chart(t));
     out.push_str(&legend(t));
@@ -308,7 +314,7 @@ pub fn render(t: &Timeline) -> String {
     out.push_str("<h2>Latest capsule</h2>");
     match &t.latest_capsule {
         Some(c) => {
-            let _ = write!(out, r#"<pre class="capsule">{}</pre>"#, escape(c));
+            let _ = write!(out, r#"<pre class="capsule">{}</pre>"#, session_text(c));
         }
         None => out.push_str(r#"<p class="capsule">No capsule: nothing was compacted.</p>"#),
     }

@@ -63,6 +63,8 @@ pub struct ModelSummarizer {
     max_output_tokens: u64,
     http: reqwest::Client,
     breaker: Breaker,
+    /// Redact secrets from every request's prompt (`summarizer.redactInput`).
+    redact_input: bool,
 }
 
 impl ModelSummarizer {
@@ -107,11 +109,21 @@ impl ModelSummarizer {
                 message: "only http and https are supported".into(),
             });
         }
-        // Credentials in the URL are sent but never shown.
         let mut shown = url.clone();
         let _ = shown.set_username("");
         let _ = shown.set_password(None);
         let shown_url = shown.as_str().trim_end_matches('/').to_string();
+        // reqwest would send user-info as Basic auth in place of the key: refused (and not
+        // repeated in the message).
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(SummarizerConfigError::BadBaseUrl {
+                url: shown_url,
+                message: "it holds credentials (`user:password@`); remove them, put the API key in an environment variable and name it in summarizer.apiKeyEnv".into(),
+            });
+        }
+        // A remote server gets the history with its secrets redacted unless the user said
+        // otherwise; a summarizer on this machine sees what the agent saw.
+        let redact_input = cfg.redact_input.unwrap_or(!is_loopback(&url));
         let endpoint = match api {
             Api::OpenAi => format!("{base_url}/chat/completions"),
             Api::Anthropic => format!("{base_url}/v1/messages"),
@@ -171,6 +183,7 @@ impl ModelSummarizer {
             max_output_tokens,
             http,
             breaker: Breaker::new(cooldown),
+            redact_input,
         })
     }
 
@@ -185,7 +198,11 @@ impl ModelSummarizer {
         progress: &(dyn Fn(u8) + Send + Sync),
         cancel: &CancellationToken,
     ) -> Result<CapsuleState, SummaryError> {
-        let items: Vec<String> = req.history.iter().map(prompt::render_message).collect();
+        let items: Vec<String> = req
+            .history
+            .iter()
+            .map(|m| self.outgoing(prompt::render_message(m)))
+            .collect();
         let item_tokens: Vec<u64> = items.iter().map(|t| SIZING_TOKENIZER.count(t)).collect();
         let total: u64 = item_tokens.iter().sum::<u64>().max(1);
         let ctx = PromptContext {
@@ -208,7 +225,13 @@ impl ModelSummarizer {
                     / total as f64;
                 progress((fraction * 100.0).floor().min(99.0) as u8);
             };
-            let reply = self.stream(&chunk.prompt, &on_tokens, cancel).await?;
+            // The history was redacted before it was sized; this pass covers the previous
+            // capsule, the instructions and the artifacts.
+            let prompt = Prompt {
+                system: self.outgoing(chunk.prompt.system),
+                user: self.outgoing(chunk.prompt.user),
+            };
+            let reply = self.stream(&prompt, &on_tokens, cancel).await?;
             let state = parse_capsule_state(&reply.text).map_err(|why| {
                 SummaryError::InvalidResponse(if reply.hit_output_limit {
                     format!(
@@ -358,11 +381,29 @@ impl ModelSummarizer {
         }
     }
 
+    /// Text on its way to the server, redacted when `redactInput` says so.
+    fn outgoing(&self, text: String) -> String {
+        if !self.redact_input {
+            return text;
+        }
+        match crate::redact::redact(&text) {
+            std::borrow::Cow::Borrowed(_) => text,
+            std::borrow::Cow::Owned(clean) => clean,
+        }
+    }
+
+    /// The key, and any secret the server's error body echoes, never leave in a message.
     fn redact(&self, message: String) -> String {
-        match &self.key {
+        let message = match &self.key {
             Some(key) if message.contains(&key.0) => message.replace(&key.0, REDACTED),
             _ => message,
-        }
+        };
+        crate::redact::redact(&message).into_owned()
+    }
+
+    /// Whether requests are redacted (for tests and `describe`).
+    pub fn redacts_input(&self) -> bool {
+        self.redact_input
     }
 
     /// Error text can echo what the server said (some providers quote the key they were
