@@ -163,6 +163,11 @@ pub struct ConfigFile {
     pub memory: Option<MemoryFile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<ArtifactsFile>,
+    /// User config only: workspaces (canonical paths) whose `.soba/config.json` may set the
+    /// summarizer (endpoint, key variable, redaction). Edit with `soba trust PATH`. Ignored in
+    /// a workspace's own config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_workspaces: Option<Vec<String>>,
 }
 
 /// Which tools read files, write files, run shell commands or apply patches, and the argument
@@ -530,6 +535,7 @@ const TOP_KEYS: &[&str] = &[
     "artifacts",
     "storage",
     "memory",
+    "trustedWorkspaces",
     "$schema",
 ];
 const COMPACTION_KEYS: &[&str] = &[
@@ -648,6 +654,13 @@ fn key_in_message(message: &str) -> String {
         .unwrap_or_else(|| "(value)".into())
 }
 
+/// The config layers that apply, lowest first, and what the user must be told about them.
+#[derive(Debug, Clone, Default)]
+pub struct LoadedConfig {
+    pub files: Vec<ConfigFile>,
+    pub warnings: Vec<String>,
+}
+
 /// Where layered config files are looked for.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigSources {
@@ -680,24 +693,40 @@ impl ConfigSources {
     }
 
     /// Read every layer that exists; a missing user or workspace file is no error, a missing
-    /// `--config` file is.
+    /// `--config` file is. An untrusted workspace's summarizer settings are left out (see
+    /// [`crate::trust`]); use [`ConfigSources::load`] to get the warning that says so.
     pub fn files(&self) -> Result<Vec<ConfigFile>, ConfigError> {
-        let mut files = Vec::new();
+        Ok(self.load()?.files)
+    }
+
+    /// [`ConfigSources::files`], with the warnings the caller must show the user.
+    pub fn load(&self) -> Result<LoadedConfig, ConfigError> {
+        let mut loaded = LoadedConfig::default();
+        let mut user = None;
         if let Some(p) = &self.user_file {
             if p.is_file() {
-                files.push(ConfigFile::load(p)?);
+                user = Some(ConfigFile::load(p)?);
             }
         }
         if let Some(ws) = &self.workspace {
             let p = workspace_config_path(ws);
             if p.is_file() {
-                files.push(ConfigFile::load(&p)?);
+                let mut file = ConfigFile::load(&p)?;
+                if let Some(w) =
+                    crate::trust::restrict_workspace_config(&mut file, ws, user.as_ref())
+                {
+                    loaded.warnings.push(w);
+                }
+                loaded.files.push(file);
             }
         }
-        if let Some(p) = &self.extra_file {
-            files.push(ConfigFile::load(p)?);
+        if let Some(u) = user {
+            loaded.files.insert(0, u);
         }
-        Ok(files)
+        if let Some(p) = &self.extra_file {
+            loaded.files.push(ConfigFile::load(p)?);
+        }
+        Ok(loaded)
     }
 }
 

@@ -20,4 +20,5 @@ pub mod schemas;
 pub mod session;
 pub mod summarize;
 pub mod tokens;
+pub mod trust;
 pub mod util;

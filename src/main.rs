@@ -55,6 +55,8 @@ enum Command {
         #[command(subcommand)]
         command: cli::capsule::CapsuleCommand,
     },
+    /// Trust a workspace to choose its summarizer (endpoint, key variable) in .soba/config.json.
+    Trust(cli::trust::TrustArgs),
     /// Move a session's leaf back to an earlier entry by appending a `rewind` entry (nothing is deleted).
     Rewind { session: PathBuf, entry: String },
     /// Reliability harness commands.
@@ -95,6 +97,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => cli::demo::run(args, &cli.common),
         Command::Replay(args) => cli::replay::run(args, &cli.common),
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),
+        Command::Trust(args) => cli::trust::run(args, &cli.common),
         Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
         Command::Debug { command } => cli::debug::run(command),
     };

@@ -749,4 +749,27 @@ mod tests {
             Some("1 secret redacted (openai_key)")
         );
     }
+
+    #[test]
+    fn a_key_split_over_items_is_redacted_item_by_item() {
+        let items: Vec<String> = vec![
+            "made a deploy key".into(),
+            format!("-----BEGIN {}-----", "OPENSSH PRIVATE KEY"),
+            format!(
+                "b3BlbnNzaC1rZXktdjEAAAAABG5v{}",
+                "bmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtz"
+            ),
+            format!("c2gtZWQyNTUxOQAAACDx{}", "Q9Lm2Pz9Rt4Vw8Ys3Kd6Hf1Nb5Jc0Ga"),
+            format!("-----END {}----- saved", "OPENSSH PRIVATE KEY"),
+            "pushed the branch".into(),
+        ];
+        let (out, report) = redact_items(&items);
+        assert_eq!(out[0], "made a deploy key");
+        assert_eq!(out[1], "[redacted:private_key]");
+        assert_eq!(out[2], "[redacted:private_key]");
+        assert_eq!(out[3], "[redacted:private_key]");
+        assert_eq!(out[4], "[redacted:private_key] saved");
+        assert_eq!(out[5], "pushed the branch");
+        assert!(report.counts.contains_key(&SecretKind::PrivateKey));
+    }
 }

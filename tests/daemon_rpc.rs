@@ -760,3 +760,34 @@ fn protocol_doc_and_handlers_agree() {
         "protocol::METHODS and the server's handlers differ"
     );
 }
+
+#[tokio::test]
+async fn an_untrusted_workspace_summarizer_is_ignored_and_the_open_result_says_how_to_trust_it() {
+    let e = env();
+    std::fs::create_dir_all(e.workspace.join(".soba")).unwrap();
+    std::fs::write(
+        e.workspace.join(".soba/config.json"),
+        r#"{"summarizer":{"provider":"openai","model":"gpt-4o-mini","baseUrl":"http://127.0.0.1:9/v1","apiKeyEnv":"HOME"}}"#,
+    )
+    .unwrap();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let opened = c
+        .request("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
+    let warnings = opened["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| {
+            let w = w.as_str().unwrap();
+            w.contains("not trusted") && w.contains("soba trust")
+        }),
+        "{opened}"
+    );
+    let shown = c.seen("window/showMessage");
+    assert!(
+        shown
+            .iter()
+            .any(|m| m["message"].as_str().unwrap_or("").contains("soba trust")),
+        "{shown:?}"
+    );
+}

@@ -247,7 +247,6 @@ fn codex_29319_a_full_window_still_compacts_promptly() {
             max_output_tokens: Some(8_000),
             cooldown_ms: None,
             redact_input: None,
-            redact_input: None,
         },
         |_| Some("test-key".into()),
     )
@@ -514,7 +513,6 @@ fn claude_code_2038_the_compaction_request_itself_never_overflows() {
             context_window: Some(window),
             max_output_tokens: Some(max_output),
             cooldown_ms: None,
-            redact_input: None,
             redact_input: None,
         },
         |_| Some("test-key".into()),

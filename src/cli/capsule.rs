@@ -105,9 +105,9 @@ fn export(
     if common.json {
         return print_json(&r);
     }
-    println!("wrote {} ({} bytes)", r.path, r.bytes);
+    outln!("wrote {} ({} bytes)", r.path, r.bytes);
     if let Some(s) = r.redactions.summary() {
-        println!("{s}");
+        outln!("{s}");
     }
     Ok(())
 }
@@ -158,16 +158,18 @@ fn load(
         return print_json(&r);
     }
     for i in &parsed.ignored {
-        eprintln!(
+        errln!(
             "note: {}:{}: not part of the capsule, ignored: {}",
             capsule_path.display(),
             i.line,
             i.text
         );
     }
-    println!(
+    outln!(
         "loaded {} as capsule {} (entry {}); it opens the model input from now on",
-        r.loaded_from, r.checkpoint_id, r.entry_id
+        r.loaded_from,
+        r.checkpoint_id,
+        r.entry_id
     );
     Ok(())
 }
@@ -180,7 +182,7 @@ fn list(session_path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         return print_json(&serde_json::json!({ "capsules": rows }));
     }
     if rows.is_empty() {
-        println!("no capsules");
+        outln!("no capsules");
         return Ok(());
     }
     for r in &rows {
@@ -206,9 +208,9 @@ fn list(session_path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             human_tokens(r.tokens_after),
             r.title.as_deref().unwrap_or("")
         );
-        println!("{}", line.trim_end());
+        outln!("{}", line.trim_end());
     }
-    println!("* opens the model input now  ~ on another branch");
+    outln!("* opens the model input now  ~ on another branch");
     Ok(())
 }
 
@@ -219,7 +221,7 @@ pub fn rewind(session_path: &Path, to: &str, common: &CommonArgs) -> anyhow::Res
     if common.json {
         return print_json(&r);
     }
-    println!(
+    outln!(
         "rewound {} to {} (was {}); the model input is now {} message{}",
         session_path.display(),
         r.to,

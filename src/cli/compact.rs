@@ -44,12 +44,12 @@ fn run_plan(
     let (generated, cancelled) =
         crate::summarize::generate_blocking(&plan, summarizer.as_deref(), &progress)?;
     if show_progress {
-        eprintln!();
+        errln!();
     }
     let elapsed = started.elapsed().as_millis() as u64;
     let result = crate::compaction::commit(log, &plan, generated, cancelled, elapsed)?;
     if result.degraded {
-        eprintln!(
+        errln!(
             "warning: a summarization model was configured but the local capsule was used: {}",
             result.reason
         );
@@ -83,14 +83,14 @@ pub fn compact(
     })?;
     let result = run_plan(&mut log, plan, &config, common)?;
     if let Some(note) = &result.mirror_note {
-        eprintln!("note: not mirrored into Project Memory: {note}");
+        errln!("note: not mirrored into Project Memory: {note}");
     }
     if common.json {
         print_json(&result)?;
     } else {
-        println!("{}", result.completion_line());
+        outln!("{}", result.completion_line());
         if result.outcome == Outcome::Completed {
-            println!(
+            outln!(
                 "kept from {} · {} → {} tokens (hard limit {})",
                 result.first_kept_entry_id.as_deref().unwrap_or("-"),
                 human_tokens(result.tokens_before),
@@ -99,7 +99,7 @@ pub fn compact(
             );
         }
         if let Some(path) = &result.mirrored_to {
-            println!("mirrored into Project Memory: {path}");
+            outln!("mirrored into Project Memory: {path}");
         }
     }
     if result.outcome == Outcome::Failed {
@@ -128,7 +128,7 @@ pub fn create(path: &Path, title: &str, common: &CommonArgs) -> anyhow::Result<(
             "result": result,
         }));
     }
-    println!(
+    outln!(
         "created {} \"{title}\" ({}); export it with `soba capsule export {} {} FILE.capsule.md`",
         result.checkpoint_id.as_deref().unwrap_or("-"),
         result.quality.map(|q| q.as_str()).unwrap_or("-"),

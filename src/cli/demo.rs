@@ -79,9 +79,9 @@ pub fn run(args: &DemoArgs, common: &CommonArgs) -> anyhow::Result<()> {
     let color = use_color();
     let text = !common.json;
     if text {
-        println!("soba demo: a scripted bug-fix session through the real pipeline");
-        println!("{}", limits_line(&config));
-        println!("capsules: {}\n", writer.describe());
+        outln!("soba demo: a scripted bug-fix session through the real pipeline");
+        outln!("{}", limits_line(&config));
+        outln!("capsules: {}\n", writer.describe());
     }
     let printer = RefCell::new(LivePrinter::new(config.limits(), color));
     let sink = Box::new(|event: Event<'_>| {
@@ -105,7 +105,7 @@ pub fn run(args: &DemoArgs, common: &CommonArgs) -> anyhow::Result<()> {
     if let Some(line) = printer.borrow_mut().flush() {
         println!("{line}");
     }
-    println!("\nsession log  {}", log_path.display());
-    println!("report       {}", report_path.display());
+    outln!("\nsession log  {}", log_path.display());
+    outln!("report       {}", report_path.display());
     Ok(())
 }

@@ -97,10 +97,10 @@ pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
 
     let report = &result.report;
     for c in &report.corrupt_lines {
-        eprintln!("warning: {}:{}: {}", args.file.display(), c.line, c.reason);
+        errln!("warning: {}:{}: {}", args.file.display(), c.line, c.reason);
     }
     for (kind, n) in &report.unknown_records {
-        eprintln!("warning: {n} record(s) of unknown type `{kind}` left out");
+        errln!("warning: {n} record(s) of unknown type `{kind}` left out");
     }
     if common.json {
         return print_json(&ImportSummary {
@@ -186,12 +186,12 @@ fn write_log(path: &Path, result: &ImportResult, show_progress: bool) -> anyhow:
 fn print_text(args: &ImportArgs, result: &ImportResult) {
     let r = &result.report;
     let format = r.format.as_str();
-    println!(
+    outln!(
         "{} ({format}) → {}",
         args.file.display(),
         args.output.display()
     );
-    println!(
+    outln!(
         "{} entries: {} user, {} assistant, {} system messages; {} tool calls, {} results",
         r.entries,
         r.messages.user,
@@ -200,15 +200,18 @@ fn print_text(args: &ImportArgs, result: &ImportResult) {
         r.tool_calls,
         r.tool_results
     );
-    println!(
+    outln!(
         "unmatched calls {}  ·  orphan results {}  ·  foreign compactions {}  ·  usage records {}",
-        r.unmatched_calls, r.orphan_results, r.foreign_compactions, r.usage_records
+        r.unmatched_calls,
+        r.orphan_results,
+        r.foreign_compactions,
+        r.usage_records
     );
     let model = result.header.model.as_ref();
     match model.and_then(|m| m.name.as_deref()) {
-        Some(name) if model.and_then(|m| m.tokenizer).is_some() => println!("model {name}"),
-        Some(name) => println!("model {name} (not in the built-in catalog: pass --model or --context-window to set its limits)"),
-        None => println!("no model named in the transcript (pass --model to set one)"),
+        Some(name) if model.and_then(|m| m.tokenizer).is_some() => outln!("model {name}"),
+        Some(name) => outln!("model {name} (not in the built-in catalog: pass --model or --context-window to set its limits)"),
+        None => outln!("no model named in the transcript (pass --model to set one)"),
     }
     if !r.skipped_records.is_empty() {
         let skipped: Vec<String> = r
@@ -216,6 +219,6 @@ fn print_text(args: &ImportArgs, result: &ImportResult) {
             .iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
-        println!("left out on purpose: {}", skipped.join(", "));
+        outln!("left out on purpose: {}", skipped.join(", "));
     }
 }

@@ -30,14 +30,14 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         return print_json(&v);
     }
     let pct = |n: u64| 100.0 * n as f64 / r.hard_limit as f64;
-    println!(
+    outln!(
         "{} / {} tokens ({:.0}% of hard limit, {})",
         human_tokens(r.effective_tokens),
         human_tokens(r.hard_limit),
         pct(r.effective_tokens),
         r.source.as_str()
     );
-    println!(
+    outln!(
         "soft limit {}  ·  window {}  ·  max output {}  ·  model {} ({})",
         human_tokens(r.soft_limit),
         human_tokens(r.context_window),
@@ -46,21 +46,29 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         r.tokenizer
     );
     let b = r.breakdown;
-    println!(
+    outln!(
         "system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {}",
-        b.system, b.tools, b.capsule, b.retained_tail, b.new_entries
+        b.system,
+        b.tools,
+        b.capsule,
+        b.retained_tail,
+        b.new_entries
     );
-    println!("auto-compact {}", if r.auto_compact { "on" } else { "off" });
-    println!("capsules written by {}", r.summarizer.uses);
+    outln!("auto-compact {}", if r.auto_compact { "on" } else { "off" });
+    outln!("capsules written by {}", r.summarizer.uses);
     match &r.last_compaction {
-        Some(c) => println!(
+        Some(c) => outln!(
             "last compaction {} ({}, {}): {} → {} tokens",
-            c.checkpoint_id, c.trigger, c.quality, c.tokens_before, c.tokens_after
+            c.checkpoint_id,
+            c.trigger,
+            c.quality,
+            c.tokens_before,
+            c.tokens_after
         ),
-        None => println!("no compaction yet"),
+        None => outln!("no compaction yet"),
     }
     if let Some(w) = warning {
-        println!("warning: {w}");
+        outln!("warning: {w}");
     }
     Ok(())
 }
@@ -75,7 +83,7 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         return print_json(&r);
     }
     for w in &r.warnings {
-        eprintln!("warning: {w}");
+        errln!("warning: {w}");
     }
     for m in &r.messages {
         let text: Vec<String> = m
@@ -96,8 +104,8 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             Some(id) => format!("tool [{id}]"),
             None => m.role.clone(),
         };
-        println!("── {who}\n{}", text.join("\n"));
+        outln!("── {who}\n{}", text.join("\n"));
     }
-    println!("── {} messages, {} tokens", r.messages.len(), r.tokens);
+    outln!("── {} messages, {} tokens", r.messages.len(), r.tokens);
     Ok(())
 }

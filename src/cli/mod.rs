@@ -1,5 +1,20 @@
 //! Command-line front end: argument types and the glue from a command to the library.
 //! No engine logic lives here.
+//!
+//! Every line of text for a person goes through [`outln!`] or [`errln!`], which escape control
+//! characters from the log (see [`crate::util::terminal_text`]); `--json` output does not.
+
+/// `println!` for text that may hold log text: control characters are escaped.
+macro_rules! outln {
+    () => { println!() };
+    ($($arg:tt)*) => { println!("{}", $crate::util::terminal_text(&format!($($arg)*))) };
+}
+
+/// `eprintln!` for text that may hold log text: control characters are escaped.
+macro_rules! errln {
+    () => { eprintln!() };
+    ($($arg:tt)*) => { eprintln!("{}", $crate::util::terminal_text(&format!($($arg)*))) };
+}
 
 pub mod capsule;
 pub mod compact;
@@ -9,6 +24,7 @@ pub mod import;
 pub mod inspect;
 pub mod replay;
 pub mod serve;
+pub mod trust;
 
 use std::path::{Path, PathBuf};
 
@@ -53,7 +69,11 @@ impl CommonArgs {
             .map(|h| PathBuf::from(&h.workspace))
             .filter(|p| p.is_dir());
         let sources = ConfigSources::for_workspace(workspace.as_deref(), self.config.clone());
-        let files: Vec<ConfigFile> = sources.files()?;
+        let loaded = sources.load()?;
+        for w in &loaded.warnings {
+            errln!("warning: {w}");
+        }
+        let files: Vec<ConfigFile> = loaded.files;
         Ok(Config::resolve(
             &files,
             header.and_then(|h| h.model.as_ref()),
@@ -71,6 +91,11 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 /// Report load problems of a session log on stderr (they never stop a command).
 pub fn warn_load(path: &Path, report: &crate::session::log::LoadReport) {
     for m in report.messages(path) {
-        eprintln!("warning: {m}");
+        errln!("warning: {m}");
     }
+}
+
+/// Log text as it may be shown on a terminal (control characters escaped).
+pub fn terminal_text(s: &str) -> std::borrow::Cow<'_, str> {
+    crate::util::terminal_text(s)
 }

@@ -69,14 +69,14 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
     let show_text = !common.json;
     let color = use_color();
     if show_text {
-        println!(
+        outln!(
             "soba replay: {} ({} entries, {})",
             path.display(),
             import.entries.len(),
             import.report.format
         );
-        println!("{} · model {}", limits_line(&config), config.model.name);
-        println!("capsules: {}\n", writer.describe());
+        outln!("{} · model {}", limits_line(&config), config.model.name);
+        outln!("capsules: {}\n", writer.describe());
     }
     let total = import.entries.len();
     let bar = if total >= PROGRESS_MIN_ENTRIES && std::io::stderr().is_terminal() {
@@ -139,7 +139,7 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
         .map(|s| s.effective_tokens)
         .max()
         .unwrap_or(0);
-    println!(
+    outln!(
         "\n{} inferences · {completed} SOBA compactions ({} outcomes in all) · {} by the source agent · largest input {} (hard limit {})",
         replayed.inputs,
         t.compactions.len(),
@@ -149,19 +149,19 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
     );
     let comparison = crate::report::text::comparison(t);
     if !comparison.is_empty() {
-        println!();
-        comparison.iter().for_each(|l| println!("{l}"));
-        println!();
+        outln!();
+        comparison.iter().for_each(|l| outln!("{l}"));
+        outln!();
     }
     if replayed.refusals > 0 {
-        println!(
+        outln!(
             "{} inferences could not be sent: the input did not fit even after compaction",
             replayed.refusals
         );
     }
-    println!("session log  {}", log_path.display());
+    outln!("session log  {}", log_path.display());
     if let Some(r) = report {
-        println!("report       {r}");
+        outln!("report       {r}");
     }
     Ok(())
 }

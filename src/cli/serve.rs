@@ -100,10 +100,10 @@ pub fn flight(session: Option<&Path>, common: &CommonArgs) -> anyhow::Result<()>
         return print_json(&serde_json::json!({ "records": records }));
     }
     if records.is_empty() {
-        println!("no compaction recorded yet");
+        outln!("no compaction recorded yet");
     }
     for r in &records {
-        println!("{}", flight_line(r));
+        outln!("{}", flight_line(r));
     }
     Ok(())
 }

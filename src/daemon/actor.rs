@@ -141,8 +141,9 @@ pub struct SessionHandle {
     pub id: String,
     pub workspace: PathBuf,
     pub path: PathBuf,
-    /// What loading the log skipped or re-attached, for the clients that open it.
-    pub load_warning: Option<String>,
+    /// For the clients that open it: config settings left out (an untrusted workspace's
+    /// summarizer) and what loading the log skipped or re-attached.
+    pub warnings: Vec<String>,
     tx: mpsc::UnboundedSender<Command>,
     status: watch::Receiver<Status>,
 }
@@ -365,7 +366,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         id,
         workspace,
         path,
-        load_warning: None,
+        warnings: Vec::new(),
         tx,
         status,
     }

@@ -128,7 +128,7 @@ impl Daemon {
         let model = req.model.clone();
         let extra = self.options.extra_config.clone();
         let ws = workspace.clone();
-        let (log, config, load_warning) =
+        let (log, config, warnings) =
             tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, extra))
                 .await
                 .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
@@ -152,7 +152,7 @@ impl Daemon {
             flight: FlightLog::new(&self.paths.workspace_dir(&workspace)),
             events: self.events.clone(),
         });
-        handle.load_warning = load_warning;
+        handle.warnings = warnings;
         {
             let mut reg = self.lock();
             // Another client may have opened the same session meanwhile; the log lock makes
@@ -416,7 +416,8 @@ fn log_error(e: LogError) -> RpcError {
 }
 
 /// Open or create the log and resolve its configuration (blocking: reads the whole log); the
-/// third value says what loading skipped, if anything.
+/// third value holds the warnings for the client: config layers left out (an untrusted
+/// workspace's summarizer) and what loading skipped.
 fn open_log(
     path: &Path,
     workspace: &Path,
@@ -424,10 +425,12 @@ fn open_log(
     create: bool,
     model: Option<ModelParams>,
     extra_config: Option<PathBuf>,
-) -> Result<(SessionLog, Config, Option<String>), RpcError> {
-    let files = ConfigSources::for_workspace(Some(workspace).filter(|w| w.is_dir()), extra_config)
-        .files()
+) -> Result<(SessionLog, Config, Vec<String>), RpcError> {
+    let loaded = ConfigSources::for_workspace(Some(workspace).filter(|w| w.is_dir()), extra_config)
+        .load()
         .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
+    let files = loaded.files;
+    let mut warnings = loaded.warnings;
     let model_ref = model.map(|m| ModelRef {
         name: m.name,
         context_window: m.context_window,
@@ -436,13 +439,12 @@ fn open_log(
     });
     let provisional = Config::resolve(&files, model_ref.as_ref(), &Overrides::default())
         .map_err(|e| RpcError::invalid_params(format!("`model`: {e}")))?;
-    let mut load_warning = None;
     let log = if path.exists() {
         let (log, report) = SessionLog::open(path, provisional.durability).map_err(log_error)?;
         for m in report.messages(path) {
             eprintln!("soba: warning: {m}");
         }
-        load_warning = report.summary(path);
+        warnings.extend(report.summary(path));
         log
     } else if create {
         let header = SessionHeader {
@@ -473,5 +475,5 @@ fn open_log(
         &Overrides::default(),
     )
     .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
-    Ok((log, config, load_warning))
+    Ok((log, config, warnings))
 }

@@ -185,7 +185,7 @@ impl Backend {
                     })
                     .await?;
                 self.know(&h.workspace);
-                if let Some(w) = &h.load_warning {
+                for w in &h.warnings {
                     // Also as `window/showMessage`, to every client of the workspace.
                     self.daemon.degraded(&h.workspace, w.clone());
                 }
@@ -194,7 +194,7 @@ impl Backend {
                     session_id: h.id.clone(),
                     path: h.path.display().to_string(),
                     budget,
-                    warnings: h.load_warning.iter().cloned().collect(),
+                    warnings: h.warnings.clone(),
                 })
             }
             method::SESSION_APPEND => {

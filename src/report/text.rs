@@ -59,7 +59,10 @@ pub fn compaction_line(c: &TimelineCompaction, color: bool) -> String {
     };
     p.with(
         code,
-        &format!("        {mark} {}", c.result.completion_line()),
+        &format!(
+            "        {mark} {}",
+            crate::util::terminal_text(&c.result.completion_line())
+        ),
     )
 }
 
@@ -73,8 +76,8 @@ pub fn foreign_line(f: &ForeignMark, color: bool) -> String {
         });
     let mut line = format!(
         "        ◇ {} compacted ({}) at {at}; SOBA's input was {} tokens",
-        f.agent,
-        f.trigger.as_deref().unwrap_or("unspecified"),
+        crate::util::terminal_text(&f.agent),
+        crate::util::terminal_text(f.trigger.as_deref().unwrap_or("unspecified")),
         human_tokens(f.soba_tokens)
     );
     if let Some(s) = f.summary_tokens {
