@@ -74,7 +74,12 @@ pub fn budget_report(
 ) -> BudgetReport {
     // The kept tally, not a fresh view: the daemon reports the budget after every append.
     let tally = session.tally();
-    let budget = Budget::measure(limits, tally.breakdown(), tally.usage_anchor());
+    let budget = Budget::measure(
+        limits,
+        tally.breakdown(),
+        tally.usage_anchor(),
+        session.calibration(),
+    );
     let last_compaction = tally.capsule().map(|c| {
         let e = session.entry(c);
         let cap = e.as_capsule().expect("capsule");

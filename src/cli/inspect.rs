@@ -11,7 +11,7 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
-    session.set_tokenizer(config.model.tokenizer);
+    config.model.configure_counting(&mut session);
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let r = budget_report(
         &session,
@@ -69,7 +69,7 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
-    session.set_tokenizer(config.model.tokenizer);
+    config.model.configure_counting(&mut session);
     let r = context_report(&session);
     if common.json {
         return print_json(&r);

@@ -567,6 +567,7 @@ mod tests {
                     limits,
                     tally.breakdown(),
                     tally.usage_anchor(),
+                    b.session.calibration(),
                 );
                 if anchor.usage.context_tokens() > 0 {
                     prop_assert!(
