@@ -33,6 +33,10 @@ pub struct Pair {
     /// what the transcript holds, and transcripts leave out the system prompt and the tool
     /// schemas.
     pub anchored: bool,
+    /// The anchor's context tokens and SOBA's uncalibrated count of what follows it, when
+    /// anchored: `reported - anchorContext` is the provider's count of the same content.
+    pub anchor_context: Option<u64>,
+    pub counted_tail: u64,
     /// The source agent compacted its own context earlier on this branch: it sent its
     /// compacted context, which SOBA's view (the whole history) does not model.
     pub after_foreign_compaction: bool,
@@ -157,6 +161,8 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
             soba,
             pi_chars4: pi_estimate(session, request_leaf),
             anchored: anchor.is_some(),
+            anchor_context: anchor.map(|a| a.usage.context_tokens()),
+            counted_tail: anchor.map_or(breakdown.total(), |a| a.tokens_after),
             after_foreign_compaction: view.oldest_foreign_compaction(session).is_some(),
         });
     }

@@ -22,6 +22,9 @@ pub struct BudgetReport {
     pub breakdown: Breakdown,
     pub model: String,
     pub tokenizer: &'static str,
+    /// How the counted tokens were turned into the estimate: the tokenizer, the factor applied
+    /// to what was counted (the provider's own usage is never scaled), and where it comes from.
+    pub calibration: crate::budget::Calibration,
     /// Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     pub summarizer: SummarizerStatus,
 }
@@ -104,6 +107,7 @@ pub fn budget_report(
         breakdown: budget.breakdown,
         model: model.to_string(),
         tokenizer: session.tokenizer().as_str(),
+        calibration: budget.calibration,
         summarizer: SummarizerStatus::of(summarizer),
     }
 }

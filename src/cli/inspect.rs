@@ -45,6 +45,28 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         r.model,
         r.tokenizer
     );
+    let c = r.calibration;
+    let counted = match r.source {
+        crate::budget::MeasurementSource::ProviderUsage => {
+            "estimated: provider usage plus the entries after it"
+        }
+        crate::budget::MeasurementSource::Estimated => "estimated: every entry",
+    };
+    match c.source {
+        crate::budget::CalibrationSource::Exact => {
+            println!("{counted}, counted with {}", c.tokenizer.as_str())
+        }
+        source => println!(
+            "{counted}, counted with {} × {:.2} ({} factor: the model's own tokenizer is not public)",
+            c.tokenizer.as_str(),
+            c.factor,
+            match source {
+                crate::budget::CalibrationSource::Config => "model.countFactor",
+                crate::budget::CalibrationSource::Session => "learned",
+                _ => "catalog",
+            }
+        ),
+    }
     let b = r.breakdown;
     println!(
         "system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {}",
