@@ -35,7 +35,13 @@ fn budget_flat(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::from_parameter(n), &s, |b, s| {
             b.iter(|| {
                 let view = ModelView::build(s, s.leaf());
-                Budget::measure(limits, view.breakdown(s), view.usage_anchor(s)).effective_tokens
+                Budget::measure(
+                    limits,
+                    view.breakdown(s),
+                    view.usage_anchor(s),
+                    s.calibration(),
+                )
+                .effective_tokens
             })
         });
     }

@@ -148,7 +148,8 @@ fn main() -> anyhow::Result<()> {
         Budget::measure(
             config.limits(),
             view.breakdown(&session),
-            view.usage_anchor(&session)
+            view.usage_anchor(&session),
+            session.calibration(),
         ),
         "the kept tally measures what the view does"
     );

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::CompactionConfig;
 use crate::session::entry::Usage;
+use crate::tokens::TokenizerKind;
 
 /// The hard and soft limits of one model under one configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -89,32 +90,90 @@ pub struct UsageAnchor {
     pub tokens_after: u64,
 }
 
+/// Where a calibration factor comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CalibrationSource {
+    /// The tokenizer is the model's own: counts are exact, the factor is 1.
+    Exact,
+    /// The model catalog's factor for a model whose tokenizer is not public.
+    Catalog,
+    /// The configuration's `model.countFactor`.
+    Config,
+    /// Learned from this session: the provider's usage against SOBA's count of the same
+    /// content.
+    Session,
+}
+
+/// How counted tokens become an estimate of what the provider will bill: SOBA counts with
+/// `tokenizer`, and multiplies what it counted (never the provider's own usage) by `factor`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Calibration {
+    pub tokenizer: TokenizerKind,
+    /// ≥ 1.0: a count is never lowered.
+    pub factor: f64,
+    pub source: CalibrationSource,
+}
+
+impl Calibration {
+    pub fn exact(tokenizer: TokenizerKind) -> Calibration {
+        Calibration {
+            tokenizer,
+            factor: 1.0,
+            source: CalibrationSource::Exact,
+        }
+    }
+
+    /// `counted` scaled by the factor, rounded up. A factor below 1 (or not a number) is
+    /// treated as 1: calibration only ever raises an estimate.
+    pub fn apply(&self, counted: u64) -> u64 {
+        let factor = if self.factor.is_finite() && self.factor > 1.0 {
+            self.factor
+        } else {
+            return counted;
+        };
+        (counted as f64 * factor).ceil() as u64
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Budget {
     pub effective_tokens: u64,
     pub source: MeasurementSource,
     pub breakdown: Breakdown,
     pub limits: Limits,
+    /// How the counted part of `effectiveTokens` was estimated: the tokenizer and the factor
+    /// applied to it. With `source: provider_usage` only the tokens after the anchor are
+    /// counted; with `estimated`, all of them.
+    pub calibration: Calibration,
 }
 
 impl Budget {
     /// Effective tokens: provider usage when a valid anchor exists, else the counted breakdown.
     /// Usage recorded before the latest capsule must not be passed as an anchor (stale-usage
     /// guard); the view only offers usage from entries after the capsule.
-    pub fn measure(limits: Limits, breakdown: Breakdown, anchor: Option<UsageAnchor>) -> Budget {
+    pub fn measure(
+        limits: Limits,
+        breakdown: Breakdown,
+        anchor: Option<UsageAnchor>,
+        calibration: Calibration,
+    ) -> Budget {
         match anchor {
             Some(a) if a.usage.context_tokens() > 0 => Budget {
-                effective_tokens: a.usage.context_tokens() + a.tokens_after,
+                effective_tokens: a.usage.context_tokens() + calibration.apply(a.tokens_after),
                 source: MeasurementSource::ProviderUsage,
                 breakdown,
                 limits,
+                calibration,
             },
             _ => Budget {
-                effective_tokens: breakdown.total(),
+                effective_tokens: calibration.apply(breakdown.total()),
                 source: MeasurementSource::Estimated,
                 breakdown,
                 limits,
+                calibration,
             },
         }
     }
@@ -192,11 +251,44 @@ mod tests {
             },
             tokens_after: 30,
         };
-        let m = Budget::measure(spec_limits(), b, Some(anchor));
+        let exact = Calibration::exact(TokenizerKind::O200kBase);
+        let m = Budget::measure(spec_limits(), b, Some(anchor), exact);
         assert_eq!(m.source, MeasurementSource::ProviderUsage);
         assert_eq!(m.effective_tokens, 580);
-        let e = Budget::measure(spec_limits(), b, None);
+        let e = Budget::measure(spec_limits(), b, None, exact);
         assert_eq!(e.source, MeasurementSource::Estimated);
         assert_eq!(e.effective_tokens, 530);
+    }
+
+    #[test]
+    fn calibration_scales_only_the_counted_tokens_and_never_lowers_them() {
+        let b = Breakdown {
+            new_entries: 1000,
+            ..Breakdown::default()
+        };
+        let anchor = UsageAnchor {
+            usage: Usage {
+                input: 50_000,
+                ..Usage::default()
+            },
+            tokens_after: 1000,
+        };
+        let claude = Calibration {
+            tokenizer: TokenizerKind::O200kBase,
+            factor: 1.15,
+            source: CalibrationSource::Catalog,
+        };
+        let m = Budget::measure(spec_limits(), b, Some(anchor), claude);
+        assert_eq!(m.effective_tokens, 50_000 + 1150, "usage kept, tail scaled");
+        assert_eq!(m.calibration, claude);
+        let e = Budget::measure(spec_limits(), b, None, claude);
+        assert_eq!(e.effective_tokens, 1150);
+        for low in [0.5, 0.0, -1.0, f64::NAN] {
+            let c = Calibration {
+                factor: low,
+                ..claude
+            };
+            assert_eq!(c.apply(1000), 1000, "factor {low} must not lower a count");
+        }
     }
 }

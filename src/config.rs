@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::budget::Limits;
+use crate::budget::{CalibrationSource, Limits};
 use crate::tokens::TokenizerKind;
 use crate::util::did_you_mean;
 
@@ -53,6 +53,18 @@ pub struct ModelDef {
     pub context_window: u64,
     pub max_output_tokens: u64,
     pub tokenizer: TokenizerKind,
+    /// How far the model's bills run above counts with `tokenizer` (≥ 1.0); counted tokens of
+    /// the budget are multiplied by it.
+    pub count_factor: f64,
+    pub count_factor_source: CalibrationSource,
+}
+
+impl ModelDef {
+    /// Count `session` the way this model is billed: its tokenizer and its factor.
+    pub fn configure_counting(&self, session: &mut crate::session::Session) {
+        session.set_tokenizer(self.tokenizer);
+        session.set_count_factor(self.count_factor, self.count_factor_source);
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -241,6 +253,11 @@ pub struct ModelFile {
     pub max_output_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<TokenizerKind>,
+    /// Multiply SOBA's token counts by this (≥ 1.0) to estimate the model's bills, for a model
+    /// whose tokenizer is not public. Default: the catalog's factor (1.15 for Claude), else 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1.0))]
+    pub count_factor: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
@@ -266,9 +283,18 @@ pub struct CatalogModel {
     pub context_window: u64,
     pub max_output_tokens: u64,
     pub tokenizer: TokenizerKind,
+    /// Provider-billed tokens per token counted with `tokenizer`, for models whose tokenizer
+    /// is not public (see [`CLAUDE_COUNT_FACTOR`]); 1.0 when `tokenizer` is the model's own.
+    pub count_factor: f64,
     /// Where the figures come from.
     pub source: &'static str,
 }
+
+/// Anthropic bills about 1/0.87 of what o200k_base counts on the same text: the median ratio of
+/// o200k counts to Claude's reported input on real Claude Code transcripts is 0.87 (range
+/// 0.72–0.95). Applied to the counted tail only, the median factor keeps the budget within 2%
+/// on the transcripts of `../shared/fixtures` (`tests/accuracy.rs`).
+pub const CLAUDE_COUNT_FACTOR: f64 = 1.15;
 
 const O200K: TokenizerKind = TokenizerKind::O200kBase;
 const CL100K: TokenizerKind = TokenizerKind::Cl100kBase;
@@ -281,6 +307,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 400_000,
         max_output_tokens: 128_000,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-5",
     },
     CatalogModel {
@@ -288,6 +315,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 400_000,
         max_output_tokens: 128_000,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-5 mini",
     },
     CatalogModel {
@@ -295,6 +323,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 400_000,
         max_output_tokens: 128_000,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-5-Codex",
     },
     CatalogModel {
@@ -302,6 +331,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 400_000,
         max_output_tokens: 128_000,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-5.1",
     },
     CatalogModel {
@@ -309,6 +339,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 400_000,
         max_output_tokens: 128_000,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-5.1-Codex",
     },
     CatalogModel {
@@ -316,6 +347,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 1_047_576,
         max_output_tokens: 32_768,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-4.1",
     },
     CatalogModel {
@@ -323,6 +355,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 1_047_576,
         max_output_tokens: 32_768,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-4.1 mini",
     },
     CatalogModel {
@@ -330,6 +363,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 128_000,
         max_output_tokens: 16_384,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-4o",
     },
     CatalogModel {
@@ -337,6 +371,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 128_000,
         max_output_tokens: 16_384,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-4o mini",
     },
     CatalogModel {
@@ -344,6 +379,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 100_000,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: o3",
     },
     CatalogModel {
@@ -351,6 +387,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 100_000,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "OpenAI model docs: o4-mini",
     },
     CatalogModel {
@@ -358,6 +395,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 128_000,
         max_output_tokens: 4_096,
         tokenizer: CL100K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-4 Turbo",
     },
     CatalogModel {
@@ -365,6 +403,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 8_192,
         max_output_tokens: 8_192,
         tokenizer: CL100K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-4",
     },
     CatalogModel {
@@ -372,6 +411,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 16_385,
         max_output_tokens: 4_096,
         tokenizer: CL100K,
+        count_factor: 1.0,
         source: "OpenAI model docs: GPT-3.5 Turbo",
     },
     CatalogModel {
@@ -379,6 +419,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 64_000,
         tokenizer: O200K,
+        count_factor: CLAUDE_COUNT_FACTOR,
         source: "Anthropic models overview: Claude Opus 4.5 (tokenizer estimated with o200k_base)",
     },
     CatalogModel {
@@ -386,6 +427,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 64_000,
         tokenizer: O200K,
+        count_factor: CLAUDE_COUNT_FACTOR,
         source:
             "Anthropic models overview: Claude Sonnet 4.5 (tokenizer estimated with o200k_base)",
     },
@@ -394,6 +436,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 64_000,
         tokenizer: O200K,
+        count_factor: CLAUDE_COUNT_FACTOR,
         source: "Anthropic models overview: Claude Haiku 4.5 (tokenizer estimated with o200k_base)",
     },
     CatalogModel {
@@ -401,6 +444,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 32_000,
         tokenizer: O200K,
+        count_factor: CLAUDE_COUNT_FACTOR,
         source: "Anthropic models overview: Claude Opus 4.1 (tokenizer estimated with o200k_base)",
     },
     CatalogModel {
@@ -408,6 +452,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 32_000,
         tokenizer: O200K,
+        count_factor: CLAUDE_COUNT_FACTOR,
         source: "Anthropic models overview: Claude Opus 4 (tokenizer estimated with o200k_base)",
     },
     CatalogModel {
@@ -415,6 +460,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 64_000,
         tokenizer: O200K,
+        count_factor: CLAUDE_COUNT_FACTOR,
         source: "Anthropic models overview: Claude Sonnet 4 (tokenizer estimated with o200k_base)",
     },
     CatalogModel {
@@ -422,6 +468,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 64_000,
         tokenizer: O200K,
+        count_factor: CLAUDE_COUNT_FACTOR,
         source:
             "Anthropic models overview: Claude Sonnet 3.7 (tokenizer estimated with o200k_base)",
     },
@@ -430,6 +477,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 8_192,
         tokenizer: O200K,
+        count_factor: CLAUDE_COUNT_FACTOR,
         source:
             "Anthropic models overview: Claude Sonnet 3.5 (tokenizer estimated with o200k_base)",
     },
@@ -438,6 +486,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 200_000,
         max_output_tokens: 8_192,
         tokenizer: O200K,
+        count_factor: CLAUDE_COUNT_FACTOR,
         source: "Anthropic models overview: Claude Haiku 3.5 (tokenizer estimated with o200k_base)",
     },
     CatalogModel {
@@ -445,6 +494,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 1_048_576,
         max_output_tokens: 65_536,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "Google Gemini models: 2.5 Pro (tokenizer estimated with o200k_base)",
     },
     CatalogModel {
@@ -452,6 +502,7 @@ pub const CATALOG: &[CatalogModel] = &[
         context_window: 1_048_576,
         max_output_tokens: 65_536,
         tokenizer: O200K,
+        count_factor: 1.0,
         source: "Google Gemini models: 2.5 Flash (tokenizer estimated with o200k_base)",
     },
 ];
@@ -484,6 +535,12 @@ fn model_from_catalog(m: &CatalogModel) -> ModelDef {
         context_window: m.context_window,
         max_output_tokens: m.max_output_tokens,
         tokenizer: m.tokenizer,
+        count_factor: m.count_factor,
+        count_factor_source: if m.count_factor > 1.0 {
+            CalibrationSource::Catalog
+        } else {
+            CalibrationSource::Exact
+        },
     }
 }
 
@@ -550,7 +607,13 @@ const COMPACTION_KEYS: &[&str] = &[
     "autoCompactThresholdRatio",
     "timeoutMs",
 ];
-const MODEL_KEYS: &[&str] = &["name", "contextWindow", "maxOutputTokens", "tokenizer"];
+const MODEL_KEYS: &[&str] = &[
+    "name",
+    "contextWindow",
+    "maxOutputTokens",
+    "tokenizer",
+    "countFactor",
+];
 const SUMMARIZER_KEYS: &[&str] = &[
     "provider",
     "baseUrl",
@@ -840,6 +903,13 @@ impl Config {
                 allowed: "must be at least 1 (milliseconds)".into(),
             });
         }
+        if !(m.count_factor.is_finite() && (1.0..=4.0).contains(&m.count_factor)) {
+            return Err(ConfigError::OutOfRange {
+                key: "model.countFactor".into(),
+                value: m.count_factor.to_string(),
+                allowed: "must be a number from 1.0 to 4.0 (a factor below 1 would lower the budget below the count)".into(),
+            });
+        }
         if m.context_window == 0 {
             return Err(ConfigError::OutOfRange {
                 key: "model.contextWindow".into(),
@@ -926,6 +996,9 @@ fn merge_model(into: &mut ModelFile, from: &ModelFile) {
     if from.tokenizer.is_some() {
         into.tokenizer = from.tokenizer;
     }
+    if from.count_factor.is_some() {
+        into.count_factor = from.count_factor;
+    }
 }
 
 fn resolve_model(m: &ModelFile) -> ModelDef {
@@ -940,6 +1013,12 @@ fn resolve_model(m: &ModelFile) -> ModelDef {
         context_window: m.context_window.unwrap_or(base.context_window),
         max_output_tokens: m.max_output_tokens.unwrap_or(base.max_output_tokens),
         tokenizer: m.tokenizer.unwrap_or(base.tokenizer),
+        count_factor: m.count_factor.unwrap_or(base.count_factor),
+        count_factor_source: if m.count_factor.is_some() {
+            CalibrationSource::Config
+        } else {
+            base.count_factor_source
+        },
     }
 }
 

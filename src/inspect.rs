@@ -22,6 +22,9 @@ pub struct BudgetReport {
     pub breakdown: Breakdown,
     pub model: String,
     pub tokenizer: &'static str,
+    /// How the counted tokens were turned into the estimate: the tokenizer, the factor applied
+    /// to what was counted (the provider's own usage is never scaled), and where it comes from.
+    pub calibration: crate::budget::Calibration,
     /// Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     pub summarizer: SummarizerStatus,
 }
@@ -74,7 +77,12 @@ pub fn budget_report(
 ) -> BudgetReport {
     // The kept tally, not a fresh view: the daemon reports the budget after every append.
     let tally = session.tally();
-    let budget = Budget::measure(limits, tally.breakdown(), tally.usage_anchor());
+    let budget = Budget::measure(
+        limits,
+        tally.breakdown(),
+        tally.usage_anchor(),
+        session.calibration(),
+    );
     let last_compaction = tally.capsule().map(|c| {
         let e = session.entry(c);
         let cap = e.as_capsule().expect("capsule");
@@ -99,6 +107,7 @@ pub fn budget_report(
         breakdown: budget.breakdown,
         model: model.to_string(),
         tokenizer: session.tokenizer().as_str(),
+        calibration: budget.calibration,
         summarizer: SummarizerStatus::of(summarizer),
     }
 }

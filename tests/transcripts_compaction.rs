@@ -114,7 +114,7 @@ fn compact_at_several_points(path: &Path) {
     let mut header = imported.header.clone();
     header.model = None;
     let mut log = SessionLog::create(&log_path, header, Durability::Flush).unwrap();
-    log.session_mut().set_tokenizer(config.model.tokenizer);
+    config.model.configure_counting(log.session_mut());
     let mapping = ToolMapping::default();
     let barrier = Barrier {
         config: &config,

@@ -17,7 +17,7 @@ fn open(path: &Path, common: &CommonArgs) -> anyhow::Result<(SessionLog, Config)
     drop(probe);
     let (mut log, report) = SessionLog::open(path, config.durability)?;
     warn_load(path, &report);
-    log.session_mut().set_tokenizer(config.model.tokenizer);
+    config.model.configure_counting(log.session_mut());
     Ok((log, config))
 }
 

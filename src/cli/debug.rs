@@ -38,10 +38,21 @@ pub enum DebugCommand {
         #[arg(long)]
         fsync: bool,
     },
+    /// Replay the request pairs of agent transcripts (files, or folders searched for
+    /// `.jsonl`/`.json`) and print how far SOBA's budget and pi's chars/4 method fall from the
+    /// input the provider reported: median, p90, share under-estimated by more than 2%.
+    Accuracy {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Print each pair as a JSON line instead of the summary.
+        #[arg(long)]
+        pairs: bool,
+    },
 }
 
 pub fn run(command: &DebugCommand) -> anyhow::Result<()> {
     match command {
+        DebugCommand::Accuracy { paths, pairs } => accuracy(paths, *pairs),
         DebugCommand::AppendLoop {
             log,
             seed,
@@ -222,6 +233,99 @@ fn append_loop(
             writeln!(out, "{}", e.id)?;
         }
         out.flush()?;
+    }
+    Ok(())
+}
+
+fn transcript_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut found = Vec::new();
+            for e in std::fs::read_dir(p)? {
+                let e = e?.path();
+                if e.is_dir() {
+                    found.extend(transcript_files(&[e])?);
+                } else if e.extension().is_some_and(|x| x == "jsonl" || x == "json") {
+                    found.push(e);
+                }
+            }
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn accuracy(paths: &[PathBuf], print_pairs: bool) -> anyhow::Result<()> {
+    use crate::accuracy::{model_of, replay, Distribution};
+    use crate::import::{import_str, ImportOptions};
+    let pct = |x: f64| format!("{:+.2}%", x * 100.0);
+    let line = |name: &str, d: Option<Distribution>| match d {
+        Some(d) => println!(
+            "  {name:<9} median {:>8}  p90 {:>8}  worst low {:>8}  under by >2%: {:.1}% of {}",
+            pct(d.median),
+            pct(d.p90),
+            pct(d.worst_low),
+            d.share_low_over_2pct * 100.0,
+            d.pairs
+        ),
+        None => println!("  {name:<9} no comparable requests"),
+    };
+    let (mut soba_all, mut pi_all) = (Vec::new(), Vec::new());
+    for path in transcript_files(paths)? {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        let options = ImportOptions {
+            source_path: path.display().to_string(),
+            default_workspace: "/".into(),
+            default_session_id: "accuracy".into(),
+            now: crate::util::now_rfc3339(),
+        };
+        let import = match import_str(&text, None, &options) {
+            Ok(i) => i,
+            Err(e) => {
+                eprintln!("skipped {}: {e}", path.display());
+                continue;
+            }
+        };
+        let model = model_of(&import)?;
+        let pairs = replay(&import, &model);
+        if print_pairs {
+            for p in &pairs {
+                let mut v = serde_json::to_value(p)?;
+                v["file"] = path.display().to_string().into();
+                println!("{v}");
+            }
+            continue;
+        }
+        let comparable: Vec<_> = pairs.iter().filter(|p| p.comparable()).collect();
+        println!(
+            "{} ({}, counted with {} × {:.2}): {} requests, {} comparable",
+            path.display(),
+            model.name,
+            model.tokenizer.as_str(),
+            model.count_factor,
+            pairs.len(),
+            comparable.len()
+        );
+        line(
+            "SOBA",
+            Distribution::of(comparable.iter().map(|p| p.soba_error())),
+        );
+        line(
+            "pi chars/4",
+            Distribution::of(comparable.iter().map(|p| p.pi_error())),
+        );
+        soba_all.extend(comparable.iter().map(|p| p.soba_error()));
+        pi_all.extend(comparable.iter().map(|p| p.pi_error()));
+    }
+    if !print_pairs {
+        println!("all transcripts:");
+        line("SOBA", Distribution::of(soba_all));
+        line("pi chars/4", Distribution::of(pi_all));
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
-    session.set_tokenizer(config.model.tokenizer);
+    config.model.configure_counting(&mut session);
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let r = budget_report(
         &session,
@@ -45,6 +45,28 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         r.model,
         r.tokenizer
     );
+    let c = r.calibration;
+    let counted = match r.source {
+        crate::budget::MeasurementSource::ProviderUsage => {
+            "estimated: provider usage plus the entries after it"
+        }
+        crate::budget::MeasurementSource::Estimated => "estimated: every entry",
+    };
+    match c.source {
+        crate::budget::CalibrationSource::Exact => {
+            println!("{counted}, counted with {}", c.tokenizer.as_str())
+        }
+        source => println!(
+            "{counted}, counted with {} × {:.2} ({} factor: the model's own tokenizer is not public)",
+            c.tokenizer.as_str(),
+            c.factor,
+            match source {
+                crate::budget::CalibrationSource::Config => "model.countFactor",
+                crate::budget::CalibrationSource::Session => "learned",
+                _ => "catalog",
+            }
+        ),
+    }
     let b = r.breakdown;
     outln!(
         "system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {}",
@@ -77,7 +99,7 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
-    session.set_tokenizer(config.model.tokenizer);
+    config.model.configure_counting(&mut session);
     let r = context_report(&session);
     if common.json {
         return print_json(&r);

@@ -205,7 +205,12 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
     let limits = config.limits();
     let c = &config.compaction;
     let view = ModelView::build(session, leaf);
-    let budget = Budget::measure(limits, view.breakdown(session), view.usage_anchor(session));
+    let budget = Budget::measure(
+        limits,
+        view.breakdown(session),
+        view.usage_anchor(session),
+        session.calibration(),
+    );
     let tokens_before = budget.effective_tokens;
     let no_plan = |outcome, reason: &str| NoPlan {
         outcome,

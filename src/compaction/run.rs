@@ -282,7 +282,12 @@ impl Barrier<'_> {
     /// The budget at the leaf, from the session's kept tally: no view is built.
     pub fn measure(&self, s: &Session) -> Budget {
         let t = s.tally();
-        Budget::measure(self.config.limits(), t.breakdown(), t.usage_anchor())
+        Budget::measure(
+            self.config.limits(),
+            t.breakdown(),
+            t.usage_anchor(),
+            s.calibration(),
+        )
     }
 
     /// What the preflight barrier would do at the leaf. Constant time while ordinary appends

@@ -104,6 +104,7 @@ mod tests {
                 ..Breakdown::default()
             },
             None,
+            crate::budget::Calibration::exact(crate::tokens::TokenizerKind::O200kBase),
         )
     }
 

@@ -356,9 +356,9 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         closing: None,
     };
     actor
-        .log
-        .session_mut()
-        .set_tokenizer(actor.config.model.tokenizer);
+        .config
+        .model
+        .configure_counting(actor.log.session_mut());
     actor.status.send_replace(actor.snapshot());
     let status = actor.status.subscribe();
     tokio::spawn(actor.run(rx));

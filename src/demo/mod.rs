@@ -64,7 +64,7 @@ pub fn run<'a>(
         source: None,
     };
     let mut log = SessionLog::create(log_path, header, Durability::Flush)?;
-    log.session_mut().set_tokenizer(config.model.tokenizer);
+    config.model.configure_counting(log.session_mut());
     let mut host = SimulatedHost::new(
         log,
         config,

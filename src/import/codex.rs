@@ -5,6 +5,10 @@
 //! in file order. `event_msg` payloads mostly repeat them for the UI and are skipped, except
 //! `token_count`, whose `last_token_usage` is attached to the latest assistant entry of the
 //! response it measures, and whose `model_context_window` becomes the header's context window.
+//! Current Codex writes `token_count` after the items of its response; the 0.40 era wrote it
+//! before them (streamed events first, items when the response completed). A file whose first
+//! measured `token_count` comes before any reply of its turn is read in that order: each usage
+//! waits for the items that follow it and lands on the last assistant entry of that response.
 //! `compacted` records become `foreign_compaction` entries.
 
 use std::collections::HashMap;
@@ -43,6 +47,8 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
         builder: EntryBuilder::new(Format::Codex, &options.now),
         header: HeaderInfo::new(Format::Codex, options),
         usage_target: None,
+        usage_leads: None,
+        leading: None,
         last_context_tokens: None,
         tool_names: HashMap::new(),
     };
@@ -58,6 +64,11 @@ struct Reader {
     header: HeaderInfo,
     /// The latest assistant entry that has no usage yet: where the next `token_count` goes.
     usage_target: Option<String>,
+    /// Whether this file writes `token_count` before the items of its response (0.40 era);
+    /// decided by the first `token_count` that carries usage.
+    usage_leads: Option<bool>,
+    /// In that order: the usage of the response being read, and the entry holding it so far.
+    leading: Option<(Usage, Option<String>)>,
     /// Context size after the latest measured inference, for a following compaction.
     last_context_tokens: Option<u64>,
     /// Tool call id → tool name, for results.
@@ -113,6 +124,12 @@ impl Reader {
     }
 
     fn push(&mut self, ts: Option<&str>, source_id: &str, body: EntryBody) -> String {
+        // Anything but a reply ends the response a leading usage measured.
+        self.leading = None;
+        self.push_entry(ts, source_id, body)
+    }
+
+    fn push_entry(&mut self, ts: Option<&str>, source_id: &str, body: EntryBody) -> String {
         let parent = self.builder.last_id();
         self.builder.push(parent, Some(source_id), ts, body)
     }
@@ -120,7 +137,21 @@ impl Reader {
     fn push_assistant(&mut self, ts: Option<&str>, source_id: &str, content: Vec<ContentBlock>) {
         let mut m = message(Role::Assistant, content);
         m.model = self.header.model_name.clone();
-        let id = self.push(ts, source_id, EntryBody::Message(m));
+        let leading = self.leading.take();
+        if let Some((usage, _)) = leading {
+            m.usage = Some(usage);
+        }
+        let id = self.push_entry(ts, source_id, EntryBody::Message(m));
+        if let Some((usage, holder)) = leading {
+            // The usage moves to the response's latest entry, where the view's anchor wants it.
+            if let Some(EntryBody::Message(held)) = holder
+                .and_then(|h| self.builder.entry_mut(&h))
+                .map(|e| &mut e.body)
+            {
+                held.usage = None;
+            }
+            self.leading = Some((usage, Some(id.clone())));
+        }
         self.usage_target = Some(id);
     }
 
@@ -268,6 +299,15 @@ impl Reader {
         };
         let Some(usage) = nonzero(usage) else { return };
         self.last_context_tokens = Some(usage.context_tokens());
+        // The first measurement, before any reply of its turn: usage leads its response.
+        let leads = *self
+            .usage_leads
+            .get_or_insert_with(|| self.usage_target.is_none());
+        if leads {
+            self.usage_target = None;
+            self.leading = Some((usage, None));
+            return;
+        }
         // A repeated token_count with no new response since carries nothing new.
         if let Some(target) = self.usage_target.take() {
             if let Some(EntryBody::Message(m)) =

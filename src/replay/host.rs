@@ -174,6 +174,7 @@ impl<'a> SimulatedHost<'a> {
             self.config.limits(),
             view.breakdown(s),
             view.usage_anchor(s),
+            s.calibration(),
         )
         .effective_tokens
     }
@@ -254,6 +255,7 @@ impl<'a> SimulatedHost<'a> {
                         self.config.limits(),
                         view.breakdown(s),
                         view.usage_anchor(s),
+                        s.calibration(),
                     );
                     let step = Step {
                         index: self.timeline.steps.len(),

@@ -64,7 +64,7 @@ pub fn replay<'a>(
         mut on_progress,
     } = observers;
     let mut log = SessionLog::create(log_path, import.header.clone(), Durability::Flush)?;
-    log.session_mut().set_tokenizer(config.model.tokenizer);
+    config.model.configure_counting(log.session_mut());
     let title = match &import.header.source {
         Some(src) => format!("Replay of {} ({})", src.path, src.format),
         None => format!("Replay of session {}", import.header.id),

@@ -12,6 +12,7 @@ pub mod view;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use crate::budget::{Calibration, CalibrationSource};
 use crate::tokens::{entry_tokens, TokenizerKind};
 use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
 
@@ -47,6 +48,8 @@ pub struct Session {
     /// Counted (system, tools) text of setting entries.
     overhead_tokens: Vec<OnceLock<(u32, u32)>>,
     tokenizer: TokenizerKind,
+    /// The factor counts are raised by for the model (see [`Session::calibration`]).
+    count_factor: (f64, CalibrationSource),
     leaf: Option<u32>,
     /// Budget and turn facts at the leaf; empty until first asked for, and after an entry
     /// that reshapes the view.
@@ -66,6 +69,7 @@ impl Session {
             tokens: Vec::new(),
             overhead_tokens: Vec::new(),
             tokenizer,
+            count_factor: (1.0, CalibrationSource::Exact),
             leaf: None,
             tally: OnceLock::new(),
         }
@@ -82,6 +86,22 @@ impl Session {
             self.tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
             self.overhead_tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
             self.tally = OnceLock::new();
+        }
+    }
+
+    /// The factor the model's bills run above SOBA's counts with this tokenizer (1.0 when the
+    /// tokenizer is the model's own), and where it comes from.
+    pub fn set_count_factor(&mut self, factor: f64, source: CalibrationSource) {
+        self.count_factor = (factor, source);
+    }
+
+    /// How counted tokens become the budget's estimate: the tokenizer and the model's factor.
+    pub fn calibration(&self) -> Calibration {
+        let (factor, source) = self.count_factor;
+        Calibration {
+            tokenizer: self.tokenizer,
+            factor,
+            source,
         }
     }
 

@@ -188,8 +188,15 @@ impl Tally {
         self.breakdown.new_entries += added;
         match usage {
             Some(usage) if role == Role::Assistant && !self.usage_ignored => {
+                // Logged before the anchor, so only the synthetic results stand after it
+                // (see `ModelView::usage_anchor_at`).
                 self.anchor = Some((idx, usage));
-                self.tokens_after_anchor = added - own;
+                self.tokens_after_anchor = self
+                    .unanswered
+                    .iter()
+                    .filter(|u| u.part == ViewPart::New)
+                    .map(|u| u.tokens)
+                    .sum();
             }
             _ if self.anchor.is_some() => self.tokens_after_anchor += added,
             _ => {}
@@ -222,9 +229,13 @@ impl Tally {
             ViewPart::New => self.breakdown.new_entries -= call.tokens,
         }
         self.breakdown.new_entries += tokens;
-        // The result takes the synthetic one's place, right after its call.
-        if self.anchor.is_some_and(|(a, _)| call.call_entry >= a) {
-            self.tokens_after_anchor = self.tokens_after_anchor - call.tokens + tokens;
+        // The result takes the synthetic one's place, right after its call. Logged after the
+        // anchor whatever the call's place in the view, it counts after it.
+        if self.anchor.is_some() {
+            if call.part == ViewPart::New {
+                self.tokens_after_anchor -= call.tokens;
+            }
+            self.tokens_after_anchor += tokens;
         }
         true
     }
@@ -279,6 +290,11 @@ mod tests {
             ids: Vec<u8>,
             usage: Option<u64>,
         },
+        /// One response logged as one assistant entry per call, usage on the last (Codex).
+        Parallel {
+            ids: Vec<u8>,
+            usage: Option<u64>,
+        },
         Result {
             id: u8,
             words: usize,
@@ -310,7 +326,8 @@ mod tests {
         prop_oneof![
             4 => (any::<bool>(), 0usize..60).prop_map(|(s, w)| Step::User { synthetic: s && w % 5 == 0, words: w }),
             3 => (0usize..80, usage.clone()).prop_map(|(words, usage)| Step::Assistant { words, usage }),
-            4 => (proptest::collection::vec(0u8..12, 1..3), usage).prop_map(|(ids, usage)| Step::Calls { ids, usage }),
+            4 => (proptest::collection::vec(0u8..12, 1..3), usage.clone()).prop_map(|(ids, usage)| Step::Calls { ids, usage }),
+            3 => (proptest::collection::vec(0u8..12, 2..5), usage).prop_map(|(ids, usage)| Step::Parallel { ids, usage }),
             5 => (0u8..12, 0usize..400).prop_map(|(id, words)| Step::Result { id, words }),
             1 => (any::<bool>(), any::<bool>()).prop_map(|(consume, milestone)| Step::Intent { consume, milestone }),
             1 => (any::<bool>(), any::<bool>()).prop_map(|(overflow, failed)| Step::Compaction { overflow, failed }),
@@ -386,6 +403,22 @@ mod tests {
                     model: None,
                     synthetic: false,
                 }));
+            }
+            Step::Parallel { ids, usage: u } => {
+                for (n, id) in ids.iter().enumerate() {
+                    calls.push(format!("c{id}"));
+                    b.push(EntryBody::Message(MessageEntry {
+                        role: Role::Assistant,
+                        content: vec![ContentBlock::ToolCall {
+                            id: format!("c{id}"),
+                            name: "Bash".into(),
+                            input: serde_json::json!({"command": words(*id as usize)}),
+                        }],
+                        usage: u.filter(|_| n + 1 == ids.len()).map(usage),
+                        model: None,
+                        synthetic: false,
+                    }));
+                }
             }
             Step::Result { id, words: w } => {
                 b.result(&format!("c{id}"), &words(*w));
@@ -496,6 +529,91 @@ mod tests {
                 prop_assert_eq!(kept.facts(), &turn_facts(&b.session, b.session.leaf()));
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Whatever order the view puts entries in, the estimate is never below the anchor's
+        /// usage plus the exact count of every entry of the input logged after the anchor.
+        #[test]
+        fn the_estimate_never_drops_below_the_anchor_plus_everything_logged_after_it(
+            steps in proptest::collection::vec(step(), 1..60),
+        ) {
+            let mut b = Builder::new();
+            let mut calls = Vec::new();
+            b.user("start");
+            let limits = crate::budget::Limits::compute(
+                1_000_000,
+                8_000,
+                &crate::config::CompactionConfig::default(),
+            )
+            .unwrap();
+            for s in &steps {
+                run(&mut b, s, &mut calls);
+                let view = ModelView::build(&b.session, b.session.leaf());
+                let Some((at, anchor)) = view.usage_anchor_at(&b.session) else {
+                    continue;
+                };
+                let logged_after: u64 = view
+                    .slots
+                    .iter()
+                    .filter(|slot| matches!(slot.item, ViewItem::Entry(i) if i > at))
+                    .map(|slot| ModelView::slot_tokens(&b.session, slot))
+                    .sum();
+                let floor = anchor.usage.context_tokens() + logged_after;
+                let tally = b.session.tally();
+                let budget = crate::budget::Budget::measure(
+                    limits,
+                    tally.breakdown(),
+                    tally.usage_anchor(),
+                    b.session.calibration(),
+                );
+                if anchor.usage.context_tokens() > 0 {
+                    prop_assert!(
+                        budget.effective_tokens >= floor,
+                        "after {:?}: {} < {}",
+                        s,
+                        budget.effective_tokens,
+                        floor
+                    );
+                }
+            }
+        }
+    }
+
+    /// Codex logs one assistant entry per parallel call with the usage on the last; the view
+    /// puts each result after its call, before the anchor. Every result still counts.
+    #[test]
+    fn results_of_every_parallel_call_count_after_the_anchor() {
+        let mut b = Builder::new();
+        b.user("start");
+        for (n, id) in ["c1", "c2", "c3"].iter().enumerate() {
+            b.push(EntryBody::Message(MessageEntry {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolCall {
+                    id: (*id).into(),
+                    name: "Bash".into(),
+                    input: serde_json::json!({"command": "ls"}),
+                }],
+                usage: (n == 2).then(|| usage(10_000)),
+                model: None,
+                synthetic: false,
+            }));
+        }
+        let results: Vec<String> = ["c1", "c2", "c3"]
+            .iter()
+            .map(|id| b.result(id, &words(500)))
+            .collect();
+        let s = &b.session;
+        let counted: u64 = results
+            .iter()
+            .map(|id| s.tokens_of(s.index_of(id).unwrap()))
+            .sum();
+        let anchor = s.tally().usage_anchor().expect("usage on the last call");
+        assert_eq!(anchor.tokens_after, counted, "all three results count");
+        let view = ModelView::build(s, s.leaf());
+        assert_eq!(view.usage_anchor(s), Some(anchor));
     }
 
     #[test]

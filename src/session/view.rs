@@ -221,31 +221,48 @@ impl ModelView {
     }
 
     /// [`Self::usage_anchor`], with the index of the entry that carried the usage.
+    ///
+    /// "After" is log order, not view order: the view moves each tool result next to its call,
+    /// so when one response is logged as several assistant entries (one per parallel call,
+    /// usage on the last), the results of the earlier calls sit before the anchor in the view
+    /// although the provider never saw them. Every entry logged after the anchor counts, and so
+    /// does every synthetic result of the new part (no provider input held it as written).
     pub fn usage_anchor_at(&self, session: &Session) -> Option<(usize, UsageAnchor)> {
         let oldest_foreign_compaction = self.oldest_foreign_compaction(session);
-        let mut after = 0;
-        for slot in self.slots.iter().rev() {
-            if slot.part != ViewPart::New {
-                break;
-            }
-            if let ViewItem::Entry(i) = slot.item {
-                // Parents precede children in the file, so on one branch a larger index is newer.
-                let measured_foreign_context = oldest_foreign_compaction.is_some_and(|fc| i > fc);
-                if let EntryBody::Message(m) = &session.entry(i).body {
-                    if let Some(usage) = m.usage.filter(|_| !measured_foreign_context) {
-                        if m.role == Role::Assistant {
-                            let anchor = UsageAnchor {
-                                usage,
-                                tokens_after: after,
-                            };
-                            return Some((i, anchor));
-                        }
-                    }
-                }
-            }
-            after += Self::slot_tokens(session, slot);
-        }
-        None
+        // Parents precede children in the file, so on one branch a larger index is newer.
+        let anchor = self
+            .slots
+            .iter()
+            .filter(|s| s.part == ViewPart::New)
+            .filter_map(|s| match s.item {
+                ViewItem::Entry(i) => Some(i),
+                _ => None,
+            })
+            .filter(|&i| oldest_foreign_compaction.is_none_or(|fc| i < fc))
+            .filter_map(|i| match &session.entry(i).body {
+                EntryBody::Message(m) if m.role == Role::Assistant => m.usage.map(|u| (i, u)),
+                _ => None,
+            })
+            .max_by_key(|&(i, _)| i)?;
+        let (at, usage) = anchor;
+        let tokens_after = self
+            .slots
+            .iter()
+            .filter(|s| s.part == ViewPart::New)
+            .filter(|s| match s.item {
+                ViewItem::Entry(i) => i > at,
+                ViewItem::InterruptedResult { .. } => true,
+                ViewItem::Capsule(_) => false,
+            })
+            .map(|s| Self::slot_tokens(session, s))
+            .sum();
+        Some((
+            at,
+            UsageAnchor {
+                usage,
+                tokens_after,
+            },
+        ))
     }
 
     /// The oldest `foreign_compaction` between the latest capsule (or the root) and the leaf.

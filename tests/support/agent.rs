@@ -195,6 +195,7 @@ impl Agent {
             self.config.limits(),
             view.breakdown(s),
             view.usage_anchor(s),
+            s.calibration(),
         )
         .effective_tokens
     }

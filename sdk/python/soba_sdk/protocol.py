@@ -84,6 +84,9 @@ class BudgetChangedNotification(TypedDict):
     breakdown: Breakdown
     model: str
     tokenizer: str
+    # How the counted tokens were turned into the estimate: the tokenizer, the factor applied
+    # to what was counted (the provider's own usage is never scaled), and where it comes from.
+    calibration: Calibration
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     summarizer: SummarizerStatus
     compacting: bool
@@ -112,6 +115,9 @@ class BudgetReport(TypedDict):
     breakdown: Breakdown
     model: str
     tokenizer: str
+    # How the counted tokens were turned into the estimate: the tokenizer, the factor applied
+    # to what was counted (the provider's own usage is never scaled), and where it comes from.
+    calibration: Calibration
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     summarizer: SummarizerStatus
     compacting: bool
@@ -135,9 +141,22 @@ class BudgetResult(TypedDict):
     breakdown: Breakdown
     model: str
     tokenizer: str
+    # How the counted tokens were turned into the estimate: the tokenizer, the factor applied
+    # to what was counted (the provider's own usage is never scaled), and where it comes from.
+    calibration: Calibration
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     summarizer: SummarizerStatus
     compacting: bool
+
+
+class Calibration(TypedDict):
+    """How counted tokens become an estimate of what the provider will bill: SOBA counts with
+    `tokenizer`, and multiplies what it counted (never the provider's own usage) by `factor`."""
+
+    tokenizer: TokenizerKind
+    # ≥ 1.0: a count is never lowered.
+    factor: float
+    source: CalibrationSource
 
 
 class CancelParams(TypedDict):
@@ -668,6 +687,10 @@ BreakerState = Union[BreakerStateClosed, BreakerStateOpen, BreakerStateHalfOpen]
 """What the budget output shows."""
 
 
+CalibrationSource = Union[Literal["exact"], Literal["catalog"], Literal["config"], Literal["session"]]
+"""Where a calibration factor comes from."""
+
+
 CheckpointKind = Literal["milestone", "plan_pivot"]
 
 
@@ -697,6 +720,9 @@ Quality = Union[Literal["model"], Literal["degraded"]]
 
 
 Role = Literal["user", "assistant", "system"]
+
+
+TokenizerKind = Union[Literal["o200k_base"], Literal["cl100k_base"]]
 
 
 Trigger = Literal["hard_limit", "milestone", "plan_pivot", "turn_complete", "auto_threshold", "user", "context_overflow", "handoff"]

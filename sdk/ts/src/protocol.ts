@@ -84,10 +84,29 @@ export type BudgetReport = {
   breakdown: Breakdown;
   model: string;
   tokenizer: string;
+  /**
+   * How the counted tokens were turned into the estimate: the tokenizer, the factor applied
+   * to what was counted (the provider's own usage is never scaled), and where it comes from.
+   */
+  calibration: Calibration;
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
   summarizer: SummarizerStatus;
   compacting: boolean;
 };
+
+/**
+ * How counted tokens become an estimate of what the provider will bill: SOBA counts with
+ * `tokenizer`, and multiplies what it counted (never the provider's own usage) by `factor`.
+ */
+export type Calibration = {
+  tokenizer: TokenizerKind;
+  /** ≥ 1.0: a count is never lowered. */
+  factor: number;
+  source: CalibrationSource;
+};
+
+/** Where a calibration factor comes from. */
+export type CalibrationSource = "exact" | "catalog" | "config" | "session";
 
 export type CapsuleSummary = {
   checkpointId: string;
@@ -289,6 +308,8 @@ export type SummarizerStatus = {
   breaker?: BreakerState | null;
 };
 
+export type TokenizerKind = "o200k_base" | "cl100k_base";
+
 export type ToolResultEntry = {
   callId: string;
   toolName?: string | null;
@@ -354,6 +375,11 @@ export type BudgetResult = {
   breakdown: Breakdown;
   model: string;
   tokenizer: string;
+  /**
+   * How the counted tokens were turned into the estimate: the tokenizer, the factor applied
+   * to what was counted (the provider's own usage is never scaled), and where it comes from.
+   */
+  calibration: Calibration;
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
   summarizer: SummarizerStatus;
   compacting: boolean;
@@ -378,6 +404,11 @@ export type BudgetChangedNotification = {
   breakdown: Breakdown;
   model: string;
   tokenizer: string;
+  /**
+   * How the counted tokens were turned into the estimate: the tokenizer, the factor applied
+   * to what was counted (the provider's own usage is never scaled), and where it comes from.
+   */
+  calibration: Calibration;
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
   summarizer: SummarizerStatus;
   compacting: boolean;

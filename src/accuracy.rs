@@ -1,0 +1,260 @@
+//! How close SOBA's budget comes to what the provider reported, over a real transcript.
+//!
+//! Every assistant message with provider usage closes one inference; the request that produced
+//! it held everything logged before the response began. Replaying the transcript, each such
+//! request gives a pair: SOBA's estimate of the input at the response's parent (the same
+//! arithmetic as the live budget: anchor, counted tail, calibration) and the input the provider
+//! reported. Beside it, pi's method on the same state: the last usage plus ⌈chars/4⌉ of every
+//! message after it. Pure: the caller reads the files.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::budget::Breakdown;
+use crate::config::{Config, ConfigError, ModelDef, Overrides};
+use crate::import::ImportResult;
+use crate::session::entry::{ContentBlock, Entry, EntryBody, Role};
+use crate::session::view::ModelView;
+use crate::session::Session;
+
+/// One request of the transcript: what SOBA and pi's method estimated, what the provider said.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pair {
+    /// The entry that carried the provider usage.
+    pub entry_id: String,
+    /// Input tokens the provider reported for the request (cache included).
+    pub reported: u64,
+    pub soba: u64,
+    pub pi_chars4: u64,
+    /// The estimate rests on an earlier provider usage of the same context. Without one (the
+    /// first request, or the first after the agent's own compaction) the estimate counts only
+    /// what the transcript holds, and transcripts leave out the system prompt and the tool
+    /// schemas.
+    pub anchored: bool,
+    /// The anchor's context tokens and SOBA's uncalibrated count of what follows it, when
+    /// anchored: `reported - anchorContext` is the provider's count of the same content.
+    pub anchor_context: Option<u64>,
+    pub counted_tail: u64,
+    /// The source agent compacted its own context earlier on this branch: it sent its
+    /// compacted context, which SOBA's view (the whole history) does not model.
+    pub after_foreign_compaction: bool,
+}
+
+impl Pair {
+    /// The transcript holds what the request held: an anchored estimate, no compaction of
+    /// the source agent's own in between. The accuracy target applies to these.
+    pub fn comparable(&self) -> bool {
+        self.anchored && !self.after_foreign_compaction
+    }
+
+    /// `(estimate - reported) / reported`: negative when the estimate is low.
+    pub fn soba_error(&self) -> f64 {
+        relative(self.soba, self.reported)
+    }
+
+    pub fn pi_error(&self) -> f64 {
+        relative(self.pi_chars4, self.reported)
+    }
+}
+
+fn relative(estimate: u64, reported: u64) -> f64 {
+    (estimate as f64 - reported as f64) / reported.max(1) as f64
+}
+
+/// The imported session as SOBA holds it, counted for `model` (its tokenizer and factor).
+pub fn session_of(import: &ImportResult, model: &ModelDef) -> Session {
+    let mut session = Session::new(import.header.clone(), model.tokenizer);
+    model.configure_counting(&mut session);
+    for e in &import.entries {
+        // Imports are checked trees; an entry the tree refuses is left out of the replay.
+        let _ = session.push(e.clone());
+    }
+    session
+}
+
+/// The model an imported transcript ran on, resolved as `soba budget` resolves it with no
+/// configuration files: the catalog's figures for the name the transcript records.
+pub fn model_of(import: &ImportResult) -> Result<ModelDef, ConfigError> {
+    Ok(Config::resolve(&[], import.header.model.as_ref(), &Overrides::default())?.model)
+}
+
+/// The transcript cut at the source agent's own compactions. After one, the agent sent its
+/// compacted context, which a view of the whole history does not model; replayed from the
+/// compaction on (its children become roots), the requests after it are measured like any
+/// other: their anchors carry the compacted context. Each entry goes to the segment of the
+/// nearest compaction above it, or to the first segment when none is.
+pub fn segments(import: &ImportResult) -> Vec<ImportResult> {
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    // For each entry: the nearest foreign compaction above it.
+    let mut segment_of: Vec<Option<usize>> = Vec::with_capacity(import.entries.len());
+    let mut order: Vec<Option<usize>> = vec![None];
+    let mut grouped: HashMap<Option<usize>, Vec<Entry>> = HashMap::new();
+    for (i, e) in import.entries.iter().enumerate() {
+        index.insert(e.id.as_str(), i);
+        let parent = e.parent_id.as_deref().and_then(|p| index.get(p).copied());
+        let (segment, root) = match parent {
+            Some(p) if matches!(import.entries[p].body, EntryBody::ForeignCompaction(_)) => {
+                (Some(p), true)
+            }
+            Some(p) => (segment_of[p], false),
+            None => (None, false),
+        };
+        segment_of.push(segment);
+        if matches!(e.body, EntryBody::ForeignCompaction(_)) {
+            order.push(Some(i));
+            continue;
+        }
+        let mut e = e.clone();
+        if root {
+            e.parent_id = None;
+        }
+        grouped.entry(segment).or_default().push(e);
+    }
+    order
+        .into_iter()
+        .filter_map(|k| grouped.remove(&k))
+        .filter(|entries| entries.iter().any(Entry::is_model_visible))
+        .map(|entries| ImportResult {
+            header: import.header.clone(),
+            entries,
+            report: import.report.clone(),
+        })
+        .collect()
+}
+
+/// Every request pair of an imported transcript, segment by segment (see [`segments`]),
+/// counted for `model`.
+pub fn replay(import: &ImportResult, model: &ModelDef) -> Vec<Pair> {
+    segments(import)
+        .iter()
+        .flat_map(|segment| pairs(&session_of(segment, model)))
+        .collect()
+}
+
+/// The request pairs of `session`, with SOBA's estimate as the live budget makes it.
+pub fn pairs(session: &Session) -> Vec<Pair> {
+    let mut out = Vec::new();
+    for idx in 0..session.len() {
+        let e = session.entry(idx);
+        let Some(usage) = assistant_usage(e) else {
+            continue;
+        };
+        if usage.prompt_tokens() == 0 {
+            continue;
+        }
+        let request_leaf = response_start(session, idx).and_then(|s| session.parent_of(s));
+        let view = ModelView::build(session, request_leaf);
+        let anchor = view
+            .usage_anchor(session)
+            .filter(|a| a.usage.context_tokens() > 0);
+        let cal = session.calibration();
+        let breakdown: Breakdown = view.breakdown(session);
+        let soba = match anchor {
+            Some(a) => a.usage.context_tokens() + cal.apply(a.tokens_after),
+            None => cal.apply(breakdown.total()),
+        };
+        out.push(Pair {
+            entry_id: e.id.clone(),
+            reported: usage.prompt_tokens(),
+            soba,
+            pi_chars4: pi_estimate(session, request_leaf),
+            anchored: anchor.is_some(),
+            anchor_context: anchor.map(|a| a.usage.context_tokens()),
+            counted_tail: anchor.map_or(breakdown.total(), |a| a.tokens_after),
+            after_foreign_compaction: view.oldest_foreign_compaction(session).is_some(),
+        });
+    }
+    out
+}
+
+fn assistant_usage(e: &Entry) -> Option<crate::session::entry::Usage> {
+    match &e.body {
+        EntryBody::Message(m) if m.role == Role::Assistant => m.usage,
+        _ => None,
+    }
+}
+
+/// The first entry of the response that ends at `idx`: its run of assistant entries without
+/// usage of their own (a response logged as one entry per block or per call).
+fn response_start(session: &Session, idx: usize) -> Option<usize> {
+    let mut start = idx;
+    while let Some(p) = session.parent_of(start) {
+        match &session.entry(p).body {
+            EntryBody::Message(m) if m.role == Role::Assistant && m.usage.is_none() => start = p,
+            EntryBody::Message(_) | EntryBody::ToolResult(_) => break,
+            // Bookkeeping entries between the blocks of one response.
+            _ => start = p,
+        }
+    }
+    Some(start)
+}
+
+/// pi's estimate of the context at `leaf`: the newest assistant usage on the branch
+/// (input + output + cache) plus ⌈chars/4⌉ of every message after it; ⌈chars/4⌉ of everything
+/// when no usage exists.
+pub fn pi_estimate(session: &Session, leaf: Option<usize>) -> u64 {
+    let Some(leaf) = leaf else { return 0 };
+    let mut tail = 0;
+    for i in session.branch(leaf).into_iter().rev() {
+        let e = session.entry(i);
+        if let Some(u) = assistant_usage(e).filter(|u| u.context_tokens() > 0) {
+            return u.context_tokens() + tail;
+        }
+        tail += chars(e).div_ceil(4);
+    }
+    tail
+}
+
+fn chars(e: &Entry) -> u64 {
+    let blocks = |content: &[ContentBlock]| -> u64 {
+        content
+            .iter()
+            .map(|b| match b {
+                ContentBlock::Text { text } => text.chars().count() as u64,
+                ContentBlock::Thinking { thinking } => thinking.chars().count() as u64,
+                ContentBlock::ToolCall { name, input, .. } => {
+                    (name.chars().count() + input.to_string().chars().count()) as u64
+                }
+                // pi estimates an image at 4800 characters (1200 tokens).
+                ContentBlock::Image { .. } => 4800,
+            })
+            .sum()
+    };
+    match &e.body {
+        EntryBody::Message(m) => blocks(&m.content),
+        EntryBody::ToolResult(r) => blocks(&r.content),
+        _ => 0,
+    }
+}
+
+/// Median, 90th percentile and share of pairs under-estimated by more than 2%.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Distribution {
+    pub pairs: usize,
+    pub median: f64,
+    pub p90: f64,
+    /// The lowest error (most under-estimated).
+    pub worst_low: f64,
+    pub share_low_over_2pct: f64,
+}
+
+impl Distribution {
+    pub fn of(errors: impl IntoIterator<Item = f64>) -> Option<Distribution> {
+        let mut e: Vec<f64> = errors.into_iter().collect();
+        if e.is_empty() {
+            return None;
+        }
+        e.sort_by(f64::total_cmp);
+        let at = |q: f64| e[((e.len() - 1) as f64 * q).round() as usize];
+        Some(Distribution {
+            pairs: e.len(),
+            median: at(0.5),
+            p90: at(0.9),
+            worst_low: e[0],
+            share_low_over_2pct: e.iter().filter(|&&x| x < -0.02).count() as f64 / e.len() as f64,
+        })
+    }
+}

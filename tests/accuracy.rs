@@ -1,0 +1,285 @@
+//! SOBA's budget against the input the provider reported, on the real transcripts of
+//! `../shared/fixtures/transcripts`: requests replayed in order, SOBA's estimate before each one
+//! against the usage its response carried.
+
+mod common;
+
+use std::path::Path;
+
+use serde_json::Value;
+use soba::accuracy::{self, model_of, pairs, segments, session_of, Distribution, Pair};
+use soba::import::{import_str, ImportOptions, ImportResult};
+use soba::session::entry::{EntryBody, Role};
+use soba::session::view::{ModelView, ViewItem, ViewPart};
+
+fn import(path: &Path) -> ImportResult {
+    let text = std::fs::read_to_string(path).unwrap();
+    let options = ImportOptions {
+        source_path: path.display().to_string(),
+        default_workspace: "/w".into(),
+        default_session_id: "s".into(),
+        now: "2026-01-01T00:00:00Z".into(),
+    };
+    import_str(&text, None, &options).unwrap()
+}
+
+fn replay(path: &Path) -> Vec<Pair> {
+    let import = import(path);
+    let model = model_of(&import).unwrap();
+    accuracy::replay(&import, &model)
+}
+
+fn transcripts() -> Vec<std::path::PathBuf> {
+    let Some(dir) = common::transcripts_dir() else {
+        return Vec::new();
+    };
+    let mut files = Vec::new();
+    for sub in ["codex", "claude-code", "pi", "openai-chat"] {
+        for f in std::fs::read_dir(dir.join(sub)).unwrap() {
+            files.push(f.unwrap().path());
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Requests still under-estimated by more than 2%: tails whose content the model's tokenizer
+/// splits finer than the catalog factor allows (a session-learned ratio, not built yet, brings
+/// 7 of these 14 within 2% on replay; the rest are each the first measured request of their
+/// session), and one request whose transcript lacks content the agent sent
+/// (`agentcmd-session-four.jsonl e11`: 13k tokens of the request are in no record). Listed so
+/// that any new under-estimate fails this test.
+const KNOWN_LOW: &[&str] = &[
+    "agentcmd-interrupted-calls.jsonl e14",
+    "agentcmd-interrupted-calls.jsonl e39",
+    "agentcmd-rollout-v0.40.jsonl e16",
+    "agentcmd-rollout-v0.40.jsonl e19",
+    "agentcmd-rollout-v0.40.jsonl e40",
+    "agentcmd-session-four.jsonl e11",
+    "agentcmd-session-four.jsonl e24",
+    "mini-swe-agent-astropy-12907.traj.json e7",
+    "pi-mono-large-session.jsonl e13",
+    "pi-mono-large-session.jsonl e27",
+    "pi-mono-large-session.jsonl e8",
+    "pi-mono-two-compactions.jsonl e369",
+    "pi-mono-two-compactions.jsonl e5",
+    "pi-mono-two-compactions.jsonl e705",
+];
+
+/// The accuracy target, where the transcript holds what the request held (an anchored
+/// estimate; a source agent's own compaction starts a new segment): the median error within
+/// ±1%, under 1% of requests under-estimated by more than 2%, and no request under-estimated
+/// by more than 2% beyond the known ones above.
+#[test]
+fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent() {
+    let mut low = Vec::new();
+    let mut all = Vec::new();
+    for path in transcripts() {
+        let pairs = replay(&path);
+        let comparable: Vec<&Pair> = pairs.iter().filter(|p| p.comparable()).collect();
+        assert!(
+            comparable.len() * 10 >= pairs.len() * 9,
+            "{}: only {} of {} requests comparable",
+            path.display(),
+            comparable.len(),
+            pairs.len()
+        );
+        for p in comparable {
+            all.push(p.soba_error());
+            if p.soba_error() < -0.02 {
+                low.push(format!(
+                    "{} {}",
+                    path.file_name().unwrap().to_string_lossy(),
+                    p.entry_id,
+                ));
+                eprintln!(
+                    "{}: reported {}, SOBA {} ({:+.1}%)",
+                    low.last().unwrap(),
+                    p.reported,
+                    p.soba,
+                    p.soba_error() * 100.0
+                );
+            }
+        }
+    }
+    let Some(d) = Distribution::of(all) else {
+        return;
+    };
+    eprintln!("SOBA over {} requests: {d:?}", d.pairs);
+    assert!(d.median.abs() < 0.01, "median error {:+.3}", d.median);
+    assert!(
+        d.share_low_over_2pct < 0.01,
+        "{:.3} under by >2%",
+        d.share_low_over_2pct
+    );
+    low.sort();
+    let mut known: Vec<String> = KNOWN_LOW.iter().map(|s| s.to_string()).collect();
+    known.sort();
+    let new: Vec<&String> = low.iter().filter(|l| !known.contains(l)).collect();
+    assert!(
+        new.is_empty(),
+        "newly under-estimated by more than 2%: {new:?}"
+    );
+    let fixed: Vec<&String> = known.iter().filter(|k| !low.contains(k)).collect();
+    assert!(
+        fixed.is_empty(),
+        "no longer under-estimated, drop from KNOWN_LOW: {fixed:?}"
+    );
+}
+
+/// Codex logs one assistant entry per parallel call, usage on the last. The view puts each
+/// result after its call, so counting "after the anchor" in view order misses the results of
+/// all calls but the last; counting in log order sees them all.
+#[test]
+fn every_result_of_a_codex_parallel_call_counts_in_the_next_budget() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let import = import(&dir.join("codex/agentv-two-compactions.jsonl"));
+    let model = model_of(&import).unwrap();
+    let mut parallel = 0;
+    for segment in segments(&import) {
+        let session = session_of(&segment, &model);
+        let pairs = pairs(&session);
+        for idx in 0..session.len() {
+            // A response of several call entries whose usage sits on the last.
+            let EntryBody::Message(m) = &session.entry(idx).body else {
+                continue;
+            };
+            if m.role != Role::Assistant || m.usage.is_none() || m.content.is_empty() {
+                continue;
+            }
+            let mut calls = 0;
+            let mut cur = Some(idx);
+            while let Some(i) = cur {
+                match &session.entry(i).body {
+                    EntryBody::Message(m)
+                        if m.role == Role::Assistant && (i == idx || m.usage.is_none()) =>
+                    {
+                        calls += session.entry(i).tool_calls().count();
+                    }
+                    _ => break,
+                }
+                cur = session.parent_of(i);
+            }
+            if calls < 2 {
+                continue;
+            }
+            // The budget right before the next request: after every result of this response.
+            let Some(next) = (idx + 1..session.len()).find(|&i| {
+            matches!(&session.entry(i).body, EntryBody::Message(m) if m.role == Role::Assistant)
+        }) else {
+            continue;
+        };
+            let leaf = session.parent_of(next);
+            let view = ModelView::build(&session, leaf);
+            let anchor = view.usage_anchor(&session).expect("anchored");
+            assert_eq!(view.usage_anchor_at(&session).unwrap().0, idx);
+            // What counting in view order would have seen after the anchor.
+            let pos = view
+                .slots
+                .iter()
+                .position(|s| s.item == ViewItem::Entry(idx))
+                .unwrap();
+            let in_view_order: u64 = view.slots[pos + 1..]
+                .iter()
+                .filter(|s| s.part == ViewPart::New)
+                .map(|s| ModelView::slot_tokens(&session, s))
+                .sum();
+            let results: u64 = view
+                .entry_indices()
+                .filter(|&i| i > idx)
+                .map(|i| session.tokens_of(i))
+                .sum();
+            assert!(
+                in_view_order < results,
+                "the view moves results before the anchor ({in_view_order} vs {results})"
+            );
+            assert!(anchor.tokens_after >= results, "every result counts");
+            // The pair of the request right after this response.
+            let pair = pairs
+                .iter()
+                .find(|p| session.index_of(&p.entry_id).is_some_and(|p| p > idx))
+                .unwrap();
+            assert!(
+                pair.soba >= pair.reported,
+                "request after {}: SOBA {} < reported {}",
+                session.entry(idx).id,
+                pair.soba,
+                pair.reported
+            );
+            parallel += 1;
+        }
+    }
+    assert!(
+        parallel >= 3,
+        "the fixture has three parallel-call responses, saw {parallel}"
+    );
+}
+
+/// Codex 0.40 writes `token_count` before the items of its response. Each usage belongs to the
+/// last reply item that follows it, before the next `token_count` (numbers read here from the
+/// raw file, not through the importer).
+#[test]
+fn codex_0_40_usage_lands_on_the_response_it_measures() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let path = dir.join("codex/agentcmd-rollout-v0.40.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    // Line of the last reply item after each measured token_count → its prompt tokens.
+    let mut expected: Vec<(usize, u64)> = Vec::new();
+    let mut pending: Option<u64> = None;
+    let mut last_reply: Option<usize> = None;
+    let close =
+        |pending: &mut Option<u64>, last: &mut Option<usize>, out: &mut Vec<(usize, u64)>| {
+            if let (Some(input), Some(line)) = (pending.take(), last.take()) {
+                out.push((line, input));
+            }
+        };
+    for (n, line) in text.lines().enumerate() {
+        let r: Value = serde_json::from_str(line).unwrap();
+        let p = &r["payload"];
+        let kind = p["type"].as_str().unwrap_or("");
+        match (r["type"].as_str(), kind) {
+            (Some("event_msg"), "token_count") => {
+                if let Some(input) = p["info"]["last_token_usage"]["input_tokens"].as_u64() {
+                    close(&mut pending, &mut last_reply, &mut expected);
+                    pending = Some(input);
+                }
+            }
+            (Some("response_item"), "function_call" | "custom_tool_call" | "local_shell_call") => {
+                last_reply = Some(n + 1)
+            }
+            (Some("response_item"), "message") if p["role"] == "assistant" => {
+                last_reply = Some(n + 1)
+            }
+            // Encrypted reasoning alone has nothing to keep, and no entry.
+            (Some("response_item"), "reasoning")
+                if p["summary"].as_array().is_some_and(|s| !s.is_empty()) =>
+            {
+                last_reply = Some(n + 1)
+            }
+            (Some("response_item"), "reasoning") => {}
+            (Some("response_item"), _) => close(&mut pending, &mut last_reply, &mut expected),
+            _ => {}
+        }
+    }
+    close(&mut pending, &mut last_reply, &mut expected);
+    assert!(expected.len() > 40, "{} measured responses", expected.len());
+
+    let import = import(&path);
+    let mut got: Vec<(usize, u64)> = import
+        .entries
+        .iter()
+        .filter_map(|e| match &e.body {
+            EntryBody::Message(m) => m.usage.map(|u| {
+                let line = e.source_id.as_deref().unwrap().trim_start_matches("line ");
+                (line.parse().unwrap(), u.prompt_tokens())
+            }),
+            _ => None,
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, expected);
+}
