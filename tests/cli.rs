@@ -177,6 +177,46 @@ fn compact_then_context_shows_the_capsule_and_the_retained_tail() {
 }
 
 #[test]
+fn cli_compactions_write_their_flight_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 12);
+    let (ok, _, err) = soba(&["flight", p.to_str().unwrap()], dir.path());
+    assert!(ok, "{err}");
+    let (ok, r, err) = soba(&["compact", p.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    let (ok, created, err) = soba(
+        &[
+            "capsule",
+            "create",
+            p.to_str().unwrap(),
+            "hand-off",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    let (ok, f, err) = soba(&["flight", p.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    let records = f["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2, "{f}");
+    assert_eq!(records[0]["operationId"], r["operationId"]);
+    assert_eq!(records[0]["trigger"], "user");
+    assert_eq!(records[0]["outcome"], "completed");
+    assert_eq!(records[0]["checkpointId"], r["checkpointId"]);
+    assert_eq!(records[1]["trigger"], "handoff");
+    assert_eq!(records[1]["checkpointId"], created["checkpointId"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["flight", p.to_str().unwrap()])
+        .current_dir(dir.path())
+        .env("SOBA_CONFIG", dir.path().join("no-user-config.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("no compaction recorded yet"), "{text}");
+    assert!(text.contains("user"), "{text}");
+}
+
+#[test]
 fn errors_go_to_stderr_with_advice_and_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, _, err) = soba(&["budget", "missing.jsonl"], dir.path());

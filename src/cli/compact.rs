@@ -29,9 +29,14 @@ fn run_plan(
     config: &Config,
     common: &CommonArgs,
 ) -> anyhow::Result<CompactionResult> {
+    let flight = crate::flight::FlightLog::for_session_log(log.path());
+    let session_id = log.session().header.id.clone();
     let plan = match plan {
         Ok(plan) => plan,
-        Err(ended) => return Ok(ended),
+        Err(ended) => {
+            flight.record(&session_id, &ended);
+            return Ok(ended);
+        }
     };
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let started = std::time::Instant::now();
@@ -48,6 +53,7 @@ fn run_plan(
     }
     let elapsed = started.elapsed().as_millis() as u64;
     let result = crate::compaction::commit(log, &plan, generated, cancelled, elapsed)?;
+    flight.record(&session_id, &result);
     if result.degraded {
         eprintln!(
             "warning: a summarization model was configured but the local capsule was used: {}",

@@ -15,7 +15,6 @@ use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::flight::{FlightLog, FlightRecord};
 use super::protocol::{
     code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CapsuleCreateResult,
     CapsuleExportResult, CapsuleListResult, CapsuleLoadResult, CapsuleSummary, CapsuleTokensView,
@@ -26,6 +25,7 @@ use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::{Barrier as Engine, Preflight};
 use crate::compaction::{reasons, CompactionResult, Generated, Plan};
 use crate::config::Config;
+use crate::flight::FlightLog;
 use crate::inspect::budget_report;
 use crate::session::entry::{
     CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
@@ -875,27 +875,7 @@ impl Actor {
 
     /// One flight record per operation; never any capsule text.
     fn record_flight(&self, r: &CompactionResult) {
-        let record = FlightRecord {
-            operation_id: r.operation_id.clone(),
-            session_id: self.session_id().to_string(),
-            trigger: r.trigger.as_str().to_string(),
-            outcome: r.outcome.as_str().to_string(),
-            reason: r.reason.clone(),
-            duration_ms: r.duration_ms,
-            checkpoint_id: r.checkpoint_id.clone(),
-            tokens_before: r.tokens_before,
-            tokens_after: r.tokens_after,
-            reclaimed: r.tokens_before.saturating_sub(r.tokens_after),
-            hard_limit: r.hard_limit,
-            soft_limit: r.soft_limit,
-            ts: crate::util::now_rfc3339(),
-        };
-        if let Err(e) = self.flight.append(&record) {
-            eprintln!(
-                "soba: cannot write flight record to {}: {e}",
-                self.flight.path().display()
-            );
-        }
+        self.flight.record(self.session_id(), r);
     }
 
     fn session_id(&self) -> &str {

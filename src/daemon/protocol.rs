@@ -378,7 +378,7 @@ pub struct SessionsResult {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlightResult {
-    pub records: Vec<crate::daemon::flight::FlightRecord>,
+    pub records: Vec<crate::flight::FlightRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

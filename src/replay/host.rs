@@ -178,7 +178,12 @@ impl<'a> SimulatedHost<'a> {
         .effective_tokens
     }
 
+    /// Put an outcome on the timeline and in the flight log beside the session log.
     fn record(&mut self, result: CompactionResult) -> CompactionResult {
+        if !result.operation_id.is_empty() {
+            crate::flight::FlightLog::for_session_log(self.log.path())
+                .record(&self.log.session().header.id, &result);
+        }
         let kept = self.kept(&result);
         let c = TimelineCompaction {
             step: self.timeline.steps.len(),
