@@ -315,8 +315,37 @@ struct Actor {
     /// Our own queue, for generation tasks to report back on.
     me: mpsc::WeakUnboundedSender<Command>,
     running: Option<Running>,
+    /// The agent's inference is in flight: a preflight handed out input and the agent has not
+    /// appended, completed its turn, reported an overflow, rewound or asked again since.
+    inference_in_flight: bool,
+    /// An explicit `soba/compact` that arrived during an inference, run when it ends.
+    queued_compact: Option<QueuedCompact>,
     /// Set by `Close`: whoever waits for the log to be released.
     closing: Option<Reply<()>>,
+}
+
+/// An editor's `/compact` waiting for the agent's inference to end (spec §3: SOBA does not
+/// generate summaries concurrently with model work).
+struct QueuedCompact {
+    instructions: Option<String>,
+    mirror: Option<bool>,
+    reply: Reply<CompactionResult>,
+}
+
+impl Command {
+    /// Whether the agent sending this shows that its inference has ended: it appended what the
+    /// model said, ended the turn, reported an overflow, moved the leaf, or asks for the next
+    /// input.
+    fn ends_inference(&self) -> bool {
+        matches!(
+            self,
+            Command::Append { .. }
+                | Command::TurnComplete { .. }
+                | Command::Overflow { .. }
+                | Command::Rewind { .. }
+                | Command::Preflight { .. }
+        )
+    }
 }
 
 /// What a session's actor is started with.
@@ -352,6 +381,8 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         flight,
         me: tx.downgrade(),
         running: None,
+        inference_in_flight: false,
+        queued_compact: None,
         closing: None,
     };
     actor
@@ -378,6 +409,7 @@ fn placeholder_status() -> Status {
             workspace: String::new(),
             budget: Value::Null,
             compacting: false,
+            compact_queued: false,
         },
         entries: 0,
         leaf_id: None,
@@ -542,6 +574,25 @@ impl Actor {
             }
             return;
         }
+        if cmd.ends_inference() {
+            self.inference_in_flight = false;
+            if let Some(queued) = self.queued_compact.take() {
+                self.publish();
+                if matches!(cmd, Command::Preflight { .. }) {
+                    // The queued compaction runs first; the preflight then sees its capsule.
+                    self.compact(queued.instructions, queued.mirror, queued.reply);
+                    self.handle(cmd);
+                } else {
+                    self.handle(cmd);
+                    self.handle(Command::Compact {
+                        instructions: queued.instructions,
+                        mirror: queued.mirror,
+                        reply: queued.reply,
+                    });
+                }
+                return;
+            }
+        }
         match cmd {
             Command::Append { entries, reply } => {
                 let r = self.append(entries);
@@ -557,9 +608,22 @@ impl Actor {
                 let _ = reply.send(r);
             }
             Command::Cancel { reply } => {
-                let _ = reply.send(Ok(CancelResult { cancelled: false }));
+                let cancelled = self.queued_compact.take().map(|q| {
+                    let _ = q.reply.send(Ok(self.not_run(reasons::CANCELLED)));
+                    self.publish();
+                });
+                let _ = reply.send(Ok(CancelResult {
+                    cancelled: cancelled.is_some(),
+                }));
             }
-            Command::Close { reply } => self.closing = Some(reply),
+            Command::Close { reply } => {
+                if let Some(q) = self.queued_compact.take() {
+                    let _ = q.reply.send(Ok(
+                        self.not_run("the session closed before the agent's inference ended")
+                    ));
+                }
+                self.closing = Some(reply)
+            }
             Command::TurnComplete { usage, reply } => {
                 let r = self.engine_step(|e, log| e.turn_complete(log, usage));
                 let _ = reply.send(r.map(|intent_recorded| TurnCompleteResult { intent_recorded }));
@@ -595,16 +659,21 @@ impl Actor {
                 mirror,
                 reply,
             } => {
-                let mirror = mirror.unwrap_or(self.config.mirror_explicit_compacts);
-                match self.engine_step(|e, log| e.explicit_mirrored(log, instructions, mirror)) {
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                    Ok(Ok(plan)) => self.start(plan, Waiter::Compact(reply)),
-                    Ok(Err(ended)) => {
-                        self.record_flight(&ended);
-                        let _ = reply.send(Ok(ended));
-                    }
+                if !self.inference_in_flight {
+                    self.compact(instructions, mirror, reply);
+                } else if self.queued_compact.is_some() {
+                    let _ = reply.send(Err(RpcError::new(
+                        code::INVALID_REQUEST,
+                        "a /compact is already queued to run when the agent's inference ends; \
+                         wait for it, or cancel it with soba/cancel and send this one again",
+                    )));
+                } else {
+                    self.queued_compact = Some(QueuedCompact {
+                        instructions,
+                        mirror,
+                        reply,
+                    });
+                    self.publish();
                 }
             }
             Command::CapsuleList { reply } => {
@@ -638,6 +707,39 @@ impl Actor {
         }
     }
 
+    /// An explicit compaction, now.
+    fn compact(
+        &mut self,
+        instructions: Option<String>,
+        mirror: Option<bool>,
+        reply: Reply<CompactionResult>,
+    ) {
+        let mirror = mirror.unwrap_or(self.config.mirror_explicit_compacts);
+        match self.engine_step(|e, log| e.explicit_mirrored(log, instructions, mirror)) {
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+            Ok(Ok(plan)) => self.start(plan, Waiter::Compact(reply)),
+            Ok(Err(ended)) => {
+                self.record_flight(&ended);
+                let _ = reply.send(Ok(ended));
+            }
+        }
+    }
+
+    /// The answer to a queued `/compact` that never started: nothing was planned or written.
+    fn not_run(&self, reason: &str) -> CompactionResult {
+        let budget = self.engine().measure(self.log.session());
+        CompactionResult::ended(
+            "",
+            crate::session::entry::Trigger::User,
+            Outcome::Cancelled,
+            reason,
+            budget.effective_tokens,
+            budget.limits,
+        )
+    }
+
     /// Run one engine step on the log and publish the new state.
     fn engine_step<T>(
         &mut self,
@@ -659,7 +761,9 @@ impl Actor {
             }
             Ok(Preflight::Compact(plan)) => self.start(*plan, Waiter::Preflight(reply)),
             Ok(other) => {
-                let _ = reply.send(self.preflight_answer(other));
+                let answer = self.preflight_answer(other);
+                self.inference_in_flight = answer.is_ok();
+                let _ = reply.send(answer);
             }
         }
     }
@@ -845,6 +949,7 @@ impl Actor {
                         Preflight::Compact(_) => unreachable!("ready_input never plans"),
                     }
                 });
+                self.inference_in_flight = r.is_ok();
                 let _ = reply.send(r);
             }
         }
@@ -892,6 +997,7 @@ impl Actor {
             self.summarizer.as_deref(),
         );
         BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
+            .with_compact_queued(self.queued_compact.is_some())
     }
 
     fn snapshot(&self) -> Status {

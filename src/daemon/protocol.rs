@@ -253,6 +253,8 @@ pub struct BudgetReport {
     #[schemars(with = "CoreBudgetReport")]
     pub budget: Value,
     pub compacting: bool,
+    /// An explicit `/compact` is queued until the agent's inference in flight ends.
+    pub compact_queued: bool,
 }
 
 impl BudgetReport {
@@ -267,7 +269,14 @@ impl BudgetReport {
             workspace: workspace.to_string(),
             budget: serde_json::to_value(core).expect("budget report serializes"),
             compacting,
+            compact_queued: false,
         }
+    }
+
+    /// The report, saying whether an explicit `/compact` waits for an inference to end.
+    pub fn with_compact_queued(mut self, queued: bool) -> Self {
+        self.compact_queued = queued;
+        self
     }
 
     pub fn effective_tokens(&self) -> u64 {

@@ -37,6 +37,10 @@ describe('format', function()
     assert.are.equal('31.2k / 48.8k ⟳', format.statusline(report({ compacting = true })))
   end)
 
+  it('shows a queued compact as pending until the agent\'s model call ends', function()
+    assert.are.equal('31.2k / 48.8k ⏳', format.statusline(report({ compactQueued = true })))
+  end)
+
   it('is normal up to the soft limit, warning past it, error at the hard limit', function()
     assert.are.equal('normal', format.severity(report({ effectiveTokens = 39040 })))
     assert.are.equal('warning', format.severity(report({ effectiveTokens = 39041 })))

@@ -38,6 +38,8 @@ export interface BudgetReport {
   model: string;
   tokenizer: string;
   compacting: boolean;
+  /** An explicit /compact waits for the agent's inference to end. */
+  compactQueued?: boolean;
 }
 
 export interface CompactionResult {

@@ -16,6 +16,7 @@ export function report(overrides: Partial<BudgetReport> = {}): BudgetReport {
     model: 'test-model',
     tokenizer: 'o200k_base',
     compacting: false,
+    compactQueued: false,
     ...overrides,
   };
 }

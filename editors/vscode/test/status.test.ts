@@ -48,6 +48,13 @@ describe('status text and colour', () => {
   it('spins while a compaction runs', () => {
     assert.equal(statusBarText(report({ compacting: true })), '$(sync~spin) 31.2k / 48.8k');
   });
+
+  it('shows a queued /compact as pending until the agent\'s model call ends', () => {
+    assert.equal(statusBarText(report({ compactQueued: true })), '$(clock) 31.2k / 48.8k');
+    assert.ok(
+      tooltipLines(report({ compactQueued: true }), new Date()).some((l) => l.startsWith('Compaction queued')),
+    );
+  });
 });
 
 describe('tooltip', () => {

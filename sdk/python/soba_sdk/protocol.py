@@ -87,6 +87,8 @@ class BudgetChangedNotification(TypedDict):
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     summarizer: SummarizerStatus
     compacting: bool
+    # An explicit `/compact` is queued until the agent's inference in flight ends.
+    compactQueued: bool
 
 
 class BudgetParams(TypedDict):
@@ -115,6 +117,8 @@ class BudgetReport(TypedDict):
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     summarizer: SummarizerStatus
     compacting: bool
+    # An explicit `/compact` is queued until the agent's inference in flight ends.
+    compactQueued: bool
 
 
 class BudgetResult(TypedDict):
@@ -138,6 +142,8 @@ class BudgetResult(TypedDict):
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     summarizer: SummarizerStatus
     compacting: bool
+    # An explicit `/compact` is queued until the agent's inference in flight ends.
+    compactQueued: bool
 
 
 class CancelParams(TypedDict):

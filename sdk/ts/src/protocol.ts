@@ -87,6 +87,8 @@ export type BudgetReport = {
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
   summarizer: SummarizerStatus;
   compacting: boolean;
+  /** An explicit `/compact` is queued until the agent's inference in flight ends. */
+  compactQueued: boolean;
 };
 
 export type CapsuleSummary = {
@@ -357,6 +359,8 @@ export type BudgetResult = {
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
   summarizer: SummarizerStatus;
   compacting: boolean;
+  /** An explicit `/compact` is queued until the agent's inference in flight ends. */
+  compactQueued: boolean;
 };
 
 /**
@@ -381,6 +385,8 @@ export type BudgetChangedNotification = {
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
   summarizer: SummarizerStatus;
   compacting: boolean;
+  /** An explicit `/compact` is queued until the agent's inference in flight ends. */
+  compactQueued: boolean;
 };
 
 /** soba/cancel params. */

@@ -69,6 +69,9 @@ function M.statusline(report, compacting_percent)
     return text .. string.format(' ⟳ %d%%', compacting_percent)
   elseif report.compacting then
     return text .. ' ⟳'
+  elseif report.compactQueued then
+    -- An explicit :Soba compact waits for the agent's model call to end.
+    return text .. ' ⏳'
   end
   return text
 end
