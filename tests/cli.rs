@@ -217,6 +217,37 @@ fn cli_compactions_write_their_flight_records() {
 }
 
 #[test]
+fn capsule_create_reports_the_capsules_size_and_the_sessions_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 12);
+    let (_, budget, _) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
+    let (ok, created, err) = soba(
+        &[
+            "capsule",
+            "create",
+            p.to_str().unwrap(),
+            "hand-off",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        created["sessionTokens"], budget["effectiveTokens"],
+        "{created}"
+    );
+    let tokens = created["tokens"].as_u64().unwrap();
+    assert!(
+        tokens > 0 && tokens * 10 < created["sessionTokens"].as_u64().unwrap(),
+        "{created}"
+    );
+    // No model configured: the local builder wrote it, and that is no fallback.
+    assert_eq!(created["quality"], "degraded");
+    assert_eq!(created["result"]["fallback"], false);
+    assert!(created["result"].get("degraded").is_none(), "{created}");
+}
+
+#[test]
 fn errors_go_to_stderr_with_advice_and_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, _, err) = soba(&["budget", "missing.jsonl"], dir.path());
@@ -305,7 +336,7 @@ fn compact_with_an_unreachable_model_falls_back_to_the_local_capsule_and_says_so
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["outcome"], "completed");
     assert_eq!(r["quality"], "degraded");
-    assert_eq!(r["degraded"], true);
+    assert_eq!(r["fallback"], true);
     assert!(err.contains("local capsule was used"), "{err}");
     assert!(
         !err.contains("sk-test-not-a-real-key")

@@ -721,7 +721,7 @@ fn the_local_capsule_is_marked_degraded() {
     }
     let r = h.explicit(None, None);
     assert_eq!(r.quality, Some(Quality::Degraded));
-    assert!(!r.degraded, "no model configured is not a fallback");
+    assert!(!r.fallback, "no model configured is not a fallback");
 }
 
 mod properties {

@@ -54,7 +54,7 @@ fn run_plan(
     let elapsed = started.elapsed().as_millis() as u64;
     let result = crate::compaction::commit(log, &plan, generated, cancelled, elapsed)?;
     flight.record(&session_id, &result);
-    if result.degraded {
+    if result.fallback {
         eprintln!(
             "warning: a summarization model was configured but the local capsule was used: {}",
             result.reason
@@ -125,19 +125,27 @@ pub fn create(path: &Path, title: &str, common: &CommonArgs) -> anyhow::Result<(
     if result.outcome != Outcome::Completed {
         anyhow::bail!("no capsule created ({}): {}", result.outcome, result.reason);
     }
+    let capsule_tokens = result
+        .checkpoint_id
+        .as_deref()
+        .and_then(|ck| crate::capsule::handoff::capsule_tokens(log.session(), ck))
+        .unwrap_or(0);
     if common.json {
         return print_json(&serde_json::json!({
             "checkpointId": result.checkpoint_id,
             "title": title,
             "quality": result.quality,
-            "tokens": result.tokens_before,
+            "tokens": capsule_tokens,
+            "sessionTokens": result.tokens_before,
             "result": result,
         }));
     }
     println!(
-        "created {} \"{title}\" ({}); export it with `soba capsule export {} {} FILE.capsule.md`",
+        "created {} \"{title}\" ({}, {} tokens for a session of {}); export it with `soba capsule export {} {} FILE.capsule.md`",
         result.checkpoint_id.as_deref().unwrap_or("-"),
         result.quality.map(|q| q.as_str()).unwrap_or("-"),
+        human_tokens(capsule_tokens),
+        human_tokens(result.tokens_before),
         path.display(),
         result.checkpoint_id.as_deref().unwrap_or("-"),
     );

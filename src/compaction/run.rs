@@ -183,9 +183,8 @@ pub fn commit(
         before: plan.tokens_before,
         after,
     };
-    let degraded = capsule.quality == Quality::Degraded
+    result.fallback = capsule.quality == Quality::Degraded
         && capsule.degraded_reason.as_deref() != Some(NO_MODEL_CONFIGURED);
-    result.degraded = degraded;
     result.quality = Some(capsule.quality);
     result.reason = capsule
         .degraded_reason

@@ -878,7 +878,7 @@ impl Actor {
                     Some(result.clone()),
                     Some(line),
                 );
-                if result.degraded {
+                if result.fallback {
                     let _ = self.events.send(Event::Degraded {
                         workspace: self.workspace.clone(),
                         message: format!(
@@ -908,9 +908,11 @@ impl Actor {
             Waiter::Handoff { title, reply } => {
                 let r = outcome.and_then(|r| match (&r.checkpoint_id, r.outcome) {
                     (Some(ck), Outcome::Completed) => Ok(CapsuleCreateResult {
+                        tokens: crate::capsule::handoff::capsule_tokens(self.log.session(), ck)
+                            .unwrap_or(0),
                         checkpoint_id: ck.clone(),
                         title,
-                        tokens: r.tokens_before,
+                        session_tokens: r.tokens_before,
                     }),
                     _ => Err(no_capsule(r)),
                 });

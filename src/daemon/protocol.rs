@@ -395,8 +395,10 @@ pub struct FlightResult {
 pub struct CapsuleCreateResult {
     pub checkpoint_id: String,
     pub title: String,
-    /// Effective tokens of the state the capsule describes.
+    /// The capsule's own size in tokens.
     pub tokens: u64,
+    /// Effective tokens of the session state the capsule describes.
+    pub session_tokens: u64,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -453,7 +453,7 @@ mod tests {
         let r = h.explicit_with(None, |_| Ok(())).unwrap();
         assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
         assert_eq!(r.quality, Some(Quality::Degraded));
-        assert!(r.degraded, "a fallback, not the no-model case");
+        assert!(r.fallback, "a fallback, not the no-model case");
         assert!(r.reason.contains("503"), "{}", r.reason);
     }
 

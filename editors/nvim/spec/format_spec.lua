@@ -82,7 +82,7 @@ describe('format', function()
       reclaimedPercent = 55.6,
       checkpointId = 'ck_3f9a',
       quality = 'model',
-      degraded = false,
+      fallback = false,
     }
     assert.are.equal('manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model', format.completion_line(result))
     result.outcome, result.reason = 'skipped', 'nothing before the retained tail'

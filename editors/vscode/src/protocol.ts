@@ -54,7 +54,8 @@ export interface CompactionResult {
   quality: Quality | null;
   firstKeptEntryId: string | null;
   durationMs: number;
-  degraded: boolean;
+  /** A configured model failed; the local capsule stands in (who wrote it: `quality`). */
+  fallback: boolean;
 }
 
 export interface CompactionEvent {

@@ -199,7 +199,7 @@ export class CompactionProgress {
         if (this.announced.has(id)) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
         this.announced.add(id);
         const line = event.message ?? (event.result ? completionLine(event.result) : `${event.trigger} compact finished`);
-        const warning = event.result ? event.result.degraded || event.result.outcome === 'failed' : false;
+        const warning = event.result ? event.result.fallback || event.result.outcome === 'failed' : false;
         return [{ kind: 'end', operationId: id, line, warning }];
       }
     }

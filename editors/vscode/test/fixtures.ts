@@ -34,7 +34,7 @@ export function result(overrides: Partial<CompactionResult> = {}): CompactionRes
     quality: 'model',
     firstKeptEntryId: 'e_9',
     durationMs: 1200,
-    degraded: false,
+    fallback: false,
     ...overrides,
   };
 }

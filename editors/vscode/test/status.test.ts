@@ -188,7 +188,7 @@ describe('CompactionProgress', () => {
     const actions = progress.handle({ ...base, phase: 'progress', percent: 10 });
     assert.equal(actions[0].kind, 'begin');
     assert.deepEqual(actions[1], { kind: 'report', operationId: 'op_2', increment: 10, message: '10%' });
-    const [end] = progress.handle({ ...base, phase: 'end', result: result({ degraded: true, quality: 'degraded' }) });
+    const [end] = progress.handle({ ...base, phase: 'end', result: result({ fallback: true, quality: 'degraded' }) });
     assert.deepEqual(end, {
       kind: 'end',
       operationId: 'op_2',

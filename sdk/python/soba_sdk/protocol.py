@@ -171,8 +171,10 @@ class CapsuleCreateResult(TypedDict):
 
     checkpointId: str
     title: str
-    # Effective tokens of the state the capsule describes.
+    # The capsule's own size in tokens.
     tokens: int
+    # Effective tokens of the session state the capsule describes.
+    sessionTokens: int
 
 
 class CapsuleExportParams(TypedDict):
@@ -282,8 +284,10 @@ class CompactResult(TypedDict):
     quality: Optional[Quality]
     firstKeptEntryId: Optional[str]
     durationMs: int
-    # True when a degraded (local) capsule stands in for a model summary that failed.
-    degraded: bool
+    # A summarization model was configured but failed, and the local capsule stands in for
+    # its summary. Who wrote the capsule is `quality`; without a model configured the local
+    # capsule is the normal case and this stays false.
+    fallback: bool
     hardLimit: int
     softLimit: int
     # Path of the Project Memory copy, when the capsule was mirrored.
@@ -320,8 +324,10 @@ class CompactionResult(TypedDict):
     quality: Optional[Quality]
     firstKeptEntryId: Optional[str]
     durationMs: int
-    # True when a degraded (local) capsule stands in for a model summary that failed.
-    degraded: bool
+    # A summarization model was configured but failed, and the local capsule stands in for
+    # its summary. Who wrote the capsule is `quality`; without a model configured the local
+    # capsule is the normal case and this stays false.
+    fallback: bool
     hardLimit: int
     softLimit: int
     # Path of the Project Memory copy, when the capsule was mirrored.

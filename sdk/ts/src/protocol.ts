@@ -132,8 +132,12 @@ export type CompactionResult = {
   quality: Quality | null;
   firstKeptEntryId: string | null;
   durationMs: number;
-  /** True when a degraded (local) capsule stands in for a model summary that failed. */
-  degraded: boolean;
+  /**
+   * A summarization model was configured but failed, and the local capsule stands in for
+   * its summary. Who wrote the capsule is `quality`; without a model configured the local
+   * capsule is the normal case and this stays false.
+   */
+  fallback: boolean;
   hardLimit: number;
   softLimit: number;
   /** Path of the Project Memory copy, when the capsule was mirrored. */
@@ -410,8 +414,10 @@ export type CapsuleCreateParams = {
 export type CapsuleCreateResult = {
   checkpointId: string;
   title: string;
-  /** Effective tokens of the state the capsule describes. */
+  /** The capsule's own size in tokens. */
   tokens: number;
+  /** Effective tokens of the session state the capsule describes. */
+  sessionTokens: number;
 };
 
 /** soba/capsule/export params. */
@@ -489,8 +495,12 @@ export type CompactResult = {
   quality: Quality | null;
   firstKeptEntryId: string | null;
   durationMs: number;
-  /** True when a degraded (local) capsule stands in for a model summary that failed. */
-  degraded: boolean;
+  /**
+   * A summarization model was configured but failed, and the local capsule stands in for
+   * its summary. Who wrote the capsule is `quality`; without a model configured the local
+   * capsule is the normal case and this stays false.
+   */
+  fallback: boolean;
   hardLimit: number;
   softLimit: number;
   /** Path of the Project Memory copy, when the capsule was mirrored. */
