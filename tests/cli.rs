@@ -248,6 +248,28 @@ fn capsule_create_reports_the_capsules_size_and_the_sessions_apart() {
 }
 
 #[test]
+fn an_error_names_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    let (ok, _, err) = soba(&["budget", missing.to_str().unwrap()], dir.path());
+    assert!(!ok);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    let capsule = dir.path().join("missing.capsule.md");
+    let p = write_session(dir.path(), 1);
+    let (ok, _, err) = soba(
+        &[
+            "capsule",
+            "load",
+            p.to_str().unwrap(),
+            capsule.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(!ok);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+}
+
+#[test]
 fn errors_go_to_stderr_with_advice_and_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, _, err) = soba(&["budget", "missing.jsonl"], dir.path());

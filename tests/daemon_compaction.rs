@@ -523,6 +523,16 @@ async fn an_input_that_cannot_fit_is_refused() {
             .starts_with("context budget exceeded"),
         "{err}"
     );
+    // Said once, not "context budget exceeded: context budget exceeded: …".
+    assert_eq!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .matches("context budget exceeded")
+            .count(),
+        1,
+        "{err}"
+    );
     assert_eq!(err["data"]["compaction"]["trigger"], "hard_limit");
 }
 

@@ -418,7 +418,7 @@ fn placeholder_status() -> Status {
 
 fn log_failure(e: LogError) -> RpcError {
     match e {
-        LogError::Tree { source, .. } => RpcError::invalid_params(format!("entries: {source}")),
+        LogError::Tree { cause, .. } => RpcError::invalid_params(format!("entries: {cause}")),
         other => RpcError::internal(other.to_string()),
     }
 }
@@ -427,6 +427,9 @@ fn log_failure(e: LogError) -> RpcError {
 fn budget_exceeded(r: CompactionResult) -> RpcError {
     let (code, message) = if r.reason == reasons::OVERFLOW_RETRY_USED {
         (code::OVERFLOW_RETRY_USED, r.reason.clone())
+    } else if r.reason.contains(reasons::CONTEXT_BUDGET_EXCEEDED) {
+        // The barrier's reasons already say it; saying it again reads as a stutter.
+        (code::BUDGET_EXCEEDED, r.reason.clone())
     } else {
         (
             code::BUDGET_EXCEEDED,
