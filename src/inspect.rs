@@ -126,3 +126,102 @@ pub fn context_report(session: &Session) -> ContextReport {
         warnings: view.warnings,
     }
 }
+
+/// What the preflight barrier would do before it hands out the input `soba context` shows.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightOutlook {
+    /// `send` (the input as shown), `compact_first` (a compaction runs before anything is
+    /// sent), `skip_then_send` (a soft attempt is due but skipped by its ROI check), or
+    /// `refused` (nothing may be sent).
+    pub decision: &'static str,
+    pub trigger: Option<crate::session::entry::Trigger>,
+    /// Why, in words.
+    pub reason: String,
+    pub effective_tokens: u64,
+    pub hard_limit: u64,
+    /// For `compact_first`: the input's size after the compaction, with the local capsule.
+    pub tokens_after: Option<u64>,
+}
+
+/// The preflight's decision at the leaf, without acting on it: nothing is written.
+pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> PreflightOutlook {
+    use crate::compaction::triggers::Decision;
+    let mapping = config.tool_mapping.clone();
+    let barrier = crate::compaction::run::Barrier {
+        config,
+        mapping: &mapping,
+    };
+    let check = barrier.check(session);
+    let outlook = |decision, trigger, reason: String, tokens_after| PreflightOutlook {
+        decision,
+        trigger,
+        reason,
+        effective_tokens: check.budget.effective_tokens,
+        hard_limit: check.budget.limits.hard_limit,
+        tokens_after,
+    };
+    if check.overflow_exhausted {
+        return outlook(
+            "refused",
+            Some(crate::session::entry::Trigger::ContextOverflow),
+            crate::compaction::reasons::OVERFLOW_RETRY_USED.to_string(),
+            None,
+        );
+    }
+    match &check.decision {
+        Decision::Proceed | Decision::ConsumeOnly { .. } => outlook(
+            "send",
+            None,
+            "within the limits and no compaction is due".into(),
+            None,
+        ),
+        Decision::SkipSoft {
+            trigger, reason, ..
+        } => outlook("skip_then_send", Some(*trigger), reason.clone(), None),
+        Decision::Compact { trigger, .. } => {
+            let req = crate::compaction::PlanRequest {
+                trigger: *trigger,
+                instructions: None,
+                title: None,
+                config,
+                mapping: &mapping,
+                operation_id: String::new(),
+            };
+            match crate::compaction::plan(session, session.leaf(), &req) {
+                Ok(plan) => {
+                    let capsule = plan.capsule(
+                        String::new(),
+                        plan.local_state.clone(),
+                        crate::capsule::Quality::Degraded,
+                        None,
+                    );
+                    let after = plan.continuation_tokens(&capsule);
+                    if after > check.budget.limits.hard_limit && !trigger.is_soft() {
+                        outlook(
+                            "refused",
+                            Some(*trigger),
+                            format!(
+                                "{}: even after a {trigger} compaction the input needs {after} tokens, the hard limit is {}",
+                                crate::compaction::reasons::CONTEXT_BUDGET_EXCEEDED,
+                                check.budget.limits.hard_limit
+                            ),
+                            Some(after),
+                        )
+                    } else {
+                        outlook(
+                            "compact_first",
+                            Some(*trigger),
+                            format!("a {trigger} compaction runs before this input is sent"),
+                            Some(after),
+                        )
+                    }
+                }
+                Err(no) if trigger.is_soft() => {
+                    outlook("skip_then_send", Some(*trigger), no.reason, None)
+                }
+                Err(no) => outlook("refused", Some(*trigger), no.reason, None),
+            }
+        }
+    }
+}

@@ -270,6 +270,45 @@ fn an_error_names_its_cause_once() {
 }
 
 #[test]
+fn context_shows_the_preflights_decision_and_says_when_a_compaction_runs_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = write_session(dir.path(), 2);
+    let (ok, c, err) = soba(&["context", small.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(c["preflight"]["decision"], "send", "{}", c["preflight"]);
+    let big_dir = tempfile::tempdir().unwrap();
+    let big = write_session(big_dir.path(), 14);
+    let (ok, c, err) = soba(
+        &["context", big.to_str().unwrap(), "--json"],
+        big_dir.path(),
+    );
+    assert!(ok, "{err}");
+    let p = &c["preflight"];
+    assert_eq!(p["decision"], "compact_first", "{p}");
+    assert_eq!(p["trigger"], "hard_limit", "{p}");
+    assert!(
+        p["effectiveTokens"].as_u64() > p["hardLimit"].as_u64(),
+        "{p}"
+    );
+    assert!(p["tokensAfter"].as_u64() < p["hardLimit"].as_u64(), "{p}");
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["context", big.to_str().unwrap()])
+        .current_dir(big_dir.path())
+        .env("SOBA_CONFIG", big_dir.path().join("no-user-config.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("the next preflight would not send this input: a hard_limit compaction"),
+        "{}",
+        text.lines().last().unwrap_or("")
+    );
+    // Reading never writes: the log is as it was.
+    let (s, _) = soba::session::log::read_session(&big).unwrap();
+    assert!(s.entries().iter().all(|e| e.as_capsule().is_none()));
+}
+
+#[test]
 fn errors_go_to_stderr_with_advice_and_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, _, err) = soba(&["budget", "missing.jsonl"], dir.path());

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::{print_json, warn_load, CommonArgs};
-use crate::inspect::{budget_report, context_report};
+use crate::inspect::{budget_report, context_report, preflight_outlook};
 use crate::session::log::read_session;
 use crate::util::human_tokens;
 
@@ -71,11 +71,37 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let config = common.config_for(Some(&session.header))?;
     session.set_tokenizer(config.model.tokenizer);
     let r = context_report(&session);
+    let preflight = preflight_outlook(&session, &config);
     if common.json {
-        return print_json(&r);
+        let mut v = serde_json::to_value(&r)?;
+        v["preflight"] = serde_json::to_value(&preflight)?;
+        return print_json(&v);
     }
     for w in &r.warnings {
         eprintln!("warning: {w}");
+    }
+    let k = crate::util::human_tokens;
+    let said = match preflight.decision {
+        "send" => None,
+        "compact_first" => Some(format!(
+            "the next preflight would not send this input: {} ({} tokens; hard limit {}); after it the input would be about {} tokens. Run `soba compact {}` to see it",
+            preflight.reason,
+            k(preflight.effective_tokens),
+            k(preflight.hard_limit),
+            k(preflight.tokens_after.unwrap_or(0)),
+            path.display()
+        )),
+        "skip_then_send" => Some(format!(
+            "a soft compaction is due but would be skipped ({}); this input is sent as shown",
+            preflight.reason
+        )),
+        _ => Some(format!(
+            "the next preflight would refuse to send anything: {}",
+            preflight.reason
+        )),
+    };
+    if let Some(said) = &said {
+        eprintln!("note: {said}");
     }
     for m in &r.messages {
         let text: Vec<String> = m
@@ -99,5 +125,9 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         println!("── {who}\n{}", text.join("\n"));
     }
     println!("── {} messages, {} tokens", r.messages.len(), r.tokens);
+    if let Some(said) = said {
+        // Again after the input, where a reader of a long transcript ends up.
+        println!("── {said}");
+    }
     Ok(())
 }
