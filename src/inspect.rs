@@ -19,7 +19,7 @@ pub struct BudgetReport {
     pub max_output_tokens: u64,
     pub auto_compact: bool,
     pub last_compaction: Option<LastCompaction>,
-    pub breakdown: Breakdown,
+    pub breakdown: ReportBreakdown,
     pub model: String,
     pub tokenizer: &'static str,
     /// Who writes capsules: the configured model (with its circuit breaker) or the local builder.
@@ -49,6 +49,16 @@ impl SummarizerStatus {
             },
         }
     }
+}
+
+/// The parts of the model input, and what the provider counted beyond them.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportBreakdown {
+    #[serde(flatten)]
+    pub parts: Breakdown,
+    /// Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`).
+    pub not_in_log: u64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -96,7 +106,10 @@ pub fn budget_report(
         max_output_tokens: limits.max_output_tokens,
         auto_compact: tally.auto_compact().unwrap_or(auto_default),
         last_compaction,
-        breakdown: budget.breakdown,
+        breakdown: ReportBreakdown {
+            parts: budget.breakdown,
+            not_in_log: budget.not_in_log(),
+        },
         model: model.to_string(),
         tokenizer: session.tokenizer().as_str(),
         summarizer: SummarizerStatus::of(summarizer),

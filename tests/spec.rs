@@ -829,3 +829,38 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn provider_usage_beyond_the_logged_parts_is_its_own_part_and_compact_says_so() {
+    let mut h = Agent::new();
+    h.user(200);
+    // An imported session: the provider counted a system prompt and tools the log never saw.
+    h.push(EntryBody::Message(MessageEntry {
+        role: Role::Assistant,
+        content: vec![ContentBlock::text(filler(50))],
+        usage: Some(Usage {
+            input: 30000,
+            cache_read: 0,
+            cache_write: 0,
+            output: 50,
+        }),
+        model: None,
+        synthetic: false,
+    }));
+    let s = h.log.session();
+    let report = soba::inspect::budget_report(s, h.config.limits(), true, "test", None);
+    let counted = report.breakdown.parts.total();
+    assert!(counted < 1000, "{counted}");
+    assert_eq!(
+        report.breakdown.not_in_log,
+        report.effective_tokens - counted,
+        "the difference is its own part"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["breakdown"]["notInLog"], report.breakdown.not_in_log);
+    // /compact cannot help, and says why and what to do.
+    let r = h.explicit(None, None);
+    assert_eq!(r.outcome, Outcome::Skipped, "{r:?}");
+    assert!(r.reason.contains("not in the log"), "{}", r.reason);
+    assert!(r.reason.contains("systemPrompt"), "{}", r.reason);
+}

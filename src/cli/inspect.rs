@@ -45,11 +45,22 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         r.model,
         r.tokenizer
     );
-    let b = r.breakdown;
+    let b = r.breakdown.parts;
     println!(
-        "system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {}",
-        b.system, b.tools, b.capsule, b.retained_tail, b.new_entries
+        "system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {}{}",
+        b.system,
+        b.tools,
+        b.capsule,
+        b.retained_tail,
+        b.new_entries,
+        match r.breakdown.not_in_log {
+            0 => String::new(),
+            n => format!("  ·  not in the log {n}"),
+        }
     );
+    if let Some(note) = crate::budget::not_in_log_note(r.breakdown.not_in_log) {
+        println!("note: {note}");
+    }
     println!("auto-compact {}", if r.auto_compact { "on" } else { "off" });
     println!("capsules written by {}", r.summarizer.uses);
     match &r.last_compaction {

@@ -453,11 +453,19 @@ impl Barrier<'_> {
             Ok(p) => Ok(Preflight::Compact(Box::new(p))),
             Err(no) => {
                 let limits = self.config.limits();
+                let mut reason = no.reason;
+                if trigger == Trigger::User {
+                    // An explicit /compact that cannot help: say what holds the tokens.
+                    let outside = self.measure(log.session()).not_in_log();
+                    if let Some(note) = crate::budget::not_in_log_note(outside) {
+                        reason = format!("{reason}. {note}");
+                    }
+                }
                 let r = CompactionResult::ended(
                     &new_id("op_"),
                     trigger,
                     no.outcome,
-                    no.reason,
+                    reason,
                     no.tokens_before,
                     limits,
                 );

@@ -21,6 +21,8 @@ export interface BudgetBreakdown {
   capsule: number;
   retainedTail: number;
   newEntries: number;
+  /** Provider-counted tokens no part of the log accounts for (an imported session's prompt and tools). */
+  notInLog?: number;
 }
 
 export interface BudgetReport {

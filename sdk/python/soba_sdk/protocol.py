@@ -36,16 +36,6 @@ class AutoCompactResult(TypedDict):
     autoCompact: bool
 
 
-class Breakdown(TypedDict):
-    """Token counts of the parts of the model input."""
-
-    system: int
-    tools: int
-    capsule: int
-    retainedTail: int
-    newEntries: int
-
-
 class BreakerStateClosed(TypedDict):
     """Model requests are made; `consecutiveFailures` counts towards the threshold."""
 
@@ -81,7 +71,7 @@ class BudgetChangedNotification(TypedDict):
     maxOutputTokens: int
     autoCompact: bool
     lastCompaction: Optional[LastCompaction]
-    breakdown: Breakdown
+    breakdown: ReportBreakdown
     model: str
     tokenizer: str
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
@@ -111,7 +101,7 @@ class BudgetReport(TypedDict):
     maxOutputTokens: int
     autoCompact: bool
     lastCompaction: Optional[LastCompaction]
-    breakdown: Breakdown
+    breakdown: ReportBreakdown
     model: str
     tokenizer: str
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
@@ -136,7 +126,7 @@ class BudgetResult(TypedDict):
     maxOutputTokens: int
     autoCompact: bool
     lastCompaction: Optional[LastCompaction]
-    breakdown: Breakdown
+    breakdown: ReportBreakdown
     model: str
     tokenizer: str
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
@@ -476,6 +466,18 @@ class PreflightResult(TypedDict):
     messages: List[ModelMessage]
     tokens: int
     compaction: Optional[CompactionResult]
+
+
+class ReportBreakdown(TypedDict):
+    """The parts of the model input, and what the provider counted beyond them."""
+
+    system: int
+    tools: int
+    capsule: int
+    retainedTail: int
+    newEntries: int
+    # Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`).
+    notInLog: int
 
 
 class RewindParams(TypedDict):

@@ -45,15 +45,6 @@ export type AppendedEntry = ({
   }
 );
 
-/** Token counts of the parts of the model input. */
-export type Breakdown = {
-  system: number;
-  tools: number;
-  capsule: number;
-  retainedTail: number;
-  newEntries: number;
-};
-
 /** What the budget output shows. */
 export type BreakerState = (
   | {
@@ -81,7 +72,7 @@ export type BudgetReport = {
   maxOutputTokens: number;
   autoCompact: boolean;
   lastCompaction: LastCompaction | null;
-  breakdown: Breakdown;
+  breakdown: ReportBreakdown;
   model: string;
   tokenizer: string;
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
@@ -258,6 +249,17 @@ export type Outcome = "completed" | "skipped" | "cancelled" | "stale" | "failed"
 /** How a capsule's narrative state was written. */
 export type Quality = "model" | "degraded";
 
+/** The parts of the model input, and what the provider counted beyond them. */
+export type ReportBreakdown = {
+  system: number;
+  tools: number;
+  capsule: number;
+  retainedTail: number;
+  newEntries: number;
+  /** Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`). */
+  notInLog: number;
+};
+
 export type Role = "user" | "assistant" | "system";
 
 export type SessionSummary = {
@@ -357,7 +359,7 @@ export type BudgetResult = {
   maxOutputTokens: number;
   autoCompact: boolean;
   lastCompaction: LastCompaction | null;
-  breakdown: Breakdown;
+  breakdown: ReportBreakdown;
   model: string;
   tokenizer: string;
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
@@ -383,7 +385,7 @@ export type BudgetChangedNotification = {
   maxOutputTokens: number;
   autoCompact: boolean;
   lastCompaction: LastCompaction | null;
-  breakdown: Breakdown;
+  breakdown: ReportBreakdown;
   model: string;
   tokenizer: string;
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */

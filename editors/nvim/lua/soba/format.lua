@@ -91,7 +91,7 @@ function M.budget_lines(report)
       M.tokens(b.capsule),
       M.tokens(b.retainedTail),
       M.tokens(b.newEntries)
-    ),
+    ) .. ((b.notInLog or 0) > 0 and string.format(', not in the log %s', M.tokens(b.notInLog)) or ''),
     'Auto-compact: ' .. (report.autoCompact and 'on' or 'off'),
     'Last compaction: ' .. M.last_compaction(report.lastCompaction),
   }
