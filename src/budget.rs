@@ -81,6 +81,32 @@ impl Breakdown {
     }
 }
 
+impl Budget {
+    /// Tokens the provider counted that none of the log's parts accounts for: an imported
+    /// session whose system prompt and tool schemas were never recorded. No compaction can
+    /// reclaim them. Zero for an estimate.
+    pub fn not_in_log(&self) -> u64 {
+        match self.source {
+            MeasurementSource::ProviderUsage => {
+                self.effective_tokens.saturating_sub(self.breakdown.total())
+            }
+            MeasurementSource::Estimated => 0,
+        }
+    }
+}
+
+/// What to tell a user about tokens outside the log, or `None` when there are none.
+pub fn not_in_log_note(tokens: u64) -> Option<String> {
+    (tokens > 0).then(|| {
+        format!(
+            "{tokens} tokens of the provider's count are not in the log (a system prompt and tool \
+             schemas the session never recorded, as in an imported transcript); no compaction can \
+             reclaim them. Record them (a `setting` entry with `systemPrompt` and `tools`) so the \
+             budget counts them, or give the model a larger window (`--context-window`)"
+        )
+    })
+}
+
 /// The last provider usage that is still valid for the model input: reported by an assistant
 /// message after the latest capsule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

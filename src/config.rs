@@ -223,7 +223,7 @@ pub struct CompactionFile {
     pub min_reclaimable_tokens: Option<u64>,
     /// A soft compact must reclaim at least this share of the context, in (0, 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0.0))]
     pub min_savings_ratio: Option<f64>,
     /// Newest tokens kept verbatim after the capsule; below the hard limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -233,7 +233,7 @@ pub struct CompactionFile {
     pub safety_reserve_tokens: Option<u64>,
     /// Soft limit as a share of the hard limit, in (0, 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(range(max = 1.0), extend("exclusiveMinimum" = 0.0))]
     pub auto_compact_threshold_ratio: Option<f64>,
     /// How long a model summary may take before the local capsule is used, in ms (> 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -689,11 +689,11 @@ impl ConfigFile {
         if let Some(obj) = value.as_object_mut() {
             obj.remove("$schema");
         }
-        serde_json::from_value(value).map_err(|e| {
+        serde_json::from_value::<ConfigFile>(value.clone()).map_err(|e| {
             let message = e.to_string();
             ConfigError::WrongType {
                 file: file.into(),
-                key: key_in_message(&message),
+                key: offending_key(&value, &message).unwrap_or_else(|| key_in_message(&message)),
                 message,
             }
         })
@@ -707,6 +707,53 @@ impl ConfigFile {
         })?;
         ConfigFile::parse(&file, &text)
     }
+}
+
+/// The dotted key (`compaction.keepRecentTokens`) whose value a type error is about. serde's
+/// message names the expected type but not the field, so each key in turn is left out: the one
+/// without which the error goes away (or becomes another) is the one it is about.
+fn offending_key(value: &Value, message: &str) -> Option<String> {
+    fn paths(v: &Value, prefix: &str, out: &mut Vec<String>) {
+        if let Value::Object(obj) = v {
+            for (k, child) in obj {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                // Deepest first, so that the leaf is named rather than its section.
+                paths(child, &path, out);
+                out.push(path);
+            }
+        }
+    }
+    fn without(v: &Value, path: &[&str]) -> Value {
+        let mut v = v.clone();
+        let mut cur = &mut v;
+        for (i, k) in path.iter().enumerate() {
+            let Some(obj) = cur.as_object_mut() else {
+                break;
+            };
+            if i + 1 == path.len() {
+                obj.remove(*k);
+                break;
+            }
+            match obj.get_mut(*k) {
+                Some(next) => cur = next,
+                None => break,
+            }
+        }
+        v
+    }
+    let mut all = Vec::new();
+    paths(value, "", &mut all);
+    all.into_iter().find(|path| {
+        let parts: Vec<&str> = path.split('.').collect();
+        match serde_json::from_value::<ConfigFile>(without(value, &parts)) {
+            Ok(_) => true,
+            Err(e) => e.to_string() != message,
+        }
+    })
 }
 
 fn key_in_message(message: &str) -> String {
@@ -1101,6 +1148,17 @@ mod tests {
     fn wrong_type_names_the_key() {
         let err = resolve_text(r#"{"compaction":{"auto":"yes"}}"#).unwrap_err();
         assert!(matches!(err, ConfigError::WrongType { .. }), "{err}");
+        assert!(err.to_string().contains("`compaction.auto`"), "{err}");
+        let err =
+            resolve_text(r#"{"model":{"name":"x"},"compaction":{"keepRecentTokens":"lots"}}"#)
+                .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`compaction.keepRecentTokens` has the wrong type"),
+            "{err}"
+        );
+        let err = resolve_text(r#"{"compaction":7}"#).unwrap_err();
+        assert!(err.to_string().contains("`compaction`"), "{err}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod config;
 pub mod daemon;
 pub mod demo;
 pub mod files;
+pub mod flight;
 pub mod import;
 pub mod inspect;
 pub mod redact;

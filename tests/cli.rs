@@ -177,6 +177,138 @@ fn compact_then_context_shows_the_capsule_and_the_retained_tail() {
 }
 
 #[test]
+fn cli_compactions_write_their_flight_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 12);
+    let (ok, _, err) = soba(&["flight", p.to_str().unwrap()], dir.path());
+    assert!(ok, "{err}");
+    let (ok, r, err) = soba(&["compact", p.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    let (ok, created, err) = soba(
+        &[
+            "capsule",
+            "create",
+            p.to_str().unwrap(),
+            "hand-off",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    let (ok, f, err) = soba(&["flight", p.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    let records = f["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2, "{f}");
+    assert_eq!(records[0]["operationId"], r["operationId"]);
+    assert_eq!(records[0]["trigger"], "user");
+    assert_eq!(records[0]["outcome"], "completed");
+    assert_eq!(records[0]["checkpointId"], r["checkpointId"]);
+    assert_eq!(records[1]["trigger"], "handoff");
+    assert_eq!(records[1]["checkpointId"], created["checkpointId"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["flight", p.to_str().unwrap()])
+        .current_dir(dir.path())
+        .env("SOBA_CONFIG", dir.path().join("no-user-config.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("no compaction recorded yet"), "{text}");
+    assert!(text.contains("user"), "{text}");
+}
+
+#[test]
+fn capsule_create_reports_the_capsules_size_and_the_sessions_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 12);
+    let (_, budget, _) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
+    let (ok, created, err) = soba(
+        &[
+            "capsule",
+            "create",
+            p.to_str().unwrap(),
+            "hand-off",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        created["sessionTokens"], budget["effectiveTokens"],
+        "{created}"
+    );
+    let tokens = created["tokens"].as_u64().unwrap();
+    assert!(
+        tokens > 0 && tokens * 10 < created["sessionTokens"].as_u64().unwrap(),
+        "{created}"
+    );
+    // No model configured: the local builder wrote it, and that is no fallback.
+    assert_eq!(created["quality"], "degraded");
+    assert_eq!(created["result"]["fallback"], false);
+    assert!(created["result"].get("degraded").is_none(), "{created}");
+}
+
+#[test]
+fn an_error_names_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.jsonl");
+    let (ok, _, err) = soba(&["budget", missing.to_str().unwrap()], dir.path());
+    assert!(!ok);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    let capsule = dir.path().join("missing.capsule.md");
+    let p = write_session(dir.path(), 1);
+    let (ok, _, err) = soba(
+        &[
+            "capsule",
+            "load",
+            p.to_str().unwrap(),
+            capsule.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(!ok);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+}
+
+#[test]
+fn context_shows_the_preflights_decision_and_says_when_a_compaction_runs_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = write_session(dir.path(), 2);
+    let (ok, c, err) = soba(&["context", small.to_str().unwrap(), "--json"], dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(c["preflight"]["decision"], "send", "{}", c["preflight"]);
+    let big_dir = tempfile::tempdir().unwrap();
+    let big = write_session(big_dir.path(), 14);
+    let (ok, c, err) = soba(
+        &["context", big.to_str().unwrap(), "--json"],
+        big_dir.path(),
+    );
+    assert!(ok, "{err}");
+    let p = &c["preflight"];
+    assert_eq!(p["decision"], "compact_first", "{p}");
+    assert_eq!(p["trigger"], "hard_limit", "{p}");
+    assert!(
+        p["effectiveTokens"].as_u64() > p["hardLimit"].as_u64(),
+        "{p}"
+    );
+    assert!(p["tokensAfter"].as_u64() < p["hardLimit"].as_u64(), "{p}");
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["context", big.to_str().unwrap()])
+        .current_dir(big_dir.path())
+        .env("SOBA_CONFIG", big_dir.path().join("no-user-config.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("the next preflight would not send this input: a hard_limit compaction"),
+        "{}",
+        text.lines().last().unwrap_or("")
+    );
+    // Reading never writes: the log is as it was.
+    let (s, _) = soba::session::log::read_session(&big).unwrap();
+    assert!(s.entries().iter().all(|e| e.as_capsule().is_none()));
+}
+
+#[test]
 fn errors_go_to_stderr_with_advice_and_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let (ok, _, err) = soba(&["budget", "missing.jsonl"], dir.path());
@@ -265,7 +397,7 @@ fn compact_with_an_unreachable_model_falls_back_to_the_local_capsule_and_says_so
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["outcome"], "completed");
     assert_eq!(r["quality"], "degraded");
-    assert_eq!(r["degraded"], true);
+    assert_eq!(r["fallback"], true);
     assert!(err.contains("local capsule was used"), "{err}");
     assert!(
         !err.contains("sk-test-not-a-real-key")

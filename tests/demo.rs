@@ -196,3 +196,42 @@ fn the_demo_refuses_to_overwrite_an_earlier_run() {
         "{err}"
     );
 }
+
+#[test]
+fn every_demo_compaction_writes_its_flight_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = demo_json(dir.path());
+    let log = dir.path().join("session.jsonl");
+    let out = soba()
+        .args(["flight", "--json"])
+        .arg(&log)
+        .output()
+        .expect("soba runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let flight: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let records = flight["records"].as_array().unwrap();
+    let ran: Vec<(&Value, &Value)> = v["compactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (&c["operationId"], &c["outcome"]))
+        .collect();
+    let recorded: Vec<(&Value, &Value)> = records
+        .iter()
+        .map(|r| (&r["operationId"], &r["outcome"]))
+        .collect();
+    assert_eq!(recorded, ran, "one record per compaction, in order");
+    // Never capsule text, and private.
+    let text = std::fs::read_to_string(dir.path().join("flight.jsonl")).unwrap();
+    assert!(!text.contains("Context Capsule"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir.path().join("flight.jsonl"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}

@@ -394,8 +394,75 @@ fn a_file_that_is_not_a_transcript_is_refused_naming_the_formats() {
     ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("claude-code, codex, pi, openai-chat"), "{err}");
+    assert!(
+        err.contains("claude-code, codex, pi, openai-chat, swe-agent, aider, copilot-cli"),
+        "{err}"
+    );
     assert!(!log.exists(), "nothing is written for a refused import");
+}
+
+/// Small transcripts in the three formats imported by detection, written for this test.
+#[test]
+fn swe_agent_aider_and_copilot_cli_files_are_imported_and_detected() {
+    let swe = serde_json::json!({
+        "trajectory": [], "info": {"exit_status": "submitted"}, "environment": "main",
+        "replay_config": "{\"agent\": {\"model\": {\"name\": \"gpt-4o\"}}}",
+        "history": [
+            {"role": "system", "content": "You are a helpful assistant.", "message_type": "system_prompt"},
+            {"role": "user", "content": "fix the failing test", "message_type": "observation"},
+            {"role": "assistant", "content": "Running it.", "message_type": "action",
+             "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"pytest\"}"}}]},
+            {"role": "tool", "content": "1 failed", "message_type": "observation", "tool_call_ids": ["t1"]}
+        ]
+    })
+    .to_string();
+    let aider = "# aider chat started at 2026-05-01 10:00:00\n\n> Main model: gpt-4o with diff edit format  \n\n#### fix the failing test  \n\nThe assertion is wrong.\n\n> Applied edit to tests/test_a.py  \n";
+    let copilot = [
+        r#"{"type":"session.start","id":"a","timestamp":"2026-09-17T10:00:00.000Z","parentId":null,"data":{"sessionId":"c2a8","context":{"cwd":"/home/me/infra"}}}"#,
+        r#"{"type":"user.message","id":"b","timestamp":"2026-09-17T10:00:01.000Z","parentId":"a","data":{"content":"fix the failing test"}}"#,
+        r#"{"type":"assistant.message","id":"c","timestamp":"2026-09-17T10:00:02.000Z","parentId":"b","data":{"messageId":"m","content":"ok","toolRequests":[{"toolCallId":"t1","name":"bash","arguments":{"command":"pytest"}}]}}"#,
+        r#"{"type":"tool.execution_complete","id":"d","timestamp":"2026-09-17T10:00:03.000Z","parentId":"c","data":{"toolCallId":"t1","success":true,"result":{"content":"1 passed"}}}"#,
+    ]
+    .join("\n");
+    for (name, file, text, format) in [
+        ("swe", "task.traj", swe.as_str(), "swe-agent"),
+        ("aider", ".aider.chat.history.md", aider, "aider"),
+        ("copilot", "events.jsonl", copilot.as_str(), "copilot-cli"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join(file);
+        std::fs::write(&input, text).unwrap();
+        let log = dir.path().join("s.jsonl");
+        let out = soba(&[
+            "import",
+            input.to_str().unwrap(),
+            "-o",
+            log.to_str().unwrap(),
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["format"], format, "{name}: {report}");
+        assert_eq!(report["messages"]["user"], 1, "{name}: {report}");
+        let (session, _) = soba::session::log::read_session(&log).unwrap();
+        let prompt = session
+            .entries()
+            .iter()
+            .find_map(|e| {
+                e.as_message()
+                    .filter(|m| m.role == soba::session::entry::Role::User)
+            })
+            .unwrap();
+        assert_eq!(
+            soba::session::entry::blocks_text(&prompt.content),
+            "fix the failing test",
+            "{name}"
+        );
+    }
 }
 
 #[test]

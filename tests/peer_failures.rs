@@ -259,7 +259,7 @@ fn codex_29319_a_full_window_still_compacts_promptly() {
     assert_eq!(r.trigger, Trigger::HardLimit);
     assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
     assert!(
-        r.degraded,
+        r.fallback,
         "the model timed out: the local capsule stands in"
     );
     let Preflight::Ready {

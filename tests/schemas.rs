@@ -305,3 +305,30 @@ fn config_schema_accepts_a_config_and_rejects_unknown_keys() {
     assert!(!v.is_valid(&json!({"compaction": {"keepRecentToken": 1}})));
     assert!(!v.is_valid(&json!({"compaction": {"minSavingsRatio": 2.0}})));
 }
+
+/// The schema an editor validates with and the binary agree on every ratio: (0, 1].
+#[test]
+fn config_schema_refuses_the_ratios_the_binary_refuses() {
+    let v = validator(&soba::config::config_schema());
+    for key in ["minSavingsRatio", "autoCompactThresholdRatio"] {
+        for (ratio, allowed) in [
+            (0.0, false),
+            (-0.1, false),
+            (0.5, true),
+            (1.0, true),
+            (1.1, false),
+        ] {
+            let doc = json!({"compaction": {key: ratio}});
+            assert_eq!(v.is_valid(&doc), allowed, "schema: {key} = {ratio}");
+            let binary =
+                soba::config::ConfigFile::parse("t.json", &doc.to_string()).and_then(|f| {
+                    soba::config::Config::resolve(&[f], None, &Default::default()).map(|_| ())
+                });
+            assert_eq!(
+                binary.is_ok(),
+                allowed,
+                "binary: {key} = {ratio}: {binary:?}"
+            );
+        }
+    }
+}

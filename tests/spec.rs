@@ -385,6 +385,99 @@ fn at_most_one_soft_attempt_runs_per_agent_turn_and_a_skipped_one_is_not_appende
     assert_eq!(next.len(), 1);
 }
 
+/// Tool work in one turn (no new prompt) until effective input is at least `tokens`.
+fn tool_work_until(h: &mut Agent, tokens: u64) {
+    while h.effective() < tokens {
+        h.tool("Bash", json!({"command": "cargo test"}), 1500);
+    }
+}
+
+#[test]
+fn a_hard_limit_compaction_spends_the_turns_one_soft_attempt() {
+    let mut h = Agent::new();
+    h.user(100);
+    let (soft, hard) = (h.config.limits().soft_limit, h.config.limits().hard_limit);
+    tool_work_until(&mut h, hard + 1);
+    let (results, _) = h.preflight_through(None);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0].trigger, Trigger::HardLimit);
+    assert_eq!(results[0].outcome, Outcome::Completed);
+    // The same turn grows past the soft limit again: no soft attempt follows the hard one.
+    tool_work_until(&mut h, soft);
+    assert!(h.effective() < hard);
+    let (again, p) = h.preflight_through(None);
+    assert!(again.is_empty(), "{again:?}");
+    assert!(matches!(p, Preflight::Ready { skipped: None, .. }));
+    // The log says so too, for a reader that starts from the file (a restart).
+    let (s, _) = read_session(&h.path).unwrap();
+    assert!(turn_facts(&s, s.leaf()).soft_attempted);
+    // A new turn may try again.
+    h.user(10);
+    let (next, _) = h.preflight_through(None);
+    assert_eq!(next.len(), 1, "{next:?}");
+    assert!(next[0].trigger.is_soft());
+}
+
+#[test]
+fn a_cancelled_soft_attempt_spends_the_turns_one_soft_attempt() {
+    let mut h = Agent::new();
+    for _ in 0..10 {
+        h.turn(4000);
+    }
+    let Preflight::Compact(plan) = h.preflight() else {
+        panic!("expected a soft compaction at the soft limit")
+    };
+    assert!(plan.trigger.is_soft());
+    let r = commit(&mut h.log, &plan, Generated::Cancelled, false, 5).unwrap();
+    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert_eq!(h.capsules(), 0, "a cancellation appends no capsule");
+    let recorded = h
+        .log
+        .session()
+        .leaf()
+        .map(|i| h.log.session().entry(i).body.clone());
+    assert!(
+        matches!(&recorded, Some(EntryBody::Compaction(c)) if c.outcome == Outcome::Cancelled),
+        "{recorded:?}"
+    );
+    // Same turn: the cancelled attempt was the turn's one.
+    h.tool("Bash", json!({"command": "ls"}), 10);
+    let (again, p) = h.preflight_through(None);
+    assert!(again.is_empty(), "{again:?}");
+    assert!(matches!(p, Preflight::Ready { skipped: None, .. }));
+    let (s, _) = read_session(&h.path).unwrap();
+    assert!(turn_facts(&s, s.leaf()).soft_attempted);
+    // An abort seen at commit counts the same way.
+    h.user(10);
+    let Preflight::Compact(plan) = h.preflight() else {
+        panic!("a new turn may try again")
+    };
+    let r = commit(&mut h.log, &plan, generate_local(&plan), true, 5).unwrap();
+    assert_eq!(r.outcome, Outcome::Cancelled);
+    let (again, _) = h.preflight_through(None);
+    assert!(again.is_empty(), "{again:?}");
+}
+
+#[test]
+fn a_cancelled_attempt_on_a_moved_leaf_appends_nothing() {
+    let mut h = Agent::new();
+    for _ in 0..10 {
+        h.turn(4000);
+    }
+    let Preflight::Compact(plan) = h.preflight() else {
+        panic!("expected a soft compaction at the soft limit")
+    };
+    h.user(10);
+    let len = h.log.session().len();
+    let r = commit(&mut h.log, &plan, Generated::Cancelled, false, 5).unwrap();
+    assert_eq!(r.outcome, Outcome::Cancelled);
+    assert_eq!(
+        h.log.session().len(),
+        len,
+        "the new turn is not charged for it"
+    );
+}
+
 #[test]
 fn milestone_and_plan_pivot_outrank_turn_complete_and_are_consumed_once() {
     let mut h = Agent::new();
@@ -628,7 +721,7 @@ fn the_local_capsule_is_marked_degraded() {
     }
     let r = h.explicit(None, None);
     assert_eq!(r.quality, Some(Quality::Degraded));
-    assert!(!r.degraded, "no model configured is not a fallback");
+    assert!(!r.fallback, "no model configured is not a fallback");
 }
 
 mod properties {
@@ -735,4 +828,39 @@ mod properties {
             }
         }
     }
+}
+
+#[test]
+fn provider_usage_beyond_the_logged_parts_is_its_own_part_and_compact_says_so() {
+    let mut h = Agent::new();
+    h.user(200);
+    // An imported session: the provider counted a system prompt and tools the log never saw.
+    h.push(EntryBody::Message(MessageEntry {
+        role: Role::Assistant,
+        content: vec![ContentBlock::text(filler(50))],
+        usage: Some(Usage {
+            input: 30000,
+            cache_read: 0,
+            cache_write: 0,
+            output: 50,
+        }),
+        model: None,
+        synthetic: false,
+    }));
+    let s = h.log.session();
+    let report = soba::inspect::budget_report(s, h.config.limits(), true, "test", None);
+    let counted = report.breakdown.parts.total();
+    assert!(counted < 1000, "{counted}");
+    assert_eq!(
+        report.breakdown.not_in_log,
+        report.effective_tokens - counted,
+        "the difference is its own part"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["breakdown"]["notInLog"], report.breakdown.not_in_log);
+    // /compact cannot help, and says why and what to do.
+    let r = h.explicit(None, None);
+    assert_eq!(r.outcome, Outcome::Skipped, "{r:?}");
+    assert!(r.reason.contains("not in the log"), "{}", r.reason);
+    assert!(r.reason.contains("systemPrompt"), "{}", r.reason);
 }

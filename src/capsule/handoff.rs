@@ -37,6 +37,16 @@ pub fn find_capsule<'a>(
     )
 }
 
+/// Tokens of the capsule with this checkpoint id, as the session's tokenizer counts its entry:
+/// the capsule's own size, not the size of the state it describes.
+pub fn capsule_tokens(session: &Session, checkpoint: &str) -> Option<u64> {
+    let idx = session.entries().iter().position(|e| {
+        e.as_capsule()
+            .is_some_and(|c| c.checkpoint_id == checkpoint)
+    })?;
+    Some(session.tokens_of(idx))
+}
+
 /// The `.capsule.md` text of a capsule of `session`.
 pub fn export_capsule(session: &Session, checkpoint: &str) -> anyhow::Result<Exported> {
     let (entry, capsule) = find_capsule(session, checkpoint)?;

@@ -82,15 +82,13 @@ pub fn should_mirror(capsule: &CapsuleEntry, explicit_request: bool) -> Result<(
 
 #[derive(Debug, thiserror::Error)]
 pub enum MirrorError {
+    // Messages print their cause, so it is not also a `source()`: `{:#}` would repeat it.
     #[error("not mirrored: {0}")]
-    NotMirrored(#[from] NotMirrored),
+    NotMirrored(NotMirrored),
     #[error("checkpoint id `{0}` cannot name a file; expected letters, digits, `_` and `-` only")]
     BadCheckpointId(String),
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("{path}: {cause}")]
+    Io { path: String, cause: std::io::Error },
 }
 
 /// What a mirror wrote.
@@ -117,7 +115,7 @@ pub fn mirror(
     source: MirrorSource<'_>,
     explicit_request: bool,
 ) -> Result<Mirrored, MirrorError> {
-    should_mirror(capsule, explicit_request)?;
+    should_mirror(capsule, explicit_request).map_err(MirrorError::NotMirrored)?;
     let id = &capsule.checkpoint_id;
     if id.is_empty()
         || !id
@@ -137,7 +135,7 @@ pub fn mirror(
     let exported = write(&portable);
     let io = |p: &Path| {
         let p = p.display().to_string();
-        move |source| MirrorError::Io { path: p, source }
+        move |cause| MirrorError::Io { path: p, cause }
     };
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     write_atomic(&path, exported.text.as_bytes()).map_err(io(&path))?;
@@ -160,7 +158,7 @@ pub struct IndexRow {
 pub fn rebuild_index(dir: &Path) -> Result<PathBuf, MirrorError> {
     let io = |p: &Path| {
         let p = p.display().to_string();
-        move |source| MirrorError::Io { path: p, source }
+        move |cause| MirrorError::Io { path: p, cause }
     };
     let mut rows = Vec::new();
     let mut unreadable = Vec::new();

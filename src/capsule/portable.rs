@@ -967,17 +967,15 @@ fn fill_section(
 
 #[derive(Debug, thiserror::Error)]
 pub enum PortableError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    // Messages print their cause, so it is not also a `source()`: `{:#}` would repeat it.
+    #[error("{path}: {cause}")]
+    Io { path: String, cause: std::io::Error },
     #[error("{path} is {size} bytes, over the {limit}-byte limit for a capsule file. A capsule is a summary: trim pasted logs or file contents and load it again")]
     TooLarge { path: String, size: u64, limit: u64 },
     #[error("{path} is not UTF-8 text; a capsule file is Markdown")]
     NotText { path: String },
-    #[error("{path}:{}: not a valid capsule file: expected {}, found {}. See docs/capsule-format.md", source.line, source.expected, source.found)]
-    Format { path: String, source: FormatError },
+    #[error("{path}:{}: not a valid capsule file: expected {}, found {}. See docs/capsule-format.md", cause.line, cause.expected, cause.found)]
+    Format { path: String, cause: FormatError },
 }
 
 /// Read and parse a capsule file, refusing files over [`MAX_CAPSULE_FILE_BYTES`].
@@ -987,9 +985,9 @@ pub fn read_capsule_file(path: &Path) -> Result<Parsed, PortableError> {
 
 pub fn read_capsule_file_limited(path: &Path, limit: u64) -> Result<Parsed, PortableError> {
     let shown = path.display().to_string();
-    let io = |source| PortableError::Io {
+    let io = |cause| PortableError::Io {
         path: shown.clone(),
-        source,
+        cause,
     };
     let file = crate::files::open_regular(path).map_err(io)?;
     // Read at most one byte past the limit: a huge file is never loaded whole.
@@ -1008,10 +1006,7 @@ pub fn read_capsule_file_limited(path: &Path, limit: u64) -> Result<Parsed, Port
     let text = String::from_utf8(bytes).map_err(|_| PortableError::NotText {
         path: shown.clone(),
     })?;
-    parse(&text).map_err(|source| PortableError::Format {
-        path: shown,
-        source,
-    })
+    parse(&text).map_err(|cause| PortableError::Format { path: shown, cause })
 }
 
 /// Write `text` to `path` atomically: a temporary file beside it, then a rename. The folder
@@ -1019,9 +1014,9 @@ pub fn read_capsule_file_limited(path: &Path, limit: u64) -> Result<Parsed, Port
 pub fn write_capsule_file(path: &Path, text: &str) -> Result<(), PortableError> {
     crate::files::require_parent(path)
         .and_then(|()| write_atomic(path, text.as_bytes()))
-        .map_err(|source| PortableError::Io {
+        .map_err(|cause| PortableError::Io {
             path: path.display().to_string(),
-            source,
+            cause,
         })
 }
 

@@ -29,9 +29,14 @@ fn run_plan(
     config: &Config,
     common: &CommonArgs,
 ) -> anyhow::Result<CompactionResult> {
+    let flight = crate::flight::FlightLog::for_session_log(log.path());
+    let session_id = log.session().header.id.clone();
     let plan = match plan {
         Ok(plan) => plan,
-        Err(ended) => return Ok(ended),
+        Err(ended) => {
+            flight.record(&session_id, &ended);
+            return Ok(ended);
+        }
     };
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let started = std::time::Instant::now();
@@ -48,7 +53,8 @@ fn run_plan(
     }
     let elapsed = started.elapsed().as_millis() as u64;
     let result = crate::compaction::commit(log, &plan, generated, cancelled, elapsed)?;
-    if result.degraded {
+    flight.record(&session_id, &result);
+    if result.fallback {
         errln!(
             "warning: a summarization model was configured but the local capsule was used: {}",
             result.reason
@@ -119,19 +125,27 @@ pub fn create(path: &Path, title: &str, common: &CommonArgs) -> anyhow::Result<(
     if result.outcome != Outcome::Completed {
         anyhow::bail!("no capsule created ({}): {}", result.outcome, result.reason);
     }
+    let capsule_tokens = result
+        .checkpoint_id
+        .as_deref()
+        .and_then(|ck| crate::capsule::handoff::capsule_tokens(log.session(), ck))
+        .unwrap_or(0);
     if common.json {
         return print_json(&serde_json::json!({
             "checkpointId": result.checkpoint_id,
             "title": title,
             "quality": result.quality,
-            "tokens": result.tokens_before,
+            "tokens": capsule_tokens,
+            "sessionTokens": result.tokens_before,
             "result": result,
         }));
     }
     outln!(
-        "created {} \"{title}\" ({}); export it with `soba capsule export {} {} FILE.capsule.md`",
+        "created {} \"{title}\" ({}, {} tokens for a session of {}); export it with `soba capsule export {} {} FILE.capsule.md`",
         result.checkpoint_id.as_deref().unwrap_or("-"),
         result.quality.map(|q| q.as_str()).unwrap_or("-"),
+        human_tokens(capsule_tokens),
+        human_tokens(result.tokens_before),
         path.display(),
         result.checkpoint_id.as_deref().unwrap_or("-"),
     );

@@ -43,6 +43,9 @@ pub enum FormatChoice {
     Codex,
     Pi,
     OpenaiChat,
+    SweAgent,
+    Aider,
+    CopilotCli,
 }
 
 impl FormatChoice {
@@ -53,6 +56,9 @@ impl FormatChoice {
             FormatChoice::Codex => Some(Format::Codex),
             FormatChoice::Pi => Some(Format::Pi),
             FormatChoice::OpenaiChat => Some(Format::OpenaiChat),
+            FormatChoice::SweAgent => Some(Format::SweAgent),
+            FormatChoice::Aider => Some(Format::Aider),
+            FormatChoice::CopilotCli => Some(Format::CopilotCli),
         }
     }
 }

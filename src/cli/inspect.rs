@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::{print_json, warn_load, CommonArgs};
-use crate::inspect::{budget_report, context_report};
+use crate::inspect::{budget_report, context_report, preflight_outlook};
 use crate::session::log::read_session;
 use crate::util::human_tokens;
 
@@ -54,9 +54,9 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     };
     match c.source {
         crate::budget::CalibrationSource::Exact => {
-            println!("{counted}, counted with {}", c.tokenizer.as_str())
+            outln!("{counted}, counted with {}", c.tokenizer.as_str())
         }
-        source => println!(
+        source => outln!(
             "{counted}, counted with {} × {:.2} ({} factor: the model's own tokenizer is not public)",
             c.tokenizer.as_str(),
             c.factor,
@@ -67,15 +67,22 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             }
         ),
     }
-    let b = r.breakdown;
+    let b = r.breakdown.parts;
     outln!(
-        "system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {}",
+        "system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {}{}",
         b.system,
         b.tools,
         b.capsule,
         b.retained_tail,
-        b.new_entries
+        b.new_entries,
+        match r.breakdown.not_in_log {
+            0 => String::new(),
+            n => format!("  ·  not in the log {n}"),
+        }
     );
+    if let Some(note) = crate::budget::not_in_log_note(r.breakdown.not_in_log) {
+        outln!("note: {note}");
+    }
     outln!("auto-compact {}", if r.auto_compact { "on" } else { "off" });
     outln!("capsules written by {}", r.summarizer.uses);
     match &r.last_compaction {
@@ -101,11 +108,37 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let config = common.config_for(Some(&session.header))?;
     config.model.configure_counting(&mut session);
     let r = context_report(&session);
+    let preflight = preflight_outlook(&session, &config);
     if common.json {
-        return print_json(&r);
+        let mut v = serde_json::to_value(&r)?;
+        v["preflight"] = serde_json::to_value(&preflight)?;
+        return print_json(&v);
     }
     for w in &r.warnings {
         errln!("warning: {w}");
+    }
+    let k = crate::util::human_tokens;
+    let said = match preflight.decision {
+        "send" => None,
+        "compact_first" => Some(format!(
+            "the next preflight would not send this input: {} ({} tokens; hard limit {}); after it the input would be about {} tokens. Run `soba compact {}` to see it",
+            preflight.reason,
+            k(preflight.effective_tokens),
+            k(preflight.hard_limit),
+            k(preflight.tokens_after.unwrap_or(0)),
+            path.display()
+        )),
+        "skip_then_send" => Some(format!(
+            "a soft compaction is due but would be skipped ({}); this input is sent as shown",
+            preflight.reason
+        )),
+        _ => Some(format!(
+            "the next preflight would refuse to send anything: {}",
+            preflight.reason
+        )),
+    };
+    if let Some(said) = &said {
+        errln!("note: {said}");
     }
     for m in &r.messages {
         let text: Vec<String> = m
@@ -129,5 +162,9 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         outln!("── {who}\n{}", text.join("\n"));
     }
     outln!("── {} messages, {} tokens", r.messages.len(), r.tokens);
+    if let Some(said) = said {
+        // Again after the input, where a reader of a long transcript ends up.
+        outln!("── {said}");
+    }
     Ok(())
 }

@@ -173,5 +173,8 @@ fn format_of(choice: FormatChoice) -> Option<Format> {
         FormatChoice::Codex => Some(Format::Codex),
         FormatChoice::Pi => Some(Format::Pi),
         FormatChoice::OpenaiChat => Some(Format::OpenaiChat),
+        FormatChoice::SweAgent => Some(Format::SweAgent),
+        FormatChoice::Aider => Some(Format::Aider),
+        FormatChoice::CopilotCli => Some(Format::CopilotCli),
     }
 }

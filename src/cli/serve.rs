@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use super::{print_json, CommonArgs};
-use crate::daemon::flight::{FlightLog, FlightRecord};
 use crate::daemon::paths::Paths;
 use crate::daemon::registry::{Daemon, DaemonOptions};
 use crate::daemon::socket;
+use crate::flight::{FlightLog, FlightRecord};
 use crate::session::log::read_session;
 use crate::util::human_tokens;
 
@@ -80,16 +80,7 @@ pub fn flight(session: Option<&Path>, common: &CommonArgs) -> anyhow::Result<()>
     let records = match session {
         Some(path) => {
             let (s, _) = read_session(path)?;
-            // Session logs live in `<workspace data>/sessions/`; the flight log beside that folder.
-            let ws_dir = path
-                .canonicalize()?
-                .parent()
-                .and_then(Path::parent)
-                .map(Path::to_path_buf)
-                .ok_or_else(|| {
-                    anyhow::anyhow!("{} is not inside a workspace data folder", path.display())
-                })?;
-            FlightLog::new(&ws_dir).read(Some(&s.header.id), None)?
+            FlightLog::for_session_log(path).read(Some(&s.header.id), None)?
         }
         None => {
             let cwd = std::env::current_dir()?.canonicalize()?;

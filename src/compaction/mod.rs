@@ -49,8 +49,10 @@ pub struct CompactionResult {
     pub quality: Option<Quality>,
     pub first_kept_entry_id: Option<String>,
     pub duration_ms: u64,
-    /// True when a degraded (local) capsule stands in for a model summary that failed.
-    pub degraded: bool,
+    /// A summarization model was configured but failed, and the local capsule stands in for
+    /// its summary. Who wrote the capsule is `quality`; without a model configured the local
+    /// capsule is the normal case and this stays false.
+    pub fallback: bool,
     pub hard_limit: u64,
     pub soft_limit: u64,
     /// Path of the Project Memory copy, when the capsule was mirrored.
@@ -99,7 +101,7 @@ impl CompactionResult {
             quality: None,
             first_kept_entry_id: None,
             duration_ms: 0,
-            degraded: false,
+            fallback: false,
             hard_limit: limits.hard_limit,
             soft_limit: limits.soft_limit,
             mirrored_to: None,

@@ -67,7 +67,9 @@ fn record(log: &mut SessionLog, r: &CompactionResult) -> Result<(), LogError> {
 }
 
 /// End the operation: append the capsule when it is still valid, else record why not.
-/// Cancelled and stale operations append nothing at all.
+/// Cancelled and stale operations never append a capsule. A cancelled automatic attempt (soft
+/// or hard limit) on the leaf it planned for leaves its compaction record, so that the turn's
+/// one soft attempt stays spent; on a moved leaf it appends nothing at all.
 pub fn commit(
     log: &mut SessionLog,
     plan: &Plan,
@@ -84,16 +86,24 @@ pub fn commit(
         plan.limits,
     );
     let mut result = CompactionResult { duration_ms, ..c };
+    let cancelled = |log: &mut SessionLog, result: CompactionResult| {
+        let spent = crate::session::turn::spends_the_soft_attempt(plan.trigger)
+            && log.session().leaf_id() == Some(plan.expected_leaf.as_str());
+        if spent {
+            record(log, &result)?;
+        }
+        Ok(result)
+    };
     let Generated::State {
         state,
         quality,
         degraded_reason,
     } = generated
     else {
-        return Ok(result);
+        return cancelled(log, result);
     };
     if aborted {
-        return Ok(result);
+        return cancelled(log, result);
     }
     if log.session().leaf_id() != Some(plan.expected_leaf.as_str()) {
         result.outcome = Outcome::Stale;
@@ -173,9 +183,8 @@ pub fn commit(
         before: plan.tokens_before,
         after,
     };
-    let degraded = capsule.quality == Quality::Degraded
+    result.fallback = capsule.quality == Quality::Degraded
         && capsule.degraded_reason.as_deref() != Some(NO_MODEL_CONFIGURED);
-    result.degraded = degraded;
     result.quality = Some(capsule.quality);
     result.reason = capsule
         .degraded_reason
@@ -449,11 +458,19 @@ impl Barrier<'_> {
             Ok(p) => Ok(Preflight::Compact(Box::new(p))),
             Err(no) => {
                 let limits = self.config.limits();
+                let mut reason = no.reason;
+                if trigger == Trigger::User {
+                    // An explicit /compact that cannot help: say what holds the tokens.
+                    let outside = self.measure(log.session()).not_in_log();
+                    if let Some(note) = crate::budget::not_in_log_note(outside) {
+                        reason = format!("{reason}. {note}");
+                    }
+                }
                 let r = CompactionResult::ended(
                     &new_id("op_"),
                     trigger,
                     no.outcome,
-                    no.reason,
+                    reason,
                     no.tokens_before,
                     limits,
                 );

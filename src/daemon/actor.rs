@@ -15,7 +15,6 @@ use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::flight::{FlightLog, FlightRecord};
 use super::protocol::{
     code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CapsuleCreateResult,
     CapsuleExportResult, CapsuleListResult, CapsuleLoadResult, CapsuleSummary, CapsuleTokensView,
@@ -26,6 +25,7 @@ use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::{Barrier as Engine, Preflight};
 use crate::compaction::{reasons, CompactionResult, Generated, Plan};
 use crate::config::Config;
+use crate::flight::FlightLog;
 use crate::inspect::budget_report;
 use crate::session::entry::{
     CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
@@ -316,8 +316,37 @@ struct Actor {
     /// Our own queue, for generation tasks to report back on.
     me: mpsc::WeakUnboundedSender<Command>,
     running: Option<Running>,
+    /// The agent's inference is in flight: a preflight handed out input and the agent has not
+    /// appended, completed its turn, reported an overflow, rewound or asked again since.
+    inference_in_flight: bool,
+    /// An explicit `soba/compact` that arrived during an inference, run when it ends.
+    queued_compact: Option<QueuedCompact>,
     /// Set by `Close`: whoever waits for the log to be released.
     closing: Option<Reply<()>>,
+}
+
+/// An editor's `/compact` waiting for the agent's inference to end (spec §3: SOBA does not
+/// generate summaries concurrently with model work).
+struct QueuedCompact {
+    instructions: Option<String>,
+    mirror: Option<bool>,
+    reply: Reply<CompactionResult>,
+}
+
+impl Command {
+    /// Whether the agent sending this shows that its inference has ended: it appended what the
+    /// model said, ended the turn, reported an overflow, moved the leaf, or asks for the next
+    /// input.
+    fn ends_inference(&self) -> bool {
+        matches!(
+            self,
+            Command::Append { .. }
+                | Command::TurnComplete { .. }
+                | Command::Overflow { .. }
+                | Command::Rewind { .. }
+                | Command::Preflight { .. }
+        )
+    }
 }
 
 /// What a session's actor is started with.
@@ -353,6 +382,8 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         flight,
         me: tx.downgrade(),
         running: None,
+        inference_in_flight: false,
+        queued_compact: None,
         closing: None,
     };
     actor
@@ -379,6 +410,7 @@ fn placeholder_status() -> Status {
             workspace: String::new(),
             budget: Value::Null,
             compacting: false,
+            compact_queued: false,
         },
         entries: 0,
         leaf_id: None,
@@ -387,7 +419,7 @@ fn placeholder_status() -> Status {
 
 fn log_failure(e: LogError) -> RpcError {
     match e {
-        LogError::Tree { source, .. } => RpcError::invalid_params(format!("entries: {source}")),
+        LogError::Tree { cause, .. } => RpcError::invalid_params(format!("entries: {cause}")),
         other => RpcError::internal(other.to_string()),
     }
 }
@@ -396,6 +428,9 @@ fn log_failure(e: LogError) -> RpcError {
 fn budget_exceeded(r: CompactionResult) -> RpcError {
     let (code, message) = if r.reason == reasons::OVERFLOW_RETRY_USED {
         (code::OVERFLOW_RETRY_USED, r.reason.clone())
+    } else if r.reason.contains(reasons::CONTEXT_BUDGET_EXCEEDED) {
+        // The barrier's reasons already say it; saying it again reads as a stutter.
+        (code::BUDGET_EXCEEDED, r.reason.clone())
     } else {
         (
             code::BUDGET_EXCEEDED,
@@ -543,6 +578,25 @@ impl Actor {
             }
             return;
         }
+        if cmd.ends_inference() {
+            self.inference_in_flight = false;
+            if let Some(queued) = self.queued_compact.take() {
+                self.publish();
+                if matches!(cmd, Command::Preflight { .. }) {
+                    // The queued compaction runs first; the preflight then sees its capsule.
+                    self.compact(queued.instructions, queued.mirror, queued.reply);
+                    self.handle(cmd);
+                } else {
+                    self.handle(cmd);
+                    self.handle(Command::Compact {
+                        instructions: queued.instructions,
+                        mirror: queued.mirror,
+                        reply: queued.reply,
+                    });
+                }
+                return;
+            }
+        }
         match cmd {
             Command::Append { entries, reply } => {
                 let r = self.append(entries);
@@ -558,9 +612,22 @@ impl Actor {
                 let _ = reply.send(r);
             }
             Command::Cancel { reply } => {
-                let _ = reply.send(Ok(CancelResult { cancelled: false }));
+                let cancelled = self.queued_compact.take().map(|q| {
+                    let _ = q.reply.send(Ok(self.not_run(reasons::CANCELLED)));
+                    self.publish();
+                });
+                let _ = reply.send(Ok(CancelResult {
+                    cancelled: cancelled.is_some(),
+                }));
             }
-            Command::Close { reply } => self.closing = Some(reply),
+            Command::Close { reply } => {
+                if let Some(q) = self.queued_compact.take() {
+                    let _ = q.reply.send(Ok(
+                        self.not_run("the session closed before the agent's inference ended")
+                    ));
+                }
+                self.closing = Some(reply)
+            }
             Command::TurnComplete { usage, reply } => {
                 let r = self.engine_step(|e, log| e.turn_complete(log, usage));
                 let _ = reply.send(r.map(|intent_recorded| TurnCompleteResult { intent_recorded }));
@@ -596,16 +663,21 @@ impl Actor {
                 mirror,
                 reply,
             } => {
-                let mirror = mirror.unwrap_or(self.config.mirror_explicit_compacts);
-                match self.engine_step(|e, log| e.explicit_mirrored(log, instructions, mirror)) {
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                    Ok(Ok(plan)) => self.start(plan, Waiter::Compact(reply)),
-                    Ok(Err(ended)) => {
-                        self.record_flight(&ended);
-                        let _ = reply.send(Ok(ended));
-                    }
+                if !self.inference_in_flight {
+                    self.compact(instructions, mirror, reply);
+                } else if self.queued_compact.is_some() {
+                    let _ = reply.send(Err(RpcError::new(
+                        code::INVALID_REQUEST,
+                        "a /compact is already queued to run when the agent's inference ends; \
+                         wait for it, or cancel it with soba/cancel and send this one again",
+                    )));
+                } else {
+                    self.queued_compact = Some(QueuedCompact {
+                        instructions,
+                        mirror,
+                        reply,
+                    });
+                    self.publish();
                 }
             }
             Command::CapsuleList { reply } => {
@@ -639,6 +711,39 @@ impl Actor {
         }
     }
 
+    /// An explicit compaction, now.
+    fn compact(
+        &mut self,
+        instructions: Option<String>,
+        mirror: Option<bool>,
+        reply: Reply<CompactionResult>,
+    ) {
+        let mirror = mirror.unwrap_or(self.config.mirror_explicit_compacts);
+        match self.engine_step(|e, log| e.explicit_mirrored(log, instructions, mirror)) {
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+            Ok(Ok(plan)) => self.start(plan, Waiter::Compact(reply)),
+            Ok(Err(ended)) => {
+                self.record_flight(&ended);
+                let _ = reply.send(Ok(ended));
+            }
+        }
+    }
+
+    /// The answer to a queued `/compact` that never started: nothing was planned or written.
+    fn not_run(&self, reason: &str) -> CompactionResult {
+        let budget = self.engine().measure(self.log.session());
+        CompactionResult::ended(
+            "",
+            crate::session::entry::Trigger::User,
+            Outcome::Cancelled,
+            reason,
+            budget.effective_tokens,
+            budget.limits,
+        )
+    }
+
     /// Run one engine step on the log and publish the new state.
     fn engine_step<T>(
         &mut self,
@@ -660,7 +765,9 @@ impl Actor {
             }
             Ok(Preflight::Compact(plan)) => self.start(*plan, Waiter::Preflight(reply)),
             Ok(other) => {
-                let _ = reply.send(self.preflight_answer(other));
+                let answer = self.preflight_answer(other);
+                self.inference_in_flight = answer.is_ok();
+                let _ = reply.send(answer);
             }
         }
     }
@@ -775,7 +882,7 @@ impl Actor {
                     Some(result.clone()),
                     Some(line),
                 );
-                if result.degraded {
+                if result.fallback {
                     let _ = self.events.send(Event::Degraded {
                         workspace: self.workspace.clone(),
                         message: format!(
@@ -805,9 +912,11 @@ impl Actor {
             Waiter::Handoff { title, reply } => {
                 let r = outcome.and_then(|r| match (&r.checkpoint_id, r.outcome) {
                     (Some(ck), Outcome::Completed) => Ok(CapsuleCreateResult {
+                        tokens: crate::capsule::handoff::capsule_tokens(self.log.session(), ck)
+                            .unwrap_or(0),
                         checkpoint_id: ck.clone(),
                         title,
-                        tokens: r.tokens_before,
+                        session_tokens: r.tokens_before,
                     }),
                     _ => Err(no_capsule(r)),
                 });
@@ -846,6 +955,7 @@ impl Actor {
                         Preflight::Compact(_) => unreachable!("ready_input never plans"),
                     }
                 });
+                self.inference_in_flight = r.is_ok();
                 let _ = reply.send(r);
             }
         }
@@ -876,27 +986,7 @@ impl Actor {
 
     /// One flight record per operation; never any capsule text.
     fn record_flight(&self, r: &CompactionResult) {
-        let record = FlightRecord {
-            operation_id: r.operation_id.clone(),
-            session_id: self.session_id().to_string(),
-            trigger: r.trigger.as_str().to_string(),
-            outcome: r.outcome.as_str().to_string(),
-            reason: r.reason.clone(),
-            duration_ms: r.duration_ms,
-            checkpoint_id: r.checkpoint_id.clone(),
-            tokens_before: r.tokens_before,
-            tokens_after: r.tokens_after,
-            reclaimed: r.tokens_before.saturating_sub(r.tokens_after),
-            hard_limit: r.hard_limit,
-            soft_limit: r.soft_limit,
-            ts: crate::util::now_rfc3339(),
-        };
-        if let Err(e) = self.flight.append(&record) {
-            eprintln!(
-                "soba: cannot write flight record to {}: {e}",
-                self.flight.path().display()
-            );
-        }
+        self.flight.record(self.session_id(), r);
     }
 
     fn session_id(&self) -> &str {
@@ -913,6 +1003,7 @@ impl Actor {
             self.summarizer.as_deref(),
         );
         BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
+            .with_compact_queued(self.queued_compact.is_some())
     }
 
     fn snapshot(&self) -> Status {

@@ -11,7 +11,6 @@
 //! - [`flight`]: append-only per-workspace records of every compaction operation.
 
 pub mod actor;
-pub mod flight;
 pub mod framing;
 pub mod paths;
 pub mod protocol;

@@ -253,6 +253,8 @@ pub struct BudgetReport {
     #[schemars(with = "CoreBudgetReport")]
     pub budget: Value,
     pub compacting: bool,
+    /// An explicit `/compact` is queued until the agent's inference in flight ends.
+    pub compact_queued: bool,
 }
 
 impl BudgetReport {
@@ -267,7 +269,14 @@ impl BudgetReport {
             workspace: workspace.to_string(),
             budget: serde_json::to_value(core).expect("budget report serializes"),
             compacting,
+            compact_queued: false,
         }
+    }
+
+    /// The report, saying whether an explicit `/compact` waits for an inference to end.
+    pub fn with_compact_queued(mut self, queued: bool) -> Self {
+        self.compact_queued = queued;
+        self
     }
 
     pub fn effective_tokens(&self) -> u64 {
@@ -378,7 +387,7 @@ pub struct SessionsResult {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlightResult {
-    pub records: Vec<crate::daemon::flight::FlightRecord>,
+    pub records: Vec<crate::flight::FlightRecord>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -386,8 +395,10 @@ pub struct FlightResult {
 pub struct CapsuleCreateResult {
     pub checkpoint_id: String,
     pub title: String,
-    /// Effective tokens of the state the capsule describes.
+    /// The capsule's own size in tokens.
     pub tokens: u64,
+    /// Effective tokens of the session state the capsule describes.
+    pub session_tokens: u64,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

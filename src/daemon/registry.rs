@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
 use super::actor::{self, Event, SessionHandle};
-use super::flight::{FlightLog, FlightRecord};
 use super::paths::{workspace_path, Paths};
 use super::protocol::{code, ModelParams, RpcError, SessionClosedNotice, SessionSummary};
 use super::watcher::{WatchMode, WorkspaceWatcher};
 use crate::config::{Config, ConfigSources, Overrides};
+use crate::flight::{FlightLog, FlightRecord};
 use crate::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
 use crate::session::log::{LogError, SessionLog};
 use crate::summarize::Summarizer;

@@ -1,5 +1,6 @@
-//! Readers for foreign agent transcripts: Claude Code, Codex, pi and OpenAI-chat trajectories
-//! become SOBA session entries.
+//! Readers for foreign agent transcripts: Claude Code, Codex, pi, OpenAI-chat trajectories,
+//! SWE-agent trajectories, aider chat histories and GitHub Copilot CLI session logs become SOBA
+//! session entries.
 //!
 //! Every reader is pure: `import_str(text, options)` turns the transcript's text into an
 //! [`ImportResult`] (header, entries, report). Writing the log is the caller's business
@@ -10,10 +11,13 @@
 //! and at what size that agent compacted and what it kept. They are never model input, so the
 //! imported session shows what SOBA itself would send.
 
+pub mod aider;
 pub mod claude_code;
 pub mod codex;
+pub mod copilot_cli;
 pub mod openai_chat;
 pub mod pi;
+pub mod swe_agent;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -38,14 +42,20 @@ pub enum Format {
     Codex,
     Pi,
     OpenaiChat,
+    SweAgent,
+    Aider,
+    CopilotCli,
 }
 
 impl Format {
-    pub const ALL: [Format; 4] = [
+    pub const ALL: [Format; 7] = [
         Format::ClaudeCode,
         Format::Codex,
         Format::Pi,
         Format::OpenaiChat,
+        Format::SweAgent,
+        Format::Aider,
+        Format::CopilotCli,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +64,9 @@ impl Format {
             Format::Codex => "codex",
             Format::Pi => "pi",
             Format::OpenaiChat => "openai-chat",
+            Format::SweAgent => "swe-agent",
+            Format::Aider => "aider",
+            Format::CopilotCli => "copilot-cli",
         }
     }
 }
@@ -68,7 +81,7 @@ impl std::fmt::Display for Format {
 /// errors: they are counted in the [`ImportReport`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ImportError {
-    #[error("not a transcript in any known format (tried claude-code, codex, pi, openai-chat): {reason}. Pass --format to force one")]
+    #[error("not a transcript in any known format (tried claude-code, codex, pi, openai-chat, swe-agent, aider, copilot-cli): {reason}. Pass --format to force one")]
     UnknownFormat { reason: String },
     #[error("not a {format} transcript: {reason}")]
     WrongFormat { format: Format, reason: String },
@@ -155,6 +168,9 @@ pub fn import_str(
         Format::Codex => codex::import_str(text, options)?,
         Format::Pi => pi::import_str(text, options)?,
         Format::OpenaiChat => openai_chat::import_str(text, options)?,
+        Format::SweAgent => swe_agent::import_str(text, options)?,
+        Format::Aider => aider::import_str(text, options)?,
+        Format::CopilotCli => copilot_cli::import_str(text, options)?,
     };
     if !result.entries.iter().any(Entry::is_model_visible) {
         return Err(ImportError::Empty { format });
@@ -173,6 +189,7 @@ pub fn detect(text: &str) -> Result<Format, ImportError> {
     // A whole-file JSON document: an OpenAI-chat trajectory or Claude Code records as an array.
     if let Ok(doc) = serde_json::from_str::<Value>(trimmed) {
         match &doc {
+            doc if swe_agent::looks_like_trajectory(doc) => return Ok(Format::SweAgent),
             Value::Object(o) if o.get("messages").is_some_and(Value::is_array) => {
                 return Ok(Format::OpenaiChat)
             }
@@ -197,9 +214,16 @@ pub fn detect(text: &str) -> Result<Format, ImportError> {
         if claude_code::looks_like_record(record) {
             return Ok(Format::ClaudeCode);
         }
+        if copilot_cli::looks_like_record(record) {
+            return Ok(Format::CopilotCli);
+        }
+    }
+    // Markdown, not JSON: aider's chat history.
+    if records.is_empty() && aider::looks_like_history(trimmed) {
+        return Ok(Format::Aider);
     }
     let reason = if records.is_empty() {
-        "no line is a JSON object".to_string()
+        "no line is a JSON object, and no `#### ` line of an aider chat history".to_string()
     } else {
         "no record has the shape of a known transcript format".to_string()
     };
@@ -655,7 +679,9 @@ mod tests {
             "{\"type\":\"session\",\"version\":1,\"workspace\":\"/w\",\"id\":\"s\"}\n",
         ] {
             let err = import_str(text, None, &options()).unwrap_err().to_string();
-            assert!(err.contains("claude-code, codex, pi, openai-chat"), "{err}");
+            for f in Format::ALL {
+                assert!(err.contains(f.as_str()), "{f} not named: {err}");
+            }
             assert!(err.contains("--format"), "{err}");
         }
     }

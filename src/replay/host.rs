@@ -179,7 +179,12 @@ impl<'a> SimulatedHost<'a> {
         .effective_tokens
     }
 
+    /// Put an outcome on the timeline and in the flight log beside the session log.
     fn record(&mut self, result: CompactionResult) -> CompactionResult {
+        if !result.operation_id.is_empty() {
+            crate::flight::FlightLog::for_session_log(self.log.path())
+                .record(&self.log.session().header.id, &result);
+        }
         let kept = self.kept(&result);
         let c = TimelineCompaction {
             step: self.timeline.steps.len(),
@@ -450,7 +455,7 @@ mod tests {
         let r = h.explicit_with(None, |_| Ok(())).unwrap();
         assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
         assert_eq!(r.quality, Some(Quality::Degraded));
-        assert!(r.degraded, "a fallback, not the no-model case");
+        assert!(r.fallback, "a fallback, not the no-model case");
         assert!(r.reason.contains("503"), "{}", r.reason);
     }
 

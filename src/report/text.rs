@@ -51,7 +51,7 @@ pub fn budget_bar(step: &Step, limits: &Limits, color: bool) -> String {
 pub fn compaction_line(c: &TimelineCompaction, color: bool) -> String {
     let p = Paint(color);
     let (mark, code) = match c.result.outcome {
-        Outcome::Completed if c.result.degraded => ("⟳", "33"),
+        Outcome::Completed if c.result.fallback => ("⟳", "33"),
         Outcome::Completed => ("⟳", "36"),
         Outcome::Skipped => ("·", "2"),
         Outcome::Stale | Outcome::Cancelled => ("×", "35"),

@@ -54,7 +54,7 @@ pub struct ModelRef {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceInfo {
-    /// `claude-code`, `codex`, `pi` or `openai-chat`.
+    /// `claude-code`, `codex`, `pi`, `openai-chat`, `swe-agent`, `aider` or `copilot-cli`.
     pub format: String,
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

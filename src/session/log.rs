@@ -28,32 +28,28 @@ use crate::tokens::TokenizerKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    // Each message prints its cause, which is therefore not also a `source()` (the field is
+    // not named `source`): `{:#}` would print it twice.
+    #[error("{path}: {cause}")]
+    Io { path: String, cause: std::io::Error },
     #[error("{path}: not a SOBA session log: {reason}. To convert an agent transcript, run `soba import FILE -o SESSION.jsonl`")]
     NotASession { path: String, reason: String },
     #[error("{path} is being written by {holder}; one writer per session. Stop that process, or send the request through the daemon (`soba serve`)")]
     Locked { path: String, holder: String },
     #[error("{path} already exists; choose another path or remove it")]
     Exists { path: String },
-    #[error("cannot append to {path}: {source}")]
-    Tree { path: String, source: TreeError },
-    #[error("could not write to {path}: {source}. Nothing was saved: the log is back at its last complete entry. Free disk space (or fix the cause), then send the entries again")]
-    WriteFailed {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot append to {path}: {cause}")]
+    Tree { path: String, cause: TreeError },
+    #[error("could not write to {path}: {cause}. Nothing was saved: the log is back at its last complete entry. Free disk space (or fix the cause), then send the entries again")]
+    WriteFailed { path: String, cause: std::io::Error },
     #[error("{path}: writing is stopped for this session: {reason}. Free disk space (or fix the cause), then close the session and open it again; opening repairs the log")]
     WritesStopped { path: String, reason: String },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> LogError + '_ {
-    move |source| LogError::Io {
+    move |cause| LogError::Io {
         path: path.display().to_string(),
-        source,
+        cause,
     }
 }
 
@@ -649,9 +645,9 @@ impl SessionLog {
         {
             let mut ids: std::collections::HashSet<&str> = std::collections::HashSet::new();
             for e in &entries {
-                let tree_err = |source| LogError::Tree {
+                let tree_err = |cause| LogError::Tree {
                     path: self.path.display().to_string(),
-                    source,
+                    cause,
                 };
                 if ids.contains(e.id.as_str()) {
                     return Err(tree_err(TreeError::DuplicateId(e.id.clone())));
@@ -679,9 +675,9 @@ impl SessionLog {
         }
         self.good_len += bytes.len() as u64;
         for e in entries {
-            self.session.push(e).map_err(|source| LogError::Tree {
+            self.session.push(e).map_err(|cause| LogError::Tree {
                 path: self.path.display().to_string(),
-                source,
+                cause,
             })?;
         }
         Ok(())
@@ -718,7 +714,10 @@ impl SessionLog {
             self.cut_back()
         };
         match cut {
-            Ok(()) => LogError::WriteFailed { path, source },
+            Ok(()) => LogError::WriteFailed {
+                path,
+                cause: source,
+            },
             Err(cut) => {
                 let reason = format!(
                     "a write failed ({source}) and its partial line could not be cut off ({cut})"

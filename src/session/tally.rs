@@ -137,7 +137,7 @@ impl Tally {
                 true
             }
             EntryBody::Compaction(r) => {
-                self.facts.soft_attempted |= r.trigger.is_soft();
+                self.facts.soft_attempted |= super::turn::spends_the_soft_attempt(r.trigger);
                 if r.trigger == Trigger::ContextOverflow {
                     self.facts.overflow_recoveries += 1;
                     self.facts.overflow_exhausted |= r.outcome == super::entry::Outcome::Failed;

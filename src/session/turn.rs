@@ -16,7 +16,9 @@ pub struct PendingIntent {
 /// What the log says about the current agent turn.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TurnFacts {
-    /// A soft compaction already ran (or was skipped) in this turn.
+    /// The turn's one soft attempt is spent: a soft compaction ran, was skipped or was
+    /// cancelled in this turn, or a hard-limit compaction ran (it already rewrote the input the
+    /// soft attempt would have).
     pub soft_attempted: bool,
     /// Overflow recovery compactions in this turn.
     pub overflow_recoveries: u32,
@@ -24,6 +26,13 @@ pub struct TurnFacts {
     pub overflow_exhausted: bool,
     /// Pending intents, oldest first.
     pub pending: Vec<PendingIntent>,
+}
+
+/// Whether a compaction with this trigger, in whatever outcome, spends the turn's one soft
+/// attempt (spec §4: "At most one soft attempt runs per agent turn"). Explicit, hand-off and
+/// overflow-recovery compactions follow their own rules.
+pub fn spends_the_soft_attempt(trigger: Trigger) -> bool {
+    trigger.is_soft() || trigger == Trigger::HardLimit
 }
 
 /// Read the turn facts at `leaf`: walk back to the start of the turn (the latest real user
@@ -40,7 +49,7 @@ pub fn turn_facts(session: &Session, leaf: Option<usize>) -> TurnFacts {
             EntryBody::Message(m) if m.role == Role::User && !m.synthetic => in_turn = false,
             EntryBody::Capsule(c) => {
                 if in_turn {
-                    facts.soft_attempted |= c.trigger.is_soft();
+                    facts.soft_attempted |= spends_the_soft_attempt(c.trigger);
                     if c.trigger == Trigger::ContextOverflow {
                         facts.overflow_recoveries += 1;
                     }
@@ -49,7 +58,7 @@ pub fn turn_facts(session: &Session, leaf: Option<usize>) -> TurnFacts {
                 break;
             }
             EntryBody::Compaction(r) if in_turn => {
-                facts.soft_attempted |= r.trigger.is_soft();
+                facts.soft_attempted |= spends_the_soft_attempt(r.trigger);
                 if r.trigger == Trigger::ContextOverflow {
                     facts.overflow_recoveries += 1;
                     facts.overflow_exhausted |= r.outcome == Outcome::Failed;

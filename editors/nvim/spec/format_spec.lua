@@ -37,6 +37,10 @@ describe('format', function()
     assert.are.equal('31.2k / 48.8k ⟳', format.statusline(report({ compacting = true })))
   end)
 
+  it('shows a queued compact as pending until the agent\'s model call ends', function()
+    assert.are.equal('31.2k / 48.8k ⏳', format.statusline(report({ compactQueued = true })))
+  end)
+
   it('is normal up to the soft limit, warning past it, error at the hard limit', function()
     assert.are.equal('normal', format.severity(report({ effectiveTokens = 39040 })))
     assert.are.equal('warning', format.severity(report({ effectiveTokens = 39041 })))
@@ -78,7 +82,7 @@ describe('format', function()
       reclaimedPercent = 55.6,
       checkpointId = 'ck_3f9a',
       quality = 'model',
-      degraded = false,
+      fallback = false,
     }
     assert.are.equal('manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model', format.completion_line(result))
     result.outcome, result.reason = 'skipped', 'nothing before the retained tail'

@@ -87,7 +87,7 @@ describe('statusline from notifications', function()
     compaction(nil, vim.tbl_extend('force', event, {
       phase = 'end',
       message = 'auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_1, model',
-      result = { degraded = false, outcome = 'completed' },
+      result = { fallback = false, outcome = 'completed' },
     }))
     assert.are.equal('SOBA: auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_1, model', messages[2].msg)
     assert.are.equal(vim.log.levels.INFO, messages[2].level)
@@ -116,7 +116,7 @@ describe('statusline from notifications', function()
         reclaimedPercent = 60,
         checkpointId = 'ck_2',
         quality = 'degraded',
-        degraded = true,
+        fallback = true,
       },
     })
     assert.are.same(

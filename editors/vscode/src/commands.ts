@@ -74,7 +74,7 @@ export function reportCompaction(ctx: CommandContext, result: CompactionResult):
   if (!ctx.progress.claim(result.operationId)) return;
   const line = completionLine(result);
   if (result.outcome === 'failed') ctx.ui.error(line);
-  else if (result.degraded) ctx.ui.warn(line);
+  else if (result.fallback) ctx.ui.warn(line);
   else void ctx.ui.info(line);
 }
 

@@ -21,6 +21,8 @@ export interface BudgetBreakdown {
   capsule: number;
   retainedTail: number;
   newEntries: number;
+  /** Provider-counted tokens no part of the log accounts for (an imported session's prompt and tools). */
+  notInLog?: number;
 }
 
 export interface BudgetReport {
@@ -38,6 +40,8 @@ export interface BudgetReport {
   model: string;
   tokenizer: string;
   compacting: boolean;
+  /** An explicit /compact waits for the agent's inference to end. */
+  compactQueued?: boolean;
 }
 
 export interface CompactionResult {
@@ -52,7 +56,8 @@ export interface CompactionResult {
   quality: Quality | null;
   firstKeptEntryId: string | null;
   durationMs: number;
-  degraded: boolean;
+  /** A configured model failed; the local capsule stands in (who wrote it: `quality`). */
+  fallback: boolean;
 }
 
 export interface CompactionEvent {

@@ -44,7 +44,13 @@ export function backgroundColorId(level: Severity): string | undefined {
 
 /** The status bar item's full text, with a codicon that says what state the budget is in. */
 export function statusBarText(report: BudgetReport): string {
-  const icon = report.compacting ? '$(sync~spin)' : severity(report) === 'normal' ? '$(dashboard)' : '$(warning)';
+  const icon = report.compacting
+    ? '$(sync~spin)'
+    : report.compactQueued
+      ? '$(clock)'
+      : severity(report) === 'normal'
+        ? '$(dashboard)'
+        : '$(warning)';
   return `${icon} ${statusText(report)}`;
 }
 
@@ -88,6 +94,9 @@ export function tooltipLines(report: BudgetReport, now: Date): string[] {
     `Auto-compact: ${report.autoCompact ? 'on' : 'off'}`,
     `Last compaction: ${lastCompactionLine(report.lastCompaction, now)}`,
     ...(report.compacting ? ['Compacting now…'] : []),
+    ...(report.compactQueued && !report.compacting
+      ? ["Compaction queued: it runs when the agent's current model call ends"]
+      : []),
   ];
 }
 
@@ -190,7 +199,7 @@ export class CompactionProgress {
         if (this.announced.has(id)) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
         this.announced.add(id);
         const line = event.message ?? (event.result ? completionLine(event.result) : `${event.trigger} compact finished`);
-        const warning = event.result ? event.result.degraded || event.result.outcome === 'failed' : false;
+        const warning = event.result ? event.result.fallback || event.result.outcome === 'failed' : false;
         return [{ kind: 'end', operationId: id, line, warning }];
       }
     }

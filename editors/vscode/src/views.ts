@@ -42,9 +42,10 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
   const part = (key: keyof BudgetReport['breakdown'], label: string): TreeNode => ({
     id: `budget:${key}`,
     label,
-    description: formatTokens(report.breakdown[key]),
+    description: formatTokens(report.breakdown[key] ?? 0),
     icon: 'symbol-number',
   });
+  const notInLog = report.breakdown.notInLog ?? 0;
   return [
     {
       id: 'budget:total',
@@ -59,6 +60,8 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
     part('capsule', 'Capsule'),
     part('retainedTail', 'Retained tail'),
     part('newEntries', 'New entries'),
+    // Counted by the provider but absent from the log: no compaction can reclaim it.
+    ...(notInLog > 0 ? [part('notInLog', 'Not in the log')] : []),
     {
       id: 'budget:auto',
       label: 'Auto-compact',

@@ -102,7 +102,7 @@ describe('commands', () => {
   });
 
   it('warns on a degraded compaction and errors on a failed one', async () => {
-    const degraded = new Harness({ 'soba/compact': () => result({ degraded: true, quality: 'degraded' }) });
+    const degraded = new Harness({ 'soba/compact': () => result({ fallback: true, quality: 'degraded' }) });
     degraded.inputs = [''];
     await degraded.run('soba.compact');
     assert.equal(degraded.shown[0][0], 'warn');

@@ -16,6 +16,7 @@ export function report(overrides: Partial<BudgetReport> = {}): BudgetReport {
     model: 'test-model',
     tokenizer: 'o200k_base',
     compacting: false,
+    compactQueued: false,
     ...overrides,
   };
 }
@@ -33,7 +34,7 @@ export function result(overrides: Partial<CompactionResult> = {}): CompactionRes
     quality: 'model',
     firstKeptEntryId: 'e_9',
     durationMs: 1200,
-    degraded: false,
+    fallback: false,
     ...overrides,
   };
 }

@@ -108,7 +108,7 @@ describe('status bar against the real daemon', { timeout: 120_000 }, () => {
     const lastLine = tooltipLines(shown, new Date()).find((l) => l.startsWith('Last compaction: '))!;
     assert.ok(lastLine.startsWith(`Last compaction: ${result.trigger}: `), lastLine);
     assert.ok(lastLine.includes(result.checkpointId!), lastLine);
-    if (result.degraded) {
+    if (result.fallback) {
       assert.ok(daemon.messages.some((m) => m.type === 2), 'a degraded fallback is announced with a warning');
     }
     // The Recent Compactions view reads the flight records.

@@ -48,6 +48,13 @@ describe('status text and colour', () => {
   it('spins while a compaction runs', () => {
     assert.equal(statusBarText(report({ compacting: true })), '$(sync~spin) 31.2k / 48.8k');
   });
+
+  it('shows a queued /compact as pending until the agent\'s model call ends', () => {
+    assert.equal(statusBarText(report({ compactQueued: true })), '$(clock) 31.2k / 48.8k');
+    assert.ok(
+      tooltipLines(report({ compactQueued: true }), new Date()).some((l) => l.startsWith('Compaction queued')),
+    );
+  });
 });
 
 describe('tooltip', () => {
@@ -181,7 +188,7 @@ describe('CompactionProgress', () => {
     const actions = progress.handle({ ...base, phase: 'progress', percent: 10 });
     assert.equal(actions[0].kind, 'begin');
     assert.deepEqual(actions[1], { kind: 'report', operationId: 'op_2', increment: 10, message: '10%' });
-    const [end] = progress.handle({ ...base, phase: 'end', result: result({ degraded: true, quality: 'degraded' }) });
+    const [end] = progress.handle({ ...base, phase: 'end', result: result({ fallback: true, quality: 'degraded' }) });
     assert.deepEqual(end, {
       kind: 'end',
       operationId: 'op_2',

@@ -36,16 +36,6 @@ class AutoCompactResult(TypedDict):
     autoCompact: bool
 
 
-class Breakdown(TypedDict):
-    """Token counts of the parts of the model input."""
-
-    system: int
-    tools: int
-    capsule: int
-    retainedTail: int
-    newEntries: int
-
-
 class BreakerStateClosed(TypedDict):
     """Model requests are made; `consecutiveFailures` counts towards the threshold."""
 
@@ -81,7 +71,7 @@ class BudgetChangedNotification(TypedDict):
     maxOutputTokens: int
     autoCompact: bool
     lastCompaction: Optional[LastCompaction]
-    breakdown: Breakdown
+    breakdown: ReportBreakdown
     model: str
     tokenizer: str
     # How the counted tokens were turned into the estimate: the tokenizer, the factor applied
@@ -90,6 +80,8 @@ class BudgetChangedNotification(TypedDict):
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     summarizer: SummarizerStatus
     compacting: bool
+    # An explicit `/compact` is queued until the agent's inference in flight ends.
+    compactQueued: bool
 
 
 class BudgetParams(TypedDict):
@@ -112,7 +104,7 @@ class BudgetReport(TypedDict):
     maxOutputTokens: int
     autoCompact: bool
     lastCompaction: Optional[LastCompaction]
-    breakdown: Breakdown
+    breakdown: ReportBreakdown
     model: str
     tokenizer: str
     # How the counted tokens were turned into the estimate: the tokenizer, the factor applied
@@ -121,6 +113,8 @@ class BudgetReport(TypedDict):
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     summarizer: SummarizerStatus
     compacting: bool
+    # An explicit `/compact` is queued until the agent's inference in flight ends.
+    compactQueued: bool
 
 
 class BudgetResult(TypedDict):
@@ -138,7 +132,7 @@ class BudgetResult(TypedDict):
     maxOutputTokens: int
     autoCompact: bool
     lastCompaction: Optional[LastCompaction]
-    breakdown: Breakdown
+    breakdown: ReportBreakdown
     model: str
     tokenizer: str
     # How the counted tokens were turned into the estimate: the tokenizer, the factor applied
@@ -147,6 +141,8 @@ class BudgetResult(TypedDict):
     # Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     summarizer: SummarizerStatus
     compacting: bool
+    # An explicit `/compact` is queued until the agent's inference in flight ends.
+    compactQueued: bool
 
 
 class Calibration(TypedDict):
@@ -184,8 +180,10 @@ class CapsuleCreateResult(TypedDict):
 
     checkpointId: str
     title: str
-    # Effective tokens of the state the capsule describes.
+    # The capsule's own size in tokens.
     tokens: int
+    # Effective tokens of the session state the capsule describes.
+    sessionTokens: int
 
 
 class CapsuleExportParams(TypedDict):
@@ -295,8 +293,10 @@ class CompactResult(TypedDict):
     quality: Optional[Quality]
     firstKeptEntryId: Optional[str]
     durationMs: int
-    # True when a degraded (local) capsule stands in for a model summary that failed.
-    degraded: bool
+    # A summarization model was configured but failed, and the local capsule stands in for
+    # its summary. Who wrote the capsule is `quality`; without a model configured the local
+    # capsule is the normal case and this stays false.
+    fallback: bool
     hardLimit: int
     softLimit: int
     # Path of the Project Memory copy, when the capsule was mirrored.
@@ -333,8 +333,10 @@ class CompactionResult(TypedDict):
     quality: Optional[Quality]
     firstKeptEntryId: Optional[str]
     durationMs: int
-    # True when a degraded (local) capsule stands in for a model summary that failed.
-    degraded: bool
+    # A summarization model was configured but failed, and the local capsule stands in for
+    # its summary. Who wrote the capsule is `quality`; without a model configured the local
+    # capsule is the normal case and this stays false.
+    fallback: bool
     hardLimit: int
     softLimit: int
     # Path of the Project Memory copy, when the capsule was mirrored.
@@ -483,6 +485,18 @@ class PreflightResult(TypedDict):
     messages: List[ModelMessage]
     tokens: int
     compaction: Optional[CompactionResult]
+
+
+class ReportBreakdown(TypedDict):
+    """The parts of the model input, and what the provider counted beyond them."""
+
+    system: int
+    tools: int
+    capsule: int
+    retainedTail: int
+    newEntries: int
+    # Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`).
+    notInLog: int
 
 
 class RewindParams(TypedDict):

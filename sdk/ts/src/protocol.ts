@@ -45,15 +45,6 @@ export type AppendedEntry = ({
   }
 );
 
-/** Token counts of the parts of the model input. */
-export type Breakdown = {
-  system: number;
-  tools: number;
-  capsule: number;
-  retainedTail: number;
-  newEntries: number;
-};
-
 /** What the budget output shows. */
 export type BreakerState = (
   | {
@@ -81,7 +72,7 @@ export type BudgetReport = {
   maxOutputTokens: number;
   autoCompact: boolean;
   lastCompaction: LastCompaction | null;
-  breakdown: Breakdown;
+  breakdown: ReportBreakdown;
   model: string;
   tokenizer: string;
   /**
@@ -92,6 +83,8 @@ export type BudgetReport = {
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
   summarizer: SummarizerStatus;
   compacting: boolean;
+  /** An explicit `/compact` is queued until the agent's inference in flight ends. */
+  compactQueued: boolean;
 };
 
 /**
@@ -149,8 +142,12 @@ export type CompactionResult = {
   quality: Quality | null;
   firstKeptEntryId: string | null;
   durationMs: number;
-  /** True when a degraded (local) capsule stands in for a model summary that failed. */
-  degraded: boolean;
+  /**
+   * A summarization model was configured but failed, and the local capsule stands in for
+   * its summary. Who wrote the capsule is `quality`; without a model configured the local
+   * capsule is the normal case and this stays false.
+   */
+  fallback: boolean;
   hardLimit: number;
   softLimit: number;
   /** Path of the Project Memory copy, when the capsule was mirrored. */
@@ -271,6 +268,17 @@ export type Outcome = "completed" | "skipped" | "cancelled" | "stale" | "failed"
 /** How a capsule's narrative state was written. */
 export type Quality = "model" | "degraded";
 
+/** The parts of the model input, and what the provider counted beyond them. */
+export type ReportBreakdown = {
+  system: number;
+  tools: number;
+  capsule: number;
+  retainedTail: number;
+  newEntries: number;
+  /** Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`). */
+  notInLog: number;
+};
+
 export type Role = "user" | "assistant" | "system";
 
 export type SessionSummary = {
@@ -372,7 +380,7 @@ export type BudgetResult = {
   maxOutputTokens: number;
   autoCompact: boolean;
   lastCompaction: LastCompaction | null;
-  breakdown: Breakdown;
+  breakdown: ReportBreakdown;
   model: string;
   tokenizer: string;
   /**
@@ -383,6 +391,8 @@ export type BudgetResult = {
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
   summarizer: SummarizerStatus;
   compacting: boolean;
+  /** An explicit `/compact` is queued until the agent's inference in flight ends. */
+  compactQueued: boolean;
 };
 
 /**
@@ -401,7 +411,7 @@ export type BudgetChangedNotification = {
   maxOutputTokens: number;
   autoCompact: boolean;
   lastCompaction: LastCompaction | null;
-  breakdown: Breakdown;
+  breakdown: ReportBreakdown;
   model: string;
   tokenizer: string;
   /**
@@ -412,6 +422,8 @@ export type BudgetChangedNotification = {
   /** Who writes capsules: the configured model (with its circuit breaker) or the local builder. */
   summarizer: SummarizerStatus;
   compacting: boolean;
+  /** An explicit `/compact` is queued until the agent's inference in flight ends. */
+  compactQueued: boolean;
 };
 
 /** soba/cancel params. */
@@ -435,8 +447,10 @@ export type CapsuleCreateParams = {
 export type CapsuleCreateResult = {
   checkpointId: string;
   title: string;
-  /** Effective tokens of the state the capsule describes. */
+  /** The capsule's own size in tokens. */
   tokens: number;
+  /** Effective tokens of the session state the capsule describes. */
+  sessionTokens: number;
 };
 
 /** soba/capsule/export params. */
@@ -514,8 +528,12 @@ export type CompactResult = {
   quality: Quality | null;
   firstKeptEntryId: string | null;
   durationMs: number;
-  /** True when a degraded (local) capsule stands in for a model summary that failed. */
-  degraded: boolean;
+  /**
+   * A summarization model was configured but failed, and the local capsule stands in for
+   * its summary. Who wrote the capsule is `quality`; without a model configured the local
+   * capsule is the normal case and this stays false.
+   */
+  fallback: boolean;
   hardLimit: number;
   softLimit: number;
   /** Path of the Project Memory copy, when the capsule was mirrored. */

@@ -47,7 +47,7 @@ function M.compact(args)
     if not soba.claim(result.operationId) then
       return
     end
-    local level = result.outcome == 'failed' and levels.ERROR or result.degraded and levels.WARN or levels.INFO
+    local level = result.outcome == 'failed' and levels.ERROR or result.fallback and levels.WARN or levels.INFO
     soba.notify(format.completion_line(result), level)
   end)
 end

@@ -69,6 +69,9 @@ function M.statusline(report, compacting_percent)
     return text .. string.format(' ⟳ %d%%', compacting_percent)
   elseif report.compacting then
     return text .. ' ⟳'
+  elseif report.compactQueued then
+    -- An explicit :Soba compact waits for the agent's model call to end.
+    return text .. ' ⏳'
   end
   return text
 end
@@ -88,7 +91,7 @@ function M.budget_lines(report)
       M.tokens(b.capsule),
       M.tokens(b.retainedTail),
       M.tokens(b.newEntries)
-    ),
+    ) .. ((b.notInLog or 0) > 0 and string.format(', not in the log %s', M.tokens(b.notInLog)) or ''),
     'Auto-compact: ' .. (report.autoCompact and 'on' or 'off'),
     'Last compaction: ' .. M.last_compaction(report.lastCompaction),
   }

@@ -166,7 +166,7 @@ local function on_compaction(event)
     end
     local result = present(event.result)
     local line = present(event.message) or (result and format.completion_line(result)) or (event.trigger .. ' compact finished')
-    local warn = result and (result.degraded or result.outcome == 'failed')
+    local warn = result and (result.fallback or result.outcome == 'failed')
     if M.config.notify_compaction then
       notify(line, warn and vim.log.levels.WARN or vim.log.levels.INFO)
     end

@@ -2,12 +2,18 @@
 //!
 //! A record holds identifiers, limits, token counts, the outcome and its reason — never capsule
 //! or summary text, so the file can be shared in a bug report as is.
+//!
+//! Every compaction writes one, whoever runs it: the daemon, `soba compact`, `soba capsule
+//! create`, `soba demo` and `soba replay`. Where the file is follows from the session log's
+//! path ([`FlightLog::for_session_log`]), so `soba flight SESSION` finds them all.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::compaction::CompactionResult;
 
 /// File name of the flight log inside a workspace's data folder.
 pub const FLIGHT_FILE: &str = "flight.jsonl";
@@ -33,6 +39,27 @@ pub struct FlightRecord {
     pub ts: String,
 }
 
+impl FlightRecord {
+    /// The record of one operation's outcome in session `session_id`.
+    pub fn of(session_id: &str, r: &CompactionResult) -> FlightRecord {
+        FlightRecord {
+            operation_id: r.operation_id.clone(),
+            session_id: session_id.to_string(),
+            trigger: r.trigger.as_str().to_string(),
+            outcome: r.outcome.as_str().to_string(),
+            reason: r.reason.clone(),
+            duration_ms: r.duration_ms,
+            checkpoint_id: r.checkpoint_id.clone(),
+            tokens_before: r.tokens_before,
+            tokens_after: r.tokens_after,
+            reclaimed: r.tokens_before.saturating_sub(r.tokens_after),
+            hard_limit: r.hard_limit,
+            soft_limit: r.soft_limit,
+            ts: crate::util::now_rfc3339(),
+        }
+    }
+}
+
 /// The flight log of one workspace.
 #[derive(Debug, Clone)]
 pub struct FlightLog {
@@ -43,6 +70,37 @@ impl FlightLog {
     pub fn new(workspace_data_dir: &Path) -> Self {
         FlightLog {
             path: workspace_data_dir.join(FLIGHT_FILE),
+        }
+    }
+
+    /// The flight log a session log's compactions are recorded in: the workspace data folder's
+    /// for a log the daemon keeps (`<data>/workspaces/<key>/sessions/<id>.jsonl` →
+    /// `<data>/workspaces/<key>/flight.jsonl`), else `flight.jsonl` beside the log (a demo's or
+    /// replay's output folder, an imported log). Records carry the session id, so logs that
+    /// share a folder share the file and stay apart when read.
+    pub fn for_session_log(log_path: &Path) -> FlightLog {
+        let log_path = std::fs::canonicalize(log_path).unwrap_or_else(|_| log_path.to_path_buf());
+        let dir = log_path.parent().unwrap_or(Path::new("."));
+        let daemon_kept = dir.file_name() == Some(std::ffi::OsStr::new("sessions"))
+            && dir
+                .parent()
+                .and_then(Path::parent)
+                .and_then(Path::file_name)
+                == Some(std::ffi::OsStr::new("workspaces"));
+        match dir.parent() {
+            Some(workspace_dir) if daemon_kept => FlightLog::new(workspace_dir),
+            _ => FlightLog::new(dir),
+        }
+    }
+
+    /// Write the record of `r`; a failure is reported on stderr and loses nothing else: the
+    /// compaction itself is already in the session log.
+    pub fn record(&self, session_id: &str, r: &CompactionResult) {
+        if let Err(e) = self.append(&FlightRecord::of(session_id, r)) {
+            eprintln!(
+                "soba: cannot write flight record to {}: {e}",
+                self.path.display()
+            );
         }
     }
 
@@ -209,6 +267,37 @@ mod tests {
             keys.iter()
                 .all(|k| !["state", "summary", "goal", "capsule", "content"].contains(k)),
             "{keys:?}"
+        );
+    }
+
+    #[test]
+    fn a_session_log_s_flight_log_is_its_workspace_s_or_the_one_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("data/workspaces/abc");
+        std::fs::create_dir_all(ws.join("sessions")).unwrap();
+        let kept = ws.join("sessions/s1.jsonl");
+        std::fs::write(&kept, "").unwrap();
+        let ws = std::fs::canonicalize(&ws).unwrap();
+        assert_eq!(
+            FlightLog::for_session_log(&kept).path(),
+            ws.join(FLIGHT_FILE)
+        );
+        let loose = dir.path().join("out/session.jsonl");
+        std::fs::create_dir_all(loose.parent().unwrap()).unwrap();
+        std::fs::write(&loose, "").unwrap();
+        let out = std::fs::canonicalize(dir.path().join("out")).unwrap();
+        assert_eq!(
+            FlightLog::for_session_log(&loose).path(),
+            out.join(FLIGHT_FILE)
+        );
+        // A folder that is only called `sessions` is not the daemon's.
+        let other = dir.path().join("mine/sessions/s.jsonl");
+        std::fs::create_dir_all(other.parent().unwrap()).unwrap();
+        std::fs::write(&other, "").unwrap();
+        let sessions = std::fs::canonicalize(dir.path().join("mine/sessions")).unwrap();
+        assert_eq!(
+            FlightLog::for_session_log(&other).path(),
+            sessions.join(FLIGHT_FILE)
         );
     }
 }
