@@ -566,6 +566,14 @@ impl Walk {
     /// `sed [-n] SCRIPT FILE…`, `sed -e S -e S FILE…`, `sed -i[SUFFIX] … FILE…`: the script is
     /// never a path; the files are read, or modified in place with `-i`.
     fn sed(&mut self, args: &[Word]) {
+        // BSD sed: `sed -i '' SCRIPT FILE`, the empty word is the backup suffix, not the script.
+        let args: Vec<Word> = args
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| !(a.text.is_empty() && *i > 0 && args[i - 1].is("-i")))
+            .map(|(_, a)| a.clone())
+            .collect();
+        let args = args.as_slice();
         let in_place = args.iter().any(|a| {
             a.is("--in-place")
                 || a.text.starts_with("--in-place=")
@@ -997,6 +1005,11 @@ mod tests {
         assert!(facts.modifies.is_empty());
         assert_eq!(shell("sed -i.bak -e 's/a/b/' f.txt").modifies, ["f.txt"]);
         assert_eq!(shell("sed -ni 's/a/b/p' f.txt").modifies, ["f.txt"]);
+        assert_eq!(
+            shell("sed -i '' 's/new M(\\(.*\\), 0)/new M(\\1)/g' test/md.test.ts").modifies,
+            ["test/md.test.ts"],
+            "BSD sed's empty backup suffix"
+        );
         assert!(shell("echo x | sed 's/x/y/'").reads.is_empty());
     }
 
