@@ -304,5 +304,8 @@ fn every_listed_file_of_every_real_transcript_is_a_path_the_log_names() {
             }
         }
     }
-    assert!(listed > 100, "only {listed} files listed over every transcript");
+    assert!(
+        listed > 100,
+        "only {listed} files listed over every transcript"
+    );
 }

@@ -216,7 +216,8 @@ pub fn build_state(
         // "Make `X` pass" once `X` passed.
         let passed = |step: &str| {
             artifacts.verification.iter().any(|v| {
-                v.outcome == VerificationOutcome::Passed && step == format!("Make `{}` pass", v.command)
+                v.outcome == VerificationOutcome::Passed
+                    && step == format!("Make `{}` pass", v.command)
             })
         };
         next_steps = prev
@@ -419,7 +420,10 @@ mod tests {
                 "don't touch the theme API, and always run the tests"
             ]
         );
-        assert_eq!(s.goal, "Port the selector to the new TUI. Never add a dependency.");
+        assert_eq!(
+            s.goal,
+            "Port the selector to the new TUI. Never add a dependency."
+        );
     }
 
     #[test]
@@ -441,7 +445,10 @@ mod tests {
         let s = state_of(&b);
         assert_eq!(s.decisions.len(), 1, "{:?}", s.decisions);
         assert_eq!(s.decisions[0].decision, "I'll use an LRU map");
-        assert_eq!(s.decisions[0].rationale, "entries expire by use, not by time");
+        assert_eq!(
+            s.decisions[0].rationale,
+            "entries expire by use, not by time"
+        );
     }
 
     fn capsule_with(state: CapsuleState) -> CapsuleEntry {
@@ -455,7 +462,11 @@ mod tests {
         b.push(EntryBody::ToolResult(ToolResultEntry {
             call_id: call.into(),
             tool_name: Some("Bash".into()),
-            content: vec![ContentBlock::text(if code == 0 { "ok" } else { "error: boom" })],
+            content: vec![ContentBlock::text(if code == 0 {
+                "ok"
+            } else {
+                "error: boom"
+            })],
             is_error: code != 0,
             exit_code: Some(code),
         }));
@@ -475,7 +486,12 @@ mod tests {
         b.bash("c1", "cargo test -- --include-ignored");
         exit(&mut b, "c1", 0);
         let entries: Vec<&Entry> = b.session.entries().iter().collect();
-        let artifacts = collect("/ws", None, entries.iter().copied(), &ToolMapping::default());
+        let artifacts = collect(
+            "/ws",
+            None,
+            entries.iter().copied(),
+            &ToolMapping::default(),
+        );
         let s = build_state(TokenizerKind::O200kBase, Some(&prev), &entries, &artifacts);
         assert_eq!(s.next_steps, ["Write the changelog"]);
         assert!(s
@@ -643,7 +659,10 @@ mod tests {
             &entries,
             &Artifacts::default(),
         );
-        assert_eq!(s.goal, "original goal", "a short follow-up does not replace the goal");
+        assert_eq!(
+            s.goal, "original goal",
+            "a short follow-up does not replace the goal"
+        );
         assert_eq!(s.completed, ["step one"]);
         assert_eq!(s.requests, ["next request"]);
         assert_eq!(s.decisions.len(), 1);

@@ -1127,14 +1127,19 @@ mod tests {
         c.state.decisions.clear();
         let out = write(&c);
         assert!(
-            out.text.contains(&format!("## Decisions\n\n{DECISIONS_NEED_A_MODEL}\n")),
+            out.text
+                .contains(&format!("## Decisions\n\n{DECISIONS_NEED_A_MODEL}\n")),
             "{}",
             out.text
         );
         let parsed = parse(&out.text).unwrap();
         assert!(parsed.capsule.state.decisions.is_empty());
         assert!(parsed.ignored.is_empty(), "{:?}", parsed.ignored);
-        assert_eq!(write(&parsed.capsule).text, out.text, "export → load → export");
+        assert_eq!(
+            write(&parsed.capsule).text,
+            out.text,
+            "export → load → export"
+        );
     }
 
     #[test]

@@ -210,7 +210,10 @@ pub(crate) mod tests {
         let mut c = full_capsule();
         c.state.decisions.clear();
         let text = render_for_model(&c);
-        assert!(text.contains(&format!("## Decisions\n{DECISIONS_NEED_A_MODEL}")), "{text}");
+        assert!(
+            text.contains(&format!("## Decisions\n{DECISIONS_NEED_A_MODEL}")),
+            "{text}"
+        );
         c.quality = Quality::Model;
         assert!(!render_for_model(&c).contains("## Decisions"));
     }

@@ -103,14 +103,78 @@ const OPENERS: [&str; 14] = [
 
 /// Verbs that open an instruction.
 const IMPERATIVE_VERBS: [&str; 72] = [
-    "add", "fix", "implement", "create", "make", "write", "read", "update", "remove", "delete",
-    "refactor", "investigate", "check", "review", "run", "move", "rename", "port", "build",
-    "test", "debug", "find", "explain", "describe", "show", "change", "use", "adjust", "copy",
-    "open", "replace", "convert", "set", "tackle", "start", "modify", "improve", "optimize",
-    "clean", "migrate", "merge", "rebase", "commit", "push", "deploy", "release", "install",
-    "document", "audit", "analyze", "analyse", "validate", "verify", "ensure", "support",
-    "handle", "split", "extract", "generate", "design", "propose", "plan", "prepare",
-    "summarize", "kill", "revert", "undo", "restore", "wire", "integrate", "give", "tell",
+    "add",
+    "fix",
+    "implement",
+    "create",
+    "make",
+    "write",
+    "read",
+    "update",
+    "remove",
+    "delete",
+    "refactor",
+    "investigate",
+    "check",
+    "review",
+    "run",
+    "move",
+    "rename",
+    "port",
+    "build",
+    "test",
+    "debug",
+    "find",
+    "explain",
+    "describe",
+    "show",
+    "change",
+    "use",
+    "adjust",
+    "copy",
+    "open",
+    "replace",
+    "convert",
+    "set",
+    "tackle",
+    "start",
+    "modify",
+    "improve",
+    "optimize",
+    "clean",
+    "migrate",
+    "merge",
+    "rebase",
+    "commit",
+    "push",
+    "deploy",
+    "release",
+    "install",
+    "document",
+    "audit",
+    "analyze",
+    "analyse",
+    "validate",
+    "verify",
+    "ensure",
+    "support",
+    "handle",
+    "split",
+    "extract",
+    "generate",
+    "design",
+    "propose",
+    "plan",
+    "prepare",
+    "summarize",
+    "kill",
+    "revert",
+    "undo",
+    "restore",
+    "wire",
+    "integrate",
+    "give",
+    "tell",
 ];
 
 const POLITE_FORMS: [&str; 12] = [
@@ -139,7 +203,9 @@ const QUESTION_OPENERS: [&str; 20] = [
     "when", "which", "who", "should", "would", "could", "isn't", "aren't",
 ];
 
-const FOLLOW_UP_OPENERS: [&str; 8] = ["also", "and", "but", "wait", "actually", "btw", "same", "or"];
+const FOLLOW_UP_OPENERS: [&str; 8] = [
+    "also", "and", "but", "wait", "actually", "btw", "same", "or",
+];
 
 /// Whether a request sets (or resets) the goal, as opposed to an acknowledgement, a question
 /// about the work, or a follow-up that only makes sense with an earlier request.
@@ -187,7 +253,15 @@ pub fn latest_substantive(requests: &[String]) -> Option<&String> {
 
 static RULE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)\b(must|mustn't|never|don't|do not|dont|always|avoid|make sure|shouldn't|should not|no need to|under no circumstances)\b|^only\b|\b(use|change|touch|modify|edit|commit|run|read) only\b|\bonly (use|change|touch|modify|edit|commit|run)\b|^no [a-z]",
+        r"(?i)\b(must|mustn't|never|don't|do not|dont|always|avoid|make sure|shouldn't|should not|no need to|under no circumstances)\b|^only\b|\b(use|change|touch|modify|edit|commit|run|read) only\b|\bonly (use|change|touch|modify|edit|commit|run)\b|^no [a-z]+(?: [a-z]+){0,3}!$",
+    )
+    .expect("valid regex")
+});
+
+/// "I don't understand", "we don't know": a statement about someone, not a rule.
+static NOT_A_RULE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(?:i|we|you|it|that|this|they|he|she)\s+(?:don't|dont|do not|must have|always)\b",
     )
     .expect("valid regex")
 });
@@ -200,7 +274,7 @@ pub fn stated_rules(request: &str) -> Vec<String> {
     let mut out = Vec::new();
     for sentence in sentences(request) {
         let s = sentence.trim().trim_start_matches(['-', '*', '•']).trim();
-        if s.chars().count() < 8 || !RULE.is_match(s) {
+        if s.chars().count() < 8 || !RULE.is_match(&NOT_A_RULE.replace_all(s, "")) {
             continue;
         }
         let mut rule: String = s.chars().take(MAX_RULE_CHARS).collect();
@@ -240,9 +314,15 @@ mod tests {
     #[test]
     fn ide_and_harness_boilerplate_is_cut_from_requests() {
         let codex = "# Context from my IDE setup:\n\n## Open tabs:\n- a.ts: src/a.ts\n\n## My request for Codex:\nCan you present the plan now?\n";
-        assert_eq!(typed_text(codex).as_deref(), Some("Can you present the plan now?"));
+        assert_eq!(
+            typed_text(codex).as_deref(),
+            Some("Can you present the plan now?")
+        );
         let claude = "<ide_opened_file>The user opened the file /x/src/a.rs in the IDE.</ide_opened_file>\nfix the overflow in parse()";
-        assert_eq!(typed_text(claude).as_deref(), Some("fix the overflow in parse()"));
+        assert_eq!(
+            typed_text(claude).as_deref(),
+            Some("fix the overflow in parse()")
+        );
         let reminder = "add a test\n<system-reminder>\nThe TodoWrite tool…\n</system-reminder>";
         assert_eq!(typed_text(reminder).as_deref(), Some("add a test"));
         for only_boilerplate in [
@@ -313,9 +393,17 @@ mod tests {
             stated_rules("my dude, this exploded. invalid themes must NEVER explode"),
             ["invalid themes must NEVER explode"]
         );
-        assert_eq!(stated_rules("no console logs! return an error"), ["no console logs!"]);
+        assert_eq!(
+            stated_rules("no console logs! return an error"),
+            ["no console logs!"]
+        );
         assert!(stated_rules("i think there's only one file left to fix up").is_empty());
         assert!(stated_rules("yes").is_empty());
         assert!(stated_rules("no, the block should stay as is").is_empty());
+        assert!(stated_rules("i don't tink the component invalidate works correctly").is_empty());
+        assert!(
+            stated_rules("No fixes applied. Checked 3 files in 3ms with the biome linter")
+                .is_empty()
+        );
     }
 }

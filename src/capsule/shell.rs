@@ -318,9 +318,7 @@ impl Walk {
                 ast::CommandPrefixOrSuffixItem::IoRedirect(r) => redirects.push(r),
                 ast::CommandPrefixOrSuffixItem::Word(w) => words.push(Word::from_ast(w)),
                 ast::CommandPrefixOrSuffixItem::AssignmentWord(_, _) => {}
-                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => {
-                    self.list(&sub.list)
-                }
+                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => self.list(&sub.list),
             }
         }
         if let Some(name) = &s.word_or_name {
@@ -334,9 +332,7 @@ impl Walk {
                 ast::CommandPrefixOrSuffixItem::AssignmentWord(_, w) => {
                     words.push(Word::from_ast(w))
                 }
-                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => {
-                    self.list(&sub.list)
-                }
+                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => self.list(&sub.list),
             }
         }
         let heredocs: Vec<&str> = redirects
@@ -674,9 +670,9 @@ impl Walk {
     /// A formatter rewrites the files it is given when told to write (`prettier --write`,
     /// `gofmt -w`; `black`, `rustfmt`, `ruff format` write by default). It verifies nothing.
     fn formatter(&mut self, name: &str, args: &[Word]) {
-        let checks_only = args.iter().any(|a| {
-            a.is("--check") || a.is("-c") || a.is("--diff") || a.is("-l") || a.is("-d")
-        });
+        let checks_only = args
+            .iter()
+            .any(|a| a.is("--check") || a.is("-c") || a.is("--diff") || a.is("-l") || a.is("-d"));
         let writes = match name {
             "prettier" => args.iter().any(|a| a.is("--write") || a.is("-w")),
             "gofmt" => args.iter().any(|a| a.is("-w")),
@@ -947,11 +943,10 @@ mod tests {
         }
     }
 
-
     #[test]
     fn argv_commands_are_words_and_bash_scripts_inside_are_parsed() {
-        let facts = analyze_command_value(&json!(["bash", "-lc", "cd pkg && cargo test"]))
-            .expect("facts");
+        let facts =
+            analyze_command_value(&json!(["bash", "-lc", "cd pkg && cargo test"])).expect("facts");
         assert_eq!(facts.verification.as_deref(), Some("cargo test"));
         let facts = analyze_command_value(&json!(["cat", "a b.txt"])).expect("facts");
         assert_eq!(facts.reads, ["a b.txt"], "an argv word is never re-split");
@@ -981,7 +976,10 @@ mod tests {
         assert_eq!(facts.reads, ["src/conf.ts"]);
         let line = "python3 - <<'PY'\nopen('out.txt','w').write('x')\nprint(1)\nPY";
         let facts = shell(line);
-        assert!(facts.modifies.is_empty() && facts.reads.is_empty(), "{facts:?}");
+        assert!(
+            facts.modifies.is_empty() && facts.reads.is_empty(),
+            "{facts:?}"
+        );
     }
 
     #[test]
@@ -1026,20 +1024,34 @@ mod tests {
 
     #[test]
     fn git_subcommands_name_their_paths() {
-        assert_eq!(shell("git diff -- src/a.rs src/b.rs").reads, ["src/a.rs", "src/b.rs"]);
+        assert_eq!(
+            shell("git diff -- src/a.rs src/b.rs").reads,
+            ["src/a.rs", "src/b.rs"]
+        );
         assert_eq!(shell("git diff HEAD~1 src/a.rs").reads, ["src/a.rs"]);
-        assert_eq!(shell("git -C pkg show HEAD:lib.rs").reads, Vec::<String>::new());
+        assert_eq!(
+            shell("git -C pkg show HEAD:lib.rs").reads,
+            Vec::<String>::new()
+        );
         assert_eq!(shell("git checkout -- src/a.rs").modifies, ["src/a.rs"]);
-        assert_eq!(shell("git -C pkg restore index.ts").modifies, ["pkg/index.ts"]);
+        assert_eq!(
+            shell("git -C pkg restore index.ts").modifies,
+            ["pkg/index.ts"]
+        );
         let facts = shell("git add src/a.rs && git commit -m 'fix: x > y'");
-        assert!(facts.reads.is_empty() && facts.modifies.is_empty(), "{facts:?}");
+        assert!(
+            facts.reads.is_empty() && facts.modifies.is_empty(),
+            "{facts:?}"
+        );
     }
 
     #[test]
     fn expanded_words_and_globs_are_not_paths() {
         let facts = shell("cat $FILE \"$(git rev-parse --show-toplevel)/x\" src/*.rs ~/notes.md");
         assert_eq!(facts.reads, ["~/notes.md"]);
-        assert!(shell("for f in *.rs; do wc -l \"$f\"; done").reads.is_empty());
+        assert!(shell("for f in *.rs; do wc -l \"$f\"; done")
+            .reads
+            .is_empty());
         assert_eq!(
             shell("for f in a.rs b.rs; do cat lib.rs; done").reads,
             ["lib.rs"]
@@ -1050,7 +1062,11 @@ mod tests {
     fn subshells_and_nested_scripts_are_walked() {
         let facts = shell("(cd web && npm test) && cat README.md");
         assert_eq!(facts.verification.as_deref(), Some("npm test"));
-        assert_eq!(facts.reads, ["README.md"], "the subshell's cd does not leak");
+        assert_eq!(
+            facts.reads,
+            ["README.md"],
+            "the subshell's cd does not leak"
+        );
         let facts = shell("bash -c 'cat src/lib.rs && cargo check'");
         assert_eq!(facts.reads, ["src/lib.rs"]);
         assert_eq!(facts.verification.as_deref(), Some("cargo check"));
@@ -1092,6 +1108,9 @@ mod tests {
     fn an_unparsable_line_yields_no_paths() {
         let facts = shell("cat 'unterminated src/a.rs");
         assert!(facts.reads.is_empty() && facts.modifies.is_empty());
-        assert_eq!(shell("cargo test --all").verification.as_deref(), Some("cargo test --all"));
+        assert_eq!(
+            shell("cargo test --all").verification.as_deref(),
+            Some("cargo test --all")
+        );
     }
 }
