@@ -84,6 +84,7 @@ fn capsule() -> CapsuleEntry {
         previous_checkpoint_id: Some("ck_aaaaaaaaaaaa".into()),
         state: CapsuleState {
             goal: "g".into(),
+            requests: vec!["r".into()],
             constraints: vec!["c".into()],
             completed: vec!["d".into()],
             active: vec!["a".into()],

@@ -231,3 +231,81 @@ fn compaction_over_every_real_transcript_keeps_every_fact_seen_before_the_cut() 
         compact_at_several_points(&f);
     }
 }
+
+/// A listed file is shaped like a path: no shell syntax (`{`, `2>&1`, quotes, `$`, globs), no
+/// patch or heredoc text, a folder or an extension (or a well-known extensionless file name).
+/// Parentheses stay allowed: route groups such as `app/(protected)/page.tsx` are real paths.
+fn shaped_like_a_path(p: &str) -> bool {
+    const EXTENSIONLESS: [&str; 7] = [
+        "Makefile",
+        "Dockerfile",
+        "Justfile",
+        "LICENSE",
+        "README",
+        "Gemfile",
+        "Rakefile",
+    ];
+    let name = p.trim_end_matches('/').rsplit('/').next().unwrap_or(p);
+    !p.is_empty()
+        && !p.starts_with('-')
+        && !p.contains(|c: char| "{}<>|;&$`\"'*?\n\r\t".contains(c))
+        && p.chars().any(char::is_alphanumeric)
+        && (p.contains('/') || name.contains('.') || EXTENSIONLESS.contains(&name))
+}
+
+#[test]
+fn every_listed_file_of_every_real_transcript_is_a_path_the_log_names() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flat_map(|d| std::fs::read_dir(d.unwrap().path()).into_iter().flatten())
+        .map(|f| f.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl" || e == "json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 9, "{files:?}");
+    let mut listed = 0;
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("fixture");
+        let options = ImportOptions {
+            source_path: path.display().to_string(),
+            default_workspace: "/ws".into(),
+            default_session_id: "t".into(),
+            now: "2026-01-01T00:00:00Z".into(),
+        };
+        let imported = import_str(&text, None, &options).expect("imports");
+        let artifacts = soba::capsule::artifacts::collect(
+            &imported.header.workspace,
+            None,
+            imported.entries.iter(),
+            &ToolMapping::default(),
+        );
+        for (kind, list) in [
+            ("read", &artifacts.read_files),
+            ("modified", &artifacts.modified_files),
+        ] {
+            for f in list {
+                listed += 1;
+                assert!(
+                    shaped_like_a_path(&f.path),
+                    "{}: {kind} file `{}` is not a path",
+                    path.display(),
+                    f.path
+                );
+                let name = f.path.trim_end_matches('/').rsplit('/').next().unwrap();
+                assert!(
+                    text.contains(name),
+                    "{}: {kind} file `{}` is named nowhere in the log",
+                    path.display(),
+                    f.path
+                );
+            }
+        }
+    }
+    assert!(
+        listed > 100,
+        "only {listed} files listed over every transcript"
+    );
+}

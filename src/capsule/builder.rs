@@ -4,7 +4,9 @@
 
 use serde_json::Value;
 
-use super::model::{Artifacts, CapsuleEntry, CapsuleState, VerificationOutcome};
+use super::decisions::stated_decisions;
+use super::model::{Artifacts, CapsuleEntry, CapsuleState, Decision, VerificationOutcome};
+use super::requests::{latest_substantive, stated_rules, typed_text};
 use crate::session::entry::{blocks_text, Entry, EntryBody, Role};
 use crate::tokens::TokenizerKind;
 
@@ -12,33 +14,37 @@ use crate::tokens::TokenizerKind;
 pub const PROMPT_OPENING_CHARS: usize = 200;
 /// Budget for prompts kept in full, newest first (the first prompt is always kept in full).
 pub const FULL_PROMPTS_BUDGET_TOKENS: u64 = 4000;
+/// Constraints kept, newest: older rules stay in the requests they came from.
+const MAX_CONSTRAINTS: usize = 20;
+/// Decisions kept, newest.
+const MAX_DECISIONS: usize = 20;
 /// How many recent tool errors are considered unresolved blockers.
 const RECENT_TOOL_RESULTS: usize = 3;
 
-/// Text a harness injects into user turns rather than a person typing it.
-fn is_injected(text: &str) -> bool {
-    let t = text.trim_start();
-    t.starts_with("<command-")
-        || t.starts_with("<local-command")
-        || t.starts_with("<system-reminder>")
-        || t.starts_with("Caveat: The messages below were generated")
-        || t.starts_with("<environment_context>")
-        || t.starts_with("<user_instructions>")
-        || t.starts_with("[Request interrupted")
-}
-
-/// The real user prompts among `entries`, oldest first.
+/// The requests a person typed among `entries`, oldest first, boilerplate cut.
 pub fn user_prompts<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Vec<String> {
     entries
         .into_iter()
         .filter_map(|e| match &e.body {
             EntryBody::Message(m) if m.role == Role::User && !m.synthetic => {
-                let text = blocks_text(&m.content);
-                let text = text.trim();
-                (!text.is_empty() && !is_injected(text)).then(|| text.to_string())
+                typed_text(&blocks_text(&m.content))
             }
             _ => None,
         })
+        .collect()
+}
+
+/// Decisions stated in the assistant's text among `entries`, oldest first.
+fn assistant_decisions(entries: &[&Entry]) -> Vec<Decision> {
+    entries
+        .iter()
+        .filter_map(|e| match &e.body {
+            EntryBody::Message(m) if m.role == Role::Assistant => {
+                Some(stated_decisions(&blocks_text(&m.content)))
+            }
+            _ => None,
+        })
+        .flatten()
         .collect()
 }
 
@@ -109,36 +115,50 @@ pub fn build_state(
     artifacts: &Artifacts,
 ) -> CapsuleState {
     let prev = previous.map(|p| &p.state);
-    let mut prompts = user_prompts(summarized.iter().copied());
+    let prompts = user_prompts(summarized.iter().copied());
 
-    // Goal: the first prompt of the session, in full.
-    let goal = match prev.map(|p| p.goal.trim()).filter(|g| !g.is_empty()) {
-        Some(g) => g.to_string(),
-        None if !prompts.is_empty() => prompts.remove(0),
-        None => String::new(),
-    };
-
-    // Later prompts, the previous capsule's first: full text newest first within one budget
-    // for the whole rolled-forward list, the opening of the rest. The budget spans every
+    // Requests: the previous capsule's first, then this span's; the newest in full within one
+    // budget for the whole rolled-forward list, the opening of the rest. The budget spans every
     // roll-forward, so capsules do not grow by a budget per compaction.
-    let mut all: Vec<String> = prev.map(|p| p.constraints.clone()).unwrap_or_default();
-    for p in prompts {
-        push_unique(&mut all, p);
+    let mut all: Vec<String> = prev.map(|p| p.requests.clone()).unwrap_or_default();
+    for p in &prompts {
+        push_unique(&mut all, p.clone());
     }
     let mut budget = FULL_PROMPTS_BUDGET_TOKENS;
-    let mut constraints: Vec<String> = Vec::with_capacity(all.len());
+    let mut requests: Vec<String> = Vec::with_capacity(all.len());
     for p in all.iter().rev() {
         let t = tokenizer.count(p);
         if t <= budget {
             budget -= t;
-            constraints.push(p.clone());
+            requests.push(p.clone());
         } else {
             budget = 0;
-            constraints.push(opening(p));
+            requests.push(opening(p));
         }
     }
-    constraints.reverse();
-    constraints.dedup();
+    requests.reverse();
+    requests.dedup();
+
+    // Goal: the latest substantive request of this span (not "yes", not "proof read this"),
+    // else the previous capsule's goal, else the session's first request.
+    let goal = latest_substantive(&prompts)
+        .cloned()
+        .or_else(|| {
+            prev.map(|p| p.goal.trim().to_string())
+                .filter(|g| !g.is_empty())
+        })
+        .or_else(|| prompts.first().cloned())
+        .unwrap_or_default();
+
+    // Constraints: what the user stated as a rule, newest last.
+    let mut constraints: Vec<String> = prev.map(|p| p.constraints.clone()).unwrap_or_default();
+    for p in &prompts {
+        for rule in stated_rules(p) {
+            push_unique(&mut constraints, rule);
+        }
+    }
+    let n = constraints.len().saturating_sub(MAX_CONSTRAINTS);
+    constraints.drain(..n);
 
     // Work state: the newest task list, else what the previous capsule said.
     let tasks = latest_task_list(summarized.iter().copied());
@@ -174,7 +194,7 @@ pub fn build_state(
             VerificationOutcome::Unknown => {}
         }
     }
-    for e in recent_tool_errors(summarized) {
+    for e in recent_tool_errors(summarized, artifacts) {
         push_unique(&mut blockers, e);
     }
 
@@ -192,16 +212,39 @@ pub fn build_state(
         push_unique(&mut next_steps, format!("Make `{}` pass", v.command));
     }
     if next_steps.is_empty() {
-        next_steps = prev.map(|p| p.next_steps.clone()).unwrap_or_default();
+        // The previous capsule's next steps, less those done since: a step now completed, or
+        // "Make `X` pass" once `X` passed.
+        let passed = |step: &str| {
+            artifacts.verification.iter().any(|v| {
+                v.outcome == VerificationOutcome::Passed
+                    && step == format!("Make `{}` pass", v.command)
+            })
+        };
+        next_steps = prev
+            .map(|p| p.next_steps.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| !completed.contains(s) && !passed(s))
+            .collect();
     }
+
+    let mut decisions: Vec<Decision> = prev.map(|p| p.decisions.clone()).unwrap_or_default();
+    for d in assistant_decisions(summarized) {
+        if !decisions.iter().any(|x| x.decision == d.decision) {
+            decisions.push(d);
+        }
+    }
+    let n = decisions.len().saturating_sub(MAX_DECISIONS);
+    decisions.drain(..n);
 
     CapsuleState {
         goal,
+        requests,
         constraints,
         completed,
         active,
         pending,
-        decisions: prev.map(|p| p.decisions.clone()).unwrap_or_default(),
+        decisions,
         blockers,
         next_steps,
     }
@@ -220,6 +263,7 @@ pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
             *item = opening(item);
         }
     };
+    newest(&mut s.requests);
     newest(&mut s.constraints);
     newest(&mut s.completed);
     newest(&mut s.active);
@@ -268,8 +312,25 @@ fn opening_chars(s: &str, n: usize) -> String {
 }
 
 /// Errors among the last few tool results that no later success of the same tool resolved.
-fn recent_tool_errors(entries: &[&Entry]) -> Vec<String> {
-    let results: Vec<_> = entries.iter().filter_map(|e| e.as_tool_result()).collect();
+/// Runs of a verification command are left out: the verification list holds each command's
+/// latest outcome, so a test that failed and then passed is no blocker.
+fn recent_tool_errors(entries: &[&Entry], artifacts: &Artifacts) -> Vec<String> {
+    let runs_a_check = |call_id: &str| {
+        entries.iter().any(|e| {
+            e.tool_calls().any(|(id, _, input)| {
+                id == call_id
+                    && artifacts
+                        .verification
+                        .iter()
+                        .any(|v| input.to_string().contains(&v.command))
+            })
+        })
+    };
+    let results: Vec<_> = entries
+        .iter()
+        .filter_map(|e| e.as_tool_result())
+        .filter(|r| !runs_a_check(&r.call_id))
+        .collect();
     let recent = &results[results.len().saturating_sub(RECENT_TOOL_RESULTS)..];
     recent
         .iter()
@@ -316,18 +377,145 @@ mod tests {
     }
 
     #[test]
-    fn the_first_prompt_is_the_goal_in_full() {
+    fn the_goal_is_the_latest_substantive_request_in_full() {
         let mut b = Builder::new();
+        b.user("Can you audit the session module?");
         let long = "Fix the flaky login test. ".repeat(40);
         b.user(&long);
-        b.user("also keep the public API unchanged");
+        b.user("yes");
+        b.user("can you proof read this?");
         let s = state_of(&b);
         assert_eq!(s.goal, long.trim());
-        assert_eq!(s.constraints, ["also keep the public API unchanged"]);
+        assert_eq!(
+            s.requests,
+            [
+                "Can you audit the session module?",
+                long.trim(),
+                "yes",
+                "can you proof read this?"
+            ]
+        );
+        assert!(s.constraints.is_empty(), "{:?}", s.constraints);
     }
 
     #[test]
-    fn every_prompt_keeps_at_least_its_opening_newest_in_full() {
+    fn without_a_substantive_request_the_first_one_is_the_goal() {
+        let mut b = Builder::new();
+        b.user("Hey");
+        b.user("yes");
+        assert_eq!(state_of(&b).goal, "Hey");
+    }
+
+    #[test]
+    fn constraints_are_only_the_rules_the_user_stated() {
+        let mut b = Builder::new();
+        b.user("Port the selector to the new TUI. Never add a dependency.");
+        b.user("ok");
+        b.user("don't touch the theme API, and always run the tests");
+        let s = state_of(&b);
+        assert_eq!(
+            s.constraints,
+            [
+                "Never add a dependency.",
+                "don't touch the theme API, and always run the tests"
+            ]
+        );
+        assert_eq!(
+            s.goal,
+            "Port the selector to the new TUI. Never add a dependency."
+        );
+    }
+
+    #[test]
+    fn ide_boilerplate_around_a_prompt_is_cut_from_requests_and_goal() {
+        let mut b = Builder::new();
+        b.user("<ide_opened_file>The user opened /ws/src/a.rs in the IDE.</ide_opened_file>\nRefactor the parser into modules");
+        b.user("<system-reminder>\nplan mode\n</system-reminder>");
+        let s = state_of(&b);
+        assert_eq!(s.goal, "Refactor the parser into modules");
+        assert_eq!(s.requests, ["Refactor the parser into modules"]);
+    }
+
+    #[test]
+    fn stated_decisions_of_the_assistant_are_kept_with_their_reasons() {
+        let mut b = Builder::new();
+        b.user("Add caching to the client");
+        b.assistant("I'll use an LRU map because entries expire by use, not by time.");
+        b.assistant("Let me read the client first.");
+        let s = state_of(&b);
+        assert_eq!(s.decisions.len(), 1, "{:?}", s.decisions);
+        assert_eq!(s.decisions[0].decision, "I'll use an LRU map");
+        assert_eq!(
+            s.decisions[0].rationale,
+            "entries expire by use, not by time"
+        );
+    }
+
+    fn capsule_with(state: CapsuleState) -> CapsuleEntry {
+        CapsuleEntry {
+            state,
+            ..crate::capsule::render::tests::full_capsule()
+        }
+    }
+
+    fn exit(b: &mut Builder, call: &str, code: i64) {
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: call.into(),
+            tool_name: Some("Bash".into()),
+            content: vec![ContentBlock::text(if code == 0 {
+                "ok"
+            } else {
+                "error: boom"
+            })],
+            is_error: code != 0,
+            exit_code: Some(code),
+        }));
+    }
+
+    #[test]
+    fn a_next_step_whose_check_passed_since_is_not_carried_forward() {
+        let prev = capsule_with(CapsuleState {
+            goal: "make the tests pass".into(),
+            next_steps: vec![
+                "Make `cargo test -- --include-ignored` pass".into(),
+                "Write the changelog".into(),
+            ],
+            ..Default::default()
+        });
+        let mut b = Builder::new();
+        b.bash("c1", "cargo test -- --include-ignored");
+        exit(&mut b, "c1", 0);
+        let entries: Vec<&Entry> = b.session.entries().iter().collect();
+        let artifacts = collect(
+            "/ws",
+            None,
+            entries.iter().copied(),
+            &ToolMapping::default(),
+        );
+        let s = build_state(TokenizerKind::O200kBase, Some(&prev), &entries, &artifacts);
+        assert_eq!(s.next_steps, ["Write the changelog"]);
+        assert!(s
+            .completed
+            .contains(&"`cargo test -- --include-ignored` passes".to_string()));
+    }
+
+    #[test]
+    fn a_check_that_failed_and_later_passed_is_no_blocker() {
+        let mut b = Builder::new();
+        b.user("fix the build");
+        b.bash("c1", "cargo build");
+        exit(&mut b, "c1", 101);
+        b.bash("c2", "cd /ws && cargo build 2>&1 | tail -5");
+        exit(&mut b, "c2", 0);
+        b.call("c3", "Read", json!({"file_path": "/ws/src/lib.rs"}));
+        b.result("c3", "fn main() {}");
+        let s = state_of(&b);
+        assert!(s.blockers.is_empty(), "{:?}", s.blockers);
+        assert!(s.completed.contains(&"`cargo build` passes".to_string()));
+    }
+
+    #[test]
+    fn every_request_keeps_at_least_its_opening_newest_in_full() {
         let mut b = Builder::new();
         b.user("goal");
         let old = format!("OLD {}", "x ".repeat(5000));
@@ -335,14 +523,14 @@ mod tests {
         b.user(&old);
         b.user(&new);
         let s = state_of(&b);
-        assert_eq!(s.constraints.len(), 2);
-        assert!(s.constraints[0].starts_with("OLD x"));
+        assert_eq!(s.requests.len(), 3);
+        assert!(s.requests[1].starts_with("OLD x"));
         assert_eq!(
-            s.constraints[0].chars().count(),
+            s.requests[1].chars().count(),
             PROMPT_OPENING_CHARS + 1,
             "opening plus ellipsis"
         );
-        assert_eq!(s.constraints[1], new.trim());
+        assert_eq!(s.requests[2], new.trim());
     }
 
     #[test]
@@ -409,7 +597,7 @@ mod tests {
             goal: "goal".into(),
             ..Default::default()
         };
-        prev_state.constraints = vec![long("A"), long("B")];
+        prev_state.requests = vec![long("A"), long("B")];
         let prev = CapsuleEntry {
             state: prev_state,
             ..crate::capsule::render::tests::full_capsule()
@@ -424,14 +612,14 @@ mod tests {
             &Artifacts::default(),
         );
         let total: u64 = s
-            .constraints
+            .requests
             .iter()
             .map(|c| TokenizerKind::O200kBase.count(c))
             .sum();
         assert!(total <= FULL_PROMPTS_BUDGET_TOKENS + 3 * 60, "{total}");
-        assert_eq!(s.constraints.len(), 3);
-        assert!(s.constraints[2].starts_with("C word"));
-        assert!(s.constraints[0].starts_with("A word") && s.constraints[0].ends_with('…'));
+        assert_eq!(s.requests.len(), 3);
+        assert!(s.requests[2].starts_with("C word"));
+        assert!(s.requests[0].starts_with("A word") && s.requests[0].ends_with('…'));
     }
 
     #[test]
@@ -471,9 +659,12 @@ mod tests {
             &entries,
             &Artifacts::default(),
         );
-        assert_eq!(s.goal, "original goal");
+        assert_eq!(
+            s.goal, "original goal",
+            "a short follow-up does not replace the goal"
+        );
         assert_eq!(s.completed, ["step one"]);
-        assert_eq!(s.constraints, ["next request"]);
+        assert_eq!(s.requests, ["next request"]);
         assert_eq!(s.decisions.len(), 1);
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod artifacts;
 pub mod builder;
+pub mod decisions;
 pub mod handoff;
 pub mod model;
 
@@ -10,3 +11,5 @@ pub use model::*;
 pub mod memory;
 pub mod portable;
 pub mod render;
+pub mod requests;
+pub mod shell;

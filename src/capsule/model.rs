@@ -39,6 +39,10 @@ pub enum Origin {
 pub struct CapsuleState {
     #[serde(default)]
     pub goal: String,
+    /// The user's requests, oldest first: recent ones verbatim, older ones by their opening.
+    #[serde(default)]
+    pub requests: Vec<String>,
+    /// Rules the user stated (must, never, don't, always, only, avoid, …).
     #[serde(default)]
     pub constraints: Vec<String>,
     #[serde(default)]

@@ -17,6 +17,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde::Serialize;
 
+use super::decisions::DECISIONS_NEED_A_MODEL;
 use super::model::{
     Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, LoadedFrom,
     Origin, Quality, Verification, VerificationOutcome,
@@ -184,6 +185,7 @@ fn format_err(line: usize, expected: impl Into<String>, found: &str) -> FormatEr
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Section {
     Goal,
+    Requests,
     Constraints,
     Completed,
     Active,
@@ -197,8 +199,9 @@ enum Section {
     ActiveSkills,
 }
 
-const SECTIONS: [(Section, &str); 12] = [
+const SECTIONS: [(Section, &str); 13] = [
     (Section::Goal, "Goal"),
+    (Section::Requests, "User requests"),
     (Section::Constraints, "Constraints"),
     (Section::Completed, "Completed"),
     (Section::Active, "Active"),
@@ -320,11 +323,18 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
                 out.push('\n');
             }
         }
+        Section::Requests => items(&mut out, &s.requests),
         Section::Constraints => items(&mut out, &s.constraints),
         Section::Completed => items(&mut out, &s.completed),
         Section::Active => items(&mut out, &s.active),
         Section::Pending => items(&mut out, &s.pending),
         Section::Decisions => {
+            if s.decisions.is_empty() && c.quality == Quality::Degraded {
+                // Said plainly, so the empty list does not read as "no decisions were made";
+                // the reader drops this exact line again.
+                out.push_str(DECISIONS_NEED_A_MODEL);
+                out.push('\n');
+            }
             for d in s
                 .decisions
                 .iter()
@@ -407,6 +417,7 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
         degraded_reason: c.degraded_reason.as_deref().map(&mut r),
         state: CapsuleState {
             goal: r(&state.goal),
+            requests: list(&state.requests, &mut r),
             constraints: list(&state.constraints, &mut r),
             completed: list(&state.completed, &mut r),
             active: list(&state.active, &mut r),
@@ -929,11 +940,17 @@ fn fill_section(
         c.state.goal = normalize_block(&text.join("\n"));
         return Ok(());
     }
-    let items = parse_items(lines, section == Section::Decisions, ignored);
+    let lines: Vec<(usize, &str)> = lines
+        .iter()
+        .copied()
+        .filter(|(_, l)| !(section == Section::Decisions && l.trim() == DECISIONS_NEED_A_MODEL))
+        .collect();
+    let items = parse_items(&lines, section == Section::Decisions, ignored);
     let s = &mut c.state;
     let a = &mut c.artifacts;
     match section {
         Section::Goal => unreachable!("handled above"),
+        Section::Requests => s.requests = plain_items(items),
         Section::Constraints => s.constraints = plain_items(items),
         Section::Completed => s.completed = plain_items(items),
         Section::Active => s.active = plain_items(items),
@@ -1069,6 +1086,7 @@ mod tests {
             degraded_reason: None,
             state: CapsuleState {
                 goal: "Port user-message-selector.ts to the new TUI.\n\n## Not a heading\n- not an item".into(),
+                requests: vec!["read theme.md in full\n\nthen port the selector".into(), "- yes".into()],
                 constraints: vec!["Keep the theme API".into(), "- starts with a dash".into()],
                 completed: vec!["Read theme.md\nand theme.ts".into()],
                 active: vec!["Writing the selector".into()],
@@ -1101,6 +1119,39 @@ mod tests {
         assert_eq!(parsed.capsule, c, "{}", out.text);
         assert!(parsed.ignored.is_empty(), "{:?}", parsed.ignored);
         assert_eq!(write(&parsed.capsule).text, out.text);
+    }
+
+    #[test]
+    fn a_degraded_capsule_without_decisions_says_so_and_round_trips() {
+        let mut c = sample();
+        c.quality = Quality::Degraded;
+        c.state.decisions.clear();
+        let out = write(&c);
+        assert!(
+            out.text
+                .contains(&format!("## Decisions\n\n{DECISIONS_NEED_A_MODEL}\n")),
+            "{}",
+            out.text
+        );
+        let parsed = parse(&out.text).unwrap();
+        assert!(parsed.capsule.state.decisions.is_empty());
+        assert!(parsed.ignored.is_empty(), "{:?}", parsed.ignored);
+        assert_eq!(
+            write(&parsed.capsule).text,
+            out.text,
+            "export → load → export"
+        );
+    }
+
+    #[test]
+    fn a_file_without_a_user_requests_section_loads_with_none() {
+        let text = write(&sample()).text;
+        let start = text.find("## User requests").unwrap();
+        let end = text.find("## Constraints").unwrap();
+        let old = format!("{}{}", &text[..start], &text[end..]);
+        let parsed = parse(&old).unwrap();
+        assert!(parsed.capsule.state.requests.is_empty());
+        assert_eq!(parsed.capsule.state.constraints, sample().state.constraints);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 
 use std::fmt::Write;
 
-use super::model::CapsuleEntry;
+use super::decisions::DECISIONS_NEED_A_MODEL;
+use super::model::{CapsuleEntry, Quality};
 
 fn list(out: &mut String, title: &str, items: &[String]) {
     if items.is_empty() {
@@ -49,11 +50,14 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
             i.trim()
         );
     }
+    list(&mut out, "User requests", &c.state.requests);
     list(&mut out, "Constraints", &c.state.constraints);
     list(&mut out, "Completed", &c.state.completed);
     list(&mut out, "Active", &c.state.active);
     list(&mut out, "Pending", &c.state.pending);
-    if !c.state.decisions.is_empty() {
+    if c.state.decisions.is_empty() && c.quality == Quality::Degraded {
+        let _ = writeln!(out, "\n## Decisions\n{DECISIONS_NEED_A_MODEL}");
+    } else if !c.state.decisions.is_empty() {
         out.push_str("\n## Decisions\n");
         for d in &c.state.decisions {
             if d.rationale.trim().is_empty() {
@@ -105,6 +109,10 @@ pub(crate) mod tests {
                 goal:
                     "Fix the flaky login test in auth/session.rs without changing the public API."
                         .into(),
+                requests: vec![
+                    "Fix the flaky login test".into(),
+                    "keep the API stable\nand add no new dependencies".into(),
+                ],
                 constraints: vec![
                     "keep the API stable".into(),
                     "no new dependencies\nand no unsafe".into(),
@@ -171,6 +179,7 @@ pub(crate) mod tests {
         let text = render_for_model(&full_capsule());
         for section in [
             "## Goal",
+            "## User requests",
             "## Constraints",
             "## Completed",
             "## Active",
@@ -194,5 +203,18 @@ pub(crate) mod tests {
             render_for_model(&full_capsule()),
             render_for_model(&full_capsule().clone())
         );
+    }
+
+    #[test]
+    fn a_degraded_capsule_without_decisions_says_a_model_is_needed_for_them() {
+        let mut c = full_capsule();
+        c.state.decisions.clear();
+        let text = render_for_model(&c);
+        assert!(
+            text.contains(&format!("## Decisions\n{DECISIONS_NEED_A_MODEL}")),
+            "{text}"
+        );
+        c.quality = Quality::Model;
+        assert!(!render_for_model(&c).contains("## Decisions"));
     }
 }

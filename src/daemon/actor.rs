@@ -131,7 +131,8 @@ enum Command {
     /// A spawned generation finished (internal).
     Generated {
         operation_id: String,
-        generated: Generated,
+        /// Boxed: a capsule state is far larger than any other command.
+        generated: Box<Generated>,
     },
 }
 
@@ -562,7 +563,7 @@ impl Actor {
                 Command::Generated {
                     operation_id,
                     generated,
-                } => self.finish(operation_id, generated),
+                } => self.finish(operation_id, *generated),
                 // Reads answer at once.
                 Command::CapsuleList { reply } => {
                     let _ = reply.send(Ok(self.capsule_list()));
@@ -841,7 +842,7 @@ impl Actor {
                 crate::summarize::generate(&plan, summarizer.as_deref(), cancel, &progress).await;
             let _ = me.send(Command::Generated {
                 operation_id: plan.operation_id.clone(),
-                generated,
+                generated: Box::new(generated),
             });
         });
     }

@@ -29,8 +29,13 @@ You maintain a Context Capsule: the working state of a coding-agent session, wri
 the agent can continue its work after the history you are shown is removed from its context.
 
 Reply with exactly one JSON object and nothing else. Its keys:
-- goal (string, required, non-empty): the user's current objective, in one or two sentences.
-- constraints (list of strings): requirements and limits set by the user that still apply.
+- goal (string, required, non-empty): the user's current objective, in one or two sentences, \
+taken from the latest request that sets one (not from \"yes\" or \"proof read this\").
+- requests (list of strings): the user's requests, oldest first: the recent ones verbatim, \
+older ones shortened to their gist; leave out boilerplate the agent wrapped around them (IDE \
+context, system reminders, instruction files).
+- constraints (list of strings): rules the user stated that still apply (must, never, don't, \
+always, only, avoid …).
 - completed (list of strings): work finished, with specifics (names, results, numbers).
 - active (list of strings): work in progress at the end of the history.
 - pending (list of strings): agreed work not started yet.

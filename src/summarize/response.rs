@@ -66,7 +66,8 @@ pub fn validate_state(state: &CapsuleState) -> Result<(), String> {
     if state.goal.trim().is_empty() {
         return Err("the model's capsule has an empty goal".into());
     }
-    let lists: [(&str, &Vec<String>); 6] = [
+    let lists: [(&str, &Vec<String>); 7] = [
+        ("requests", &state.requests),
         ("constraints", &state.constraints),
         ("completed", &state.completed),
         ("active", &state.active),
