@@ -140,15 +140,18 @@ fn bodies() -> Vec<EntryBody> {
                 ContentBlock::text("hi"),
                 ContentBlock::Thinking {
                     thinking: "hmm".into(),
+                    extra: Default::default(),
                 },
                 ContentBlock::ToolCall {
                     id: "c1".into(),
                     name: "Bash".into(),
                     input: json!({"command": "ls"}),
+                    extra: Default::default(),
                 },
                 ContentBlock::Image {
                     media_type: Some("image/png".into()),
                     data: Some("iVBORw0KGgo=".into()),
+                    extra: Default::default(),
                 },
             ],
             usage: Some(Usage {

@@ -204,6 +204,7 @@ mod tests {
                     id: call.clone(),
                     name: "Read".into(),
                     input: json!({"file_path": format!("/ws/f{t}.rs")}),
+                    extra: Default::default(),
                 }],
                 Some(Usage {
                     input: 1000 * (t as u64 + 1),
@@ -356,6 +357,7 @@ mod tests {
                         id: id.into(),
                         name: "Bash".into(),
                         input: json!({}),
+                        extra: Default::default(),
                     }]
                 })
                 .unwrap_or_default(),

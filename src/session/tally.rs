@@ -376,6 +376,7 @@ mod tests {
                         id: format!("c{id}"),
                         name: "Bash".into(),
                         input: serde_json::json!({"command": words(*id as usize)}),
+                        extra: Default::default(),
                     })
                     .collect();
                 calls.extend(ids.iter().map(|id| format!("c{id}")));
