@@ -57,6 +57,11 @@ enum Command {
     },
     /// Move a session's leaf back to an earlier entry by appending a `rewind` entry (nothing is deleted).
     Rewind { session: PathBuf, entry: String },
+    /// Agent hooks: `soba hook claude-code` (run by Claude Code), `soba hook install claude-code`.
+    Hook {
+        #[command(subcommand)]
+        command: cli::hook::HookCommand,
+    },
     /// Reliability harness commands.
     #[command(hide = true)]
     Debug {
@@ -96,6 +101,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => cli::replay::run(args, &cli.common),
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),
         Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
+        Command::Hook { command } => cli::hook::run(command, &cli.common),
         Command::Debug { command } => cli::debug::run(command),
     };
     match result {

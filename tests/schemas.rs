@@ -214,6 +214,7 @@ fn bodies() -> Vec<EntryBody> {
             summary_tokens: Some(900),
             first_kept_entry_id: None,
             kept_items: Some(12),
+            instructions: None,
         }),
     ];
     let mut covered = [false; 12];

@@ -362,6 +362,7 @@ impl Reader {
             summary_tokens: None,
             first_kept_entry_id: None,
             kept_items: None,
+            instructions: None,
         };
         let parent = self.parent_of(r);
         self.builder.push(
@@ -405,6 +406,7 @@ impl Reader {
                     summary_tokens: None,
                     first_kept_entry_id: None,
                     kept_items: None,
+                    instructions: None,
                 }),
             ),
         };

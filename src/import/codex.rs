@@ -298,6 +298,7 @@ impl Reader {
                 .get("replacement_history")
                 .and_then(Value::as_array)
                 .map(|h| h.len() as u64),
+            instructions: None,
         };
         self.push(ts, source_id, EntryBody::ForeignCompaction(entry));
     }

@@ -78,6 +78,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
                 first_kept_entry_id: str_field(r, "firstKeptEntryId")
                     .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
                 kept_items: None,
+                instructions: None,
             })),
             "branch_summary" => {
                 // pi sends the summary of an abandoned branch to the model as a user message.

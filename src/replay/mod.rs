@@ -228,6 +228,7 @@ mod tests {
                     summary_tokens: Some(1),
                     first_kept_entry_id: None,
                     kept_items: Some(3),
+                    instructions: None,
                 }));
             }
         }

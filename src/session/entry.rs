@@ -580,6 +580,10 @@ pub struct ForeignCompactionEntry {
     /// Number of items the source agent kept verbatim (e.g. Codex `replacement_history`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_items: Option<u64>,
+    /// What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
+    /// (Claude Code's `PreCompact` hook).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -800,6 +804,7 @@ pub(crate) mod tests {
                 summary_tokens: Some(1),
                 first_kept_entry_id: Some("e3".into()),
                 kept_items: Some(4),
+                instructions: Some("keep the auth work".into()),
             }),
         ]
     }

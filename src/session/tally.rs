@@ -470,6 +470,7 @@ mod tests {
                     summary_tokens: None,
                     first_kept_entry_id: None,
                     kept_items: None,
+                    instructions: None,
                 }));
             }
         }
