@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod demo;
 pub mod files;
 pub mod flight;
+pub mod hook;
 pub mod import;
 pub mod inspect;
 pub mod redact;

@@ -59,6 +59,11 @@ enum Command {
     Trust(cli::trust::TrustArgs),
     /// Move a session's leaf back to an earlier entry by appending a `rewind` entry (nothing is deleted).
     Rewind { session: PathBuf, entry: String },
+    /// Agent hooks: `soba hook claude-code` (run by Claude Code), `soba hook install claude-code`.
+    Hook {
+        #[command(subcommand)]
+        command: cli::hook::HookCommand,
+    },
     /// Reliability harness commands.
     #[command(hide = true)]
     Debug {
@@ -99,6 +104,7 @@ fn main() -> ExitCode {
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),
         Command::Trust(args) => cli::trust::run(args, &cli.common),
         Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
+        Command::Hook { command } => cli::hook::run(command, &cli.common),
         Command::Debug { command } => cli::debug::run(command),
     };
     match result {

@@ -437,6 +437,7 @@ pub(crate) mod testing {
                     id: call_id.into(),
                     name: name.into(),
                     input,
+                    extra: Default::default(),
                 }],
                 usage: None,
                 model: None,
