@@ -40,82 +40,135 @@ pub(crate) fn looks_like_header(v: &Value) -> bool {
 
 pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, ImportError> {
     let (records, corrupt) = read_jsonl(text);
-    let mut builder = EntryBuilder::new(Format::Pi, &options.now);
-    let mut header = HeaderInfo::new(Format::Pi, options);
-    builder.report.corrupt_lines = corrupt;
-    let mut leaf_source = None;
+    let mut reader = Reader::new(options);
+    reader.builder.report.corrupt_lines = corrupt;
     for (_, r) in &records {
-        let kind = str_field(r, "type").unwrap_or("(no type)");
-        if kind == "session" {
-            session_header(&mut header, r);
-            continue;
-        }
-        if let Some(ts) = str_field(r, "timestamp") {
-            header.set_created_at(ts);
-        }
-        let id = str_field(r, "id");
-        let parent = match (id, str_field(r, "parentId")) {
-            // Early pi files have no tree: entries follow each other in file order.
-            (None, _) => builder.last_id(),
-            // A parent lost to a corrupt line: keep the line going from the latest entry.
-            (Some(_), Some(p)) => builder.resolve(p).unwrap_or_else(|| builder.last_id()),
-            (Some(_), None) => None,
-        };
-        let ts = str_field(r, "timestamp");
-        let body = match kind {
-            "message" => message_body(
-                &mut builder,
-                &mut header,
-                r.get("message").unwrap_or(&Value::Null),
-            ),
-            "compaction" => Some(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-                agent: Format::Pi.as_str().into(),
-                trigger: None,
-                tokens_before: r.get("tokensBefore").and_then(Value::as_u64),
-                summary: str_field(r, "summary").map(str::to_string),
-                summary_tokens: None,
-                // The source id of the kept entry becomes the id of the entry it was imported as.
-                first_kept_entry_id: str_field(r, "firstKeptEntryId")
-                    .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
-                kept_items: None,
-            })),
-            "branch_summary" => {
-                // pi sends the summary of an abandoned branch to the model as a user message.
-                let mut m = message(
-                    Role::User,
-                    vec![ContentBlock::text(str_field(r, "summary").unwrap_or(""))],
-                );
-                m.synthetic = true;
-                Some(EntryBody::Message(m))
-            }
-            k if BOOKKEEPING_TYPES.contains(&k) => {
-                if k == "model_change" {
-                    if let Some(m) = str_field(r, "modelId") {
-                        header.set_model(m);
-                    }
-                }
-                builder.skipped(k.to_string());
-                None
-            }
-            other => {
-                builder.unknown(other.to_string());
-                None
-            }
-        };
-        match (body, id) {
-            (Some(body), _) => {
-                builder.push(parent, id, ts, body);
-            }
-            (None, Some(id)) => builder.alias(id, parent),
-            (None, None) => {}
-        }
-        if id.is_some() {
-            leaf_source = id;
+        reader.record(r);
+    }
+    Ok(reader.finish())
+}
+
+/// The pi session reader: fed one record at a time, by `import_str` for a whole file and by
+/// [`super::stream::StreamImporter`] for a live one. No record changes an entry made before it.
+pub(crate) struct Reader {
+    builder: EntryBuilder,
+    header: HeaderInfo,
+    /// The id of the latest record with one: the source's leaf.
+    leaf_source: Option<String>,
+}
+
+impl Reader {
+    pub(crate) fn new(options: &ImportOptions) -> Self {
+        Reader {
+            builder: EntryBuilder::new(Format::Pi, &options.now),
+            header: HeaderInfo::new(Format::Pi, options),
+            leaf_source: None,
         }
     }
-    let leaf = leaf_source.and_then(|id| builder.resolve(id)).flatten();
-    builder.set_leaf(leaf);
-    Ok(builder.finish(header))
+
+    fn finish(mut self) -> ImportResult {
+        let leaf = self
+            .leaf_source
+            .take()
+            .and_then(|id| self.builder.resolve(&id))
+            .flatten();
+        self.builder.set_leaf(leaf);
+        self.builder.finish(self.header)
+    }
+
+    fn record(&mut self, r: &Value) {
+        let builder = &mut self.builder;
+        let header = &mut self.header;
+            let kind = str_field(r, "type").unwrap_or("(no type)");
+            if kind == "session" {
+                session_header(header, r);
+                return;
+            }
+            if let Some(ts) = str_field(r, "timestamp") {
+                header.set_created_at(ts);
+            }
+            let id = str_field(r, "id");
+            let parent = match (id, str_field(r, "parentId")) {
+                // Early pi files have no tree: entries follow each other in file order.
+                (None, _) => builder.last_id(),
+                // A parent lost to a corrupt line: keep the line going from the latest entry.
+                (Some(_), Some(p)) => builder.resolve(p).unwrap_or_else(|| builder.last_id()),
+                (Some(_), None) => None,
+            };
+            let ts = str_field(r, "timestamp");
+            let body = match kind {
+                "message" => message_body(
+                    builder,
+                    header,
+                    r.get("message").unwrap_or(&Value::Null),
+                ),
+                "compaction" => Some(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+                    agent: Format::Pi.as_str().into(),
+                    trigger: None,
+                    tokens_before: r.get("tokensBefore").and_then(Value::as_u64),
+                    summary: str_field(r, "summary").map(str::to_string),
+                    summary_tokens: None,
+                    // The source id of the kept entry becomes the id of the entry it was imported as.
+                    first_kept_entry_id: str_field(r, "firstKeptEntryId")
+                        .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
+                    kept_items: None,
+                })),
+                "branch_summary" => {
+                    // pi sends the summary of an abandoned branch to the model as a user message.
+                    let mut m = message(
+                        Role::User,
+                        vec![ContentBlock::text(str_field(r, "summary").unwrap_or(""))],
+                    );
+                    m.synthetic = true;
+                    Some(EntryBody::Message(m))
+                }
+                k if BOOKKEEPING_TYPES.contains(&k) => {
+                    if k == "model_change" {
+                        if let Some(m) = str_field(r, "modelId") {
+                            header.set_model(m);
+                        }
+                    }
+                    builder.skipped(k.to_string());
+                    None
+                }
+                other => {
+                    builder.unknown(other.to_string());
+                    None
+                }
+            };
+            match (body, id) {
+                (Some(body), _) => {
+                    builder.push(parent, id, ts, body);
+                }
+                (None, Some(id)) => builder.alias(id, parent),
+                (None, None) => {}
+            }
+            if id.is_some() {
+                self.leaf_source = id.map(str::to_string);
+            }
+    }
+}
+
+impl super::RecordReader for Reader {
+    fn record(&mut self, _line: usize, record: &Value) {
+        Reader::record(self, record)
+    }
+
+    fn settled_len(&self) -> usize {
+        self.builder.entries().len()
+    }
+
+    fn builder(&self) -> &EntryBuilder {
+        &self.builder
+    }
+
+    fn header(&self) -> &HeaderInfo {
+        &self.header
+    }
+
+    fn finish(self: Box<Self>) -> ImportResult {
+        Reader::finish(*self)
+    }
 }
 
 fn session_header(header: &mut HeaderInfo, r: &Value) {
