@@ -3,6 +3,7 @@
 //! The core (budget, triggers, cut points, ROI, capsules, the model-input view) is pure and
 //! synchronous; the daemon, HTTP clients and file watching are a thin async shell over it.
 
+pub mod attach;
 pub mod budget;
 pub mod capsule;
 pub mod cli;
