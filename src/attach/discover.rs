@@ -67,7 +67,11 @@ pub struct Homes {
 impl Homes {
     /// From the agents' own environment variables, else their defaults under `$HOME`.
     pub fn from_env() -> Homes {
-        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
         let home = var("HOME").unwrap_or_else(|| PathBuf::from("/"));
         let pi_session_dir = var("PI_CODING_AGENT_SESSION_DIR");
         Homes {
@@ -115,7 +119,13 @@ pub fn pi_session_dir(cwd: &str) -> String {
         .unwrap_or(cwd);
     let safe: String = trimmed
         .chars()
-        .map(|c| if matches!(c, '/' | '\\' | ':') { '-' } else { c })
+        .map(|c| {
+            if matches!(c, '/' | '\\' | ':') {
+                '-'
+            } else {
+                c
+            }
+        })
         .collect();
     format!("--{safe}--")
 }
@@ -193,13 +203,22 @@ fn codex_rollouts(sessions: &Path) -> Vec<PathBuf> {
 
 fn sorted_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|es| es.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect())
+        .map(|es| {
+            es.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
         .unwrap_or_default();
     out.sort();
     out
 }
 
-fn first_record_cwd(path: &Path, lines: usize, cwd_of: fn(&Value) -> Option<String>) -> Option<String> {
+fn first_record_cwd(
+    path: &Path,
+    lines: usize,
+    cwd_of: fn(&Value) -> Option<String>,
+) -> Option<String> {
     let file = std::fs::File::open(path).ok()?;
     BufReader::new(file)
         .lines()
@@ -227,7 +246,10 @@ mod tests {
 
     #[test]
     fn claude_code_replaces_every_non_alphanumeric_character() {
-        assert_eq!(claude_project_dir("/home/me/my_app.v2"), "-home-me-my-app-v2");
+        assert_eq!(
+            claude_project_dir("/home/me/my_app.v2"),
+            "-home-me-my-app-v2"
+        );
     }
 
     #[test]

@@ -175,9 +175,15 @@ mod tests {
     }
 
     fn pi_lines(n: usize) -> String {
-        let mut s = json!({"type":"session","version":3,"id":"p1","cwd":"/ws","timestamp":"t"}).to_string() + "\n";
+        let mut s = json!({"type":"session","version":3,"id":"p1","cwd":"/ws","timestamp":"t"})
+            .to_string()
+            + "\n";
         for i in 0..n {
-            let parent = if i == 0 { Value::Null } else { json!(format!("m{}", i - 1)) };
+            let parent = if i == 0 {
+                Value::Null
+            } else {
+                json!(format!("m{}", i - 1))
+            };
             s += &json!({"type":"message","id":format!("m{i}"),"parentId":parent,"timestamp":"t",
                 "message":{"role":"user","content":[{"type":"text","text":format!("hello {i}")}]}})
             .to_string();
@@ -187,7 +193,9 @@ mod tests {
     }
 
     fn ids(v: &[Value]) -> Vec<String> {
-        v.iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
+        v.iter()
+            .map(|e| e["id"].as_str().unwrap().to_string())
+            .collect()
     }
 
     #[test]
@@ -204,14 +212,22 @@ mod tests {
         let second = f.take(false);
         assert_eq!(second.len(), 1, "{second:?}");
         assert_eq!(second[0]["sourceId"], "m2");
-        assert_eq!(second[0]["parentId"], "e2", "hangs off the entry already there");
-        assert_eq!(second[0]["id"], "g2-e3", "a later reading gets ids of its own");
+        assert_eq!(
+            second[0]["parentId"], "e2",
+            "hangs off the entry already there"
+        );
+        assert_eq!(
+            second[0]["id"], "g2-e3",
+            "a later reading gets ids of its own"
+        );
     }
 
     #[test]
     fn a_session_followed_before_skips_its_records() {
         let mut first = Follower::new(Some(Format::Pi), options()).unwrap();
-        first.feed(Growth::Appended(pi_lines(2).into_bytes())).unwrap();
+        first
+            .feed(Growth::Appended(pi_lines(2).into_bytes()))
+            .unwrap();
         let existing: Vec<Entry> = first
             .take(false)
             .into_iter()
@@ -219,7 +235,9 @@ mod tests {
             .collect();
         let mut again = Follower::new(Some(Format::Pi), options()).unwrap();
         again.know(&existing);
-        again.feed(Growth::Appended(pi_lines(3).into_bytes())).unwrap();
+        again
+            .feed(Growth::Appended(pi_lines(3).into_bytes()))
+            .unwrap();
         let out = again.take(false);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0]["sourceId"], "m2");

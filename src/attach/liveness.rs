@@ -15,7 +15,10 @@ pub fn held_open(path: &Path) -> Option<bool> {
     let own = std::process::id().to_string();
     for p in procs.flatten() {
         let name = p.file_name();
-        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
             continue;
         };
         if pid == own {

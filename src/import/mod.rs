@@ -234,9 +234,7 @@ pub(crate) fn read_line(
         .into_iter::<Value>()
         .collect();
     match values {
-        Ok(values) if values.len() == 1 => {
-            records.extend(values.into_iter().map(|v| (line_no, v)))
-        }
+        Ok(values) if values.len() == 1 => records.extend(values.into_iter().map(|v| (line_no, v))),
         Ok(values) => {
             corrupt.push(CorruptLine {
                 line: line_no,

@@ -79,73 +79,69 @@ impl Reader {
     fn record(&mut self, r: &Value) {
         let builder = &mut self.builder;
         let header = &mut self.header;
-            let kind = str_field(r, "type").unwrap_or("(no type)");
-            if kind == "session" {
-                session_header(header, r);
-                return;
+        let kind = str_field(r, "type").unwrap_or("(no type)");
+        if kind == "session" {
+            session_header(header, r);
+            return;
+        }
+        if let Some(ts) = str_field(r, "timestamp") {
+            header.set_created_at(ts);
+        }
+        let id = str_field(r, "id");
+        let parent = match (id, str_field(r, "parentId")) {
+            // Early pi files have no tree: entries follow each other in file order.
+            (None, _) => builder.last_id(),
+            // A parent lost to a corrupt line: keep the line going from the latest entry.
+            (Some(_), Some(p)) => builder.resolve(p).unwrap_or_else(|| builder.last_id()),
+            (Some(_), None) => None,
+        };
+        let ts = str_field(r, "timestamp");
+        let body = match kind {
+            "message" => message_body(builder, header, r.get("message").unwrap_or(&Value::Null)),
+            "compaction" => Some(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+                agent: Format::Pi.as_str().into(),
+                trigger: None,
+                tokens_before: r.get("tokensBefore").and_then(Value::as_u64),
+                summary: str_field(r, "summary").map(str::to_string),
+                summary_tokens: None,
+                // The source id of the kept entry becomes the id of the entry it was imported as.
+                first_kept_entry_id: str_field(r, "firstKeptEntryId")
+                    .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
+                kept_items: None,
+            })),
+            "branch_summary" => {
+                // pi sends the summary of an abandoned branch to the model as a user message.
+                let mut m = message(
+                    Role::User,
+                    vec![ContentBlock::text(str_field(r, "summary").unwrap_or(""))],
+                );
+                m.synthetic = true;
+                Some(EntryBody::Message(m))
             }
-            if let Some(ts) = str_field(r, "timestamp") {
-                header.set_created_at(ts);
-            }
-            let id = str_field(r, "id");
-            let parent = match (id, str_field(r, "parentId")) {
-                // Early pi files have no tree: entries follow each other in file order.
-                (None, _) => builder.last_id(),
-                // A parent lost to a corrupt line: keep the line going from the latest entry.
-                (Some(_), Some(p)) => builder.resolve(p).unwrap_or_else(|| builder.last_id()),
-                (Some(_), None) => None,
-            };
-            let ts = str_field(r, "timestamp");
-            let body = match kind {
-                "message" => message_body(
-                    builder,
-                    header,
-                    r.get("message").unwrap_or(&Value::Null),
-                ),
-                "compaction" => Some(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-                    agent: Format::Pi.as_str().into(),
-                    trigger: None,
-                    tokens_before: r.get("tokensBefore").and_then(Value::as_u64),
-                    summary: str_field(r, "summary").map(str::to_string),
-                    summary_tokens: None,
-                    // The source id of the kept entry becomes the id of the entry it was imported as.
-                    first_kept_entry_id: str_field(r, "firstKeptEntryId")
-                        .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
-                    kept_items: None,
-                })),
-                "branch_summary" => {
-                    // pi sends the summary of an abandoned branch to the model as a user message.
-                    let mut m = message(
-                        Role::User,
-                        vec![ContentBlock::text(str_field(r, "summary").unwrap_or(""))],
-                    );
-                    m.synthetic = true;
-                    Some(EntryBody::Message(m))
-                }
-                k if BOOKKEEPING_TYPES.contains(&k) => {
-                    if k == "model_change" {
-                        if let Some(m) = str_field(r, "modelId") {
-                            header.set_model(m);
-                        }
+            k if BOOKKEEPING_TYPES.contains(&k) => {
+                if k == "model_change" {
+                    if let Some(m) = str_field(r, "modelId") {
+                        header.set_model(m);
                     }
-                    builder.skipped(k.to_string());
-                    None
                 }
-                other => {
-                    builder.unknown(other.to_string());
-                    None
-                }
-            };
-            match (body, id) {
-                (Some(body), _) => {
-                    builder.push(parent, id, ts, body);
-                }
-                (None, Some(id)) => builder.alias(id, parent),
-                (None, None) => {}
+                builder.skipped(k.to_string());
+                None
             }
-            if id.is_some() {
-                self.leaf_source = id.map(str::to_string);
+            other => {
+                builder.unknown(other.to_string());
+                None
             }
+        };
+        match (body, id) {
+            (Some(body), _) => {
+                builder.push(parent, id, ts, body);
+            }
+            (None, Some(id)) => builder.alias(id, parent),
+            (None, None) => {}
+        }
+        if id.is_some() {
+            self.leaf_source = id.map(str::to_string);
+        }
     }
 }
 
