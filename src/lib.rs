@@ -4,6 +4,7 @@
 //! synchronous; the daemon, HTTP clients and file watching are a thin async shell over it.
 
 pub mod accuracy;
+pub mod attach;
 pub mod budget;
 pub mod capsule;
 pub mod cli;

@@ -240,6 +240,11 @@ pub const PROTOCOL_METHODS: &[MethodSchemas] = &[
         params_schema::<rpc::CapsuleListParams>,
         result_schema::<rpc::CapsuleListResult>,
     ),
+    m(
+        method::ATTACH,
+        params_schema::<rpc::AttachParams>,
+        result_schema::<rpc::AttachResult>,
+    ),
 ];
 
 /// Every custom notification's params schema.

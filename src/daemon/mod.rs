@@ -9,8 +9,10 @@
 //! - [`socket`]: the per-user Unix socket shared by every `soba serve`, and the stdio relay.
 //! - [`watcher`]: file changes under a workspace root, recorded as `file` entries.
 //! - [`flight`]: append-only per-workspace records of every compaction operation.
+//! - [`attach`]: `soba/attach` and discovery: live agent transcripts followed into sessions.
 
 pub mod actor;
+pub mod attach;
 pub mod framing;
 pub mod paths;
 pub mod protocol;

@@ -30,6 +30,7 @@ pub mod method {
     pub const CAPSULE_EXPORT: &str = "soba/capsule/export";
     pub const CAPSULE_LOAD: &str = "soba/capsule/load";
     pub const CAPSULE_LIST: &str = "soba/capsule/list";
+    pub const ATTACH: &str = "soba/attach";
 }
 
 /// Notifications the daemon sends to clients.
@@ -59,6 +60,7 @@ pub const METHODS: &[&str] = &[
     method::CAPSULE_EXPORT,
     method::CAPSULE_LOAD,
     method::CAPSULE_LIST,
+    method::ATTACH,
 ];
 
 /// Every custom notification the daemon sends.
@@ -240,8 +242,37 @@ pub struct CapsuleListParams {
     pub workspace: Option<String>,
 }
 
+/// `soba/attach`: follow a live agent transcript into a session of `workspace`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachParams {
+    pub workspace: String,
+    /// The transcript file; without it, the newest live transcript of the workspace in the
+    /// agents' homes.
+    pub transcript: Option<String>,
+    /// `claude-code`, `codex` or `pi`; without it, recognized from the transcript.
+    pub agent: Option<String>,
+    /// Seconds without a write, with no process holding the transcript open, after which the
+    /// agent counts as gone and the session closes (default 300).
+    pub idle_secs: Option<f64>,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Results
+
+/// The answer to `soba/attach`: the session the transcript is followed into.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachResult {
+    pub session_id: String,
+    /// The session log.
+    pub path: String,
+    pub transcript: String,
+    pub agent: String,
+    /// Entries imported by this call (0 when the transcript was already followed).
+    pub imported: usize,
+    pub budget: BudgetReport,
+}
 
 /// The budget of one session as clients see it.
 #[derive(Debug, Clone, Serialize, JsonSchema)]

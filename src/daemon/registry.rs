@@ -44,6 +44,11 @@ pub struct Daemon {
     pub options: DaemonOptions,
     events: broadcast::Sender<Event>,
     inner: Mutex<Registry>,
+    /// Transcripts followed (`soba/attach`) → the session each is followed into.
+    pub(super) followers: Mutex<HashMap<PathBuf, String>>,
+    /// One `soba/attach` at a time, so that two clients attaching the same transcript at once
+    /// start one follower.
+    pub(super) attaching: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -77,6 +82,8 @@ impl Daemon {
             options,
             events,
             inner: Mutex::new(Registry::default()),
+            followers: Mutex::new(HashMap::new()),
+            attaching: tokio::sync::Mutex::new(()),
         })
     }
 

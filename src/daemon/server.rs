@@ -118,6 +118,7 @@ handlers! {
     capsule_export => method::CAPSULE_EXPORT,
     capsule_load => method::CAPSULE_LOAD,
     capsule_list => method::CAPSULE_LIST,
+    attach => method::ATTACH,
 }
 
 fn to_value<T: serde::Serialize>(v: T) -> Result<Value, RpcError> {
@@ -264,11 +265,30 @@ impl Backend {
             }
             method::BUDGET => {
                 let p: BudgetParams = parse_params(method, params)?;
-                to_value(
-                    self.target(p.session_id.as_deref(), p.workspace.as_deref())?
-                        .status()
-                        .budget,
-                )
+                let h = match self.target(p.session_id.as_deref(), p.workspace.as_deref()) {
+                    // No agent opened a session here: follow the one the user runs, if any.
+                    Err(e) if e.code == code::UNKNOWN_SESSION && p.session_id.is_none() => {
+                        let ws = p.workspace.clone().or_else(|| self.first_folder());
+                        match ws {
+                            Some(ws) => match self.daemon.discover(&ws).await {
+                                Some(h) => {
+                                    self.know(&h.workspace);
+                                    h
+                                }
+                                None => return Err(e),
+                            },
+                            None => return Err(e),
+                        }
+                    }
+                    other => other?,
+                };
+                to_value(h.status().budget)
+            }
+            method::ATTACH => {
+                let p: AttachParams = parse_params(method, params)?;
+                let outcome = self.daemon.attach(p).await?;
+                self.know(&outcome.handle.workspace);
+                to_value(outcome.result())
             }
             method::AUTO_COMPACT => {
                 let p: AutoCompactParams = parse_params(method, params)?;
@@ -501,6 +521,18 @@ impl LanguageServer for Backend {
 
     async fn initialized(&self, _: InitializedParams) {
         self.spawn_forwarder();
+        // A workspace opened with an agent already running in it shows that agent's budget.
+        let folders = self
+            .folders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for folder in folders {
+            let daemon = self.daemon.clone();
+            tokio::spawn(async move {
+                daemon.discover(&folder).await;
+            });
+        }
     }
 
     async fn shutdown(&self) -> jsonrpc::Result<()> {

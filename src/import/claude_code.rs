@@ -72,12 +72,22 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
     for (_, record) in &records {
         reader.record(record);
     }
-    Ok(reader.finish(&records))
+    Ok(reader.finish())
 }
 
-struct Reader {
+/// The Claude Code record reader: fed one record at a time, by `import_str` for a whole file
+/// and by [`super::stream::StreamImporter`] for a live one.
+pub(crate) struct Reader {
     builder: EntryBuilder,
     header: HeaderInfo,
+    /// The uuid of the latest main-branch record: the source's leaf.
+    last_main_uuid: Option<String>,
+    /// The response of the latest assistant record: until another response or a user prompt
+    /// arrives, its usage may move to a later record of it (records of one response can be
+    /// interleaved with tool results and bookkeeping records).
+    open_response: Option<String>,
+    /// A compaction boundary entry waiting for its summary in the next record.
+    open_boundary: Option<usize>,
     /// `message.id` → position of the entry that holds the response's usage so far.
     usage_holder: HashMap<String, usize>,
     /// Tool call id → tool name, for results.
@@ -87,30 +97,41 @@ struct Reader {
 }
 
 impl Reader {
-    fn new(options: &ImportOptions) -> Self {
+    pub(crate) fn new(options: &ImportOptions) -> Self {
         Reader {
             builder: EntryBuilder::new(Format::ClaudeCode, &options.now),
             header: HeaderInfo::new(Format::ClaudeCode, options),
+            last_main_uuid: None,
+            open_response: None,
+            open_boundary: None,
             usage_holder: HashMap::new(),
             tool_names: HashMap::new(),
             response_of: HashMap::new(),
         }
     }
 
-    fn finish(mut self, records: &[(usize, Value)]) -> ImportResult {
+    fn finish(mut self) -> ImportResult {
         // The source's leaf is its last main-branch record.
-        let leaf = records
-            .iter()
-            .rev()
-            .filter(|(_, r)| !is_sidechain(r))
-            .find_map(|(_, r)| str_field(r, "uuid"))
-            .and_then(|u| self.builder.resolve(u))
+        let leaf = self
+            .last_main_uuid
+            .take()
+            .and_then(|u| self.builder.resolve(&u))
             .flatten();
         self.builder.set_leaf(leaf);
         self.builder.finish(self.header)
     }
 
     fn record(&mut self, r: &Value) {
+        self.open_boundary = None;
+        if !is_sidechain(r) {
+            if let Some(uuid) = str_field(r, "uuid") {
+                self.last_main_uuid = Some(uuid.to_string());
+            }
+        }
+        self.read(r);
+    }
+
+    fn read(&mut self, r: &Value) {
         let Some(kind) = str_field(r, "type") else {
             self.builder.unknown("(no type)");
             return;
@@ -225,6 +246,8 @@ impl Reader {
             );
         }
         if !visible.is_empty() {
+            // A prompt of the user's: the response before it is over.
+            self.open_response = None;
             let mut m = message(Role::User, visible);
             m.synthetic = is_harness_message(r, &m.content);
             parent = Some(self.builder.push(parent, uuid, ts, EntryBody::Message(m)));
@@ -331,6 +354,7 @@ impl Reader {
         if let Some(usage) = msg.get("usage").map(usage_of).and_then(nonzero) {
             self.set_response_usage(response_id, &id, usage);
         }
+        self.open_response = response_id.map(str::to_string);
     }
 
     /// Keep one usage per response, on the entry of its latest record: every record repeats
@@ -371,6 +395,7 @@ impl Reader {
             str_field(r, "timestamp"),
             EntryBody::ForeignCompaction(entry),
         );
+        self.open_boundary = Some(self.builder.entries().len() - 1);
     }
 
     /// The summary message after a boundary: it is what the source agent kept, recorded on the
@@ -418,6 +443,36 @@ impl Reader {
         if let Some(uuid) = str_field(r, "uuid") {
             self.builder.alias(uuid, Some(target));
         }
+    }
+}
+
+impl super::RecordReader for Reader {
+    fn record(&mut self, _line: usize, record: &Value) {
+        Reader::record(self, record)
+    }
+
+    fn settled_len(&self) -> usize {
+        let response = self
+            .open_response
+            .as_ref()
+            .and_then(|rid| self.usage_holder.get(rid).copied());
+        [response, self.open_boundary]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(self.builder.entries().len())
+    }
+
+    fn builder(&self) -> &EntryBuilder {
+        &self.builder
+    }
+
+    fn header(&self) -> &HeaderInfo {
+        &self.header
+    }
+
+    fn finish(self: Box<Self>) -> ImportResult {
+        Reader::finish(*self)
     }
 }
 

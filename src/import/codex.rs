@@ -43,15 +43,7 @@ pub(crate) fn looks_like_record(v: &Value) -> bool {
 
 pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, ImportError> {
     let (records, corrupt) = read_jsonl(text);
-    let mut reader = Reader {
-        builder: EntryBuilder::new(Format::Codex, &options.now),
-        header: HeaderInfo::new(Format::Codex, options),
-        usage_target: None,
-        usage_leads: None,
-        leading: None,
-        last_context_tokens: None,
-        tool_names: HashMap::new(),
-    };
+    let mut reader = Reader::new(options);
     reader.builder.report.corrupt_lines = corrupt;
     for (line, record) in &records {
         reader.record(*line, record);
@@ -59,7 +51,9 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
     Ok(reader.builder.finish(reader.header))
 }
 
-struct Reader {
+/// The Codex rollout reader: fed one record at a time, by `import_str` for a whole file and by
+/// [`super::stream::StreamImporter`] for a live one.
+pub(crate) struct Reader {
     builder: EntryBuilder,
     header: HeaderInfo,
     /// The latest assistant entry that has no usage yet: where the next `token_count` goes.
@@ -76,6 +70,18 @@ struct Reader {
 }
 
 impl Reader {
+    pub(crate) fn new(options: &ImportOptions) -> Self {
+        Reader {
+            builder: EntryBuilder::new(Format::Codex, &options.now),
+            header: HeaderInfo::new(Format::Codex, options),
+            usage_target: None,
+            usage_leads: None,
+            leading: None,
+            last_context_tokens: None,
+            tool_names: HashMap::new(),
+        }
+    }
+
     fn record(&mut self, line: usize, r: &Value) {
         let payload = r.get("payload").unwrap_or(&Value::Null);
         let ts = str_field(r, "timestamp");
@@ -341,6 +347,41 @@ impl Reader {
             instructions: None,
         };
         self.push(ts, source_id, EntryBody::ForeignCompaction(entry));
+    }
+}
+
+impl super::RecordReader for Reader {
+    fn record(&mut self, line: usize, record: &Value) {
+        Reader::record(self, line, record)
+    }
+
+    /// The assistant entry waiting for its `token_count` may still get its usage, and in a
+    /// rollout whose usage leads its response, the entry holding that usage may still lose it
+    /// to a later reply of the same response.
+    fn settled_len(&self) -> usize {
+        let len = self.builder.entries().len();
+        let waiting = self
+            .usage_target
+            .as_deref()
+            .and_then(|id| self.builder.position(id));
+        let holding = self
+            .leading
+            .as_ref()
+            .and_then(|(_, holder)| holder.as_deref())
+            .and_then(|id| self.builder.position(id));
+        waiting.into_iter().chain(holding).min().unwrap_or(len)
+    }
+
+    fn builder(&self) -> &EntryBuilder {
+        &self.builder
+    }
+
+    fn header(&self) -> &HeaderInfo {
+        &self.header
+    }
+
+    fn finish(self: Box<Self>) -> ImportResult {
+        self.builder.finish(self.header)
     }
 }
 

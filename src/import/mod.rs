@@ -17,6 +17,7 @@ pub mod codex;
 pub mod copilot_cli;
 pub mod openai_chat;
 pub mod pi;
+pub mod stream;
 pub mod swe_agent;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -237,35 +238,55 @@ pub(crate) fn read_jsonl(text: &str) -> (Vec<(usize, Value)>, Vec<CorruptLine>) 
     let mut records = Vec::new();
     let mut corrupt = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let line_no = i + 1;
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let values: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(line)
-            .into_iter::<Value>()
-            .collect();
-        match values {
-            Ok(values) if values.len() == 1 => {
-                records.extend(values.into_iter().map(|v| (line_no, v)))
-            }
-            Ok(values) => {
-                corrupt.push(CorruptLine {
-                    line: line_no,
-                    reason: format!(
-                        "{} JSON objects on one line; each was imported",
-                        values.len()
-                    ),
-                });
-                records.extend(values.into_iter().map(|v| (line_no, v)));
-            }
-            Err(e) => corrupt.push(CorruptLine {
-                line: line_no,
-                reason: format!("not valid JSON ({e}); line skipped"),
-            }),
-        }
+        read_line(i + 1, line, &mut records, &mut corrupt);
     }
     (records, corrupt)
+}
+
+/// Read one line of JSON Lines (numbered from 1) into `records`, or say in `corrupt` why not.
+pub(crate) fn read_line(
+    line_no: usize,
+    line: &str,
+    records: &mut Vec<(usize, Value)>,
+    corrupt: &mut Vec<CorruptLine>,
+) {
+    let line = line.trim();
+    if line.is_empty() {
+        return;
+    }
+    let values: Result<Vec<Value>, _> = serde_json::Deserializer::from_str(line)
+        .into_iter::<Value>()
+        .collect();
+    match values {
+        Ok(values) if values.len() == 1 => records.extend(values.into_iter().map(|v| (line_no, v))),
+        Ok(values) => {
+            corrupt.push(CorruptLine {
+                line: line_no,
+                reason: format!(
+                    "{} JSON objects on one line; each was imported",
+                    values.len()
+                ),
+            });
+            records.extend(values.into_iter().map(|v| (line_no, v)));
+        }
+        Err(e) => corrupt.push(CorruptLine {
+            line: line_no,
+            reason: format!("not valid JSON ({e}); line skipped"),
+        }),
+    }
+}
+
+/// A per-format reader fed one record at a time: what `import_str` drives over a whole file
+/// and [`stream::StreamImporter`] over a file that grows.
+pub(crate) trait RecordReader: Send {
+    /// Read one record (`line`: its 1-based line number).
+    fn record(&mut self, line: usize, record: &Value);
+    /// How many of the entries made so far no later record can change.
+    fn settled_len(&self) -> usize;
+    fn builder(&self) -> &EntryBuilder;
+    fn header(&self) -> &HeaderInfo;
+    /// What `import_str` gives for the records read so far.
+    fn finish(self: Box<Self>) -> ImportResult;
 }
 
 /// The model named by a transcript, with the catalog's figures when it knows the name.
@@ -366,6 +387,11 @@ impl EntryBuilder {
         self.entries.get(position_of(id)?)
     }
 
+    /// Position of an entry this builder made.
+    pub fn position(&self, id: &str) -> Option<usize> {
+        position_of(id).filter(|p| *p < self.entries.len())
+    }
+
     pub fn entry_mut(&mut self, id: &str) -> Option<&mut Entry> {
         self.entries.get_mut(position_of(id)?)
     }
@@ -406,19 +432,7 @@ impl EntryBuilder {
         let mut report = self.report;
         report.model = header.model_name.clone();
         tally(&self.entries, &mut report);
-        let header = SessionHeader {
-            kind: HeaderTag::Session,
-            version: LOG_FORMAT_VERSION,
-            id: header.session_id,
-            workspace: header.workspace,
-            created_at: header.created_at,
-            model,
-            source: Some(SourceInfo {
-                format: header.format.as_str().to_string(),
-                path: header.source_path,
-                session_id: header.source_session_id,
-            }),
-        };
+        let header = header.to_header();
         ImportResult {
             header,
             entries: self.entries,
@@ -501,7 +515,24 @@ impl HeaderInfo {
         }
     }
 
-    fn model(&self) -> Option<ModelRef> {
+    /// The session header as far as the records read so far tell.
+    pub(crate) fn to_header(&self) -> SessionHeader {
+        SessionHeader {
+            kind: HeaderTag::Session,
+            version: LOG_FORMAT_VERSION,
+            id: self.session_id.clone(),
+            workspace: self.workspace.clone(),
+            created_at: self.created_at.clone(),
+            model: self.model(),
+            source: Some(SourceInfo {
+                format: self.format.as_str().to_string(),
+                path: self.source_path.clone(),
+                session_id: self.source_session_id.clone(),
+            }),
+        }
+    }
+
+    pub(crate) fn model(&self) -> Option<ModelRef> {
         let mut model = match &self.model_name {
             Some(name) => model_ref(name),
             None if self.context_window.is_some() => ModelRef::default(),
@@ -523,7 +554,7 @@ impl HeaderInfo {
 }
 
 /// Count the foreign compactions' summaries with the session's tokenizer.
-fn count_summary_tokens(entries: &mut [Entry], tokenizer: TokenizerKind) {
+pub(crate) fn count_summary_tokens(entries: &mut [Entry], tokenizer: TokenizerKind) {
     for e in entries {
         if let EntryBody::ForeignCompaction(fc) = &mut e.body {
             fc.summary_tokens = fc.summary.as_deref().map(|s| tokenizer.count(s));

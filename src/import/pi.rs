@@ -40,15 +40,49 @@ pub(crate) fn looks_like_header(v: &Value) -> bool {
 
 pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, ImportError> {
     let (records, corrupt) = read_jsonl(text);
-    let mut builder = EntryBuilder::new(Format::Pi, &options.now);
-    let mut header = HeaderInfo::new(Format::Pi, options);
-    builder.report.corrupt_lines = corrupt;
-    let mut leaf_source = None;
+    let mut reader = Reader::new(options);
+    reader.builder.report.corrupt_lines = corrupt;
     for (_, r) in &records {
+        reader.record(r);
+    }
+    Ok(reader.finish())
+}
+
+/// The pi session reader: fed one record at a time, by `import_str` for a whole file and by
+/// [`super::stream::StreamImporter`] for a live one. No record changes an entry made before it.
+pub(crate) struct Reader {
+    builder: EntryBuilder,
+    header: HeaderInfo,
+    /// The id of the latest record with one: the source's leaf.
+    leaf_source: Option<String>,
+}
+
+impl Reader {
+    pub(crate) fn new(options: &ImportOptions) -> Self {
+        Reader {
+            builder: EntryBuilder::new(Format::Pi, &options.now),
+            header: HeaderInfo::new(Format::Pi, options),
+            leaf_source: None,
+        }
+    }
+
+    fn finish(mut self) -> ImportResult {
+        let leaf = self
+            .leaf_source
+            .take()
+            .and_then(|id| self.builder.resolve(&id))
+            .flatten();
+        self.builder.set_leaf(leaf);
+        self.builder.finish(self.header)
+    }
+
+    fn record(&mut self, r: &Value) {
+        let builder = &mut self.builder;
+        let header = &mut self.header;
         let kind = str_field(r, "type").unwrap_or("(no type)");
         if kind == "session" {
-            session_header(&mut header, r);
-            continue;
+            session_header(header, r);
+            return;
         }
         if let Some(ts) = str_field(r, "timestamp") {
             header.set_created_at(ts);
@@ -63,11 +97,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
         };
         let ts = str_field(r, "timestamp");
         let body = match kind {
-            "message" => message_body(
-                &mut builder,
-                &mut header,
-                r.get("message").unwrap_or(&Value::Null),
-            ),
+            "message" => message_body(builder, header, r.get("message").unwrap_or(&Value::Null)),
             "compaction" => Some(EntryBody::ForeignCompaction(ForeignCompactionEntry {
                 agent: Format::Pi.as_str().into(),
                 trigger: None,
@@ -111,12 +141,31 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
             (None, None) => {}
         }
         if id.is_some() {
-            leaf_source = id;
+            self.leaf_source = id.map(str::to_string);
         }
     }
-    let leaf = leaf_source.and_then(|id| builder.resolve(id)).flatten();
-    builder.set_leaf(leaf);
-    Ok(builder.finish(header))
+}
+
+impl super::RecordReader for Reader {
+    fn record(&mut self, _line: usize, record: &Value) {
+        Reader::record(self, record)
+    }
+
+    fn settled_len(&self) -> usize {
+        self.builder.entries().len()
+    }
+
+    fn builder(&self) -> &EntryBuilder {
+        &self.builder
+    }
+
+    fn header(&self) -> &HeaderInfo {
+        &self.header
+    }
+
+    fn finish(self: Box<Self>) -> ImportResult {
+        Reader::finish(*self)
+    }
 }
 
 fn session_header(header: &mut HeaderInfo, r: &Value) {

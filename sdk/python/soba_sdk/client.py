@@ -180,6 +180,10 @@ class SobaClient:
     def capsule_list(self, params: Optional[p.CapsuleListParams] = None) -> p.CapsuleListResult:
         return self._send("soba/capsule/list", params or {})
 
+    def attach(self, params: p.AttachParams) -> p.AttachResult:
+        """Follow a live agent transcript (Claude Code, Codex, pi) into a session."""
+        return self._send("soba/attach", params)
+
     # Lifetime -----------------------------------------------------------------------------
 
     def close(self, timeout: float = 5.0) -> None:

@@ -22,6 +22,37 @@ class AppendedEntryFields(TypedDict):
     sourceId: NotRequired[Optional[str]]
 
 
+class AttachParams(TypedDict):
+    """soba/attach params.
+    
+    `soba/attach`: follow a live agent transcript into a session of `workspace`."""
+
+    workspace: str
+    # The transcript file; without it, the newest live transcript of the workspace in the
+    # agents' homes.
+    transcript: NotRequired[Optional[str]]
+    # `claude-code`, `codex` or `pi`; without it, recognized from the transcript.
+    agent: NotRequired[Optional[str]]
+    # Seconds without a write, with no process holding the transcript open, after which the
+    # agent counts as gone and the session closes (default 300).
+    idleSecs: NotRequired[Optional[float]]
+
+
+class AttachResult(TypedDict):
+    """soba/attach result.
+    
+    The answer to `soba/attach`: the session the transcript is followed into."""
+
+    sessionId: str
+    # The session log.
+    path: str
+    transcript: str
+    agent: str
+    # Entries imported by this call (0 when the transcript was already followed).
+    imported: int
+    budget: BudgetReport
+
+
 class AutoCompactParams(TypedDict):
     """soba/autoCompact params."""
 
@@ -760,6 +791,7 @@ intentional `/capsule create`."""
 
 # Every request method: (params type, result type).
 METHODS = {
+    "soba/attach": (AttachParams, AttachResult),
     "soba/autoCompact": (AutoCompactParams, AutoCompactResult),
     "soba/budget": (BudgetParams, BudgetResult),
     "soba/cancel": (CancelParams, CancelResult),

@@ -205,6 +205,10 @@ export class SobaClient {
   capsuleList(params: Methods['soba/capsule/list']['params'] = {}) {
     return this.request('soba/capsule/list', params);
   }
+  /** Follow a live agent transcript (Claude Code, Codex, pi) into a session of the workspace. */
+  attach(params: Methods['soba/attach']['params']) {
+    return this.request('soba/attach', params);
+  }
 
   /** `shutdown` and `exit`; waits for a spawned `soba serve` to end. */
   async close(): Promise<void> {

@@ -358,6 +358,43 @@ export type Usage = {
   output?: number;
 };
 
+/**
+ * soba/attach params.
+ *
+ * `soba/attach`: follow a live agent transcript into a session of `workspace`.
+ */
+export type AttachParams = {
+  workspace: string;
+  /**
+   * The transcript file; without it, the newest live transcript of the workspace in the
+   * agents' homes.
+   */
+  transcript?: string | null;
+  /** `claude-code`, `codex` or `pi`; without it, recognized from the transcript. */
+  agent?: string | null;
+  /**
+   * Seconds without a write, with no process holding the transcript open, after which the
+   * agent counts as gone and the session closes (default 300).
+   */
+  idleSecs?: number | null;
+};
+
+/**
+ * soba/attach result.
+ *
+ * The answer to `soba/attach`: the session the transcript is followed into.
+ */
+export type AttachResult = {
+  sessionId: string;
+  /** The session log. */
+  path: string;
+  transcript: string;
+  agent: string;
+  /** Entries imported by this call (0 when the transcript was already followed). */
+  imported: number;
+  budget: BudgetReport;
+};
+
 /** soba/autoCompact params. */
 export type AutoCompactParams = {
   sessionId?: string | null;
@@ -695,6 +732,7 @@ export type TurnCompleteResult = {
 
 /** Every request method: its params and result types. */
 export interface Methods {
+  "soba/attach": { params: AttachParams; result: AttachResult };
   "soba/autoCompact": { params: AutoCompactParams; result: AutoCompactResult };
   "soba/budget": { params: BudgetParams; result: BudgetResult };
   "soba/cancel": { params: CancelParams; result: CancelResult };
@@ -726,7 +764,7 @@ export type MethodName = keyof Methods;
 export type NotificationName = keyof Notifications;
 
 /** Every request method, in name order. */
-export const METHODS: readonly MethodName[] = ["soba/autoCompact","soba/budget","soba/cancel","soba/capsule/create","soba/capsule/export","soba/capsule/list","soba/capsule/load","soba/checkpoint","soba/compact","soba/flight","soba/overflow","soba/preflight","soba/rewind","soba/session/append","soba/session/close","soba/session/open","soba/sessions","soba/turn/complete"];
+export const METHODS: readonly MethodName[] = ["soba/attach","soba/autoCompact","soba/budget","soba/cancel","soba/capsule/create","soba/capsule/export","soba/capsule/list","soba/capsule/load","soba/checkpoint","soba/compact","soba/flight","soba/overflow","soba/preflight","soba/rewind","soba/session/append","soba/session/close","soba/session/open","soba/sessions","soba/turn/complete"];
 
 /** Every notification, in name order. */
 export const NOTIFICATIONS: readonly NotificationName[] = ["soba/budgetChanged","soba/compaction","soba/session/closed"];

@@ -1,0 +1,449 @@
+//! Following live agent transcripts: the incremental importer against `soba import` on every
+//! real transcript, the tailer, discovery of each agent's transcripts, and `soba/attach`
+//! through the daemon.
+
+mod common;
+#[path = "support/lsp_client.rs"]
+mod lsp_client;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lsp_client::LspClient;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use soba::attach::discover::{self, Agent, Homes};
+use soba::daemon::paths::Paths;
+use soba::daemon::registry::{Daemon, DaemonOptions};
+use soba::import::stream::StreamImporter;
+use soba::import::{import_str, ImportOptions};
+
+fn options(path: &str) -> ImportOptions {
+    ImportOptions {
+        source_path: path.into(),
+        default_workspace: "/ws".into(),
+        default_session_id: "imported".into(),
+        now: "2026-01-01T00:00:00.000Z".into(),
+    }
+}
+
+#[test]
+fn incremental_import_fed_in_random_chunks_equals_soba_import_on_every_fixture() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let mut checked = 0;
+    for agent in std::fs::read_dir(&dir).unwrap() {
+        let agent = agent.unwrap().path();
+        if !agent.is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(&agent).unwrap() {
+            let path = file.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            let text = String::from_utf8(bytes.clone()).unwrap();
+            let name = path.display().to_string();
+            let whole = import_str(&text, None, &options(&name)).unwrap();
+            let is_lines = path.extension().is_some_and(|e| e == "jsonl");
+            if !is_lines {
+                // One JSON document: followed only once complete.
+                let mut s = StreamImporter::new(None, options(&name)).unwrap();
+                let refused = s.feed(&bytes).err().or_else(|| s.finish().err());
+                assert!(refused.is_some(), "{name}: a whole document was followed");
+                continue;
+            }
+            for seed in 0..3u64 {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                let mut s = StreamImporter::new(None, options(&name)).unwrap();
+                let mut streamed = Vec::new();
+                let mut at = 0;
+                while at < bytes.len() {
+                    // Mostly small pieces, sometimes single bytes, sometimes big ones.
+                    let max = match rng.random_range(0..3) {
+                        0 => 1,
+                        1 => 64,
+                        _ => 8192,
+                    };
+                    let n = rng.random_range(1..=max).min(bytes.len() - at);
+                    s.feed(&bytes[at..at + n]).unwrap();
+                    at += n;
+                    streamed.extend(s.take_settled());
+                }
+                // Some fixtures end without a newline: live, that last line waits for it.
+                if !bytes.ends_with(b"\n") {
+                    s.feed(b"\n").unwrap();
+                }
+                streamed.extend(s.take_all());
+                let result = s.finish().unwrap();
+                assert_eq!(
+                    result, whole,
+                    "{name} (seed {seed}): finish differs from import"
+                );
+                // What was handed out live is what `soba import` writes, up to the leaf rewind
+                // only a finished file has.
+                let imported: Vec<_> = whole
+                    .entries
+                    .iter()
+                    .filter(|e| !matches!(e.body, soba::session::entry::EntryBody::Rewind(_)))
+                    .cloned()
+                    .collect();
+                assert_same_entries(&streamed, &imported, &format!("{name} (seed {seed})"));
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 6, "only {checked} line transcripts were checked");
+}
+
+/// Entries equal one by one; a difference names the first entry that differs.
+fn assert_same_entries(
+    got: &[soba::session::entry::Entry],
+    want: &[soba::session::entry::Entry],
+    what: &str,
+) {
+    if let Some(i) = (0..got.len().min(want.len())).find(|&i| got[i] != want[i]) {
+        panic!(
+            "{what}: entry {i} differs:\n got  {:?}\n want {:?}",
+            got[i], want[i]
+        );
+    }
+    assert_eq!(got.len(), want.len(), "{what}: entry counts differ");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Discovery
+
+fn touch_later(path: &Path, secs: u64) {
+    let t = std::time::SystemTime::now() + Duration::from_secs(secs);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn homes(base: &Path) -> Homes {
+    Homes {
+        claude: base.join("claude"),
+        codex: base.join("codex"),
+        pi_sessions: base.join("pi/agent/sessions"),
+        pi_flat: false,
+    }
+}
+
+#[test]
+fn discovery_picks_the_newest_claude_code_transcript_of_the_workspace() {
+    let base = tempfile::tempdir().unwrap();
+    let h = homes(base.path());
+    let dir = h.claude.join("projects/-work-my-app");
+    write(&dir.join("old.jsonl"), "{}\n");
+    write(&dir.join("new.jsonl"), "{}\n");
+    touch_later(&dir.join("new.jsonl"), 5);
+    write(&h.claude.join("projects/-work-other/newest.jsonl"), "{}\n");
+    touch_later(&h.claude.join("projects/-work-other/newest.jsonl"), 50);
+    let found = discover::newest(&h, Path::new("/work/my_app"), None).unwrap();
+    assert_eq!(found.agent, Agent::ClaudeCode);
+    assert_eq!(found.path, dir.join("new.jsonl"));
+}
+
+#[test]
+fn discovery_picks_the_newest_codex_rollout_whose_session_meta_names_the_workspace() {
+    let base = tempfile::tempdir().unwrap();
+    let h = homes(base.path());
+    let meta = |cwd: &str| {
+        json!({"timestamp":"t","type":"session_meta","payload":{"id":"x","cwd":cwd}}).to_string()
+            + "\n"
+    };
+    let day = h.codex.join("sessions/2026/11/30");
+    let today = h.codex.join("sessions/2026/12/01");
+    write(&day.join("rollout-a.jsonl"), &meta("/work/app"));
+    write(&today.join("rollout-b.jsonl"), &meta("/work/app"));
+    touch_later(&today.join("rollout-b.jsonl"), 5);
+    write(&today.join("rollout-c.jsonl"), &meta("/work/elsewhere"));
+    touch_later(&today.join("rollout-c.jsonl"), 50);
+    let found = discover::newest(&h, Path::new("/work/app"), Some(Agent::Codex)).unwrap();
+    assert_eq!(found.path, today.join("rollout-b.jsonl"));
+    assert!(discover::newest(&h, Path::new("/work/none"), None).is_none());
+}
+
+#[test]
+fn discovery_picks_the_newest_pi_session_of_the_workspace() {
+    let base = tempfile::tempdir().unwrap();
+    let h = homes(base.path());
+    let dir = h.pi_sessions.join("--work-my_app--");
+    write(&dir.join("2026-12-01_a.jsonl"), "{}\n");
+    write(&dir.join("2026-12-01_b.jsonl"), "{}\n");
+    touch_later(&dir.join("2026-12-01_a.jsonl"), 5);
+    let found = discover::newest(&h, Path::new("/work/my_app"), None).unwrap();
+    assert_eq!(found.agent, Agent::Pi);
+    assert_eq!(found.path, dir.join("2026-12-01_a.jsonl"));
+    // The newest across agents wins.
+    let claude = h.claude.join("projects/-work-my-app/s.jsonl");
+    write(&claude, "{}\n");
+    touch_later(&claude, 60);
+    assert_eq!(
+        discover::newest(&h, Path::new("/work/my_app"), None)
+            .unwrap()
+            .agent,
+        Agent::ClaudeCode
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the daemon
+
+struct Env {
+    _base: tempfile::TempDir,
+    workspace: PathBuf,
+    transcript: PathBuf,
+    daemon: Arc<Daemon>,
+}
+
+fn env() -> Env {
+    let base = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(base.path()).unwrap();
+    let workspace = root.join("project");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let transcript = root.join("agent/session-1.jsonl");
+    std::fs::create_dir_all(transcript.parent().unwrap()).unwrap();
+    let daemon = Daemon::new(
+        Paths::under(&root.join("soba")),
+        DaemonOptions {
+            watch: None,
+            extra_config: None,
+            summarizer: None,
+        },
+    );
+    Env {
+        _base: base,
+        workspace,
+        transcript,
+        daemon,
+    }
+}
+
+fn connect(daemon: &Arc<Daemon>) -> LspClient {
+    let (client_io, server_io) = tokio::io::duplex(1 << 20);
+    let (sr, sw) = tokio::io::split(server_io);
+    tokio::spawn(soba::daemon::server::serve_connection(
+        daemon.clone(),
+        sr,
+        sw,
+    ));
+    let (cr, cw) = tokio::io::split(client_io);
+    LspClient::new(cr, cw)
+}
+
+/// Claude Code records: a prompt, then `n` responses with growing usage.
+fn claude_turn(cwd: &Path, i: usize, input_tokens: u64) -> String {
+    let parent = if i == 0 {
+        Value::Null
+    } else {
+        json!(format!("a{}", i - 1))
+    };
+    let user = json!({"type":"user","uuid":format!("u{i}"),"parentUuid":parent,"sessionId":"s1",
+        "cwd":cwd,"timestamp":"2026-12-01T10:00:00Z",
+        "message":{"role":"user","content":format!("request {i}")}});
+    let assistant = json!({"type":"assistant","uuid":format!("a{i}"),"parentUuid":format!("u{i}"),
+        "sessionId":"s1","cwd":cwd,"timestamp":"2026-12-01T10:00:01Z",
+        "message":{"id":format!("m{i}"),"model":"claude-sonnet-4-5","role":"assistant",
+                   "content":[{"type":"text","text":format!("answer {i}")}],
+                   "usage":{"input_tokens":input_tokens,"output_tokens":10}}});
+    format!("{user}\n{assistant}\n")
+}
+
+fn append_to(path: &Path, text: &str) {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+}
+
+/// Wait until the session's budget satisfies `ok`, by `soba/budget`.
+async fn budget_until(c: &LspClient, ws: &Path, ok: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let b = c.raw("soba/budget", json!({"workspace": ws})).await;
+        if let Some(r) = b.get("result") {
+            if ok(r) {
+                return r.clone();
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "budget never got there: {b}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn effective(b: &Value) -> u64 {
+    b["effectiveTokens"].as_u64().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_through_the_daemon_follows_appends_and_a_half_written_line() {
+    let e = env();
+    append_to(&e.transcript, &claude_turn(&e.workspace, 0, 1000));
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let r = c
+        .request(
+            "soba/attach",
+            json!({"workspace": e.workspace, "transcript": e.transcript, "agent": "claude-code", "idleSecs": 60}),
+        )
+        .await;
+    assert_eq!(r["agent"], "claude-code");
+    assert_eq!(r["sessionId"], "claude-code-session-1");
+    let first = budget_until(&c, &e.workspace, |b| effective(b) >= 1010).await;
+    assert_eq!(first["sessionId"], "claude-code-session-1");
+
+    // The next turn arrives in two writes, the first ending mid-line.
+    let turn = claude_turn(&e.workspace, 1, 5000);
+    let cut = turn.len() - 30;
+    append_to(&e.transcript, &turn[..cut]);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mid = budget_until(&c, &e.workspace, |_| true).await;
+    assert!(
+        effective(&mid) < 5000,
+        "a half-written record was imported: {mid}"
+    );
+    append_to(&e.transcript, &turn[cut..]);
+    let after = budget_until(&c, &e.workspace, |b| effective(b) >= 5010).await;
+
+    // Attaching again starts no second follower and imports nothing twice.
+    let again = c
+        .request(
+            "soba/attach",
+            json!({"workspace": e.workspace, "transcript": e.transcript}),
+        )
+        .await;
+    assert_eq!(again["imported"], 0);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let log = std::fs::read_to_string(r["path"].as_str().unwrap()).unwrap();
+    let sources: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["sourceId"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(sources, ["u0", "a0", "u1", "a1"], "each record once");
+    assert_eq!(after["sessionId"], "claude-code-session-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewritten_transcript_is_followed_without_importing_twice() {
+    let e = env();
+    append_to(&e.transcript, &claude_turn(&e.workspace, 0, 1000));
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let r = c
+        .request(
+            "soba/attach",
+            json!({"workspace": e.workspace, "transcript": e.transcript, "idleSecs": 60}),
+        )
+        .await;
+    budget_until(&c, &e.workspace, |b| effective(b) >= 1010).await;
+    // The agent rewrites its file: same records, then a new one, under a new inode.
+    let tmp = e.transcript.with_extension("tmp");
+    std::fs::write(
+        &tmp,
+        claude_turn(&e.workspace, 0, 1000) + &claude_turn(&e.workspace, 1, 7000),
+    )
+    .unwrap();
+    std::fs::rename(&tmp, &e.transcript).unwrap();
+    budget_until(&c, &e.workspace, |b| effective(b) >= 7010).await;
+    let log = std::fs::read_to_string(r["path"].as_str().unwrap()).unwrap();
+    let sources: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["sourceId"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(sources, ["u0", "a0", "u1", "a1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_agent_goes_inactive_and_editors_hear_session_closed() {
+    let e = env();
+    append_to(&e.transcript, &claude_turn(&e.workspace, 0, 1000));
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let r = c
+        .request(
+            "soba/attach",
+            json!({"workspace": e.workspace, "transcript": e.transcript, "idleSecs": 1.5}),
+        )
+        .await;
+    let closed = c
+        .expect_notification("soba/session/closed", Duration::from_secs(15))
+        .await;
+    assert_eq!(closed["sessionId"], r["sessionId"]);
+    let b = c
+        .raw("soba/budget", json!({"workspace": e.workspace}))
+        .await;
+    assert!(b.get("error").is_some(), "the session is still active: {b}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_errors_say_what_to_do() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let missing = c
+        .error(
+            "soba/attach",
+            json!({"workspace": e.workspace, "transcript": e.transcript}),
+        )
+        .await;
+    assert!(
+        missing["message"].as_str().unwrap().contains("cannot read"),
+        "{missing}"
+    );
+    let relative = c
+        .error(
+            "soba/attach",
+            json!({"workspace": e.workspace, "transcript": "x.jsonl"}),
+        )
+        .await;
+    assert!(
+        relative["message"].as_str().unwrap().contains("absolute"),
+        "{relative}"
+    );
+    append_to(&e.transcript, "{\"x\":1}\n");
+    let unknown = c
+        .error(
+            "soba/attach",
+            json!({"workspace": e.workspace, "transcript": e.transcript}),
+        )
+        .await;
+    assert!(
+        unknown["message"]
+            .as_str()
+            .unwrap()
+            .contains("pass `agent`"),
+        "{unknown}"
+    );
+    let agent = c
+        .error(
+            "soba/attach",
+            json!({"workspace": e.workspace, "transcript": e.transcript, "agent": "vim"}),
+        )
+        .await;
+    assert!(
+        agent["message"]
+            .as_str()
+            .unwrap()
+            .contains("claude-code, codex or pi"),
+        "{agent}"
+    );
+}
