@@ -212,8 +212,8 @@ fn chars(e: &Entry) -> u64 {
         content
             .iter()
             .map(|b| match b {
-                ContentBlock::Text { text } => text.chars().count() as u64,
-                ContentBlock::Thinking { thinking } => thinking.chars().count() as u64,
+                ContentBlock::Text { text, .. } => text.chars().count() as u64,
+                ContentBlock::Thinking { thinking, .. } => thinking.chars().count() as u64,
                 ContentBlock::ToolCall { name, input, .. } => {
                     (name.chars().count() + input.to_string().chars().count()) as u64
                 }

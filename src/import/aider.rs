@@ -122,6 +122,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
                             id: id.clone(),
                             name: name.into(),
                             input,
+                            extra: Default::default(),
                         }],
                     );
                     // The user ran it through aider; the model did not ask for it.

@@ -100,6 +100,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
                 if let Some(thinking) = str_field(data, "reasoningText").filter(|t| !t.is_empty()) {
                     content.push(ContentBlock::Thinking {
                         thinking: thinking.to_string(),
+                        extra: Default::default(),
                     });
                 }
                 if let Some(text) = str_field(data, "content").filter(|t| !t.is_empty()) {
@@ -118,6 +119,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
                         id,
                         name,
                         input: call.get("arguments").cloned().unwrap_or(Value::Null),
+                        extra: Default::default(),
                     });
                 }
                 if content.is_empty() {

@@ -71,6 +71,12 @@ impl StreamImporter {
                     reason: "an OpenAI-chat trajectory is one JSON document, not a record per line; it cannot be followed while written (use `soba import` once it is complete)".into(),
                 })
             }
+            Format::SweAgent | Format::Aider | Format::CopilotCli => {
+                return Err(ImportError::WrongFormat {
+                    format,
+                    reason: format!("a {} file is imported whole, not followed while it is written; only Claude Code, Codex and pi transcripts can be followed (use `soba import` once the run is complete)", format.as_str()),
+                })
+            }
         })
     }
 

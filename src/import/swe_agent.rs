@@ -96,6 +96,7 @@ fn from_history(history: &[Value], builder: &mut EntryBuilder) {
                             id: id.clone(),
                             name: "bash".into(),
                             input: serde_json::json!({ "command": action.trim() }),
+                            extra: Default::default(),
                         });
                         open_action = Some(id);
                     }
@@ -169,6 +170,7 @@ fn from_steps(steps: &[Value], builder: &mut EntryBuilder) {
                 id: call_id.clone(),
                 name: "bash".into(),
                 input: serde_json::json!({ "command": action }),
+                extra: Default::default(),
             });
         }
         if blocks.is_empty() {
@@ -215,6 +217,7 @@ fn openai_call(call: &Value) -> ContentBlock {
         id: str_field(call, "id").unwrap_or("").to_string(),
         name: str_field(function, "name").unwrap_or("").to_string(),
         input,
+        extra: Default::default(),
     }
 }
 
