@@ -1084,6 +1084,40 @@ mod tests {
     }
 
     #[test]
+    fn claude_counts_are_raised_by_the_catalog_factor_and_others_are_exact() {
+        let claude = resolve_text(r#"{"model":{"name":"claude-sonnet-4-5-20250929"}}"#).unwrap();
+        assert_eq!(claude.model.count_factor, CLAUDE_COUNT_FACTOR);
+        assert_eq!(claude.model.count_factor_source, CalibrationSource::Catalog);
+        let gpt = resolve_text(r#"{"model":{"name":"gpt-5"}}"#).unwrap();
+        assert_eq!(gpt.model.count_factor, 1.0);
+        assert_eq!(gpt.model.count_factor_source, CalibrationSource::Exact);
+    }
+
+    #[test]
+    fn model_count_factor_sets_the_factor_for_any_model() {
+        let c = resolve_text(r#"{"model":{"name":"deepseek-chat","countFactor":1.05}}"#).unwrap();
+        assert_eq!(c.model.count_factor, 1.05);
+        assert_eq!(c.model.count_factor_source, CalibrationSource::Config);
+        let mut session = crate::session::Session::new(
+            crate::session::testing::header(),
+            TokenizerKind::O200kBase,
+        );
+        c.model.configure_counting(&mut session);
+        assert_eq!(session.calibration().factor, 1.05);
+        assert_eq!(session.calibration().source, CalibrationSource::Config);
+    }
+
+    #[test]
+    fn a_count_factor_below_one_is_refused_with_the_allowed_range() {
+        for bad in ["0.9", "0", "5"] {
+            let err = resolve_text(&format!(r#"{{"model":{{"countFactor":{bad}}}}}"#)).unwrap_err();
+            let msg = err.to_string();
+            assert!(msg.contains("model.countFactor"), "{msg}");
+            assert!(msg.contains("1.0 to 4.0"), "{msg}");
+        }
+    }
+
+    #[test]
     fn defaults_are_the_specs_ten_keys() {
         let c = CompactionConfig::default();
         let v = serde_json::to_value(&c).unwrap();

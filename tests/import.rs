@@ -302,6 +302,34 @@ fn every_real_transcript_imports_and_its_log_works() {
             budget["model"], report["model"],
             "{name}: the transcript's model is the session's"
         );
+        // The budget says it is estimated, and how: Claude counts are raised by the catalog's
+        // factor, OpenAI models' counts are exact.
+        let claude = report["model"]
+            .as_str()
+            .is_some_and(|m| m.contains("claude"));
+        let calibration = &budget["calibration"];
+        assert_eq!(calibration["tokenizer"], "o200k_base", "{name}: {budget}");
+        assert_eq!(
+            calibration["source"],
+            if claude { "catalog" } else { "exact" },
+            "{name}: {budget}"
+        );
+        assert_eq!(
+            calibration["factor"].as_f64(),
+            Some(if claude { 1.15 } else { 1.0 }),
+            "{name}"
+        );
+        let text = soba(&["budget", log.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&text.stdout);
+        assert!(
+            text.contains("estimated") && text.contains("counted with o200k_base"),
+            "{name}: {text}"
+        );
+        assert_eq!(
+            text.contains("× 1.15 (catalog factor"),
+            claude,
+            "{name}: {text}"
+        );
         let context = stdout_json(
             &soba(&["context", log.to_str().unwrap(), "--json"]),
             &format!("context {name}"),
