@@ -168,7 +168,18 @@ fn when_soba_compacts_again_the_previous_state_is_rolled_into_the_new_capsule() 
         .find_map(|e| e.as_capsule())
         .unwrap();
     assert_eq!(latest.previous_checkpoint_id, r1.checkpoint_id);
-    assert_eq!(latest.state.goal, first_goal);
+    // The goal follows the latest substantive request; the first capsule's goal (one of the
+    // user's requests) rolls forward among the requests, at least by its opening.
+    let opening: String = first_goal.chars().take(40).collect();
+    assert!(
+        latest
+            .state
+            .requests
+            .iter()
+            .any(|r| r.starts_with(&opening)),
+        "the first capsule's goal is kept among the requests: {:?}",
+        latest.state.requests
+    );
     let modified: Vec<&str> = latest
         .artifacts
         .modified_files
