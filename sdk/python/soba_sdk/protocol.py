@@ -460,6 +460,9 @@ class ForeignCompactionEntry(TypedDict):
     firstKeptEntryId: NotRequired[Optional[str]]
     # Number of items the source agent kept verbatim (e.g. Codex `replacement_history`).
     keptItems: NotRequired[Optional[int]]
+    # What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
+    # (Claude Code's `PreCompact` hook).
+    instructions: NotRequired[Optional[str]]
 
 
 class LastCompaction(TypedDict):

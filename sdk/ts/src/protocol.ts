@@ -233,6 +233,11 @@ export type ForeignCompactionEntry = {
   firstKeptEntryId?: string | null;
   /** Number of items the source agent kept verbatim (e.g. Codex `replacement_history`). */
   keptItems?: number | null;
+  /**
+   * What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
+   * (Claude Code's `PreCompact` hook).
+   */
+  instructions?: string | null;
 };
 
 export type LastCompaction = {
