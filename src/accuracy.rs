@@ -219,6 +219,10 @@ fn chars(e: &Entry) -> u64 {
                 }
                 // pi estimates an image at 4800 characters (1200 tokens).
                 ContentBlock::Image { .. } => 4800,
+                // pi's estimate serializes what it does not know.
+                ContentBlock::Opaque(o) => serde_json::to_string(o.fields())
+                    .map(|s| s.chars().count() as u64)
+                    .unwrap_or(0),
             })
             .sum()
     };
