@@ -875,3 +875,59 @@ fn provider_usage_beyond_the_logged_parts_is_its_own_part_and_compact_says_so() 
     assert!(r.reason.contains("not in the log"), "{}", r.reason);
     assert!(r.reason.contains("systemPrompt"), "{}", r.reason);
 }
+
+/// A model that answers every request with a capsule far longer than any history.
+struct VerboseSummarizer;
+
+impl soba::summarize::Summarizer for VerboseSummarizer {
+    fn describe(&self) -> String {
+        "verbose test summarizer".into()
+    }
+
+    fn summarize<'a>(
+        &'a self,
+        _req: &'a soba::summarize::SummaryRequest,
+        _progress: &'a (dyn Fn(u8) + Send + Sync),
+        _cancel: tokio_util::sync::CancellationToken,
+    ) -> futures::future::BoxFuture<'a, Result<CapsuleState, soba::summarize::SummaryError>> {
+        Box::pin(async move {
+            Ok(CapsuleState {
+                goal: filler(6000),
+                next_steps: vec!["run the tests".into()],
+                ..CapsuleState::default()
+            })
+        })
+    }
+}
+
+#[test]
+fn an_explicit_compact_that_would_not_shrink_says_what_is_not_in_the_log() {
+    let mut h = Agent::with(config(
+        r#"{"model":{"name":"test","contextWindow":65000,"maxOutputTokens":8000},
+            "compaction":{"keepRecentTokens":500}}"#,
+    ));
+    for _ in 0..6 {
+        h.turn(400);
+    }
+    let counted = soba::inspect::budget_report(h.log.session(), h.config.limits(), true, "t", None)
+        .breakdown
+        .parts
+        .total();
+    // The provider counted a little more than the log holds: a system prompt never recorded.
+    h.push(EntryBody::Message(MessageEntry {
+        role: Role::Assistant,
+        content: vec![ContentBlock::text("done")],
+        usage: Some(Usage {
+            input: counted + 40,
+            cache_read: 0,
+            cache_write: 0,
+            output: 2,
+        }),
+        model: None,
+        synthetic: false,
+    }));
+    let r = h.explicit(None, Some(&VerboseSummarizer));
+    assert_eq!(r.outcome, Outcome::Skipped, "{r:?}");
+    assert!(r.reason.contains("would not be smaller"), "{}", r.reason);
+    assert!(r.reason.contains("not in the log"), "{}", r.reason);
+}

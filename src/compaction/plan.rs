@@ -24,6 +24,8 @@ pub struct Plan {
     pub expected_leaf: String,
     pub limits: Limits,
     pub tokens_before: u64,
+    /// Tokens the provider counted that are in no log entry (see `Budget::not_in_log`).
+    pub not_in_log_tokens: u64,
     /// System prompt and tool schemas, which every continuation carries.
     pub overhead_tokens: u64,
     pub first_kept_entry_id: Option<String>,
@@ -377,6 +379,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         expected_leaf: session.entry(leaf).id.clone(),
         limits,
         tokens_before,
+        not_in_log_tokens: budget.not_in_log(),
         overhead_tokens,
         first_kept_entry_id,
         tail_tokens,

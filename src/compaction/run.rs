@@ -166,16 +166,20 @@ pub fn commit(
             } else {
                 Outcome::Failed
             };
-            return end(
-                log,
-                result,
-                outcome,
-                format!(
+            return end(log, result, outcome, {
+                let mut reason = format!(
                     "{} ({} → {after} tokens)",
                     reasons::WOULD_NOT_SHRINK,
                     plan.tokens_before
-                ),
-            );
+                );
+                // An explicit /compact that cannot help: say what holds the tokens.
+                if plan.trigger == Trigger::User {
+                    if let Some(note) = crate::budget::not_in_log_note(plan.not_in_log_tokens) {
+                        reason = format!("{reason}. {note}");
+                    }
+                }
+                reason
+            });
         }
     }
 
