@@ -362,7 +362,7 @@ fn is_secret_assignment(name: &str, value: &str) -> bool {
         }
         // `password=password`, `db_password=db_pass`: the same words, not a value.
         let lower = v.to_ascii_lowercase();
-        return !(words.iter().any(|w| lower == *w) || (is_plain_word(v) && v.contains('_')));
+        return !(words.contains(&lower) || (is_plain_word(v) && v.contains('_')));
     }
     let secret_like = matches!(
         last,

@@ -49,6 +49,30 @@ pub fn human_tokens(n: u64) -> String {
     }
 }
 
+/// Text from a log made safe to print on a terminal: control characters (ESC and the
+/// sequences it starts, BEL, backspace, carriage return, C1 controls) and bidirectional
+/// overrides are shown as `\u{1b}` escapes instead of acting, so a capsule title or a reason
+/// cannot move the cursor, rewrite earlier lines, set the window title or plant a link.
+/// Newlines and tabs stay. JSON output never goes through this: it stays exact.
+pub fn terminal_text(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -75,28 +99,4 @@ mod tests {
         assert_eq!(did_you_mean("timeout_ms", &keys), Some("timeoutMs"));
         assert_eq!(did_you_mean("zzz", &keys), None);
     }
-}
-
-/// Text from a log made safe to print on a terminal: control characters (ESC and the
-/// sequences it starts, BEL, backspace, carriage return, C1 controls) and bidirectional
-/// overrides are shown as `\u{1b}` escapes instead of acting, so a capsule title or a reason
-/// cannot move the cursor, rewrite earlier lines, set the window title or plant a link.
-/// Newlines and tabs stay. JSON output never goes through this: it stays exact.
-pub fn terminal_text(s: &str) -> std::borrow::Cow<'_, str> {
-    let unsafe_char = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
-    if !s.chars().any(unsafe_char) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        if unsafe_char(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }

@@ -578,3 +578,111 @@ fn redaction_of_the_corpus_is_idempotent() {
         assert_eq!(redact(&once), once, "second pass changed {once:?}");
     }
 }
+
+/// A model capsule whose goal is `text` and whose `completed` list holds `text` one line per
+/// item, as a model writes it.
+fn capsule_holding(text: &str, n: usize) -> soba::capsule::CapsuleEntry {
+    use soba::capsule::*;
+    use soba::session::entry::Trigger;
+    CapsuleEntry {
+        checkpoint_id: format!("ck_{n:012x}"),
+        trigger: Trigger::User,
+        quality: Quality::Model,
+        first_kept_entry_id: None,
+        previous_checkpoint_id: None,
+        state: CapsuleState {
+            goal: text.to_string(),
+            completed: text.lines().map(str::to_string).collect(),
+            ..Default::default()
+        },
+        artifacts: Artifacts::default(),
+        tokens: CapsuleTokens {
+            before: 90_000,
+            after: 12_000,
+        },
+        origin: Origin::Session,
+        mirrored: false,
+        title: Some("corpus".into()),
+        degraded_reason: None,
+        instructions: None,
+        elide_tool_results_over: None,
+        loaded_from: None,
+    }
+}
+
+#[test]
+fn planted_secret_recall_on_every_output_path() {
+    use soba::capsule::portable::{write, PortableCapsule};
+    let s = secrets();
+    let ws = tempfile::tempdir().unwrap();
+    let flight = soba::daemon::flight::FlightLog::new(&ws.path().join("data"));
+    std::fs::create_dir_all(ws.path().join("data")).unwrap();
+    let limits = soba::budget::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
+    let mut missed: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for (n, (form, secret, text)) in s.iter().enumerate() {
+        let capsule = capsule_holding(text, n);
+        let mut check = |path: &'static str, out: &str| {
+            let list = missed.entry(path).or_default();
+            if out.contains(&secret[secret.len().saturating_sub(12)..]) {
+                list.push(format!("{form}: {text:?}"));
+            }
+        };
+        let exported = write(&PortableCapsule::from_entry(
+            &capsule,
+            "2026-12-01T00:00:00Z",
+            None,
+            None,
+        ));
+        check("export", &exported.text);
+        let src = soba::capsule::memory::MirrorSource {
+            created: "2026-12-01T00:00:00Z",
+            session: Some("s1"),
+        };
+        let m = soba::capsule::memory::mirror(ws.path(), &capsule, src, true).unwrap();
+        check("memory", &std::fs::read_to_string(&m.path).unwrap());
+        check("memory index", &std::fs::read_to_string(&m.index).unwrap());
+        flight
+            .append(&soba::daemon::flight::FlightRecord {
+                operation_id: format!("op{n}"),
+                session_id: "s1".into(),
+                trigger: "user".into(),
+                outcome: "failed".into(),
+                reason: text.clone(),
+                duration_ms: 1,
+                checkpoint_id: None,
+                tokens_before: 1,
+                tokens_after: 1,
+                reclaimed: 0,
+                hard_limit: 2,
+                soft_limit: 1,
+                ts: "2026-12-01T00:00:00Z".into(),
+            })
+            .unwrap();
+        let mut t = soba::report::Timeline::new(text.clone(), "m", "o200k_base", limits);
+        t.latest_capsule = Some(exported.text.replace("[redacted:", "[x:") + text);
+        check("report", &soba::report::html::render(&t));
+    }
+    let flight_text = std::fs::read_to_string(flight.path()).unwrap();
+    let leaked_in_flight: Vec<String> = s
+        .iter()
+        .filter(|(_, secret, _)| flight_text.contains(&secret[secret.len().saturating_sub(12)..]))
+        .map(|(form, _, text)| format!("{form}: {text:?}"))
+        .collect();
+    missed.insert("flight", leaked_in_flight);
+    for (path, list) in &missed {
+        println!(
+            "planted-secret recall, {path}: {:.1}% ({} of {})",
+            100.0 * (s.len() - list.len()) as f64 / s.len() as f64,
+            s.len() - list.len(),
+            s.len()
+        );
+    }
+    for (path, list) in &missed {
+        assert!(
+            list.is_empty(),
+            "{path}: {} leaked:\n{}",
+            list.len(),
+            list.join("\n")
+        );
+    }
+}

@@ -569,10 +569,14 @@ mod tests {
         let s = ModelSummarizer::new(&c, |_| Some("sk-secret".into())).unwrap();
         assert_eq!(s.context_window, DEFAULT_CONTEXT_WINDOW);
         c.base_url = Some("http://user:hunter2@127.0.0.1:9/".into());
-        let shown = ModelSummarizer::new(&c, |_| Some("sk-secret".into()))
-            .unwrap()
-            .describe();
-        assert_eq!(shown, "anthropic my-local-model @ http://127.0.0.1:9");
+        // Credentials in the URL are refused, and the message does not repeat them.
+        let err = ModelSummarizer::new(&c, |_| Some("sk-secret".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("http://127.0.0.1:9") && !err.contains("hunter2"),
+            "{err}"
+        );
         assert_eq!(s.endpoint, "http://127.0.0.1:9/v1/messages");
         assert!(!format!("{s:?}").contains("sk-secret"));
     }

@@ -33,7 +33,11 @@ export async function deactivate(): Promise<void> {
 
 function currentSettings(): Settings {
   const config = vscode.workspace.getConfiguration('soba');
-  return readSettings((key) => config.get(key));
+  return readSettings((key) => config.get(key), {
+    // Older hosts without workspace trust treat every workspace as trusted.
+    trusted: vscode.workspace.isTrusted !== false,
+    userValue: (key) => config.inspect(key)?.globalValue,
+  });
 }
 
 function realFolderPaths(): string[] {

@@ -16,7 +16,23 @@ export type SettingGetter = (key: string) => unknown;
 /** Every key under `soba.` the extension reads; package.json must contribute exactly these. */
 export const SETTING_KEYS = ['serverPath', 'serverArgs', 'statusBar.enabled', 'flightRecords.limit', 'compact.mirror'] as const;
 
-export function readSettings(get: SettingGetter): Settings {
+/**
+ * Settings that choose which program runs. In an untrusted workspace only their user-level
+ * values count: a cloned repository's `.vscode/settings.json` must not start a binary of its
+ * choosing. package.json lists them under `restrictedConfigurations`.
+ */
+export const RESTRICTED_KEYS: readonly string[] = ['serverPath', 'serverArgs'];
+
+export interface Trust {
+  /** `vscode.workspace.isTrusted`. */
+  trusted: boolean;
+  /** The user-level (global) value of `soba.<key>`, ignoring workspace and folder values. */
+  userValue: SettingGetter;
+}
+
+export function readSettings(getAny: SettingGetter, trust?: Trust): Settings {
+  const get: SettingGetter = (key) =>
+    trust && !trust.trusted && RESTRICTED_KEYS.includes(key) ? trust.userValue(key) : getAny(key);
   const str = (v: unknown, fallback: string) => (typeof v === 'string' ? v : fallback);
   const bool = (v: unknown, fallback: boolean) => (typeof v === 'boolean' ? v : fallback);
   const limit = get('flightRecords.limit');

@@ -1,6 +1,10 @@
 import assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { describe, it } from 'node:test';
-import { readSettings, serverCommand } from '../src/settings';
+import { readSettings, RESTRICTED_KEYS, serverCommand } from '../src/settings';
+
+const root = path.resolve(__dirname, '..', '..');
 
 describe('settings', () => {
   it('defaults to soba from PATH with nothing set', () => {
@@ -30,5 +34,23 @@ describe('settings', () => {
     assert.equal(settings.statusBarEnabled, true);
     assert.equal(settings.serverPath, '');
     assert.deepEqual(settings.serverArgs, []);
+  });
+
+  it('ignores workspace values of serverPath and serverArgs in an untrusted workspace', () => {
+    const workspace: Record<string, unknown> = { serverPath: '/tmp/evil/soba', serverArgs: ['--config', 'evil.json'], 'compact.mirror': true };
+    const user: Record<string, unknown> = { serverPath: '/usr/local/bin/soba' };
+    const untrusted = readSettings((key) => workspace[key], { trusted: false, userValue: (key) => user[key] });
+    assert.deepEqual(serverCommand(untrusted), { command: '/usr/local/bin/soba', args: ['serve'] });
+    assert.equal(untrusted.compactMirror, true, 'harmless settings still apply');
+    const trusted = readSettings((key) => workspace[key], { trusted: true, userValue: (key) => user[key] });
+    assert.deepEqual(serverCommand(trusted), { command: '/tmp/evil/soba', args: ['serve', '--config', 'evil.json'] });
+  });
+
+  it('declares limited support for untrusted workspaces and restricts exactly the program settings', () => {
+    const manifest = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'));
+    const untrusted = manifest.capabilities.untrustedWorkspaces;
+    assert.equal(untrusted.supported, 'limited');
+    assert.match(untrusted.description, /soba trust/);
+    assert.deepEqual(untrusted.restrictedConfigurations, RESTRICTED_KEYS.map((k) => `soba.${k}`));
   });
 });
