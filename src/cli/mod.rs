@@ -1,6 +1,7 @@
 //! Command-line front end: argument types and the glue from a command to the library.
 //! No engine logic lives here.
 
+pub mod attach;
 pub mod capsule;
 pub mod compact;
 pub mod debug;
