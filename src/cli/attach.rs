@@ -177,7 +177,7 @@ fn budget_line(b: &Value) -> String {
     let effective = b["effectiveTokens"].as_u64().unwrap_or(0);
     let hard = b["hardLimit"].as_u64().unwrap_or(0);
     let soft = b["softLimit"].as_u64().unwrap_or(0);
-    let pct = if hard > 0 { effective * 100 / hard } else { 0 };
+    let pct = (effective * 100).checked_div(hard).unwrap_or(0);
     format!(
         "{}  {} / {} tokens ({pct}%)  soft {}{}",
         crate::util::now_rfc3339().get(11..19).unwrap_or(""),
