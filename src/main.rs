@@ -46,6 +46,9 @@ enum Command {
     },
     /// Convert a Claude Code, Codex, pi or OpenAI-chat transcript into a session log.
     Import(cli::import::ImportArgs),
+    /// Follow a live Claude Code, Codex or pi transcript through the shared daemon and print
+    /// its budget as it changes.
+    Attach(cli::attach::AttachArgs),
     /// Run a scripted coding session through the whole pipeline and chart it.
     Demo(cli::demo::DemoArgs),
     /// Run an agent transcript through SOBA's agent loop and compare its compactions.
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
             mirror,
         } => cli::compact::compact(session, instructions.clone(), *mirror, &cli.common),
         Command::Import(args) => cli::import::run(args, &cli.common),
+        Command::Attach(args) => cli::attach::run(args, &cli.common),
         Command::Demo(args) => cli::demo::run(args, &cli.common),
         Command::Replay(args) => cli::replay::run(args, &cli.common),
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),

@@ -447,3 +447,131 @@ async fn attach_errors_say_what_to_do() {
         "{agent}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The binary: discovery from an editor's workspace, and `soba attach`
+
+struct Homed {
+    _base: tempfile::TempDir,
+    root: PathBuf,
+    workspace: PathBuf,
+    transcript: PathBuf,
+}
+
+/// A workspace and a temp Claude Code home holding its live transcript.
+fn homed() -> Homed {
+    let base = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(base.path()).unwrap();
+    let workspace = root.join("my_app");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let dir = root
+        .join("claude/projects")
+        .join(discover::claude_project_dir(workspace.to_str().unwrap()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let transcript = dir.join("7d1c2f.jsonl");
+    append_to(&transcript, &claude_turn(&workspace, 0, 2000));
+    Homed {
+        _base: base,
+        root,
+        workspace,
+        transcript,
+    }
+}
+
+fn soba_command(h: &Homed) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_soba"));
+    cmd.env("CLAUDE_CONFIG_DIR", h.root.join("claude"))
+        .env("CODEX_HOME", h.root.join("codex"))
+        .env("PI_CODING_AGENT_DIR", h.root.join("pi"))
+        .env("SOBA_DATA_DIR", h.root.join("data"))
+        .env("SOBA_RUNTIME_DIR", h.root.join("run"))
+        .env("SOBA_DAEMON_IDLE_SECS", "1")
+        .env("SOBA_ATTACH_IDLE_SECS", "30")
+        .kill_on_drop(true);
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_opening_the_workspace_sees_the_running_agents_budget_live() {
+    let h = homed();
+    let mut child = soba_command(&h)
+        .args(["serve", "--standalone"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = LspClient::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    c.initialize(&[&h.workspace], false).await;
+    let first = budget_until(&c, &h.workspace, |b| effective(b) >= 2010).await;
+    assert_eq!(first["sessionId"], "claude-code-7d1c2f");
+    append_to(&h.transcript, &claude_turn(&h.workspace, 1, 9000));
+    let changed = loop {
+        let n = c
+            .expect_notification("soba/budgetChanged", Duration::from_secs(20))
+            .await;
+        if effective(&n) >= 9010 {
+            break n;
+        }
+    };
+    assert_eq!(changed["sessionId"], "claude-code-7d1c2f");
+    let _ = child.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soba_attach_prints_budget_lines_as_they_change_until_the_agent_goes_away() {
+    use tokio::io::AsyncBufReadExt;
+    let h = homed();
+    let mut child = soba_command(&h)
+        .args([
+            "attach",
+            "--latest",
+            "--agent",
+            "claude-code",
+            "--idle",
+            "3",
+            "--workspace",
+        ])
+        .arg(&h.workspace)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let head = next_line(&mut lines).await;
+    assert!(head.starts_with("following "), "{head}");
+    assert!(head.contains("7d1c2f.jsonl (claude-code)"), "{head}");
+    // The last response may still be streaming when attach reads it: its usage comes in once
+    // the file has been quiet for a moment.
+    loop {
+        let budget = next_line(&mut lines).await;
+        assert!(budget.contains(" tokens ("), "{budget}");
+        if budget.contains("2.0k") {
+            break;
+        }
+    }
+    append_to(&h.transcript, &claude_turn(&h.workspace, 1, 9000));
+    let mut seen = Vec::new();
+    loop {
+        let l = next_line(&mut lines).await;
+        seen.push(l.clone());
+        if l.contains("went away") {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|l| l.contains("9.0k")),
+        "no budget line for the new turn: {seen:?}"
+    );
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut tokio::io::Lines<R>) -> String {
+    tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("soba attach printed nothing for 30 s")
+        .unwrap()
+        .expect("soba attach ended early")
+}

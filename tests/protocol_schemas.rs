@@ -208,6 +208,25 @@ async fn a_whole_session_through_the_daemon_matches_the_schemas() {
     )
     .await;
     c.call("soba/sessions", json!({})).await;
+    // A live pi transcript followed into a session of another workspace.
+    let other = std::fs::canonicalize(base.path()).unwrap().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let transcript = other.join("pi-session.jsonl");
+    std::fs::write(
+        &transcript,
+        format!(
+            "{}\n{}\n",
+            json!({"type": "session", "version": 3, "id": "p1", "cwd": other, "timestamp": "2026-12-01T10:00:00Z"}),
+            json!({"type": "message", "id": "m1", "parentId": null, "timestamp": "2026-12-01T10:00:01Z",
+                   "message": {"role": "user", "content": [{"type": "text", "text": "hello"}]}})
+        ),
+    )
+    .unwrap();
+    c.call(
+        "soba/attach",
+        json!({"workspace": other, "transcript": transcript, "agent": "pi", "idleSecs": 600}),
+    )
+    .await;
     let flight = c
         .call("soba/flight", json!({"sessionId": sid, "limit": 5}))
         .await;

@@ -16,6 +16,7 @@ macro_rules! errln {
     ($($arg:tt)*) => { eprintln!("{}", $crate::util::terminal_text(&format!($($arg)*))) };
 }
 
+pub mod attach;
 pub mod capsule;
 pub mod compact;
 pub mod debug;

@@ -296,7 +296,13 @@ mod tests {
         assert_eq!(first.len(), 1, "{first:?}");
         s.feed(lines[2].as_bytes()).unwrap();
         s.feed(lines[3].as_bytes()).unwrap();
-        let rest = s.take_settled();
+        // a1 gave its usage to a2; a2 may still give it to a later record of m1 (after the tool
+        // result too): it waits for the writer to go quiet.
+        let mid = s.take_settled();
+        let mid_sources: Vec<_> = mid.iter().map(|e| e.source_id.clone().unwrap()).collect();
+        assert_eq!(mid_sources, ["a1"]);
+        let mut rest = mid;
+        rest.extend(s.take_all());
         let with_usage: Vec<_> = rest
             .iter()
             .filter(|e| e.as_message().is_some_and(|m| m.usage.is_some()))
