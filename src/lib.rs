@@ -13,6 +13,7 @@ pub mod demo;
 pub mod files;
 pub mod import;
 pub mod inspect;
+pub mod proxy;
 pub mod redact;
 pub mod replay;
 pub mod report;

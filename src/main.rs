@@ -57,6 +57,9 @@ enum Command {
     },
     /// Move a session's leaf back to an earlier entry by appending a `rewind` entry (nothing is deleted).
     Rewind { session: PathBuf, entry: String },
+    /// Serve the OpenAI and Anthropic chat APIs locally, compacting every conversation that
+    /// passes through on its way to the real provider.
+    Proxy(cli::proxy::ProxyArgs),
     /// Reliability harness commands.
     #[command(hide = true)]
     Debug {
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => cli::replay::run(args, &cli.common),
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),
         Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
+        Command::Proxy(args) => cli::proxy::run(args, &cli.common),
         Command::Debug { command } => cli::debug::run(command),
     };
     match result {

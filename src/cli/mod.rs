@@ -7,6 +7,7 @@ pub mod debug;
 pub mod demo;
 pub mod import;
 pub mod inspect;
+pub mod proxy;
 pub mod replay;
 pub mod serve;
 
