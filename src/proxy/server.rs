@@ -560,7 +560,22 @@ impl Proxy {
                     input
                 }
                 // No recovery possible: the agent gets the provider's own answer.
-                _ => return buffered(status, &headers, bytes),
+                Ok((r, _)) => {
+                    note.compaction = Some(format!(
+                        "{} (overflow): {}",
+                        r.pointer("/compaction/outcome")
+                            .and_then(Value::as_str)
+                            .unwrap_or("?"),
+                        r.pointer("/compaction/reason")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                    ));
+                    return buffered(status, &headers, bytes);
+                }
+                Err(e) => {
+                    note.compaction = Some(format!("failed (overflow): {}", e.message));
+                    return buffered(status, &headers, bytes);
+                }
             };
             let (body, sent) = self.upstream_body(&chat, &live.conv, &input);
             note.sent = sent;
