@@ -115,7 +115,7 @@ fn main() {
         tokio::spawn(proxy.serve(listener));
 
         let mut messages = vec![json!({"role": "system", "content": "You are a careful coding agent."})];
-        let turns = if full { 125 } else { 10 };
+        let turns = if full { 76 } else { 10 };
         for i in 0..turns {
             let (u, a) = turn(i);
             messages.push(u);
