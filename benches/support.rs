@@ -97,6 +97,7 @@ pub fn body(i: usize) -> EntryBody {
                 id: format!("call{i}"),
                 name: "Bash".into(),
                 input: json!({"command": format!("cargo test -p crate_{i}")}),
+                extra: Default::default(),
             }],
             usage: None,
             model: None,

@@ -11,6 +11,7 @@ pub mod config;
 pub mod daemon;
 pub mod demo;
 pub mod files;
+pub mod hook;
 pub mod import;
 pub mod inspect;
 pub mod proxy;

@@ -60,6 +60,11 @@ enum Command {
     /// Serve the OpenAI and Anthropic chat APIs locally, compacting every conversation that
     /// passes through on its way to the real provider.
     Proxy(cli::proxy::ProxyArgs),
+    /// Agent hooks: `soba hook claude-code` (run by Claude Code), `soba hook install claude-code`.
+    Hook {
+        #[command(subcommand)]
+        command: cli::hook::HookCommand,
+    },
     /// Reliability harness commands.
     #[command(hide = true)]
     Debug {
@@ -100,6 +105,7 @@ fn main() -> ExitCode {
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),
         Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
         Command::Proxy(args) => cli::proxy::run(args, &cli.common),
+        Command::Hook { command } => cli::hook::run(command, &cli.common),
         Command::Debug { command } => cli::debug::run(command),
     };
     match result {

@@ -75,6 +75,7 @@ fn write_session(dir: &Path, turns: usize) -> PathBuf {
                     id: format!("c{t}"),
                     name: "Edit".into(),
                     input: json!({"file_path": format!("{}/src/m{t}.rs", dir.display())}),
+                    extra: Default::default(),
                 }],
                 usage: None,
                 model: None,

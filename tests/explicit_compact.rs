@@ -48,6 +48,7 @@ fn write_session(dir: &Path, turns: usize) -> PathBuf {
                     id: format!("c{t}"),
                     name: "Write".into(),
                     input: json!({"file_path": format!("src/w{t}.rs")}),
+                    extra: Default::default(),
                 }],
                 usage: None,
                 model: None,

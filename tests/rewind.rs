@@ -171,6 +171,7 @@ fn rewind_keeps_an_interrupted_call_as_it_was() {
                 id: "c1".into(),
                 name: "ls".into(),
                 input: Value::Null,
+                extra: Default::default(),
             }],
         ),
     );

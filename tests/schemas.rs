@@ -140,15 +140,18 @@ fn bodies() -> Vec<EntryBody> {
                 ContentBlock::text("hi"),
                 ContentBlock::Thinking {
                     thinking: "hmm".into(),
+                    extra: Default::default(),
                 },
                 ContentBlock::ToolCall {
                     id: "c1".into(),
                     name: "Bash".into(),
                     input: json!({"command": "ls"}),
+                    extra: Default::default(),
                 },
                 ContentBlock::Image {
                     media_type: Some("image/png".into()),
                     data: Some("iVBORw0KGgo=".into()),
+                    extra: Default::default(),
                 },
             ],
             usage: Some(Usage {
@@ -211,6 +214,7 @@ fn bodies() -> Vec<EntryBody> {
             summary_tokens: Some(900),
             first_kept_entry_id: None,
             kept_items: Some(12),
+            instructions: None,
         }),
     ];
     let mut covered = [false; 12];

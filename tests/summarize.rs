@@ -121,7 +121,10 @@ fn summarizer(cfg: &SummarizerConfig) -> ModelSummarizer {
 fn message(role: &str, text: &str) -> ModelMessage {
     ModelMessage {
         role: role.into(),
-        content: vec![ContentBlock::Text { text: text.into() }],
+        content: vec![ContentBlock::Text {
+            text: text.into(),
+            extra: Default::default(),
+        }],
         tool_call_id: (role == "tool").then(|| "call_1".into()),
         is_error: None,
         entry_id: None,
@@ -774,8 +777,7 @@ mod engine {
                 vec![ContentBlock::ToolCall {
                     id: call_id.clone(),
                     name: "Edit".into(),
-                    input: json!({"file_path": format!("/ws/src/f{k}.rs"), "old_string": "a", "new_string": "b"}),
-                }],
+                    input: json!({"file_path": format!("/ws/src/f{k}.rs"), "old_string": "a", "new_string": "b"}), extra: Default::default() }],
             );
             self.push(EntryBody::ToolResult(ToolResultEntry {
                 call_id,

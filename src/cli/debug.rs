@@ -149,6 +149,7 @@ fn append_loop(
                         id: call_id.clone(),
                         name: "Bash".into(),
                         input: json!({"command": format!("cargo test --test t{op}")}),
+                        extra: Default::default(),
                     }],
                 );
                 let size = if rng.random_range(0..20) == 0 {

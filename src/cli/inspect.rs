@@ -82,14 +82,17 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             .content
             .iter()
             .map(|b| match b {
-                crate::session::entry::ContentBlock::Text { text } => text.clone(),
-                crate::session::entry::ContentBlock::Thinking { thinking } => {
+                crate::session::entry::ContentBlock::Text { text, .. } => text.clone(),
+                crate::session::entry::ContentBlock::Thinking { thinking, .. } => {
                     format!("(thinking) {thinking}")
                 }
-                crate::session::entry::ContentBlock::ToolCall { id, name, input } => {
+                crate::session::entry::ContentBlock::ToolCall {
+                    id, name, input, ..
+                } => {
                     format!("→ {name} [{id}] {input}")
                 }
                 crate::session::entry::ContentBlock::Image { .. } => "[image]".into(),
+                crate::session::entry::ContentBlock::Opaque(o) => format!("[{}]", o.block_type()),
             })
             .collect();
         let who = match &m.tool_call_id {

@@ -5,6 +5,7 @@ pub mod capsule;
 pub mod compact;
 pub mod debug;
 pub mod demo;
+pub mod hook;
 pub mod import;
 pub mod inspect;
 pub mod proxy;

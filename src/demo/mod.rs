@@ -91,6 +91,7 @@ pub fn run<'a>(
                     content.push(ContentBlock::Image {
                         media_type: Some("image/png".into()),
                         data: Some("screenshot-ci-windows.png".into()),
+                        extra: Default::default(),
                     });
                 }
                 host.push(message(Role::User, content))?;
@@ -113,6 +114,7 @@ pub fn run<'a>(
                             id: call_id.clone(),
                             name: name.into(),
                             input,
+                            extra: Default::default(),
                         },
                     ],
                 ))?;

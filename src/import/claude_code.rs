@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{
-    message, nonzero, read_jsonl, str_field, u64_field, value_text, EntryBuilder, Format,
-    HeaderInfo, ImportError, ImportOptions, ImportResult,
+    message, nonzero, opaque_block, provider_fields, read_jsonl, str_field, u64_field, value_text,
+    EntryBuilder, Format, HeaderInfo, ImportError, ImportOptions, ImportResult,
 };
 use crate::session::entry::{
     ContentBlock, EntryBody, ForeignCompactionEntry, Role, ToolResultEntry, Usage,
@@ -206,11 +206,12 @@ impl Reader {
                 Value::String(s) => visible.push(ContentBlock::text(s)),
                 _ => match str_field(b, "type") {
                     Some("tool_result") => results.push(self.tool_result(b)),
-                    Some("text") => {
-                        visible.push(ContentBlock::text(str_field(b, "text").unwrap_or("")))
-                    }
+                    Some("text") => visible.push(text_block(b)),
                     Some("image") => visible.push(image(b)),
-                    Some(other) => self.builder.skipped(format!("user block:{other}")),
+                    Some(other) => match opaque_block(b) {
+                        Some(block) => visible.push(block),
+                        None => self.builder.skipped(format!("user block:{other}")),
+                    },
                     None => self.builder.unknown("user block without type"),
                 },
             }
@@ -240,8 +241,8 @@ impl Reader {
                 .iter()
                 .map(|i| match str_field(i, "type") {
                     Some("image") => image(i),
-                    Some("text") => ContentBlock::text(str_field(i, "text").unwrap_or("")),
-                    _ => ContentBlock::text(value_text(i)),
+                    Some("text") => text_block(i),
+                    _ => opaque_block(i).unwrap_or_else(|| ContentBlock::text(value_text(i))),
                 })
                 .collect(),
             Some(other) => vec![ContentBlock::text(value_text(other))],
@@ -269,11 +270,12 @@ impl Reader {
             Some(Value::Array(items)) => {
                 for b in items {
                     match str_field(b, "type") {
-                        Some("text") => {
-                            content.push(ContentBlock::text(str_field(b, "text").unwrap_or("")))
-                        }
+                        Some("text") => content.push(text_block(b)),
+                        // `signature` stays on the block: the API takes earlier thinking back
+                        // in a tool loop only with it.
                         Some("thinking") => content.push(ContentBlock::Thinking {
                             thinking: str_field(b, "thinking").unwrap_or("").to_string(),
+                            extra: provider_fields(b, &["type", "thinking"]),
                         }),
                         Some("tool_use") => {
                             let id = str_field(b, "id").unwrap_or("").to_string();
@@ -283,9 +285,15 @@ impl Reader {
                                 id,
                                 name,
                                 input: b.get("input").cloned().unwrap_or(Value::Null),
+                                extra: provider_fields(b, &["type", "id", "name", "input"]),
                             });
                         }
-                        Some(other) => self.builder.skipped(format!("assistant block:{other}")),
+                        // `redacted_thinking`, server tool blocks, …: kept whole, for the
+                        // provider.
+                        Some(other) => match opaque_block(b) {
+                            Some(block) => content.push(block),
+                            None => self.builder.skipped(format!("assistant block:{other}")),
+                        },
                         None => self.builder.unknown("assistant block without type"),
                     }
                 }
@@ -354,6 +362,7 @@ impl Reader {
             summary_tokens: None,
             first_kept_entry_id: None,
             kept_items: None,
+            instructions: None,
         };
         let parent = self.parent_of(r);
         self.builder.push(
@@ -397,6 +406,7 @@ impl Reader {
                     summary_tokens: None,
                     first_kept_entry_id: None,
                     kept_items: None,
+                    instructions: None,
                 }),
             ),
         };
@@ -449,11 +459,18 @@ fn is_harness_message(r: &Value, content: &[ContentBlock]) -> bool {
     flagged("isMeta")
         || flagged("isVisibleInTranscriptOnly")
         || content.iter().any(|b| match b {
-            ContentBlock::Text { text } => COMMAND_MARKERS
+            ContentBlock::Text { text, .. } => COMMAND_MARKERS
                 .iter()
                 .any(|m| text.trim_start().starts_with(m)),
             _ => false,
         })
+}
+
+fn text_block(b: &Value) -> ContentBlock {
+    ContentBlock::Text {
+        text: str_field(b, "text").unwrap_or("").to_string(),
+        extra: provider_fields(b, &["type", "text"]),
+    }
 }
 
 fn image(b: &Value) -> ContentBlock {
@@ -463,6 +480,7 @@ fn image(b: &Value) -> ContentBlock {
         data: str_field(source, "data")
             .or_else(|| str_field(source, "url"))
             .map(str::to_string),
+        extra: provider_fields(b, &["type", "source"]),
     }
 }
 

@@ -144,7 +144,7 @@ impl Reader {
                     let mut m = message(role, content);
                     m.synthetic = role == Role::System
                         || m.content.iter().any(|b| match b {
-                            ContentBlock::Text { text } => HARNESS_MARKERS
+                            ContentBlock::Text { text, .. } => HARNESS_MARKERS
                                 .iter()
                                 .any(|h| text.trim_start().starts_with(h)),
                             _ => false,
@@ -168,6 +168,7 @@ impl Reader {
                     source_id,
                     vec![ContentBlock::Thinking {
                         thinking: summary.join("\n"),
+                        extra: Default::default(),
                     }],
                 );
             }
@@ -229,7 +230,12 @@ impl Reader {
         self.push_assistant(
             ts,
             source_id,
-            vec![ContentBlock::ToolCall { id, name, input }],
+            vec![ContentBlock::ToolCall {
+                id,
+                name,
+                input,
+                extra: Default::default(),
+            }],
         );
     }
 
@@ -292,6 +298,7 @@ impl Reader {
                 .get("replacement_history")
                 .and_then(Value::as_array)
                 .map(|h| h.len() as u64),
+            instructions: None,
         };
         self.push(ts, source_id, EntryBody::ForeignCompaction(entry));
     }
@@ -312,6 +319,7 @@ fn message_content(content: &Value) -> Vec<ContentBlock> {
                 Some("input_image") => ContentBlock::Image {
                     media_type: None,
                     data: str_field(b, "image_url").map(str::to_string),
+                    extra: Default::default(),
                 },
                 _ => ContentBlock::text(
                     str_field(b, "text")

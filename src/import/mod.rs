@@ -21,8 +21,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::session::entry::{
-    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, ModelRef, RewindEntry, Role,
-    SessionHeader, SourceInfo, Usage, LOG_FORMAT_VERSION,
+    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, ModelRef, OpaqueBlock, ProviderFields,
+    RewindEntry, Role, SessionHeader, SourceInfo, Usage, LOG_FORMAT_VERSION,
 };
 use crate::tokens::TokenizerKind;
 
@@ -567,6 +567,25 @@ pub(crate) fn value_text(v: &Value) -> String {
         Value::Null => String::new(),
         other => other.to_string(),
     }
+}
+
+/// A source block's fields other than `own` (those SOBA reads), to keep on the block: provider
+/// data such as a thinking block's `signature` or `cache_control` goes back to the provider as
+/// it came.
+pub(crate) fn provider_fields(block: &Value, own: &[&str]) -> ProviderFields {
+    block
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !own.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// A source block of a type SOBA has no variant for, kept whole; `None` when it is not an
+/// object with a string `type` (or its type is one of SOBA's own, with another meaning).
+pub(crate) fn opaque_block(block: &Value) -> Option<ContentBlock> {
+    OpaqueBlock::new(block.as_object()?.clone()).map(ContentBlock::Opaque)
 }
 
 pub(crate) fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {

@@ -91,7 +91,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
 fn assistant(m: &Value, header: &mut HeaderInfo) -> crate::session::entry::MessageEntry {
     let mut content: Vec<ContentBlock> = blocks(m.get("content"))
         .into_iter()
-        .filter(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()))
+        .filter(|b| !matches!(b, ContentBlock::Text { text, .. } if text.is_empty()))
         .collect();
     for call in m
         .get("tool_calls")
@@ -111,6 +111,7 @@ fn assistant(m: &Value, header: &mut HeaderInfo) -> crate::session::entry::Messa
             id: str_field(call, "id").unwrap_or("").to_string(),
             name: str_field(function, "name").unwrap_or("").to_string(),
             input,
+            extra: Default::default(),
         });
     }
     let mut entry = message(Role::Assistant, content);
@@ -159,6 +160,7 @@ fn blocks(content: Option<&Value>) -> Vec<ContentBlock> {
                         .pointer("/image_url/url")
                         .and_then(Value::as_str)
                         .map(str::to_string),
+                    extra: Default::default(),
                 },
                 _ => ContentBlock::text(
                     str_field(p, "text")

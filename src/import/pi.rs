@@ -10,8 +10,8 @@
 use serde_json::Value;
 
 use super::{
-    message, nonzero, read_jsonl, str_field, u64_field, value_text, EntryBuilder, Format,
-    HeaderInfo, ImportError, ImportOptions, ImportResult,
+    message, nonzero, opaque_block, provider_fields, read_jsonl, str_field, u64_field, value_text,
+    EntryBuilder, Format, HeaderInfo, ImportError, ImportOptions, ImportResult,
 };
 use crate::session::entry::{
     ContentBlock, EntryBody, ForeignCompactionEntry, Role, ToolResultEntry, Usage,
@@ -78,6 +78,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
                 first_kept_entry_id: str_field(r, "firstKeptEntryId")
                     .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
                 kept_items: None,
+                instructions: None,
             })),
             "branch_summary" => {
                 // pi sends the summary of an abandoned branch to the model as a user message.
@@ -200,20 +201,28 @@ fn blocks(content: Option<&Value>) -> Vec<ContentBlock> {
         Some(Value::Array(items)) => items
             .iter()
             .map(|b| match str_field(b, "type") {
-                Some("text") => ContentBlock::text(str_field(b, "text").unwrap_or("")),
+                // Provider fields (pi's `thinkingSignature`, `textSignature`, …) stay on the
+                // block under pi's names.
+                Some("text") => ContentBlock::Text {
+                    text: str_field(b, "text").unwrap_or("").to_string(),
+                    extra: provider_fields(b, &["type", "text"]),
+                },
                 Some("thinking") => ContentBlock::Thinking {
                     thinking: str_field(b, "thinking").unwrap_or("").to_string(),
+                    extra: provider_fields(b, &["type", "thinking"]),
                 },
                 Some("toolCall") => ContentBlock::ToolCall {
                     id: str_field(b, "id").unwrap_or("").to_string(),
                     name: str_field(b, "name").unwrap_or("").to_string(),
                     input: b.get("arguments").cloned().unwrap_or(Value::Null),
+                    extra: provider_fields(b, &["type", "id", "name", "arguments"]),
                 },
                 Some("image") => ContentBlock::Image {
                     media_type: str_field(b, "mimeType").map(str::to_string),
                     data: str_field(b, "data").map(str::to_string),
+                    extra: provider_fields(b, &["type", "mimeType", "data"]),
                 },
-                _ => ContentBlock::text(value_text(b)),
+                _ => opaque_block(b).unwrap_or_else(|| ContentBlock::text(value_text(b))),
             })
             .collect(),
         Some(Value::String(s)) => vec![ContentBlock::text(s)],

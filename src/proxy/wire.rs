@@ -339,7 +339,9 @@ pub fn render_openai(messages: &[ModelMessage]) -> Vec<Value> {
                     .content
                     .iter()
                     .filter_map(|b| match b {
-                        ContentBlock::ToolCall { id, name, input } => Some(json!({
+                        ContentBlock::ToolCall {
+                            id, name, input, ..
+                        } => Some(json!({
                             "id": id, "type": "function",
                             "function": {"name": name, "arguments": arguments_text(input)},
                         })),
@@ -358,7 +360,10 @@ pub fn render_openai(messages: &[ModelMessage]) -> Vec<Value> {
                     text = format!("[error] {text}");
                 }
                 for b in &m.content {
-                    if let ContentBlock::Image { media_type, data } = b {
+                    if let ContentBlock::Image {
+                        media_type, data, ..
+                    } = b
+                    {
                         pending_images.push(json!({"type": "image_url", "image_url": {"url": image_url(media_type.as_deref(), data.as_deref())}}));
                     }
                 }
@@ -374,10 +379,10 @@ pub fn render_openai(messages: &[ModelMessage]) -> Vec<Value> {
                         m.content
                             .iter()
                             .filter_map(|b| match b {
-                                ContentBlock::Text { text } => {
+                                ContentBlock::Text { text, .. } => {
                                     Some(json!({"type": "text", "text": text}))
                                 }
-                                ContentBlock::Image { media_type, data } => Some(
+                                ContentBlock::Image { media_type, data, .. } => Some(
                                     json!({"type": "image_url", "image_url": {"url": image_url(media_type.as_deref(), data.as_deref())}}),
                                 ),
                                 _ => None,
@@ -428,10 +433,20 @@ fn anthropic_blocks(blocks: &[Value]) -> Vec<Value> {
                 .and_then(Value::as_str)
                 .filter(|t| !t.is_empty())
                 .map(text_block),
-            Some("thinking") => b
-                .get("thinking")
-                .and_then(Value::as_str)
-                .map(|t| json!({"type": "thinking", "thinking": t})),
+            // The signature is what lets the API take earlier thinking back: it is kept (the
+            // log stores it opaque). `cache_control` and other markers agents move between
+            // requests are not, so a resent message still matches by content.
+            Some("thinking") => b.get("thinking").and_then(Value::as_str).map(|t| {
+                let mut block = json!({"type": "thinking", "thinking": t});
+                if let Some(sig) = b
+                    .get("signature")
+                    .filter(|s| s.as_str().is_some_and(|s| !s.is_empty()))
+                {
+                    block["signature"] = sig.clone();
+                }
+                block
+            }),
+            Some("redacted_thinking") => Some(b.clone()),
             Some("tool_use") | Some("server_tool_use") => Some(json!({
                 "type": "tool_call",
                 "id": b.get("id").and_then(Value::as_str).unwrap_or(""),
@@ -506,11 +521,13 @@ fn anthropic_out_blocks(content: &[ContentBlock]) -> Vec<Value> {
     content
         .iter()
         .filter_map(|b| match b {
-            ContentBlock::Text { text } if !text.is_empty() => Some(text_block(text)),
-            ContentBlock::ToolCall { id, name, input } => {
-                Some(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
-            }
-            ContentBlock::Image { media_type, data } => Some(match data.as_deref() {
+            ContentBlock::Text { text, .. } if !text.is_empty() => Some(text_block(text)),
+            ContentBlock::ToolCall {
+                id, name, input, ..
+            } => Some(json!({"type": "tool_use", "id": id, "name": name, "input": input})),
+            ContentBlock::Image {
+                media_type, data, ..
+            } => Some(match data.as_deref() {
                 Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
                     json!({"type": "image", "source": {"type": "url", "url": url}})
                 }
@@ -520,7 +537,16 @@ fn anthropic_out_blocks(content: &[ContentBlock]) -> Vec<Value> {
                     "data": data.as_deref().unwrap_or(""),
                 }}),
             }),
-            // Earlier thinking is accepted only with its signature.
+            // Earlier thinking is accepted only with its signature; a redacted_thinking (or
+            // other opaque) block goes back as it came.
+            ContentBlock::Thinking { .. } | ContentBlock::Opaque(_) => {
+                let v = serde_json::to_value(b).ok()?;
+                let signed = v
+                    .get("signature")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| !s.is_empty());
+                (signed || matches!(b, ContentBlock::Opaque(_))).then_some(v)
+            }
             _ => None,
         })
         .collect()
@@ -753,6 +779,14 @@ impl StreamTap {
                         );
                         slot["text"] = Value::String(t);
                     }
+                    Some("signature_delta") => {
+                        let t = format!(
+                            "{}{}",
+                            slot.get("signature").and_then(Value::as_str).unwrap_or(""),
+                            delta.get("signature").and_then(Value::as_str).unwrap_or("")
+                        );
+                        slot["signature"] = Value::String(t);
+                    }
                     Some("thinking_delta") => {
                         let t = format!(
                             "{}{}",
@@ -832,5 +866,44 @@ pub fn error_body(api: Api, kind: &str, message: &str) -> Value {
     match api {
         Api::OpenAiChat => json!({"error": {"message": message, "type": kind, "code": kind}}),
         Api::Anthropic => json!({"type": "error", "error": {"type": kind, "message": message}}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signed_thinking_and_redacted_thinking_survive_the_round_trip_to_anthropic() {
+        let body = json!({"model": "claude", "max_tokens": 5, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "plan", "signature": "sig=="},
+                {"type": "redacted_thinking", "data": "opaque=="},
+                {"type": "text", "text": "ok", "cache_control": {"type": "ephemeral"}},
+            ]},
+        ]});
+        let r = ChatRequest::parse(Api::Anthropic, body.to_string().as_bytes()).unwrap();
+        let entry = &r.messages[1].entries[0];
+        assert_eq!(entry["content"][0]["signature"], "sig==");
+        assert_eq!(entry["content"][1]["type"], "redacted_thinking");
+        assert!(
+            entry["content"][2].get("cache_control").is_none(),
+            "moving markers do not change the content"
+        );
+        // Through the log's block type and back out as an Anthropic turn.
+        let msg: ModelMessage =
+            serde_json::from_value(json!({"role": "assistant", "content": entry["content"]}))
+                .unwrap();
+        let out = render_anthropic_one(&msg);
+        assert_eq!(
+            out["content"][0],
+            json!({"type": "thinking", "thinking": "plan", "signature": "sig=="})
+        );
+        assert_eq!(
+            out["content"][1],
+            json!({"type": "redacted_thinking", "data": "opaque=="})
+        );
+        assert_eq!(out["content"][2]["text"], "ok");
     }
 }

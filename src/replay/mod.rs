@@ -204,6 +204,7 @@ mod tests {
                     id: call.clone(),
                     name: "Read".into(),
                     input: json!({"file_path": format!("/ws/f{t}.rs")}),
+                    extra: Default::default(),
                 }],
                 Some(Usage {
                     input: 1000 * (t as u64 + 1),
@@ -227,6 +228,7 @@ mod tests {
                     summary_tokens: Some(1),
                     first_kept_entry_id: None,
                     kept_items: Some(3),
+                    instructions: None,
                 }));
             }
         }
@@ -356,6 +358,7 @@ mod tests {
                         id: id.into(),
                         name: "Bash".into(),
                         input: json!({}),
+                        extra: Default::default(),
                     }]
                 })
                 .unwrap_or_default(),

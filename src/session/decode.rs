@@ -12,11 +12,11 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess};
+use serde::de::{self, DeserializeSeed, Deserializer, IntoDeserializer, MapAccess};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::entry::{ContentBlock, Entry, EntryBody};
+use super::entry::{ContentBlock, Entry, EntryBody, OpaqueBlock, ProviderFields};
 
 /// A map key, borrowed from the input when it has no escapes.
 struct Key<'de>(Cow<'de, str>);
@@ -229,8 +229,7 @@ impl<'de> Deserialize<'de> for Entry {
     }
 }
 
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy)]
 enum BlockType {
     Text,
     Thinking,
@@ -238,7 +237,21 @@ enum BlockType {
     Image,
 }
 
-/// Every key any content block has; which of them count depends on the block's type.
+impl BlockType {
+    /// `None` for a type SOBA does not know: such a block is kept whole.
+    fn of(name: &str) -> Option<BlockType> {
+        Some(match name {
+            "text" => BlockType::Text,
+            "thinking" => BlockType::Thinking,
+            "tool_call" => BlockType::ToolCall,
+            "image" => BlockType::Image,
+            _ => return None,
+        })
+    }
+}
+
+/// Every key any content block has; which of them count depends on the block's type. The
+/// others are the provider's, kept in `extra`.
 #[derive(Default)]
 struct BlockKeys {
     text: Option<String>,
@@ -248,10 +261,12 @@ struct BlockKeys {
     input: Option<Value>,
     media_type: Option<Option<String>>,
     data: Option<Option<String>>,
+    extra: ProviderFields,
 }
 
 impl BlockKeys {
-    /// Read `key`'s value if it belongs to a block of type `t`; skip it otherwise.
+    /// Read `key`'s value into its field if it belongs to a block of type `t`, into the
+    /// provider fields otherwise.
     fn read<'de, S: ValueSource<'de>>(
         &mut self,
         t: BlockType,
@@ -270,30 +285,55 @@ impl BlockKeys {
                 set(&mut self.media_type, "media_type", source.value()?)
             }
             (BlockType::Image, "data") => set(&mut self.data, "data", source.value()?),
-            _ => source.value::<IgnoredAny>().map(|_| ()),
+            _ => match self.extra.insert(key.to_owned(), source.value()?) {
+                Some(_) => Err(de::Error::custom(format_args!("duplicate field `{key}`"))),
+                None => Ok(()),
+            },
         }
     }
 
     fn finish<E: de::Error>(self, t: BlockType) -> Result<ContentBlock, E> {
         let required = |v: Option<String>, f| v.ok_or_else(|| E::missing_field(f));
+        let extra = self.extra;
         Ok(match t {
             BlockType::Text => ContentBlock::Text {
                 text: required(self.text, "text")?,
+                extra,
             },
             BlockType::Thinking => ContentBlock::Thinking {
                 thinking: required(self.thinking, "thinking")?,
+                extra,
             },
             BlockType::ToolCall => ContentBlock::ToolCall {
                 id: required(self.id, "id")?,
                 name: required(self.name, "name")?,
                 input: self.input.ok_or_else(|| E::missing_field("input"))?,
+                extra,
             },
             BlockType::Image => ContentBlock::Image {
                 media_type: self.media_type.flatten(),
                 data: self.data.flatten(),
+                extra,
             },
         })
     }
+}
+
+/// The rest of a block of unknown type: every key, in order, as JSON values.
+fn opaque<'de, A: MapAccess<'de>>(
+    mut fields: Map<String, Value>,
+    map: &mut A,
+) -> Result<ContentBlock, A::Error> {
+    while let Some(Key(key)) = map.next_key::<Key>()? {
+        let value: Value = map.next_value()?;
+        if fields.contains_key(key.as_ref()) {
+            return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+        }
+        fields.insert(key.into_owned(), value);
+    }
+    OpaqueBlock::new(fields)
+        .map(ContentBlock::Opaque)
+        .ok_or_else(|| de::Error::custom("an opaque block needs a string `type`"))
 }
 
 impl<'de> Deserialize<'de> for ContentBlock {
@@ -310,8 +350,18 @@ impl<'de> Deserialize<'de> for ContentBlock {
                 let mut block_type = None;
                 while let Some(Key(key)) = map.next_key::<Key>()? {
                     if key == "type" {
-                        let t: BlockType = map.next_value()?;
-                        set(&mut block_type, "type", t)?;
+                        if block_type.is_some() {
+                            return Err(de::Error::duplicate_field("type"));
+                        }
+                        let Key(name) = map.next_value()?;
+                        match BlockType::of(&name) {
+                            Some(t) => block_type = Some(t),
+                            None => {
+                                let mut fields: Map<String, Value> = held.into_iter().collect();
+                                fields.insert("type".into(), Value::String(name.into_owned()));
+                                return opaque(fields, &mut map);
+                            }
+                        }
                         continue;
                     }
                     match block_type {
@@ -447,7 +497,7 @@ mod tests {
     }
 
     #[test]
-    fn content_blocks_read_in_any_key_order_and_ignore_foreign_keys() {
+    fn content_blocks_read_in_any_key_order_and_keep_foreign_keys() {
         let blocks: Vec<ContentBlock> = serde_json::from_value(json!([
             {"text": "a", "type": "text", "name": 5},
             {"type": "thinking", "thinking": "b"},
@@ -456,31 +506,62 @@ mod tests {
             {"type": "image", "media_type": "image/png", "data": "AAA"}
         ]))
         .unwrap();
+        let fields = |pairs: Value| -> ProviderFields {
+            pairs.as_object().unwrap().clone().into_iter().collect()
+        };
         assert_eq!(
             blocks,
             vec![
-                ContentBlock::text("a"),
-                ContentBlock::Thinking {
-                    thinking: "b".into()
+                ContentBlock::Text {
+                    text: "a".into(),
+                    extra: fields(json!({"name": 5}))
                 },
+                ContentBlock::thinking("b"),
                 ContentBlock::ToolCall {
                     id: "c1".into(),
                     name: "bash".into(),
                     input: json!({"z": 1, "a": [2]}),
+                    extra: fields(json!({"text": 3}))
                 },
-                ContentBlock::Image {
-                    media_type: None,
-                    data: None
-                },
-                ContentBlock::Image {
-                    media_type: Some("image/png".into()),
-                    data: Some("AAA".into()),
-                },
+                ContentBlock::image(None, None),
+                ContentBlock::image(Some("image/png".into()), Some("AAA".into())),
             ]
         );
         // Key order inside a tool input is kept: it is the agent's own JSON.
         if let ContentBlock::ToolCall { input, .. } = &blocks[2] {
             assert_eq!(input.to_string(), r#"{"z":1,"a":[2]}"#);
+        }
+    }
+
+    #[test]
+    fn provider_fields_of_a_known_block_are_written_back_after_its_own() {
+        let line = r#"{"type":"thinking","thinking":"Let me look.","signature":"EqQBCkYIBRgCKkD+/=","cache_control":{"type":"ephemeral","ttl":"5m"}}"#;
+        let block: ContentBlock = serde_json::from_str(line).unwrap();
+        assert!(matches!(&block, ContentBlock::Thinking { extra, .. }
+            if extra.get("signature") == Some(&json!("EqQBCkYIBRgCKkD+/="))));
+        assert_eq!(serde_json::to_string(&block).unwrap(), line);
+        // Fields before `type` come back too, after the block's own.
+        let early = r#"{"cache_control":{"type":"ephemeral"},"type":"text","text":"hi"}"#;
+        let block: ContentBlock = serde_json::from_str(early).unwrap();
+        assert_eq!(
+            serde_json::to_string(&block).unwrap(),
+            r#"{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}"#
+        );
+    }
+
+    #[test]
+    fn a_block_of_unknown_type_is_kept_whole_in_its_key_order() {
+        for line in [
+            r#"{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"}"#,
+            r#"{"id":"srvtoolu_1","type":"server_tool_use","name":"web_search","input":{"query":"rust"}}"#,
+            r#"{"data":"x","type":"video","nested":{"b":1,"a":[1.5,null,true]}}"#,
+        ] {
+            let block: ContentBlock = serde_json::from_str(line).unwrap();
+            assert!(matches!(&block, ContentBlock::Opaque(_)), "{line}");
+            assert_eq!(serde_json::to_string(&block).unwrap(), line);
+            let value: Value = serde_json::from_str(line).unwrap();
+            let from_value: ContentBlock = serde_json::from_value(value).unwrap();
+            assert_eq!(from_value, block);
         }
     }
 
@@ -495,7 +576,7 @@ mod tests {
         assert!(err(json!({"text": "a"})).contains("missing field `type`"));
         assert!(err(json!({"type": "tool_call", "id": "c", "name": "n"}))
             .contains("missing field `input`"));
-        assert!(err(json!({"type": "video"})).contains("unknown variant `video`"));
+        assert!(err(json!({"type": 5})).contains("invalid type"));
         assert!(err(json!({"text": 5, "type": "text"})).contains("invalid type"));
         assert!(err(json!({"type": "text", "text": 5})).contains("invalid type"));
         let dup = r#"{"type":"text","text":"a","text":"b"}"#;
@@ -503,5 +584,20 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("duplicate field `text`"));
+        let dup_extra = r#"{"type":"text","text":"a","signature":"x","signature":"y"}"#;
+        assert!(serde_json::from_str::<ContentBlock>(dup_extra)
+            .unwrap_err()
+            .to_string()
+            .contains("duplicate field `signature`"));
+        let dup_opaque = r#"{"type":"redacted_thinking","data":"x","data":"y"}"#;
+        assert!(serde_json::from_str::<ContentBlock>(dup_opaque)
+            .unwrap_err()
+            .to_string()
+            .contains("duplicate field `data`"));
+        let dup_type = r#"{"type":"text","text":"a","type":"video"}"#;
+        assert!(serde_json::from_str::<ContentBlock>(dup_type)
+            .unwrap_err()
+            .to_string()
+            .contains("duplicate field `type`"));
     }
 }

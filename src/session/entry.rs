@@ -5,7 +5,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::capsule::CapsuleEntry;
 
@@ -153,20 +153,34 @@ pub struct MessageEntry {
     pub synthetic: bool,
 }
 
-// Deserialized by `super::decode`, in one pass.
+// Deserialized by `super::decode`, in one pass. Agents replaying a tool loop with extended
+// thinking need the provider's data back exactly as it was sent: fields of a known block are
+// kept in `extra`, a block of another type whole as `Opaque`.
+/// One block of a message's or tool result's content.
+///
+/// Provider data SOBA does not interpret survives untouched: other fields of a known block
+/// (Anthropic's `signature` on thinking, `cache_control`, `citations`, …) are kept and written
+/// back after the block's own, and a block of any other type (`redacted_thinking`, server tool
+/// blocks, …) is kept whole and returned as it came.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
     Text {
         text: String,
+        #[serde(flatten)]
+        extra: ProviderFields,
     },
     Thinking {
         thinking: String,
+        #[serde(flatten)]
+        extra: ProviderFields,
     },
     ToolCall {
         id: String,
         name: String,
         input: Value,
+        #[serde(flatten)]
+        extra: ProviderFields,
     },
     Image {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -174,7 +188,141 @@ pub enum ContentBlock {
         /// Base64 data or a reference; never counted as text.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         data: Option<String>,
+        #[serde(flatten)]
+        extra: ProviderFields,
     },
+    /// A block of a type SOBA does not know, kept whole (its `type` included) and returned as it
+    /// came.
+    #[serde(untagged)]
+    Opaque(OpaqueBlock),
+}
+
+/// Fields of a content block that SOBA does not interpret, in the order they came.
+///
+/// Absent rather than an empty map when a block has none: a long log holds hundreds of
+/// thousands of blocks, nearly all without provider fields, and this costs them one pointer.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProviderFields(Option<Box<Map<String, Value>>>);
+
+impl ProviderFields {
+    pub fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none_or(|m| m.is_empty())
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.0.as_ref().and_then(|m| m.get(key))
+    }
+
+    /// Sets `key`; returns the value it replaces.
+    pub fn insert(&mut self, key: String, value: Value) -> Option<Value> {
+        self.0
+            .get_or_insert_with(Default::default)
+            .insert(key, value)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Value)> {
+        self.0.iter().flat_map(|m| m.iter())
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |m| m.len())
+    }
+}
+
+impl FromIterator<(String, Value)> for ProviderFields {
+    fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Self {
+        let map: Map<String, Value> = iter.into_iter().collect();
+        ProviderFields((!map.is_empty()).then(|| Box::new(map)))
+    }
+}
+
+impl Serialize for ProviderFields {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.len()))?;
+        for (k, v) in self.iter() {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+impl JsonSchema for ProviderFields {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ProviderFields".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        // Flattened into each block's schema: only what it adds, no description of its own.
+        schemars::json_schema!({
+            "type": "object",
+            "additionalProperties": true
+        })
+    }
+}
+
+/// A content block of a type SOBA does not know: the whole JSON object, `type` included, in the
+/// order it came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpaqueBlock(Box<Map<String, Value>>);
+
+impl OpaqueBlock {
+    /// `None` unless `map` has a string `type` that is not one of SOBA's block types.
+    pub fn new(map: Map<String, Value>) -> Option<Self> {
+        let known = map
+            .get("type")
+            .and_then(Value::as_str)
+            .map(|t| BLOCK_TYPES.contains(&t))?;
+        (!known).then(|| OpaqueBlock(Box::new(map)))
+    }
+
+    pub fn block_type(&self) -> &str {
+        self.0.get("type").and_then(Value::as_str).unwrap_or("")
+    }
+
+    pub fn fields(&self) -> &Map<String, Value> {
+        &self.0
+    }
+}
+
+/// The block types SOBA reads into their own variants.
+pub const BLOCK_TYPES: &[&str] = &["text", "thinking", "tool_call", "image"];
+
+impl Serialize for OpaqueBlock {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl JsonSchema for OpaqueBlock {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "OpaqueBlock".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "title": "Opaque",
+            "type": "object",
+            "description": "A block of a type SOBA does not know (e.g. `redacted_thinking`), \
+                kept whole and returned unchanged.",
+            "properties": {
+                "type": {
+                    "type": "string",
+                    "description": "Any type but `text`, `thinking`, `tool_call` and `image`."
+                }
+            },
+            "required": ["type"],
+            "additionalProperties": true
+        })
+    }
 }
 
 /// Provider-reported usage of one inference.
@@ -432,6 +580,10 @@ pub struct ForeignCompactionEntry {
     /// Number of items the source agent kept verbatim (e.g. Codex `replacement_history`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_items: Option<u64>,
+    /// What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
+    /// (Claude Code's `PreCompact` hook).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -474,9 +626,9 @@ impl Entry {
     pub fn tool_calls(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
         self.as_message().into_iter().flat_map(|m| {
             m.content.iter().filter_map(|b| match b {
-                ContentBlock::ToolCall { id, name, input } => {
-                    Some((id.as_str(), name.as_str(), input))
-                }
+                ContentBlock::ToolCall {
+                    id, name, input, ..
+                } => Some((id.as_str(), name.as_str(), input)),
                 _ => None,
             })
         })
@@ -490,7 +642,45 @@ impl Entry {
 
 impl ContentBlock {
     pub fn text(s: impl Into<String>) -> Self {
-        ContentBlock::Text { text: s.into() }
+        ContentBlock::Text {
+            text: s.into(),
+            extra: ProviderFields::default(),
+        }
+    }
+
+    pub fn thinking(s: impl Into<String>) -> Self {
+        ContentBlock::Thinking {
+            thinking: s.into(),
+            extra: ProviderFields::default(),
+        }
+    }
+
+    pub fn tool_call(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        ContentBlock::ToolCall {
+            id: id.into(),
+            name: name.into(),
+            input,
+            extra: ProviderFields::default(),
+        }
+    }
+
+    pub fn image(media_type: Option<String>, data: Option<String>) -> Self {
+        ContentBlock::Image {
+            media_type,
+            data,
+            extra: ProviderFields::default(),
+        }
+    }
+
+    /// The provider fields of a known block; `None` for an opaque one (all of it is).
+    pub fn extra_mut(&mut self) -> Option<&mut ProviderFields> {
+        match self {
+            ContentBlock::Text { extra, .. }
+            | ContentBlock::Thinking { extra, .. }
+            | ContentBlock::ToolCall { extra, .. }
+            | ContentBlock::Image { extra, .. } => Some(extra),
+            ContentBlock::Opaque(_) => None,
+        }
     }
 }
 
@@ -498,7 +688,7 @@ impl ContentBlock {
 pub fn blocks_text(blocks: &[ContentBlock]) -> String {
     let mut out = String::new();
     for b in blocks {
-        if let ContentBlock::Text { text } = b {
+        if let ContentBlock::Text { text, .. } = b {
             if !out.is_empty() {
                 out.push('\n');
             }
@@ -523,16 +713,32 @@ pub(crate) mod tests {
                     ContentBlock::text("hi"),
                     ContentBlock::Thinking {
                         thinking: "hmm".into(),
+                        extra: [("signature".to_string(), json!("EqQBCkYI"))]
+                            .into_iter()
+                            .collect(),
                     },
                     ContentBlock::ToolCall {
                         id: "c1".into(),
                         name: "Bash".into(),
                         input: json!({"command": "ls"}),
+                        extra: [("cache_control".to_string(), json!({"type": "ephemeral"}))]
+                            .into_iter()
+                            .collect(),
                     },
                     ContentBlock::Image {
                         media_type: Some("image/png".into()),
                         data: Some("AAAA".into()),
+                        extra: Default::default(),
                     },
+                    ContentBlock::Opaque(
+                        OpaqueBlock::new(
+                            json!({"type": "redacted_thinking", "data": "EmwKAhgB"})
+                                .as_object()
+                                .unwrap()
+                                .clone(),
+                        )
+                        .unwrap(),
+                    ),
                 ],
                 usage: Some(Usage {
                     input: 1,
@@ -598,6 +804,7 @@ pub(crate) mod tests {
                 summary_tokens: Some(1),
                 first_kept_entry_id: Some("e3".into()),
                 kept_items: Some(4),
+                instructions: Some("keep the auth work".into()),
             }),
         ]
     }

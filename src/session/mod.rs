@@ -417,6 +417,7 @@ pub(crate) mod testing {
                     id: call_id.into(),
                     name: name.into(),
                     input,
+                    extra: Default::default(),
                 }],
                 usage: None,
                 model: None,

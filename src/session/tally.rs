@@ -376,6 +376,7 @@ mod tests {
                         id: format!("c{id}"),
                         name: "Bash".into(),
                         input: serde_json::json!({"command": words(*id as usize)}),
+                        extra: Default::default(),
                     })
                     .collect();
                 calls.extend(ids.iter().map(|id| format!("c{id}")));
@@ -469,6 +470,7 @@ mod tests {
                     summary_tokens: None,
                     first_kept_entry_id: None,
                     kept_items: None,
+                    instructions: None,
                 }));
             }
         }

@@ -546,6 +546,7 @@ mod foreign_compaction_tests {
             summary_tokens: None,
             first_kept_entry_id: None,
             kept_items: None,
+            instructions: None,
         }));
         let after = b.assistant("measured on the source agent's compacted context");
         set_usage(&mut b, &before, 1000);

@@ -148,7 +148,7 @@ pub fn render_message(m: &ModelMessage) -> String {
     let mut parts = Vec::new();
     for block in &m.content {
         match block {
-            ContentBlock::Text { text } => parts.push(elide_middle(text, limit)),
+            ContentBlock::Text { text, .. } => parts.push(elide_middle(text, limit)),
             ContentBlock::Thinking { .. } => {}
             ContentBlock::ToolCall { name, input, .. } => {
                 let args = serde_json::to_string(input).unwrap_or_default();
@@ -158,6 +158,8 @@ pub fn render_message(m: &ModelMessage) -> String {
                 ));
             }
             ContentBlock::Image { .. } => parts.push("[image]".to_string()),
+            // Provider data (encrypted reasoning, server tool blocks): named, never quoted.
+            ContentBlock::Opaque(o) => parts.push(format!("[{}]", o.block_type())),
         }
     }
     format!("{heading}\n{}", parts.join("\n"))
@@ -314,6 +316,7 @@ mod tests {
             role: "tool".into(),
             content: vec![ContentBlock::Text {
                 text: words(5000, "line"),
+                extra: Default::default(),
             }],
             tool_call_id: Some("c1".into()),
             is_error: Some(true),
@@ -327,11 +330,13 @@ mod tests {
             content: vec![
                 ContentBlock::Thinking {
                     thinking: "secret plan".into(),
+                    extra: Default::default(),
                 },
                 ContentBlock::ToolCall {
                     id: "c1".into(),
                     name: "bash".into(),
                     input: serde_json::json!({"cmd": "cargo test"}),
+                    extra: Default::default(),
                 },
             ],
             tool_call_id: None,

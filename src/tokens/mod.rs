@@ -10,7 +10,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::session::entry::{ContentBlock, Entry, EntryBody};
+use crate::session::entry::{ContentBlock, Entry, EntryBody, OpaqueBlock};
 
 /// Framing tokens added to every message (role marker, separators).
 pub const MESSAGE_OVERHEAD_TOKENS: u64 = 3;
@@ -57,16 +57,26 @@ pub fn blocks_tokens(kind: TokenizerKind, blocks: &[ContentBlock]) -> u64 {
     blocks
         .iter()
         .map(|b| match b {
-            ContentBlock::Text { text } => kind.count(text),
-            ContentBlock::Thinking { thinking } => kind.count(thinking),
+            ContentBlock::Text { text, .. } => kind.count(text),
+            ContentBlock::Thinking { thinking, .. } => kind.count(thinking),
             ContentBlock::ToolCall { name, input, .. } => {
                 TOOL_CALL_OVERHEAD_TOKENS
                     + kind.count(name)
                     + kind.count(&serde_json::to_string(input).unwrap_or_default())
             }
             ContentBlock::Image { .. } => IMAGE_TOKENS,
+            ContentBlock::Opaque(o) => opaque_tokens(kind, o),
         })
         .sum()
+}
+
+/// An opaque block (a type SOBA does not know) is sent back as it came, so it costs what its
+/// JSON text costs: counted whole, keys and all. For encrypted payloads (`redacted_thinking`)
+/// this overestimates the provider's count, which is the safe side for a budget. Provider
+/// fields on a known block (`signature`, `cache_control`) are request metadata, not model
+/// input, and cost nothing.
+fn opaque_tokens(kind: TokenizerKind, block: &OpaqueBlock) -> u64 {
+    kind.count(&serde_json::to_string(block.fields()).unwrap_or_default())
 }
 
 /// Tokens an entry costs in the model input; 0 for entries the model never sees.
@@ -100,11 +110,40 @@ mod tests {
         );
     }
 
+    fn block(v: serde_json::Value) -> ContentBlock {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn provider_fields_on_a_known_block_cost_nothing() {
+        let k = TokenizerKind::O200kBase;
+        let plain = block(serde_json::json!({"type": "thinking", "thinking": "let me see"}));
+        let signed = block(
+            serde_json::json!({"type": "thinking", "thinking": "let me see",
+            "signature": "EqQBCkYIBRgCKkD3mR+xq/8nPz0Wc1kU9aT4n1ZcM7oYbL2vQeXoJw==",
+            "cache_control": {"type": "ephemeral"}}),
+        );
+        assert_eq!(blocks_tokens(k, &[signed]), blocks_tokens(k, &[plain]));
+    }
+
+    #[test]
+    fn an_opaque_block_costs_its_json_text() {
+        for k in [TokenizerKind::O200kBase, TokenizerKind::Cl100kBase] {
+            let json = r#"{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIw"}"#;
+            let opaque: ContentBlock = serde_json::from_str(json).unwrap();
+            assert!(matches!(opaque, ContentBlock::Opaque(_)));
+            let tokens = blocks_tokens(k, std::slice::from_ref(&opaque));
+            assert_eq!(tokens, k.count(json));
+            assert!(tokens > 10, "{tokens}");
+        }
+    }
+
     #[test]
     fn images_use_the_documented_estimate() {
         let blocks = vec![ContentBlock::Image {
             media_type: Some("image/png".into()),
             data: Some("AAAA".into()),
+            extra: Default::default(),
         }];
         assert_eq!(
             blocks_tokens(TokenizerKind::O200kBase, &blocks),

@@ -133,6 +133,7 @@ impl Agent {
                 id: (*id).into(),
                 name: (*name).into(),
                 input: input.clone(),
+                extra: Default::default(),
             })
             .collect();
         self.message(Role::Assistant, content)

@@ -92,6 +92,8 @@ class Generator:
         for key, prop in (variant.get("properties") or {}).items():
             if "const" in prop:
                 return pascal(str(prop["const"]))
+        if variant.get("title"):
+            return pascal(str(variant["title"]))
         return f"Variant{index}"
 
     def emit_class(self, name, node, names, into, bases=("TypedDict",), extra=()):

@@ -331,6 +331,14 @@ class ContentBlockImage(TypedDict):
     data: NotRequired[Optional[str]]
 
 
+class ContentBlockOpaque(TypedDict):
+    """A block of a type SOBA does not know, kept whole (its `type` included) and returned as it
+    came."""
+
+    # Any type but `text`, `thinking`, `tool_call` and `image`.
+    type: str
+
+
 class ContentBlockText(TypedDict):
     type: Literal["text"]
     text: str
@@ -400,6 +408,9 @@ class ForeignCompactionEntry(TypedDict):
     firstKeptEntryId: NotRequired[Optional[str]]
     # Number of items the source agent kept verbatim (e.g. Codex `replacement_history`).
     keptItems: NotRequired[Optional[int]]
+    # What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
+    # (Claude Code's `PreCompact` hook).
+    instructions: NotRequired[Optional[str]]
 
 
 class LastCompaction(TypedDict):
@@ -674,7 +685,13 @@ CheckpointKind = Literal["milestone", "plan_pivot"]
 CompactionPhase = Literal["start", "progress", "end"]
 
 
-ContentBlock = Union[ContentBlockText, ContentBlockThinking, ContentBlockToolCall, ContentBlockImage]
+ContentBlock = Union[ContentBlockText, ContentBlockThinking, ContentBlockToolCall, ContentBlockImage, ContentBlockOpaque]
+"""One block of a message's or tool result's content.
+
+Provider data SOBA does not interpret survives untouched: other fields of a known block
+(Anthropic's `signature` on thinking, `cache_control`, `citations`, …) are kept and written
+back after the block's own, and a block of any other type (`redacted_thinking`, server tool
+blocks, …) is kept whole and returned as it came."""
 
 
 FileOp = Literal["read", "modified", "created", "deleted"]

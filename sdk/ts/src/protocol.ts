@@ -140,27 +140,39 @@ export type CompactionResult = {
   mirrorNote?: string | null;
 };
 
+/**
+ * One block of a message's or tool result's content.
+ *
+ * Provider data SOBA does not interpret survives untouched: other fields of a known block
+ * (Anthropic's `signature` on thinking, `cache_control`, `citations`, …) are kept and written
+ * back after the block's own, and a block of any other type (`redacted_thinking`, server tool
+ * blocks, …) is kept whole and returned as it came.
+ */
 export type ContentBlock = (
   | {
     type: "text";
     text: string;
-  }
+  } & Record<string, unknown>
   | {
     type: "thinking";
     thinking: string;
-  }
+  } & Record<string, unknown>
   | {
     type: "tool_call";
     id: string;
     name: string;
     input: unknown;
-  }
+  } & Record<string, unknown>
   | {
     type: "image";
     media_type?: string | null;
     /** Base64 data or a reference; never counted as text. */
     data?: string | null;
-  }
+  } & Record<string, unknown>
+  | {
+    /** Any type but `text`, `thinking`, `tool_call` and `image`. */
+    type: string;
+  } & Record<string, unknown>
 );
 
 export type FileEntry = {
@@ -205,6 +217,11 @@ export type ForeignCompactionEntry = {
   firstKeptEntryId?: string | null;
   /** Number of items the source agent kept verbatim (e.g. Codex `replacement_history`). */
   keptItems?: number | null;
+  /**
+   * What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
+   * (Claude Code's `PreCompact` hook).
+   */
+  instructions?: string | null;
 };
 
 export type LastCompaction = {
