@@ -17,6 +17,7 @@ pub mod flight;
 pub mod hook;
 pub mod import;
 pub mod inspect;
+pub mod proxy;
 pub mod redact;
 pub mod replay;
 pub mod report;

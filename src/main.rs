@@ -62,6 +62,9 @@ enum Command {
     Trust(cli::trust::TrustArgs),
     /// Move a session's leaf back to an earlier entry by appending a `rewind` entry (nothing is deleted).
     Rewind { session: PathBuf, entry: String },
+    /// Serve the OpenAI and Anthropic chat APIs locally, compacting every conversation that
+    /// passes through on its way to the real provider.
+    Proxy(cli::proxy::ProxyArgs),
     /// Agent hooks: `soba hook claude-code` (run by Claude Code), `soba hook install claude-code`.
     Hook {
         #[command(subcommand)]
@@ -108,6 +111,7 @@ fn main() -> ExitCode {
         Command::Capsule { command } => cli::capsule::run(command, &cli.common),
         Command::Trust(args) => cli::trust::run(args, &cli.common),
         Command::Rewind { session, entry } => cli::capsule::rewind(session, entry, &cli.common),
+        Command::Proxy(args) => cli::proxy::run(args, &cli.common),
         Command::Hook { command } => cli::hook::run(command, &cli.common),
         Command::Debug { command } => cli::debug::run(command),
     };

@@ -24,6 +24,7 @@ pub mod demo;
 pub mod hook;
 pub mod import;
 pub mod inspect;
+pub mod proxy;
 pub mod replay;
 pub mod serve;
 pub mod trust;

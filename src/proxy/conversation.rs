@@ -1,0 +1,371 @@
+//! One proxied conversation and the session it maps to. Agents resend their whole history with
+//! every request; the conversation remembers which incoming message became which log entries,
+//! so each request appends only what is new, a changed history (an edit, a retried turn)
+//! rewinds the session to where the two agree, and the prefix a capsule replaced keeps
+//! matching after a compaction. Pure: no I/O; the server performs what it says.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::wire::{content_fingerprint, Api, Incoming};
+use crate::session::view::ModelMessage;
+
+/// One message of the conversation as the session holds it.
+#[derive(Debug, Clone)]
+struct Mapped {
+    /// Content fingerprint: the entries the message stands for.
+    fingerprint: u64,
+    /// The message as the agent last sent it; `None` for a reply the agent has not resent yet.
+    raw: Option<Value>,
+    entries: Vec<Value>,
+    entry_ids: Vec<String>,
+}
+
+/// What to do to bring the session in step with an incoming history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncPlan {
+    /// Move the session's leaf back to this entry first (the history changed after it).
+    pub rewind_to: Option<String>,
+    /// Incoming messages from this index on are new: append them.
+    pub append_from: usize,
+    /// The histories share nothing: the conversation must start over in a new session.
+    pub restart: bool,
+}
+
+/// A proxied conversation.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    pub session_id: String,
+    mapped: Vec<Mapped>,
+    /// System prompt and tool schemas last recorded in the session.
+    overhead: Option<(String, Option<String>)>,
+}
+
+/// One message of the upstream request, before it is put into the provider's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outgoing {
+    /// The agent's own message, kept whole by the model input: sent byte for byte.
+    Raw(Value),
+    /// A message SOBA's model input made or changed (the capsule, a synthesized or shortened
+    /// result, a message the cut divided): rendered from the model input.
+    Rendered(ModelMessage),
+}
+
+impl Conversation {
+    pub fn new(session_id: String) -> Self {
+        Conversation {
+            session_id,
+            mapped: Vec::new(),
+            overhead: None,
+        }
+    }
+
+    /// Messages the session holds.
+    pub fn len(&self) -> usize {
+        self.mapped.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.mapped.is_empty()
+    }
+
+    /// The setting entry to append when the agent's system prompt or tools changed.
+    pub fn overhead_change(&self, system: &str, tools: Option<&str>) -> Option<Value> {
+        let now = (system.to_string(), tools.map(str::to_string));
+        if self.overhead.as_ref() == Some(&now) {
+            return None;
+        }
+        let mut setting = serde_json::json!({"type": "setting", "systemPrompt": system});
+        if let Some(t) = tools {
+            setting["toolSchemas"] = Value::String(t.to_string());
+        }
+        Some(setting)
+    }
+
+    pub fn overhead_recorded(&mut self, system: &str, tools: Option<&str>) {
+        self.overhead = Some((system.to_string(), tools.map(str::to_string)));
+    }
+
+    /// Match the incoming history against the session by content.
+    pub fn plan(&self, incoming: &[Incoming]) -> SyncPlan {
+        let common = self
+            .mapped
+            .iter()
+            .zip(incoming)
+            .take_while(|(m, i)| m.fingerprint == content_fingerprint(&i.entries))
+            .count();
+        if common == self.mapped.len() {
+            return SyncPlan {
+                rewind_to: None,
+                append_from: common,
+                restart: false,
+            };
+        }
+        // The agent changed or dropped something after `common`: continue from the last
+        // message both agree on.
+        let target = self.mapped[..common]
+            .iter()
+            .rev()
+            .find_map(|m| m.entry_ids.last().cloned());
+        SyncPlan {
+            restart: target.is_none(),
+            rewind_to: target,
+            append_from: common,
+        }
+    }
+
+    /// The plan was carried out: messages after `keep` are gone from the session's branch,
+    /// and `appended` (each with the ids the session gave its entries) follow. Messages both
+    /// sides agree on take the agent's latest wording.
+    pub fn applied(&mut self, incoming: &[Incoming], keep: usize, appended: Vec<Vec<String>>) {
+        self.mapped.truncate(keep);
+        for (m, i) in self.mapped.iter_mut().zip(incoming) {
+            m.raw = Some(i.raw.clone());
+        }
+        for (msg, ids) in incoming[keep..].iter().zip(appended) {
+            self.mapped.push(Mapped {
+                fingerprint: content_fingerprint(&msg.entries),
+                raw: Some(msg.raw.clone()),
+                entries: msg.entries.clone(),
+                entry_ids: ids,
+            });
+        }
+    }
+
+    /// The upstream's reply became entry `entry_id`; the agent will resend it as the next
+    /// message of its history.
+    pub fn replied(&mut self, entry: Value, entry_id: String) {
+        let entries = vec![without_usage(entry)];
+        self.mapped.push(Mapped {
+            fingerprint: content_fingerprint(&entries),
+            raw: None,
+            entries,
+            entry_ids: vec![entry_id],
+        });
+    }
+
+    /// Lay out the model input: every run of messages that is one of the agent's messages,
+    /// whole and unchanged, goes out as the agent sent it; the rest is rendered.
+    pub fn compose(&self, input: &[ModelMessage]) -> Vec<Outgoing> {
+        let mut first_entry: HashMap<&str, usize> = HashMap::new();
+        for (i, m) in self.mapped.iter().enumerate() {
+            if let Some(first) = m.entry_ids.first() {
+                first_entry.insert(first.as_str(), i);
+            }
+        }
+        let mut out = Vec::with_capacity(input.len());
+        let mut pos = 0;
+        while pos < input.len() {
+            let msg = &input[pos];
+            let whole = msg
+                .entry_id
+                .as_deref()
+                .and_then(|id| first_entry.get(id))
+                .map(|&i| &self.mapped[i])
+                .filter(|m| m.raw.is_some() && kept_whole(m, &input[pos..]));
+            match whole {
+                Some(m) => {
+                    out.push(Outgoing::Raw(m.raw.clone().expect("filtered on raw")));
+                    pos += m.entry_ids.len();
+                }
+                None => {
+                    out.push(Outgoing::Rendered(msg.clone()));
+                    pos += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+fn without_usage(mut entry: Value) -> Value {
+    if let Some(o) = entry.as_object_mut() {
+        o.remove("usage");
+    }
+    entry
+}
+
+/// Whether the model input shows all of `m`'s entries, in order, with the content they were
+/// appended with (a tool result the view shortened is not).
+fn kept_whole(m: &Mapped, input: &[ModelMessage]) -> bool {
+    if input.len() < m.entry_ids.len() {
+        return false;
+    }
+    m.entry_ids
+        .iter()
+        .zip(&m.entries)
+        .zip(input)
+        .all(|((id, entry), shown)| {
+            shown.entry_id.as_deref() == Some(id.as_str())
+                && serde_json::to_value(&shown.content).ok().as_ref() == entry.get("content")
+        })
+}
+
+/// The provider messages for the upstream request.
+pub fn provider_messages(api: Api, outgoing: Vec<Outgoing>) -> Vec<Value> {
+    match api {
+        Api::OpenAiChat => {
+            let mut out = Vec::with_capacity(outgoing.len());
+            let mut rendered = Vec::new();
+            for o in outgoing {
+                match o {
+                    Outgoing::Raw(v) => {
+                        out.extend(super::wire::render_openai(&std::mem::take(&mut rendered)));
+                        out.push(v);
+                    }
+                    Outgoing::Rendered(m) => rendered.push(m),
+                }
+            }
+            out.extend(super::wire::render_openai(&rendered));
+            out
+        }
+        Api::Anthropic => super::wire::merge_anthropic_turns(
+            outgoing
+                .into_iter()
+                .map(|o| match o {
+                    Outgoing::Raw(v) => v,
+                    Outgoing::Rendered(m) => super::wire::render_anthropic_one(&m),
+                })
+                .collect(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::wire::ChatRequest;
+    use crate::session::entry::ContentBlock;
+    use serde_json::json;
+
+    fn request(messages: Value) -> ChatRequest {
+        let body = json!({"model": "gpt-4o", "messages": messages});
+        ChatRequest::parse(Api::OpenAiChat, body.to_string().as_bytes()).unwrap()
+    }
+
+    fn ids(prefix: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("{prefix}{i}")).collect()
+    }
+
+    fn shown(id: &str, role: &str, text: &str) -> ModelMessage {
+        ModelMessage {
+            role: role.into(),
+            content: vec![ContentBlock::text(text)],
+            tool_call_id: None,
+            is_error: None,
+            entry_id: Some(id.into()),
+        }
+    }
+
+    #[test]
+    fn a_resent_history_appends_only_the_new_messages() {
+        let mut c = Conversation::new("s".into());
+        let r1 = request(json!([{"role": "user", "content": "hi"}]));
+        let plan = c.plan(&r1.messages);
+        assert_eq!(plan.append_from, 0);
+        c.applied(&r1.messages, 0, vec![ids("a", 1)]);
+        c.replied(
+            json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": "hello"}], "usage": {"input": 3}}),
+            "b0".into(),
+        );
+        let r2 = request(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "next"},
+        ]));
+        let plan = c.plan(&r2.messages);
+        assert_eq!(
+            plan,
+            SyncPlan {
+                rewind_to: None,
+                append_from: 2,
+                restart: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_changed_history_rewinds_to_where_both_agree() {
+        let mut c = Conversation::new("s".into());
+        let r1 = request(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "do x"},
+        ]));
+        c.applied(&r1.messages, 0, vec![ids("a", 1), ids("b", 1), ids("c", 1)]);
+        let r2 = request(json!([
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "do y instead"},
+        ]));
+        let plan = c.plan(&r2.messages);
+        assert_eq!(plan.rewind_to.as_deref(), Some("b0"));
+        assert_eq!(plan.append_from, 2);
+        c.applied(&r2.messages, plan.append_from, vec![ids("d", 1)]);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c.plan(&r2.messages).append_from, 3);
+    }
+
+    #[test]
+    fn messages_kept_whole_go_out_as_sent_and_the_capsule_is_rendered() {
+        let mut c = Conversation::new("s".into());
+        // Key order and spacing the agent chose survive: the raw value is sent.
+        let r = request(json!([
+            {"content": "old", "role": "user"},
+            {"content": "kept", "role": "user"},
+        ]));
+        c.applied(&r.messages, 0, vec![ids("a", 1), ids("b", 1)]);
+        let capsule = ModelMessage {
+            entry_id: None,
+            ..shown("", "user", "# Context Capsule")
+        };
+        let out = c.compose(&[capsule.clone(), shown("b0", "user", "kept")]);
+        assert_eq!(
+            out,
+            vec![
+                Outgoing::Rendered(capsule),
+                Outgoing::Raw(json!({"content": "kept", "role": "user"}))
+            ]
+        );
+    }
+
+    #[test]
+    fn a_shortened_tool_result_is_rendered_not_sent_raw() {
+        let mut c = Conversation::new("s".into());
+        let r = request(json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "Bash", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "long output"},
+        ]));
+        c.applied(&r.messages, 0, vec![ids("a", 1), ids("b", 1), ids("c", 1)]);
+        let mut result = shown("c0", "tool", "long … [elided]");
+        result.tool_call_id = Some("c1".into());
+        let out = c.compose(&[result.clone()]);
+        assert_eq!(out, vec![Outgoing::Rendered(result)]);
+    }
+
+    #[test]
+    fn an_anthropic_turn_split_by_the_input_is_rendered_and_turns_alternate() {
+        let body = json!({"model": "claude", "max_tokens": 10, "messages": [
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                {"type": "text", "text": "and now"},
+            ]},
+        ]});
+        let r = ChatRequest::parse(Api::Anthropic, body.to_string().as_bytes()).unwrap();
+        assert_eq!(r.messages[0].entries.len(), 2);
+        let mut c = Conversation::new("s".into());
+        c.applied(&r.messages, 0, vec![ids("a", 2)]);
+        // The view kept only the text (the result went with its call into the capsule).
+        let capsule = ModelMessage {
+            entry_id: None,
+            ..shown("", "user", "capsule")
+        };
+        let out = c.compose(&[capsule, shown("a1", "user", "and now")]);
+        assert!(matches!(out[1], Outgoing::Rendered(_)));
+        let msgs = provider_messages(Api::Anthropic, out);
+        assert_eq!(msgs.len(), 1, "two user messages share one turn: {msgs:?}");
+        assert_eq!(msgs[0]["content"][1]["text"], "and now");
+    }
+}

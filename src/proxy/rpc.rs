@@ -1,0 +1,176 @@
+//! The proxy as an agent client of the daemon: `soba/*` requests over the LSP base protocol
+//! (`Content-Length` framing), on the user's shared socket or on an in-process daemon. The
+//! daemon's session actor stays the one writer of every log, and editors connected to the same
+//! daemon see proxied sessions like any other.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
+
+use crate::daemon::protocol::{code, RpcError};
+
+type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<Value>>>>;
+
+/// A connection to the daemon.
+pub struct RpcClient {
+    writer: Arc<tokio::sync::Mutex<Box<dyn AsyncWrite + Unpin + Send>>>,
+    pending: Pending,
+    next_id: AtomicI64,
+    closed: Arc<AtomicBool>,
+}
+
+/// Largest frame the client accepts from the daemon (a model input of a very large session).
+const MAX_FRAME: usize = 256 << 20;
+
+async fn read_frame<R: AsyncRead + Unpin>(r: &mut BufReader<R>) -> Option<Value> {
+    let mut len = None;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).await.ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, v)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse::<usize>().ok();
+            }
+        }
+    }
+    let len = len.filter(|&l| l <= MAX_FRAME)?;
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).await.ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+async fn write_frame(w: &mut (dyn AsyncWrite + Unpin + Send), msg: &Value) -> std::io::Result<()> {
+    let body = serde_json::to_vec(msg)?;
+    w.write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes())
+        .await?;
+    w.write_all(&body).await?;
+    w.flush().await
+}
+
+fn disconnected() -> RpcError {
+    RpcError::internal(
+        "the connection to the SOBA daemon closed; the proxy reconnects on the next request",
+    )
+}
+
+impl RpcClient {
+    /// Start a client over a byte stream and run the `initialize` handshake.
+    pub async fn connect<R, W>(reader: R, writer: W) -> Result<RpcClient, RpcError>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let pending: Pending = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        let (p, c) = (pending.clone(), closed.clone());
+        let (reply_tx, mut reply_rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(reader);
+            while let Some(msg) = read_frame(&mut r).await {
+                let is_response = msg.get("method").is_none();
+                if is_response {
+                    if let Some(id) = msg.get("id").and_then(Value::as_i64) {
+                        let waiter = p.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                        if let Some(s) = waiter {
+                            let _ = s.send(msg);
+                        }
+                    }
+                } else if msg.get("id").is_some() {
+                    // A request from the daemon (work-done progress): answer it with null.
+                    let _ =
+                        reply_tx.send(json!({"jsonrpc": "2.0", "id": msg["id"], "result": null}));
+                }
+                // Notifications (budget changes, compaction progress) are for editors.
+            }
+            c.store(true, Ordering::SeqCst);
+            // Waiters see their sender dropped and report the closed connection.
+            p.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        });
+        let writer: Arc<tokio::sync::Mutex<Box<dyn AsyncWrite + Unpin + Send>>> =
+            Arc::new(tokio::sync::Mutex::new(Box::new(writer)));
+        let answers = Arc::downgrade(&writer);
+        tokio::spawn(async move {
+            while let Some(reply) = reply_rx.recv().await {
+                let Some(w) = answers.upgrade() else { return };
+                let mut w = w.lock().await;
+                let _ = write_frame(&mut **w, &reply).await;
+            }
+        });
+        let client = RpcClient {
+            writer,
+            pending,
+            next_id: AtomicI64::new(1),
+            closed,
+        };
+        client
+            .request(
+                "initialize",
+                json!({"processId": std::process::id(), "rootUri": null, "capabilities": {},
+                       "clientInfo": {"name": "soba-proxy"}}),
+            )
+            .await?;
+        client.notify("initialized", json!({})).await?;
+        Ok(client)
+    }
+
+    /// Whether the daemon closed the connection.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    async fn notify(&self, method: &str, params: Value) -> Result<(), RpcError> {
+        let mut w = self.writer.lock().await;
+        write_frame(
+            &mut **w,
+            &json!({"jsonrpc": "2.0", "method": method, "params": params}),
+        )
+        .await
+        .map_err(|_| disconnected())
+    }
+
+    /// One request; the daemon's `result`, or its error with code and message.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        if self.is_closed() {
+            return Err(disconnected());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, tx);
+        {
+            let mut w = self.writer.lock().await;
+            let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+            if write_frame(&mut **w, &msg).await.is_err() {
+                return Err(disconnected());
+            }
+        }
+        let reply = rx.await.map_err(|_| disconnected())?;
+        if let Some(e) = reply.get("error") {
+            return Err(RpcError {
+                code: e
+                    .get("code")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(code::INTERNAL),
+                message: e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the daemon reported an error")
+                    .to_string(),
+                data: e.get("data").cloned(),
+            });
+        }
+        Ok(reply.get("result").cloned().unwrap_or(Value::Null))
+    }
+}

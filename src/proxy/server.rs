@@ -1,0 +1,781 @@
+//! The HTTP shell: accept requests on a loopback port, run chat requests through their
+//! conversation's session (append what is new, preflight, rewrite to the model input), forward
+//! everything to the upstream with the agent's own headers, and pass the answer back as it
+//! comes. The user's key travels in those headers; it is never logged nor stored.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use bytes::Bytes;
+use futures::{SinkExt, StreamExt};
+use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming as Body};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::Mutex;
+
+use super::conversation::{provider_messages, Conversation};
+use super::rpc::RpcClient;
+use super::wire::{self, Api, ChatRequest, Reply, StreamTap};
+use crate::daemon::paths::Paths;
+use crate::daemon::protocol::{code, method, RpcError};
+use crate::daemon::registry::Daemon;
+use crate::session::view::ModelMessage;
+use crate::summarize::sse::SseParser;
+
+type ProxyBody = BoxBody<Bytes, std::io::Error>;
+
+/// Where the proxy's sessions live.
+pub enum DaemonTarget {
+    /// The user's shared daemon (started when absent): editors see the proxied sessions.
+    Shared {
+        paths: Paths,
+        /// Arguments for a daemon the proxy starts (`--config FILE`).
+        args: Vec<std::ffi::OsString>,
+    },
+    /// A daemon inside the proxy's own process (`--standalone`, tests).
+    InProcess(Arc<Daemon>),
+}
+
+/// Everything the proxy is told at start.
+pub struct ProxyConfig {
+    /// Base URL of the provider API, e.g. `https://api.openai.com`.
+    pub upstream: reqwest::Url,
+    /// Workspace the sessions belong to.
+    pub workspace: String,
+    pub context_window: Option<u64>,
+    pub max_output_tokens: Option<u64>,
+    pub daemon: DaemonTarget,
+    /// Where request lines go (stderr from the CLI). Never given headers or bodies.
+    pub log: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+/// A conversation and the daemon connection it was last opened on.
+struct Live {
+    conv: Conversation,
+    generation: u64,
+}
+
+pub struct Proxy {
+    config: ProxyConfig,
+    http: reqwest::Client,
+    link: Mutex<Option<(Arc<RpcClient>, u64)>>,
+    conversations: Mutex<HashMap<u64, Arc<Mutex<Live>>>>,
+}
+
+/// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1), and those the
+/// proxy recomputes.
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "proxy-connection"
+            | "te"
+            | "trailer"
+            | "trailers"
+            | "transfer-encoding"
+            | "upgrade"
+            | "host"
+            | "content-length"
+    )
+}
+
+/// The request headers that go upstream. For a rewritten chat request the body must be read,
+/// so the upstream is asked for it uncompressed.
+pub fn upstream_headers(headers: &HeaderMap, rewritten: bool) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if is_hop_by_hop(name) || (rewritten && name == http::header::ACCEPT_ENCODING) {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+fn response_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if !is_hop_by_hop(name) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// The upstream URL for an incoming path: the base URL's path, then the request's, without
+/// repeating a `/v1` both carry.
+pub fn upstream_url(base: &reqwest::Url, path_and_query: &str) -> reqwest::Url {
+    let mut url = base.clone();
+    let (path, query) = match path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path_and_query, None),
+    };
+    let base_path = base.path().trim_end_matches('/');
+    let path = match path.strip_prefix("/v1") {
+        Some(rest) if base_path.ends_with("/v1") && (rest.is_empty() || rest.starts_with('/')) => {
+            rest
+        }
+        _ => path,
+    };
+    url.set_path(&format!("{base_path}{path}"));
+    url.set_query(query);
+    url
+}
+
+/// Refuse an address other machines can reach unless the user asked for it: whoever reaches
+/// the proxy spends the key the agent sends through it.
+pub fn check_listen(addr: &SocketAddr, allow_remote: bool) -> anyhow::Result<()> {
+    if addr.ip().is_loopback() || allow_remote {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "refusing to listen on {addr}: other machines could send requests through the proxy with your API key; listen on 127.0.0.1 (the default) or pass --allow-remote"
+    )
+}
+
+fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<ProxyBody> {
+    let mut r = Response::new(full(body.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// An error of the proxy itself, in the provider's shape.
+fn proxy_error(api: Api, status: StatusCode, kind: &str, message: &str) -> Response<ProxyBody> {
+    json_response(status, &wire::error_body(api, kind, message))
+}
+
+/// The budget could not be met even after compaction: answered as the provider answers a
+/// prompt that is too long, so the agent's own recovery runs.
+fn too_long(api: Api, e: &RpcError) -> Response<ProxyBody> {
+    let message = format!("prompt is too long: {}", e.message);
+    match api {
+        Api::OpenAiChat => json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}}),
+        ),
+        Api::Anthropic => proxy_error(
+            api,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            &message,
+        ),
+    }
+}
+
+fn daemon_error(api: Api, e: &RpcError) -> Response<ProxyBody> {
+    proxy_error(
+        api,
+        StatusCode::BAD_GATEWAY,
+        "api_error",
+        &format!("soba proxy: the SOBA daemon failed: {}", e.message),
+    )
+}
+
+/// What one chat request did, for the request line.
+#[derive(Default)]
+struct Note {
+    session: String,
+    sent: usize,
+    received: usize,
+    compaction: Option<String>,
+    retried: bool,
+}
+
+impl Proxy {
+    pub fn new(config: ProxyConfig) -> anyhow::Result<Arc<Proxy>> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(30))
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Arc::new(Proxy {
+            config,
+            http,
+            link: Mutex::new(None),
+            conversations: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The daemon connection, made (again) when there is none or the last one closed.
+    async fn rpc(&self) -> Result<(Arc<RpcClient>, u64), RpcError> {
+        let mut link = self.link.lock().await;
+        if let Some((c, g)) = link.as_ref() {
+            if !c.is_closed() {
+                return Ok((c.clone(), *g));
+            }
+        }
+        let generation = link.as_ref().map_or(0, |(_, g)| g + 1);
+        let client = match &self.config.daemon {
+            DaemonTarget::InProcess(daemon) => {
+                let (ours, theirs) = tokio::io::duplex(1 << 20);
+                let (sr, sw) = tokio::io::split(theirs);
+                tokio::spawn(crate::daemon::server::serve_connection(
+                    daemon.clone(),
+                    sr,
+                    sw,
+                ));
+                let (cr, cw) = tokio::io::split(ours);
+                RpcClient::connect(cr, cw).await?
+            }
+            DaemonTarget::Shared { paths, args } => {
+                let start = || crate::daemon::socket::spawn_daemon_process(paths, args);
+                let stream = crate::daemon::socket::connect_or_start(
+                    paths,
+                    start,
+                    crate::daemon::socket::START_TIMEOUT,
+                )
+                .await
+                .map_err(|e| RpcError::internal(format!("{e:#}")))?;
+                let (r, w) = stream.into_split();
+                RpcClient::connect(r, w).await?
+            }
+        };
+        let client = Arc::new(client);
+        *link = Some((client.clone(), generation));
+        Ok((client, generation))
+    }
+
+    /// Serve connections until the listener fails.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> anyhow::Result<()> {
+        loop {
+            let (stream, _) = listener.accept().await.context("accepting a connection")?;
+            let proxy = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let proxy = proxy.clone();
+                    async move { Ok::<_, std::convert::Infallible>(proxy.handle(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    }
+
+    async fn handle(self: Arc<Self>, req: Request<Body>) -> Response<ProxyBody> {
+        let started = Instant::now();
+        let (parts, body) = req.into_parts();
+        let path_and_query = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let body = match body.collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => {
+                return json_response(
+                    StatusCode::BAD_REQUEST,
+                    &json!({"error": {"message": format!("soba proxy: cannot read the request body: {e}")}}),
+                )
+            }
+        };
+        let api = (parts.method == Method::POST)
+            .then(|| Api::for_path(parts.uri.path()))
+            .flatten();
+        let mut note = Note::default();
+        let response = match api {
+            Some(api) => match ChatRequest::parse(api, &body) {
+                Ok(chat) => self.chat(&parts, chat, &mut note).await,
+                Err(e) => proxy_error(
+                    api,
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    &format!("soba proxy: {e}"),
+                ),
+            },
+            None => self.pass_through(&parts, &path_and_query, body).await,
+        };
+        let mut line = format!(
+            "soba proxy: {} {} → {} in {} ms",
+            parts.method,
+            parts.uri.path(),
+            response.status().as_u16(),
+            started.elapsed().as_millis()
+        );
+        if !note.session.is_empty() {
+            line.push_str(&format!(
+                " (session {}, {} messages in, {} sent",
+                note.session, note.received, note.sent
+            ));
+            if let Some(c) = &note.compaction {
+                line.push_str(&format!(", compaction {c}"));
+            }
+            if note.retried {
+                line.push_str(", retried after overflow");
+            }
+            line.push(')');
+        }
+        (self.config.log)(&line);
+        response
+    }
+
+    async fn send_upstream(
+        &self,
+        parts: &http::request::Parts,
+        path_and_query: &str,
+        body: Bytes,
+        rewritten: bool,
+    ) -> Result<reqwest::Response, Response<ProxyBody>> {
+        let url = upstream_url(&self.config.upstream, path_and_query);
+        let mut headers = upstream_headers(&parts.headers, rewritten);
+        if rewritten {
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+        }
+        self.http
+            .request(parts.method.clone(), url)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| {
+                json_response(
+                    StatusCode::BAD_GATEWAY,
+                    &json!({"error": {"message": format!("soba proxy: the upstream {} cannot be reached: {}", self.config.upstream, without_url(e)), "type": "api_error"}}),
+                )
+            })
+    }
+
+    async fn pass_through(
+        &self,
+        parts: &http::request::Parts,
+        path_and_query: &str,
+        body: Bytes,
+    ) -> Response<ProxyBody> {
+        match self.send_upstream(parts, path_and_query, body, false).await {
+            Ok(up) => stream_back(up, None),
+            Err(r) => r,
+        }
+    }
+
+    /// The conversation a request belongs to, opened on the current daemon connection.
+    async fn conversation(
+        &self,
+        chat: &ChatRequest,
+        rpc: &RpcClient,
+        generation: u64,
+        restart: bool,
+    ) -> Result<Arc<Mutex<Live>>, RpcError> {
+        let key = chat.conversation_key();
+        let existing = self.conversations.lock().await.get(&key).cloned();
+        if let Some(live) = existing.filter(|_| !restart) {
+            let stale = live.lock().await.generation != generation;
+            if stale {
+                // A new daemon connection: the session is loaded again from its log.
+                let id = live.lock().await.conv.session_id.clone();
+                rpc.request(
+                    method::SESSION_OPEN,
+                    json!({"workspace": self.config.workspace, "sessionId": id, "create": false}),
+                )
+                .await?;
+                live.lock().await.generation = generation;
+            }
+            return Ok(live);
+        }
+        let opened = rpc
+            .request(
+                method::SESSION_OPEN,
+                json!({"workspace": self.config.workspace, "create": true, "model": {
+                    "name": chat.model,
+                    "contextWindow": self.config.context_window,
+                    "maxOutputTokens": self.config.max_output_tokens,
+                }}),
+            )
+            .await?;
+        let id = opened
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .ok_or_else(|| RpcError::internal("soba/session/open answered without a sessionId"))?
+            .to_string();
+        let live = Arc::new(Mutex::new(Live {
+            conv: Conversation::new(id),
+            generation,
+        }));
+        self.conversations.lock().await.insert(key, live.clone());
+        Ok(live)
+    }
+
+    /// Bring the session in step with the request; the model input to send.
+    async fn sync(
+        &self,
+        chat: &ChatRequest,
+        rpc: &RpcClient,
+        live: &mut Live,
+    ) -> Result<Option<Value>, RpcError> {
+        let conv = &mut live.conv;
+        let plan = conv.plan(&chat.messages);
+        if plan.restart {
+            return Ok(None);
+        }
+        let session = conv.session_id.clone();
+        if let Some(to) = &plan.rewind_to {
+            rpc.request(method::REWIND, json!({"sessionId": session, "entryId": to}))
+                .await?;
+        }
+        let mut entries = Vec::new();
+        let setting = conv.overhead_change(&chat.system, chat.tools.as_deref());
+        if let Some(s) = &setting {
+            entries.push(s.clone());
+        }
+        let new = &chat.messages[plan.append_from..];
+        for m in new {
+            entries.extend(m.entries.iter().cloned());
+        }
+        let mut appended = Vec::with_capacity(new.len());
+        if !entries.is_empty() {
+            let result = rpc
+                .request(
+                    method::SESSION_APPEND,
+                    json!({"sessionId": session, "entries": entries}),
+                )
+                .await?;
+            let mut ids = result
+                .get("entryIds")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|v| v.as_str().map(str::to_string));
+            if setting.is_some() {
+                ids.next();
+                conv.overhead_recorded(&chat.system, chat.tools.as_deref());
+            }
+            for m in new {
+                appended.push(ids.by_ref().take(m.entries.len()).collect());
+            }
+        }
+        conv.applied(&chat.messages, plan.append_from, appended);
+        let input = rpc
+            .request(method::PREFLIGHT, json!({"sessionId": session}))
+            .await?;
+        Ok(Some(input))
+    }
+
+    fn upstream_body(
+        &self,
+        chat: &ChatRequest,
+        conv: &Conversation,
+        input: &Value,
+    ) -> (Bytes, usize) {
+        let messages: Vec<ModelMessage> = input
+            .get("messages")
+            .cloned()
+            .and_then(|m| serde_json::from_value(m).ok())
+            .unwrap_or_default();
+        let outgoing = provider_messages(chat.api, conv.compose(&messages));
+        let n = outgoing.len();
+        (Bytes::from(chat.with_messages(outgoing).to_string()), n)
+    }
+
+    async fn chat(
+        self: &Arc<Self>,
+        parts: &http::request::Parts,
+        chat: ChatRequest,
+        note: &mut Note,
+    ) -> Response<ProxyBody> {
+        let api = chat.api;
+        note.received = chat.messages.len();
+        let (rpc, generation) = match self.rpc().await {
+            Ok(c) => c,
+            Err(e) => return daemon_error(api, &e),
+        };
+        let mut restart = false;
+        let (live, input) = loop {
+            let live = match self.conversation(&chat, &rpc, generation, restart).await {
+                Ok(l) => l,
+                Err(e) => return daemon_error(api, &e),
+            };
+            let mut guard = live.clone().lock_owned().await;
+            match self.sync(&chat, &rpc, &mut guard).await {
+                Ok(Some(input)) => break (guard, input),
+                Ok(None) if !restart => restart = true,
+                Ok(None) => {
+                    return daemon_error(
+                        api,
+                        &RpcError::internal("the conversation could not be matched"),
+                    )
+                }
+                Err(e) if e.code == code::BUDGET_EXCEEDED => return too_long(api, &e),
+                Err(e) => return daemon_error(api, &e),
+            }
+        };
+        note.session = live.conv.session_id.clone();
+        note.compaction = compaction_outcome(&input);
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        let (body, sent) = self.upstream_body(&chat, &live.conv, &input);
+        note.sent = sent;
+        let mut up = match self.send_upstream(parts, &path, body, true).await {
+            Ok(up) => up,
+            Err(r) => return r,
+        };
+        if !up.status().is_success() {
+            let status = up.status();
+            let headers = up.headers().clone();
+            let bytes = up.bytes().await.unwrap_or_default();
+            if !wire::is_context_overflow(status.as_u16(), &bytes) {
+                return buffered(status, &headers, bytes);
+            }
+            // The provider counted more than SOBA did: recover once, then retry.
+            note.retried = true;
+            let session = live.conv.session_id.clone();
+            let recovered = async {
+                let r = rpc
+                    .request(method::OVERFLOW, json!({"sessionId": session}))
+                    .await?;
+                let input = rpc
+                    .request(method::PREFLIGHT, json!({"sessionId": session}))
+                    .await?;
+                Ok::<_, RpcError>((r, input))
+            }
+            .await;
+            let input = match recovered {
+                Ok((r, input)) if r.get("retryAllowed").and_then(Value::as_bool) != Some(false) => {
+                    note.compaction = r
+                        .pointer("/compaction/outcome")
+                        .and_then(Value::as_str)
+                        .map(|o| format!("{o} (overflow)"));
+                    input
+                }
+                // No recovery possible: the agent gets the provider's own answer.
+                Ok((r, _)) => {
+                    note.compaction = Some(format!(
+                        "{} (overflow): {}",
+                        r.pointer("/compaction/outcome")
+                            .and_then(Value::as_str)
+                            .unwrap_or("?"),
+                        r.pointer("/compaction/reason")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                    ));
+                    return buffered(status, &headers, bytes);
+                }
+                Err(e) => {
+                    note.compaction = Some(format!("failed (overflow): {}", e.message));
+                    return buffered(status, &headers, bytes);
+                }
+            };
+            let (body, sent) = self.upstream_body(&chat, &live.conv, &input);
+            note.sent = sent;
+            up = match self.send_upstream(parts, &path, body, true).await {
+                Ok(up) => up,
+                Err(r) => return r,
+            };
+            if !up.status().is_success() {
+                let status = up.status();
+                let headers = up.headers().clone();
+                let bytes = up.bytes().await.unwrap_or_default();
+                return buffered(status, &headers, bytes);
+            }
+        }
+        let recorder = Recorder { rpc, live, api };
+        let is_stream = up
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if is_stream {
+            return stream_back(up, Some(recorder));
+        }
+        let status = up.status();
+        let headers = up.headers().clone();
+        let bytes = match up.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                return proxy_error(
+                    api,
+                    StatusCode::BAD_GATEWAY,
+                    "api_error",
+                    &format!(
+                        "soba proxy: the upstream answer broke off: {}",
+                        without_url(e)
+                    ),
+                )
+            }
+        };
+        recorder.record(wire::parse_reply(api, &bytes)).await;
+        buffered(status, &headers, bytes)
+    }
+}
+
+fn compaction_outcome(input: &Value) -> Option<String> {
+    let c = input.get("compaction").filter(|c| !c.is_null())?;
+    Some(format!(
+        "{} ({})",
+        c.get("outcome").and_then(Value::as_str).unwrap_or("?"),
+        c.get("trigger").and_then(Value::as_str).unwrap_or("?")
+    ))
+}
+
+/// reqwest errors name the URL; the URL may carry a key in its query, so it is left out.
+fn without_url(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut s = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(inner) = source {
+        s.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    s
+}
+
+/// Records the reply in the session once the agent has it.
+struct Recorder {
+    rpc: Arc<RpcClient>,
+    live: tokio::sync::OwnedMutexGuard<Live>,
+    api: Api,
+}
+
+impl Recorder {
+    async fn record(mut self, reply: Reply) {
+        let Some(mut entry) = reply.entry else { return };
+        let _ = self.api;
+        let session = self.live.conv.session_id.clone();
+        let plain = entry.clone();
+        if let Some(u) = reply.usage {
+            entry["usage"] = serde_json::to_value(u).unwrap_or(Value::Null);
+        }
+        let appended = self
+            .rpc
+            .request(
+                method::SESSION_APPEND,
+                json!({"sessionId": session, "entries": [entry]}),
+            )
+            .await;
+        let Some(id) = appended.ok().and_then(|r| {
+            r.pointer("/entryIds/0")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        }) else {
+            return;
+        };
+        self.live.conv.replied(plain, id);
+        if !reply.wants_tools {
+            let _ = self
+                .rpc
+                .request(
+                    method::TURN_COMPLETE,
+                    json!({"sessionId": session, "usage": reply.usage}),
+                )
+                .await;
+        }
+    }
+}
+
+fn buffered(status: StatusCode, headers: &HeaderMap, bytes: Bytes) -> Response<ProxyBody> {
+    let mut r = Response::new(full(bytes));
+    *r.status_mut() = status;
+    *r.headers_mut() = response_headers(headers);
+    r
+}
+
+/// Pass the upstream's answer through as it arrives; with a recorder, read the events on the
+/// way and record the reply when the stream has ended.
+fn stream_back(up: reqwest::Response, recorder: Option<Recorder>) -> Response<ProxyBody> {
+    let status = up.status();
+    let headers = response_headers(up.headers());
+    let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(16);
+    let api = recorder.as_ref().map(|r| r.api);
+    tokio::spawn(async move {
+        let mut chunks = up.bytes_stream();
+        let mut parser = SseParser::new();
+        let mut tap = api.map(StreamTap::new);
+        let mut complete = true;
+        while let Some(chunk) = chunks.next().await {
+            match chunk {
+                Ok(bytes) => {
+                    if let Some(t) = tap.as_mut() {
+                        for e in parser.feed(&bytes) {
+                            t.event(&e);
+                        }
+                    }
+                    if tx.send(Ok(Frame::data(bytes))).await.is_err() {
+                        // The agent went away: it never saw this reply and will not resend it.
+                        complete = false;
+                        break;
+                    }
+                }
+                Err(e) => {
+                    complete = false;
+                    let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        if let (Some(r), Some(t), true) = (recorder, tap, complete) {
+            r.record(t.finish()).await;
+        }
+    });
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(rx)));
+    *r.status_mut() = status;
+    *r.headers_mut() = headers;
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_listen_address_is_refused_without_allow_remote() {
+        let remote: SocketAddr = "0.0.0.0:4860".parse().unwrap();
+        let err = check_listen(&remote, false).unwrap_err().to_string();
+        assert!(err.contains("--allow-remote"), "{err}");
+        assert!(check_listen(&remote, true).is_ok());
+        assert!(check_listen(&"127.0.0.1:4860".parse().unwrap(), false).is_ok());
+        assert!(check_listen(&"[::1]:4860".parse().unwrap(), false).is_ok());
+    }
+
+    #[test]
+    fn hop_by_hop_headers_are_dropped_and_auth_goes_upstream() {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "Bearer sk-test".parse().unwrap());
+        h.insert("x-api-key", "k".parse().unwrap());
+        h.insert("connection", "keep-alive".parse().unwrap());
+        h.insert("host", "127.0.0.1".parse().unwrap());
+        h.insert("accept-encoding", "gzip".parse().unwrap());
+        let out = upstream_headers(&h, true);
+        assert_eq!(out.get("authorization").unwrap(), "Bearer sk-test");
+        assert_eq!(out.get("x-api-key").unwrap(), "k");
+        assert!(out.get("connection").is_none() && out.get("host").is_none());
+        assert!(out.get("accept-encoding").is_none());
+        assert!(upstream_headers(&h, false).get("accept-encoding").is_some());
+    }
+
+    #[test]
+    fn upstream_paths_join_without_a_doubled_v1() {
+        let base: reqwest::Url = "https://api.openai.com/v1".parse().unwrap();
+        assert_eq!(
+            upstream_url(&base, "/v1/chat/completions").as_str(),
+            "https://api.openai.com/v1/chat/completions"
+        );
+        let base: reqwest::Url = "http://127.0.0.1:9/".parse().unwrap();
+        assert_eq!(
+            upstream_url(&base, "/v1/models?x=1").as_str(),
+            "http://127.0.0.1:9/v1/models?x=1"
+        );
+    }
+}

@@ -1,0 +1,909 @@
+//! Provider formats at the proxy's edge: OpenAI Chat Completions and Anthropic Messages
+//! requests split into the agent's fixed part (system prompt, tools) and its messages; each
+//! message turned into the session-log entries it stands for; SOBA's model input rendered back
+//! into the provider's messages (the mapping of `docs/protocol.md`, "Sending the input to a
+//! provider"); replies (whole or streamed) turned into an assistant entry with its usage.
+//! Pure: JSON in, JSON out.
+
+use serde_json::{json, Map, Value};
+
+use crate::session::entry::{ContentBlock, Usage};
+use crate::session::view::ModelMessage;
+use crate::summarize::sse::SseEvent;
+
+/// The chat APIs whose requests the proxy rewrites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/chat/completions`.
+    OpenAiChat,
+    /// `POST /v1/messages`.
+    Anthropic,
+}
+
+impl Api {
+    /// The API a request path belongs to, when the proxy rewrites it.
+    pub fn for_path(path: &str) -> Option<Api> {
+        let p = path.trim_end_matches('/');
+        if p.ends_with("/chat/completions") {
+            Some(Api::OpenAiChat)
+        } else if p == "/v1/messages" || p == "/messages" {
+            Some(Api::Anthropic)
+        } else {
+            None
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::OpenAiChat => "openai",
+            Api::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// Why a request body could not be read as a chat request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadRequest(pub String);
+
+/// One message of the incoming history, with the log entries it stands for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incoming {
+    /// The message as the agent sent it (returned upstream byte for byte when the model input
+    /// keeps it whole).
+    pub raw: Value,
+    /// Entries for `soba/session/append`, without `id`, `parentId` and `ts`.
+    pub entries: Vec<Value>,
+}
+
+/// A chat request split at the proxy's edge.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    pub api: Api,
+    /// The whole body; the upstream request is this with its messages replaced.
+    pub body: Map<String, Value>,
+    pub model: Option<String>,
+    pub stream: bool,
+    /// System prompt text (Anthropic `system`; OpenAI leading `system`/`developer` messages).
+    pub system: String,
+    /// Tool schemas as JSON text (counted by the budget, sent as is).
+    pub tools: Option<String>,
+    /// OpenAI's leading system messages, sent first as they came.
+    pub preamble: Vec<Value>,
+    pub messages: Vec<Incoming>,
+}
+
+impl ChatRequest {
+    pub fn parse(api: Api, body: &[u8]) -> Result<ChatRequest, BadRequest> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| BadRequest(format!("the request body is not JSON: {e}")))?;
+        let Value::Object(body) = value else {
+            return Err(BadRequest("the request body must be a JSON object".into()));
+        };
+        let Some(Value::Array(messages)) = body.get("messages") else {
+            return Err(BadRequest(
+                "the request has no `messages` array; send a chat request".into(),
+            ));
+        };
+        let mut preamble = Vec::new();
+        let mut system = String::new();
+        let mut out = Vec::with_capacity(messages.len());
+        match api {
+            Api::OpenAiChat => {
+                let mut leading = true;
+                for (i, m) in messages.iter().enumerate() {
+                    let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+                    if leading && (role == "system" || role == "developer") {
+                        push_line(&mut system, &openai_text(m.get("content")));
+                        preamble.push(m.clone());
+                        continue;
+                    }
+                    leading = false;
+                    out.push(Incoming {
+                        raw: m.clone(),
+                        entries: openai_entries(m).map_err(|e| at(i, e))?,
+                    });
+                }
+            }
+            Api::Anthropic => {
+                match body.get("system") {
+                    Some(Value::String(s)) => system.push_str(s),
+                    Some(Value::Array(blocks)) => {
+                        for b in blocks {
+                            if let Some(t) = b.get("text").and_then(Value::as_str) {
+                                push_line(&mut system, t);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                for (i, m) in messages.iter().enumerate() {
+                    out.push(Incoming {
+                        raw: m.clone(),
+                        entries: anthropic_entries(m).map_err(|e| at(i, e))?,
+                    });
+                }
+            }
+        }
+        let tools = body
+            .get("tools")
+            .filter(|t| !t.is_null())
+            .map(|t| t.to_string());
+        Ok(ChatRequest {
+            api,
+            model: body
+                .get("model")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+            system,
+            tools,
+            preamble,
+            messages: out,
+            body,
+        })
+    }
+
+    /// What identifies the conversation across requests: its system prompt and its first user
+    /// message (agents resend both unchanged with every request).
+    pub fn conversation_key(&self) -> u64 {
+        let first_user = self
+            .messages
+            .iter()
+            .find(|m| m.raw.get("role").and_then(Value::as_str) == Some("user"))
+            .map(|m| serde_json::to_string(&m.entries).unwrap_or_default())
+            .unwrap_or_default();
+        fingerprint(&[self.api.as_str(), &self.system, &first_user])
+    }
+
+    /// The upstream body: everything as sent, with `messages` replaced.
+    pub fn with_messages(&self, messages: Vec<Value>) -> Value {
+        let mut body = self.body.clone();
+        let all = match self.api {
+            Api::OpenAiChat => self.preamble.iter().cloned().chain(messages).collect(),
+            Api::Anthropic => messages,
+        };
+        body.insert("messages".into(), Value::Array(all));
+        Value::Object(body)
+    }
+}
+
+fn at(i: usize, e: BadRequest) -> BadRequest {
+    BadRequest(format!("messages[{i}]: {}", e.0))
+}
+
+fn push_line(s: &mut String, t: &str) {
+    if !s.is_empty() && !t.is_empty() {
+        s.push('\n');
+    }
+    s.push_str(t);
+}
+
+/// A stable 64-bit FNV-1a hash of the parts (stable across processes, unlike `DefaultHasher`).
+pub fn fingerprint(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.as_bytes().iter().chain(std::iter::once(&0xff)) {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The fingerprint of a message by its content: the entries it stands for.
+pub fn content_fingerprint(entries: &[Value]) -> u64 {
+    fingerprint(&[&serde_json::to_string(entries).unwrap_or_default()])
+}
+
+fn text_block(text: &str) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+fn message_entry(role: &str, content: Vec<Value>) -> Value {
+    json!({"type": "message", "role": role, "content": content})
+}
+
+fn tool_result_entry(call_id: &str, content: Vec<Value>, is_error: bool) -> Value {
+    json!({"type": "tool_result", "callId": call_id, "content": content, "isError": is_error})
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI Chat Completions
+
+/// Text of an OpenAI `content`: a string, or the `text` parts of an array.
+fn openai_text(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => {
+            let mut s = String::new();
+            for p in parts {
+                if let Some(t) = p.get("text").and_then(Value::as_str) {
+                    s.push_str(t);
+                }
+            }
+            s
+        }
+        _ => String::new(),
+    }
+}
+
+/// OpenAI `content` as SOBA blocks: text and images (`image_url`, kept as the URL).
+fn openai_blocks(content: Option<&Value>) -> Vec<Value> {
+    match content {
+        Some(Value::String(s)) if !s.is_empty() => vec![text_block(s)],
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| match p.get("type").and_then(Value::as_str) {
+                Some("text") | Some("input_text") => p
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
+                    .map(text_block),
+                Some("image_url") => {
+                    let url = p.pointer("/image_url/url").and_then(Value::as_str)?;
+                    let media_type = url
+                        .strip_prefix("data:")
+                        .and_then(|r| r.split(';').next())
+                        .map(str::to_string);
+                    Some(json!({"type": "image", "media_type": media_type, "data": url}))
+                }
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `input` of a tool call from OpenAI's `arguments` text (kept as a string when not JSON).
+fn parse_arguments(arguments: &str) -> Value {
+    if arguments.trim().is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()))
+}
+
+fn openai_entries(m: &Value) -> Result<Vec<Value>, BadRequest> {
+    let role = m
+        .get("role")
+        .and_then(Value::as_str)
+        .ok_or_else(|| BadRequest("a message has no `role`".into()))?;
+    Ok(match role {
+        "user" | "system" | "developer" => {
+            let role = if role == "user" { "user" } else { "system" };
+            vec![message_entry(role, openai_blocks(m.get("content")))]
+        }
+        "assistant" => vec![openai_assistant_entry(m)],
+        "tool" | "function" => {
+            let call_id = m
+                .get("tool_call_id")
+                .or_else(|| m.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| BadRequest("a `tool` message has no `tool_call_id`".into()))?;
+            let text = openai_text(m.get("content"));
+            vec![tool_result_entry(call_id, vec![text_block(&text)], false)]
+        }
+        other => {
+            return Err(BadRequest(format!(
+                "unknown role `{other}`; expected system, developer, user, assistant or tool"
+            )))
+        }
+    })
+}
+
+/// An OpenAI assistant message (a request's, or a reply's `choices[0].message`) as an entry.
+fn openai_assistant_entry(m: &Value) -> Value {
+    let mut content = openai_blocks(m.get("content"));
+    if let Some(Value::Array(calls)) = m.get("tool_calls") {
+        for c in calls {
+            let f = c.get("function").cloned().unwrap_or(Value::Null);
+            content.push(json!({
+                "type": "tool_call",
+                "id": c.get("id").and_then(Value::as_str).unwrap_or(""),
+                "name": f.get("name").and_then(Value::as_str).unwrap_or(""),
+                "input": parse_arguments(f.get("arguments").and_then(Value::as_str).unwrap_or("")),
+            }));
+        }
+    }
+    message_entry("assistant", content)
+}
+
+fn image_url(media_type: Option<&str>, data: Option<&str>) -> String {
+    let data = data.unwrap_or("");
+    if data.starts_with("data:") || data.starts_with("http://") || data.starts_with("https://") {
+        data.to_string()
+    } else {
+        format!(
+            "data:{};base64,{data}",
+            media_type.unwrap_or("application/octet-stream")
+        )
+    }
+}
+
+fn blocks_text(content: &[ContentBlock]) -> String {
+    crate::session::entry::blocks_text(content)
+}
+
+/// SOBA messages as OpenAI Chat messages.
+pub fn render_openai(messages: &[ModelMessage]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut pending_images: Vec<Value> = Vec::new();
+    for m in messages {
+        if m.role != "tool" && !pending_images.is_empty() {
+            out.push(json!({"role": "user", "content": std::mem::take(&mut pending_images)}));
+        }
+        match m.role.as_str() {
+            "assistant" => {
+                let text = blocks_text(&m.content);
+                let calls: Vec<Value> = m
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::ToolCall {
+                            id, name, input, ..
+                        } => Some(json!({
+                            "id": id, "type": "function",
+                            "function": {"name": name, "arguments": arguments_text(input)},
+                        })),
+                        _ => None,
+                    })
+                    .collect();
+                let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { Value::String(text) }});
+                if !calls.is_empty() {
+                    msg["tool_calls"] = Value::Array(calls);
+                }
+                out.push(msg);
+            }
+            "tool" => {
+                let mut text = blocks_text(&m.content);
+                if m.is_error == Some(true) && !text.starts_with("no result") {
+                    text = format!("[error] {text}");
+                }
+                for b in &m.content {
+                    if let ContentBlock::Image {
+                        media_type, data, ..
+                    } = b
+                    {
+                        pending_images.push(json!({"type": "image_url", "image_url": {"url": image_url(media_type.as_deref(), data.as_deref())}}));
+                    }
+                }
+                out.push(json!({"role": "tool", "tool_call_id": m.tool_call_id.clone().unwrap_or_default(), "content": text}));
+            }
+            role => {
+                let has_images = m
+                    .content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::Image { .. }));
+                let content = if has_images {
+                    Value::Array(
+                        m.content
+                            .iter()
+                            .filter_map(|b| match b {
+                                ContentBlock::Text { text, .. } => {
+                                    Some(json!({"type": "text", "text": text}))
+                                }
+                                ContentBlock::Image { media_type, data, .. } => Some(
+                                    json!({"type": "image_url", "image_url": {"url": image_url(media_type.as_deref(), data.as_deref())}}),
+                                ),
+                                _ => None,
+                            })
+                            .collect(),
+                    )
+                } else {
+                    Value::String(blocks_text(&m.content))
+                };
+                let role = if role == "system" { "system" } else { "user" };
+                out.push(json!({"role": role, "content": content}));
+            }
+        }
+    }
+    if !pending_images.is_empty() {
+        out.push(json!({"role": "user", "content": pending_images}));
+    }
+    out
+}
+
+fn arguments_text(input: &Value) -> String {
+    match input {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Anthropic Messages
+
+fn anthropic_image(b: &Value) -> Option<Value> {
+    let source = b.get("source")?;
+    let media_type = source.get("media_type").and_then(Value::as_str);
+    let data = source
+        .get("data")
+        .or_else(|| source.get("url"))
+        .and_then(Value::as_str);
+    Some(json!({"type": "image", "media_type": media_type, "data": data}))
+}
+
+/// Anthropic content (a string or blocks) as SOBA blocks; `tool_use` becomes `tool_call`.
+fn anthropic_blocks(blocks: &[Value]) -> Vec<Value> {
+    blocks
+        .iter()
+        .filter_map(|b| match b.get("type").and_then(Value::as_str) {
+            Some("text") => b
+                .get("text")
+                .and_then(Value::as_str)
+                .filter(|t| !t.is_empty())
+                .map(text_block),
+            // The signature is what lets the API take earlier thinking back: it is kept (the
+            // log stores it opaque). `cache_control` and other markers agents move between
+            // requests are not, so a resent message still matches by content.
+            Some("thinking") => b.get("thinking").and_then(Value::as_str).map(|t| {
+                let mut block = json!({"type": "thinking", "thinking": t});
+                if let Some(sig) = b
+                    .get("signature")
+                    .filter(|s| s.as_str().is_some_and(|s| !s.is_empty()))
+                {
+                    block["signature"] = sig.clone();
+                }
+                block
+            }),
+            Some("redacted_thinking") => Some(b.clone()),
+            Some("tool_use") | Some("server_tool_use") => Some(json!({
+                "type": "tool_call",
+                "id": b.get("id").and_then(Value::as_str).unwrap_or(""),
+                "name": b.get("name").and_then(Value::as_str).unwrap_or(""),
+                "input": b.get("input").cloned().unwrap_or_else(|| json!({})),
+            })),
+            Some("image") => anthropic_image(b),
+            _ => None,
+        })
+        .collect()
+}
+
+fn anthropic_result_content(content: Option<&Value>) -> Vec<Value> {
+    match content {
+        Some(Value::String(s)) => vec![text_block(s)],
+        Some(Value::Array(blocks)) => anthropic_blocks(blocks),
+        _ => Vec::new(),
+    }
+}
+
+fn anthropic_entries(m: &Value) -> Result<Vec<Value>, BadRequest> {
+    let role = m
+        .get("role")
+        .and_then(Value::as_str)
+        .ok_or_else(|| BadRequest("a message has no `role`".into()))?;
+    if role != "user" && role != "assistant" {
+        return Err(BadRequest(format!(
+            "unknown role `{role}`; Anthropic messages are `user` or `assistant`"
+        )));
+    }
+    let blocks = match m.get("content") {
+        Some(Value::String(s)) => vec![text_block(s)],
+        Some(Value::Array(b)) => b.clone(),
+        _ => return Err(BadRequest("a message has no `content`".into())),
+    };
+    if role == "assistant" {
+        return Ok(vec![message_entry("assistant", anthropic_blocks(&blocks))]);
+    }
+    // A user turn: its tool results become `tool_result` entries; the other blocks between
+    // them one user message each run.
+    let mut entries = Vec::new();
+    let mut run: Vec<Value> = Vec::new();
+    for b in &blocks {
+        if b.get("type").and_then(Value::as_str) == Some("tool_result") {
+            if !run.is_empty() {
+                entries.push(message_entry(
+                    "user",
+                    anthropic_blocks(&std::mem::take(&mut run)),
+                ));
+            }
+            let id = b
+                .get("tool_use_id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| BadRequest("a `tool_result` block has no `tool_use_id`".into()))?;
+            let is_error = b.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+            entries.push(tool_result_entry(
+                id,
+                anthropic_result_content(b.get("content")),
+                is_error,
+            ));
+        } else {
+            run.push(b.clone());
+        }
+    }
+    if !run.is_empty() || entries.is_empty() {
+        entries.push(message_entry("user", anthropic_blocks(&run)));
+    }
+    Ok(entries)
+}
+
+fn anthropic_out_blocks(content: &[ContentBlock]) -> Vec<Value> {
+    content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text, .. } if !text.is_empty() => Some(text_block(text)),
+            ContentBlock::ToolCall {
+                id, name, input, ..
+            } => Some(json!({"type": "tool_use", "id": id, "name": name, "input": input})),
+            ContentBlock::Image {
+                media_type, data, ..
+            } => Some(match data.as_deref() {
+                Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
+                    json!({"type": "image", "source": {"type": "url", "url": url}})
+                }
+                _ => json!({"type": "image", "source": {
+                    "type": "base64",
+                    "media_type": media_type.as_deref().unwrap_or("image/png"),
+                    "data": data.as_deref().unwrap_or(""),
+                }}),
+            }),
+            // Earlier thinking is accepted only with its signature; a redacted_thinking (or
+            // other opaque) block goes back as it came.
+            ContentBlock::Thinking { .. } | ContentBlock::Opaque(_) => {
+                let v = serde_json::to_value(b).ok()?;
+                let signed = v
+                    .get("signature")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| !s.is_empty());
+                (signed || matches!(b, ContentBlock::Opaque(_))).then_some(v)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// One SOBA message as an Anthropic turn (role, blocks); merging turns is the caller's part.
+pub fn render_anthropic_one(m: &ModelMessage) -> Value {
+    match m.role.as_str() {
+        "assistant" => json!({"role": "assistant", "content": anthropic_out_blocks(&m.content)}),
+        "tool" => json!({"role": "user", "content": [{
+            "type": "tool_result",
+            "tool_use_id": m.tool_call_id.clone().unwrap_or_default(),
+            "content": anthropic_out_blocks(&m.content),
+            "is_error": m.is_error.unwrap_or(false),
+        }]}),
+        _ => json!({"role": "user", "content": anthropic_out_blocks(&m.content)}),
+    }
+}
+
+/// Anthropic alternates roles: consecutive messages of one role become one turn.
+pub fn merge_anthropic_turns(messages: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+    for m in messages {
+        let same_role = out
+            .last()
+            .is_some_and(|prev: &Value| prev.get("role") == m.get("role"));
+        if !same_role {
+            out.push(m);
+            continue;
+        }
+        let prev = out.last_mut().expect("checked above");
+        let mut blocks = content_as_blocks(prev.get("content"));
+        blocks.extend(content_as_blocks(m.get("content")));
+        prev["content"] = Value::Array(blocks);
+    }
+    out
+}
+
+fn content_as_blocks(content: Option<&Value>) -> Vec<Value> {
+    match content {
+        Some(Value::String(s)) => vec![text_block(s)],
+        Some(Value::Array(b)) => b.clone(),
+        _ => Vec::new(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replies
+
+/// What the proxy keeps of a reply: the assistant entry (without usage), the provider usage,
+/// and whether the model asked for tools (the turn goes on) or finished.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Reply {
+    pub entry: Option<Value>,
+    pub usage: Option<Usage>,
+    pub wants_tools: bool,
+}
+
+fn openai_usage(u: &Value) -> Option<Usage> {
+    let prompt = u.get("prompt_tokens")?.as_u64()?;
+    let cached = u
+        .pointer("/prompt_tokens_details/cached_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    Some(Usage {
+        input: prompt.saturating_sub(cached),
+        cache_read: cached,
+        cache_write: 0,
+        output: u
+            .get("completion_tokens")
+            .and_then(Value::as_u64)
+            .unwrap_or(0),
+    })
+}
+
+fn anthropic_usage(u: &Value, into: &mut Usage) -> bool {
+    let mut any = false;
+    let mut set = |key: &str, slot: &mut u64| {
+        if let Some(v) = u.get(key).and_then(Value::as_u64) {
+            *slot = v;
+            any = true;
+        }
+    };
+    set("input_tokens", &mut into.input);
+    set("cache_read_input_tokens", &mut into.cache_read);
+    set("cache_creation_input_tokens", &mut into.cache_write);
+    set("output_tokens", &mut into.output);
+    any
+}
+
+/// A whole (non-streamed) reply body.
+pub fn parse_reply(api: Api, body: &[u8]) -> Reply {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Reply::default();
+    };
+    match api {
+        Api::OpenAiChat => {
+            let msg = v.pointer("/choices/0/message");
+            let entry = msg.map(openai_assistant_entry);
+            Reply {
+                wants_tools: msg
+                    .and_then(|m| m.get("tool_calls"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|c| !c.is_empty()),
+                entry,
+                usage: v.get("usage").and_then(openai_usage),
+            }
+        }
+        Api::Anthropic => {
+            let blocks = v
+                .get("content")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let mut usage = Usage::default();
+            let has_usage = v
+                .get("usage")
+                .is_some_and(|u| anthropic_usage(u, &mut usage));
+            Reply {
+                wants_tools: v.get("stop_reason").and_then(Value::as_str) == Some("tool_use"),
+                entry: Some(message_entry("assistant", anthropic_blocks(&blocks))),
+                usage: has_usage.then_some(usage),
+            }
+        }
+    }
+}
+
+/// Rebuilds the reply from a stream's events as they pass through to the client.
+#[derive(Debug)]
+pub struct StreamTap {
+    api: Api,
+    /// Content blocks by index (Anthropic) or text + tool calls by index (OpenAI), in order.
+    blocks: Vec<Value>,
+    /// Tool-call input JSON text being streamed, by block index.
+    partial_json: Vec<String>,
+    text: String,
+    usage: Usage,
+    has_usage: bool,
+    wants_tools: bool,
+    saw_any: bool,
+}
+
+impl StreamTap {
+    pub fn new(api: Api) -> Self {
+        StreamTap {
+            api,
+            blocks: Vec::new(),
+            partial_json: Vec::new(),
+            text: String::new(),
+            usage: Usage::default(),
+            has_usage: false,
+            wants_tools: false,
+            saw_any: false,
+        }
+    }
+
+    fn slot(&mut self, index: usize) -> &mut Value {
+        while self.blocks.len() <= index {
+            self.blocks.push(Value::Null);
+            self.partial_json.push(String::new());
+        }
+        &mut self.blocks[index]
+    }
+
+    pub fn event(&mut self, e: &SseEvent) {
+        let Ok(v) = serde_json::from_str::<Value>(&e.data) else {
+            return; // `[DONE]` and keep-alives
+        };
+        self.saw_any = true;
+        match self.api {
+            Api::OpenAiChat => self.openai_chunk(&v),
+            Api::Anthropic => self.anthropic_event(&v),
+        }
+    }
+
+    fn openai_chunk(&mut self, v: &Value) {
+        if let Some(u) = v.get("usage").and_then(openai_usage) {
+            self.usage = u;
+            self.has_usage = true;
+        }
+        let Some(delta) = v.pointer("/choices/0/delta") else {
+            return;
+        };
+        if let Some(t) = delta.get("content").and_then(Value::as_str) {
+            self.text.push_str(t);
+        }
+        if let Some(Value::Array(calls)) = delta.get("tool_calls") {
+            self.wants_tools = true;
+            for c in calls {
+                let index = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                let slot = self.slot(index);
+                if slot.is_null() {
+                    *slot = json!({"type": "tool_call", "id": "", "name": "", "input": {}});
+                }
+                if let Some(id) = c.get("id").and_then(Value::as_str) {
+                    slot["id"] = Value::String(id.to_string());
+                }
+                if let Some(n) = c.pointer("/function/name").and_then(Value::as_str) {
+                    let name = format!("{}{n}", slot["name"].as_str().unwrap_or(""));
+                    slot["name"] = Value::String(name);
+                }
+                if let Some(a) = c.pointer("/function/arguments").and_then(Value::as_str) {
+                    self.partial_json[index].push_str(a);
+                }
+            }
+        }
+    }
+
+    fn anthropic_event(&mut self, v: &Value) {
+        let index = v.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+        match v.get("type").and_then(Value::as_str) {
+            Some("message_start") => {
+                if let Some(u) = v.pointer("/message/usage") {
+                    self.has_usage |= anthropic_usage(u, &mut self.usage);
+                }
+            }
+            Some("content_block_start") => {
+                let block = v.get("content_block").cloned().unwrap_or(Value::Null);
+                *self.slot(index) = block;
+            }
+            Some("content_block_delta") => {
+                let delta = v.get("delta").cloned().unwrap_or(Value::Null);
+                let slot = self.slot(index);
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let t = format!(
+                            "{}{}",
+                            slot.get("text").and_then(Value::as_str).unwrap_or(""),
+                            delta.get("text").and_then(Value::as_str).unwrap_or("")
+                        );
+                        slot["text"] = Value::String(t);
+                    }
+                    Some("signature_delta") => {
+                        let t = format!(
+                            "{}{}",
+                            slot.get("signature").and_then(Value::as_str).unwrap_or(""),
+                            delta.get("signature").and_then(Value::as_str).unwrap_or("")
+                        );
+                        slot["signature"] = Value::String(t);
+                    }
+                    Some("thinking_delta") => {
+                        let t = format!(
+                            "{}{}",
+                            slot.get("thinking").and_then(Value::as_str).unwrap_or(""),
+                            delta.get("thinking").and_then(Value::as_str).unwrap_or("")
+                        );
+                        slot["thinking"] = Value::String(t);
+                    }
+                    Some("input_json_delta") => {
+                        let p = delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        self.partial_json[index].push_str(p);
+                    }
+                    _ => {}
+                }
+            }
+            Some("message_delta") => {
+                if let Some(u) = v.get("usage") {
+                    self.has_usage |= anthropic_usage(u, &mut self.usage);
+                }
+                if v.pointer("/delta/stop_reason").and_then(Value::as_str) == Some("tool_use") {
+                    self.wants_tools = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The reply the stream carried.
+    pub fn finish(mut self) -> Reply {
+        if !self.saw_any {
+            return Reply::default();
+        }
+        for (i, json) in self.partial_json.iter().enumerate() {
+            if !json.is_empty() {
+                self.blocks[i]["input"] = parse_arguments(json);
+            }
+        }
+        let content = match self.api {
+            Api::OpenAiChat => {
+                let mut content = Vec::new();
+                if !self.text.is_empty() {
+                    content.push(text_block(&self.text));
+                }
+                content.extend(self.blocks.into_iter().filter(|b| !b.is_null()));
+                content
+            }
+            Api::Anthropic => anthropic_blocks(&self.blocks),
+        };
+        Reply {
+            entry: Some(message_entry("assistant", content)),
+            usage: self.has_usage.then_some(self.usage),
+            wants_tools: self.wants_tools,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/// Whether an upstream error says the prompt did not fit the model's context window.
+pub fn is_context_overflow(status: u16, body: &[u8]) -> bool {
+    if !(status == 400 || status == 413) {
+        return false;
+    }
+    let text = String::from_utf8_lossy(body).to_ascii_lowercase();
+    text.contains("context_length_exceeded")
+        || text.contains("prompt is too long")
+        || text.contains("maximum context length")
+}
+
+/// An error body in the provider's own shape, so the agent reports it as it would a
+/// provider's.
+pub fn error_body(api: Api, kind: &str, message: &str) -> Value {
+    match api {
+        Api::OpenAiChat => json!({"error": {"message": message, "type": kind, "code": kind}}),
+        Api::Anthropic => json!({"type": "error", "error": {"type": kind, "message": message}}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signed_thinking_and_redacted_thinking_survive_the_round_trip_to_anthropic() {
+        let body = json!({"model": "claude", "max_tokens": 5, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "plan", "signature": "sig=="},
+                {"type": "redacted_thinking", "data": "opaque=="},
+                {"type": "text", "text": "ok", "cache_control": {"type": "ephemeral"}},
+            ]},
+        ]});
+        let r = ChatRequest::parse(Api::Anthropic, body.to_string().as_bytes()).unwrap();
+        let entry = &r.messages[1].entries[0];
+        assert_eq!(entry["content"][0]["signature"], "sig==");
+        assert_eq!(entry["content"][1]["type"], "redacted_thinking");
+        assert!(
+            entry["content"][2].get("cache_control").is_none(),
+            "moving markers do not change the content"
+        );
+        // Through the log's block type and back out as an Anthropic turn.
+        let msg: ModelMessage =
+            serde_json::from_value(json!({"role": "assistant", "content": entry["content"]}))
+                .unwrap();
+        let out = render_anthropic_one(&msg);
+        assert_eq!(
+            out["content"][0],
+            json!({"type": "thinking", "thinking": "plan", "signature": "sig=="})
+        );
+        assert_eq!(
+            out["content"][1],
+            json!({"type": "redacted_thinking", "data": "opaque=="})
+        );
+        assert_eq!(out["content"][2]["text"], "ok");
+    }
+}

@@ -1,0 +1,915 @@
+//! `soba proxy` end to end: an agent-like client sends its whole history with every request
+//! through the proxy to a loopback fake upstream that answers like the provider (whole and
+//! streamed), records every request it gets, and reports usage and cache reads.
+
+#[path = "support/lsp_client.rs"]
+mod lsp_client;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use soba::daemon::paths::Paths;
+use soba::daemon::registry::{Daemon, DaemonOptions};
+use soba::proxy::{DaemonTarget, Proxy, ProxyConfig};
+use soba::tokens::TokenizerKind;
+
+/// Context window of the test model: hard limit 20000 − 2000 − the safety reserve.
+const WINDOW: u64 = 20000;
+const MAX_OUTPUT: u64 = 2000;
+const KEY: &str = "sk-test-secret-4b1d";
+
+// ---------------------------------------------------------------------------------------------
+// The fake upstream
+
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    raw: Bytes,
+}
+
+impl Seen {
+    fn body(&self) -> Value {
+        serde_json::from_slice(&self.raw).unwrap_or(Value::Null)
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+#[derive(Clone)]
+struct Canned {
+    status: u16,
+    content_type: &'static str,
+    body: String,
+}
+
+#[derive(Default)]
+struct UpstreamState {
+    seen: Vec<Seen>,
+    /// Answers to give before the normal ones, in order.
+    script: VecDeque<Canned>,
+    /// Bytes of every streamed answer, in order.
+    streamed: Vec<Vec<u8>>,
+    /// Messages of the previous chat request, serialized one by one (for cache reads).
+    previous: Vec<String>,
+    /// `cache_read` reported per chat request.
+    cache_reads: Vec<u64>,
+    /// Per chat request: the previous request's messages were all a byte-identical prefix.
+    whole_prefix: Vec<bool>,
+    /// Call a tool in the next answers (OpenAI): tool call ids to use, one per answer.
+    tool_calls: VecDeque<String>,
+}
+
+#[derive(Clone)]
+struct Upstream {
+    addr: SocketAddr,
+    state: Arc<Mutex<UpstreamState>>,
+}
+
+impl Upstream {
+    fn seen(&self) -> Vec<Seen> {
+        self.state.lock().unwrap().seen.clone()
+    }
+    fn chats(&self) -> Vec<Seen> {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.method == "POST")
+            .collect()
+    }
+    fn script(&self, c: Canned) {
+        self.state.lock().unwrap().script.push_back(c);
+    }
+}
+
+/// Tokens a provider would roughly prefill for a prefix of serialized messages (the fake's
+/// stand-in for a prompt cache: the longest run of leading messages identical byte for byte).
+fn cached_tokens(state: &mut UpstreamState, messages: &[Value]) -> u64 {
+    let now: Vec<String> = messages.iter().map(|m| m.to_string()).collect();
+    let same = now
+        .iter()
+        .zip(&state.previous)
+        .take_while(|(a, b)| a == b)
+        .map(|(a, _)| a.len() as u64 / 4)
+        .sum();
+    let whole = !state.previous.is_empty()
+        && now.len() >= state.previous.len()
+        && now.iter().zip(&state.previous).all(|(a, b)| a == b);
+    state.whole_prefix.push(whole);
+    state.previous = now;
+    same
+}
+
+fn sse(events: &[(Option<&str>, Value)], done: bool) -> String {
+    let mut s = String::new();
+    for (name, data) in events {
+        if let Some(n) = name {
+            s.push_str(&format!("event: {n}\n"));
+        }
+        s.push_str(&format!("data: {data}\n\n"));
+    }
+    if done {
+        s.push_str("data: [DONE]\n\n");
+    }
+    s
+}
+
+fn answer(state: &mut UpstreamState, path: &str, body: &Value) -> Canned {
+    if let Some(c) = state.script.pop_front() {
+        return c;
+    }
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let prompt = (body.to_string().len() / 4) as u64;
+    let cached = cached_tokens(state, &messages).min(prompt);
+    state.cache_reads.push(cached);
+    let n = state.seen.len();
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    if path.ends_with("/chat/completions") {
+        let tool = state.tool_calls.pop_front();
+        let usage = json!({"prompt_tokens": prompt, "completion_tokens": 7,
+                           "prompt_tokens_details": {"cached_tokens": cached}});
+        if stream {
+            let mut events = vec![
+                (
+                    None,
+                    json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "answer "}}]}),
+                ),
+                (
+                    None,
+                    json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": format!("number {n}")}}]}),
+                ),
+            ];
+            if let Some(id) = tool {
+                events.push((None, json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":"}}]}}]})));
+                events.push((None, json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "\"src/main.rs\"}"}}]}}]})));
+            }
+            events.push((None, json!({"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": usage})));
+            return Canned {
+                status: 200,
+                content_type: "text/event-stream",
+                body: sse(&events, true),
+            };
+        }
+        let mut message = json!({"role": "assistant", "content": format!("answer number {n}")});
+        if let Some(id) = tool {
+            message["tool_calls"] = json!([{"id": id, "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"src/main.rs\"}"}}]);
+        }
+        return Canned {
+            status: 200,
+            content_type: "application/json",
+            body: json!({"id": "chatcmpl-1", "object": "chat.completion", "model": body["model"],
+                         "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                         "usage": usage})
+            .to_string(),
+        };
+    }
+    // Anthropic Messages.
+    let usage = json!({"input_tokens": prompt - cached, "cache_read_input_tokens": cached,
+                       "cache_creation_input_tokens": 0, "output_tokens": 9});
+    if stream {
+        let events = vec![
+            (
+                Some("message_start"),
+                json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": prompt - cached, "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0, "output_tokens": 1}}}),
+            ),
+            (
+                Some("content_block_start"),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            ),
+            (
+                Some("content_block_delta"),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "let me think"}}),
+            ),
+            (
+                Some("content_block_delta"),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "sig=="}}),
+            ),
+            (
+                Some("content_block_stop"),
+                json!({"type": "content_block_stop", "index": 0}),
+            ),
+            (
+                Some("content_block_start"),
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}),
+            ),
+            (
+                Some("content_block_delta"),
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": format!("answer number {n}")}}),
+            ),
+            (
+                Some("content_block_stop"),
+                json!({"type": "content_block_stop", "index": 1}),
+            ),
+            (
+                Some("message_delta"),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+            ),
+            (Some("message_stop"), json!({"type": "message_stop"})),
+        ];
+        return Canned {
+            status: 200,
+            content_type: "text/event-stream",
+            body: sse(&events, false),
+        };
+    }
+    Canned {
+        status: 200,
+        content_type: "application/json",
+        body: json!({"id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                     "content": [{"type": "text", "text": format!("answer number {n}")}],
+                     "stop_reason": "end_turn", "usage": usage})
+        .to_string(),
+    }
+}
+
+async fn start_upstream() -> Upstream {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state: Arc<Mutex<UpstreamState>> = Arc::default();
+    let st = state.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let st = st.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |req: http::Request<hyper::body::Incoming>| {
+                        let st = st.clone();
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let raw = body.collect().await.unwrap().to_bytes();
+                            let value: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                            let mut s = st.lock().unwrap();
+                            s.seen.push(Seen {
+                                method: parts.method.to_string(),
+                                path: parts.uri.path_and_query().unwrap().to_string(),
+                                headers: parts
+                                    .headers
+                                    .iter()
+                                    .map(|(n, v)| {
+                                        (n.to_string(), v.to_str().unwrap_or("").to_string())
+                                    })
+                                    .collect(),
+                                raw,
+                            });
+                            let canned = if parts.method == http::Method::GET {
+                                Canned {
+                                status: 200,
+                                content_type: "application/json",
+                                body: json!({"object": "list", "data": [{"id": "gpt-4o"}], "query": parts.uri.query()}).to_string(),
+                            }
+                            } else {
+                                answer(&mut s, parts.uri.path(), &value)
+                            };
+                            if canned.content_type == "text/event-stream" {
+                                s.streamed.push(canned.body.clone().into_bytes());
+                            }
+                            let r = http::Response::builder()
+                                .status(canned.status)
+                                .header("content-type", canned.content_type)
+                                .header("x-request-id", "req_upstream_7")
+                                .body(Full::new(Bytes::from(canned.body)))
+                                .unwrap();
+                            Ok::<_, std::convert::Infallible>(r)
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Upstream { addr, state }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The proxy under test
+
+struct Env {
+    base: tempfile::TempDir,
+    workspace: PathBuf,
+    proxy: SocketAddr,
+    upstream: Upstream,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+fn workspace(base: &std::path::Path) -> PathBuf {
+    let ws = std::fs::canonicalize(base).unwrap().join("project");
+    std::fs::create_dir_all(ws.join(".soba")).unwrap();
+    std::fs::write(
+        ws.join(".soba/config.json"),
+        json!({
+            "compaction": {"keepRecentTokens": 1500, "minTokensForAutoCompact": 3000, "minReclaimableTokens": 500},
+            "summarizer": {"provider": "local"}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    ws
+}
+
+async fn start_proxy(target: impl FnOnce(&std::path::Path) -> DaemonTarget) -> Env {
+    let base = tempfile::tempdir().unwrap();
+    let ws = workspace(base.path());
+    let upstream = start_upstream().await;
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l = log.clone();
+    let proxy = Proxy::new(ProxyConfig {
+        upstream: format!("http://{}", upstream.addr).parse().unwrap(),
+        workspace: ws.display().to_string(),
+        context_window: Some(WINDOW),
+        max_output_tokens: Some(MAX_OUTPUT),
+        daemon: target(base.path()),
+        log: Arc::new(move |line: &str| l.lock().unwrap().push(line.to_string())),
+    })
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(proxy.serve(listener));
+    Env {
+        base,
+        workspace: ws,
+        proxy: addr,
+        upstream,
+        log,
+    }
+}
+
+async fn env() -> Env {
+    start_proxy(|base| {
+        DaemonTarget::InProcess(Daemon::new(
+            Paths::under(&base.join("soba")),
+            DaemonOptions {
+                watch: None,
+                extra_config: None,
+                summarizer: None,
+            },
+        ))
+    })
+    .await
+}
+
+impl Env {
+    async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("http://{}{path}", self.proxy))
+            .header("authorization", format!("Bearer {KEY}"))
+            .header("x-api-key", KEY)
+            .header("anthropic-version", "2023-06-01")
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Session logs the proxy's sessions wrote.
+    fn session_logs(&self) -> Vec<PathBuf> {
+        let dir = Paths::under(&self.base.path().join("soba")).sessions_dir(&self.workspace);
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn hard_limit() -> u64 {
+    soba::budget::Limits::compute(
+        WINDOW,
+        MAX_OUTPUT,
+        &soba::config::CompactionConfig::default(),
+    )
+    .unwrap()
+    .hard_limit
+}
+
+/// Tokens of the text a request carries in its messages: a lower bound of what the provider
+/// counts, and what SOBA's budget must keep under the hard limit.
+fn message_tokens(body: &Value) -> u64 {
+    let k = TokenizerKind::O200kBase;
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let mut t = 0;
+            match &m["content"] {
+                Value::String(s) => t += k.count(s),
+                Value::Array(parts) => {
+                    for p in parts {
+                        for key in ["text", "thinking"] {
+                            if let Some(s) = p[key].as_str() {
+                                t += k.count(s);
+                            }
+                        }
+                        if let Some(s) = p["content"].as_str() {
+                            t += k.count(s);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            t
+        })
+        .sum()
+}
+
+/// About `tokens` tokens of distinct prose.
+fn filler(turn: usize, tokens: usize) -> String {
+    (0..tokens / 6)
+        .map(|i| format!("step{turn}x{i} checks module "))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_conversation_is_compacted_and_no_request_exceeds_the_hard_limit() {
+    let env = env().await;
+    let hard = hard_limit();
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a careful coding agent."})];
+    for turn in 0..24 {
+        if turn % 3 == 1 {
+            // A tool round: the agent's call and its result, as OpenAI clients resend them.
+            let id = format!("call_{turn}");
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"src/lib.rs\"}"}}]}));
+            messages
+                .push(json!({"role": "tool", "tool_call_id": id, "content": filler(turn, 400)}));
+        }
+        messages.push(json!({"role": "user", "content": filler(turn, 700)}));
+        let r = env
+            .post(
+                "/v1/chat/completions",
+                &json!({"model": "gpt-4o", "messages": messages}),
+            )
+            .await;
+        assert_eq!(r.status(), 200, "turn {turn}: {:?}", r.text().await);
+        let reply: Value = r.json().await.unwrap();
+        messages.push(reply["choices"][0]["message"].clone());
+    }
+    let chats = env.upstream.chats();
+    assert_eq!(chats.len(), 24);
+    for (i, c) in chats.iter().enumerate() {
+        let t = message_tokens(&c.body());
+        assert!(
+            t <= hard,
+            "request {i} carried {t} tokens, over the hard limit {hard}"
+        );
+        // The agent's system prompt is sent first, as it was sent.
+        assert_eq!(c.body()["messages"][0], messages[0]);
+        // Every tool message follows the assistant message with its call.
+        let sent = c.body()["messages"].as_array().unwrap().clone();
+        for (j, m) in sent.iter().enumerate() {
+            if m["role"] == "tool" {
+                let id = m["tool_call_id"].as_str().unwrap();
+                let call_at = sent[..j].iter().rposition(|p| p["role"] != "tool").unwrap();
+                let calls = sent[call_at]["tool_calls"]
+                    .as_array()
+                    .expect("a tool message follows its call");
+                assert!(
+                    calls.iter().any(|c| c["id"] == id),
+                    "request {i}: result {id} is not paired"
+                );
+            }
+        }
+    }
+    let last = chats.last().unwrap().body();
+    let first_after_system = last["messages"][1]["content"].as_str().unwrap_or("");
+    assert!(
+        first_after_system.contains("Context Capsule"),
+        "the history was replaced by a capsule: {first_after_system:.200}"
+    );
+    assert!(
+        last["messages"].as_array().unwrap().len() < messages.len(),
+        "fewer messages than the agent's history went upstream"
+    );
+    assert!(env
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("compaction completed")));
+    // One session; each message of the history was appended once.
+    let logs = env.session_logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let (session, _) = soba::session::log::read_session(&logs[0]).unwrap();
+    let users = session
+        .entries()
+        .iter()
+        .filter(|e| {
+            e.as_message()
+                .is_some_and(|m| m.role == soba::session::entry::Role::User)
+        })
+        .count();
+    assert_eq!(users, 24, "every user message appended exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_streaming_reaches_the_client_byte_identical_and_usage_anchors_the_budget() {
+    let env = env().await;
+    let mut messages: Vec<Value> = Vec::new();
+    for turn in 0..3 {
+        messages.push(
+            json!({"role": "user", "content": [{"type": "text", "text": filler(turn, 300)}]}),
+        );
+        let r = env
+            .post(
+                "/v1/messages",
+                &json!({"model": "claude-sonnet-4-5", "max_tokens": 1000, "system": "Be brief.", "stream": true, "messages": messages}),
+            )
+            .await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["content-type"], "text/event-stream");
+        assert_eq!(r.headers()["x-request-id"], "req_upstream_7");
+        let got = r.bytes().await.unwrap();
+        let sent = env
+            .upstream
+            .state
+            .lock()
+            .unwrap()
+            .streamed
+            .last()
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            got.as_ref(),
+            sent.as_slice(),
+            "SSE events reach the client unchanged"
+        );
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "let me think", "signature": "sig=="},
+            {"type": "text", "text": format!("answer number {}", env.upstream.seen().len())},
+        ]}));
+    }
+    // The upstream got the system prompt as sent, and no duplicated history.
+    let last = env.upstream.chats().last().unwrap().body();
+    assert_eq!(last["system"], "Be brief.");
+    assert_eq!(last["messages"].as_array().unwrap().len(), 5);
+    // The streamed reply's usage anchors the budget.
+    let logs = env.session_logs();
+    let (session, _) = soba::session::log::read_session(&logs[0]).unwrap();
+    let with_usage = session
+        .entries()
+        .iter()
+        .filter_map(|e| e.as_message())
+        .filter(|m| m.usage.is_some_and(|u| u.output == 9 && u.input > 0))
+        .count();
+    assert_eq!(
+        with_usage, 3,
+        "each streamed reply was recorded with its usage"
+    );
+    let assistants = session
+        .entries()
+        .iter()
+        .filter_map(|e| e.as_message())
+        .filter(|m| m.role == soba::session::entry::Role::Assistant)
+        .count();
+    assert_eq!(
+        assistants, 3,
+        "resent replies match the recorded ones, not appended again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_error_reaches_the_client_as_the_same_status_and_body() {
+    let env = env().await;
+    let body = json!({"error": {"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}).to_string();
+    env.upstream.script(Canned {
+        status: 429,
+        content_type: "application/json",
+        body: body.clone(),
+    });
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["x-request-id"], "req_upstream_7");
+    assert_eq!(r.text().await.unwrap(), body);
+    assert_eq!(
+        env.upstream.chats().len(),
+        1,
+        "a plain error is not retried"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_from_upstream_compacts_and_retries_once() {
+    let env = env().await;
+    // A history under SOBA's soft limit, which the provider still refuses.
+    let mut messages = Vec::new();
+    for turn in 0..6 {
+        let id = format!("call_{turn}");
+        messages.push(json!({"role": "user", "content": format!("look at part {turn}")}));
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "read_file", "arguments": format!("{{\"path\": \"src/part{turn}.rs\"}}")}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": filler(turn, 800)}));
+        messages.push(json!({"role": "assistant", "content": format!("done with {turn}")}));
+    }
+    messages.push(json!({"role": "user", "content": "and now?"}));
+    let overflow = json!({"error": {"message": "This model's maximum context length is 8192 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string();
+    env.upstream.script(Canned {
+        status: 400,
+        content_type: "application/json",
+        body: overflow.clone(),
+    });
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": messages}),
+        )
+        .await;
+    assert_eq!(
+        r.status(),
+        200,
+        "the retry succeeded: {:?}",
+        env.log.lock().unwrap()
+    );
+    let chats = env.upstream.chats();
+    assert_eq!(chats.len(), 2, "one retry");
+    let (first, retry) = (chats[0].body(), chats[1].body());
+    assert!(
+        message_tokens(&retry) < message_tokens(&first),
+        "the retry is smaller"
+    );
+    assert!(
+        retry["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Context Capsule"),
+        "{retry}"
+    );
+    assert!(env
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("retried after overflow")));
+
+    // When the retry overflows too, the agent gets the provider's own answer.
+    env.upstream.script(Canned {
+        status: 400,
+        content_type: "application/json",
+        body: overflow.clone(),
+    });
+    env.upstream.script(Canned {
+        status: 400,
+        content_type: "application/json",
+        body: overflow.clone(),
+    });
+    messages.push(json!({"role": "assistant", "content": "answer number 1"}));
+    messages.push(json!({"role": "user", "content": filler(99, 300)}));
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": messages}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.text().await.unwrap(), overflow);
+    assert_eq!(env.upstream.chats().len(), 4, "never more than one retry");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rewritten_prefix_is_byte_identical_between_compactions_so_prompt_caching_reads() {
+    let env = env().await;
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a careful coding agent."})];
+    let mut compactions_seen = 0;
+    let mut previous_first: Option<Value> = None;
+    for turn in 0..20 {
+        messages.push(json!({"role": "user", "content": filler(turn, 700)}));
+        let r = env
+            .post(
+                "/v1/chat/completions",
+                &json!({"model": "gpt-4o", "messages": messages}),
+            )
+            .await;
+        let reply: Value = r.json().await.unwrap();
+        messages.push(reply["choices"][0]["message"].clone());
+        let sent = env.upstream.chats().last().unwrap().body();
+        let first = sent["messages"][1].clone();
+        if previous_first.as_ref().is_some_and(|p| p != &first) {
+            compactions_seen += 1;
+        }
+        previous_first = Some(first);
+    }
+    let (reads, whole) = {
+        let s = env.upstream.state.lock().unwrap();
+        (s.cache_reads.clone(), s.whole_prefix.clone())
+    };
+    let compactions = env
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("compaction completed"))
+        .count();
+    assert!(compactions >= 1, "the run compacted");
+    assert_eq!(
+        compactions, compactions_seen,
+        "the capsule changes only at a compaction"
+    );
+    // Every request but the first and those right after a compaction resends the previous
+    // request byte for byte as its prefix, so the provider reads it from its cache.
+    let hits = whole.iter().filter(|&&w| w).count();
+    assert_eq!(hits, whole.len() - 1 - compactions, "{whole:?}");
+    assert!(reads.iter().skip(1).all(|&r| r > 0), "{reads:?}");
+    // Cache reads were recorded as such in the session.
+    let (session, _) = soba::session::log::read_session(&env.session_logs()[0]).unwrap();
+    assert!(session
+        .entries()
+        .iter()
+        .filter_map(|e| e.as_message())
+        .any(|m| m.usage.is_some_and(|u| u.cache_read > 0)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_paths_pass_through_unchanged_and_the_key_goes_upstream_but_never_into_logs() {
+    let env = env().await;
+    let r = reqwest::Client::new()
+        .get(format!("http://{}/v1/models?limit=5", env.proxy))
+        .header("authorization", format!("Bearer {KEY}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["data"][0]["id"], "gpt-4o");
+    assert_eq!(body["query"], "limit=5");
+    let r = env
+        .post("/v1/chat/completions", &json!({"model": "gpt-4o", "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let _ = r.bytes().await.unwrap();
+    for s in env.upstream.seen() {
+        assert_eq!(
+            s.header("authorization"),
+            Some(format!("Bearer {KEY}").as_str()),
+            "{}",
+            s.path
+        );
+        assert!(
+            s.header("connection").is_none_or(|v| v != "x"),
+            "hop-by-hop headers are the proxy's own"
+        );
+    }
+    let chat = env.upstream.chats().pop().unwrap();
+    assert_eq!(chat.header("x-api-key"), Some(KEY));
+    assert_eq!(chat.header("anthropic-version"), Some("2023-06-01"));
+    let lines = env.log.lock().unwrap().join("\n");
+    assert!(lines.contains("GET /v1/models"), "{lines}");
+    assert!(!lines.contains(KEY), "the key is never logged: {lines}");
+    for log in env.session_logs() {
+        let text = std::fs::read_to_string(log).unwrap();
+        assert!(!text.contains(KEY), "the key is never stored");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_rewinds_instead_of_duplicating_the_turn() {
+    let env = env().await;
+    let first = json!([{"role": "user", "content": "write the parser"}]);
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": first}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    // The agent lost the answer and sends the same request again, then edits its question.
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": first}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let reply: Value = r.json().await.unwrap();
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": [
+                {"role": "user", "content": "write the parser"},
+                reply["choices"][0]["message"],
+                {"role": "user", "content": "now the tests"},
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let last = env.upstream.chats().last().unwrap().body();
+    assert_eq!(last["messages"].as_array().unwrap().len(), 3, "{last}");
+    let (session, _) = soba::session::log::read_session(&env.session_logs()[0]).unwrap();
+    let view = soba::session::view::ModelView::build(&session, session.leaf());
+    let texts: Vec<String> = view
+        .messages(&session)
+        .iter()
+        .map(|m| soba::session::entry::blocks_text(&m.content))
+        .collect();
+    assert_eq!(
+        texts.len(),
+        4,
+        "user, the second answer, user, the last answer: {texts:?}"
+    );
+    assert_eq!(texts[0], "write the parser");
+    assert_eq!(texts[2], "now the tests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_request_body_gets_a_clear_error_in_the_providers_shape() {
+    let env = env().await;
+    let r = env
+        .post("/v1/messages", &json!({"model": "claude", "max_tokens": 5}))
+        .await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["type"], "error");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("messages"),
+        "{body}"
+    );
+    assert!(env.upstream.seen().is_empty(), "nothing went upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_client_sees_the_proxied_sessions_budget() {
+    // The shared daemon on its socket, as `soba serve` would start it.
+    let base = tempfile::tempdir().unwrap();
+    let paths = Paths::under(&base.path().join("soba"));
+    let listener = soba::daemon::socket::bind(&paths).unwrap().unwrap();
+    let daemon = Daemon::new(
+        paths.clone(),
+        DaemonOptions {
+            watch: None,
+            extra_config: None,
+            summarizer: None,
+        },
+    );
+    tokio::spawn(soba::daemon::socket::run(
+        listener,
+        daemon,
+        std::time::Duration::from_secs(30),
+    ));
+    let p = paths.clone();
+    let env = start_proxy(move |_| DaemonTarget::Shared {
+        paths: p,
+        args: Vec::new(),
+    })
+    .await;
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": [{"role": "user", "content": filler(0, 900)}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+
+    // An editor connected to the same daemon.
+    let stream = tokio::net::UnixStream::connect(paths.socket_path())
+        .await
+        .unwrap();
+    let (r, w) = stream.into_split();
+    let editor = lsp_client::LspClient::new(r, w);
+    editor.initialize(&[env.workspace.as_path()], false).await;
+    let sessions = editor
+        .request(
+            "soba/sessions",
+            json!({"workspace": env.workspace.display().to_string()}),
+        )
+        .await;
+    let list = sessions["sessions"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{sessions}");
+    let id = list[0]["sessionId"].as_str().unwrap();
+    let budget = editor
+        .request("soba/budget", json!({"sessionId": id}))
+        .await;
+    assert_eq!(
+        budget["source"], "provider_usage",
+        "the reply's usage anchors it: {budget}"
+    );
+    assert!(
+        budget["effectiveTokens"].as_u64().unwrap() > 500,
+        "{budget}"
+    );
+    assert_eq!(budget["hardLimit"].as_u64().unwrap(), hard_limit());
+}

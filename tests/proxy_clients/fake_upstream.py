@@ -1,0 +1,111 @@
+"""A loopback fake of the OpenAI and Anthropic chat APIs for the proxy suite.
+
+It answers like the provider (whole and streamed), records every request body it gets, reports
+usage, and gives scripted answers (errors) first when a test queued some.
+"""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Upstream:
+    def __init__(self):
+        self.requests = []  # (method, path, headers dict, body bytes)
+        self.streamed = []  # raw bytes of every streamed answer
+        self.script = []  # (status, body str) answered before the normal ones
+        self.lock = threading.Lock()
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _answer(self, method):
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                with upstream.lock:
+                    upstream.requests.append((method, self.path, dict(self.headers), raw))
+                    scripted = upstream.script.pop(0) if upstream.script else None
+                    n = len(upstream.requests)
+                if scripted:
+                    return self._send(scripted[0], "application/json", scripted[1].encode())
+                if method == "GET":
+                    return self._send(200, "application/json", json.dumps({"object": "list", "data": [{"id": "gpt-4o"}]}).encode())
+                body = json.loads(raw or b"{}")
+                prompt = len(raw) // 4
+                stream = bool(body.get("stream"))
+                if self.path.endswith("/chat/completions"):
+                    usage = {"prompt_tokens": prompt, "completion_tokens": 5}
+                    if stream:
+                        chunks = [
+                            {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
+                             "choices": [{"index": 0, "delta": {"role": "assistant", "content": "answer "}, "finish_reason": None}]},
+                            {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o",
+                             "choices": [{"index": 0, "delta": {"content": f"number {n}"}, "finish_reason": "stop"}]},
+                        ]
+                        data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                        return self._stream(data.encode())
+                    answer = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+                              "choices": [{"index": 0, "message": {"role": "assistant", "content": f"answer number {n}"}, "finish_reason": "stop"}],
+                              "usage": {**usage, "total_tokens": prompt + 5}}
+                    return self._send(200, "application/json", json.dumps(answer).encode())
+                usage = {"input_tokens": prompt, "output_tokens": 7}
+                if stream:
+                    events = [
+                        ("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": prompt, "output_tokens": 1}}}),
+                        ("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"answer number {n}"}}),
+                        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 7}}),
+                        ("message_stop", {"type": "message_stop"}),
+                    ]
+                    data = "".join(f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events)
+                    return self._stream(data.encode())
+                answer = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                          "content": [{"type": "text", "text": f"answer number {n}"}],
+                          "stop_reason": "end_turn", "stop_sequence": None, "usage": usage}
+                return self._send(200, "application/json", json.dumps(answer).encode())
+
+            def _send(self, status, ctype, data):
+                self.send_response(status)
+                self.send_header("content-type", ctype)
+                self.send_header("content-length", str(len(data)))
+                self.send_header("x-request-id", "req_fake_1")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, data):
+                with upstream.lock:
+                    upstream.streamed.append(data)
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                # Two chunks: the proxy must pass a stream through as it arrives.
+                half = len(data) // 2
+                for part in (data[:half], data[half:]):
+                    self.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+
+            def do_POST(self):
+                self._answer("POST")
+
+            def do_GET(self):
+                self._answer("GET")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def chats(self):
+        with self.lock:
+            return [json.loads(r[3]) for r in self.requests if r[0] == "POST"]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()

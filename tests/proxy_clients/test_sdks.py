@@ -1,0 +1,196 @@
+"""The official openai and anthropic Python SDKs through `soba proxy` to a loopback fake
+upstream: conversations are compacted and stay under the hard limit, streams reach the client
+byte for byte, and upstream errors reach it as the same error."""
+
+import json
+import os
+import re
+import select
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+import anthropic
+import openai
+
+from fake_upstream import Upstream
+
+WINDOW, MAX_OUTPUT, RESERVE = 20000, 2000, 8192
+HARD_LIMIT = WINDOW - MAX_OUTPUT - RESERVE
+KEY = "sk-proxy-suite-secret"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def filler(turn, words):
+    return " ".join(f"step{turn}x{i} checks module" for i in range(words // 3))
+
+
+class ProxyCase(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.workspace = os.path.join(self.tmp.name, "project")
+        os.makedirs(os.path.join(self.workspace, ".soba"))
+        with open(os.path.join(self.workspace, ".soba", "config.json"), "w") as f:
+            json.dump({"compaction": {"keepRecentTokens": 1500, "minTokensForAutoCompact": 3000,
+                                      "minReclaimableTokens": 500},
+                       "summarizer": {"provider": "local"}}, f)
+        self.upstream = Upstream()
+        port = free_port()
+        env = dict(os.environ, SOBA_DATA_DIR=os.path.join(self.tmp.name, "data"),
+                   SOBA_RUNTIME_DIR=os.path.join(self.tmp.name, "run"),
+                   SOBA_CONFIG=os.path.join(self.tmp.name, "no-user-config.json"))
+        self.proxy = subprocess.Popen(
+            [os.environ["SOBA_BIN"], "proxy", "--standalone", "--listen", f"127.0.0.1:{port}",
+             "--upstream", f"http://127.0.0.1:{self.upstream.port}",
+             "--context-window", str(WINDOW), "--max-output-tokens", str(MAX_OUTPUT)],
+            cwd=self.workspace, env=env, stderr=subprocess.PIPE, text=True)
+        self.stderr = []
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            ready, _, _ = select.select([self.proxy.stderr], [], [], 0.2)
+            if ready:
+                line = self.proxy.stderr.readline()
+                self.stderr.append(line)
+                if "listening on" in line:
+                    break
+            if self.proxy.poll() is not None:
+                self.fail("the proxy exited: " + "".join(self.stderr))
+        self.base = f"http://127.0.0.1:{port}"
+
+    def tearDown(self):
+        self.proxy.terminate()
+        out = self.proxy.communicate(timeout=10)[1]
+        self.proxy.stderr.close()
+        self.upstream.close()
+        self.tmp.cleanup()
+        self.assertNotIn(KEY, out + "".join(self.stderr), "the key is never logged")
+
+    def openai(self):
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=KEY, max_retries=0)
+
+    def anthropic(self):
+        return anthropic.Anthropic(base_url=self.base, api_key=KEY, max_retries=0)
+
+    def assert_under_hard_limit(self):
+        for i, body in enumerate(self.upstream.chats()):
+            # A conservative count: about four characters of JSON per token, an overestimate.
+            estimate = len(json.dumps(body["messages"])) // 4
+            self.assertLessEqual(estimate, HARD_LIMIT, f"request {i} is over the hard limit")
+
+
+class OpenAISdk(ProxyCase):
+    def test_a_long_conversation_is_compacted_and_stays_under_the_hard_limit(self):
+        client = self.openai()
+        messages = [{"role": "system", "content": "You are a careful coding agent."}]
+        for turn in range(24):
+            messages.append({"role": "user", "content": filler(turn, 520)})
+            r = client.chat.completions.create(model="gpt-4o", messages=messages)
+            messages.append({"role": "assistant", "content": r.choices[0].message.content})
+        chats = self.upstream.chats()
+        self.assertEqual(len(chats), 24)
+        self.assert_under_hard_limit()
+        last = chats[-1]["messages"]
+        self.assertEqual(last[0], messages[0], "the system prompt goes as sent")
+        self.assertIn("Context Capsule", last[1]["content"])
+        self.assertLess(len(last), len(messages))
+
+    def test_a_stream_reaches_the_client_byte_identical(self):
+        client = self.openai()
+        with client.chat.completions.with_streaming_response.create(
+                model="gpt-4o", stream=True, messages=[{"role": "user", "content": "hi"}]) as r:
+            self.assertEqual(r.headers["content-type"], "text/event-stream")
+            got = b"".join(r.iter_bytes())
+        self.assertEqual(got, self.upstream.streamed[-1])
+        # And parsed by the SDK as usual.
+        text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model="gpt-4o", stream=True, messages=[{"role": "user", "content": "hi"}]) if c.choices)
+        self.assertTrue(text.startswith("answer number"), text)
+
+    def test_an_upstream_error_reaches_the_client_as_the_same_error(self):
+        body = {"error": {"message": "Rate limit reached for gpt-4o", "type": "requests",
+                          "param": None, "code": "rate_limit_exceeded"}}
+        self.upstream.script.append((429, json.dumps(body)))
+        with self.assertRaises(openai.RateLimitError) as caught:
+            self.openai().chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        self.assertEqual(caught.exception.status_code, 429)
+        self.assertEqual(caught.exception.body, body["error"])
+        self.assertEqual(caught.exception.response.headers["x-request-id"], "req_fake_1")
+
+    def test_models_are_listed_through_the_proxy(self):
+        self.assertEqual([m.id for m in self.openai().models.list()], ["gpt-4o"])
+
+
+class AnthropicSdk(ProxyCase):
+    def test_a_long_streamed_conversation_is_compacted_and_stays_under_the_hard_limit(self):
+        client = self.anthropic()
+        messages = []
+        for turn in range(24):
+            messages.append({"role": "user", "content": filler(turn, 520)})
+            with client.messages.stream(model="claude-sonnet-4-5", max_tokens=1000,
+                                        system="Be brief.", messages=messages) as s:
+                text = s.get_final_text()
+            messages.append({"role": "assistant", "content": text})
+        chats = self.upstream.chats()
+        self.assert_under_hard_limit()
+        self.assertEqual(chats[-1]["system"], "Be brief.")
+        first = chats[-1]["messages"][0]["content"]
+        first_text = first if isinstance(first, str) else first[0]["text"]
+        self.assertIn("Context Capsule", first_text)
+        roles = [m["role"] for m in chats[-1]["messages"]]
+        self.assertTrue(all(a != b for a, b in zip(roles, roles[1:])), f"turns alternate: {roles}")
+
+    def test_a_stream_reaches_the_client_byte_identical(self):
+        with self.anthropic().messages.with_streaming_response.create(
+                model="claude-sonnet-4-5", max_tokens=100, stream=True,
+                messages=[{"role": "user", "content": "hi"}]) as r:
+            got = b"".join(r.iter_bytes())
+        self.assertEqual(got, self.upstream.streamed[-1])
+
+    def test_an_upstream_error_reaches_the_client_as_the_same_error(self):
+        body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        self.upstream.script.append((529, json.dumps(body)))
+        with self.assertRaises(anthropic.APIStatusError) as caught:
+            self.anthropic().messages.create(model="claude-sonnet-4-5", max_tokens=10,
+                                             messages=[{"role": "user", "content": "hi"}])
+        self.assertEqual(caught.exception.status_code, 529)
+        self.assertEqual(caught.exception.body, body)
+
+    def test_a_context_overflow_is_recovered_with_one_retry(self):
+        client = self.anthropic()
+        messages = []
+        for turn in range(6):
+            messages.append({"role": "user", "content": f"look at part {turn}"})
+            messages.append({"role": "assistant", "content": [
+                {"type": "tool_use", "id": f"t{turn}", "name": "read_file", "input": {"path": f"src/p{turn}.rs"}}]})
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"t{turn}", "content": filler(turn, 700)},
+                {"type": "text", "text": "go on"}]})
+            messages.append({"role": "assistant", "content": f"done with {turn}"})
+        messages.append({"role": "user", "content": "and now?"})
+        self.upstream.script.append((400, json.dumps({"type": "error", "error": {
+            "type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"}})))
+        r = client.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=messages)
+        self.assertTrue(r.content[0].text.startswith("answer number"))
+        chats = self.upstream.chats()
+        self.assertEqual(len(chats), 2, "one retry")
+        self.assertLess(len(json.dumps(chats[1])), len(json.dumps(chats[0])))
+        # Tool results still follow their calls in the retry.
+        msgs = chats[1]["messages"]
+        for i, m in enumerate(msgs):
+            if isinstance(m["content"], list):
+                for b in m["content"]:
+                    if b.get("type") == "tool_result":
+                        prev = msgs[i - 1]["content"]
+                        ids = [c["id"] for c in prev if isinstance(prev, list) and c.get("type") == "tool_use"]
+                        self.assertIn(b["tool_use_id"], ids)
+
+
+if __name__ == "__main__":
+    unittest.main()
