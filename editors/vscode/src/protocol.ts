@@ -95,6 +95,8 @@ export interface FlightRecord {
 
 export interface CapsuleSummary {
   checkpointId: string;
+  /** The capsule's log entry: what `soba/rewind` takes. */
+  entryId: string;
   title: string;
   trigger: string;
   quality: Quality;
@@ -135,6 +137,7 @@ export interface Requests {
   'soba/capsule/export': [SessionTarget & { checkpointId: string; path: string }, { path: string }];
   'soba/capsule/load': [SessionTarget & { path: string }, { checkpointId: string; sessionId: string }];
   'soba/capsule/list': [SessionTarget, { capsules: CapsuleSummary[] }];
+  'soba/rewind': [{ sessionId: string; entryId: string }, { leafId: string | null; budget: BudgetReport }];
 }
 
 export type RequestMethod = keyof Requests;
