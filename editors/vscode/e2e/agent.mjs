@@ -62,13 +62,21 @@ export class Agent {
   }
 
   async stop() {
+    const exited = new Promise((resolve) => {
+      if (this.proc.exitCode !== null || this.proc.signalCode !== null) resolve();
+      else this.proc.once('exit', resolve);
+    });
     try {
       await Promise.race([this.conn.sendRequest('shutdown'), new Promise((r) => setTimeout(r, 2000))]);
-      this.conn.sendNotification('exit');
+      await this.conn.sendNotification('exit');
     } catch {
       // Already gone.
     }
+    // The daemon exits on `exit`; the connection is let go only after that, so no write is
+    // left pending on a closed pipe.
+    const timer = setTimeout(() => this.proc.kill('SIGTERM'), 3000);
+    await exited;
+    clearTimeout(timer);
     this.conn.dispose();
-    this.proc.kill('SIGTERM');
   }
 }
