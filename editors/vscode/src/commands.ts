@@ -6,6 +6,7 @@ import type { BudgetReport, CapsuleSummary, CompactionResult, SessionTarget, Sob
 import type { Settings } from './settings';
 import { budgetSummary, completionLine, CompactionProgress, formatTokens } from './status';
 import { flightLines } from './views';
+import { capsuleDocument, contextMarkdown } from './context';
 
 export interface PickItem<T> {
   label: string;
@@ -24,6 +25,8 @@ export interface EditorUi {
   /** File system path, or undefined when dismissed. */
   saveFile(defaultFileName: string): Promise<string | undefined>;
   openCapsuleFile(): Promise<string | undefined>;
+  /** Opens a read-only document beside the editor. */
+  showDocument(content: string, language: 'markdown'): void;
   /** A modal question; true only when the user chose `action`. */
   confirm(message: string, detail: string, action: string): Promise<boolean>;
   showLines(lines: string[]): void;
@@ -51,6 +54,8 @@ export const COMMAND_IDS = [
   'soba.loadCapsule',
   'soba.showFlightRecords',
   'soba.rewind',
+  'soba.showContext',
+  'soba.viewCapsule',
 ] as const;
 export type CommandId = (typeof COMMAND_IDS)[number];
 
@@ -232,6 +237,23 @@ export async function rewind(ctx: CommandContext, arg?: unknown): Promise<void> 
   ctx.refresh();
 }
 
+/** "Show context": what fills the window, like Claude Code's `/context`. */
+export async function showContext(ctx: CommandContext): Promise<void> {
+  const result = await requireClient(ctx).request('soba/context', { ...ctx.target(), limit: 15 });
+  ctx.ui.showDocument(contextMarkdown(result), 'markdown');
+}
+
+/** The capsule in force, as the model reads it. */
+export async function viewCapsule(ctx: CommandContext): Promise<void> {
+  const result = await requireClient(ctx).request('soba/context', { ...ctx.target(), limit: 0 });
+  const doc = capsuleDocument(result);
+  if (!doc) {
+    void ctx.ui.info('The active session has no capsule yet: it has not been compacted.');
+    return;
+  }
+  ctx.ui.showDocument(doc, 'markdown');
+}
+
 export async function showFlightRecords(ctx: CommandContext): Promise<void> {
   const { records } = await requireClient(ctx).request('soba/flight', {
     ...ctx.target(),
@@ -272,5 +294,7 @@ export function commandHandlers(ctx: CommandContext): Record<CommandId, CommandH
     'soba.loadCapsule': guarded(loadCapsule),
     'soba.showFlightRecords': guarded(showFlightRecords),
     'soba.rewind': guarded(rewind),
+    'soba.showContext': guarded(showContext),
+    'soba.viewCapsule': guarded(viewCapsule),
   };
 }

@@ -311,6 +311,10 @@ function vscodeUi(flightOutput: vscode.OutputChannel): EditorUi {
       });
       return uris?.[0]?.fsPath;
     },
+    showDocument: (content, language) =>
+      void vscode.workspace
+        .openTextDocument({ content, language })
+        .then((doc) => vscode.window.showTextDocument(doc, { preview: true, viewColumn: vscode.ViewColumn.Beside })),
     confirm: async (message, detail, action) => (await vscode.window.showWarningMessage(message, { modal: true, detail }, action)) === action,
     showLines: (lines) => {
       flightOutput.clear();

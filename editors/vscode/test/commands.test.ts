@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { capsuleFileName, commandHandlers, type CommandContext, type EditorUi, type PickItem } from '../src/commands';
-import type { CapsuleSummary, ParamsOf, RequestMethod, ResultOf, SobaRequester } from '../src/protocol';
+import type { CapsuleSummary, ContextResult, ParamsOf, RequestMethod, ResultOf, SobaRequester } from '../src/protocol';
 import { readSettings } from '../src/settings';
 import { CompactionProgress } from '../src/status';
 import { report, result } from './fixtures';
@@ -49,6 +49,7 @@ class Harness {
     saveFile: async () => this.saveAs,
     openCapsuleFile: async () => this.openPath,
     showLines: (lines) => void this.shown.push(['lines', lines.join('\n')]),
+    showDocument: (content) => void this.shown.push(['document', content]),
     confirm: async (message, _detail, action) => {
       this.shown.push(['confirm', `${message} [${action}]`]);
       return this.confirms.shift() ?? false;
@@ -70,6 +71,23 @@ class Harness {
     return commandHandlers(this.ctx)[id](arg);
   }
 }
+
+const contextResult = (overrides: Partial<ContextResult> = {}): ContextResult => ({
+  sessionId: 's_1',
+  workspace: '/w',
+  effectiveTokens: 31_200,
+  hardLimit: 48_800,
+  softLimit: 39_040,
+  tokens: 31_200,
+  breakdown: { system: 1_200, tools: 2_000, capsule: 900, retainedTail: 0, newEntries: 27_100 },
+  byKind: { system: 1_200, toolSchemas: 2_000, capsule: 900, userMessages: 4_000, assistantMessages: 6_000, fileReads: 12_400, toolOutputs: 4_700 },
+  largest: [
+    { entryId: 'e_3', kind: 'file', label: 'Read src/parser.rs', path: 'src/parser.rs', tokens: 12_400, part: 'new', elided: false },
+    { entryId: 'e_5', kind: 'tool_output', label: 'Bash cargo test | tail', tokens: 4_700, part: 'new', elided: true },
+  ],
+  capsule: { checkpointId: 'ck_1', entryId: 'e_1', title: 'Parser', trigger: 'manual', quality: 'model', tokens: 900, text: '## Goal\nFix the parser.' },
+  ...overrides,
+});
 
 const capsule = (id: string, title: string): CapsuleSummary => ({
   checkpointId: id,
@@ -234,6 +252,28 @@ describe('commands', () => {
     const none = new Harness({ 'soba/budget': () => report(), 'soba/capsule/list': () => ({ capsules: [] }) });
     await none.run('soba.rewind');
     assert.match(none.shown[0][1], /no checkpoints to rewind to/);
+  });
+
+  it('shows what fills the context window as a document, and the capsule in force', async () => {
+    const h = new Harness({ 'soba/context': () => contextResult() });
+    await h.run('soba.showContext');
+    assert.deepEqual(h.sent, [['soba/context', { workspace: '/w', limit: 15 }]]);
+    const [kind, doc] = h.shown[0];
+    assert.equal(kind, 'document');
+    assert.match(doc, /\*\*31\.2k \/ 48\.8k tokens\*\* \(64% of the hard limit\), 17\.6k free; auto-compaction starts past 39k/);
+    assert.match(doc, /\| File reads \| 12\.4k \| 25% \|/);
+    assert.match(doc, /\| 12\.4k \| file \| Read src\/parser\.rs \| new · `e_3` \|/);
+    assert.match(doc, /`ck_1` “Parser”: manual, model, 900 tokens/);
+
+    await h.run('soba.viewCapsule');
+    assert.equal(h.shown[1][0], 'document');
+    assert.match(h.shown[1][1], /^<!-- SOBA capsule ck_1 “Parser”: manual, model, 900 tokens -->\n\n## Goal/);
+  });
+
+  it('says there is no capsule to view before the first compaction', async () => {
+    const h = new Harness({ 'soba/context': () => contextResult({ capsule: null }) });
+    await h.run('soba.viewCapsule');
+    assert.deepEqual(h.shown, [['info', 'The active session has no capsule yet: it has not been compacted.']]);
   });
 
   it('shows flight records with the configured limit', async () => {
