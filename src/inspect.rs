@@ -371,7 +371,7 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
         });
     }
     // Largest first; ties in input order, so the list is stable between calls.
-    items.sort_by(|a, b| b.tokens.cmp(&a.tokens));
+    items.sort_by_key(|e| std::cmp::Reverse(e.tokens));
     items.truncate(largest);
     let capsule = view.capsule.map(|i| {
         let e = session.entry(i);

@@ -173,6 +173,45 @@ local function capsule_list()
   end)
 end
 
+--- Shows `lines` in the scratch buffer `name` (reused), in a split.
+local function scratch(name, lines, filetype)
+  local existing = vim.fn.bufnr(name)
+  local buf = existing ~= -1 and existing or vim.api.nvim_create_buf(false, true)
+  if existing == -1 then
+    vim.api.nvim_buf_set_name(buf, name)
+    vim.bo[buf].bufhidden = 'wipe'
+  end
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  if filetype then
+    vim.bo[buf].filetype = filetype
+  end
+  if vim.fn.bufwinid(buf) == -1 then
+    vim.cmd('botright sbuffer ' .. buf)
+  end
+  return buf
+end
+
+--- `:Soba context`: what fills the window, in `soba://context`.
+function M.context()
+  request('soba/context', { limit = 15 }, function(ctx)
+    scratch('soba://context', format.context_lines(ctx))
+  end)
+end
+
+--- `:Soba capsule show`: the capsule in force, as the model reads it, in `soba://capsule`.
+local function capsule_show()
+  request('soba/context', { limit = 0 }, function(ctx)
+    local c = ctx.capsule
+    if not c or c == vim.NIL then
+      soba.notify('the active session has no capsule yet: it has not been compacted')
+      return
+    end
+    scratch('soba://capsule', vim.split(c.text, '\n', { plain = true }), 'markdown')
+  end)
+end
+
 --- Shows flight records in a scratch buffer named `soba://flight`.
 function M.flight()
   request('soba/flight', { limit = soba.config.flight_limit }, function(result)
@@ -254,12 +293,13 @@ local capsule_subcommands = {
   export = capsule_export,
   load = capsule_load,
   list = capsule_list,
+  show = capsule_show,
 }
 
 function M.capsule(args)
   local sub = capsule_subcommands[args[1] or '']
   if not sub then
-    soba.notify('usage: :Soba capsule create|export|load|list', levels.ERROR)
+    soba.notify('usage: :Soba capsule create|export|load|list|show', levels.ERROR)
     return
   end
   sub(vim.list_slice(args, 2))
@@ -272,10 +312,11 @@ M.subcommands = {
   capsule = M.capsule,
   flight = M.flight,
   rewind = M.rewind,
+  context = M.context,
 }
 
 M.USAGE =
-  'usage: :Soba budget | compact [instructions] | auto-compact on|off | capsule create|export|load|list | rewind [checkpoint] | flight'
+  'usage: :Soba budget | context | compact [instructions] | auto-compact on|off | capsule create|export|load|list|show | rewind [checkpoint] | flight'
 
 --- `:Soba {subcommand} [args]`.
 function M.run(fargs)
