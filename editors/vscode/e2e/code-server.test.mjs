@@ -343,6 +343,21 @@ test('SOBA: Export Capsule… writes a Portable Capsule to the chosen file', asy
   await clearNotifications();
 });
 
+test('SOBA: Show Context opens what fills the window, by part', async () => {
+  await palette('SOBA: Show Context');
+  const text = await until('the context document', () =>
+    page.evaluate(() =>
+      [...document.querySelectorAll('.monaco-editor .view-lines')]
+        .map((e) => e.innerText.replace(/\u00a0/g, ' '))
+        .find((t) => t.includes('Context of session')),
+    ),
+  );
+  await screenshot('show-context');
+  // The editor renders only the lines on screen: the top of the document.
+  assert.match(text, /By part/);
+  assert.match(text, /Capsule \| 2\.\dk \| \d+% \|/);
+});
+
 test('the sidebar lists the session, its budget, compactions and capsules', async () => {
   await page.click('.activitybar .action-item a[aria-label^="SOBA"]').catch(async () => {
     await palette('View: Show SOBA');
