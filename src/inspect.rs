@@ -247,3 +247,336 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
         }
     }
 }
+
+/// What fills the context window, as Claude Code's `/context` shows it: tokens by part and by
+/// kind, the largest entries (file reads, tool outputs, messages), and the capsule in force.
+/// Behind the daemon's `soba/context` and the editors' "show context" views.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextUsage {
+    /// Counted tokens of the model input at the leaf (system and tool schemas included).
+    pub tokens: u64,
+    /// By part of the view: system, tools, capsule, retained tail, new entries.
+    pub breakdown: Breakdown,
+    /// By kind of content.
+    pub by_kind: KindTokens,
+    /// The largest items of the model input, largest first.
+    pub largest: Vec<LargestEntry>,
+    /// The capsule the model input starts from; absent before the first compaction.
+    pub capsule: Option<CurrentCapsule>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KindTokens {
+    pub system: u64,
+    pub tool_schemas: u64,
+    pub capsule: u64,
+    pub user_messages: u64,
+    pub assistant_messages: u64,
+    /// Tool results whose call named a file (`path`, `file_path`, …): file reads mostly.
+    pub file_reads: u64,
+    /// Every other tool result: shell output, searches, fetches.
+    pub tool_outputs: u64,
+}
+
+/// `capsule`, `user`, `assistant`, `file` (a tool result on a named file) or `tool_output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    Capsule,
+    User,
+    Assistant,
+    File,
+    ToolOutput,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LargestEntry {
+    /// The log entry; absent for a synthetic result of an interrupted call.
+    pub entry_id: Option<String>,
+    pub kind: EntryKind,
+    /// `read src/parser.rs`, `bash cargo test`, `user: Fix the failing…`: what a person
+    /// recognizes.
+    pub label: String,
+    /// The file the tool call named, for `file` entries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    pub tokens: u64,
+    pub part: crate::session::view::ViewPart,
+    /// Shown shortened (head and tail) because the capsule elides large tool results.
+    pub elided: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CurrentCapsule {
+    pub checkpoint_id: String,
+    pub entry_id: String,
+    pub title: Option<String>,
+    #[schemars(with = "crate::session::entry::Trigger")]
+    pub trigger: String,
+    #[schemars(with = "crate::capsule::Quality")]
+    pub quality: String,
+    pub tokens: u64,
+    /// The capsule as the model reads it.
+    pub text: String,
+}
+
+/// Argument names that name a file in the tool calls of the agents SOBA imports.
+const PATH_ARGUMENTS: &[&str] = &[
+    "path",
+    "file_path",
+    "filePath",
+    "filename",
+    "file",
+    "notebook_path",
+];
+/// Argument names whose value says what a tool call did (shell commands, searches, URLs).
+const SUMMARY_ARGUMENTS: &[&str] = &["command", "cmd", "pattern", "query", "url", "description"];
+
+/// The first line of `text`, at most `max` characters, with `…` when cut.
+fn first_line(text: &str, max: usize) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if line.chars().count() <= max {
+        line.to_string()
+    } else {
+        format!("{}…", line.chars().take(max).collect::<String>())
+    }
+}
+
+fn argument<'a>(input: &'a serde_json::Value, names: &[&str]) -> Option<&'a str> {
+    names
+        .iter()
+        .find_map(|n| input.get(*n).and_then(|v| v.as_str()))
+        .filter(|s| !s.is_empty())
+}
+
+fn message_text(content: &[crate::session::entry::ContentBlock]) -> String {
+    use crate::session::entry::ContentBlock;
+    content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What fills the model input of `session` at its leaf, with the `largest` biggest items.
+pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
+    use crate::session::entry::{ContentBlock, EntryBody, Role};
+    use crate::session::view::ViewItem;
+
+    let view = ModelView::build(session, session.leaf());
+    let breakdown = view.breakdown(session);
+    // Tool calls by id, for naming their results.
+    let mut calls: std::collections::HashMap<&str, (&str, &serde_json::Value)> = Default::default();
+    for i in view.entry_indices() {
+        if let EntryBody::Message(m) = &session.entry(i).body {
+            for block in &m.content {
+                if let ContentBlock::ToolCall { id, name, input } = block {
+                    calls.insert(id.as_str(), (name.as_str(), input));
+                }
+            }
+        }
+    }
+    let mut by_kind = KindTokens {
+        system: breakdown.system,
+        tool_schemas: breakdown.tools,
+        ..KindTokens::default()
+    };
+    let mut items = Vec::new();
+    for slot in &view.slots {
+        let tokens = ModelView::slot_tokens(session, slot);
+        let (entry_id, kind, label, path) = match &slot.item {
+            ViewItem::Capsule(i) => {
+                let e = session.entry(*i);
+                let c = e.as_capsule().expect("capsule slot");
+                let label = match &c.title {
+                    Some(t) => format!("capsule {} “{t}”", c.checkpoint_id),
+                    None => format!("capsule {}", c.checkpoint_id),
+                };
+                (Some(e.id.clone()), EntryKind::Capsule, label, None)
+            }
+            ViewItem::InterruptedResult {
+                call_id, tool_name, ..
+            } => (
+                None,
+                EntryKind::ToolOutput,
+                format!("{tool_name} (interrupted, {call_id})"),
+                None,
+            ),
+            ViewItem::Entry(i) => {
+                let e = session.entry(*i);
+                match &e.body {
+                    EntryBody::Message(m) => {
+                        let (kind, who) = match m.role {
+                            Role::User => (EntryKind::User, "user"),
+                            _ => (EntryKind::Assistant, "assistant"),
+                        };
+                        let text = message_text(&m.content);
+                        let label = if text.trim().is_empty() {
+                            let called: Vec<&str> = m
+                                .content
+                                .iter()
+                                .filter_map(|b| match b {
+                                    ContentBlock::ToolCall { name, .. } => Some(name.as_str()),
+                                    _ => None,
+                                })
+                                .collect();
+                            format!("{who}: calls {}", called.join(", "))
+                        } else {
+                            format!("{who}: {}", first_line(&text, 60))
+                        };
+                        (Some(e.id.clone()), kind, label, None)
+                    }
+                    EntryBody::ToolResult(r) => {
+                        let call = calls.get(r.call_id.as_str());
+                        let name = call
+                            .map(|(n, _)| *n)
+                            .or(r.tool_name.as_deref())
+                            .unwrap_or("tool");
+                        let path = call.and_then(|(_, input)| argument(input, PATH_ARGUMENTS));
+                        match path {
+                            Some(p) => (
+                                Some(e.id.clone()),
+                                EntryKind::File,
+                                format!("{name} {p}"),
+                                Some(p.to_string()),
+                            ),
+                            None => {
+                                let what = call
+                                    .and_then(|(_, input)| argument(input, SUMMARY_ARGUMENTS))
+                                    .map(|s| first_line(s, 60))
+                                    .unwrap_or_else(|| first_line(&message_text(&r.content), 60));
+                                (
+                                    Some(e.id.clone()),
+                                    EntryKind::ToolOutput,
+                                    format!("{name} {what}").trim_end().to_string(),
+                                    None,
+                                )
+                            }
+                        }
+                    }
+                    other => (
+                        Some(e.id.clone()),
+                        EntryKind::ToolOutput,
+                        other.type_name().to_string(),
+                        None,
+                    ),
+                }
+            }
+        };
+        match kind {
+            EntryKind::Capsule => by_kind.capsule += tokens,
+            EntryKind::User => by_kind.user_messages += tokens,
+            EntryKind::Assistant => by_kind.assistant_messages += tokens,
+            EntryKind::File => by_kind.file_reads += tokens,
+            EntryKind::ToolOutput => by_kind.tool_outputs += tokens,
+        }
+        items.push(LargestEntry {
+            entry_id,
+            kind,
+            label,
+            path,
+            tokens,
+            part: slot.part,
+            elided: slot.elided,
+        });
+    }
+    // Largest first; ties in input order, so the list is stable between calls.
+    items.sort_by_key(|e| std::cmp::Reverse(e.tokens));
+    items.truncate(largest);
+    let capsule = view.capsule.map(|i| {
+        let e = session.entry(i);
+        let c = e.as_capsule().expect("capsule");
+        CurrentCapsule {
+            checkpoint_id: c.checkpoint_id.clone(),
+            entry_id: e.id.clone(),
+            title: c.title.clone(),
+            trigger: c.trigger.as_str().into(),
+            quality: c.quality.as_str().into(),
+            tokens: session.tokens_of(i),
+            text: crate::capsule::render::render_for_model(c),
+        }
+    });
+    ContextUsage {
+        tokens: breakdown.total(),
+        breakdown,
+        by_kind,
+        largest: items,
+        capsule,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::testing::Builder;
+    use crate::session::view::ViewPart;
+    use serde_json::json;
+
+    #[test]
+    fn context_usage_names_the_largest_file_reads_and_tool_outputs() {
+        let mut b = Builder::new();
+        b.user("Fix the failing parser test\nmore detail here");
+        b.call("c1", "Read", json!({ "file_path": "src/parser.rs" }));
+        b.result("c1", &"fn parse() {}\n".repeat(400));
+        b.bash("c2", "cargo test -p parser");
+        b.result("c2", &"test parser::cases ... FAILED\n".repeat(100));
+        b.assistant("The parser drops the last token.");
+        let usage = context_usage(&b.session, 3);
+
+        assert_eq!(usage.largest.len(), 3);
+        let top = &usage.largest[0];
+        assert_eq!(top.kind, EntryKind::File);
+        assert_eq!(top.label, "Read src/parser.rs");
+        assert_eq!(top.path.as_deref(), Some("src/parser.rs"));
+        assert_eq!(top.entry_id.as_deref(), Some("e3"));
+        assert_eq!(top.part, ViewPart::New);
+        let second = &usage.largest[1];
+        assert_eq!(second.kind, EntryKind::ToolOutput);
+        assert_eq!(second.label, "Bash cargo test -p parser");
+        assert!(top.tokens > second.tokens && second.tokens > usage.largest[2].tokens);
+        assert!(usage.capsule.is_none());
+    }
+
+    #[test]
+    fn context_usage_by_kind_adds_up_to_the_total() {
+        let mut b = Builder::new();
+        b.user("Fix the failing parser test");
+        b.call("c1", "Read", json!({ "path": "README.md" }));
+        b.result("c1", "# Parser\nReads tokens.");
+        b.bash("c2", "ls");
+        b.result("c2", "src\ntests");
+        b.assistant("Done.");
+        let usage = context_usage(&b.session, 100);
+        let k = &usage.by_kind;
+        assert_eq!(
+            k.system
+                + k.tool_schemas
+                + k.capsule
+                + k.user_messages
+                + k.assistant_messages
+                + k.file_reads
+                + k.tool_outputs,
+            usage.tokens
+        );
+        assert_eq!(usage.tokens, usage.breakdown.total());
+        assert!(k.file_reads > 0 && k.tool_outputs > 0 && k.user_messages > 0);
+        assert_eq!(usage.largest.len(), 6, "every item when the limit allows");
+        let labels: Vec<&str> = usage.largest.iter().map(|e| e.label.as_str()).collect();
+        assert!(
+            labels.contains(&"user: Fix the failing parser test"),
+            "{labels:?}"
+        );
+        assert!(labels.contains(&"assistant: calls Read"), "{labels:?}");
+    }
+}

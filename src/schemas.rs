@@ -201,6 +201,11 @@ pub const PROTOCOL_METHODS: &[MethodSchemas] = &[
         result_schema::<rpc::BudgetReport>,
     ),
     m(
+        method::CONTEXT,
+        params_schema::<rpc::ContextParams>,
+        result_schema::<rpc::ContextResult>,
+    ),
+    m(
         method::COMPACT,
         params_schema::<rpc::CompactParams>,
         result_schema::<rpc::CompactionResult>,

@@ -791,3 +791,90 @@ async fn an_untrusted_workspace_summarizer_is_ignored_and_the_open_result_says_h
         "{shown:?}"
     );
 }
+
+#[tokio::test]
+async fn context_shows_what_fills_the_window_by_part_and_largest_entries() {
+    let e = env();
+    let c = connect(&e.daemon);
+    std::fs::create_dir_all(e.workspace.join(".soba")).unwrap();
+    std::fs::write(
+        e.workspace.join(".soba/config.json"),
+        r#"{"compaction": {"keepRecentTokens": 200, "minReclaimableTokens": 100}}"#,
+    )
+    .unwrap();
+    c.initialize(&[&e.workspace], false).await;
+    let id = open(&c, &e.workspace).await;
+    let big_file: String = (0..120)
+        .map(|i| format!("fn parse_{i}(input: &str) -> Token{i} {{ lexer_{i}.next() }}\n"))
+        .collect();
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": [
+            user("Fix the failing parser test"),
+            {"type": "message", "role": "assistant", "content": [
+                {"type": "tool_call", "id": "c1", "name": "Read", "input": {"file_path": "src/parser.rs"}}
+            ]},
+            {"type": "tool_result", "callId": "c1", "content": [{"type": "text", "text": big_file}]},
+            {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "Read it."}]},
+            user("Run the tests"),
+            {"type": "message", "role": "assistant", "content": [
+                {"type": "tool_call", "id": "c2", "name": "Bash", "input": {"command": "cargo test"}}
+            ]},
+            {"type": "tool_result", "callId": "c2", "content": [{"type": "text", "text": "1 failed"}]},
+            user("Now make the lexer keep the last token"),
+        ]}),
+    )
+    .await;
+
+    let ctx = c
+        .request(
+            "soba/context",
+            json!({"workspace": e.workspace, "limit": 2}),
+        )
+        .await;
+    assert_eq!(ctx["sessionId"], id.as_str());
+    let budget = c.request("soba/budget", json!({"sessionId": id})).await;
+    assert_eq!(ctx["effectiveTokens"], budget["effectiveTokens"]);
+    assert_eq!(ctx["breakdown"], budget["breakdown"]);
+    let largest = ctx["largest"].as_array().unwrap();
+    assert_eq!(largest.len(), 2, "the limit is honoured: {ctx}");
+    assert_eq!(largest[0]["kind"], "file");
+    assert_eq!(largest[0]["label"], "Read src/parser.rs");
+    assert_eq!(largest[0]["path"], "src/parser.rs");
+    assert_eq!(largest[0]["part"], "new");
+    let k = &ctx["byKind"];
+    assert!(k["fileReads"].as_u64().unwrap() > k["toolOutputs"].as_u64().unwrap());
+    assert!(ctx["capsule"].is_null(), "no capsule before a compaction");
+
+    // After a compaction the capsule in force is there to view, as the model reads it.
+    let words = "the parser reads each token from the input stream and builds a syntax tree that \
+                 the checker walks twice to resolve every reference against scopes";
+    let turns: Vec<Value> = (0..12)
+        .map(|i| {
+            let text = format!("Turn {i}: {}", words.repeat(8));
+            if i % 2 == 0 {
+                user(&text)
+            } else {
+                json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": text}]})
+            }
+        })
+        .collect();
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": turns}),
+    )
+    .await;
+    let compacted = c.request("soba/compact", json!({"sessionId": id})).await;
+    assert_eq!(compacted["outcome"], "completed", "{compacted}");
+    let ctx = c.request("soba/context", json!({"sessionId": id})).await;
+    assert_eq!(ctx["capsule"]["checkpointId"], compacted["checkpointId"]);
+    assert!(!ctx["capsule"]["text"].as_str().unwrap().is_empty());
+    assert!(ctx["largest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["kind"] == "capsule"));
+
+    let err = c.error("soba/context", json!({"limit": "many"})).await;
+    assert_eq!(err["code"], code::INVALID_PARAMS);
+}

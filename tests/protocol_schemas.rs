@@ -202,6 +202,13 @@ async fn a_whole_session_through_the_daemon_matches_the_schemas() {
         .await;
     assert_eq!(compacted["trigger"], "user");
     c.call("soba/budget", json!({})).await;
+    let context = c
+        .call("soba/context", json!({"sessionId": sid, "limit": 3}))
+        .await;
+    assert_eq!(
+        context["capsule"]["checkpointId"],
+        compacted["checkpointId"]
+    );
     c.call(
         "soba/autoCompact",
         json!({"workspace": ws, "enabled": false}),

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use super::protocol::{
     code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CapsuleCreateResult,
     CapsuleExportResult, CapsuleListResult, CapsuleLoadResult, CapsuleSummary, CapsuleTokensView,
-    CheckpointResult, CompactionNotice, CompactionPhase, OverflowResult, PreflightResult,
-    RewindResult, RpcError, SessionClosedNotice, TurnCompleteResult,
+    CheckpointResult, CompactionNotice, CompactionPhase, ContextResult, OverflowResult,
+    PreflightResult, RewindResult, RpcError, SessionClosedNotice, TurnCompleteResult,
 };
 use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::{Barrier as Engine, Preflight};
@@ -124,6 +124,10 @@ enum Command {
     CapsuleList {
         reply: Reply<CapsuleListResult>,
     },
+    Context {
+        limit: usize,
+        reply: Reply<ContextResult>,
+    },
     /// Stop taking input and release the log once everything before this is done.
     Close {
         reply: Reply<()>,
@@ -166,6 +170,7 @@ impl std::fmt::Debug for Command {
             Command::CapsuleExport { .. } => "CapsuleExport",
             Command::CapsuleLoad { .. } => "CapsuleLoad",
             Command::CapsuleList { .. } => "CapsuleList",
+            Command::Context { .. } => "Context",
             Command::Close { .. } => "Close",
             Command::Generated { .. } => "Generated",
         })
@@ -270,6 +275,12 @@ impl SessionHandle {
 
     pub async fn capsule_list(&self) -> Result<CapsuleListResult, RpcError> {
         self.request(|reply| Command::CapsuleList { reply }).await
+    }
+
+    /// What fills the context window, with the `limit` largest entries.
+    pub async fn context(&self, limit: usize) -> Result<ContextResult, RpcError> {
+        self.request(|reply| Command::Context { limit, reply })
+            .await
     }
 
     /// Finish what was asked before, end a running compaction as `soba/cancel` does, then stop
@@ -568,6 +579,9 @@ impl Actor {
                 Command::CapsuleList { reply } => {
                     let _ = reply.send(Ok(self.capsule_list()));
                 }
+                Command::Context { limit, reply } => {
+                    let _ = reply.send(Ok(self.context(limit)));
+                }
                 Command::CapsuleExport {
                     checkpoint_id,
                     path,
@@ -683,6 +697,9 @@ impl Actor {
             }
             Command::CapsuleList { reply } => {
                 let _ = reply.send(Ok(self.capsule_list()));
+            }
+            Command::Context { limit, reply } => {
+                let _ = reply.send(Ok(self.context(limit)));
             }
             Command::CapsuleExport {
                 checkpoint_id,
@@ -992,6 +1009,18 @@ impl Actor {
 
     fn session_id(&self) -> &str {
         &self.log.session().header.id
+    }
+
+    fn context(&self, limit: usize) -> ContextResult {
+        let budget = self.budget();
+        ContextResult {
+            session_id: budget.session_id.clone(),
+            workspace: budget.workspace.clone(),
+            effective_tokens: budget.effective_tokens(),
+            hard_limit: budget.hard_limit(),
+            soft_limit: budget.budget["softLimit"].as_u64().unwrap_or(0),
+            usage: crate::inspect::context_usage(self.log.session(), limit),
+        }
     }
 
     fn budget(&self) -> BudgetReport {

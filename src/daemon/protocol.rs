@@ -22,6 +22,7 @@ pub mod method {
     pub const REWIND: &str = "soba/rewind";
     pub const SESSION_CLOSE: &str = "soba/session/close";
     pub const BUDGET: &str = "soba/budget";
+    pub const CONTEXT: &str = "soba/context";
     pub const COMPACT: &str = "soba/compact";
     pub const AUTO_COMPACT: &str = "soba/autoCompact";
     pub const SESSIONS: &str = "soba/sessions";
@@ -52,6 +53,7 @@ pub const METHODS: &[&str] = &[
     method::REWIND,
     method::SESSION_CLOSE,
     method::BUDGET,
+    method::CONTEXT,
     method::COMPACT,
     method::AUTO_COMPACT,
     method::SESSIONS,
@@ -178,6 +180,20 @@ pub struct BudgetParams {
     pub session_id: Option<String>,
     pub workspace: Option<String>,
 }
+
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    /// How many of the largest entries to list (default 10, at most 100).
+    pub limit: Option<usize>,
+}
+
+/// Largest entries listed by `soba/context` unless the client asks for another number.
+pub const CONTEXT_DEFAULT_LIMIT: usize = 10;
+/// The most `soba/context` lists, whatever the client asks.
+pub const CONTEXT_MAX_LIMIT: usize = 100;
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -324,6 +340,20 @@ impl BudgetReport {
             .cloned()
             .unwrap_or(Value::Null)
     }
+}
+
+/// The answer to `soba/context`: what fills the active session's context window.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextResult {
+    pub session_id: String,
+    pub workspace: String,
+    /// Effective tokens and the limits, as in `soba/budget`, for the percentages.
+    pub effective_tokens: u64,
+    pub hard_limit: u64,
+    pub soft_limit: u64,
+    #[serde(flatten)]
+    pub usage: crate::inspect::ContextUsage,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -110,6 +110,7 @@ handlers! {
     rewind => method::REWIND,
     session_close => method::SESSION_CLOSE,
     budget => method::BUDGET,
+    context => method::CONTEXT,
     compact => method::COMPACT,
     auto_compact => method::AUTO_COMPACT,
     sessions => method::SESSIONS,
@@ -289,6 +290,15 @@ impl Backend {
                 let outcome = self.daemon.attach(p).await?;
                 self.know(&outcome.handle.workspace);
                 to_value(outcome.result())
+            }
+            method::CONTEXT => {
+                let p: ContextParams = parse_params(method, params)?;
+                let limit = p
+                    .limit
+                    .unwrap_or(CONTEXT_DEFAULT_LIMIT)
+                    .min(CONTEXT_MAX_LIMIT);
+                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                to_value(h.context(limit).await?)
             }
             method::AUTO_COMPACT => {
                 let p: AutoCompactParams = parse_params(method, params)?;

@@ -2,6 +2,7 @@
 -- runs every :Soba command and checks the statusline before and after appends and a compaction.
 local soba = require('soba')
 local format = require('soba.format')
+local commands = require('soba.commands')
 
 local WAIT_MS = 15000
 local HARD_LIMIT = 7000 -- contextWindow 8000 − maxOutputTokens 1000 − safetyReserveTokens 0
@@ -286,9 +287,72 @@ describe('against the real daemon', function()
     assert.are.equal(checkpoint, offered[1].checkpointId, 'the newest checkpoint is offered first')
     assert.are.equal('parser-hand-off.capsule.md', default_path)
 
+    assert.are.same(checkpoint, commands.complete('', 'Soba capsule export ')[1], 'checkpoint ids complete, newest first')
+    assert.are.same({ checkpoint }, commands.complete(checkpoint:sub(1, 6), 'Soba capsule export ' .. checkpoint:sub(1, 6)))
+
+    -- A load replaces a live context: it asks first, and a "no" loads nothing.
+    local original_confirm = commands.confirm
+    local questions = {}
+    commands.confirm = function(question)
+      questions[#questions + 1] = question
+      return false
+    end
+    local tokens_before = soba.report().effectiveTokens
+    vim.cmd('Soba capsule load ' .. typed)
+    notified('capsule not loaded', before)
+    assert.matches('^Replace the live context %(' .. vim.pesc(format.tokens(tokens_before)) .. ' tokens, session ', questions[1])
+    assert.are.equal(tokens_before, request('soba/budget', { workspace = workspace }).effectiveTokens)
+
+    commands.confirm = function()
+      return true
+    end
     vim.cmd('Soba capsule load ' .. typed)
     local loaded = notified('capsule loaded into session ', before)
+    commands.confirm = original_confirm
     assert.matches('session ' .. vim.pesc(session_id) .. ' as ck_', loaded.msg)
+  end)
+
+  it(':Soba rewind goes back to a picked checkpoint after confirming', function()
+    local before = #messages
+    local capsules = request('soba/capsule/list', { workspace = workspace }).capsules
+    local oldest = capsules[1]
+    local original_select, original_confirm = vim.ui.select, commands.confirm
+    local offered
+    vim.ui.select = function(items, _, on_choice)
+      offered = items
+      on_choice(items[#items])
+    end
+    commands.confirm = function()
+      return true
+    end
+    vim.cmd('Soba rewind')
+    local rewound = notified('rewound to ' .. vim.pesc(oldest.checkpointId), before)
+    vim.ui.select, commands.confirm = original_select, original_confirm
+    assert.are.equal(#capsules, #offered)
+    assert.are.equal(capsules[#capsules].checkpointId, offered[1].checkpointId, 'newest first')
+    assert.matches('/ 7k$', rewound.msg)
+    assert.are.equal(format.tokens(oldest.tokens.after), format.tokens(soba.report().effectiveTokens))
+  end)
+
+  it(':Soba context shows what fills the window, and :Soba capsule show the capsule in force', function()
+    vim.cmd('Soba context')
+    wait_for('the soba://context buffer', function()
+      return vim.fn.bufnr('soba://context') ~= -1
+    end)
+    local text = table.concat(vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://context'), 0, -1, false), '\n')
+    assert.matches('^Context of session ' .. vim.pesc(session_id) .. ': ', text)
+    assert.matches('By part\n  System prompt', text)
+    assert.matches('File reads', text)
+    assert.matches('Largest entries\n +[%d.]+k? +%a', text)
+    assert.matches('Capsule in force: ck_', text)
+    vim.cmd('Soba capsule show')
+    wait_for('the soba://capsule buffer', function()
+      return vim.fn.bufnr('soba://capsule') ~= -1
+    end)
+    local capsule = vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://capsule'), 0, -1, false)
+    assert.is_true(#capsule > 1, vim.inspect(capsule))
+    vim.cmd('bwipeout! soba://capsule')
+    vim.cmd('bwipeout! soba://context')
   end)
 
   it(':Soba flight opens the flight records', function()

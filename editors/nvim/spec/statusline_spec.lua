@@ -2,10 +2,18 @@
 -- the handlers are fed the messages the daemon sends.
 local soba = require('soba')
 
+-- The statusline shows the current buffer's workspace: the specs work in a real folder.
+local workspace = vim.uv.fs_realpath(vim.fn.tempname()) or vim.fn.tempname()
+vim.fn.mkdir(workspace .. '/.soba', 'p')
+workspace = vim.uv.fs_realpath(workspace)
+local other_workspace = vim.uv.fs_realpath(vim.fn.tempname()) or vim.fn.tempname()
+vim.fn.mkdir(other_workspace .. '/.soba', 'p')
+other_workspace = vim.uv.fs_realpath(other_workspace)
+
 local function report(overrides)
   return vim.tbl_extend('force', {
     sessionId = 's_1',
-    workspace = '/work/statusline-project',
+    workspace = workspace,
     effectiveTokens = 31200,
     hardLimit = 48800,
     softLimit = 39040,
@@ -30,6 +38,8 @@ describe('statusline from notifications', function()
   local original_notify = vim.notify
 
   before_each(function()
+    vim.cmd.cd(workspace)
+    vim.cmd.enew({ bang = true })
     messages, user_events = {}, 0
     vim.notify = function(msg, level)
       messages[#messages + 1] = { msg = msg, level = level }
@@ -53,10 +63,10 @@ describe('statusline from notifications', function()
 
   it('goes blank when the shown session is closed, and only then', function()
     budget_changed(nil, report())
-    session_closed(nil, { sessionId = 's_other', workspace = '/work/statusline-project' })
+    session_closed(nil, { sessionId = 's_other', workspace = workspace })
     assert.are.equal('31.2k / 48.8k', soba.statusline())
     local events = user_events
-    session_closed(nil, { sessionId = 's_1', workspace = '/work/statusline-project' })
+    session_closed(nil, { sessionId = 's_1', workspace = workspace })
     assert.are.equal('', soba.statusline())
     assert.is_nil(soba.report())
     assert.are.equal(events + 1, user_events)
@@ -72,6 +82,30 @@ describe('statusline from notifications', function()
     assert.are.equal('%#SobaBudgetError#48.8k / 48.8k%*', soba.statusline_hl())
     assert.are.equal('SobaBudgetError', soba.lualine().color())
     assert.are.equal(2, user_events)
+  end)
+
+  it('shows the current workspace\'s budget, never another workspace\'s', function()
+    budget_changed(nil, report())
+    budget_changed(nil, report({ sessionId = 's_other', workspace = other_workspace, effectiveTokens = 9000 }))
+    assert.are.equal('31.2k / 48.8k', soba.statusline(), 'the latest report is another workspace\'s')
+    vim.cmd.edit(vim.fn.fnameescape(other_workspace .. '/notes.md'))
+    assert.are.equal('9k / 48.8k', soba.statusline())
+    local empty = vim.fn.tempname()
+    vim.fn.mkdir(empty, 'p')
+    vim.cmd.cd(empty)
+    vim.cmd.enew({ bang = true })
+    assert.are.equal('', soba.statusline(), 'a workspace without a session shows nothing')
+  end)
+
+  it('escapes the percent sign for the statusline', function()
+    budget_changed(nil, report())
+    compaction(nil, { sessionId = 's_1', operationId = 'op_pct', trigger = 'user', phase = 'progress', percent = 82 })
+    assert.are.equal('%#SobaBudgetOk#31.2k / 48.8k ⟳ 82%%%*', soba.statusline_hl())
+    -- Rendered as a statusline, the highlight ends where it should and the text keeps its `%`.
+    vim.o.laststatus = 2
+    local rendered = vim.api.nvim_eval_statusline(soba.statusline_hl(), { highlights = true })
+    assert.are.equal('31.2k / 48.8k ⟳ 82%', rendered.str)
+    compaction(nil, { sessionId = 's_1', operationId = 'op_pct', trigger = 'user', phase = 'end', message = 'done' })
   end)
 
   it('shows compaction progress, then the completion line once', function()

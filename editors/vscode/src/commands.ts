@@ -2,10 +2,11 @@
 // `EditorUi` and to the daemon through `SobaRequester`, so they are unit-tested with fakes, and
 // extension.ts registers exactly the handlers this module returns.
 
-import type { CapsuleSummary, CompactionResult, SessionTarget, SobaRequester } from './protocol';
+import type { BudgetReport, CapsuleSummary, CompactionResult, SessionTarget, SobaRequester } from './protocol';
 import type { Settings } from './settings';
 import { budgetSummary, completionLine, CompactionProgress, formatTokens } from './status';
 import { flightLines } from './views';
+import { capsuleDocument, contextMarkdown } from './context';
 
 export interface PickItem<T> {
   label: string;
@@ -24,6 +25,10 @@ export interface EditorUi {
   /** File system path, or undefined when dismissed. */
   saveFile(defaultFileName: string): Promise<string | undefined>;
   openCapsuleFile(): Promise<string | undefined>;
+  /** Opens a read-only document beside the editor. */
+  showDocument(content: string, language: 'markdown'): void;
+  /** A modal question; true only when the user chose `action`. */
+  confirm(message: string, detail: string, action: string): Promise<boolean>;
   showLines(lines: string[]): void;
 }
 
@@ -48,6 +53,9 @@ export const COMMAND_IDS = [
   'soba.exportCapsule',
   'soba.loadCapsule',
   'soba.showFlightRecords',
+  'soba.rewind',
+  'soba.showContext',
+  'soba.viewCapsule',
 ] as const;
 export type CommandId = (typeof COMMAND_IDS)[number];
 
@@ -159,13 +167,91 @@ export async function exportCapsule(ctx: CommandContext, arg?: unknown): Promise
   void ctx.ui.info(`Capsule ${chosen.checkpointId} exported to ${exported.path}.`);
 }
 
+/** The live context a command would replace, or undefined when there is none to lose. */
+async function liveContext(client: SobaRequester, ctx: CommandContext): Promise<BudgetReport | undefined> {
+  try {
+    const report = await client.request('soba/budget', ctx.target());
+    return report.effectiveTokens > 0 ? report : undefined;
+  } catch {
+    // No session yet: loading starts one, nothing is replaced.
+    return undefined;
+  }
+}
+
 export async function loadCapsule(ctx: CommandContext): Promise<void> {
   const client = requireClient(ctx);
   const path = await ctx.ui.openCapsuleFile();
   if (!path) return;
+  const live = await liveContext(client, ctx);
+  if (live) {
+    const ok = await ctx.ui.confirm(
+      `Replace the live context (${formatTokens(live.effectiveTokens)} tokens) with this capsule?`,
+      `The model will see the capsule instead of session ${live.sessionId}'s current history. ` +
+        'Nothing is deleted: SOBA: Rewind to Checkpoint… goes back to any earlier checkpoint.',
+      'Load Capsule',
+    );
+    if (!ok) return;
+  }
   const loaded = await client.request('soba/capsule/load', { ...ctx.target(), path });
   void ctx.ui.info(`Capsule loaded into session ${loaded.sessionId} as ${loaded.checkpointId}.`);
   ctx.refresh();
+}
+
+/**
+ * Rewind / restore: pick a checkpoint of the active session and move its leaf back there. The
+ * log keeps everything after it (a branch), so a rewind is itself undoable from the same list.
+ */
+export async function rewind(ctx: CommandContext, arg?: unknown): Promise<void> {
+  const client = requireClient(ctx);
+  const report = await client.request('soba/budget', ctx.target());
+  const { capsules } = await client.request('soba/capsule/list', { sessionId: report.sessionId });
+  const fromView = arg as CheckpointArgument | undefined;
+  let chosen = fromView?.checkpointId ? capsules.find((c) => c.checkpointId === fromView.checkpointId) : undefined;
+  if (!chosen) {
+    if (capsules.length === 0) {
+      void ctx.ui.info('The active session has no checkpoints to rewind to: compact it or create a capsule first.');
+      return;
+    }
+    chosen = await ctx.ui.pick(
+      [...capsules].reverse().map((c) => ({
+        label: c.title || c.checkpointId,
+        description: c.checkpointId,
+        detail: `${c.trigger} · ${formatTokens(c.tokens.after)} tokens · ${c.ts}`,
+        value: c,
+      })),
+      `Checkpoint to rewind session ${report.sessionId} to (now ${formatTokens(report.effectiveTokens)} tokens)`,
+    );
+  }
+  if (!chosen) return;
+  const ok = await ctx.ui.confirm(
+    `Rewind the active session to ${chosen.title || chosen.checkpointId}?`,
+    `The live context (${formatTokens(report.effectiveTokens)} tokens) becomes the checkpoint's ` +
+      `(${formatTokens(chosen.tokens.after)} tokens). The later entries stay in the log as a branch.`,
+    'Rewind',
+  );
+  if (!ok) return;
+  const rewound = await client.request('soba/rewind', { sessionId: report.sessionId, entryId: chosen.entryId });
+  void ctx.ui.info(
+    `Rewound to ${chosen.checkpointId}: ${formatTokens(rewound.budget.effectiveTokens)} / ${formatTokens(rewound.budget.hardLimit)} tokens.`,
+  );
+  ctx.refresh();
+}
+
+/** "Show context": what fills the window, like Claude Code's `/context`. */
+export async function showContext(ctx: CommandContext): Promise<void> {
+  const result = await requireClient(ctx).request('soba/context', { ...ctx.target(), limit: 15 });
+  ctx.ui.showDocument(contextMarkdown(result), 'markdown');
+}
+
+/** The capsule in force, as the model reads it. */
+export async function viewCapsule(ctx: CommandContext): Promise<void> {
+  const result = await requireClient(ctx).request('soba/context', { ...ctx.target(), limit: 0 });
+  const doc = capsuleDocument(result);
+  if (!doc) {
+    void ctx.ui.info('The active session has no capsule yet: it has not been compacted.');
+    return;
+  }
+  ctx.ui.showDocument(doc, 'markdown');
 }
 
 export async function showFlightRecords(ctx: CommandContext): Promise<void> {
@@ -207,5 +293,8 @@ export function commandHandlers(ctx: CommandContext): Record<CommandId, CommandH
     'soba.exportCapsule': guarded(exportCapsule),
     'soba.loadCapsule': guarded(loadCapsule),
     'soba.showFlightRecords': guarded(showFlightRecords),
+    'soba.rewind': guarded(rewind),
+    'soba.showContext': guarded(showContext),
+    'soba.viewCapsule': guarded(viewCapsule),
   };
 }

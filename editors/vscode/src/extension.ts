@@ -2,6 +2,7 @@
 // modules' values into a status bar item, progress notifications, tree views and dialogs.
 
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as vscode from 'vscode';
 import { LanguageClient, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
 import { commandHandlers, type CommandContext, type EditorUi } from './commands';
@@ -15,7 +16,7 @@ import {
   type SessionTarget,
   type SobaRequester,
 } from './protocol';
-import { readSettings, serverCommand, type Settings } from './settings';
+import { findServer, readSettings, serverCommand, type Settings } from './settings';
 import { backgroundColorId, BudgetTracker, CompactionProgress, severity, statusBarText, tooltipLines, type ProgressAction } from './status';
 import { budgetNodes, capsuleNodes, compactionNodes, sessionNodes, VIEW_IDS, type TreeNode } from './views';
 
@@ -133,7 +134,27 @@ class SobaExtension {
 
   async start(): Promise<void> {
     this.settings = currentSettings();
-    const { command, args } = serverCommand(this.settings);
+    const server = findServer(this.settings, {
+      path: process.env.PATH,
+      home: os.homedir(),
+      workspaceFolders: realFolderPaths(),
+      isExecutable: (file) => {
+        try {
+          fs.accessSync(file, fs.constants.X_OK);
+          return fs.statSync(file).isFile();
+        } catch {
+          return false;
+        }
+      },
+    });
+    if ('error' in server) {
+      this.statusItem.hide();
+      void vscode.window.showErrorMessage(`SOBA: ${server.error}`, 'Open Settings').then((choice) => {
+        if (choice) void vscode.commands.executeCommand('workbench.action.openSettings', 'soba.serverPath');
+      });
+      return;
+    }
+    const { command, args } = serverCommand(this.settings, server.path);
     const serverOptions: ServerOptions = { command, args };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [],
@@ -198,6 +219,9 @@ class SobaExtension {
   private renderStatus(): void {
     const report = this.tracker.report;
     this.views.budget.set(budgetNodes(report));
+    // The palette offers only the auto-compact command that changes something (package.json `when`).
+    void vscode.commands.executeCommand('setContext', 'soba.hasSession', report !== undefined);
+    void vscode.commands.executeCommand('setContext', 'soba.autoCompact', report?.autoCompact ?? false);
     if (!report || !this.settings.statusBarEnabled) {
       this.statusItem.hide();
       return;
@@ -291,6 +315,11 @@ function vscodeUi(flightOutput: vscode.OutputChannel): EditorUi {
       });
       return uris?.[0]?.fsPath;
     },
+    showDocument: (content, language) =>
+      void vscode.workspace
+        .openTextDocument({ content, language })
+        .then((doc) => vscode.window.showTextDocument(doc, { preview: true, viewColumn: vscode.ViewColumn.Beside })),
+    confirm: async (message, detail, action) => (await vscode.window.showWarningMessage(message, { modal: true, detail }, action)) === action,
     showLines: (lines) => {
       flightOutput.clear();
       for (const line of lines) flightOutput.appendLine(line);

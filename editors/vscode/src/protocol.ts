@@ -100,12 +100,44 @@ export interface FlightRecord {
 
 export interface CapsuleSummary {
   checkpointId: string;
+  /** The capsule's log entry: what `soba/rewind` takes. */
+  entryId: string;
   title: string;
   trigger: string;
   quality: Quality;
   ts: string;
   tokens: { before: number; after: number };
   origin: 'session' | 'loaded';
+}
+
+/** `soba/context`: what fills the context window. */
+export interface ContextResult {
+  sessionId: string;
+  workspace: string;
+  effectiveTokens: number;
+  hardLimit: number;
+  softLimit: number;
+  tokens: number;
+  breakdown: BudgetReport['breakdown'];
+  byKind: {
+    system: number;
+    toolSchemas: number;
+    capsule: number;
+    userMessages: number;
+    assistantMessages: number;
+    fileReads: number;
+    toolOutputs: number;
+  };
+  largest: Array<{
+    entryId?: string | null;
+    kind: 'capsule' | 'user' | 'assistant' | 'file' | 'tool_output';
+    label: string;
+    path?: string;
+    tokens: number;
+    part: 'capsule' | 'retained_tail' | 'new';
+    elided: boolean;
+  }>;
+  capsule: { checkpointId: string; entryId: string; title?: string | null; trigger: string; quality: string; tokens: number; text: string } | null;
 }
 
 /** Which session an editor-side request is about: omitted fields mean the workspace's active session. */
@@ -140,6 +172,8 @@ export interface Requests {
   'soba/capsule/export': [SessionTarget & { checkpointId: string; path: string }, { path: string }];
   'soba/capsule/load': [SessionTarget & { path: string }, { checkpointId: string; sessionId: string }];
   'soba/capsule/list': [SessionTarget, { capsules: CapsuleSummary[] }];
+  'soba/context': [SessionTarget & { limit?: number }, ContextResult];
+  'soba/rewind': [{ sessionId: string; entryId: string }, { leafId: string | null; budget: BudgetReport }];
 }
 
 export type RequestMethod = keyof Requests;

@@ -47,6 +47,48 @@ export function readSettings(getAny: SettingGetter, trust?: Trust): Settings {
 }
 
 /** The command line that starts the daemon for this editor. */
-export function serverCommand(settings: Settings): { command: string; args: string[] } {
-  return { command: settings.serverPath || 'soba', args: ['serve', ...settings.serverArgs] };
+export function serverCommand(settings: Settings, found?: string): { command: string; args: string[] } {
+  return { command: settings.serverPath || found || 'soba', args: ['serve', ...settings.serverArgs] };
+}
+
+/** What the lookup may see of the machine: passed in so it stays pure and testable. */
+export interface LookupHost {
+  /** `PATH` as the extension host has it (often not the login shell's). */
+  path: string | undefined;
+  home: string | undefined;
+  workspaceFolders: readonly string[];
+  /** True when `file` exists and is executable. */
+  isExecutable(file: string): boolean;
+}
+
+/**
+ * Where `soba` is looked for when `soba.serverPath` is empty, in order: `PATH`, then the places
+ * an install puts it (`cargo install`, `make install`, `pip --user`-style), then a build in one
+ * of the workspace folders (the SOBA repository itself). An editor started from a desktop menu
+ * rarely has the shell's `PATH`, so the install places matter.
+ */
+export function serverCandidates(host: Pick<LookupHost, 'path' | 'home' | 'workspaceFolders'>): string[] {
+  const join = (dir: string, name: string) => `${dir.replace(/\/+$/, '')}/${name}`;
+  const fromPath = (host.path ?? '')
+    .split(':')
+    .filter((dir) => dir.length > 0)
+    .map((dir) => join(dir, 'soba'));
+  const home = host.home ? [join(host.home, '.cargo/bin/soba')] : [];
+  const installed = [...home, '/usr/local/bin/soba', ...(host.home ? [join(host.home, '.local/bin/soba')] : [])];
+  const builds = host.workspaceFolders.flatMap((folder) => [join(folder, 'target/release/soba'), join(folder, 'target/debug/soba')]);
+  return [...new Set([...fromPath, ...installed, ...builds])];
+}
+
+/** The configured path when set (trusted as is), else the first executable candidate. */
+export function findServer(settings: Settings, host: LookupHost): { path: string } | { error: string } {
+  if (settings.serverPath) return { path: settings.serverPath };
+  const candidates = serverCandidates(host);
+  const found = candidates.find((file) => host.isExecutable(file));
+  if (found) return { path: found };
+  const places = ['PATH', '~/.cargo/bin', '/usr/local/bin', '~/.local/bin', "the workspace's target/release and target/debug"];
+  return {
+    error:
+      `soba was not found (looked in ${places.join(', ')}). Install it with "cargo install --path ." ` +
+      `in the SOBA repository, or set "soba.serverPath" to the executable.`,
+  };
 }

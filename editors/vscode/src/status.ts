@@ -85,13 +85,37 @@ export function lastCompactionLine(last: LastCompaction | null, now: Date): stri
   );
 }
 
+/**
+ * How much room is left before auto-compaction starts, as Claude Code's "context left until
+ * auto-compact": the tokens still free below the soft limit, as a percent of the soft limit.
+ */
+export function percentLeftUntilAutoCompact(report: BudgetReport): number {
+  if (report.softLimit <= 0) return 0;
+  const left = Math.max(0, report.softLimit - report.effectiveTokens);
+  return Math.floor((left / report.softLimit) * 100);
+}
+
+/** `Auto-compact: on, 23% left (1.3k tokens) until it starts`, or what holds instead. */
+export function autoCompactLine(report: BudgetReport): string {
+  const left = Math.max(0, report.softLimit - report.effectiveTokens);
+  const pct = percentLeftUntilAutoCompact(report);
+  if (!report.autoCompact) {
+    return left > 0
+      ? `Auto-compact: off (${pct}% left until the soft limit; compaction still runs at the hard limit)`
+      : 'Auto-compact: off, past the soft limit (compaction still runs at the hard limit)';
+  }
+  return left > 0
+    ? `Auto-compact: on, ${pct}% left (${formatTokens(left)} tokens) until it starts`
+    : 'Auto-compact: on, 0% left: past the soft limit, it compacts before the next response';
+}
+
 /** Tooltip lines: soft limit, measurement source, auto-compact state, last compaction. */
 export function tooltipLines(report: BudgetReport, now: Date): string[] {
   return [
     `SOBA context budget: ${statusText(report)} tokens`,
     `Soft limit: ${formatTokens(report.softLimit)} (auto-compaction starts past it)`,
     `Measured: ${sourceLabel(report.source)} (${report.model}, ${report.tokenizer})`,
-    `Auto-compact: ${report.autoCompact ? 'on' : 'off'}`,
+    autoCompactLine(report),
     `Last compaction: ${lastCompactionLine(report.lastCompaction, now)}`,
     ...(report.compacting ? ['Compacting now…'] : []),
     ...(report.compactQueued && !report.compacting

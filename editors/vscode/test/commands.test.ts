@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { capsuleFileName, commandHandlers, type CommandContext, type EditorUi, type PickItem } from '../src/commands';
-import type { CapsuleSummary, ParamsOf, RequestMethod, ResultOf, SobaRequester } from '../src/protocol';
+import type { CapsuleSummary, ContextResult, ParamsOf, RequestMethod, ResultOf, SobaRequester } from '../src/protocol';
 import { readSettings } from '../src/settings';
 import { CompactionProgress } from '../src/status';
 import { report, result } from './fixtures';
@@ -17,6 +17,8 @@ class Harness {
   saveAs: string | undefined = '/tmp/out.capsule.md';
   openPath: string | undefined = '/tmp/in.capsule.md';
   infoChoice: string | undefined;
+  /** Answers to confirmation questions, in order; a missing answer is "cancel". */
+  confirms: boolean[] = [];
   refreshed = 0;
   running = true;
   readonly progress = new CompactionProgress();
@@ -47,6 +49,11 @@ class Harness {
     saveFile: async () => this.saveAs,
     openCapsuleFile: async () => this.openPath,
     showLines: (lines) => void this.shown.push(['lines', lines.join('\n')]),
+    showDocument: (content) => void this.shown.push(['document', content]),
+    confirm: async (message, _detail, action) => {
+      this.shown.push(['confirm', `${message} [${action}]`]);
+      return this.confirms.shift() ?? false;
+    },
   };
 
   get ctx(): CommandContext {
@@ -65,8 +72,26 @@ class Harness {
   }
 }
 
+const contextResult = (overrides: Partial<ContextResult> = {}): ContextResult => ({
+  sessionId: 's_1',
+  workspace: '/w',
+  effectiveTokens: 31_200,
+  hardLimit: 48_800,
+  softLimit: 39_040,
+  tokens: 31_200,
+  breakdown: { system: 1_200, tools: 2_000, capsule: 900, retainedTail: 0, newEntries: 27_100 },
+  byKind: { system: 1_200, toolSchemas: 2_000, capsule: 900, userMessages: 4_000, assistantMessages: 6_000, fileReads: 12_400, toolOutputs: 4_700 },
+  largest: [
+    { entryId: 'e_3', kind: 'file', label: 'Read src/parser.rs', path: 'src/parser.rs', tokens: 12_400, part: 'new', elided: false },
+    { entryId: 'e_5', kind: 'tool_output', label: 'Bash cargo test | tail', tokens: 4_700, part: 'new', elided: true },
+  ],
+  capsule: { checkpointId: 'ck_1', entryId: 'e_1', title: 'Parser', trigger: 'manual', quality: 'model', tokens: 900, text: '## Goal\nFix the parser.' },
+  ...overrides,
+});
+
 const capsule = (id: string, title: string): CapsuleSummary => ({
   checkpointId: id,
+  entryId: `e_${id}`,
   title,
   trigger: 'manual',
   quality: 'model',
@@ -176,12 +201,79 @@ describe('commands', () => {
     assert.deepEqual(dismissed.sent.map(([m]) => m), ['soba/capsule/list']);
   });
 
-  it('loads a capsule file into the active session', async () => {
+  it('loads a capsule file into a workspace without a live session without asking', async () => {
     const h = new Harness({ 'soba/capsule/load': () => ({ checkpointId: 'ck_l', sessionId: 's_1' }) });
     await h.run('soba.loadCapsule');
-    assert.deepEqual(h.sent, [['soba/capsule/load', { workspace: '/w', path: '/tmp/in.capsule.md' }]]);
+    assert.deepEqual(h.sent, [
+      ['soba/budget', { workspace: '/w' }],
+      ['soba/capsule/load', { workspace: '/w', path: '/tmp/in.capsule.md' }],
+    ]);
     assert.deepEqual(h.shown, [['info', 'Capsule loaded into session s_1 as ck_l.']]);
     assert.equal(h.refreshed, 1);
+  });
+
+  it('asks before a capsule load replaces a live context, and loads nothing when declined', async () => {
+    const live = () => report({ sessionId: 's_live', effectiveTokens: 52_900 });
+    const declined = new Harness({ 'soba/budget': live, 'soba/capsule/load': () => ({ checkpointId: 'ck_l', sessionId: 's_live' }) });
+    await declined.run('soba.loadCapsule');
+    assert.deepEqual(declined.sent.map(([m]) => m), ['soba/budget'], 'nothing is loaded without a yes');
+    assert.deepEqual(declined.shown, [['confirm', 'Replace the live context (52.9k tokens) with this capsule? [Load Capsule]']]);
+
+    const accepted = new Harness({ 'soba/budget': live, 'soba/capsule/load': () => ({ checkpointId: 'ck_l', sessionId: 's_live' }) });
+    accepted.confirms = [true];
+    await accepted.run('soba.loadCapsule');
+    assert.deepEqual(accepted.sent.map(([m]) => m), ['soba/budget', 'soba/capsule/load']);
+    assert.equal(accepted.shown.at(-1)?.[1], 'Capsule loaded into session s_live as ck_l.');
+  });
+
+  it('rewinds the active session to a picked checkpoint after confirming', async () => {
+    const h = new Harness({
+      'soba/budget': () => report({ sessionId: 's_1', effectiveTokens: 40_000 }),
+      'soba/capsule/list': () => ({ capsules: [capsule('ck_1', 'First'), capsule('ck_2', 'Second')] }),
+      'soba/rewind': () => ({ leafId: 'e_ck_1', budget: report({ effectiveTokens: 900, hardLimit: 48_800 }) }),
+    });
+    h.picks = [1]; // newest first: index 1 is ck_1
+    h.confirms = [true];
+    await h.run('soba.rewind');
+    assert.deepEqual(h.sent.at(-1), ['soba/rewind', { sessionId: 's_1', entryId: 'e_ck_1' }]);
+    assert.deepEqual(h.sent[1], ['soba/capsule/list', { sessionId: 's_1' }], 'the list is the shown session\'s');
+    assert.equal(h.shown.at(-1)?.[1], 'Rewound to ck_1: 900 / 48.8k tokens.');
+    assert.equal(h.refreshed, 1);
+  });
+
+  it('does not rewind when the confirmation is declined or there is no checkpoint', async () => {
+    const declined = new Harness({
+      'soba/budget': () => report(),
+      'soba/capsule/list': () => ({ capsules: [capsule('ck_1', 'First')] }),
+    });
+    declined.picks = [0];
+    await declined.run('soba.rewind');
+    assert.ok(!declined.sent.some(([m]) => m === 'soba/rewind'));
+    const none = new Harness({ 'soba/budget': () => report(), 'soba/capsule/list': () => ({ capsules: [] }) });
+    await none.run('soba.rewind');
+    assert.match(none.shown[0][1], /no checkpoints to rewind to/);
+  });
+
+  it('shows what fills the context window as a document, and the capsule in force', async () => {
+    const h = new Harness({ 'soba/context': () => contextResult() });
+    await h.run('soba.showContext');
+    assert.deepEqual(h.sent, [['soba/context', { workspace: '/w', limit: 15 }]]);
+    const [kind, doc] = h.shown[0];
+    assert.equal(kind, 'document');
+    assert.match(doc, /\*\*31\.2k \/ 48\.8k tokens\*\* \(64% of the hard limit\), 17\.6k free; auto-compaction starts past 39k/);
+    assert.match(doc, /\| File reads \| 12\.4k \| 25% \|/);
+    assert.match(doc, /\| 12\.4k \| file \| Read src\/parser\.rs \| new · `e_3` \|/);
+    assert.match(doc, /`ck_1` “Parser”: manual, model, 900 tokens/);
+
+    await h.run('soba.viewCapsule');
+    assert.equal(h.shown[1][0], 'document');
+    assert.match(h.shown[1][1], /^<!-- SOBA capsule ck_1 “Parser”: manual, model, 900 tokens -->\n\n## Goal/);
+  });
+
+  it('says there is no capsule to view before the first compaction', async () => {
+    const h = new Harness({ 'soba/context': () => contextResult({ capsule: null }) });
+    await h.run('soba.viewCapsule');
+    assert.deepEqual(h.shown, [['info', 'The active session has no capsule yet: it has not been compacted.']]);
   });
 
   it('shows flight records with the configured limit', async () => {

@@ -55,6 +55,17 @@ describe('package.json contract', () => {
     assert.equal(manifest.main, './dist/extension.js');
   });
 
+  it('offers only the applicable auto-compact command in the palette', () => {
+    const palette = contributes.menus.commandPalette as Array<{ command: string; when: string }>;
+    const when = (id: string) => palette.find((entry) => entry.command === id)?.when;
+    assert.equal(when('soba.autoCompactOn'), 'soba.hasSession && !soba.autoCompact');
+    assert.equal(when('soba.autoCompactOff'), 'soba.hasSession && soba.autoCompact');
+    const source = fs.readFileSync(path.join(root, 'src', 'extension.ts'), 'utf8');
+    for (const key of ['soba.hasSession', 'soba.autoCompact']) {
+      assert.match(source, new RegExp(`executeCommand\\('setContext', '${key.replace('.', '\\.')}'`), `extension.ts sets ${key}`);
+    }
+  });
+
   it('contributes, with a description, exactly the settings the code reads', () => {
     const properties = contributes.configuration.properties as Record<string, { description?: string; markdownDescription?: string }>;
     assert.deepEqual(Object.keys(properties).sort(), SETTING_KEYS.map((k) => `soba.${k}`).sort());

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
-import { readSettings, RESTRICTED_KEYS, serverCommand } from '../src/settings';
+import { findServer, readSettings, RESTRICTED_KEYS, serverCandidates, serverCommand } from '../src/settings';
 
 const root = path.resolve(__dirname, '..', '..');
 
@@ -52,5 +52,42 @@ describe('settings', () => {
     assert.equal(untrusted.supported, 'limited');
     assert.match(untrusted.description, /soba trust/);
     assert.deepEqual(untrusted.restrictedConfigurations, RESTRICTED_KEYS.map((k) => `soba.${k}`));
+  });
+
+  it('finds soba in the usual install places when PATH lacks it', () => {
+    const settings = readSettings(() => undefined);
+    const host = (present: string[]) => ({
+      path: '/usr/bin:/bin',
+      home: '/home/me',
+      workspaceFolders: ['/src/soba'],
+      isExecutable: (file: string) => present.includes(file),
+    });
+    assert.deepEqual(serverCandidates(host([])), [
+      '/usr/bin/soba',
+      '/bin/soba',
+      '/home/me/.cargo/bin/soba',
+      '/usr/local/bin/soba',
+      '/home/me/.local/bin/soba',
+      '/src/soba/target/release/soba',
+      '/src/soba/target/debug/soba',
+    ]);
+    assert.deepEqual(findServer(settings, host(['/home/me/.cargo/bin/soba', '/usr/local/bin/soba'])), { path: '/home/me/.cargo/bin/soba' });
+    assert.deepEqual(findServer(settings, host(['/bin/soba', '/home/me/.cargo/bin/soba'])), { path: '/bin/soba' }, 'PATH first');
+    assert.deepEqual(findServer(settings, host(['/src/soba/target/debug/soba'])), { path: '/src/soba/target/debug/soba' });
+  });
+
+  it('uses soba.serverPath as set, without looking', () => {
+    const settings = readSettings((key) => (key === 'serverPath' ? '/opt/soba' : undefined));
+    const looked: string[] = [];
+    const found = findServer(settings, { path: '/bin', home: '/h', workspaceFolders: [], isExecutable: (f) => (looked.push(f), true) });
+    assert.deepEqual(found, { path: '/opt/soba' });
+    assert.deepEqual(looked, []);
+  });
+
+  it('asks for soba.serverPath when soba is nowhere to be found', () => {
+    const found = findServer(readSettings(() => undefined), { path: undefined, home: undefined, workspaceFolders: [], isExecutable: () => false });
+    assert.ok('error' in found);
+    assert.match(found.error, /soba was not found \(looked in PATH, ~\/\.cargo\/bin, \/usr\/local\/bin/);
+    assert.match(found.error, /set "soba\.serverPath"/);
   });
 });

@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
+  autoCompactLine,
   backgroundColorId,
+  percentLeftUntilAutoCompact,
   budgetSummary,
   BudgetTracker,
   CompactionProgress,
@@ -65,9 +67,21 @@ describe('tooltip', () => {
       'SOBA context budget: 31.2k / 48.8k tokens',
       'Soft limit: 39k (auto-compaction starts past it)',
       'Measured: estimated (test-model, o200k_base)',
-      'Auto-compact: on',
+      'Auto-compact: on, 20% left (7.8k tokens) until it starts',
       'Last compaction: none yet',
     ]);
+  });
+
+  it('gives the percent left until auto-compact, and 0% past the soft limit', () => {
+    assert.equal(percentLeftUntilAutoCompact(report({ effectiveTokens: 0, softLimit: 40_000 })), 100);
+    assert.equal(percentLeftUntilAutoCompact(report({ effectiveTokens: 30_000, softLimit: 40_000 })), 25);
+    assert.equal(percentLeftUntilAutoCompact(report({ effectiveTokens: 45_000, softLimit: 40_000 })), 0);
+    assert.equal(autoCompactLine(report({ effectiveTokens: 30_000, softLimit: 40_000 })), 'Auto-compact: on, 25% left (10k tokens) until it starts');
+    assert.equal(
+      autoCompactLine(report({ effectiveTokens: 45_000, softLimit: 40_000 })),
+      'Auto-compact: on, 0% left: past the soft limit, it compacts before the next response',
+    );
+    assert.match(autoCompactLine(report({ effectiveTokens: 45_000, softLimit: 40_000, autoCompact: false })), /^Auto-compact: off, past the soft limit/);
   });
 
   it('describes the last compaction and provider-measured budgets', () => {
@@ -88,7 +102,7 @@ describe('tooltip', () => {
       now,
     );
     assert.equal(lines[2], 'Measured: provider usage (test-model, o200k_base)');
-    assert.equal(lines[3], 'Auto-compact: off');
+    assert.equal(lines[3], 'Auto-compact: off (20% left until the soft limit; compaction still runs at the hard limit)');
     assert.equal(lines[4], 'Last compaction: auto_threshold: 41.2k → 18.3k (−56%), ck_3f9a, degraded, 5 min ago');
     assert.equal(lines[5], 'Compacting now…');
   });

@@ -74,7 +74,7 @@ describe('sidebar view models', () => {
 
   it('makes capsules exportable from the context menu', () => {
     const [node] = capsuleNodes([
-      { checkpointId: 'ck_7', title: 'Auth hand-off', trigger: 'manual', quality: 'model', ts: 't', tokens: { before: 40_000, after: 3_100 }, origin: 'loaded' },
+      { checkpointId: 'ck_7', entryId: 'e_7', title: 'Auth hand-off', trigger: 'manual', quality: 'model', ts: 't', tokens: { before: 40_000, after: 3_100 }, origin: 'loaded' },
     ]);
     assert.equal(node.label, 'Auth hand-off');
     assert.equal(node.description, 'ck_7 · 3.1k · model · loaded');

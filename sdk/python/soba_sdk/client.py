@@ -156,6 +156,10 @@ class SobaClient:
     def budget(self, params: Optional[p.BudgetParams] = None) -> p.BudgetResult:
         return self._send("soba/budget", params or {})
 
+    def context(self, params: Optional[p.ContextParams] = None) -> p.ContextResult:
+        """What fills the context window: by part, by kind, the largest entries, the capsule."""
+        return self._send("soba/context", params or {})
+
     def compact(self, params: Optional[p.CompactParams] = None) -> p.CompactResult:
         return self._send("soba/compact", params or {})
 

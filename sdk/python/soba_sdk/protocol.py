@@ -408,6 +408,49 @@ class ContentBlockToolCall(TypedDict):
     input: Any
 
 
+class ContextParams(TypedDict):
+    """soba/context params."""
+
+    sessionId: NotRequired[Optional[str]]
+    workspace: NotRequired[Optional[str]]
+    # How many of the largest entries to list (default 10, at most 100).
+    limit: NotRequired[Optional[int]]
+
+
+class ContextResult(TypedDict):
+    """soba/context result.
+    
+    The answer to `soba/context`: what fills the active session's context window."""
+
+    sessionId: str
+    workspace: str
+    # Effective tokens and the limits, as in `soba/budget`, for the percentages.
+    effectiveTokens: int
+    hardLimit: int
+    softLimit: int
+    # Counted tokens of the model input at the leaf (system and tool schemas included).
+    tokens: int
+    # By part of the view: system, tools, capsule, retained tail, new entries.
+    breakdown: Breakdown
+    # By kind of content.
+    byKind: KindTokens
+    # The largest items of the model input, largest first.
+    largest: List[LargestEntry]
+    # The capsule the model input starts from; absent before the first compaction.
+    capsule: Optional[CurrentCapsule]
+
+
+class CurrentCapsule(TypedDict):
+    checkpointId: str
+    entryId: str
+    title: Optional[str]
+    trigger: Trigger
+    quality: Quality
+    tokens: int
+    # The capsule as the model reads it.
+    text: str
+
+
 class FileEntry(TypedDict):
     path: str
     op: FileOp
@@ -463,6 +506,33 @@ class ForeignCompactionEntry(TypedDict):
     # What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
     # (Claude Code's `PreCompact` hook).
     instructions: NotRequired[Optional[str]]
+
+
+class KindTokens(TypedDict):
+    system: int
+    toolSchemas: int
+    capsule: int
+    userMessages: int
+    assistantMessages: int
+    # Tool results whose call named a file (`path`, `file_path`, …): file reads mostly.
+    fileReads: int
+    # Every other tool result: shell output, searches, fetches.
+    toolOutputs: int
+
+
+class LargestEntry(TypedDict):
+    # The log entry; absent for a synthetic result of an interrupted call.
+    entryId: Optional[str]
+    kind: EntryKind
+    # `read src/parser.rs`, `bash cargo test`, `user: Fix the failing…`: what a person
+    # recognizes.
+    label: str
+    # The file the tool call named, for `file` entries.
+    path: NotRequired[Optional[str]]
+    tokens: int
+    part: ViewPart
+    # Shown shortened (head and tail) because the capsule elides large tool results.
+    elided: bool
 
 
 class LastCompaction(TypedDict):
@@ -762,6 +832,10 @@ back after the block's own, and a block of any other type (`redacted_thinking`, 
 blocks, …) is kept whole and returned as it came."""
 
 
+EntryKind = Literal["capsule", "user", "assistant", "file", "tool_output"]
+"""`capsule`, `user`, `assistant`, `file` (a tool result on a named file) or `tool_output`."""
+
+
 FileOp = Literal["read", "modified", "created", "deleted"]
 
 
@@ -792,6 +866,9 @@ Trigger = Literal["hard_limit", "milestone", "plan_pivot", "turn_complete", "aut
 intentional `/capsule create`."""
 
 
+ViewPart = Literal["capsule", "retained_tail", "new"]
+
+
 # Every request method: (params type, result type).
 METHODS = {
     "soba/attach": (AttachParams, AttachResult),
@@ -804,6 +881,7 @@ METHODS = {
     "soba/capsule/load": (CapsuleLoadParams, CapsuleLoadResult),
     "soba/checkpoint": (CheckpointParams, CheckpointResult),
     "soba/compact": (CompactParams, CompactResult),
+    "soba/context": (ContextParams, ContextResult),
     "soba/flight": (FlightParams, FlightResult),
     "soba/overflow": (OverflowParams, OverflowResult),
     "soba/preflight": (PreflightParams, PreflightResult),

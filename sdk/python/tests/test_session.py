@@ -128,6 +128,7 @@ class SessionTest(DaemonTestCase):
             "soba/rewind": "rewind",
             "soba/session/close": "close_session",
             "soba/budget": "budget",
+            "soba/context": "context",
             "soba/compact": "compact",
             "soba/autoCompact": "auto_compact",
             "soba/sessions": "sessions",

@@ -181,6 +181,10 @@ export class SobaClient {
   budget(params: Methods['soba/budget']['params'] = {}) {
     return this.request('soba/budget', params);
   }
+  /** What fills the context window: by part, by kind, the largest entries, the capsule in force. */
+  context(params: Methods['soba/context']['params'] = {}) {
+    return this.request('soba/context', params);
+  }
   compact(params: Methods['soba/compact']['params'] = {}) {
     return this.request('soba/compact', params);
   }

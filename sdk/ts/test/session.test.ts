@@ -158,6 +158,7 @@ test('every method has a typed wrapper on the client', async () => {
     'soba/rewind': 'rewind',
     'soba/session/close': 'closeSession',
     'soba/budget': 'budget',
+    'soba/context': 'context',
     'soba/compact': 'compact',
     'soba/autoCompact': 'autoCompact',
     'soba/sessions': 'sessions',

@@ -122,13 +122,42 @@ local function capsule_export(args)
   end)
 end
 
+--- Asks a yes/no question; true only for yes. Specs replace it.
+function M.confirm(question, yes)
+  return vim.fn.confirm(question, '&' .. yes .. '\n&Cancel', 2, 'Question') == 1
+end
+
 local function capsule_load(args)
+  local function load(path)
+    request('soba/capsule/load', { path = path }, function(loaded)
+      soba.notify(string.format('capsule loaded into session %s as %s', loaded.sessionId, loaded.checkpointId))
+    end)
+  end
   local function send(path)
     if not path or vim.trim(path) == '' then
       return
     end
-    request('soba/capsule/load', { path = vim.fn.fnamemodify(path, ':p') }, function(loaded)
-      soba.notify(string.format('capsule loaded into session %s as %s', loaded.sessionId, loaded.checkpointId))
+    path = vim.fn.fnamemodify(path, ':p')
+    local client = soba.client()
+    if not client then
+      return load(path) -- says the daemon is not running
+    end
+    -- Loading replaces what the model sees: ask first when there is a live context to replace.
+    client:request('soba/budget', { workspace = soba.workspace(client) }, function(err, report)
+      if not err and report and (report.effectiveTokens or 0) > 0 then
+        local question = string.format(
+          'Replace the live context (%s tokens, session %s) with %s?\n'
+            .. 'Nothing is deleted: :Soba rewind goes back to an earlier checkpoint.',
+          format.tokens(report.effectiveTokens),
+          report.sessionId,
+          vim.fn.fnamemodify(path, ':t')
+        )
+        if not M.confirm(question, 'Load') then
+          soba.notify('capsule not loaded')
+          return
+        end
+      end
+      load(path)
     end)
   end
   if args[1] then
@@ -141,6 +170,45 @@ end
 local function capsule_list()
   request('soba/capsule/list', {}, function(result)
     show_lines(format.capsule_lines(result.capsules))
+  end)
+end
+
+--- Shows `lines` in the scratch buffer `name` (reused), in a split.
+local function scratch(name, lines, filetype)
+  local existing = vim.fn.bufnr(name)
+  local buf = existing ~= -1 and existing or vim.api.nvim_create_buf(false, true)
+  if existing == -1 then
+    vim.api.nvim_buf_set_name(buf, name)
+    vim.bo[buf].bufhidden = 'wipe'
+  end
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  if filetype then
+    vim.bo[buf].filetype = filetype
+  end
+  if vim.fn.bufwinid(buf) == -1 then
+    vim.cmd('botright sbuffer ' .. buf)
+  end
+  return buf
+end
+
+--- `:Soba context`: what fills the window, in `soba://context`.
+function M.context()
+  request('soba/context', { limit = 15 }, function(ctx)
+    scratch('soba://context', format.context_lines(ctx))
+  end)
+end
+
+--- `:Soba capsule show`: the capsule in force, as the model reads it, in `soba://capsule`.
+local function capsule_show()
+  request('soba/context', { limit = 0 }, function(ctx)
+    local c = ctx.capsule
+    if not c or c == vim.NIL then
+      soba.notify('the active session has no capsule yet: it has not been compacted')
+      return
+    end
+    scratch('soba://capsule', vim.split(c.text, '\n', { plain = true }), 'markdown')
   end)
 end
 
@@ -163,17 +231,75 @@ function M.flight()
   end)
 end
 
+--- Checkpoints of the active session, newest first, for pickers.
+local function newest_first(capsules)
+  local out = {}
+  for i = #capsules, 1, -1 do
+    out[#out + 1] = capsules[i]
+  end
+  return out
+end
+
+--- `:Soba rewind [checkpoint-id]`: move the active session's leaf back to a checkpoint. The
+--- later entries stay in the log as a branch, so the rewind itself can be undone from the list.
+function M.rewind(args)
+  request('soba/budget', {}, function(report)
+    request('soba/capsule/list', { sessionId = report.sessionId }, function(result)
+      local function go(chosen)
+        if not chosen then
+          return
+        end
+        local question = string.format(
+          'Rewind session %s (%s tokens) to %s %s (%s tokens)?',
+          report.sessionId,
+          format.tokens(report.effectiveTokens),
+          chosen.checkpointId,
+          chosen.title ~= vim.NIL and chosen.title or '',
+          format.tokens(chosen.tokens.after)
+        )
+        if not M.confirm(question, 'Rewind') then
+          return
+        end
+        request('soba/rewind', { sessionId = report.sessionId, entryId = chosen.entryId }, function(rewound)
+          soba.accept_report(rewound.budget)
+          soba.notify(string.format('rewound to %s: %s', chosen.checkpointId, format.status_text(rewound.budget)))
+        end)
+      end
+      if #result.capsules == 0 then
+        soba.notify('the active session has no checkpoints to rewind to: compact it or create a capsule first')
+        return
+      end
+      if args[1] then
+        for _, c in ipairs(result.capsules) do
+          if c.checkpointId == args[1] then
+            return go(c)
+          end
+        end
+        soba.notify('no checkpoint ' .. args[1] .. ' in the active session: see :Soba capsule list', levels.ERROR)
+        return
+      end
+      vim.ui.select(newest_first(result.capsules), {
+        prompt = 'Checkpoint to rewind to',
+        format_item = function(c)
+          return string.format('%s  %s (%s, %s tokens)', c.checkpointId, c.title ~= vim.NIL and c.title or '', c.trigger, format.tokens(c.tokens.after))
+        end,
+      }, go)
+    end)
+  end)
+end
+
 local capsule_subcommands = {
   create = capsule_create,
   export = capsule_export,
   load = capsule_load,
   list = capsule_list,
+  show = capsule_show,
 }
 
 function M.capsule(args)
   local sub = capsule_subcommands[args[1] or '']
   if not sub then
-    soba.notify('usage: :Soba capsule create|export|load|list', levels.ERROR)
+    soba.notify('usage: :Soba capsule create|export|load|list|show', levels.ERROR)
     return
   end
   sub(vim.list_slice(args, 2))
@@ -185,17 +311,24 @@ M.subcommands = {
   ['auto-compact'] = M.auto_compact,
   capsule = M.capsule,
   flight = M.flight,
+  rewind = M.rewind,
+  context = M.context,
 }
+
+M.USAGE =
+  'usage: :Soba budget | context | compact [instructions] | auto-compact on|off | capsule create|export|load|list|show | rewind [checkpoint] | flight'
 
 --- `:Soba {subcommand} [args]`.
 function M.run(fargs)
   local name = fargs[1]
-  local sub = name and M.subcommands[name]
+  if not name then
+    -- A bare `:Soba` asks what there is: an answer, not an error.
+    soba.notify(M.USAGE)
+    return
+  end
+  local sub = M.subcommands[name]
   if not sub then
-    soba.notify(
-      'usage: :Soba budget | compact [instructions] | auto-compact on|off | capsule create|export|load|list | flight',
-      levels.ERROR
-    )
+    soba.notify(M.USAGE, levels.ERROR)
     return
   end
   sub(vim.list_slice(fargs, 2))
@@ -213,6 +346,22 @@ local function matching(candidates, prefix)
   end, candidates)
 end
 
+--- Checkpoint ids of the active session, newest first, asked synchronously (completion cannot
+--- wait for a callback); empty when the daemon does not answer within half a second.
+function M.checkpoint_ids()
+  local client = soba.client()
+  if not client then
+    return {}
+  end
+  local response = client:request_sync('soba/capsule/list', { workspace = soba.workspace(client) }, 500)
+  if not response or response.err or not response.result then
+    return {}
+  end
+  return vim.tbl_map(function(c)
+    return c.checkpointId
+  end, newest_first(response.result.capsules))
+end
+
 --- Completion for `:Soba`: subcommands, their arguments, and file names where a path goes.
 function M.complete(arg_lead, cmdline)
   local words = vim.split((cmdline:gsub('^%s*%S+%s*', '')), '%s+', { trimempty = true })
@@ -228,6 +377,8 @@ function M.complete(arg_lead, cmdline)
     return matching(sorted_keys(capsule_subcommands), arg_lead)
   elseif words[1] == 'capsule' and words[2] == 'load' and #words == 2 then
     return vim.fn.getcompletion(arg_lead, 'file')
+  elseif (words[1] == 'capsule' and words[2] == 'export' and #words == 2) or (words[1] == 'rewind' and #words == 1) then
+    return matching(M.checkpoint_ids(), arg_lead)
   elseif words[1] == 'capsule' and words[2] == 'export' and #words == 3 then
     return vim.fn.getcompletion(arg_lead, 'file')
   end

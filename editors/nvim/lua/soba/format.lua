@@ -175,4 +175,80 @@ function M.capsule_file_name(title, checkpoint_id)
   return (slug ~= '' and slug or checkpoint_id) .. '.capsule.md'
 end
 
+--- `:Soba context`: what fills the window, like Claude Code's `/context`, as lines.
+function M.context_lines(ctx)
+  local limit = ctx.hardLimit
+  local function pct(n)
+    return limit > 0 and math.floor(n / limit * 100 + 0.5) or 0
+  end
+  local function bar(n)
+    local width = 24
+    local filled = limit > 0 and math.min(width, math.floor(n / limit * width + 0.5)) or 0
+    return string.rep('█', filled) .. string.rep('░', width - filled)
+  end
+  local function row(label, n)
+    return string.format('  %-20s %7s %4d%%  %s', label, M.tokens(n), pct(n), bar(n))
+  end
+  local free = math.max(0, limit - ctx.effectiveTokens)
+  local b, k = ctx.breakdown, ctx.byKind
+  local lines = {
+    string.format(
+      'Context of session %s: %s / %s tokens (%d%% of the hard limit), %s free; auto-compaction past %s',
+      ctx.sessionId,
+      M.tokens(ctx.effectiveTokens),
+      M.tokens(limit),
+      pct(ctx.effectiveTokens),
+      M.tokens(free),
+      M.tokens(ctx.softLimit)
+    ),
+    '',
+    'By part',
+    row('System prompt', b.system),
+    row('Tool schemas', b.tools),
+    row('Capsule', b.capsule),
+    row('Retained tail', b.retainedTail),
+    row('New entries', b.newEntries),
+    row('Free', free),
+    '',
+    'By kind',
+    row('User messages', k.userMessages),
+    row('Assistant messages', k.assistantMessages),
+    row('File reads', k.fileReads),
+    row('Tool outputs', k.toolOutputs),
+    row('Capsule', k.capsule),
+    row('System + tools', k.system + k.toolSchemas),
+    '',
+    'Largest entries',
+  }
+  if #ctx.largest == 0 then
+    lines[#lines + 1] = '  nothing in the context yet'
+  end
+  for _, e in ipairs(ctx.largest) do
+    lines[#lines + 1] = string.format(
+      '  %7s  %-11s %s%s  (%s)',
+      M.tokens(e.tokens),
+      (e.kind:gsub('_', ' ')),
+      e.label,
+      e.elided and ' (shortened)' or '',
+      (e.part:gsub('_', ' '))
+    )
+  end
+  lines[#lines + 1] = ''
+  local c = ctx.capsule
+  if c and c ~= vim.NIL then
+    local title = (c.title and c.title ~= vim.NIL) and (' "' .. c.title .. '"') or ''
+    lines[#lines + 1] = string.format(
+      'Capsule in force: %s%s (%s, %s, %s tokens): :Soba capsule show',
+      c.checkpointId,
+      title,
+      c.trigger,
+      c.quality,
+      M.tokens(c.tokens)
+    )
+  else
+    lines[#lines + 1] = 'Capsule in force: none yet (the session has not been compacted)'
+  end
+  return lines
+end
+
 return M

@@ -25,6 +25,8 @@ M.config = vim.deepcopy(M.defaults)
 local state = {
   reports = {},
   latest_workspace = nil,
+  --- The workspace of the file buffer entered last: what special buffers show.
+  focus_workspace = nil,
   compacting = {},
   announced = {},
 }
@@ -69,11 +71,41 @@ function M.workspace(client)
   return real(vim.fn.getcwd())
 end
 
---- The report the statusline shows: the current buffer's workspace, else the latest one seen.
+--- The root markers in force: `vim.lsp.config('soba', { root_markers = … })` or
+--- `setup({ lsp = { root_markers = … } })` when given, else `root_markers` from setup().
+function M.root_markers()
+  local configured = vim.lsp.config and vim.lsp.config.soba
+  local markers = configured and configured.root_markers
+  if type(markers) == 'table' and #markers > 0 then
+    return markers
+  end
+  return M.config.root_markers
+end
+
+--- The workspace a buffer belongs to: its soba client's, else the nearest folder with a root
+--- marker, else the working directory.
+function M.buffer_workspace(bufnr)
+  bufnr = bufnr or 0
+  local attached = vim.lsp.get_clients({ name = 'soba', bufnr = bufnr })[1]
+  if attached then
+    return M.workspace(attached)
+  end
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if vim.bo[bufnr].buftype ~= '' or name:match('^%a[%w+.-]*://') then
+    -- Help, quickfix, `soba://flight`, terminals: the workspace of the file last worked on.
+    if state.focus_workspace then
+      return state.focus_workspace
+    end
+    name = ''
+  end
+  local from = name ~= '' and vim.fs.dirname(name) or vim.fn.getcwd()
+  return real(vim.fs.root(from, M.root_markers()) or vim.fn.getcwd())
+end
+
+--- The report the statusline shows: the current buffer's workspace's, and only that one (a
+--- budget of another workspace would be a wrong number, not a fallback).
 function M.report(bufnr)
-  local client = M.client(bufnr)
-  local report = client and state.reports[M.workspace(client)]
-  return report or (state.latest_workspace and state.reports[state.latest_workspace]) or nil
+  return state.reports[M.buffer_workspace(bufnr)]
 end
 
 local function refresh_statusline()
@@ -122,7 +154,9 @@ function M.statusline_hl()
   if not report then
     return ''
   end
-  return '%#' .. format.highlight[format.severity(report)] .. '#' .. M.statusline() .. '%*'
+  -- `82%` must reach the screen as text: a bare `%` would start a statusline item (`%*`).
+  local text = M.statusline():gsub('%%', '%%%%')
+  return '%#' .. format.highlight[format.severity(report)] .. '#' .. text .. '%*'
 end
 
 --- A lualine component: `sections = { lualine_x = { require('soba').lualine() } }`.
@@ -238,7 +272,7 @@ local function root_dir(bufnr, on_dir)
   if vim.api.nvim_buf_get_name(bufnr) == '' then
     return
   end
-  on_dir(vim.fs.root(bufnr, M.config.root_markers) or vim.fn.getcwd())
+  on_dir(vim.fs.root(bufnr, M.root_markers()) or vim.fn.getcwd())
 end
 
 --- The `vim.lsp.config` table for the daemon; lsp/soba.lua returns it.
@@ -260,12 +294,25 @@ end
 local group = vim.api.nvim_create_augroup('soba', { clear = true })
 vim.api.nvim_create_autocmd('LspProgress', { group = group, callback = on_lsp_progress })
 vim.api.nvim_create_autocmd('ColorScheme', { group = group, callback = define_highlights })
+vim.api.nvim_create_autocmd('BufEnter', {
+  group = group,
+  callback = function(args)
+    local name = vim.api.nvim_buf_get_name(args.buf)
+    if vim.bo[args.buf].buftype == '' and name ~= '' and not name:match('^%a[%w+.-]*://') then
+      state.focus_workspace = M.buffer_workspace(args.buf)
+    end
+  end,
+})
 define_highlights()
 
 --- For users who prefer a setup call to `vim.lsp.enable('soba')`:
 --- `require('soba').setup({ cmd = { '/path/to/soba', 'serve' } })`.
 function M.setup(opts)
   M.config = vim.tbl_deep_extend('force', vim.deepcopy(M.defaults), opts or {})
+  -- `lsp.root_markers` is where users put it (the vim.lsp.config field); root_dir reads it.
+  if type(M.config.lsp.root_markers) == 'table' then
+    M.config.root_markers = M.config.lsp.root_markers
+  end
   vim.lsp.config('soba', vim.tbl_extend('force', M.lsp_config(), M.config.lsp))
   if M.config.enable then
     vim.lsp.enable('soba')
