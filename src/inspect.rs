@@ -362,7 +362,7 @@ fn message_text(content: &[crate::session::entry::ContentBlock]) -> String {
     content
         .iter()
         .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
+            ContentBlock::Text { text, .. } => Some(text.as_str()),
             _ => None,
         })
         .collect::<Vec<_>>()
@@ -381,7 +381,7 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
     for i in view.entry_indices() {
         if let EntryBody::Message(m) = &session.entry(i).body {
             for block in &m.content {
-                if let ContentBlock::ToolCall { id, name, input } = block {
+                if let ContentBlock::ToolCall { id, name, input, .. } = block {
                     calls.insert(id.as_str(), (name.as_str(), input));
                 }
             }

@@ -615,7 +615,7 @@ fn planted_secret_recall_on_every_output_path() {
     use soba::capsule::portable::{write, PortableCapsule};
     let s = secrets();
     let ws = tempfile::tempdir().unwrap();
-    let flight = soba::daemon::flight::FlightLog::new(&ws.path().join("data"));
+    let flight = soba::flight::FlightLog::new(&ws.path().join("data"));
     std::fs::create_dir_all(ws.path().join("data")).unwrap();
     let limits = soba::budget::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
     let mut missed: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
@@ -642,7 +642,7 @@ fn planted_secret_recall_on_every_output_path() {
         check("memory", &std::fs::read_to_string(&m.path).unwrap());
         check("memory index", &std::fs::read_to_string(&m.index).unwrap());
         flight
-            .append(&soba::daemon::flight::FlightRecord {
+            .append(&soba::flight::FlightRecord {
                 operation_id: format!("op{n}"),
                 session_id: "s1".into(),
                 trigger: "user".into(),

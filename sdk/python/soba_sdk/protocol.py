@@ -67,6 +67,16 @@ class AutoCompactResult(TypedDict):
     autoCompact: bool
 
 
+class Breakdown(TypedDict):
+    """Token counts of the parts of the model input."""
+
+    system: int
+    tools: int
+    capsule: int
+    retainedTail: int
+    newEntries: int
+
+
 class BreakerStateClosed(TypedDict):
     """Model requests are made; `consecutiveFailures` counts towards the threshold."""
 

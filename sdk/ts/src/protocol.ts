@@ -45,6 +45,15 @@ export type AppendedEntry = ({
   }
 );
 
+/** Token counts of the parts of the model input. */
+export type Breakdown = {
+  system: number;
+  tools: number;
+  capsule: number;
+  retainedTail: number;
+  newEntries: number;
+};
+
 /** What the budget output shows. */
 export type BreakerState = (
   | {
@@ -191,6 +200,20 @@ export type ContentBlock = (
   } & Record<string, unknown>
 );
 
+export type CurrentCapsule = {
+  checkpointId: string;
+  entryId: string;
+  title: string | null;
+  trigger: Trigger;
+  quality: Quality;
+  tokens: number;
+  /** The capsule as the model reads it. */
+  text: string;
+};
+
+/** `capsule`, `user`, `assistant`, `file` (a tool result on a named file) or `tool_output`. */
+export type EntryKind = "capsule" | "user" | "assistant" | "file" | "tool_output";
+
 export type FileEntry = {
   path: string;
   op: FileOp;
@@ -238,6 +261,35 @@ export type ForeignCompactionEntry = {
    * (Claude Code's `PreCompact` hook).
    */
   instructions?: string | null;
+};
+
+export type KindTokens = {
+  system: number;
+  toolSchemas: number;
+  capsule: number;
+  userMessages: number;
+  assistantMessages: number;
+  /** Tool results whose call named a file (`path`, `file_path`, …): file reads mostly. */
+  fileReads: number;
+  /** Every other tool result: shell output, searches, fetches. */
+  toolOutputs: number;
+};
+
+export type LargestEntry = {
+  /** The log entry; absent for a synthetic result of an interrupted call. */
+  entryId: string | null;
+  kind: EntryKind;
+  /**
+   * `read src/parser.rs`, `bash cargo test`, `user: Fix the failing…`: what a person
+   * recognizes.
+   */
+  label: string;
+  /** The file the tool call named, for `file` entries. */
+  path?: string | null;
+  tokens: number;
+  part: ViewPart;
+  /** Shown shortened (head and tail) because the capsule elides large tool results. */
+  elided: boolean;
 };
 
 export type LastCompaction = {
@@ -362,6 +414,8 @@ export type Usage = {
   cacheWrite?: number;
   output?: number;
 };
+
+export type ViewPart = "capsule" | "retained_tail" | "new";
 
 /**
  * soba/attach params.
@@ -611,6 +665,38 @@ export type CompactionNotification = {
   message?: string | null;
 };
 
+/** soba/context params. */
+export type ContextParams = {
+  sessionId?: string | null;
+  workspace?: string | null;
+  /** How many of the largest entries to list (default 10, at most 100). */
+  limit?: number | null;
+};
+
+/**
+ * soba/context result.
+ *
+ * The answer to `soba/context`: what fills the active session's context window.
+ */
+export type ContextResult = {
+  sessionId: string;
+  workspace: string;
+  /** Effective tokens and the limits, as in `soba/budget`, for the percentages. */
+  effectiveTokens: number;
+  hardLimit: number;
+  softLimit: number;
+  /** Counted tokens of the model input at the leaf (system and tool schemas included). */
+  tokens: number;
+  /** By part of the view: system, tools, capsule, retained tail, new entries. */
+  breakdown: Breakdown;
+  /** By kind of content. */
+  byKind: KindTokens;
+  /** The largest items of the model input, largest first. */
+  largest: Array<LargestEntry>;
+  /** The capsule the model input starts from; absent before the first compaction. */
+  capsule: CurrentCapsule | null;
+};
+
 /** soba/flight params. */
 export type FlightParams = {
   sessionId?: string | null;
@@ -747,6 +833,7 @@ export interface Methods {
   "soba/capsule/load": { params: CapsuleLoadParams; result: CapsuleLoadResult };
   "soba/checkpoint": { params: CheckpointParams; result: CheckpointResult };
   "soba/compact": { params: CompactParams; result: CompactResult };
+  "soba/context": { params: ContextParams; result: ContextResult };
   "soba/flight": { params: FlightParams; result: FlightResult };
   "soba/overflow": { params: OverflowParams; result: OverflowResult };
   "soba/preflight": { params: PreflightParams; result: PreflightResult };
@@ -769,7 +856,7 @@ export type MethodName = keyof Methods;
 export type NotificationName = keyof Notifications;
 
 /** Every request method, in name order. */
-export const METHODS: readonly MethodName[] = ["soba/attach","soba/autoCompact","soba/budget","soba/cancel","soba/capsule/create","soba/capsule/export","soba/capsule/list","soba/capsule/load","soba/checkpoint","soba/compact","soba/flight","soba/overflow","soba/preflight","soba/rewind","soba/session/append","soba/session/close","soba/session/open","soba/sessions","soba/turn/complete"];
+export const METHODS: readonly MethodName[] = ["soba/attach","soba/autoCompact","soba/budget","soba/cancel","soba/capsule/create","soba/capsule/export","soba/capsule/list","soba/capsule/load","soba/checkpoint","soba/compact","soba/context","soba/flight","soba/overflow","soba/preflight","soba/rewind","soba/session/append","soba/session/close","soba/session/open","soba/sessions","soba/turn/complete"];
 
 /** Every notification, in name order. */
 export const NOTIFICATIONS: readonly NotificationName[] = ["soba/budgetChanged","soba/compaction","soba/session/closed"];
