@@ -192,5 +192,32 @@ class AnthropicSdk(ProxyCase):
                         self.assertIn(b["tool_use_id"], ids)
 
 
+class RunScript(unittest.TestCase):
+    """tests/proxy_clients/run when the SDKs cannot be installed (PyPI unreachable)."""
+
+    def run_without_pypi(self, ci):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, XDG_CACHE_HOME=cache, CI=ci, PIP_RETRIES="0", PIP_TIMEOUT="1",
+                       PIP_INDEX_URL=f"http://127.0.0.1:{free_port()}/simple", SOBA_BIN="/nonexistent")
+            env.pop("VIRTUAL_ENV", None)
+            done = subprocess.run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "run")],
+                                  env=env, capture_output=True, text=True, timeout=120)
+            left = os.listdir(os.path.join(cache, "soba-test"))
+        self.assertEqual(left, [], "no half-installed venv is kept")
+        return done
+
+    def test_a_failed_install_is_a_failure_under_ci(self):
+        done = self.run_without_pypi("true")
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertIn("pip could not install", done.stderr)
+        self.assertIn("FAILED (CI=true)", done.stderr)
+
+    def test_a_failed_install_is_skipped_loudly_outside_ci(self):
+        done = self.run_without_pypi("")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("!! SKIPPED", done.stderr)
+        self.assertIn("Check that PyPI is reachable", done.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

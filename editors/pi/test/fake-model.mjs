@@ -35,6 +35,10 @@ export async function startFakeModel() {
   const requests = [];
   /** Usage reported for each request, in order: what pi measures its context by. */
   const usage = [];
+  /** What the model answered to each request, in order ({ content } or { toolCall }). */
+  const replies = [];
+  /** Answers given before the normal ones: { status, body } (an upstream error). */
+  const script = [];
   const server = http.createServer((req, res) => {
     let raw = '';
     req.setEncoding('utf8');
@@ -46,7 +50,13 @@ export async function startFakeModel() {
       }
       const body = JSON.parse(raw);
       requests.push(body);
+      const scripted = script.shift();
+      if (scripted) {
+        res.writeHead(scripted.status, { 'content-type': 'application/json' }).end(scripted.body);
+        return;
+      }
       const r = reply(body);
+      replies.push(r);
       const promptTokens = Math.ceil(raw.length / 4);
       const id = `chatcmpl-${requests.length}`;
       const chunk = (delta, finish, usage) =>
@@ -78,6 +88,8 @@ export async function startFakeModel() {
     baseUrl: `http://127.0.0.1:${port}/v1`,
     requests,
     usage,
+    replies,
+    script,
     close: () => new Promise((resolve) => server.close(resolve)),
   };
 }
