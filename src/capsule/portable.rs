@@ -847,8 +847,8 @@ pub const MAX_CAPSULE_TOKENS: u64 = 10_000_000;
 pub const CLOCK_SKEW_SECS: i64 = 10 * 60;
 
 /// `tokens_after` counts the continuation, which holds the capsule itself: it may not be
-/// below one token per this many bytes of the file (about four bytes a token, with a factor
-/// of four for tokenizers that disagree).
+/// below one token per this many bytes of the capsule as exported (about four bytes a token,
+/// with a factor of four for tokenizers that disagree).
 pub const MIN_BYTES_PER_STATED_TOKEN: u64 = 16;
 
 /// 2000-01-01T00:00:00Z: no capsule is older.
@@ -868,7 +868,20 @@ fn rfc3339_unix(s: &str) -> Option<i64> {
     let n = |i: usize| c[i].parse::<i64>().ok();
     let (y, mo, d, h, mi, sec) = (n(1)?, n(2)?, n(3)?, n(4)?, n(5)?, n(6)?);
     let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
     if !(1..=12).contains(&mo) || d < 1 || d > month_days[(mo - 1) as usize] {
         return None;
     }
@@ -892,7 +905,11 @@ fn rfc3339_unix(s: &str) -> Option<i64> {
         }
     };
     // Days from the civil date (Howard Hinnant's algorithm).
-    let (yy, mm) = if mo <= 2 { (y - 1, mo + 9) } else { (y, mo - 3) };
+    let (yy, mm) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
     let era = yy.div_euclid(400);
     let yoe = yy - era * 400;
     let doy = (153 * mm + 2) / 5 + d - 1;
@@ -929,7 +946,8 @@ pub fn parse_at(text: &str, now: std::time::SystemTime) -> Result<Parsed, Format
     }
     let (checkpoint_id, _) = fm.required("checkpoint")?;
     let (created, created_line) = fm.required("created")?;
-    let fix_created = "set it to when the capsule was written, e.g. `created: 2026-11-29T22:00:00Z`";
+    let fix_created =
+        "set it to when the capsule was written, e.g. `created: 2026-11-29T22:00:00Z`";
     match rfc3339_unix(created) {
         None => {
             return Err(format_err(
@@ -1045,14 +1063,16 @@ pub fn parse_at(text: &str, now: std::time::SystemTime) -> Result<Parsed, Format
             ));
         }
     }
-    let size = text.len() as u64;
+    // The size of the capsule as it exports, not of the file: notes people add do not count,
+    // and a file that loads still loads after export (export → load → export is stable).
+    let size = write(&capsule).text.len() as u64;
     let after = capsule.tokens.after;
     if after != 0 && after.saturating_mul(MIN_BYTES_PER_STATED_TOKEN) < size {
         let line = fm.get("tokens_after").map_or(fm.end_line, |(_, l)| l);
         return Err(format_err(
             line,
             format!(
-                "`tokens_after` of at least {} for a {size}-byte capsule (the continuation holds the capsule itself); write the real count, or 0 when it is not known",
+                "`tokens_after` of at least {} for a capsule of {size} bytes as exported (the continuation holds the capsule itself); write the real count, or 0 when it is not known",
                 size.div_ceil(MIN_BYTES_PER_STATED_TOKEN)
             ),
             &format!("tokens_after: {after}"),
@@ -1507,7 +1527,12 @@ A note someone added between items.\r
         assert_eq!(e.found, "`quality: model`");
         // The same file, honest about its quality, loads with the section empty.
         let degraded = text.replace("quality: model", "quality: degraded");
-        assert!(parse_at(&degraded, test_now()).unwrap().capsule.state.blockers.is_empty());
+        assert!(parse_at(&degraded, test_now())
+            .unwrap()
+            .capsule
+            .state
+            .blockers
+            .is_empty());
     }
 
     #[test]
@@ -1540,18 +1565,28 @@ A note someone added between items.\r
 
     #[test]
     fn created_before_2000_is_refused() {
-        let e = refusal(&sample_with("2026-11-29T22:00:00.000Z", "1999-12-31T23:59:59Z"));
+        let e = refusal(&sample_with(
+            "2026-11-29T22:00:00.000Z",
+            "1999-12-31T23:59:59Z",
+        ));
         assert_eq!(e.line, 5);
         assert!(e.expected.contains("not before 2000"), "{e}");
     }
 
     #[test]
     fn created_in_the_future_beyond_clock_skew_is_refused() {
-        let e = refusal(&sample_with("2026-11-29T22:00:00.000Z", "2026-12-01T00:11:00Z"));
+        let e = refusal(&sample_with(
+            "2026-11-29T22:00:00.000Z",
+            "2026-12-01T00:11:00Z",
+        ));
         assert_eq!(e.line, 5);
         assert!(e.expected.contains("not in the future"), "{e}");
         // An offset counts: 01:05+01:00 is 00:05Z, within the skew.
-        for ok in ["2026-12-01T00:09:00Z", "2026-12-01T01:05:00+01:00", "2026-11-30T19:30:00-04:30"] {
+        for ok in [
+            "2026-12-01T00:09:00Z",
+            "2026-12-01T01:05:00+01:00",
+            "2026-11-30T19:30:00-04:30",
+        ] {
             let parsed = parse_at(&sample_with("2026-11-29T22:00:00.000Z", ok), test_now());
             assert!(parsed.is_ok(), "{ok}: {parsed:?}");
         }
@@ -1559,27 +1594,42 @@ A note someone added between items.\r
 
     #[test]
     fn leap_days_and_leap_seconds_are_valid_dates() {
-        assert_eq!(rfc3339_unix("2000-01-01T00:00:00Z"), Some(EARLIEST_CREATED_UNIX));
+        assert_eq!(
+            rfc3339_unix("2000-01-01T00:00:00Z"),
+            Some(EARLIEST_CREATED_UNIX)
+        );
         assert_eq!(rfc3339_unix("2024-02-29T00:00:00Z"), Some(1_709_164_800));
         assert_eq!(rfc3339_unix("2016-12-31T23:59:60Z"), Some(1_483_228_799));
-        assert_eq!(rfc3339_unix("2026-12-01T00:00:00.5z"), Some(unix_secs(test_now())));
-        assert_eq!(rfc3339_unix("2000-02-29T00:00:00Z").is_some(), true);
+        assert_eq!(
+            rfc3339_unix("2026-12-01T00:00:00.5z"),
+            Some(unix_secs(test_now()))
+        );
+        assert!(rfc3339_unix("2000-02-29T00:00:00Z").is_some());
         assert_eq!(rfc3339_unix("1900-02-29T00:00:00Z"), None);
     }
 
     #[test]
     fn negative_token_counts_are_refused() {
-        let e = refusal(&sample_with("tokens_before: 151000", "tokens_before: -151000"));
+        let e = refusal(&sample_with(
+            "tokens_before: 151000",
+            "tokens_before: -151000",
+        ));
         assert_eq!(e.line, 10);
         assert!(e.expected.contains("not negative"), "{e}");
     }
 
     #[test]
     fn token_counts_over_ten_million_are_refused() {
-        let e = refusal(&sample_with("tokens_before: 151000", "tokens_before: 10000001"));
+        let e = refusal(&sample_with(
+            "tokens_before: 151000",
+            "tokens_before: 10000001",
+        ));
         assert_eq!(e.line, 10);
         assert!(e.expected.contains("at most 10000000"), "{e}");
-        let e = refusal(&sample_with("tokens_after: 9800", "tokens_after: 99999999999999"));
+        let e = refusal(&sample_with(
+            "tokens_after: 9800",
+            "tokens_after: 99999999999999",
+        ));
         assert_eq!(e.line, 11);
         let at_limit = sample_with("tokens_before: 151000", "tokens_before: 10000000");
         assert!(parse_at(&at_limit, test_now()).is_ok());
@@ -1596,7 +1646,17 @@ A note someone added between items.\r
         let e = refusal(&small);
         assert_eq!(e.line, 11);
         let least = (small.len() as u64).div_ceil(MIN_BYTES_PER_STATED_TOKEN);
-        assert!(e.expected.contains(&format!("at least {least} for a")), "{e}");
+        // Notes added by hand do not count towards the capsule's size.
+        let noted = text.replace(
+            "# Port the selector\n",
+            &format!("# Port the selector\n{}\n", "note ".repeat(40_000)),
+        );
+        assert!(parse_at(&noted, test_now()).is_ok());
+        assert!(
+            e.expected
+                .contains(&format!("at least {least} for a capsule")),
+            "{e}"
+        );
         // 0 means not known and is never refused.
         let unknown = text.replace("tokens_after: 9800", "tokens_after: 0");
         assert!(parse_at(&unknown, test_now()).is_ok());
@@ -1625,7 +1685,13 @@ tokens_before: 40000\r\ntokens_after:  3000\r\n---\r\n# Hand-off\r\nA note.\r\n\
         let parsed = parse_at(&text, test_now()).unwrap();
         assert_eq!(parsed.capsule.quality, Quality::Model);
         assert_eq!(parsed.capsule.state.next_steps, vec!["ship it"]);
-        assert_eq!(parsed.capsule.tokens, CapsuleTokens { before: 40_000, after: 3_000 });
+        assert_eq!(
+            parsed.capsule.tokens,
+            CapsuleTokens {
+                before: 40_000,
+                after: 3_000
+            }
+        );
         assert_eq!(parsed.ignored.len(), 1);
     }
 
