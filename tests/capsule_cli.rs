@@ -281,3 +281,48 @@ fn binary_exports_loads_lists_and_rewinds() {
         "{err}"
     );
 }
+
+#[test]
+fn binary_refuses_an_invalid_model_capsule_and_leaves_the_session_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = session_a(dir.path());
+    let a_s = a.to_str().unwrap();
+    let file = dir.path().join("edited.capsule.md");
+    let file_s = file.to_str().unwrap();
+    let (ok, _, err) = soba(&["capsule", "export", a_s, "ck_00000000beef", file_s]);
+    assert!(ok, "{err}");
+    let exported = std::fs::read_to_string(&file).unwrap();
+    let before = std::fs::read(&a).unwrap();
+
+    let cases = [
+        (
+            exported.replace("## Blockers\n", ""),
+            ":9:",
+            "`## Blockers` section",
+        ),
+        (
+            exported.replacen("created: ", "created: 2099-01-01T00:00:00Z\n#", 1),
+            ":5:",
+            "not in the future",
+        ),
+        (
+            exported.replace("tokens_before: 120000", "tokens_before: 900000000"),
+            ":10:",
+            "at most 10000000",
+        ),
+    ];
+    for (text, line, what) in cases {
+        std::fs::write(&file, &text).unwrap();
+        let (ok, _, err) = soba(&["capsule", "load", a_s, file_s]);
+        assert!(!ok, "loaded:\n{text}");
+        assert!(
+            err.contains(&format!("{file_s}{line} not a valid capsule file")) && err.contains(what),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read(&a).unwrap(),
+            before,
+            "the session log changed"
+        );
+    }
+}

@@ -744,6 +744,23 @@ async fn capsules_are_created_listed_exported_and_loaded() {
         )
         .await;
     assert_eq!(err["code"], code::INVALID_PARAMS, "{err}");
+
+    // A model capsule missing a section is refused with its line, and nothing is appended.
+    let exported = std::fs::read_to_string(&out).unwrap();
+    assert!(exported.contains("quality: model"), "{exported}");
+    let edited = e.workspace.join("edited.capsule.md");
+    std::fs::write(&edited, exported.replace("## Blockers\n", "")).unwrap();
+    let err = c.error("soba/capsule/load", json!({"path": edited})).await;
+    assert_eq!(err["code"], code::INVALID_PARAMS, "{err}");
+    let message = err["message"].as_str().unwrap();
+    assert!(
+        message.contains("not a valid capsule file") && message.contains("`## Blockers` section"),
+        "{err}"
+    );
+    let after = c
+        .request("soba/capsule/list", json!({"sessionId": other_id}))
+        .await;
+    assert_eq!(after["capsules"].as_array().unwrap().len(), 1, "{after}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,10 @@ use soba::capsule::portable::{parse, write};
 fn capsule_md_a_comment_broken_over_lines_round_trips() {
     let input = include_bytes!("fuzz_regressions/capsule_md-30bc9c24.capsule.md");
     let text = std::str::from_utf8(input).expect("the input is UTF-8");
-    let parsed = parse(text).expect("the fuzzer's input reads");
+    // The fuzzer's input claims `quality: model` without all twelve sections, which loading
+    // now refuses; read as the degraded capsule it is, it still exercises the comment.
+    let text = text.replacen("quality: model", "quality: degraded", 1);
+    let parsed = parse(&text).expect("the fuzzer's input reads");
     for v in &parsed.capsule.artifacts.verification {
         assert!(!v.entry_id.contains('\n'), "{:?}", v.entry_id);
     }

@@ -578,12 +578,27 @@ impl FrontMatter {
     }
 
     fn number(&self, key: &str) -> Result<u64, FormatError> {
-        match self.get(key) {
-            None => Ok(0),
-            Some((v, l)) => v
-                .parse()
-                .map_err(|_| format_err(l, format!("`{key}` to be a whole number of tokens"), v)),
+        let Some((v, l)) = self.get(key) else {
+            return Ok(0);
+        };
+        let n: u64 = v.parse().map_err(|_| {
+            let what = if v.starts_with('-') {
+                "a whole number of tokens, not negative"
+            } else {
+                "a whole number of tokens"
+            };
+            format_err(l, format!("`{key}` to be {what}"), v)
+        })?;
+        if n > MAX_CAPSULE_TOKENS {
+            return Err(format_err(
+                l,
+                format!(
+                    "`{key}` at most {MAX_CAPSULE_TOKENS} tokens (no context is larger); write the real count, or 0 when it is not known"
+                ),
+                v,
+            ));
         }
+        Ok(n)
     }
 }
 
@@ -836,8 +851,99 @@ fn verification_items(items: Vec<RawItem>) -> Result<Vec<Verification>, FormatEr
     Ok(out)
 }
 
-/// Parse a `.capsule.md` file.
+/// Largest token count a capsule may state: far above any context window.
+pub const MAX_CAPSULE_TOKENS: u64 = 10_000_000;
+
+/// How far in the future `created` may be, for clocks that disagree between machines.
+pub const CLOCK_SKEW_SECS: i64 = 10 * 60;
+
+/// `tokens_after` counts the continuation, which holds the capsule itself: it may not be
+/// below one token per this many bytes of the capsule as exported (about four bytes a token,
+/// with a factor of four for tokenizers that disagree).
+pub const MIN_BYTES_PER_STATED_TOKEN: u64 = 16;
+
+/// 2000-01-01T00:00:00Z: no capsule is older.
+const EARLIEST_CREATED_UNIX: i64 = 946_684_800;
+
+static RFC3339: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|([+-])(\d{2}):(\d{2}))$",
+    )
+    .expect("pattern compiles")
+});
+
+/// Seconds since the Unix epoch of an RFC 3339 time, or `None` when it is not one (wrong
+/// shape, or a field out of range such as February 30th or hour 25).
+fn rfc3339_unix(s: &str) -> Option<i64> {
+    let c = RFC3339.captures(s)?;
+    let n = |i: usize| c[i].parse::<i64>().ok();
+    let (y, mo, d, h, mi, sec) = (n(1)?, n(2)?, n(3)?, n(4)?, n(5)?, n(6)?);
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&mo) || d < 1 || d > month_days[(mo - 1) as usize] {
+        return None;
+    }
+    // Second 60 is a leap second.
+    if h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let offset = match c.get(9) {
+        None => 0,
+        Some(sign) => {
+            let (oh, om) = (n(10)?, n(11)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let o = oh * 3600 + om * 60;
+            if sign.as_str() == "-" {
+                -o
+            } else {
+                o
+            }
+        }
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (yy, mm) = if mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (y, mo - 3)
+    };
+    let era = yy.div_euclid(400);
+    let yoe = yy - era * 400;
+    let doy = (153 * mm + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + mi * 60 + sec.min(59) - offset)
+}
+
+fn unix_secs(t: std::time::SystemTime) -> i64 {
+    match t.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    }
+}
+
+/// Parse a `.capsule.md` file, validating its dates against the current time.
 pub fn parse(text: &str) -> Result<Parsed, FormatError> {
+    parse_at(text, std::time::SystemTime::now())
+}
+
+/// Parse a `.capsule.md` file; `now` is the time `created` may not be after (beyond
+/// [`CLOCK_SKEW_SECS`]).
+pub fn parse_at(text: &str, now: std::time::SystemTime) -> Result<Parsed, FormatError> {
     let lines = numbered_lines(text);
     let (fm, body_start) = parse_front_matter(&lines)?;
 
@@ -850,7 +956,36 @@ pub fn parse(text: &str) -> Result<Parsed, FormatError> {
         ));
     }
     let (checkpoint_id, _) = fm.required("checkpoint")?;
-    let (created, _) = fm.required("created")?;
+    let (created, created_line) = fm.required("created")?;
+    let fix_created =
+        "set it to when the capsule was written, e.g. `created: 2026-11-29T22:00:00Z`";
+    match rfc3339_unix(created) {
+        None => {
+            return Err(format_err(
+                created_line,
+                format!("`created` to be an RFC 3339 time that exists; {fix_created}"),
+                created,
+            ))
+        }
+        Some(t) if t < EARLIEST_CREATED_UNIX => {
+            return Err(format_err(
+                created_line,
+                format!("`created` not before 2000; {fix_created}"),
+                created,
+            ))
+        }
+        Some(t) if t > unix_secs(now) + CLOCK_SKEW_SECS => {
+            return Err(format_err(
+                created_line,
+                format!(
+                    "`created` not in the future (more than {} minutes ahead of this clock); {fix_created}",
+                    CLOCK_SKEW_SECS / 60
+                ),
+                created,
+            ))
+        }
+        Some(_) => {}
+    }
     let (trigger, trigger_line) = fm.required("trigger")?;
     let trigger: Trigger = enum_value(trigger_line, "trigger", trigger, &TRIGGERS)?;
     let (quality, quality_line) = fm.required("quality")?;
@@ -924,6 +1059,37 @@ pub fn parse(text: &str) -> Result<Parsed, FormatError> {
             Some(s) => fill_section(&mut capsule, s, &body, &mut ignored)?,
             None => ignored.extend(notes(body)),
         }
+    }
+    if capsule.quality == Quality::Model {
+        // User requests came later than the other sections: files written before it have none.
+        if let Some((_, name)) = SECTIONS
+            .iter()
+            .filter(|(s, _)| *s != Section::Requests)
+            .find(|(s, _)| !seen.iter().any(|(x, _)| x == s))
+        {
+            return Err(format_err(
+                quality_line,
+                format!(
+                    "a `## {name}` section, which a `quality: model` capsule always has (docs/capsule-format.md lists them); add the heading, empty if there is nothing to say, or set `quality: degraded`"
+                ),
+                &format!("quality: {}", capsule.quality.as_str()),
+            ));
+        }
+    }
+    // The size of the capsule as it exports, not of the file: notes people add do not count,
+    // and a file that loads still loads after export (export → load → export is stable).
+    let size = write(&capsule).text.len() as u64;
+    let after = capsule.tokens.after;
+    if after != 0 && after.saturating_mul(MIN_BYTES_PER_STATED_TOKEN) < size {
+        let line = fm.get("tokens_after").map_or(fm.end_line, |(_, l)| l);
+        return Err(format_err(
+            line,
+            format!(
+                "`tokens_after` of at least {} for a capsule of {size} bytes as exported (the continuation holds the capsule itself); write the real count, or 0 when it is not known",
+                size.div_ceil(MIN_BYTES_PER_STATED_TOKEN)
+            ),
+            &format!("tokens_after: {after}"),
+        ));
     }
     ignored.sort_by_key(|i| i.line);
     Ok(Parsed { capsule, ignored })
@@ -1149,6 +1315,7 @@ mod tests {
         let start = text.find("## User requests").unwrap();
         let end = text.find("## Constraints").unwrap();
         let old = format!("{}{}", &text[..start], &text[end..]);
+        assert_eq!(sample().quality, Quality::Model, "a model capsule, which has every other section");
         let parsed = parse(&old).unwrap();
         assert!(parsed.capsule.state.requests.is_empty());
         assert_eq!(parsed.capsule.state.constraints, sample().state.constraints);
@@ -1381,6 +1548,200 @@ A note someone added between items.\r
 
         let e = err(&format!("{ok_head}## Verification\n- [passed]\n"));
         assert_eq!(e.line, 9);
+    }
+
+    /// 2026-12-01T00:00:00Z, the clock of the validation tests.
+    fn test_now() -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_796_083_200)
+    }
+
+    fn refusal(text: &str) -> FormatError {
+        parse_at(text, test_now()).unwrap_err()
+    }
+
+    /// A complete model capsule with `replace` applied to its text.
+    fn sample_with(from: &str, to: &str) -> String {
+        let text = write(&sample()).text;
+        assert!(text.contains(from), "{from} not in\n{text}");
+        text.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn model_capsule_missing_a_section_is_refused() {
+        let text = sample_with("## Blockers\n", "");
+        let e = refusal(&text);
+        assert_eq!(e.line, 9, "{e}");
+        assert!(e.expected.contains("`## Blockers`"), "{e}");
+        assert!(e.expected.contains("quality: degraded"), "{e}");
+        assert_eq!(e.found, "`quality: model`");
+        // The same file, honest about its quality, loads with the section empty.
+        let degraded = text.replace("quality: model", "quality: degraded");
+        assert!(parse_at(&degraded, test_now())
+            .unwrap()
+            .capsule
+            .state
+            .blockers
+            .is_empty());
+    }
+
+    #[test]
+    fn model_capsule_with_every_section_empty_loads() {
+        let mut c = sample();
+        c.state = CapsuleState::default();
+        c.artifacts = Artifacts::default();
+        let parsed = parse_at(&write(&c).text, test_now()).unwrap();
+        assert_eq!(parsed.capsule, c);
+    }
+
+    #[test]
+    fn impossible_created_dates_are_refused() {
+        for bad in [
+            "2026-02-30T10:00:00Z",
+            "2026-13-01T10:00:00Z",
+            "2026-11-29T25:00:00Z",
+            "2026-11-29T22:61:00Z",
+            "2026-11-29T22:00:00+24:00",
+            "2026-11-29",
+            "yesterday",
+            "2023-02-29T00:00:00Z",
+        ] {
+            let e = refusal(&sample_with("2026-11-29T22:00:00.000Z", bad));
+            assert_eq!(e.line, 5, "{bad}: {e}");
+            assert!(e.expected.contains("RFC 3339"), "{bad}: {e}");
+            assert_eq!(e.found, format!("`{bad}`"));
+        }
+    }
+
+    #[test]
+    fn created_before_2000_is_refused() {
+        let e = refusal(&sample_with(
+            "2026-11-29T22:00:00.000Z",
+            "1999-12-31T23:59:59Z",
+        ));
+        assert_eq!(e.line, 5);
+        assert!(e.expected.contains("not before 2000"), "{e}");
+    }
+
+    #[test]
+    fn created_in_the_future_beyond_clock_skew_is_refused() {
+        let e = refusal(&sample_with(
+            "2026-11-29T22:00:00.000Z",
+            "2026-12-01T00:11:00Z",
+        ));
+        assert_eq!(e.line, 5);
+        assert!(e.expected.contains("not in the future"), "{e}");
+        // An offset counts: 01:05+01:00 is 00:05Z, within the skew.
+        for ok in [
+            "2026-12-01T00:09:00Z",
+            "2026-12-01T01:05:00+01:00",
+            "2026-11-30T19:30:00-04:30",
+        ] {
+            let parsed = parse_at(&sample_with("2026-11-29T22:00:00.000Z", ok), test_now());
+            assert!(parsed.is_ok(), "{ok}: {parsed:?}");
+        }
+    }
+
+    #[test]
+    fn leap_days_and_leap_seconds_are_valid_dates() {
+        assert_eq!(
+            rfc3339_unix("2000-01-01T00:00:00Z"),
+            Some(EARLIEST_CREATED_UNIX)
+        );
+        assert_eq!(rfc3339_unix("2024-02-29T00:00:00Z"), Some(1_709_164_800));
+        assert_eq!(rfc3339_unix("2016-12-31T23:59:60Z"), Some(1_483_228_799));
+        assert_eq!(
+            rfc3339_unix("2026-12-01T00:00:00.5z"),
+            Some(unix_secs(test_now()))
+        );
+        assert!(rfc3339_unix("2000-02-29T00:00:00Z").is_some());
+        assert_eq!(rfc3339_unix("1900-02-29T00:00:00Z"), None);
+    }
+
+    #[test]
+    fn negative_token_counts_are_refused() {
+        let e = refusal(&sample_with(
+            "tokens_before: 151000",
+            "tokens_before: -151000",
+        ));
+        assert_eq!(e.line, 10);
+        assert!(e.expected.contains("not negative"), "{e}");
+    }
+
+    #[test]
+    fn token_counts_over_ten_million_are_refused() {
+        let e = refusal(&sample_with(
+            "tokens_before: 151000",
+            "tokens_before: 10000001",
+        ));
+        assert_eq!(e.line, 10);
+        assert!(e.expected.contains("at most 10000000"), "{e}");
+        let e = refusal(&sample_with(
+            "tokens_after: 9800",
+            "tokens_after: 99999999999999",
+        ));
+        assert_eq!(e.line, 11);
+        let at_limit = sample_with("tokens_before: 151000", "tokens_before: 10000000");
+        assert!(parse_at(&at_limit, test_now()).is_ok());
+    }
+
+    #[test]
+    fn tokens_after_smaller_than_the_capsule_itself_is_refused() {
+        let mut c = sample();
+        c.state.goal = "word ".repeat(2000);
+        c.tokens.after = 9_800;
+        let text = write(&c).text;
+        assert!(parse_at(&text, test_now()).is_ok());
+        let small = text.replace("tokens_after: 9800", "tokens_after: 50");
+        let e = refusal(&small);
+        assert_eq!(e.line, 11);
+        let least = (small.len() as u64).div_ceil(MIN_BYTES_PER_STATED_TOKEN);
+        // Notes added by hand do not count towards the capsule's size.
+        let noted = text.replace(
+            "# Port the selector\n",
+            &format!("# Port the selector\n{}\n", "note ".repeat(40_000)),
+        );
+        assert!(parse_at(&noted, test_now()).is_ok());
+        assert!(
+            e.expected
+                .contains(&format!("at least {least} for a capsule")),
+            "{e}"
+        );
+        // 0 means not known and is never refused.
+        let unknown = text.replace("tokens_after: 9800", "tokens_after: 0");
+        assert!(parse_at(&unknown, test_now()).is_ok());
+    }
+
+    #[test]
+    fn degraded_capsule_dates_and_counts_are_validated_too() {
+        let degraded = sample_with("quality: model", "quality: degraded");
+        let e = refusal(&degraded.replace("2026-11-29T22:00:00.000Z", "2026-04-31T00:00:00Z"));
+        assert_eq!(e.line, 5);
+        let e = refusal(&degraded.replace("tokens_after: 9800", "tokens_after: 20000000"));
+        assert_eq!(e.line, 11);
+    }
+
+    #[test]
+    fn hand_edited_valid_model_capsule_still_loads() {
+        // Reordered sections, CRLF, `*` bullets, odd key spacing, a note, a `+02:00` date.
+        let text = "\u{feff}---\r\nformat:soba-capsule/1\r\ncheckpoint : ck_hand\r\n\
+created: 2026-11-30T09:15:00+02:00\r\ntrigger: handoff\r\nquality: MODEL_FIXED\r\n\
+tokens_before: 40000\r\ntokens_after:  3000\r\n---\r\n# Hand-off\r\nA note.\r\n\
+## next steps\r\n* ship it\r\n## Goal\r\nMake the build green.\r\n## Constraints\r\n\
+## Completed\r\n## Active\r\n## Pending\r\n## Decisions\r\n## Blockers\r\n\
+## Files read\r\n## Files modified\r\n## Verification\r\n- [ Passed ] cargo test\r\n\
+## ACTIVE SKILLS\r\n"
+            .replace("MODEL_FIXED", "model");
+        let parsed = parse_at(&text, test_now()).unwrap();
+        assert_eq!(parsed.capsule.quality, Quality::Model);
+        assert_eq!(parsed.capsule.state.next_steps, vec!["ship it"]);
+        assert_eq!(
+            parsed.capsule.tokens,
+            CapsuleTokens {
+                before: 40_000,
+                after: 3_000
+            }
+        );
+        assert_eq!(parsed.ignored.len(), 1);
     }
 
     #[test]
