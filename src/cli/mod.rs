@@ -2,13 +2,17 @@
 //! No engine logic lives here.
 
 pub mod capsule;
+pub mod command;
 pub mod compact;
 pub mod debug;
 pub mod demo;
+pub mod errors;
 pub mod import;
 pub mod inspect;
 pub mod replay;
 pub mod serve;
+
+pub use command::{Cli, Command};
 
 use std::path::{Path, PathBuf};
 
