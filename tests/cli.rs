@@ -583,3 +583,140 @@ fn control_characters_from_the_log_are_escaped_on_a_terminal_and_exact_in_json()
         "JSON keeps the exact text: {v}"
     );
 }
+
+#[test]
+fn every_argument_of_every_command_has_help_text() {
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+            if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                missing.push(format!("{path} <{}>", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.get_about().is_none() && sub.get_name() != "help" {
+                missing.push(format!("{path} {} (no about)", sub.get_name()));
+            }
+            walk(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+    let mut missing = Vec::new();
+    let root = soba::cli::Cli::command();
+    walk(&root, "soba", &mut missing);
+    assert!(missing.is_empty(), "arguments without help: {missing:#?}");
+    // The walk reaches the nested commands, so an empty list means something.
+    assert!(
+        root.find_subcommand("capsule")
+            .unwrap()
+            .get_subcommands()
+            .count()
+            >= 4
+    );
+}
+
+#[test]
+fn completions_print_a_script_for_bash_zsh_and_fish_naming_the_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef soba"),
+        ("fish", "complete -c soba"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+            .args(["completions", shell])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}: {:?}", out);
+        let script = String::from_utf8(out.stdout).unwrap();
+        assert!(script.contains(marker), "{shell}: {script}");
+        for command in ["budget", "import", "replay", "capsule", "completions"] {
+            assert!(script.contains(command), "{shell} script lacks {command}");
+        }
+    }
+    let (ok, _, err) = soba(&["completions", "tcsh"], dir.path());
+    assert!(!ok);
+    assert!(err.contains("possible values"), "{err}");
+}
+
+#[test]
+fn json_errors_are_one_json_object_on_stderr_with_a_non_zero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["budget", "missing.jsonl", "--json"])
+        .current_dir(dir.path())
+        .env("SOBA_CONFIG", dir.path().join("no-user-config.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let v: Value = serde_json::from_str(stderr.trim()).expect("stderr is one JSON object");
+    assert!(
+        v["error"].as_str().unwrap().contains("missing.jsonl"),
+        "{v}"
+    );
+    // A command line clap rejects is a JSON object too, with clap's usage status.
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["budget", "--json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_str(String::from_utf8_lossy(&out.stderr).trim())
+        .expect("a usage error under --json is one JSON object");
+    assert!(v["error"].as_str().unwrap().contains("SESSION"), "{v}");
+    assert!(
+        v["hint"].as_str().unwrap().contains("Usage: soba budget"),
+        "{v}"
+    );
+}
+
+/// A folder the test cannot write into. Under root a mode-0555 folder is still writable, so the
+/// test then writes into sysfs, which refuses new files to everyone.
+fn unwritable_target(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let ro = dir.join("read-only");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let probe = ro.join("probe");
+    if std::fs::write(&probe, b"").is_err() {
+        return ro.join("session.jsonl");
+    }
+    let _ = std::fs::remove_file(&probe);
+    eprintln!(
+        "running as root: a read-only folder is writable, using /sys as the unwritable target"
+    );
+    PathBuf::from("/sys/soba-cli-test-session.jsonl")
+}
+
+#[test]
+fn a_permission_denied_error_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let transcript = dir.path().join("chat.json");
+    std::fs::write(
+        &transcript,
+        r#"{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"}]}"#,
+    )
+    .unwrap();
+    let target = unwritable_target(dir.path());
+    let args = [
+        "import",
+        transcript.to_str().unwrap(),
+        "-o",
+        target.to_str().unwrap(),
+    ];
+    let (ok, _, err) = soba(&args, dir.path());
+    assert!(!ok);
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(err.contains(soba::cli::errors::PERMISSION_HINT), "{err}");
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let (ok, _, err) = soba(&with_json, dir.path());
+    assert!(!ok);
+    let v: Value = serde_json::from_str(err.trim()).expect("one JSON object");
+    assert_eq!(v["hint"], soba::cli::errors::PERMISSION_HINT);
+    assert!(!target.exists());
+}

@@ -20,9 +20,15 @@ use crate::util::human_tokens;
 pub enum CapsuleCommand {
     /// Record an intentional capsule of the current state (a hand-off); the session's model
     /// input does not change.
-    Create { session: PathBuf, title: String },
+    Create {
+        /// The session log (`.jsonl`).
+        session: PathBuf,
+        /// A short title for the capsule, shown by `soba capsule list`.
+        title: String,
+    },
     /// Write a capsule of a session to a `.capsule.md` file (secrets redacted).
     Export {
+        /// The session log (`.jsonl`) holding the capsule.
         session: PathBuf,
         /// Checkpoint id of the capsule (`ck_…`); `soba capsule list` shows them.
         checkpoint: String,
@@ -34,7 +40,9 @@ pub enum CapsuleCommand {
     },
     /// Load a `.capsule.md` file into a session: it becomes the latest capsule of the model input.
     Load {
+        /// The session log (`.jsonl`) to load into (with --new: to create).
         session: PathBuf,
+        /// The `.capsule.md` file to load.
         path: PathBuf,
         /// Start a new session log at SESSION (which must not exist) with the capsule as its
         /// first entry.
@@ -45,7 +53,10 @@ pub enum CapsuleCommand {
         workspace: Option<PathBuf>,
     },
     /// The capsules of a session: id, title, trigger, quality, time and tokens.
-    List { session: PathBuf },
+    List {
+        /// The session log (`.jsonl`).
+        session: PathBuf,
+    },
 }
 
 pub fn run(command: &CapsuleCommand, common: &CommonArgs) -> anyhow::Result<()> {

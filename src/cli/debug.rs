@@ -28,7 +28,9 @@ pub enum DebugCommand {
     /// Append seeded agent activity to LOG (created when missing) and print each acknowledged
     /// entry id on stdout.
     AppendLoop {
+        /// The session log to append to.
         log: PathBuf,
+        /// Seed of the generated activity (the same seed writes the same entries).
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Stop after this many operations (default: run until killed).

@@ -18,9 +18,11 @@ macro_rules! errln {
 
 pub mod attach;
 pub mod capsule;
+pub mod command;
 pub mod compact;
 pub mod debug;
 pub mod demo;
+pub mod errors;
 pub mod hook;
 pub mod import;
 pub mod inspect;
@@ -28,6 +30,8 @@ pub mod proxy;
 pub mod replay;
 pub mod serve;
 pub mod trust;
+
+pub use command::{Cli, Command};
 
 use std::path::{Path, PathBuf};
 
