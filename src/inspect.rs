@@ -381,7 +381,10 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
     for i in view.entry_indices() {
         if let EntryBody::Message(m) = &session.entry(i).body {
             for block in &m.content {
-                if let ContentBlock::ToolCall { id, name, input, .. } = block {
+                if let ContentBlock::ToolCall {
+                    id, name, input, ..
+                } = block
+                {
                     calls.insert(id.as_str(), (name.as_str(), input));
                 }
             }

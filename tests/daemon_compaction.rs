@@ -875,10 +875,12 @@ async fn an_editor_compact_during_the_agents_inference_waits_for_its_next_append
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_compact_runs_before_the_agents_next_preflight() {
     let e = env();
-    let c = Arc::new(connect(&e.daemon));
-    c.initialize(&[&e.workspace], false).await;
-    let id = inference_in_flight(&c, &e).await;
-    let compact = editor_compact(&c, &id);
+    let agent = connect(&e.daemon);
+    agent.initialize(&[&e.workspace], false).await;
+    let editor = Arc::new(connect(&e.daemon));
+    editor.initialize(&[&e.workspace], false).await;
+    let id = inference_in_flight(&agent, &e).await;
+    let compact = editor_compact(&editor, &id);
     eventually(|| {
         e.daemon
             .session(&id)
@@ -889,7 +891,7 @@ async fn a_queued_compact_runs_before_the_agents_next_preflight() {
     })
     .await;
     // A second /compact meanwhile is refused with what to do.
-    let again = c.raw("soba/compact", json!({"sessionId": id})).await;
+    let again = editor.raw("soba/compact", json!({"sessionId": id})).await;
     assert_eq!(again["error"]["code"], code::INVALID_REQUEST, "{again}");
     assert!(
         again["error"]["message"]
@@ -899,7 +901,9 @@ async fn a_queued_compact_runs_before_the_agents_next_preflight() {
         "{again}"
     );
     e.gate.add_permits(1);
-    let next = c.request("soba/preflight", json!({"sessionId": id})).await;
+    let next = agent
+        .request("soba/preflight", json!({"sessionId": id}))
+        .await;
     let first = next["messages"][0]["content"][0]["text"].as_str().unwrap();
     assert!(first.starts_with("# Context Capsule"), "{first}");
     let answer = compact.await.unwrap();
@@ -909,10 +913,12 @@ async fn a_queued_compact_runs_before_the_agents_next_preflight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_compact_can_be_cancelled_before_it_runs() {
     let e = env();
-    let c = Arc::new(connect(&e.daemon));
-    c.initialize(&[&e.workspace], false).await;
-    let id = inference_in_flight(&c, &e).await;
-    let compact = editor_compact(&c, &id);
+    let agent = connect(&e.daemon);
+    agent.initialize(&[&e.workspace], false).await;
+    let editor = Arc::new(connect(&e.daemon));
+    editor.initialize(&[&e.workspace], false).await;
+    let id = inference_in_flight(&agent, &e).await;
+    let compact = editor_compact(&editor, &id);
     eventually(|| {
         e.daemon
             .session(&id)
@@ -923,17 +929,33 @@ async fn a_queued_compact_can_be_cancelled_before_it_runs() {
     })
     .await;
     assert_eq!(
-        c.request("soba/cancel", json!({"sessionId": id})).await,
+        editor
+            .request("soba/cancel", json!({"sessionId": id}))
+            .await,
         json!({"cancelled": true})
     );
     let answer = compact.await.unwrap();
     assert_eq!(answer["result"]["outcome"], "cancelled", "{answer}");
-    c.request(
-        "soba/session/append",
-        json!({"sessionId": id, "entries": [message("assistant", "done")]}),
-    )
-    .await;
+    agent
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [message("assistant", "done")]}),
+        )
+        .await;
     assert!(!session_types(&e.daemon, &id).contains(&"capsule".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_own_compact_between_its_inferences_runs_at_once() {
+    // pi's `/compact`: the agent that was handed the input asks, so its model is not working.
+    let e = env();
+    let agent = Arc::new(connect(&e.daemon));
+    agent.initialize(&[&e.workspace], false).await;
+    let id = inference_in_flight(&agent, &e).await;
+    e.gate.add_permits(1);
+    let answer = editor_compact(&agent, &id).await.unwrap();
+    assert_eq!(answer["result"]["outcome"], "completed", "{answer}");
+    assert!(session_types(&e.daemon, &id).contains(&"capsule".to_string()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1315,7 +1315,11 @@ mod tests {
         let start = text.find("## User requests").unwrap();
         let end = text.find("## Constraints").unwrap();
         let old = format!("{}{}", &text[..start], &text[end..]);
-        assert_eq!(sample().quality, Quality::Model, "a model capsule, which has every other section");
+        assert_eq!(
+            sample().quality,
+            Quality::Model,
+            "a model capsule, which has every other section"
+        );
         let parsed = parse(&old).unwrap();
         assert!(parsed.capsule.state.requests.is_empty());
         assert_eq!(parsed.capsule.state.constraints, sample().state.constraints);

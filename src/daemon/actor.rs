@@ -86,6 +86,8 @@ enum Command {
         changes: Vec<FileEntry>,
     },
     Preflight {
+        /// The connection asking: its inference is in flight once it has the input.
+        client: ClientId,
         reply: Reply<PreflightResult>,
     },
     TurnComplete {
@@ -101,6 +103,9 @@ enum Command {
         reply: Reply<OverflowResult>,
     },
     Compact {
+        /// The connection asking: the agent whose inference is in flight may compact between
+        /// its own inferences; anyone else waits for that inference to end.
+        client: ClientId,
         instructions: Option<String>,
         mirror: Option<bool>,
         reply: Reply<CompactionResult>,
@@ -208,8 +213,9 @@ impl SessionHandle {
     }
 
     /// The model input for the next inference, after any compaction the barrier requires.
-    pub async fn preflight(&self) -> Result<PreflightResult, RpcError> {
-        self.request(|reply| Command::Preflight { reply }).await
+    pub async fn preflight(&self, client: ClientId) -> Result<PreflightResult, RpcError> {
+        self.request(|reply| Command::Preflight { client, reply })
+            .await
     }
 
     pub async fn turn_complete(
@@ -235,10 +241,12 @@ impl SessionHandle {
 
     pub async fn compact(
         &self,
+        client: ClientId,
         instructions: Option<String>,
         mirror: Option<bool>,
     ) -> Result<CompactionResult, RpcError> {
         self.request(|reply| Command::Compact {
+            client,
             instructions,
             mirror,
             reply,
@@ -297,7 +305,10 @@ impl SessionHandle {
 
 /// Who waits for the outcome of the running compaction.
 enum Waiter {
-    Preflight(Reply<PreflightResult>),
+    Preflight {
+        client: ClientId,
+        reply: Reply<PreflightResult>,
+    },
     Overflow(Reply<OverflowResult>),
     Compact(Reply<CompactionResult>),
     Handoff {
@@ -328,18 +339,22 @@ struct Actor {
     /// Our own queue, for generation tasks to report back on.
     me: mpsc::WeakUnboundedSender<Command>,
     running: Option<Running>,
-    /// The agent's inference is in flight: a preflight handed out input and the agent has not
-    /// appended, completed its turn, reported an overflow, rewound or asked again since.
-    inference_in_flight: bool,
+    /// The connection whose inference is in flight: a preflight handed it input and no agent
+    /// has appended, completed a turn, reported an overflow, rewound or asked again since.
+    inference_in_flight: Option<ClientId>,
     /// An explicit `soba/compact` that arrived during an inference, run when it ends.
     queued_compact: Option<QueuedCompact>,
     /// Set by `Close`: whoever waits for the log to be released.
     closing: Option<Reply<()>>,
 }
 
+/// One connection to the daemon (an agent, an editor), as the session actor tells them apart.
+pub type ClientId = u64;
+
 /// An editor's `/compact` waiting for the agent's inference to end (spec §3: SOBA does not
 /// generate summaries concurrently with model work).
 struct QueuedCompact {
+    client: ClientId,
     instructions: Option<String>,
     mirror: Option<bool>,
     reply: Reply<CompactionResult>,
@@ -394,7 +409,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         flight,
         me: tx.downgrade(),
         running: None,
-        inference_in_flight: false,
+        inference_in_flight: None,
         queued_compact: None,
         closing: None,
     };
@@ -594,7 +609,7 @@ impl Actor {
             return;
         }
         if cmd.ends_inference() {
-            self.inference_in_flight = false;
+            self.inference_in_flight = None;
             if let Some(queued) = self.queued_compact.take() {
                 self.publish();
                 if matches!(cmd, Command::Preflight { .. }) {
@@ -604,6 +619,7 @@ impl Actor {
                 } else {
                     self.handle(cmd);
                     self.handle(Command::Compact {
+                        client: queued.client,
                         instructions: queued.instructions,
                         mirror: queued.mirror,
                         reply: queued.reply,
@@ -654,7 +670,7 @@ impl Actor {
                     intent_recorded,
                 }));
             }
-            Command::Preflight { reply } => self.preflight(reply),
+            Command::Preflight { client, reply } => self.preflight(client, reply),
             Command::Overflow { reply } => match self.engine_step(|e, log| e.overflow(log)) {
                 Err(e) => {
                     let _ = reply.send(Err(e));
@@ -674,11 +690,17 @@ impl Actor {
                 }
             },
             Command::Compact {
+                client,
                 instructions,
                 mirror,
                 reply,
             } => {
-                if !self.inference_in_flight {
+                // The agent itself asking is between its inferences (pi's `/compact`); only
+                // another client's request would run beside the model's work.
+                if self.inference_in_flight == Some(client) {
+                    self.inference_in_flight = None;
+                }
+                if self.inference_in_flight.is_none() {
                     self.compact(instructions, mirror, reply);
                 } else if self.queued_compact.is_some() {
                     let _ = reply.send(Err(RpcError::new(
@@ -688,6 +710,7 @@ impl Actor {
                     )));
                 } else {
                     self.queued_compact = Some(QueuedCompact {
+                        client,
                         instructions,
                         mirror,
                         reply,
@@ -776,15 +799,15 @@ impl Actor {
         r
     }
 
-    fn preflight(&mut self, reply: Reply<PreflightResult>) {
+    fn preflight(&mut self, client: ClientId, reply: Reply<PreflightResult>) {
         match self.engine_step(|e, log| e.preflight(log)) {
             Err(e) => {
                 let _ = reply.send(Err(e));
             }
-            Ok(Preflight::Compact(plan)) => self.start(*plan, Waiter::Preflight(reply)),
+            Ok(Preflight::Compact(plan)) => self.start(*plan, Waiter::Preflight { client, reply }),
             Ok(other) => {
                 let answer = self.preflight_answer(other);
-                self.inference_in_flight = answer.is_ok();
+                self.inference_in_flight = answer.is_ok().then_some(client);
                 let _ = reply.send(answer);
             }
         }
@@ -947,7 +970,7 @@ impl Actor {
                 });
                 let _ = reply.send(r);
             }
-            Waiter::Preflight(reply) => {
+            Waiter::Preflight { client, reply } => {
                 // The input as it is now, never a second compaction in a loop: a compaction that
                 // could not bring the input under the hard limit is reported as such.
                 let r = outcome.and_then(|compaction| {
@@ -973,7 +996,7 @@ impl Actor {
                         Preflight::Compact(_) => unreachable!("ready_input never plans"),
                     }
                 });
-                self.inference_in_flight = r.is_ok();
+                self.inference_in_flight = r.is_ok().then_some(client);
                 let _ = reply.send(r);
             }
         }

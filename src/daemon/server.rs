@@ -64,6 +64,8 @@ pub fn build_service(daemon: Arc<Daemon>) -> (LspService<Backend>, tower_lsp_ser
 /// Per-connection state.
 pub struct Backend {
     client: Client,
+    /// This connection, for the session actors (whose inference is in flight).
+    id: super::actor::ClientId,
     daemon: Arc<Daemon>,
     /// Workspace folders the client named at `initialize`, first one first.
     folders: Mutex<Vec<String>>,
@@ -129,8 +131,10 @@ fn to_value<T: serde::Serialize>(v: T) -> Result<Value, RpcError> {
 
 impl Backend {
     fn new(client: Client, daemon: Arc<Daemon>) -> Backend {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Backend {
             client,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             daemon,
             folders: Mutex::new(Vec::new()),
             known: Arc::new(Mutex::new(HashSet::new())),
@@ -205,7 +209,7 @@ impl Backend {
             }
             method::PREFLIGHT => {
                 let p: SessionParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id)?.preflight().await?)
+                to_value(self.session(&p.session_id)?.preflight(self.id).await?)
             }
             method::TURN_COMPLETE => {
                 let p: TurnCompleteParams = parse_params(method, params)?;
@@ -230,7 +234,7 @@ impl Backend {
             method::COMPACT => {
                 let p: CompactParams = parse_params(method, params)?;
                 let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
-                to_value(h.compact(p.instructions, p.mirror).await?)
+                to_value(h.compact(self.id, p.instructions, p.mirror).await?)
             }
             method::CAPSULE_CREATE => {
                 let p: CapsuleCreateParams = parse_params(method, params)?;

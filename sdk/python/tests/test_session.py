@@ -129,6 +129,7 @@ class SessionTest(DaemonTestCase):
             "soba/session/close": "close_session",
             "soba/budget": "budget",
             "soba/context": "context",
+            "soba/attach": "attach",
             "soba/compact": "compact",
             "soba/autoCompact": "auto_compact",
             "soba/sessions": "sessions",

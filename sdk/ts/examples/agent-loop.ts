@@ -12,6 +12,7 @@ import * as path from 'node:path';
 
 import {
   ErrorCode,
+  isBlock,
   SobaClient,
   SobaError,
   type AppendedEntry,
@@ -88,10 +89,10 @@ export async function runAgent(client: SobaClient, options: AgentOptions): Promi
         entries: [{ type: 'message', role: 'assistant', content: reply.content, usage: reply.usage ?? null }],
       });
 
-      const calls = reply.content.filter((b): b is Extract<ContentBlock, { type: 'tool_call' }> => b.type === 'tool_call');
+      const calls = reply.content.filter((b) => isBlock(b, 'tool_call'));
       if (!calls.length) {
         await client.turnComplete({ sessionId, usage: reply.usage ?? null });
-        const answer = reply.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
+        const answer = reply.content.map((b) => (isBlock(b, 'text') ? b.text : '')).join('');
         return { sessionId, answer, steps: step, compactions };
       }
       const results: AppendedEntry[] = [];
@@ -125,7 +126,7 @@ export const scriptedModel: CallModel = async (messages) => {
   if (last.role !== 'tool') {
     return { content: [{ type: 'tool_call', id: `call_${messages.length}`, name: 'read_file', input: { path: 'README.md' } }] };
   }
-  const text = last.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
+  const text = last.content.map((b) => (isBlock(b, 'text') ? b.text : '')).join('');
   return { content: [{ type: 'text', text: `The README starts with: ${text.split('\n')[0]}` }] };
 };
 

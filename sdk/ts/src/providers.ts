@@ -6,16 +6,25 @@
 
 import type { ContentBlock, ModelMessage, Usage } from './protocol';
 
+/** The block types SOBA reads; any other `type` is a provider block kept whole. */
+export type KnownBlockType = 'text' | 'thinking' | 'tool_call' | 'image';
+
+/** A content block of one of SOBA's own types. A plain `b.type === 'text'` cannot narrow, since
+ * an opaque provider block's `type` is any string. */
+export function isBlock<T extends KnownBlockType>(b: ContentBlock, type: T): b is Extract<ContentBlock, { type: T }> {
+  return b.type === type;
+}
+
 type ImageBlock = Extract<ContentBlock, { type: 'image' }>;
 
 const textOf = (blocks: ContentBlock[]) =>
   blocks
-    .filter((b): b is Extract<ContentBlock, { type: 'text' }> => b.type === 'text')
+    .filter((b) => isBlock(b, 'text'))
     .map((b) => b.text)
     .join('\n');
 
 const imagesOf = (blocks: ContentBlock[]) =>
-  blocks.filter((b): b is ImageBlock => b.type === 'image' && typeof b.data === 'string' && b.data !== '');
+  blocks.filter((b): b is ImageBlock => isBlock(b, 'image') && typeof b.data === 'string' && b.data !== '');
 
 /** `data:` URL (or the URL itself when the block holds one) of an image block. */
 export function imageUrl(image: ImageBlock): string {
@@ -90,16 +99,10 @@ export function toAnthropic(
         push(
           m.role,
           m.content.flatMap((b): AnthropicContent[] => {
-            switch (b.type) {
-              case 'text':
-                return b.text ? [{ type: 'text', text: b.text }] : [];
-              case 'image':
-                return imagesOf([b]).map(anthropicImage);
-              case 'tool_call':
-                return [{ type: 'tool_use', id: b.id, name: b.name, input: b.input }];
-              default:
-                return [];
-            }
+            if (isBlock(b, 'text')) return b.text ? [{ type: 'text', text: b.text }] : [];
+            if (isBlock(b, 'image')) return imagesOf([b]).map(anthropicImage);
+            if (isBlock(b, 'tool_call')) return [{ type: 'tool_use', id: b.id, name: b.name, input: b.input }];
+            return [];
           }),
         );
         break;
@@ -146,9 +149,9 @@ export function toOpenAIChat(messages: ModelMessage[], systemPrompt?: string): O
           role: 'user',
           content: images.length
             ? m.content.flatMap((b): OpenAIChatPart[] =>
-                b.type === 'text'
+                isBlock(b, 'text')
                   ? [{ type: 'text', text: b.text }]
-                  : b.type === 'image' && imagesOf([b]).length
+                  : isBlock(b, 'image') && imagesOf([b]).length
                     ? [{ type: 'image_url', image_url: { url: imageUrl(b) } }]
                     : [],
               )
@@ -158,7 +161,7 @@ export function toOpenAIChat(messages: ModelMessage[], systemPrompt?: string): O
       }
       case 'assistant': {
         const calls = m.content.flatMap((b) =>
-          b.type === 'tool_call'
+          isBlock(b, 'tool_call')
             ? [{ id: b.id, type: 'function' as const, function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) } }]
             : [],
         );
@@ -210,9 +213,9 @@ export function toOpenAIResponses(
         input.push({
           role: 'user',
           content: m.content.flatMap((b): ResponsesUserPart[] =>
-            b.type === 'text'
+            isBlock(b, 'text')
               ? [{ type: 'input_text', text: b.text }]
-              : b.type === 'image' && imagesOf([b]).length
+              : isBlock(b, 'image') && imagesOf([b]).length
                 ? [{ type: 'input_image', image_url: imageUrl(b) }]
                 : [],
           ),
@@ -222,7 +225,7 @@ export function toOpenAIResponses(
         const text = textOf(m.content);
         if (text) input.push({ role: 'assistant', content: text });
         for (const b of m.content) {
-          if (b.type === 'tool_call') {
+          if (isBlock(b, 'tool_call')) {
             input.push({ type: 'function_call', call_id: b.id, name: b.name, arguments: JSON.stringify(b.input ?? {}) });
           }
         }

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import { after, test } from 'node:test';
 
 import { ContextOverflow, runAgent, scriptedModel, type CallModel } from '../examples/agent-loop';
-import { ErrorCode, SobaError, type ModelMessage } from '../src';
+import { ErrorCode, isBlock, SobaError, type ModelMessage } from '../src';
 import { sandbox, words } from './helpers';
 
 const box = sandbox('loop');
@@ -37,7 +37,7 @@ test('the loop sends exactly the preflight input, runs the tool and closes the s
     seen.map((ms) => ms.map((m) => m.role)),
     [['user'], ['user', 'assistant', 'tool']],
   );
-  assert.equal(seen[1][2].toolCallId, seen[1][1].content[0].type === 'tool_call' ? seen[1][1].content[0].id : '');
+  assert.equal(seen[1][2].toolCallId, isBlock(seen[1][1].content[0], 'tool_call') ? seen[1][1].content[0].id : '');
   assert.deepEqual((await c.sessions({ workspace: ws })).sessions, [], 'the run closed its session');
 });
 

@@ -6,6 +6,7 @@ import { after, test } from 'node:test';
 
 import {
   ErrorCode,
+  isBlock,
   METHODS,
   SobaClient,
   SobaConnectionError,
@@ -91,7 +92,7 @@ test('open, append, preflight, compaction, capsule create and export', async () 
   const capsule = input.messages[0];
   assert.equal(capsule.role, 'user');
   assert.equal(capsule.entryId, undefined, 'the capsule message comes from no entry');
-  assert.match(capsule.content[0].type === 'text' ? capsule.content[0].text : '', /capsule/i);
+  assert.match(isBlock(capsule.content[0], 'text') ? capsule.content[0].text : '', /capsule/i);
   await until(() => compaction.some((n) => n.phase === 'end'));
   assert.equal(compaction[0].phase, 'start');
   assert.match(compaction.find((n) => n.phase === 'end')!.message!, /^hard_limit compact: /);
@@ -159,6 +160,7 @@ test('every method has a typed wrapper on the client', async () => {
     'soba/session/close': 'closeSession',
     'soba/budget': 'budget',
     'soba/context': 'context',
+    'soba/attach': 'attach',
     'soba/compact': 'compact',
     'soba/autoCompact': 'autoCompact',
     'soba/sessions': 'sessions',

@@ -6,7 +6,7 @@ local health = vim.health
 --- Keys a config file may hold, by section; others are rejected by the daemon.
 --- spec/commands_spec.lua keeps this in step with schemas/config.schema.json.
 local CONFIG_KEYS = {
-  [''] = { 'compaction', 'model', 'summarizer', 'storage', 'memory', 'artifacts', '$schema' },
+  [''] = { 'compaction', 'model', 'summarizer', 'storage', 'memory', 'artifacts', 'trustedWorkspaces', '$schema' },
   compaction = {
     'auto',
     'compactOnTurnComplete',
@@ -19,8 +19,8 @@ local CONFIG_KEYS = {
     'autoCompactThresholdRatio',
     'timeoutMs',
   },
-  model = { 'name', 'contextWindow', 'maxOutputTokens', 'tokenizer' },
-  summarizer = { 'provider', 'baseUrl', 'model', 'apiKeyEnv', 'contextWindow', 'maxOutputTokens', 'cooldownMs' },
+  model = { 'name', 'contextWindow', 'maxOutputTokens', 'tokenizer', 'countFactor' },
+  summarizer = { 'provider', 'baseUrl', 'model', 'apiKeyEnv', 'contextWindow', 'maxOutputTokens', 'cooldownMs', 'redactInput' },
   storage = { 'durability' },
   memory = { 'mirrorExplicitCompacts' },
   artifacts = { 'read', 'write', 'shell', 'patch' },
