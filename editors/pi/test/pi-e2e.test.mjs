@@ -128,7 +128,10 @@ test("pi's compactions (automatic and /compact) are SOBA's: capsule as summary, 
     await prompt(pi, 'and now?');
     assertStartsWithCapsule(model.requests[afterSecond], again.summary);
 
-    // `/compact` with instructions goes through SOBA too.
+    // `/compact` with instructions goes through SOBA too, once there is history to fold: right
+    // after a compaction the continuation would not be smaller, and SOBA rightly declines.
+    await prompt(pi, `step 300: ${filler(300, 250)}`);
+    await prompt(pi, `step 301: ${filler(301, 250)}`);
     const requestsBefore = model.requests.length;
     const manual = await pi.command({ type: 'compact', customInstructions: 'keep the flaky test name' });
     assert.equal(manual.details.soba.sessionId, sessionId);
