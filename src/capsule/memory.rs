@@ -91,6 +91,16 @@ pub enum MirrorError {
     Io { path: String, cause: std::io::Error },
 }
 
+impl MirrorError {
+    /// The I/O error behind this one, for advice on its kind (not a `source()`: see above).
+    pub fn io_cause(&self) -> Option<&std::io::Error> {
+        match self {
+            MirrorError::Io { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+}
+
 /// What a mirror wrote.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -1161,6 +1161,16 @@ pub enum PortableError {
     Format { path: String, cause: FormatError },
 }
 
+impl PortableError {
+    /// The I/O error behind this one, for advice on its kind (not a `source()`: see above).
+    pub fn io_cause(&self) -> Option<&std::io::Error> {
+        match self {
+            PortableError::Io { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+}
+
 /// Read and parse a capsule file, refusing files over [`MAX_CAPSULE_FILE_BYTES`].
 pub fn read_capsule_file(path: &Path) -> Result<Parsed, PortableError> {
     read_capsule_file_limited(path, MAX_CAPSULE_FILE_BYTES)

@@ -44,6 +44,7 @@ pub enum DebugCommand {
     /// `.jsonl`/`.json`) and print how far SOBA's budget and pi's chars/4 method fall from the
     /// input the provider reported: median, p90, share under-estimated by more than 2%.
     Accuracy {
+        /// Transcripts, or folders to search for them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
         /// Print each pair as a JSON line instead of the summary.

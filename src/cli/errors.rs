@@ -24,7 +24,7 @@ impl ErrorReport {
     pub fn from_error(e: &anyhow::Error) -> ErrorReport {
         let hint = e
             .chain()
-            .find_map(|cause| cause.downcast_ref::<std::io::Error>())
+            .find_map(io_error_in)
             .and_then(io_hint)
             .map(str::to_string);
         ErrorReport {
@@ -45,6 +45,23 @@ impl ErrorReport {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("an error report serializes")
     }
+}
+
+/// The I/O error a link of the chain is or holds: SOBA's file errors print their I/O cause in
+/// their own message instead of returning it as `source()`, so it is asked for by type.
+fn io_error_in<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+    if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+        return Some(io);
+    }
+    if let Some(e) = cause.downcast_ref::<crate::session::log::LogError>() {
+        return e.io_cause();
+    }
+    if let Some(e) = cause.downcast_ref::<crate::capsule::portable::PortableError>() {
+        return e.io_cause();
+    }
+    cause
+        .downcast_ref::<crate::capsule::memory::MirrorError>()
+        .and_then(|e| e.io_cause())
 }
 
 fn io_hint(e: &std::io::Error) -> Option<&'static str> {

@@ -34,6 +34,7 @@ pub enum HookCommand {
     /// Write SOBA's hooks into the agent's settings (`~/.claude/settings.json`, or
     /// `$CLAUDE_CONFIG_DIR/settings.json`).
     Install {
+        /// The agent whose settings get SOBA's hooks (`claude-code`).
         agent: HookAgent,
         /// The project's `.claude/settings.json` (in the current folder) instead of the user's.
         #[arg(long)]

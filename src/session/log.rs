@@ -46,6 +46,16 @@ pub enum LogError {
     WritesStopped { path: String, reason: String },
 }
 
+impl LogError {
+    /// The I/O error behind this one, for advice on its kind (not a `source()`: see above).
+    pub fn io_cause(&self) -> Option<&std::io::Error> {
+        match self {
+            LogError::Io { cause, .. } | LogError::WriteFailed { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> LogError + '_ {
     move |cause| LogError::Io {
         path: path.display().to_string(),
