@@ -229,7 +229,32 @@ fn holder_note_path(log: &Path) -> PathBuf {
 
 /// Take the session's writer lock on the opened log, or say who holds it.
 fn acquire_lock(path: &Path, log: &File) -> Result<(), LogError> {
-    match log.try_lock() {
+    let mut tries = 0;
+    loop {
+        match log.try_lock() {
+            Err(std::fs::TryLockError::WouldBlock) if tries < 100 && held_by_this_process(path) => {
+                // A lock this process let go of can stay held for a moment by a child being
+                // spawned, which shares the closed descriptor until its exec closes it.
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => break lock_outcome(path, other),
+        }
+    }?;
+    Ok(())
+}
+
+/// Whether the holder note names this process.
+fn held_by_this_process(path: &Path) -> bool {
+    let mut holder = String::new();
+    if let Ok(mut note) = crate::files::open_regular(&holder_note_path(path)) {
+        let _ = note.read_to_string(&mut holder);
+    }
+    holder.starts_with(&format!("pid {} ", std::process::id()))
+}
+
+fn lock_outcome(path: &Path, r: Result<(), std::fs::TryLockError>) -> Result<(), LogError> {
+    match r {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut holder = String::new();
