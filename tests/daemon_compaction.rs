@@ -815,6 +815,11 @@ async fn inference_in_flight(c: &LspClient, env: &Env) -> String {
     id
 }
 
+/// Wait until the session shows an explicit `/compact` queued behind the agent's inference.
+async fn until_compact_queued(e: &Env, id: &str) {
+    eventually(|| e.daemon.session(id).unwrap().status().budget.compact_queued).await;
+}
+
 /// Send `soba/compact` as an editor would, without waiting for the answer.
 fn editor_compact(c: &Arc<LspClient>, id: &str) -> tokio::task::JoinHandle<Value> {
     let (c, id) = (c.clone(), id.to_string());
@@ -831,15 +836,7 @@ async fn an_editor_compact_during_the_agents_inference_waits_for_its_next_append
     let id = inference_in_flight(&agent, &e).await;
     let compact = editor_compact(&editor, &id);
     // Queued, not running: no summary is written while the model works; the status says so.
-    eventually(|| {
-        e.daemon
-            .session(&id)
-            .unwrap()
-            .status()
-            .budget
-            .compact_queued
-    })
-    .await;
+    until_compact_queued(&e, &id).await;
     let budget = editor
         .request("soba/budget", json!({"sessionId": id}))
         .await;
@@ -881,15 +878,7 @@ async fn a_queued_compact_runs_before_the_agents_next_preflight() {
     editor.initialize(&[&e.workspace], false).await;
     let id = inference_in_flight(&agent, &e).await;
     let compact = editor_compact(&editor, &id);
-    eventually(|| {
-        e.daemon
-            .session(&id)
-            .unwrap()
-            .status()
-            .budget
-            .compact_queued
-    })
-    .await;
+    until_compact_queued(&e, &id).await;
     // A second /compact meanwhile is refused with what to do.
     let again = editor.raw("soba/compact", json!({"sessionId": id})).await;
     assert_eq!(again["error"]["code"], code::INVALID_REQUEST, "{again}");
@@ -919,15 +908,7 @@ async fn a_queued_compact_can_be_cancelled_before_it_runs() {
     editor.initialize(&[&e.workspace], false).await;
     let id = inference_in_flight(&agent, &e).await;
     let compact = editor_compact(&editor, &id);
-    eventually(|| {
-        e.daemon
-            .session(&id)
-            .unwrap()
-            .status()
-            .budget
-            .compact_queued
-    })
-    .await;
+    until_compact_queued(&e, &id).await;
     assert_eq!(
         editor
             .request("soba/cancel", json!({"sessionId": id}))
