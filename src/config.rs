@@ -293,7 +293,7 @@ pub struct CatalogModel {
 /// Anthropic bills about 1/0.87 of what o200k_base counts on the same text: the median ratio of
 /// o200k counts to Claude's reported input on real Claude Code transcripts is 0.87 (range
 /// 0.72–0.95). Applied to the counted tail only, the median factor keeps the budget within 2%
-/// on the transcripts of `../shared/fixtures` (`tests/accuracy.rs`).
+/// on the transcripts of `../shared/fixtures` (`tests/it/accuracy.rs`).
 pub const CLAUDE_COUNT_FACTOR: f64 = 1.15;
 
 const O200K: TokenizerKind = TokenizerKind::O200kBase;

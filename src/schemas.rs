@@ -1,6 +1,6 @@
 //! JSON Schemas of the formats SOBA writes and of its JSON-RPC protocol, generated from the
 //! Rust types. The checked-in copies under `schemas/` are compared with these by
-//! `tests/schemas.rs`; regenerate them with `UPDATE_SCHEMAS=1 cargo test --test schemas`.
+//! `tests/it/schemas.rs`; regenerate them with `UPDATE_SCHEMAS=1 cargo test --test it schemas::`.
 //! The SDKs' types are generated from `schemas/protocol/` in turn
 //! (`sdk/ts/scripts/gen-types.mjs`, `sdk/python/scripts/gen_types.py`).
 
@@ -147,7 +147,7 @@ const fn m(method: &'static str, params: SchemaFn, result: SchemaFn) -> MethodSc
     }
 }
 
-/// Every request method's params and result schema. `tests/schemas.rs` checks that the list
+/// Every request method's params and result schema. `tests/it/schemas.rs` checks that the list
 /// covers every method the server dispatches.
 pub const PROTOCOL_METHODS: &[MethodSchemas] = &[
     m(

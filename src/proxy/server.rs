@@ -651,7 +651,6 @@ struct Recorder {
 impl Recorder {
     async fn record(mut self, reply: Reply) {
         let Some(mut entry) = reply.entry else { return };
-        let _ = self.api;
         let session = self.live.conv.session_id.clone();
         let plain = entry.clone();
         if let Some(u) = reply.usage {

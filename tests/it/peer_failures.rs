@@ -2,9 +2,8 @@
 //! (`compaction::run::Barrier` over a session log on disk). Each test rebuilds the scenario of
 //! the cited issue and checks that it does not reproduce here.
 
-#[path = "support/agent.rs"]
-mod agent;
-mod loopback;
+use crate::loopback;
+use crate::support::agent;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

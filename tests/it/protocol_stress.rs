@@ -7,7 +7,7 @@
 //!   is served throughout;
 //! - load: concurrent clients sending mixed requests to one daemon; zero errors, latency
 //!   percentiles and memory reported. 32 clients × 200 requests in the normal run;
-//!   `SOBA_LOAD_REQUESTS=10000 cargo test --release --test protocol_stress load -- --nocapture`
+//!   `SOBA_LOAD_REQUESTS=10000 cargo test --release --test it protocol_stress::load -- --nocapture`
 //!   for the full size.
 
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! the leaf was X; the abandoned branch (capsules included) stays out of the new branch's
 //! input; nothing is deleted.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

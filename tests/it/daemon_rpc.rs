@@ -1,7 +1,6 @@
 //! End-to-end tests of the daemon over an in-memory, `Content-Length`-framed duplex stream.
 
-#[path = "support/lsp_client.rs"]
-mod lsp_client;
+use crate::support::lsp_client;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

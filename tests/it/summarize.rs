@@ -2,7 +2,7 @@
 //! streaming success, timeouts, every failure path, cancellation, chunking, the circuit
 //! breaker, and the API key never leaking.
 
-mod loopback;
+use crate::loopback;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! `../shared/fixtures/transcripts`: requests replayed in order, SOBA's estimate before each one
 //! against the usage its response carried.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

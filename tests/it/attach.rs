@@ -2,9 +2,8 @@
 //! real transcript, the tailer, discovery of each agent's transcripts, and `soba/attach`
 //! through the daemon.
 
-mod common;
-#[path = "support/lsp_client.rs"]
-mod lsp_client;
+use crate::common;
+use crate::support::lsp_client;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! also cuts a copy of the log at a random byte of the unacknowledged writes (the state such a
 //! kill leaves) and checks the same on the copy.
 //!
-//! 50 trials in the normal run; `SOBA_CRASH_TRIALS=1000 cargo test --release --test crash --
+//! 50 trials in the normal run; `SOBA_CRASH_TRIALS=1000 cargo test --release --test it crash:: --
 //! --nocapture` for the long mode. `SOBA_CRASH_SEED` picks the schedule.
 
 use std::io::{BufRead, BufReader};

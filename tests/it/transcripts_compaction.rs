@@ -2,7 +2,7 @@
 //! capsule keeps every modified file, read file and verification command seen before the cut,
 //! and the continuation is smaller than the context it replaces.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -2,8 +2,7 @@
 //! and every notification it sends has a schema, and what a real session sends and receives
 //! validates against them.
 
-#[path = "support/lsp_client.rs"]
-mod lsp_client;
+use crate::support::lsp_client;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,6 @@
 //! One test per behaviour sentence of the spec's sections 2–7, over a real session log.
 
-#[path = "support/agent.rs"]
-mod agent;
+use crate::support::agent;
 
 use agent::{config, filler, Agent};
 use serde_json::json;

@@ -2,8 +2,7 @@
 //! concurrency while a compaction runs, cancellation, staleness, overflow recovery, errors,
 //! flight records, and file changes reaching the capsule.
 
-#[path = "support/lsp_client.rs"]
-mod lsp_client;
+use crate::support::lsp_client;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -2,8 +2,7 @@
 //! through the proxy to a loopback fake upstream that answers like the provider (whole and
 //! streamed), records every request it gets, and reports usage and cache reads.
 
-#[path = "support/lsp_client.rs"]
-mod lsp_client;
+use crate::support::lsp_client;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -561,15 +560,23 @@ async fn anthropic_streaming_reaches_the_client_byte_identical_and_usage_anchors
     let last = env.upstream.chats().last().unwrap().body();
     assert_eq!(last["system"], "Be brief.");
     assert_eq!(last["messages"].as_array().unwrap().len(), 5);
-    // The streamed reply's usage anchors the budget.
+    // The streamed reply's usage anchors the budget. The proxy records a streamed reply once the
+    // stream has ended, which may be just after the client has read its last byte.
     let logs = env.session_logs();
-    let (session, _) = soba::session::log::read_session(&logs[0]).unwrap();
-    let with_usage = session
-        .entries()
-        .iter()
-        .filter_map(|e| e.as_message())
-        .filter(|m| m.usage.is_some_and(|u| u.output == 9 && u.input > 0))
-        .count();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (session, with_usage) = loop {
+        let (session, _) = soba::session::log::read_session(&logs[0]).unwrap();
+        let with_usage = session
+            .entries()
+            .iter()
+            .filter_map(|e| e.as_message())
+            .filter(|m| m.usage.is_some_and(|u| u.output == 9 && u.input > 0))
+            .count();
+        if with_usage >= 3 || std::time::Instant::now() > deadline {
+            break (session, with_usage);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     assert_eq!(
         with_usage, 3,
         "each streamed reply was recorded with its usage"

@@ -1,5 +1,5 @@
 //! Inputs the fuzz targets (`fuzz/`) found crashing, kept as regression tests. Each file under
-//! `tests/fuzz_regressions/` is named after its target.
+//! `tests/it/fuzz_regressions/` is named after its target.
 
 use soba::capsule::portable::{parse, write};
 

@@ -2,7 +2,7 @@
 //! compactions: every input handed out fits under the hard limit and keeps tool calls with
 //! their results, and the report is written.
 
-mod common;
+use crate::common;
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};

@@ -3,11 +3,10 @@
 //! capsules may be appended after a cancel that reported a running compaction, and none after
 //! the leaf changed during the compaction.
 //!
-//! 50 seeds in the normal run; `SOBA_RACE_SEEDS=1000 cargo test --test daemon_races --
+//! 50 seeds in the normal run; `SOBA_RACE_SEEDS=1000 cargo test --test it daemon_races:: --
 //! --nocapture` for the long mode.
 
-#[path = "support/lsp_client.rs"]
-mod lsp_client;
+use crate::support::lsp_client;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! The secrets are fake. They are assembled at run time from a vendor prefix and a
 //! deterministic pseudo-random body so that the repository holds no secret-shaped literal.
 
-mod common;
+use crate::common;
 
 use soba::redact::{redact, redact_with_report, SecretKind};
 

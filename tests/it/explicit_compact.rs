@@ -2,7 +2,7 @@
 //! refusal to mirror a degraded one, and `soba capsule create` (a hand-off that leaves the model
 //! input as it is).
 
-mod loopback;
+use crate::loopback;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

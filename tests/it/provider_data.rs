@@ -3,9 +3,8 @@
 //! `soba/preflight`'s `messages` exactly as the agent sent them, across a daemon restart; and
 //! the Claude Code importer keeps the signatures of the real transcripts.
 
-mod common;
-#[path = "support/lsp_client.rs"]
-mod lsp_client;
+use crate::common;
+use crate::support::lsp_client;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -2,8 +2,7 @@
 //! a damaged line in the middle of a log, named pipes where files belong, private modes and
 //! output folders that do not exist.
 
-#[path = "support/lsp_client.rs"]
-mod lsp_client;
+use crate::support::lsp_client;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -650,7 +649,7 @@ fn claude_transcript() -> Option<PathBuf> {
     files.into_iter().next()
 }
 
-mod common;
+use crate::common;
 
 #[test]
 fn fifos_are_refused_by_the_cli_without_hanging() {

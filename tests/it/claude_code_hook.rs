@@ -2,7 +2,7 @@
 //! transcripts in `../shared/fixtures/transcripts/claude-code/`, and `soba hook install
 //! claude-code` against temporary homes.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -2,7 +2,7 @@
 //! computed here from the raw files, then `soba budget` and `soba context` on the result; and the
 //! command's failure paths on small inline files.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,7 +1,7 @@
 //! The HTML report rendered by a real browser (headless Chromium): the chart and the tables are
 //! in the DOM it builds. Without `chromium` the test fails on CI and is skipped loudly elsewhere.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -6,7 +6,7 @@
 //!
 //! Every secret is fake, assembled at run time from a vendor prefix and a deterministic
 //! pseudo-random body, so the repository holds no secret-shaped literal. The figures are
-//! printed (`cargo test --test redaction_corpus -- --nocapture`) and kept in
+//! printed (`cargo test --test it redaction_corpus:: -- --nocapture`) and kept in
 //! docs/reliability.md.
 
 use soba::redact::redact;

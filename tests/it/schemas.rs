@@ -1,6 +1,6 @@
 //! The checked-in JSON Schemas match the Rust types, and they accept what SOBA writes.
 //!
-//! After changing a type, regenerate with `UPDATE_SCHEMAS=1 cargo test --test schemas`.
+//! After changing a type, regenerate with `UPDATE_SCHEMAS=1 cargo test --test it schemas::`.
 
 use std::path::PathBuf;
 
@@ -58,7 +58,7 @@ fn checked_in_schemas_match_the_types() {
     }
     assert!(
         stale.is_empty(),
-        "{}\nRegenerate with `UPDATE_SCHEMAS=1 cargo test --test schemas`, then the SDK types \
+        "{}\nRegenerate with `UPDATE_SCHEMAS=1 cargo test --test it schemas::`, then the SDK types \
          (`node sdk/ts/scripts/gen-types.mjs`, `python3 sdk/python/scripts/gen_types.py`), and \
          commit the result.",
         stale.join("\n")

@@ -1,0 +1,35 @@
+//! Every integration test, in one binary: SOBA and its token tables are linked once rather than
+//! once per test file, which is most of the build's time and disk.
+
+mod common;
+mod loopback;
+mod support;
+
+mod accuracy;
+mod attach;
+mod capsule_cli;
+mod claude_code_hook;
+mod cli;
+mod crash;
+mod daemon_compaction;
+mod daemon_races;
+mod daemon_rpc;
+mod demo;
+mod explicit_compact;
+mod fuzz_regressions;
+mod import;
+mod lossless;
+mod peer_failures;
+mod protocol_schemas;
+mod protocol_stress;
+mod provider_data;
+mod proxy;
+mod redaction;
+mod redaction_corpus;
+mod replay;
+mod report_render;
+mod rewind;
+mod schemas;
+mod spec;
+mod summarize;
+mod transcripts_compaction;
