@@ -160,6 +160,7 @@ end
 describe('a running agent in the statusline', function()
   local bin = vim.env.SOBA_BIN
   local original_request_budget
+  local asked = 0
 
   setup(function()
     assert.is_truthy(bin and vim.fn.executable(bin) == 1, 'set SOBA_BIN to the soba binary (scripts/test does)')
@@ -182,6 +183,11 @@ describe('a running agent in the statusline', function()
       SOBA_ATTACH_IDLE_SECS = tostring(IDLE_SECS),
     }
     original_request_budget = soba.request_budget
+    -- Counts the plugin's requests for the budget (on attach, on close and the retries).
+    soba.request_budget = function(client)
+      asked = asked + 1
+      return original_request_budget(client)
+    end
     require('soba').setup({
       cmd = { bin, 'serve', '--standalone' },
       notify_compaction = false,
@@ -232,11 +238,7 @@ describe('a running agent in the statusline', function()
     assert.are.equal('%#SobaBudgetOk#' .. text_of(answered) .. '%*', soba.statusline_hl())
 
     -- Quiet for the idle time: the session closes and the statusline goes blank.
-    local asked = 0
-    soba.request_budget = function(client)
-      asked = asked + 1
-      return original_request_budget(client)
-    end
+    asked = 0
     statusline_shows('', 'the statusline to go blank once the agent is idle', (IDLE_SECS + 10) * 1000)
     -- It asks at once (there is no other session yet), and again while it shows nothing.
     wait_for('the budget asked for again', function()
@@ -247,6 +249,21 @@ describe('a running agent in the statusline', function()
     next_session.prompt('start over', 3300)
     statusline_shows(text_of(imported_budget(next_session.file)), 'the next session', soba.BUDGET_RETRY_MS + WAIT_MS)
     assert.are.equal('claude-code-9e4a01', soba.report().sessionId)
+  end)
+
+  it('shows an agent started after the workspace was opened', function()
+    asked = 0
+    local workspace = open_workspace('late_app')
+    -- Asked on attach, found nothing, and asked again: still nothing to show.
+    wait_for('the budget asked for again', function()
+      return asked >= 2
+    end, soba.BUDGET_RETRY_MS + WAIT_MS)
+    assert.are.equal('', soba.statusline())
+
+    local agent = claude_session(workspace, 'b7710c')
+    agent.prompt('hello', 1500)
+    statusline_shows(text_of(imported_budget(agent.file)), "the new agent's budget", soba.BUDGET_RETRY_MS + WAIT_MS)
+    assert.are.equal('claude-code-b7710c', soba.report().sessionId)
   end)
 
   it("shows a real Claude Code session's budget as its transcript grows", function()

@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, it, type TestContext } from 'node:test';
-import { BUDGET_RETRY_MS, formatTokens } from '../src/status';
+import type { BudgetReport } from '../src/protocol';
+import { BUDGET_RETRY_MS, statusBarText } from '../src/status';
 import { AgentHome, appendRecords, ClaudeSession, SHARED_TRANSCRIPTS } from './agents';
 import { SOBA_BIN, WAIT_MS } from './daemon';
 import { activate, waitFor, type Recorded } from './host';
@@ -14,10 +15,9 @@ import { activate, waitFor, type Recorded } from './host';
 /** Long enough for the test's own steps between writes, short enough to wait for. */
 const IDLE_SECS = 8;
 
-/** The status bar text of a budget: the icon `statusBarText` picks, effective / hard limit. */
-function barText(budget: { effectiveTokens: number; hardLimit: number; softLimit: number }): string {
-  const icon = budget.effectiveTokens > budget.softLimit ? '$(warning)' : '$(dashboard)';
-  return `${icon} ${formatTokens(budget.effectiveTokens)} / ${formatTokens(budget.hardLimit)}`;
+/** The status bar text of a measured budget, with no compaction running. */
+function barText(budget: Pick<BudgetReport, 'effectiveTokens' | 'hardLimit' | 'softLimit'>): string {
+  return statusBarText({ ...budget, compacting: false, compactQueued: false } as BudgetReport);
 }
 
 async function showing(recorded: Recorded, text: string, what: string, ms = WAIT_MS): Promise<void> {
@@ -101,7 +101,11 @@ describe('a running agent in the status bar', () => {
     try {
       await withEditor(home, { serverArgs: ['--standalone'] }, async (recorded) => {
         // No agent yet: nothing to show, and Show Budget says so.
-        await waitFor(() => recorded.output.some((line) => /^SOBA: budget: .*no active session/.test(line)));
+        const misses = () => recorded.output.filter((line) => /^SOBA: budget: .*no active session/.test(line)).length;
+        await waitFor(() => misses() > 0);
+        // A retry passes, still finding nothing: the output said why once, not at every retry.
+        await new Promise((r) => setTimeout(r, BUDGET_RETRY_MS + 1_000));
+        assert.equal(misses(), 1, recorded.output.join('\n'));
         await recorded.handlers.get('soba.showBudget')!();
         assert.match(recorded.errors[0] ?? '', /^SOBA: .*no active session/);
         assert.equal(recorded.status.visible, false);
