@@ -22,6 +22,7 @@ export class AgentHome {
   readonly workspace = makeDir(path.join(this.tmp, 'my_app'));
   readonly claude = makeDir(path.join(this.tmp, 'claude'));
   readonly project = path.join(this.claude, 'projects', claudeProjectDir(this.workspace));
+  private imports = 0;
 
   /**
    * Everything the daemon reads from its environment: SOBA's folders, the agents' homes and HOME
@@ -52,7 +53,7 @@ export class AgentHome {
   /** The budget `soba import` + `soba budget` give for `transcript` as it is now. */
   importedBudget(transcript: string): Pick<BudgetReport, 'effectiveTokens' | 'hardLimit' | 'softLimit' | 'source'> {
     const env = { ...process.env, ...this.env(300) };
-    const out = path.join(makeDir(path.join(this.tmp, 'imported')), `${path.basename(transcript)}-${Date.now()}.jsonl`);
+    const out = path.join(makeDir(path.join(this.tmp, 'imported')), `${path.basename(transcript)}-${++this.imports}.jsonl`);
     execFileSync(SOBA_BIN, ['import', transcript, '--output', out, '--json'], { env, stdio: 'pipe' });
     return JSON.parse(execFileSync(SOBA_BIN, ['budget', out, '--json'], { env, stdio: 'pipe' }).toString());
   }
