@@ -123,8 +123,14 @@ impl Daemon {
             agent: Some(found.agent.as_str().to_string()),
             idle_secs: Some(idle.as_secs_f64()),
         };
-        match self.attach(params).await {
-            Ok(a) => Ok(a.handle),
+        let result = self.attach(params).await;
+        let mut unfollowable = self.unfollowable.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(a) => {
+                // A later failure of the same transcript is news again.
+                unfollowable.remove(&found.path);
+                Ok(a.handle)
+            }
             Err(e) => {
                 let why = format!(
                     "the {} transcript {} cannot be followed: {}",
@@ -132,7 +138,9 @@ impl Daemon {
                     found.path.display(),
                     e.message
                 );
-                self.degraded(&ws, why.clone());
+                if unfollowable.insert(found.path.clone()) {
+                    self.degraded(&ws, why.clone());
+                }
                 Err(why)
             }
         }

@@ -131,7 +131,7 @@ fn no_agent_running(workspace: &str, why: &str) -> RpcError {
     RpcError::new(
         code::UNKNOWN_SESSION,
         format!(
-            "workspace {shown} has no active session and no agent is running there: {why}. \
+            "workspace {shown} has no active session, and no running agent could be followed: {why}. \
              Start Claude Code, Codex or pi in {shown} and its budget shows up by itself, \
              or follow a transcript with `soba attach`"
         ),

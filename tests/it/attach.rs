@@ -570,6 +570,51 @@ async fn an_editor_with_no_agent_to_follow_is_told_where_soba_looked_and_what_to
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_that_cannot_be_followed_is_announced_once_not_at_every_retry() {
+    let h = homed();
+    let serve = || {
+        soba_command(&h)
+            .args(["serve", "--standalone"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // A first daemon follows the transcript and holds its session log.
+    let mut first = serve();
+    let a = LspClient::new(first.stdout.take().unwrap(), first.stdin.take().unwrap());
+    a.initialize(&[&h.workspace], false).await;
+    budget_until(&a, &h.workspace, |b| effective(b) >= 2010).await;
+
+    // A second, standalone one cannot open that log: its editor asks again and again.
+    let mut second = serve();
+    let b = LspClient::new(second.stdout.take().unwrap(), second.stdin.take().unwrap());
+    b.initialize(&[&h.workspace], false).await;
+    for _ in 0..3 {
+        let err = b
+            .error("soba/budget", json!({"workspace": h.workspace}))
+            .await;
+        let message = err["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!(
+                "the claude-code transcript {} cannot be followed: ",
+                h.transcript.display()
+            )),
+            "{message}"
+        );
+    }
+    b.drain(Duration::from_millis(500)).await;
+    let warnings = b.seen("window/showMessage");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning, not one per retry: {warnings:?}"
+    );
+    let _ = second.kill().await;
+    let _ = first.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soba_attach_prints_budget_lines_as_they_change_until_the_agent_goes_away() {
     use tokio::io::AsyncBufReadExt;
     let h = homed();
