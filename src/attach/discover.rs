@@ -96,6 +96,28 @@ impl Homes {
     }
 }
 
+impl Homes {
+    /// Where `agent` keeps the transcripts of `workspace` (for messages): the workspace's own
+    /// folder where the agent has one, else the folder searched by each file's recorded cwd.
+    pub fn describe_for(&self, agent: Agent, workspace: &Path) -> String {
+        let cwd = workspace.to_string_lossy();
+        match agent {
+            Agent::ClaudeCode => self
+                .claude
+                .join("projects")
+                .join(claude_project_dir(&cwd))
+                .display()
+                .to_string(),
+            Agent::Pi if !self.pi_flat => self
+                .pi_sessions
+                .join(pi_session_dir(&cwd))
+                .display()
+                .to_string(),
+            Agent::Pi | Agent::Codex => self.describe(agent),
+        }
+    }
+}
+
 /// A transcript found for a workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
@@ -250,6 +272,31 @@ mod tests {
             claude_project_dir("/home/me/my_app.v2"),
             "-home-me-my-app-v2"
         );
+    }
+
+    #[test]
+    fn messages_name_the_workspaces_own_folder_of_each_agent() {
+        let homes = Homes {
+            claude: PathBuf::from("/h/.claude"),
+            codex: PathBuf::from("/h/.codex"),
+            pi_sessions: PathBuf::from("/h/.pi/agent/sessions"),
+            pi_flat: false,
+        };
+        let ws = Path::new("/work/my_app");
+        assert_eq!(
+            homes.describe_for(Agent::ClaudeCode, ws),
+            "/h/.claude/projects/-work-my-app"
+        );
+        assert_eq!(
+            homes.describe_for(Agent::Pi, ws),
+            "/h/.pi/agent/sessions/--work-my_app--"
+        );
+        assert_eq!(homes.describe_for(Agent::Codex, ws), "/h/.codex/sessions");
+        let flat = Homes {
+            pi_flat: true,
+            ..homes
+        };
+        assert_eq!(flat.describe_for(Agent::Pi, ws), "/h/.pi/agent/sessions");
     }
 
     #[test]

@@ -85,19 +85,37 @@ fn session_id_for(agent: &str, transcript: &Path) -> String {
 
 impl Daemon {
     /// Follow the newest live transcript of `workspace`, if an agent is running there, and
-    /// return its session. Quiet on failure: this runs because a client looked.
-    pub async fn discover(self: &Arc<Self>, workspace: &str) -> Option<SessionHandle> {
+    /// return its session; else why no agent was found, in words for the user. Quiet on
+    /// failure: this runs because a client looked.
+    pub async fn discover(self: &Arc<Self>, workspace: &str) -> Result<SessionHandle, String> {
         let idle = discovery_idle();
-        let ws = workspace_path(workspace).ok()?;
+        let ws = workspace_path(workspace)?;
+        let homes = Homes::from_env();
         let found = tokio::task::spawn_blocking({
-            let ws = ws.clone();
-            move || discover::newest(&Homes::from_env(), &ws, None)
+            let (homes, ws) = (homes.clone(), ws.clone());
+            move || discover::newest(&homes, &ws, None)
         })
         .await
-        .ok()??;
-        let recent = found.modified.elapsed().is_ok_and(|age| age < idle);
-        if !recent && liveness::held_open(&found.path) != Some(true) {
-            return None;
+        .map_err(|e| format!("looking for agent transcripts failed: {e}"))?;
+        let Some(found) = found else {
+            let looked: Vec<String> = Agent::ALL
+                .iter()
+                .map(|a| homes.describe_for(*a, &ws))
+                .collect();
+            return Err(format!(
+                "no Claude Code, Codex or pi transcript of it was found (looked in {})",
+                looked.join(", ")
+            ));
+        };
+        let age = found.modified.elapsed().unwrap_or_default();
+        if age >= idle && liveness::held_open(&found.path) != Some(true) {
+            return Err(format!(
+                "its newest {} transcript, {}, was last written {} ago (the idle time is {} s) and no process holds it open",
+                found.agent.as_str(),
+                found.path.display(),
+                rough_age(age),
+                idle.as_secs()
+            ));
         }
         let params = AttachParams {
             workspace: ws.display().to_string(),
@@ -105,19 +123,25 @@ impl Daemon {
             agent: Some(found.agent.as_str().to_string()),
             idle_secs: Some(idle.as_secs_f64()),
         };
-        match self.attach(params).await {
-            Ok(a) => Some(a.handle),
+        let result = self.attach(params).await;
+        let mut unfollowable = self.unfollowable.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(a) => {
+                // A later failure of the same transcript is news again.
+                unfollowable.remove(&found.path);
+                Ok(a.handle)
+            }
             Err(e) => {
-                self.degraded(
-                    &ws,
-                    format!(
-                        "the {} transcript {} cannot be followed: {}",
-                        found.agent.as_str(),
-                        found.path.display(),
-                        e.message
-                    ),
+                let why = format!(
+                    "the {} transcript {} cannot be followed: {}",
+                    found.agent.as_str(),
+                    found.path.display(),
+                    e.message
                 );
-                None
+                if unfollowable.insert(found.path.clone()) {
+                    self.degraded(&ws, why.clone());
+                }
+                Err(why)
             }
         }
     }
@@ -164,8 +188,10 @@ impl Daemon {
                     Ok(f) => f.path,
                     Err(homes) => {
                         let agents = agent.map_or(Agent::ALL.to_vec(), |a| vec![a]);
-                        let looked: Vec<String> =
-                            agents.iter().map(|a| homes.describe(*a)).collect();
+                        let looked: Vec<String> = agents
+                            .iter()
+                            .map(|a| homes.describe_for(*a, &workspace))
+                            .collect();
                         return Err(RpcError::new(
                             code::UNKNOWN_SESSION,
                             format!(
@@ -272,6 +298,17 @@ impl Daemon {
             agent: agent_name,
             imported,
         })
+    }
+}
+
+/// `40 s`, `12 min`, `3 h`, `2 days`: how long ago, for a message.
+fn rough_age(age: Duration) -> String {
+    let secs = age.as_secs();
+    match secs {
+        0..=119 => format!("{secs} s"),
+        120..=7199 => format!("{} min", secs / 60),
+        7200..=172_799 => format!("{} h", secs / 3600),
+        _ => format!("{} days", secs / 86_400),
     }
 }
 
@@ -387,5 +424,18 @@ async fn follow(
         if followers.get(&transcript) == Some(&session.id) {
             followers.remove(&transcript);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_in_the_unit_a_person_would_use() {
+        assert_eq!(rough_age(Duration::from_secs(45)), "45 s");
+        assert_eq!(rough_age(Duration::from_secs(12 * 60 + 5)), "12 min");
+        assert_eq!(rough_age(Duration::from_secs(3 * 3600)), "3 h");
+        assert_eq!(rough_age(Duration::from_secs(5 * 86_400)), "5 days");
     }
 }

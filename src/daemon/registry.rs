@@ -1,7 +1,7 @@
 //! Workspaces → sessions: which sessions are live, which one is active in each workspace, the
 //! file watcher and flight log of each workspace, and the event channel every client listens to.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -49,6 +49,9 @@ pub struct Daemon {
     /// One `soba/attach` at a time, so that two clients attaching the same transcript at once
     /// start one follower.
     pub(super) attaching: tokio::sync::Mutex<()>,
+    /// Transcripts discovery found but could not follow, each announced once: editors showing
+    /// no budget ask again every few seconds, and a warning each time would bury the user.
+    pub(super) unfollowable: Mutex<HashSet<PathBuf>>,
 }
 
 #[derive(Default)]
@@ -84,6 +87,7 @@ impl Daemon {
             inner: Mutex::new(Registry::default()),
             followers: Mutex::new(HashMap::new()),
             attaching: tokio::sync::Mutex::new(()),
+            unfollowable: Mutex::new(HashSet::new()),
         })
     }
 

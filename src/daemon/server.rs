@@ -124,6 +124,20 @@ handlers! {
     attach => method::ATTACH,
 }
 
+/// `soba/budget` found no session and no agent to follow: what the user can do about it.
+fn no_agent_running(workspace: &str, why: &str) -> RpcError {
+    let shown = workspace_path(workspace)
+        .map_or_else(|_| workspace.to_string(), |p| p.display().to_string());
+    RpcError::new(
+        code::UNKNOWN_SESSION,
+        format!(
+            "workspace {shown} has no active session, and no running agent could be followed: {why}. \
+             Start Claude Code, Codex or pi in {shown} and its budget shows up by itself, \
+             or follow a transcript with `soba attach`"
+        ),
+    )
+}
+
 fn to_value<T: serde::Serialize>(v: T) -> Result<Value, RpcError> {
     serde_json::to_value(v)
         .map_err(|e| RpcError::internal(format!("result does not serialize: {e}")))
@@ -276,11 +290,11 @@ impl Backend {
                         let ws = p.workspace.clone().or_else(|| self.first_folder());
                         match ws {
                             Some(ws) => match self.daemon.discover(&ws).await {
-                                Some(h) => {
+                                Ok(h) => {
                                     self.know(&h.workspace);
                                     h
                                 }
-                                None => return Err(e),
+                                Err(why) => return Err(no_agent_running(&ws, &why)),
                             },
                             None => return Err(e),
                         }
@@ -544,7 +558,8 @@ impl LanguageServer for Backend {
         for folder in folders {
             let daemon = self.daemon.clone();
             tokio::spawn(async move {
-                daemon.discover(&folder).await;
+                // Nothing to say yet: the client's `soba/budget` tells the user why.
+                let _ = daemon.discover(&folder).await;
             });
         }
     }

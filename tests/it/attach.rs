@@ -517,6 +517,104 @@ async fn an_editor_opening_the_workspace_sees_the_running_agents_budget_live() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_editor_with_no_agent_to_follow_is_told_where_soba_looked_and_what_to_do() {
+    let h = homed();
+    let empty = h.root.join("empty_app");
+    std::fs::create_dir_all(&empty).unwrap();
+    // The workspace's transcript was last written ten minutes ago (SOBA_ATTACH_IDLE_SECS is 30).
+    std::fs::File::options()
+        .write(true)
+        .open(&h.transcript)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(600))
+        .unwrap();
+    let mut child = soba_command(&h)
+        .args(["serve", "--standalone"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = LspClient::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    c.initialize(&[&h.workspace, &empty], false).await;
+
+    let none = c.error("soba/budget", json!({"workspace": empty})).await;
+    assert_eq!(none["code"], soba::daemon::protocol::code::UNKNOWN_SESSION);
+    let message = none["message"].as_str().unwrap();
+    let claude_dir = h
+        .root
+        .join("claude/projects")
+        .join(discover::claude_project_dir(empty.to_str().unwrap()));
+    assert!(message.contains("has no active session"), "{message}");
+    assert!(
+        message.contains(&format!("looked in {}", claude_dir.display())),
+        "{message}"
+    );
+    assert!(
+        message.contains("Start Claude Code, Codex or pi in"),
+        "{message}"
+    );
+
+    let stale = c
+        .error("soba/budget", json!({"workspace": h.workspace}))
+        .await;
+    let message = stale["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "its newest claude-code transcript, {}, was last written 10 min ago (the idle time is 30 s)",
+            h.transcript.display()
+        )),
+        "{message}"
+    );
+    assert!(message.contains("`soba attach`"), "{message}");
+    let _ = child.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_that_cannot_be_followed_is_announced_once_not_at_every_retry() {
+    let h = homed();
+    let serve = || {
+        soba_command(&h)
+            .args(["serve", "--standalone"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // A first daemon follows the transcript and holds its session log.
+    let mut first = serve();
+    let a = LspClient::new(first.stdout.take().unwrap(), first.stdin.take().unwrap());
+    a.initialize(&[&h.workspace], false).await;
+    budget_until(&a, &h.workspace, |b| effective(b) >= 2010).await;
+
+    // A second, standalone one cannot open that log: its editor asks again and again.
+    let mut second = serve();
+    let b = LspClient::new(second.stdout.take().unwrap(), second.stdin.take().unwrap());
+    b.initialize(&[&h.workspace], false).await;
+    for _ in 0..3 {
+        let err = b
+            .error("soba/budget", json!({"workspace": h.workspace}))
+            .await;
+        let message = err["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!(
+                "the claude-code transcript {} cannot be followed: ",
+                h.transcript.display()
+            )),
+            "{message}"
+        );
+    }
+    b.drain(Duration::from_millis(500)).await;
+    let warnings = b.seen("window/showMessage");
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one warning, not one per retry: {warnings:?}"
+    );
+    let _ = second.kill().await;
+    let _ = first.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soba_attach_prints_budget_lines_as_they_change_until_the_agent_goes_away() {
     use tokio::io::AsyncBufReadExt;
     let h = homed();

@@ -1,7 +1,8 @@
 // The packaged extension in a real VS Code: code-server on 127.0.0.1, driven by headless
 // Chromium through puppeteer-core. An agent opens a live session on the workspace; the test reads
 // the status bar (text and colour), runs the palette commands and reads the sidebar, saving a
-// screenshot at every step into $SOBA_E2E_ARTIFACTS.
+// screenshot at every step into $SOBA_E2E_ARTIFACTS. Last, that session closes and a Claude Code
+// transcript of the workspace appears: the status bar shows the followed agent's budget.
 //
 // Environment (set by scripts/test-code-server): CODE_SERVER (the executable), SOBA_VSIX,
 // SOBA_BIN, CHROMIUM, SOBA_E2E_ARTIFACTS.
@@ -42,6 +43,10 @@ const env = {
   XDG_CONFIG_HOME: mk('config'),
   XDG_DATA_HOME: mk('xdg-data'),
   SOBA_DAEMON_IDLE_SECS: '5',
+  // The agents' homes: the daemon finds a running agent's transcript here, never in the real ones.
+  CLAUDE_CONFIG_DIR: mk('claude'),
+  CODEX_HOME: mk('codex'),
+  PI_CODING_AGENT_DIR: mk('pi'),
 };
 const userDataDir = mk('user-data');
 const extensionsDir = mk('extensions');
@@ -368,4 +373,40 @@ test('the sidebar lists the session, its budget, compactions and capsules', asyn
   });
   await screenshot('sidebar');
   assert.ok(rows.some((t) => t.includes(agent.session.sessionId.slice(0, 8))), `a row names the session: ${rows.join(' | ')}`);
+});
+
+/** One prompt and answer in Claude Code's transcript format, with its API call's usage. */
+function claudeExchange(cwd, turn, inputTokens) {
+  const user = { type: 'user', uuid: `u${turn}`, parentUuid: turn ? `a${turn - 1}` : null, sessionId: 'e2e0c1', cwd, timestamp: new Date().toISOString(), message: { role: 'user', content: `request ${turn}` } };
+  const assistant = {
+    type: 'assistant', uuid: `a${turn}`, parentUuid: `u${turn}`, sessionId: 'e2e0c1', cwd, timestamp: new Date().toISOString(),
+    message: { id: `msg_${turn}`, model: 'claude-sonnet-4-5', role: 'assistant', type: 'message', content: [{ type: 'text', text: `answer ${turn}` }], usage: { input_tokens: inputTokens, output_tokens: 10 } },
+  };
+  return `${JSON.stringify(user)}\n${JSON.stringify(assistant)}\n`;
+}
+
+test('a Claude Code running in the workspace shows its budget once the SOBA session is gone', async () => {
+  await page.keyboard.press('Escape');
+  await agent.request('soba/session/close', { sessionId: agent.session.sessionId });
+  await until('the status bar item to go', async () => (await statusItem()) === undefined);
+  await screenshot('no-session');
+
+  // Claude Code's project folder: the workspace path with every non-alphanumeric character as `-`.
+  const project = mk('claude', 'projects', workspace.replace(/[^A-Za-z0-9]/g, '-'));
+  const transcript = path.join(project, 'e2e0c1.jsonl');
+  fs.writeFileSync(transcript, claudeExchange(workspace, 0, 42_000));
+  // The extension asks again every few seconds while it shows nothing; the daemon then follows it.
+  const item = await until('the followed transcript\'s budget', async () => {
+    const s = await statusItem();
+    return s && /\b42k \/ \d/.test(s.text) ? s : undefined;
+  });
+  await screenshot('followed-claude-code');
+  assert.match(item.aria || item.text, /42k/);
+
+  fs.appendFileSync(transcript, claudeExchange(workspace, 1, 61_500));
+  await until('the budget to follow the next response', async () => {
+    const s = await statusItem();
+    return s && /\b61\.5k \/ \d/.test(s.text) ? s : undefined;
+  });
+  await screenshot('followed-claude-code-grown');
 });

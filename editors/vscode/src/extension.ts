@@ -17,7 +17,7 @@ import {
   type SobaRequester,
 } from './protocol';
 import { findServer, readSettings, serverCommand, type Settings } from './settings';
-import { backgroundColorId, BudgetTracker, CompactionProgress, severity, statusBarText, tooltipLines, type ProgressAction } from './status';
+import { backgroundColorId, BUDGET_RETRY_MS, BudgetTracker, CompactionProgress, severity, statusBarText, tooltipLines, type ProgressAction } from './status';
 import { budgetNodes, capsuleNodes, compactionNodes, sessionNodes, VIEW_IDS, type TreeNode } from './views';
 
 let extension: SobaExtension | undefined;
@@ -92,6 +92,9 @@ class SobaExtension {
     capsules: new NodeProvider(),
   };
   private settings: Settings = currentSettings();
+  private budgetRetry: ReturnType<typeof setInterval> | undefined;
+  private askingBudget = false;
+  private lastBudgetMiss: string | undefined;
 
   constructor(context: vscode.ExtensionContext) {
     this.statusItem.name = 'SOBA context budget';
@@ -186,11 +189,17 @@ class SobaExtension {
       return;
     }
     await this.refreshBudget();
+    // No agent in the workspace yet, or its session closed: keep asking, quietly.
+    this.budgetRetry = setInterval(() => {
+      if (!this.tracker.report) void this.refreshBudget();
+    }, BUDGET_RETRY_MS);
   }
 
   async stop(): Promise<void> {
     const client = this.client;
     this.client = undefined;
+    if (this.budgetRetry) clearInterval(this.budgetRetry);
+    this.budgetRetry = undefined;
     for (const run of this.running.values()) run.done();
     this.running.clear();
     if (client) await client.stop().catch(() => undefined);
@@ -205,13 +214,20 @@ class SobaExtension {
 
   private async refreshBudget(): Promise<void> {
     const client = this.requester();
-    if (!client) return;
+    if (!client || this.askingBudget) return;
+    this.askingBudget = true;
     try {
       const report = await client.request('soba/budget', this.target());
+      this.lastBudgetMiss = undefined;
       if (this.tracker.accept(report)) this.renderStatus();
     } catch (err) {
-      // A workspace without sessions yet: the bar stays hidden until an agent opens one.
-      this.output.appendLine(`budget: ${err instanceof Error ? err.message : String(err)}`);
+      // A workspace without sessions yet: the bar stays hidden until an agent opens one. The
+      // retry asks every few seconds; the output says why once, not every time.
+      const message = err instanceof Error ? err.message : String(err);
+      if (message !== this.lastBudgetMiss) this.output.appendLine(`budget: ${message}`);
+      this.lastBudgetMiss = message;
+    } finally {
+      this.askingBudget = false;
     }
     await this.refreshViews();
   }

@@ -151,6 +151,14 @@ function samePath(a: string, b: string): boolean {
 }
 
 /**
+ * How often an editor showing no budget asks for one again. Each miss makes the daemon look for
+ * a live agent transcript of the workspace, so an agent started after the editor (or a new
+ * session after the last one closed) shows up without a reload; a shown budget needs no asking,
+ * the daemon announces every change.
+ */
+export const BUDGET_RETRY_MS = 5_000;
+
+/**
  * Which report the status bar shows. The daemon announces every session it serves; the bar shows
  * the workspace's active session, which is the one most recently opened or changed there.
  */

@@ -253,17 +253,68 @@ local function on_lsp_progress(args)
   refresh_statusline()
 end
 
+--- How often a client whose workspace shows no budget asks again, in ms. Each miss makes the
+--- daemon look for a live agent transcript of the workspace, so an agent started after Neovim
+--- (or its next session, after the last one closed) shows up; a shown budget needs no asking,
+--- the daemon announces every change.
+M.BUDGET_RETRY_MS = 5000
+
+--- Clients with a `soba/budget` request in flight, and each client's retry timer, by client id.
+local asking = {}
+local retry_timers = {}
+
 --- Ask for the budget of the client's workspace (its active session), and show it.
 function M.request_budget(client)
-  client:request('soba/budget', { workspace = M.workspace(client) }, function(err, report)
+  if asking[client.id] then
+    return
+  end
+  asking[client.id] = true
+  local sent = client:request('soba/budget', { workspace = M.workspace(client) }, function(err, report)
+    asking[client.id] = nil
     if not err and report then
       M.accept_report(report)
     end
   end)
+  if not sent then
+    asking[client.id] = nil
+  end
+end
+
+local function stop_budget_retry(client_id)
+  local timer = retry_timers[client_id]
+  retry_timers[client_id] = nil
+  asking[client_id] = nil
+  if timer and not timer:is_closing() then
+    timer:stop()
+    timer:close()
+  end
+end
+
+--- While the client's workspace shows no budget, ask again every BUDGET_RETRY_MS.
+local function start_budget_retry(client)
+  if retry_timers[client.id] then
+    return
+  end
+  local id = client.id
+  local timer = assert(vim.uv.new_timer())
+  retry_timers[id] = timer
+  timer:start(
+    M.BUDGET_RETRY_MS,
+    M.BUDGET_RETRY_MS,
+    vim.schedule_wrap(function()
+      local live = vim.lsp.get_client_by_id(id)
+      if not live or live:is_stopped() then
+        stop_budget_retry(id)
+      elseif not state.reports[M.workspace(live)] then
+        M.request_budget(live)
+      end
+    end)
+  )
 end
 
 local function on_attach(client)
   M.request_budget(client)
+  start_budget_retry(client)
 end
 
 --- The workspace of a file buffer: the nearest folder holding a root marker, else the working

@@ -1,0 +1,295 @@
+-- A user who runs Claude Code and opens the workspace in Neovim sees that agent's live budget
+-- with nothing set up: the plugin against the real daemon (`soba serve --standalone`, from
+-- $SOBA_BIN), which finds the transcript in the agent's (temporary) home, follows it as it grows
+-- and lets it go when the agent is idle.
+local soba = require('soba')
+local format = require('soba.format')
+
+local WAIT_MS = 15000
+--- Long enough for the spec's own steps between writes, short enough to wait for.
+local IDLE_SECS = 8
+
+local WORDS = vim.split(
+  'the parser reads each token from the input stream and builds a syntax tree that the checker '
+    .. 'walks twice once to collect declarations and once to resolve every reference against scopes '
+    .. 'while the emitter writes bytecode for functions closures loops and pattern matches',
+  ' '
+)
+
+--- About `tokens` tokens of varied English, different for every seed.
+local function prose(seed, tokens)
+  local out = { 'Step ' .. seed .. ':' }
+  local i = 0
+  while #out < tokens do
+    out[#out + 1] = WORDS[(seed * 7 + i * 3) % #WORDS + 1]
+    i = i + 1
+  end
+  return table.concat(out, ' ')
+end
+
+local tmp = vim.fn.tempname()
+local env
+local daemon_exit
+
+--- Claude Code's project folder name: every character but ASCII letters and digits becomes `-`.
+local function claude_project_dir(cwd)
+  return (cwd:gsub('[^%w]', '-'))
+end
+
+local function append(file, records)
+  local lines = {}
+  for _, record in ipairs(records) do
+    lines[#lines + 1] = vim.json.encode(record)
+  end
+  local handle = assert(io.open(file, 'a'))
+  handle:write(table.concat(lines, '\n') .. '\n')
+  handle:close()
+end
+
+--- A Claude Code session writing its transcript the way Claude Code does.
+local function claude_session(workspace, id)
+  local dir = tmp .. '/claude/projects/' .. claude_project_dir(workspace)
+  vim.fn.mkdir(dir, 'p')
+  local session = { file = dir .. '/' .. id .. '.jsonl', turn = 0, parent = vim.NIL }
+
+  local function record(kind, message)
+    local uuid = string.format('%s%s-%d', kind:sub(1, 1), id, session.turn)
+    local rec = {
+      type = kind,
+      uuid = uuid,
+      parentUuid = session.parent,
+      sessionId = id,
+      cwd = workspace,
+      version = '2.0.27',
+      timestamp = os.date('!%Y-%m-%dT%H:%M:%SZ'),
+      message = message,
+    }
+    session.parent = uuid
+    return rec
+  end
+
+  local function response(content, input_tokens)
+    return record('assistant', {
+      id = string.format('msg_%s_%d', id, session.turn),
+      model = 'claude-sonnet-4-5',
+      role = 'assistant',
+      type = 'message',
+      content = content,
+      usage = { input_tokens = input_tokens, output_tokens = 10 },
+    })
+  end
+
+  --- A prompt and a text answer whose API call used `input_tokens`.
+  function session.prompt(text, input_tokens)
+    session.turn = session.turn + 1
+    append(session.file, {
+      record('user', { role = 'user', content = text }),
+      response({ { type = 'text', text = 'Done: ' .. text } }, input_tokens),
+    })
+  end
+
+  --- A response calling Bash, then its result: about `result_tokens` tokens of output.
+  function session.tool_call(command, input_tokens, result_tokens)
+    session.turn = session.turn + 1
+    local call_id = string.format('toolu_%s_%d', id, session.turn)
+    append(session.file, {
+      response({ { type = 'tool_use', id = call_id, name = 'Bash', input = { command = command } } }, input_tokens),
+      record('user', {
+        role = 'user',
+        content = { { type = 'tool_result', tool_use_id = call_id, content = prose(session.turn, result_tokens), is_error = false } },
+      }),
+    })
+  end
+
+  return session
+end
+
+local imports = 0
+
+--- The budget `soba import` + `soba budget` give for the transcript as it is now.
+local function imported_budget(transcript)
+  imports = imports + 1
+  local out = string.format('%s/imported/%d.jsonl', tmp, imports)
+  local imported = vim.system({ vim.env.SOBA_BIN, 'import', transcript, '--output', out, '--json' }, { env = env }):wait()
+  assert.are.equal(0, imported.code, imported.stderr)
+  local measured = vim.system({ vim.env.SOBA_BIN, 'budget', out, '--json' }, { env = env }):wait()
+  assert.are.equal(0, measured.code, measured.stderr)
+  return vim.json.decode(measured.stdout)
+end
+
+local function text_of(budget)
+  return format.tokens(budget.effectiveTokens) .. ' / ' .. format.tokens(budget.hardLimit)
+end
+
+local function wait_for(what, predicate, ms)
+  local ok = vim.wait(ms or WAIT_MS, function()
+    return daemon_exit ~= nil or predicate()
+  end, 20)
+  if not ok or daemon_exit ~= nil then
+    error(
+      string.format(
+        'timed out waiting for %s%s; the statusline shows %q',
+        what,
+        daemon_exit and (' (the daemon exited with ' .. daemon_exit .. ')') or '',
+        soba.statusline()
+      ),
+      2
+    )
+  end
+end
+
+local function statusline_shows(expected, what, ms)
+  wait_for(what .. ' (' .. expected .. ')', function()
+    return soba.statusline() == expected
+  end, ms)
+end
+
+--- A workspace folder (with `.git`, as a real project has) and a buffer of it.
+local function open_workspace(name)
+  local dir = tmp .. '/' .. name
+  vim.fn.mkdir(dir .. '/.git', 'p')
+  dir = vim.uv.fs_realpath(dir)
+  vim.cmd.edit(vim.fn.fnameescape(dir .. '/main.rs'))
+  wait_for('the soba client of ' .. name, function()
+    local client = soba.client()
+    return client ~= nil and client.initialized == true and soba.workspace(client) == dir
+  end)
+  return dir
+end
+
+describe('a running agent in the statusline', function()
+  local bin = vim.env.SOBA_BIN
+  local original_request_budget
+  local asked = 0
+
+  setup(function()
+    assert.is_truthy(bin and vim.fn.executable(bin) == 1, 'set SOBA_BIN to the soba binary (scripts/test does)')
+    vim.fn.mkdir(tmp, 'p')
+    tmp = vim.uv.fs_realpath(tmp)
+    for _, dir in ipairs({ 'home', 'claude', 'data', 'runtime', 'config', 'xdg-data', 'imported' }) do
+      vim.fn.mkdir(tmp .. '/' .. dir, 'p')
+    end
+    -- The daemon reads only these homes: no real transcript, config or daemon is touched.
+    env = {
+      HOME = tmp .. '/home',
+      CLAUDE_CONFIG_DIR = tmp .. '/claude',
+      CODEX_HOME = tmp .. '/codex',
+      PI_CODING_AGENT_DIR = tmp .. '/pi',
+      SOBA_DATA_DIR = tmp .. '/data',
+      SOBA_RUNTIME_DIR = tmp .. '/runtime',
+      SOBA_CONFIG = tmp .. '/no-user-config.json',
+      XDG_CONFIG_HOME = tmp .. '/config',
+      XDG_DATA_HOME = tmp .. '/xdg-data',
+      SOBA_ATTACH_IDLE_SECS = tostring(IDLE_SECS),
+    }
+    original_request_budget = soba.request_budget
+    -- Counts the plugin's requests for the budget (on attach, on close and the retries).
+    soba.request_budget = function(client)
+      asked = asked + 1
+      return original_request_budget(client)
+    end
+    require('soba').setup({
+      cmd = { bin, 'serve', '--standalone' },
+      notify_compaction = false,
+      lsp = {
+        cmd_env = env,
+        on_exit = function(code)
+          daemon_exit = code
+        end,
+      },
+    })
+  end)
+
+  teardown(function()
+    soba.request_budget = original_request_budget
+    for _, client in ipairs(vim.lsp.get_clients({ name = 'soba' })) do
+      client:stop()
+    end
+    vim.wait(5000, function()
+      return #vim.lsp.get_clients({ name = 'soba' }) == 0
+    end)
+    vim.cmd('silent! %bwipeout!')
+    vim.fn.delete(tmp, 'rf')
+  end)
+
+  it('shows the Claude Code budget, follows the transcript, blanks when the agent is idle and shows its next session', function()
+    local workspace = tmp .. '/my_app'
+    vim.fn.mkdir(workspace .. '/.git', 'p')
+    workspace = vim.uv.fs_realpath(workspace)
+    local agent = claude_session(workspace, '7d1c2f')
+    agent.prompt('list the files', 2000)
+    assert.are.equal(workspace, open_workspace('my_app'))
+
+    local first = imported_budget(agent.file)
+    assert.are.equal(2010, first.effectiveTokens, 'the provider usage of the last response')
+    statusline_shows(text_of(first), "the transcript's budget")
+    assert.are.equal('claude-code-7d1c2f', soba.report().sessionId)
+    assert.are.equal('provider_usage', soba.report().source)
+
+    -- The agent works on: a tool call with a large result, then the next response.
+    agent.tool_call('cat src/parser.rs', 2100, 4000)
+    local grown = imported_budget(agent.file)
+    assert.is_true(grown.effectiveTokens > first.effectiveTokens + 3000, first.effectiveTokens .. ' → ' .. grown.effectiveTokens)
+    statusline_shows(text_of(grown), 'the budget with the large tool result')
+    agent.prompt('now fix the failing test', 6500)
+    local answered = imported_budget(agent.file)
+    assert.are.equal(6510, answered.effectiveTokens)
+    statusline_shows(text_of(answered), 'the budget of the next response')
+    assert.are.equal('%#SobaBudgetOk#' .. text_of(answered) .. '%*', soba.statusline_hl())
+
+    -- Quiet for the idle time: the session closes and the statusline goes blank.
+    asked = 0
+    statusline_shows('', 'the statusline to go blank once the agent is idle', (IDLE_SECS + 10) * 1000)
+    -- It asks at once (there is no other session yet), and again while it shows nothing.
+    wait_for('the budget asked for again', function()
+      return asked >= 2
+    end, soba.BUDGET_RETRY_MS + WAIT_MS)
+
+    local next_session = claude_session(workspace, '9e4a01')
+    next_session.prompt('start over', 3300)
+    statusline_shows(text_of(imported_budget(next_session.file)), 'the next session', soba.BUDGET_RETRY_MS + WAIT_MS)
+    assert.are.equal('claude-code-9e4a01', soba.report().sessionId)
+  end)
+
+  it('shows an agent started after the workspace was opened', function()
+    asked = 0
+    local workspace = open_workspace('late_app')
+    -- Asked on attach, found nothing, and asked again: still nothing to show.
+    wait_for('the budget asked for again', function()
+      return asked >= 2
+    end, soba.BUDGET_RETRY_MS + WAIT_MS)
+    assert.are.equal('', soba.statusline())
+
+    local agent = claude_session(workspace, 'b7710c')
+    agent.prompt('hello', 1500)
+    statusline_shows(text_of(imported_budget(agent.file)), "the new agent's budget", soba.BUDGET_RETRY_MS + WAIT_MS)
+    assert.are.equal('claude-code-b7710c', soba.report().sessionId)
+  end)
+
+  it("shows a real Claude Code session's budget as its transcript grows", function()
+    local fixture = vim.env.SOBA_NVIM_ROOT .. '/../../../shared/fixtures/transcripts/claude-code/agentcmd-session-four.jsonl'
+    if vim.fn.filereadable(fixture) == 0 then
+      assert.are_not.equal('true', vim.env.CI, fixture .. ' is missing; CI must provide ../shared/fixtures beside the checkout')
+      print('SKIPPED: ../shared/fixtures missing (' .. fixture .. ' not found)')
+      return
+    end
+    local lines = vim.fn.readfile(fixture)
+    local half = math.floor(#lines / 2)
+    local workspace = tmp .. '/real_app'
+    vim.fn.mkdir(workspace .. '/.git', 'p')
+    workspace = vim.uv.fs_realpath(workspace)
+    local dir = tmp .. '/claude/projects/' .. claude_project_dir(workspace)
+    vim.fn.mkdir(dir, 'p')
+    local transcript = dir .. '/2d984148-cddb-4605-aac1-13e720fe613c.jsonl'
+    vim.fn.writefile(vim.list_slice(lines, 1, half), transcript)
+    open_workspace('real_app')
+
+    local first = imported_budget(transcript)
+    statusline_shows(text_of(first), "the first half's budget")
+    vim.fn.writefile(vim.list_slice(lines, half + 1), transcript, 'a')
+    local whole = imported_budget(transcript)
+    assert.is_true(whole.effectiveTokens > first.effectiveTokens, first.effectiveTokens .. ' → ' .. whole.effectiveTokens)
+    statusline_shows(text_of(whole), "the whole session's budget")
+    assert.are.equal('provider_usage', soba.report().source)
+  end)
+end)
