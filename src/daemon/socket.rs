@@ -225,6 +225,56 @@ pub fn spawn_daemon_process(
     Ok(())
 }
 
+/// Hand the daemon this relay's config files and keys (`soba/client/hello`, see
+/// [`super::connection`]) before anything else is sent on `stream`, and wait for its answer.
+pub async fn send_hello(
+    stream: &mut UnixStream,
+    hello: &super::protocol::HelloParams,
+) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": super::protocol::CLIENT_HELLO, "params": hello,
+    }))?;
+    stream
+        .write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes())
+        .await?;
+    stream.write_all(&body).await?;
+    stream.flush().await?;
+    // Byte by byte up to the body: nothing after the answer may be read here, it is the
+    // client's.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > super::framing::MAX_HEADER_BYTES {
+            bail!("the daemon's answer to the handshake has no readable header");
+        }
+        let byte = stream
+            .read_u8()
+            .await
+            .context("the daemon closed the connection during the handshake")?;
+        head.push(byte);
+    }
+    let length = String::from_utf8_lossy(&head)
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())
+                .flatten()
+        })
+        .context("the daemon's answer to the handshake has no Content-Length")?;
+    let mut answer = vec![0; length];
+    stream.read_exact(&mut answer).await?;
+    let answer: serde_json::Value = serde_json::from_slice(&answer)
+        .context("the daemon's answer to the handshake is not JSON")?;
+    if let Some(err) = answer.get("error") {
+        bail!(
+            "the daemon refused this client's configuration: {}",
+            err["message"].as_str().unwrap_or("(no message)")
+        );
+    }
+    Ok(())
+}
+
 /// Copy stdin to the daemon and the daemon's output to stdout until either side closes.
 pub async fn relay<I, O>(stream: UnixStream, mut input: I, mut output: O) -> anyhow::Result<()>
 where

@@ -36,6 +36,9 @@ pub enum DaemonTarget {
         paths: Paths,
         /// Arguments for a daemon the proxy starts (`--config FILE`).
         args: Vec<std::ffi::OsString>,
+        /// The proxy's config files and keys, handed over on each connection
+        /// (`soba/client/hello`); `None` to use the daemon's own.
+        hello: Option<crate::daemon::protocol::HelloParams>,
     },
     /// A daemon inside the proxy's own process (`--standalone`, tests).
     InProcess(Arc<Daemon>),
@@ -234,15 +237,20 @@ impl Proxy {
                 let (cr, cw) = tokio::io::split(ours);
                 RpcClient::connect(cr, cw).await?
             }
-            DaemonTarget::Shared { paths, args } => {
+            DaemonTarget::Shared { paths, args, hello } => {
                 let start = || crate::daemon::socket::spawn_daemon_process(paths, args);
-                let stream = crate::daemon::socket::connect_or_start(
+                let mut stream = crate::daemon::socket::connect_or_start(
                     paths,
                     start,
                     crate::daemon::socket::START_TIMEOUT,
                 )
                 .await
                 .map_err(|e| RpcError::internal(format!("{e:#}")))?;
+                if let Some(hello) = hello {
+                    crate::daemon::socket::send_hello(&mut stream, hello)
+                        .await
+                        .map_err(|e| RpcError::internal(format!("{e:#}")))?;
+                }
                 let (r, w) = stream.into_split();
                 RpcClient::connect(r, w).await?
             }
