@@ -70,8 +70,29 @@ impl ConnectionConfig {
         Ok((parse(&self.user)?, parse(&self.extra)?))
     }
 
-    /// The summarizer `cfg` asks for, with this connection's keys, owned by the connection.
+    /// The summarizer `cfg` asks for, with this connection's keys, owned by the connection;
+    /// what a session holds of it.
     pub fn summarizer(
+        &self,
+        cfg: &SummarizerConfig,
+    ) -> Result<Option<Arc<ConnectionBound>>, SummarizerConfigError> {
+        let Some(owned) = self.own(cfg)? else {
+            return Ok(None);
+        };
+        let cooldown = owned.breaker().map_or(
+            std::time::Duration::from_millis(crate::summarize::client::DEFAULT_COOLDOWN_MS),
+            Breaker::cooldown,
+        );
+        Ok(Some(Arc::new(ConnectionBound {
+            inner: Mutex::new(Arc::downgrade(&owned)),
+            config: cfg.clone(),
+            described: owned.describe(),
+            breaker: Breaker::new(cooldown),
+        })))
+    }
+
+    /// Build the summarizer of `cfg` with this connection's keys and keep it.
+    fn own(
         &self,
         cfg: &SummarizerConfig,
     ) -> Result<Option<Arc<dyn Summarizer>>, SummarizerConfigError> {
@@ -86,12 +107,11 @@ impl ConnectionConfig {
             return Ok(None);
         };
         let owned: Arc<dyn Summarizer> = Arc::from(built);
-        let bound = ConnectionBound::new(&owned);
         self.summarizers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(owned);
-        Ok(Some(Arc::new(bound)))
+            .push(owned.clone());
+        Ok(Some(owned))
     }
 }
 
@@ -100,23 +120,48 @@ pub const DISCONNECTED: &str = "the client that opened this session disconnected
 
 /// A summarizer owned by a connection, as a session holds it.
 pub struct ConnectionBound {
-    inner: Weak<dyn Summarizer>,
+    inner: Mutex<Weak<dyn Summarizer>>,
+    /// The session's summarizer settings, to build it again for the next client that opens
+    /// the session once this one's client is gone.
+    config: SummarizerConfig,
     described: String,
     /// The breaker of the session's runs (the owned summarizer's own is not reachable through
     /// the weak reference); the same cooldown.
     breaker: Breaker,
 }
 
+impl std::fmt::Debug for ConnectionBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectionBound")
+            .field("described", &self.described)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ConnectionBound {
-    fn new(owned: &Arc<dyn Summarizer>) -> ConnectionBound {
-        let cooldown = owned.breaker().map_or(
-            std::time::Duration::from_millis(crate::summarize::client::DEFAULT_COOLDOWN_MS),
-            Breaker::cooldown,
-        );
-        ConnectionBound {
-            inner: Arc::downgrade(owned),
-            described: owned.describe(),
-            breaker: Breaker::new(cooldown),
+    fn current(&self) -> Option<Arc<dyn Summarizer>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .upgrade()
+    }
+
+    /// When the client that passed the key is gone, take `connection`'s keys instead. `true`
+    /// when the summarizer was rebuilt.
+    pub fn rebind_if_gone(
+        &self,
+        connection: &ConnectionConfig,
+    ) -> Result<bool, SummarizerConfigError> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.upgrade().is_some() {
+            return Ok(false);
+        }
+        match connection.own(&self.config)? {
+            Some(owned) => {
+                *inner = Arc::downgrade(&owned);
+                Ok(true)
+            }
+            None => Ok(false),
         }
     }
 }
@@ -133,7 +178,7 @@ impl Summarizer for ConnectionBound {
         cancel: CancellationToken,
     ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>> {
         Box::pin(async move {
-            let Some(inner) = self.inner.upgrade() else {
+            let Some(inner) = self.current() else {
                 return Err(SummaryError::Provider(DISCONNECTED.into()));
             };
             inner.summarize(req, progress, cancel).await

@@ -134,6 +134,13 @@ impl Daemon {
             }
             self.set_active(&workspace, &id);
             let mut h = h;
+            if let (Some(keyed), Some(connection)) = (&h.keyed_summarizer, &req.connection) {
+                if let Err(e) = keyed.rebind_if_gone(connection) {
+                    h.warnings.push(format!(
+                        "The summarization model cannot be used ({e}); capsules are built locally"
+                    ));
+                }
+            }
             if req.settings.is_some() {
                 h.warnings.push(format!(
                     "session `{id}` is already open, with the settings it was opened with; the `compaction` and `summarizer` given now apply after soba/session/close and a new open"
@@ -153,10 +160,14 @@ impl Daemon {
             tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, layers?))
                 .await
                 .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
+        let mut keyed_summarizer = None;
         let summarizer = match &self.options.summarizer {
             Some(s) => Some(s.clone()),
             None => match match &req.connection {
-                Some(c) => c.summarizer(&config.summarizer),
+                Some(c) => c.summarizer(&config.summarizer).map(|keyed| {
+                    keyed_summarizer = keyed.clone();
+                    keyed.map(|k| k as Arc<dyn Summarizer>)
+                }),
                 None => crate::summarize::from_config(&config.summarizer).map(|s| s.map(Arc::from)),
             } {
                 Ok(s) => s,
@@ -177,6 +188,7 @@ impl Daemon {
             events: self.events.clone(),
         });
         handle.warnings = warnings;
+        handle.keyed_summarizer = keyed_summarizer;
         {
             let mut reg = self.lock();
             // Another client may have opened the same session meanwhile; the log lock makes

@@ -349,6 +349,32 @@ async fn a_connections_keys_go_when_it_closes() {
         "{r}"
     );
     assert!(server.requests().is_empty(), "no request went out");
+
+    // The agent comes back with its key and opens the session again: the model is used,
+    // with the key of the client now connected.
+    let again = "sk-came-back-44e1";
+    let user = json!({"summarizer": summarizer_block(&server, "SOBA_IT_CLOSE_KEY")});
+    let agent = connect_with(&e.daemon, user, json!({"SOBA_IT_CLOSE_KEY": again})).await;
+    agent.initialize(&[&e.workspace], false).await;
+    agent
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "sessionId": id}),
+        )
+        .await;
+    fill(&agent, &id).await;
+    let r = agent
+        .request("soba/compact", json!({"sessionId": id}))
+        .await;
+    assert_eq!(r["quality"], "model", "{r}");
+    let seen = server.requests();
+    assert!(!seen.is_empty());
+    for request in &seen {
+        assert_eq!(
+            request.header("authorization"),
+            Some(format!("Bearer {again}").as_str())
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
