@@ -95,7 +95,8 @@ pub fn run(args: &AttachArgs, common: &CommonArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let start = || socket::spawn_daemon_process(&paths, &extra);
+        let withheld: Vec<&str> = hello.env.keys().map(String::as_str).collect();
+        let start = || socket::spawn_daemon_process(&paths, &extra, &withheld);
         let mut stream = socket::connect_or_start(&paths, start, socket::START_TIMEOUT).await?;
         socket::send_hello(&mut stream, &hello).await?;
         follow(stream, &workspace, params, json_out).await

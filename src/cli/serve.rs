@@ -70,7 +70,8 @@ pub fn serve(mode: ServeMode, common: &CommonArgs) -> anyhow::Result<()> {
                 for w in &warnings {
                     errln!("soba: warning: {w}");
                 }
-                let start = || socket::spawn_daemon_process(&paths, &args);
+                let withheld: Vec<&str> = hello.env.keys().map(String::as_str).collect();
+                let start = || socket::spawn_daemon_process(&paths, &args, &withheld);
                 let mut stream =
                     socket::connect_or_start(&paths, start, socket::START_TIMEOUT).await?;
                 socket::send_hello(&mut stream, &hello).await?;

@@ -197,9 +197,12 @@ pub async fn connect_or_start(
 }
 
 /// Start `soba serve --daemon` detached from this terminal, logging to `<runtime>/daemon.log`.
+/// `withheld`: variables left out of its environment (the API keys this client hands over on
+/// its own connection: the daemon serves other clients, who must not get them).
 pub fn spawn_daemon_process(
     paths: &Paths,
     extra_args: &[std::ffi::OsString],
+    withheld: &[&str],
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the soba executable")?;
@@ -209,7 +212,11 @@ pub fn spawn_daemon_process(
         .mode(0o600)
         .open(paths.runtime_dir.join("daemon.log"))
         .context("cannot open the daemon log")?;
-    std::process::Command::new(exe)
+    let mut command = std::process::Command::new(exe);
+    for var in withheld {
+        command.env_remove(var);
+    }
+    command
         .args(extra_args)
         .arg("serve")
         .arg("--daemon")

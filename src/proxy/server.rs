@@ -238,7 +238,11 @@ impl Proxy {
                 RpcClient::connect(cr, cw).await?
             }
             DaemonTarget::Shared { paths, args, hello } => {
-                let start = || crate::daemon::socket::spawn_daemon_process(paths, args);
+                let withheld: Vec<&str> = hello
+                    .iter()
+                    .flat_map(|h| h.env.keys().map(String::as_str))
+                    .collect();
+                let start = || crate::daemon::socket::spawn_daemon_process(paths, args, &withheld);
                 let mut stream = crate::daemon::socket::connect_or_start(
                     paths,
                     start,

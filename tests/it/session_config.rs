@@ -608,6 +608,16 @@ async fn two_relays_on_one_daemon_each_get_their_own_config_and_key_and_no_key_l
         DEFAULT_WINDOW - DEFAULT_OUTPUT - 1000
     );
 
+    // The daemon A started does not carry A's key in its environment.
+    let pid = std::fs::read_to_string(root.join("run/daemon.lock")).unwrap();
+    let environ = std::fs::read(format!("/proc/{}/environ", pid.trim())).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(
+        environ.contains("SOBA_RUNTIME_DIR="),
+        "the daemon's own environment was read"
+    );
+    assert!(!environ.contains(key_a), "the daemon inherited A's key");
+
     // Close both; the daemon leaves after its idle time, flushing what it writes.
     let mut stderr = Vec::new();
     for r in [&mut a, &mut b] {
