@@ -98,7 +98,9 @@ pub fn run(args: &AttachArgs, common: &CommonArgs) -> anyhow::Result<()> {
         let withheld: Vec<&str> = hello.env.keys().map(String::as_str).collect();
         let start = || socket::spawn_daemon_process(&paths, &extra, &withheld);
         let mut stream = socket::connect_or_start(&paths, start, socket::START_TIMEOUT).await?;
-        socket::send_hello(&mut stream, &hello).await?;
+        if let Some(w) = socket::send_hello(&mut stream, &hello).await? {
+            errln!("warning: {w}");
+        }
         follow(stream, &workspace, params, json_out).await
     })
 }

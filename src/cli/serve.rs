@@ -74,7 +74,9 @@ pub fn serve(mode: ServeMode, common: &CommonArgs) -> anyhow::Result<()> {
                 let start = || socket::spawn_daemon_process(&paths, &args, &withheld);
                 let mut stream =
                     socket::connect_or_start(&paths, start, socket::START_TIMEOUT).await?;
-                socket::send_hello(&mut stream, &hello).await?;
+                if let Some(w) = socket::send_hello(&mut stream, &hello).await? {
+                    errln!("soba: warning: {w}");
+                }
                 drop(hello);
                 socket::relay(stream, tokio::io::stdin(), tokio::io::stdout()).await
             }

@@ -145,7 +145,7 @@ pub struct ConfigText {
 
 /// The params of [`CLIENT_HELLO`]. `Debug` shows the variables' names, never their values.
 #[derive(Clone, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct HelloParams {
     /// The relay's user config file, when it has one. With a hello, the daemon uses this one
     /// (not its own) for the connection's sessions, trust list included.

@@ -234,10 +234,13 @@ pub fn spawn_daemon_process(
 
 /// Hand the daemon this relay's config files and keys (`soba/client/hello`, see
 /// [`super::connection`]) before anything else is sent on `stream`, and wait for its answer.
+/// A daemon that refuses it (one started by an older `soba`, which predates the handshake)
+/// still serves the connection, with its own configuration: that is a warning for the user
+/// (the returned sentence), not a failure.
 pub async fn send_hello(
     stream: &mut UnixStream,
     hello: &super::protocol::HelloParams,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<String>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body = serde_json::to_vec(&serde_json::json!({
         "jsonrpc": "2.0", "id": 0, "method": super::protocol::CLIENT_HELLO, "params": hello,
@@ -274,12 +277,12 @@ pub async fn send_hello(
     let answer: serde_json::Value = serde_json::from_slice(&answer)
         .context("the daemon's answer to the handshake is not JSON")?;
     if let Some(err) = answer.get("error") {
-        bail!(
-            "the daemon refused this client's configuration: {}",
-            err["message"].as_str().unwrap_or("(no message)")
-        );
+        return Ok(Some(format!(
+            "the running daemon did not take this client's config files and API keys ({}), so this client's sessions use the configuration of the daemon's own start; stop it (it exits when no client is left, or end the `soba serve --daemon` process) to start one that does",
+            err["message"].as_str().unwrap_or("no reason given")
+        )));
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Copy stdin to the daemon and the daemon's output to stdout until either side closes.

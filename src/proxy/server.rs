@@ -251,9 +251,12 @@ impl Proxy {
                 .await
                 .map_err(|e| RpcError::internal(format!("{e:#}")))?;
                 if let Some(hello) = hello {
-                    crate::daemon::socket::send_hello(&mut stream, hello)
+                    let refused = crate::daemon::socket::send_hello(&mut stream, hello)
                         .await
                         .map_err(|e| RpcError::internal(format!("{e:#}")))?;
+                    if let Some(w) = refused {
+                        (self.config.log)(&format!("soba proxy: warning: {w}"));
+                    }
                 }
                 let (r, w) = stream.into_split();
                 RpcClient::connect(r, w).await?

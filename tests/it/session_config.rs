@@ -663,3 +663,34 @@ async fn two_relays_on_one_daemon_each_get_their_own_config_and_key_and_no_key_l
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_older_than_the_handshake_refuses_it_with_a_warning_and_still_serves() {
+    let e = env();
+    // A daemon without the handshake: its frames go straight to the service, which refuses
+    // every request before `initialize`.
+    let (ours, theirs) = tokio::net::UnixStream::pair().unwrap();
+    let (service, socket) = soba::daemon::server::build_service(e.daemon.clone());
+    tokio::spawn(async move {
+        let (r, w) = theirs.into_split();
+        soba::daemon::framing::relay_frames(r, w, |i, o| {
+            tower_lsp_server::Server::new(i, o, socket).serve(service)
+        })
+        .await;
+    });
+    let mut ours = ours;
+    let hello = soba::daemon::protocol::HelloParams::default();
+    let warning = soba::daemon::socket::send_hello(&mut ours, &hello)
+        .await
+        .unwrap()
+        .expect("refused");
+    assert!(
+        warning.contains("did not take this client's config"),
+        "{warning}"
+    );
+    let (r, w) = ours.into_split();
+    let c = LspClient::new(r, w);
+    c.initialize(&[&e.workspace], false).await;
+    c.request("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
+}
