@@ -912,8 +912,9 @@ impl Layers {
         let mut loaded = LoadedConfig::default();
         let user = self.user;
         let workspace = self.workspace.as_deref();
-        if let Some(mut file) = self.workspace_file {
-            let ws = workspace.expect("a workspace file comes with its workspace");
+        // A workspace file is read for a workspace; without one there is no trust to check it
+        // against, and nothing to apply it to.
+        if let (Some(mut file), Some(ws)) = (self.workspace_file, workspace) {
             if let Some(w) = crate::trust::restrict_workspace_config(&mut file, ws, user.as_ref()) {
                 loaded.warnings.push(w);
             }
