@@ -140,6 +140,13 @@ pub struct Config {
     pub mirror_explicit_compacts: bool,
     /// How tool calls become artifacts (files read and modified, verification commands).
     pub tool_mapping: crate::capsule::artifacts::ToolMapping,
+    /// The model was named but is in no catalog and no layer gave its window: `model` holds
+    /// the default figures, and `warnings` says so.
+    #[serde(skip)]
+    pub model_guessed: bool,
+    /// What the user must be told about this configuration (an unknown model name).
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 impl Default for Config {
@@ -151,6 +158,8 @@ impl Default for Config {
             durability: Durability::default(),
             mirror_explicit_compacts: false,
             tool_mapping: crate::capsule::artifacts::ToolMapping::default(),
+            model_guessed: false,
+            warnings: Vec::new(),
         }
     }
 }
@@ -167,6 +176,11 @@ pub struct ConfigFile {
     pub compaction: Option<CompactionFile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelFile>,
+    /// Models added to the built-in catalog, or replacing its figures: name → window. A name
+    /// matches like a catalog name (exact, then the longest entry it starts with, so
+    /// `my-model` covers `my-model-2025-01`). Later layers replace an entry of the same name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub models: Option<std::collections::BTreeMap<String, CatalogEntryFile>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summarizer: Option<SummarizerConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -259,6 +273,30 @@ pub struct ModelFile {
     #[schemars(range(min = 1.0))]
     pub count_factor: Option<f64>,
 }
+
+/// One model of the user's catalog (`models` in config).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogEntryFile {
+    /// The model's context window in tokens (input and output together).
+    #[schemars(range(min = 1))]
+    pub context_window: u64,
+    /// Output tokens reserved for the reply. Default: 16384, or a quarter of the window when
+    /// that is smaller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+    /// The tokenizer SOBA counts with. Default: `o200k_base`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<TokenizerKind>,
+    /// Multiply counts by this (≥ 1.0) when the model's tokenizer is not public. Default: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1.0, max = 4.0))]
+    pub count_factor: Option<f64>,
+}
+
+/// Output tokens reserved for a user-catalog model that names none (capped at a quarter of
+/// its window).
+pub const DEFAULT_CATALOG_MAX_OUTPUT: u64 = 16_384;
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -519,13 +557,7 @@ pub fn catalog_lookup(name: &str) -> Option<&'static CatalogModel> {
     }
     CATALOG
         .iter()
-        .filter(|m| {
-            bare.starts_with(m.name)
-                && bare[m.name.len()..]
-                    .chars()
-                    .next()
-                    .is_some_and(|c| c == '-' || c == '@' || c == ':' || c == '.')
-        })
+        .filter(|m| extends_name(&bare, m.name))
         .max_by_key(|m| m.name.len())
 }
 
@@ -588,6 +620,7 @@ pub struct Overrides {
 const TOP_KEYS: &[&str] = &[
     "compaction",
     "model",
+    "models",
     "summarizer",
     "artifacts",
     "storage",
@@ -623,6 +656,12 @@ const SUMMARIZER_KEYS: &[&str] = &[
     "maxOutputTokens",
     "cooldownMs",
     "redactInput",
+];
+const CATALOG_ENTRY_KEYS: &[&str] = &[
+    "contextWindow",
+    "maxOutputTokens",
+    "tokenizer",
+    "countFactor",
 ];
 const STORAGE_KEYS: &[&str] = &["durability"];
 const MEMORY_KEYS: &[&str] = &["mirrorExplicitCompacts"];
@@ -671,7 +710,17 @@ impl ConfigFile {
             file: file.into(),
             message: e.to_string(),
         })?;
+        ConfigFile::from_value(file, value)
+    }
+
+    /// [`ConfigFile::parse`] for JSON already decoded (`file` names where it came from).
+    pub fn from_value(file: &str, value: Value) -> Result<ConfigFile, ConfigError> {
         check_keys(file, "", &value, TOP_KEYS)?;
+        if let Some(Value::Object(models)) = value.get("models") {
+            for (name, entry) in models {
+                check_keys(file, &format!("models.{name}"), entry, CATALOG_ENTRY_KEYS)?;
+            }
+        }
         let sections: [(&str, &[&str]); 6] = [
             ("compaction", COMPACTION_KEYS),
             ("model", MODEL_KEYS),
@@ -811,33 +860,104 @@ impl ConfigSources {
 
     /// [`ConfigSources::files`], with the warnings the caller must show the user.
     pub fn load(&self) -> Result<LoadedConfig, ConfigError> {
+        let load_if_present = |p: &Path| -> Result<Option<ConfigFile>, ConfigError> {
+            if p.is_file() {
+                ConfigFile::load(p).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let user = match &self.user_file {
+            Some(p) => load_if_present(p)?,
+            None => None,
+        };
+        let workspace_file = match &self.workspace {
+            Some(ws) => load_if_present(&workspace_config_path(ws))?,
+            None => None,
+        };
+        let extra = match &self.extra_file {
+            Some(p) => Some(ConfigFile::load(p)?),
+            None => None,
+        };
+        Ok(Layers {
+            user,
+            workspace: self.workspace.clone(),
+            workspace_file,
+            extra,
+            session: None,
+        }
+        .stack())
+    }
+}
+
+/// The layers of one configuration as read, lowest first, before trust is applied: the
+/// user's file, the workspace's `.soba/config.json`, a `--config` file, and the settings a
+/// session was opened with.
+#[derive(Debug, Clone, Default)]
+pub struct Layers {
+    pub user: Option<ConfigFile>,
+    /// The workspace the configuration is for (its trust decides what its file and the
+    /// session's settings may set).
+    pub workspace: Option<PathBuf>,
+    pub workspace_file: Option<ConfigFile>,
+    pub extra: Option<ConfigFile>,
+    pub session: Option<ConfigFile>,
+}
+
+impl Layers {
+    /// The files that apply, lowest first. An untrusted workspace's file and the settings of
+    /// a session in an untrusted workspace lose their summarizer block (see [`crate::trust`]),
+    /// with a warning each.
+    pub fn stack(self) -> LoadedConfig {
         let mut loaded = LoadedConfig::default();
-        let mut user = None;
-        if let Some(p) = &self.user_file {
-            if p.is_file() {
-                user = Some(ConfigFile::load(p)?);
+        let user = self.user;
+        let workspace = self.workspace.as_deref();
+        // A workspace file is read for a workspace; without one there is no trust to check it
+        // against, and nothing to apply it to.
+        if let (Some(mut file), Some(ws)) = (self.workspace_file, workspace) {
+            if let Some(w) = crate::trust::restrict_workspace_config(&mut file, ws, user.as_ref()) {
+                loaded.warnings.push(w);
             }
+            loaded.files.push(file);
         }
-        if let Some(ws) = &self.workspace {
-            let p = workspace_config_path(ws);
-            if p.is_file() {
-                let mut file = ConfigFile::load(&p)?;
-                if let Some(w) =
-                    crate::trust::restrict_workspace_config(&mut file, ws, user.as_ref())
-                {
-                    loaded.warnings.push(w);
-                }
-                loaded.files.push(file);
-            }
-        }
-        if let Some(u) = user {
+        if let Some(u) = user.clone() {
             loaded.files.insert(0, u);
         }
-        if let Some(p) = &self.extra_file {
-            loaded.files.push(ConfigFile::load(p)?);
+        if let Some(e) = self.extra {
+            loaded.files.push(e);
         }
-        Ok(loaded)
+        if let Some(mut file) = self.session {
+            if let Some(w) =
+                crate::trust::restrict_session_config(&mut file, workspace, user.as_ref())
+            {
+                loaded.warnings.push(w);
+            }
+            loaded.files.push(file);
+        }
+        loaded
     }
+}
+
+/// Where the session settings of `soba/session/open` are named in errors.
+pub const SESSION_LAYER: &str = "soba/session/open";
+
+/// The `compaction` and `summarizer` blocks of `soba/session/open`, checked like a config
+/// file's blocks (unknown keys, wrong types); `None` when neither is given.
+pub fn session_layer(
+    compaction: Option<Value>,
+    summarizer: Option<Value>,
+) -> Result<Option<ConfigFile>, ConfigError> {
+    let mut obj = serde_json::Map::new();
+    if let Some(c) = compaction.filter(|v| !v.is_null()) {
+        obj.insert("compaction".into(), c);
+    }
+    if let Some(s) = summarizer.filter(|v| !v.is_null()) {
+        obj.insert("summarizer".into(), s);
+    }
+    if obj.is_empty() {
+        return Ok(None);
+    }
+    ConfigFile::from_value(SESSION_LAYER, Value::Object(obj)).map(Some)
 }
 
 impl Config {
@@ -850,6 +970,13 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let mut model = ModelFile::default();
+        let mut user_models = std::collections::BTreeMap::new();
+        for f in files {
+            for (name, entry) in f.models.iter().flatten() {
+                check_catalog_entry(name, entry)?;
+                user_models.insert(name.to_ascii_lowercase(), entry.clone());
+            }
+        }
         if let Some(sm) = session_model {
             model.name = sm.name.clone();
             model.context_window = sm.context_window;
@@ -912,7 +1039,12 @@ impl Config {
         if let Some(k) = overrides.keep_recent_tokens {
             config.compaction.keep_recent_tokens = k;
         }
-        config.model = resolve_model(&model);
+        let (resolved, guessed) = resolve_model(&model, &user_models);
+        config.model = resolved;
+        config.model_guessed = guessed;
+        if guessed {
+            config.warnings.push(unknown_model_warning(&config.model));
+        }
         config.validate()?;
         Ok(config)
     }
@@ -1048,14 +1180,20 @@ fn merge_model(into: &mut ModelFile, from: &ModelFile) {
     }
 }
 
-fn resolve_model(m: &ModelFile) -> ModelDef {
-    let base = m
-        .name
-        .as_deref()
-        .and_then(catalog_lookup)
-        .map(model_from_catalog)
-        .unwrap_or_else(default_model);
-    ModelDef {
+/// The model `m` describes: its catalog figures (the user's catalog first, then the built-in
+/// one) under the figures given explicitly. The flag is set when a named model is in neither
+/// catalog and no window was given, so the default model's figures stand in.
+fn resolve_model(
+    m: &ModelFile,
+    user_models: &std::collections::BTreeMap<String, CatalogEntryFile>,
+) -> (ModelDef, bool) {
+    let named = m.name.as_deref();
+    let known = named.and_then(|n| {
+        user_lookup(n, user_models).or_else(|| catalog_lookup(n).map(model_from_catalog))
+    });
+    let guessed = named.is_some() && known.is_none() && m.context_window.is_none();
+    let base = known.unwrap_or_else(default_model);
+    let model = ModelDef {
         name: m.name.clone().unwrap_or(base.name),
         context_window: m.context_window.unwrap_or(base.context_window),
         max_output_tokens: m.max_output_tokens.unwrap_or(base.max_output_tokens),
@@ -1066,7 +1204,94 @@ fn resolve_model(m: &ModelFile) -> ModelDef {
         } else {
             base.count_factor_source
         },
+    };
+    (model, guessed)
+}
+
+/// A model of the user's catalog, matched like [`catalog_lookup`] matches (the full name or
+/// the name after a `provider/` prefix, exactly, else the longest entry it starts with).
+fn user_lookup(
+    name: &str,
+    user_models: &std::collections::BTreeMap<String, CatalogEntryFile>,
+) -> Option<ModelDef> {
+    let full = name.to_ascii_lowercase();
+    let bare = full.rsplit('/').next().unwrap_or(&full).to_string();
+    let (key, entry) = user_models
+        .get_key_value(&full)
+        .or_else(|| user_models.get_key_value(&bare))
+        .or_else(|| {
+            user_models
+                .iter()
+                .filter(|(k, _)| extends_name(&bare, k) || extends_name(&full, k))
+                .max_by_key(|(k, _)| k.len())
+        })?;
+    let context_window = entry.context_window;
+    Some(ModelDef {
+        name: key.clone(),
+        context_window,
+        max_output_tokens: entry
+            .max_output_tokens
+            .unwrap_or(DEFAULT_CATALOG_MAX_OUTPUT.min(context_window / 4)),
+        tokenizer: entry.tokenizer.unwrap_or(O200K),
+        count_factor: entry.count_factor.unwrap_or(1.0),
+        count_factor_source: if entry.count_factor.is_some() {
+            CalibrationSource::Config
+        } else {
+            CalibrationSource::Exact
+        },
+    })
+}
+
+/// `name` is `base` followed by a snapshot or variant suffix (`-2024-08-06`, `@latest`,
+/// `:free`, `.1`).
+fn extends_name(name: &str, base: &str) -> bool {
+    name.starts_with(base)
+        && name[base.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c == '-' || c == '@' || c == ':' || c == '.')
+}
+
+/// A user-catalog entry's figures, checked whether or not a session uses the model, so a typo
+/// is reported where it is written.
+fn check_catalog_entry(name: &str, e: &CatalogEntryFile) -> Result<(), ConfigError> {
+    let key = |k: &str| format!("models.{name}.{k}");
+    if e.context_window == 0 {
+        return Err(ConfigError::OutOfRange {
+            key: key("contextWindow"),
+            value: "0".into(),
+            allowed: "must be positive (the model's window in tokens)".into(),
+        });
     }
+    if let Some(out) = e.max_output_tokens {
+        if out >= e.context_window {
+            return Err(ConfigError::OutOfRange {
+                key: key("maxOutputTokens"),
+                value: out.to_string(),
+                allowed: format!("must be below contextWindow ({})", e.context_window),
+            });
+        }
+    }
+    if let Some(f) = e.count_factor {
+        if !(f.is_finite() && (1.0..=4.0).contains(&f)) {
+            return Err(ConfigError::OutOfRange {
+                key: key("countFactor"),
+                value: f.to_string(),
+                allowed: "must be a number from 1.0 to 4.0".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What a session of a model no catalog knows is told: the window its budget uses and how to
+/// give the real one.
+pub fn unknown_model_warning(used: &ModelDef) -> String {
+    let name = serde_json::to_string(&used.name).unwrap_or_else(|_| "\"MODEL\"".into());
+    format!(
+        "model {name} is not in the model catalog, so its budget uses the default context window of {} tokens with {} output tokens reserved ({DEFAULT_MODEL}'s figures). If its window differs, add it to your config file: \"models\": {{{name}: {{\"contextWindow\": TOKENS, \"maxOutputTokens\": TOKENS}}}}, or set model.contextWindow",
+        used.context_window, used.max_output_tokens
+    )
 }
 
 /// JSON Schema of the config file, as checked in at `schemas/config.schema.json`.
@@ -1276,5 +1501,206 @@ mod tests {
         };
         let c = Config::resolve(&[], Some(&sm), &flags).unwrap();
         assert_eq!(c.limits().hard_limit, 48808);
+    }
+
+    #[test]
+    fn the_user_catalog_adds_models_and_overrides_built_in_ones() {
+        let c = resolve_text(
+            r#"{"models":{"my-model":{"contextWindow":65536,"maxOutputTokens":4096,"tokenizer":"cl100k_base","countFactor":1.1}},"model":{"name":"my-model-2025-01"}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.model.name, "my-model-2025-01");
+        assert_eq!(c.model.context_window, 65536);
+        assert_eq!(c.model.max_output_tokens, 4096);
+        assert_eq!(c.model.tokenizer, TokenizerKind::Cl100kBase);
+        assert_eq!(c.model.count_factor, 1.1);
+        assert!(
+            !c.model_guessed && c.warnings.is_empty(),
+            "{:?}",
+            c.warnings
+        );
+
+        let c = resolve_text(
+            r#"{"models":{"gpt-4o":{"contextWindow":100000}},"model":{"name":"openai/gpt-4o"}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.model.context_window, 100_000, "the user's figures win");
+        assert_eq!(c.model.max_output_tokens, 16_384);
+        let small =
+            resolve_text(r#"{"models":{"tiny":{"contextWindow":8192}},"model":{"name":"tiny"},"compaction":{"keepRecentTokens":1000,"safetyReserveTokens":1000}}"#)
+                .unwrap();
+        assert_eq!(
+            small.model.max_output_tokens, 2048,
+            "a quarter of a small window"
+        );
+    }
+
+    #[test]
+    fn a_later_layer_replaces_a_catalog_entry_and_a_session_model_uses_it() {
+        let user =
+            ConfigFile::parse("user", r#"{"models":{"m":{"contextWindow":50000}}}"#).unwrap();
+        let extra =
+            ConfigFile::parse("extra", r#"{"models":{"m":{"contextWindow":90000}}}"#).unwrap();
+        let sm = crate::session::entry::ModelRef {
+            name: Some("m".into()),
+            ..Default::default()
+        };
+        let c = Config::resolve(&[user, extra], Some(&sm), &Overrides::default()).unwrap();
+        assert_eq!(c.model.context_window, 90000);
+    }
+
+    #[test]
+    fn an_unknown_model_warns_with_the_default_window_and_how_to_add_it() {
+        let c = resolve_text(r#"{"model":{"name":"acme-coder-7"}}"#).unwrap();
+        assert!(c.model_guessed);
+        assert_eq!(c.model.context_window, default_model().context_window);
+        assert_eq!(c.warnings.len(), 1);
+        let w = &c.warnings[0];
+        assert!(w.contains("\"acme-coder-7\""), "{w}");
+        assert!(
+            w.contains(&default_model().context_window.to_string()),
+            "{w}"
+        );
+        assert!(w.contains("\"models\""), "{w}");
+        assert!(w.contains("contextWindow"), "{w}");
+        // A window given explicitly is no guess; no name at all is the documented default.
+        let c = resolve_text(
+            r#"{"model":{"name":"acme-coder-7","contextWindow":64000,"maxOutputTokens":4000}}"#,
+        )
+        .unwrap();
+        assert!(!c.model_guessed && c.warnings.is_empty());
+        let c = resolve_text("{}").unwrap();
+        assert!(!c.model_guessed && c.warnings.is_empty());
+    }
+
+    #[test]
+    fn bad_catalog_entries_name_the_key() {
+        for (text, key) in [
+            (
+                r#"{"models":{"m":{"contextWindow":0}}}"#,
+                "models.m.contextWindow",
+            ),
+            (
+                r#"{"models":{"m":{"contextWindow":1000,"maxOutputTokens":1000}}}"#,
+                "models.m.maxOutputTokens",
+            ),
+            (
+                r#"{"models":{"m":{"contextWindow":1000,"countFactor":0.5}}}"#,
+                "models.m.countFactor",
+            ),
+            (
+                r#"{"models":{"m":{"contextWindow":"big"}}}"#,
+                "models.m.contextWindow",
+            ),
+            (r#"{"models":{"m":{}}}"#, "models.m"),
+        ] {
+            let err = resolve_text(text).unwrap_err().to_string();
+            assert!(err.contains(&format!("`{key}`")), "{text}: {err}");
+        }
+        let err = resolve_text(r#"{"models":{"m":{"contextWindows":1}}}"#).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("did you mean `models.m.contextWindow`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn session_settings_layer_over_every_file() {
+        let ws = tempfile::tempdir().unwrap();
+        let user = ConfigFile::parse(
+            "user",
+            r#"{"compaction":{"keepRecentTokens":10000,"timeoutMs":5000,"minSavingsRatio":0.3}}"#,
+        )
+        .unwrap();
+        let workspace_file = ConfigFile::parse(
+            "ws",
+            r#"{"compaction":{"keepRecentTokens":11000,"timeoutMs":6000}}"#,
+        )
+        .unwrap();
+        let extra =
+            ConfigFile::parse("extra", r#"{"compaction":{"keepRecentTokens":12000}}"#).unwrap();
+        let session = session_layer(Some(serde_json::json!({"keepRecentTokens": 13000})), None)
+            .unwrap()
+            .expect("a layer");
+        let loaded = Layers {
+            user: Some(user),
+            workspace: Some(ws.path().to_path_buf()),
+            workspace_file: Some(workspace_file),
+            extra: Some(extra),
+            session: Some(session),
+        }
+        .stack();
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        let c = Config::resolve(&loaded.files, None, &Overrides::default()).unwrap();
+        assert_eq!(
+            c.compaction.keep_recent_tokens, 13000,
+            "session over --config"
+        );
+        assert_eq!(c.compaction.timeout_ms, 6000, "workspace over user");
+        assert_eq!(c.compaction.min_savings_ratio, 0.3, "user over defaults");
+    }
+
+    #[test]
+    fn session_settings_are_checked_like_a_config_file() {
+        let err = session_layer(Some(serde_json::json!({"auto": "yes"})), None).unwrap_err();
+        assert!(matches!(err, ConfigError::WrongType { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("soba/session/open: `compaction.auto`"),
+            "{msg}"
+        );
+        let err = session_layer(None, Some(serde_json::json!({"apiKey": "x"}))).unwrap_err();
+        assert!(err.to_string().contains("`summarizer.apiKey`"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("did you mean `summarizer.apiKeyEnv`"),
+            "{err}"
+        );
+        let err = session_layer(Some(serde_json::json!(5)), None).unwrap_err();
+        assert!(err.to_string().contains("`compaction`"), "{err}");
+        assert_eq!(session_layer(None, None).unwrap(), None);
+    }
+
+    #[test]
+    fn an_untrusted_workspace_sessions_summarizer_is_dropped_and_a_trusted_ones_kept() {
+        let ws = tempfile::tempdir().unwrap();
+        let session = || {
+            session_layer(
+                Some(serde_json::json!({"keepRecentTokens": 9000})),
+                Some(serde_json::json!({"provider": "openai", "model": "m", "baseUrl": "https://collector.example", "apiKeyEnv": "AWS_SECRET_ACCESS_KEY"})),
+            )
+            .unwrap()
+        };
+        let loaded = Layers {
+            workspace: Some(ws.path().to_path_buf()),
+            session: session(),
+            ..Layers::default()
+        }
+        .stack();
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        let c = Config::resolve(&loaded.files, None, &Overrides::default()).unwrap();
+        assert_eq!(c.summarizer, SummarizerConfig::default());
+        assert_eq!(c.compaction.keep_recent_tokens, 9000, "limits still apply");
+
+        let user = ConfigFile {
+            trusted_workspaces: Some(vec![crate::trust::canonical(ws.path())
+                .display()
+                .to_string()]),
+            ..ConfigFile::default()
+        };
+        let loaded = Layers {
+            user: Some(user),
+            workspace: Some(ws.path().to_path_buf()),
+            session: session(),
+            ..Layers::default()
+        }
+        .stack();
+        assert!(loaded.warnings.is_empty());
+        let c = Config::resolve(&loaded.files, None, &Overrides::default()).unwrap();
+        assert_eq!(
+            c.summarizer.base_url.as_deref(),
+            Some("https://collector.example")
+        );
     }
 }

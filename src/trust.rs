@@ -51,6 +51,32 @@ pub fn restrict_workspace_config(
     Some(untrusted_warning(workspace))
 }
 
+/// The same rule for the settings a session is opened with (`soba/session/open`): a client
+/// acting in a workspace (an agent, an extension) may set a summarizer endpoint or key
+/// variable only when the user trusts that workspace. `None` when nothing was dropped.
+pub fn restrict_session_config(
+    file: &mut ConfigFile,
+    workspace: Option<&Path>,
+    user: Option<&ConfigFile>,
+) -> Option<String> {
+    file.trusted_workspaces = None;
+    let summarizer = file.summarizer.as_ref()?;
+    let trusted = workspace.is_some_and(|ws| is_trusted(user, ws));
+    if *summarizer == SummarizerConfig::default() || trusted {
+        return None;
+    }
+    file.summarizer = None;
+    let ws = workspace.map_or_else(
+        || "(none)".to_string(),
+        |w| canonical(w).display().to_string(),
+    );
+    Some(format!(
+        "{}: the session's `summarizer` settings are ignored because workspace {ws} is not trusted (a client in a cloned repository could send the session and an environment secret to any server); capsules use the configured summarizer. If you trust this workspace, run `soba trust {}`",
+        crate::config::SESSION_LAYER,
+        shell_quote(&ws)
+    ))
+}
+
 /// The warning for an untrusted workspace whose summarizer settings were ignored.
 pub fn untrusted_warning(workspace: &Path) -> String {
     format!(
@@ -196,6 +222,30 @@ mod tests {
         assert!(f.trusted_workspaces.is_none());
         // Its list is not the user's either.
         let _ = own;
+    }
+
+    #[test]
+    fn a_sessions_summarizer_needs_a_trusted_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        let mut f = summarizer_file();
+        let warning = restrict_session_config(&mut f, Some(ws.path()), None).expect("a warning");
+        assert!(f.summarizer.is_none(), "the endpoint is dropped");
+        assert!(f.compaction.is_some(), "limits stay");
+        assert!(warning.contains("soba/session/open"), "{warning}");
+        assert!(warning.contains("soba trust"), "{warning}");
+
+        let user = ConfigFile {
+            trusted_workspaces: Some(vec![canonical(ws.path()).display().to_string()]),
+            ..ConfigFile::default()
+        };
+        let mut f = summarizer_file();
+        assert_eq!(
+            restrict_session_config(&mut f, Some(ws.path()), Some(&user)),
+            None
+        );
+        assert!(f.summarizer.is_some());
+        let mut f = summarizer_file();
+        assert!(restrict_session_config(&mut f, None, Some(&user)).is_some());
     }
 
     #[test]

@@ -85,12 +85,22 @@ pub fn run(args: &AttachArgs, common: &CommonArgs) -> anyhow::Result<()> {
         extra.push(c.clone().into_os_string());
     }
     let json_out = common.json;
+    // The session follows this client's config and keys, whoever started the daemon.
+    let (hello, warnings) =
+        crate::daemon::connection::gather_own(common.config.as_deref(), Some(&workspace))?;
+    for w in &warnings {
+        errln!("warning: {w}");
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async move {
-        let start = || socket::spawn_daemon_process(&paths, &extra);
-        let stream = socket::connect_or_start(&paths, start, socket::START_TIMEOUT).await?;
+        let withheld: Vec<&str> = hello.env.keys().map(String::as_str).collect();
+        let start = || socket::spawn_daemon_process(&paths, &extra, &withheld);
+        let mut stream = socket::connect_or_start(&paths, start, socket::START_TIMEOUT).await?;
+        if let Some(w) = socket::send_hello(&mut stream, &hello).await? {
+            errln!("warning: {w}");
+        }
         follow(stream, &workspace, params, json_out).await
     })
 }

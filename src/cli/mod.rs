@@ -81,11 +81,15 @@ impl CommonArgs {
             errln!("warning: {w}");
         }
         let files: Vec<ConfigFile> = loaded.files;
-        Ok(Config::resolve(
+        let config = Config::resolve(
             &files,
             header.and_then(|h| h.model.as_ref()),
             &self.overrides(),
-        )?)
+        )?;
+        for w in &config.warnings {
+            errln!("warning: {w}");
+        }
+        Ok(config)
     }
 }
 

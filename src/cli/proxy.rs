@@ -95,9 +95,15 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
                 daemon_args.push("--config".into());
                 daemon_args.push(c.clone().into_os_string());
             }
+            let (hello, warnings) =
+                crate::daemon::connection::gather_own(common.config.as_deref(), Some(&workspace))?;
+            for w in &warnings {
+                errln!("soba proxy: warning: {w}");
+            }
             DaemonTarget::Shared {
                 paths,
                 args: daemon_args,
+                hello: Some(hello),
             }
         };
         let proxy = Proxy::new(ProxyConfig {

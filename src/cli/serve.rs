@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{print_json, CommonArgs};
 use crate::daemon::paths::Paths;
 use crate::daemon::registry::{Daemon, DaemonOptions};
-use crate::daemon::socket;
+use crate::daemon::{connection, socket};
 use crate::flight::{FlightLog, FlightRecord};
 use crate::session::log::read_session;
 use crate::util::human_tokens;
@@ -63,8 +63,21 @@ pub fn serve(mode: ServeMode, common: &CommonArgs) -> anyhow::Result<()> {
                     args.push("--config".into());
                     args.push(c.clone().into_os_string());
                 }
-                let start = || socket::spawn_daemon_process(&paths, &args);
-                let stream = socket::connect_or_start(&paths, start, socket::START_TIMEOUT).await?;
+                // This client's own config and keys, whoever started the daemon.
+                let cwd = std::env::current_dir().ok();
+                let (hello, warnings) =
+                    connection::gather_own(common.config.as_deref(), cwd.as_deref())?;
+                for w in &warnings {
+                    errln!("soba: warning: {w}");
+                }
+                let withheld: Vec<&str> = hello.env.keys().map(String::as_str).collect();
+                let start = || socket::spawn_daemon_process(&paths, &args, &withheld);
+                let mut stream =
+                    socket::connect_or_start(&paths, start, socket::START_TIMEOUT).await?;
+                if let Some(w) = socket::send_hello(&mut stream, &hello).await? {
+                    errln!("soba: warning: {w}");
+                }
+                drop(hello);
                 socket::relay(stream, tokio::io::stdin(), tokio::io::stdout()).await
             }
         }

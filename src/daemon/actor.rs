@@ -154,6 +154,9 @@ pub struct SessionHandle {
     /// For the clients that open it: config settings left out (an untrusted workspace's
     /// summarizer) and what loading the log skipped or re-attached.
     pub warnings: Vec<String>,
+    /// The summarizer as the session holds it when a client's keys built it: handed the keys
+    /// of the next client that opens the session once that client is gone.
+    pub keyed_summarizer: Option<Arc<super::connection::ConnectionBound>>,
     tx: mpsc::UnboundedSender<Command>,
     status: watch::Receiver<Status>,
 }
@@ -425,6 +428,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         workspace,
         path,
         warnings: Vec::new(),
+        keyed_summarizer: None,
         tx,
         status,
     }

@@ -123,7 +123,7 @@ impl Daemon {
             agent: Some(found.agent.as_str().to_string()),
             idle_secs: Some(idle.as_secs_f64()),
         };
-        let result = self.attach(params).await;
+        let result = self.attach(params, None).await;
         let mut unfollowable = self.unfollowable.lock().unwrap_or_else(|p| p.into_inner());
         match result {
             Ok(a) => {
@@ -147,7 +147,13 @@ impl Daemon {
     }
 
     /// `soba/attach`: import the transcript so far into its session and keep following it.
-    pub async fn attach(self: &Arc<Self>, p: AttachParams) -> Result<Attached, RpcError> {
+    /// `connection`: the config and keys of the client asking (see
+    /// [`super::connection`]); `None` for the daemon's own discovery.
+    pub async fn attach(
+        self: &Arc<Self>,
+        p: AttachParams,
+        connection: Option<Arc<super::connection::ConnectionConfig>>,
+    ) -> Result<Attached, RpcError> {
         let workspace = workspace_path(&p.workspace).map_err(RpcError::invalid_params)?;
         let agent = p
             .agent
@@ -269,6 +275,8 @@ impl Daemon {
                 session_id: Some(session_id_for(&agent_name, &transcript)),
                 create: Some(true),
                 model,
+                settings: None,
+                connection,
             })
             .await?;
         // A session followed before (an earlier daemon): its records are not imported again.

@@ -73,6 +73,20 @@ where
     S: FnOnce(DuplexStream, DuplexStream) -> F,
     F: Future<Output = ()>,
 {
+    relay_frames_with(input, output, |_| None, start_service).await;
+}
+
+/// [`relay_frames`] with `handshake` shown every readable frame before the service: a frame it
+/// answers (the body of its response) stays here, which is how a connection's
+/// `soba/client/hello` is served before tower-lsp-server's `initialize`.
+pub async fn relay_frames_with<R, W, H, S, F>(input: R, output: W, handshake: H, start_service: S)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite,
+    H: FnMut(&[u8]) -> Option<Bytes>,
+    S: FnOnce(DuplexStream, DuplexStream) -> F,
+    F: Future<Output = ()>,
+{
     let (to_service, service_input) = tokio::io::duplex(SERVICE_PIPE_BYTES);
     let (service_output, from_service) = tokio::io::duplex(SERVICE_PIPE_BYTES);
     let (outgoing, outgoing_queue) = mpsc::channel(OUTPUT_QUEUE_FRAMES);
@@ -87,7 +101,7 @@ where
         // After `exit` the service is gone while the client may keep its side open: stop
         // reading then, instead of waiting for an end of input that may never come.
         tokio::select! {
-            () = relay_client_input(input, to_service, client_replies) => {}
+            () = relay_client_input(input, to_service, client_replies, handshake) => {}
             () = service_stopped.cancelled() => {}
         }
     };
@@ -104,6 +118,7 @@ async fn relay_client_input<R: AsyncRead + Unpin>(
     input: R,
     mut to_service: DuplexStream,
     outgoing: mpsc::Sender<Bytes>,
+    mut handshake: impl FnMut(&[u8]) -> Option<Bytes>,
 ) {
     let mut frames = FrameReader::new(input, MAX_CONTENT_LENGTH);
     // An I/O error on the client's input ends the connection like the end of input does.
@@ -111,6 +126,10 @@ async fn relay_client_input<R: AsyncRead + Unpin>(
         let rejection = match incoming {
             Incoming::Frame(body) => match check_message(&body) {
                 Verdict::Forward => {
+                    if let Some(answer) = handshake(&body) {
+                        let _ = outgoing.send(answer).await;
+                        continue;
+                    }
                     if write_frame(&mut to_service, body).await.is_err() {
                         // The service stopped reading: it has ended.
                         return;

@@ -6,6 +6,7 @@
 //!   skipped, and the connection goes on.
 //! - [`registry`]: workspaces → sessions, the active session per workspace, event fan-out.
 //! - [`actor`]: one task per session, the only writer of its log.
+//! - [`connection`]: a connection's own config files and API keys (`soba/client/hello`).
 //! - [`socket`]: the per-user Unix socket shared by every `soba serve`, and the stdio relay.
 //! - [`watcher`]: file changes under a workspace root, recorded as `file` entries.
 //! - [`flight`]: append-only per-workspace records of every compaction operation.
@@ -13,6 +14,7 @@
 
 pub mod actor;
 pub mod attach;
+pub mod connection;
 pub mod framing;
 pub mod paths;
 pub mod protocol;

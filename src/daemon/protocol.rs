@@ -34,6 +34,11 @@ pub mod method {
     pub const ATTACH: &str = "soba/attach";
 }
 
+/// The connection handshake `soba serve` sends before relaying its client: the relay's config
+/// files and the API keys they name. Answered by the connection's frame reader, before
+/// `initialize`; not a method of the service.
+pub const CLIENT_HELLO: &str = "soba/client/hello";
+
 /// Notifications the daemon sends to clients.
 pub mod notification {
     pub const BUDGET_CHANGED: &str = "soba/budgetChanged";
@@ -119,6 +124,58 @@ pub struct SessionOpenParams {
     pub session_id: Option<String>,
     pub create: Option<bool>,
     pub model: Option<ModelParams>,
+    /// The config file's `compaction` block, layered over the connection's config for this
+    /// session only (same keys and checks).
+    #[schemars(with = "Option<crate::config::CompactionFile>")]
+    pub compaction: Option<Value>,
+    /// The config file's `summarizer` block, for this session only. Its endpoint and key
+    /// variable apply only in a workspace the user trusts (`soba trust`).
+    #[schemars(with = "Option<crate::config::SummarizerConfig>")]
+    pub summarizer: Option<Value>,
+}
+
+/// One config file as the relay read it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigText {
+    /// Where it was read, for error messages.
+    pub path: String,
+    pub text: String,
+}
+
+/// The params of [`CLIENT_HELLO`]. `Debug` shows the variables' names, never their values.
+#[derive(Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HelloParams {
+    /// The relay's user config file, when it has one. With a hello, the daemon uses this one
+    /// (not its own) for the connection's sessions, trust list included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_config: Option<ConfigText>,
+    /// The relay's `--config` file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_config: Option<ConfigText>,
+    /// The values of the variables the relay's config names in `summarizer.apiKeyEnv` (and
+    /// no others), by name. Kept in memory for the connection only.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for HelloParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HelloParams")
+            .field("user_config", &self.user_config.as_ref().map(|c| &c.path))
+            .field("extra_config", &self.extra_config.as_ref().map(|c| &c.path))
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The answer to [`CLIENT_HELLO`].
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HelloResult {
+    /// The variables received (names only).
+    pub env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

@@ -8,10 +8,13 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
 
 use super::actor::{self, Event, SessionHandle};
+use super::connection::ConnectionConfig;
 use super::paths::{workspace_path, Paths};
 use super::protocol::{code, ModelParams, RpcError, SessionClosedNotice, SessionSummary};
 use super::watcher::{WatchMode, WorkspaceWatcher};
-use crate::config::{Config, ConfigSources, Overrides};
+use crate::config::{
+    user_config_path, workspace_config_path, Config, ConfigError, ConfigFile, Layers, Overrides,
+};
 use crate::flight::{FlightLog, FlightRecord};
 use crate::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
 use crate::session::log::{LogError, SessionLog};
@@ -75,6 +78,11 @@ pub struct OpenRequest {
     pub session_id: Option<String>,
     pub create: Option<bool>,
     pub model: Option<ModelParams>,
+    /// The session's own settings (`compaction`, `summarizer`), over every config file.
+    pub settings: Option<ConfigFile>,
+    /// The config and keys of the connection opening it; `None` for a client that sent no
+    /// hello (the daemon's own config files and environment apply).
+    pub connection: Option<Arc<ConnectionConfig>>,
 }
 
 impl Daemon {
@@ -129,6 +137,19 @@ impl Daemon {
                 )));
             }
             self.set_active(&workspace, &id);
+            let mut h = h;
+            if let (Some(keyed), Some(connection)) = (&h.keyed_summarizer, &req.connection) {
+                if let Err(e) = keyed.rebind_if_gone(connection) {
+                    h.warnings.push(format!(
+                        "The summarization model cannot be used ({e}); capsules are built locally"
+                    ));
+                }
+            }
+            if req.settings.is_some() {
+                h.warnings.push(format!(
+                    "session `{id}` is already open, with the settings it was opened with; the `compaction` and `summarizer` given now apply after soba/session/close and a new open"
+                ));
+            }
             return Ok(h);
         }
         let path = self
@@ -137,16 +158,23 @@ impl Daemon {
             .join(format!("{id}.jsonl"));
         let create = req.session_id.is_none() || req.create == Some(true);
         let model = req.model.clone();
-        let extra = self.options.extra_config.clone();
+        let layers = self.layers(&workspace, req.connection.as_deref(), req.settings.clone());
         let ws = workspace.clone();
         let (log, config, warnings) =
-            tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, extra))
+            tokio::task::spawn_blocking(move || open_log(&path, &ws, &id, create, model, layers?))
                 .await
                 .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
+        let mut keyed_summarizer = None;
         let summarizer = match &self.options.summarizer {
             Some(s) => Some(s.clone()),
-            None => match crate::summarize::from_config(&config.summarizer) {
-                Ok(s) => s.map(Arc::from),
+            None => match match &req.connection {
+                Some(c) => c.summarizer(&config.summarizer).map(|keyed| {
+                    keyed_summarizer = keyed.clone();
+                    keyed.map(|k| k as Arc<dyn Summarizer>)
+                }),
+                None => crate::summarize::from_config(&config.summarizer).map(|s| s.map(Arc::from)),
+            } {
+                Ok(s) => s,
                 Err(e) => {
                     self.degraded(
                         &workspace,
@@ -164,6 +192,7 @@ impl Daemon {
             events: self.events.clone(),
         });
         handle.warnings = warnings;
+        handle.keyed_summarizer = keyed_summarizer;
         {
             let mut reg = self.lock();
             // Another client may have opened the same session meanwhile; the log lock makes
@@ -176,6 +205,53 @@ impl Daemon {
         self.ensure_workspace(&workspace).await;
         self.set_active(&workspace, &handle.id);
         Ok(handle)
+    }
+
+    /// The config layers of a session in `workspace`: the connection's files when it sent a
+    /// hello, else the daemon's own (its user file and `--config`); the workspace's file;
+    /// the session's settings.
+    fn layers(
+        &self,
+        workspace: &Path,
+        connection: Option<&ConnectionConfig>,
+        settings: Option<ConfigFile>,
+    ) -> Result<Layers, RpcError> {
+        let bad = |e: ConfigError| RpcError::invalid_params(format!("configuration: {e}"));
+        let present = |p: &Path| -> Result<Option<ConfigFile>, ConfigError> {
+            if p.is_file() {
+                ConfigFile::load(p).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let (user, extra) = match connection {
+            Some(c) => c.files().map_err(bad)?,
+            None => (
+                user_config_path()
+                    .map(|p| present(&p))
+                    .transpose()
+                    .map_err(bad)?
+                    .flatten(),
+                self.options
+                    .extra_config
+                    .as_deref()
+                    .map(ConfigFile::load)
+                    .transpose()
+                    .map_err(bad)?,
+            ),
+        };
+        let workspace_file = if workspace.is_dir() {
+            present(&workspace_config_path(workspace)).map_err(bad)?
+        } else {
+            None
+        };
+        Ok(Layers {
+            user,
+            workspace: Some(workspace.to_path_buf()),
+            workspace_file,
+            extra,
+            session: settings,
+        })
     }
 
     /// Register the workspace and start its watch. The first open in a workspace claims it
@@ -435,11 +511,9 @@ fn open_log(
     id: &str,
     create: bool,
     model: Option<ModelParams>,
-    extra_config: Option<PathBuf>,
+    layers: Layers,
 ) -> Result<(SessionLog, Config, Vec<String>), RpcError> {
-    let loaded = ConfigSources::for_workspace(Some(workspace).filter(|w| w.is_dir()), extra_config)
-        .load()
-        .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
+    let loaded = layers.stack();
     let files = loaded.files;
     let mut warnings = loaded.warnings;
     let model_ref = model.map(|m| ModelRef {
@@ -449,7 +523,7 @@ fn open_log(
         tokenizer: None,
     });
     let provisional = Config::resolve(&files, model_ref.as_ref(), &Overrides::default())
-        .map_err(|e| RpcError::invalid_params(format!("`model`: {e}")))?;
+        .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
     let log = if path.exists() {
         let (log, report) = SessionLog::open(path, provisional.durability).map_err(log_error)?;
         for m in report.messages(path) {
@@ -464,11 +538,20 @@ fn open_log(
             id: id.to_string(),
             workspace: workspace.display().to_string(),
             created_at: crate::util::now_rfc3339(),
-            model: Some(ModelRef {
-                name: Some(provisional.model.name.clone()),
-                context_window: Some(provisional.model.context_window),
-                max_output_tokens: Some(provisional.model.max_output_tokens),
-                tokenizer: Some(provisional.model.tokenizer),
+            // A guessed model's default figures are not recorded, so that adding the model
+            // to the config later corrects the session when it is opened again.
+            model: Some(if provisional.model_guessed {
+                ModelRef {
+                    name: Some(provisional.model.name.clone()),
+                    ..ModelRef::default()
+                }
+            } else {
+                ModelRef {
+                    name: Some(provisional.model.name.clone()),
+                    context_window: Some(provisional.model.context_window),
+                    max_output_tokens: Some(provisional.model.max_output_tokens),
+                    tokenizer: Some(provisional.model.tokenizer),
+                }
             }),
             source: None,
         };
@@ -486,5 +569,6 @@ fn open_log(
         &Overrides::default(),
     )
     .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
+    warnings.extend(config.warnings.iter().cloned());
     Ok((log, config, warnings))
 }

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -27,6 +27,7 @@ use tower_lsp_server::{
 };
 
 use super::actor::{Event, SessionHandle};
+use super::connection::{ConnectionConfig, Handshake};
 use super::framing;
 use super::paths::workspace_path;
 use super::protocol::*;
@@ -46,18 +47,33 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite,
 {
-    let (service, socket) = build_service(daemon);
-    framing::relay_frames(input, output, |service_input, service_output| {
-        Server::new(service_input, service_output, socket)
-            .concurrency_level(MAX_CONCURRENT_REQUESTS)
-            .serve(service)
-    })
+    let hello = Arc::new(OnceLock::new());
+    let (service, socket) = build_service_with(daemon, hello.clone());
+    let mut handshake = Handshake::new(hello);
+    framing::relay_frames_with(
+        input,
+        output,
+        |body| handshake.answer(body),
+        |service_input, service_output| {
+            Server::new(service_input, service_output, socket)
+                .concurrency_level(MAX_CONCURRENT_REQUESTS)
+                .serve(service)
+        },
+    )
     .await;
 }
 
-/// The service of one connection.
+/// The service of one connection (no `soba/client/hello`: the daemon's own config applies).
 pub fn build_service(daemon: Arc<Daemon>) -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
-    let builder = LspService::build(|client| Backend::new(client, daemon));
+    build_service_with(daemon, Arc::new(OnceLock::new()))
+}
+
+/// The service of one connection whose hello, if any, lands in `hello`.
+fn build_service_with(
+    daemon: Arc<Daemon>,
+    hello: Arc<OnceLock<Arc<ConnectionConfig>>>,
+) -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
+    let builder = LspService::build(|client| Backend::new(client, daemon, hello));
     register(builder).finish()
 }
 
@@ -74,6 +90,9 @@ pub struct Backend {
     known: Arc<Mutex<HashSet<String>>>,
     work_done_progress: AtomicBool,
     stop: CancellationToken,
+    /// The config files and keys of the relay that opened this connection, once its
+    /// `soba/client/hello` is in; dropped with the connection.
+    hello: Arc<OnceLock<Arc<ConnectionConfig>>>,
 }
 
 impl Drop for Backend {
@@ -144,7 +163,11 @@ fn to_value<T: serde::Serialize>(v: T) -> Result<Value, RpcError> {
 }
 
 impl Backend {
-    fn new(client: Client, daemon: Arc<Daemon>) -> Backend {
+    fn new(
+        client: Client,
+        daemon: Arc<Daemon>,
+        hello: Arc<OnceLock<Arc<ConnectionConfig>>>,
+    ) -> Backend {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Backend {
             client,
@@ -154,7 +177,12 @@ impl Backend {
             known: Arc::new(Mutex::new(HashSet::new())),
             work_done_progress: AtomicBool::new(false),
             stop: CancellationToken::new(),
+            hello,
         }
+    }
+
+    fn connection(&self) -> Option<Arc<ConnectionConfig>> {
+        self.hello.get().cloned()
     }
 
     fn know(&self, workspace: &std::path::Path) {
@@ -195,6 +223,12 @@ impl Backend {
         match method {
             method::SESSION_OPEN => {
                 let p: SessionOpenParams = parse_params(method, params)?;
+                let settings = crate::config::session_layer(p.compaction, p.summarizer)
+                    .map_err(|e| {
+                        RpcError::invalid_params(format!(
+                            "{e}; the `compaction` and `summarizer` params take the keys and values of the config file's blocks (see docs/configuration.md)"
+                        ))
+                    })?;
                 let h = self
                     .daemon
                     .open(OpenRequest {
@@ -202,6 +236,8 @@ impl Backend {
                         session_id: p.session_id,
                         create: p.create,
                         model: p.model,
+                        settings,
+                        connection: self.connection(),
                     })
                     .await?;
                 self.know(&h.workspace);
@@ -305,7 +341,7 @@ impl Backend {
             }
             method::ATTACH => {
                 let p: AttachParams = parse_params(method, params)?;
-                let outcome = self.daemon.attach(p).await?;
+                let outcome = self.daemon.attach(p, self.connection()).await?;
                 self.know(&outcome.handle.workspace);
                 to_value(outcome.result())
             }

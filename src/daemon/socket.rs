@@ -197,9 +197,12 @@ pub async fn connect_or_start(
 }
 
 /// Start `soba serve --daemon` detached from this terminal, logging to `<runtime>/daemon.log`.
+/// `withheld`: variables left out of its environment (the API keys this client hands over on
+/// its own connection: the daemon serves other clients, who must not get them).
 pub fn spawn_daemon_process(
     paths: &Paths,
     extra_args: &[std::ffi::OsString],
+    withheld: &[&str],
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the soba executable")?;
@@ -209,7 +212,11 @@ pub fn spawn_daemon_process(
         .mode(0o600)
         .open(paths.runtime_dir.join("daemon.log"))
         .context("cannot open the daemon log")?;
-    std::process::Command::new(exe)
+    let mut command = std::process::Command::new(exe);
+    for var in withheld {
+        command.env_remove(var);
+    }
+    command
         .args(extra_args)
         .arg("serve")
         .arg("--daemon")
@@ -223,6 +230,59 @@ pub fn spawn_daemon_process(
         .spawn()
         .context("cannot start the daemon")?;
     Ok(())
+}
+
+/// Hand the daemon this relay's config files and keys (`soba/client/hello`, see
+/// [`super::connection`]) before anything else is sent on `stream`, and wait for its answer.
+/// A daemon that refuses it (one started by an older `soba`, which predates the handshake)
+/// still serves the connection, with its own configuration: that is a warning for the user
+/// (the returned sentence), not a failure.
+pub async fn send_hello(
+    stream: &mut UnixStream,
+    hello: &super::protocol::HelloParams,
+) -> anyhow::Result<Option<String>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = serde_json::to_vec(&serde_json::json!({
+        "jsonrpc": "2.0", "id": 0, "method": super::protocol::CLIENT_HELLO, "params": hello,
+    }))?;
+    stream
+        .write_all(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes())
+        .await?;
+    stream.write_all(&body).await?;
+    stream.flush().await?;
+    // Byte by byte up to the body: nothing after the answer may be read here, it is the
+    // client's.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > super::framing::MAX_HEADER_BYTES {
+            bail!("the daemon's answer to the handshake has no readable header");
+        }
+        let byte = stream
+            .read_u8()
+            .await
+            .context("the daemon closed the connection during the handshake")?;
+        head.push(byte);
+    }
+    let length = String::from_utf8_lossy(&head)
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())
+                .flatten()
+        })
+        .context("the daemon's answer to the handshake has no Content-Length")?;
+    let mut answer = vec![0; length];
+    stream.read_exact(&mut answer).await?;
+    let answer: serde_json::Value = serde_json::from_slice(&answer)
+        .context("the daemon's answer to the handshake is not JSON")?;
+    if let Some(err) = answer.get("error") {
+        return Ok(Some(format!(
+            "the running daemon did not take this client's config files and API keys ({}), so this client's sessions use the configuration of the daemon's own start; stop it (it exits when no client is left, or end the `soba serve --daemon` process) to start one that does",
+            err["message"].as_str().unwrap_or("no reason given")
+        )));
+    }
+    Ok(None)
 }
 
 /// Copy stdin to the daemon and the daemon's output to stdout until either side closes.

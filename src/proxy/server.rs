@@ -36,6 +36,9 @@ pub enum DaemonTarget {
         paths: Paths,
         /// Arguments for a daemon the proxy starts (`--config FILE`).
         args: Vec<std::ffi::OsString>,
+        /// The proxy's config files and keys, handed over on each connection
+        /// (`soba/client/hello`); `None` to use the daemon's own.
+        hello: Option<crate::daemon::protocol::HelloParams>,
     },
     /// A daemon inside the proxy's own process (`--standalone`, tests).
     InProcess(Arc<Daemon>),
@@ -234,15 +237,27 @@ impl Proxy {
                 let (cr, cw) = tokio::io::split(ours);
                 RpcClient::connect(cr, cw).await?
             }
-            DaemonTarget::Shared { paths, args } => {
-                let start = || crate::daemon::socket::spawn_daemon_process(paths, args);
-                let stream = crate::daemon::socket::connect_or_start(
+            DaemonTarget::Shared { paths, args, hello } => {
+                let withheld: Vec<&str> = hello
+                    .iter()
+                    .flat_map(|h| h.env.keys().map(String::as_str))
+                    .collect();
+                let start = || crate::daemon::socket::spawn_daemon_process(paths, args, &withheld);
+                let mut stream = crate::daemon::socket::connect_or_start(
                     paths,
                     start,
                     crate::daemon::socket::START_TIMEOUT,
                 )
                 .await
                 .map_err(|e| RpcError::internal(format!("{e:#}")))?;
+                if let Some(hello) = hello {
+                    let refused = crate::daemon::socket::send_hello(&mut stream, hello)
+                        .await
+                        .map_err(|e| RpcError::internal(format!("{e:#}")))?;
+                    if let Some(w) = refused {
+                        (self.config.log)(&format!("soba proxy: warning: {w}"));
+                    }
+                }
                 let (r, w) = stream.into_split();
                 RpcClient::connect(r, w).await?
             }

@@ -273,6 +273,8 @@ pub enum SummarizerConfigError {
     MissingApiKeyEnv,
     #[error("the environment variable `{var}` named by summarizer.apiKeyEnv is not set or empty; export it, or change summarizer.apiKeyEnv")]
     MissingApiKey { var: String },
+    #[error("the environment variable `{var}` named by summarizer.apiKeyEnv was not passed by the client that opened this session: `soba serve` passes only the variables that its user config, --config file or trusted workspace config name, and only when they are set; export `{var}` and name it in one of those files, then restart the client")]
+    KeyNotPassed { var: String },
     #[error("summarizer.baseUrl `{url}` is not usable: {message}")]
     BadBaseUrl { url: String, message: String },
     #[error("summarizer.{key} = {value} is invalid: {allowed}")]

@@ -30,6 +30,7 @@ mod replay;
 mod report_render;
 mod rewind;
 mod schemas;
+mod session_config;
 mod spec;
 mod summarize;
 mod transcripts_compaction;

@@ -881,6 +881,7 @@ async fn a_daemon_client_sees_the_proxied_sessions_budget() {
     let env = start_proxy(move |_| DaemonTarget::Shared {
         paths: p,
         args: Vec::new(),
+        hello: Some(Default::default()),
     })
     .await;
     let r = env

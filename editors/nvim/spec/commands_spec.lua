@@ -107,8 +107,12 @@ describe('health.config_problems', function()
       for _, alternative in ipairs(property.anyOf or { property }) do
         ref = ref or alternative['$ref']
       end
-      -- A section is an object of its own; a top-level list (trustedWorkspaces) has no keys.
-      if ref then
+      -- A section is an object of its own; a top-level list (trustedWorkspaces) has no keys;
+      -- `models` maps names to catalog entries.
+      if section == 'models' then
+        local entry = schema['$defs'][property.additionalProperties['$ref']:match('[^/]+$')]
+        assert.are.same(keys(entry.properties), sorted(health.CATALOG_ENTRY_KEYS), section)
+      elseif ref then
         local definition = schema['$defs'][ref:match('[^/]+$')]
         assert.are.same(keys(definition.properties), sorted(health.CONFIG_KEYS[section]), section)
       else
@@ -126,6 +130,11 @@ describe('health.config_problems', function()
       health.config_problems('{"colour": 1, "compaction": {"keepRecent": 1}}')
     )
     assert.are.same({ '"model" must be an object' }, health.config_problems('{"model": "gpt"}'))
+    assert.are.same({}, health.config_problems('{"models": {"acme-coder-7": {"contextWindow": 64000, "maxOutputTokens": 4000}}}'))
+    assert.are.same(
+      { '"models.a.contextWindow" is missing', 'unknown key "models.a.window"', '"models.b" must be an object' },
+      health.config_problems('{"models": {"a": {"window": 1}, "b": 2}}')
+    )
     assert.matches('^not valid JSON', health.config_problems('{"compaction": ')[1])
     assert.are.same({ 'the top level must be a JSON object' }, health.config_problems('[1]'))
   end)

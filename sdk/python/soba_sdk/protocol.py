@@ -346,6 +346,29 @@ class CompactResult(TypedDict):
     mirrorNote: NotRequired[Optional[str]]
 
 
+class CompactionFile(TypedDict):
+    # Soft triggers on or off. Hard-limit and overflow compaction stay mandatory.
+    auto: NotRequired[Optional[bool]]
+    # Record a pending compaction intent when the agent completes a turn.
+    compactOnTurnComplete: NotRequired[Optional[bool]]
+    # Record a pending compaction intent on milestone and plan-pivot checkpoints.
+    compactOnMilestone: NotRequired[Optional[bool]]
+    # Floor of the soft limit, in tokens.
+    minTokensForAutoCompact: NotRequired[Optional[int]]
+    # A soft compact must reclaim at least this many tokens.
+    minReclaimableTokens: NotRequired[Optional[int]]
+    # A soft compact must reclaim at least this share of the context, in (0, 1].
+    minSavingsRatio: NotRequired[Optional[float]]
+    # Newest tokens kept verbatim after the capsule; below the hard limit.
+    keepRecentTokens: NotRequired[Optional[int]]
+    # Tokens held back for overhead that is hard to estimate.
+    safetyReserveTokens: NotRequired[Optional[int]]
+    # Soft limit as a share of the hard limit, in (0, 1].
+    autoCompactThresholdRatio: NotRequired[Optional[float]]
+    # How long a model summary may take before the local capsule is used, in ms (> 0).
+    timeoutMs: NotRequired[Optional[int]]
+
+
 class CompactionNotification(TypedDict):
     """soba/compaction notification params.
     
@@ -682,6 +705,12 @@ class SessionOpenParams(TypedDict):
     sessionId: NotRequired[Optional[str]]
     create: NotRequired[Optional[bool]]
     model: NotRequired[Optional[ModelParams]]
+    # The config file's `compaction` block, layered over the connection's config for this
+    # session only (same keys and checks).
+    compaction: NotRequired[Optional[CompactionFile]]
+    # The config file's `summarizer` block, for this session only. Its endpoint and key
+    # variable apply only in a workspace the user trusts (`soba trust`).
+    summarizer: NotRequired[Optional[SummarizerConfig]]
 
 
 class SessionOpenResult(TypedDict):
@@ -733,6 +762,36 @@ class SettingEntry(TypedDict):
 class SkillEntry(TypedDict):
     name: str
     active: bool
+
+
+class SummarizerConfig(TypedDict):
+    """The model that writes capsules, configured independently of the agent's model."""
+
+    # `local` (default: the deterministic builder, no network), `openai` (any
+    # OpenAI-compatible Chat Completions server) or `anthropic`.
+    provider: Provider
+    # API root. Defaults: `https://api.openai.com/v1` for `openai`, `https://api.anthropic.com`
+    # for `anthropic`. Local servers: e.g. `http://127.0.0.1:11434/v1` (Ollama).
+    baseUrl: NotRequired[Optional[str]]
+    # The summarization model (required for `openai` and `anthropic`), independent of the
+    # agent's model; a small, cheap model is the usual choice.
+    model: NotRequired[Optional[str]]
+    # Name of the environment variable holding the API key (never the key itself). Required
+    # for `anthropic`; optional for `openai`-compatible servers that need no key.
+    apiKeyEnv: NotRequired[Optional[str]]
+    # The summarization model's context window in tokens. Default: the catalog's figure for
+    # `model`, else 32768. No request larger than `contextWindow - maxOutputTokens` is sent;
+    # longer histories are summarized in chunks.
+    contextWindow: NotRequired[Optional[int]]
+    # Output tokens asked for per request. Default: 4096 (or the catalog's limit if smaller).
+    maxOutputTokens: NotRequired[Optional[int]]
+    # After 3 consecutive model failures, the model is skipped for this many milliseconds
+    # (the local capsule is built at once). Default: 60000.
+    cooldownMs: NotRequired[Optional[int]]
+    # Redact secrets from everything sent to the summarizer (history, previous capsule,
+    # instructions). Default: on for a remote server, off for one on this machine
+    # (`localhost`, `127.0.0.1`, `::1`). `false` sends the history as it is.
+    redactInput: NotRequired[Optional[bool]]
 
 
 class SummarizerStatus(TypedDict):
@@ -859,6 +918,9 @@ Origin = Union[Literal["session"], Literal["loaded"]]
 
 
 Outcome = Literal["completed", "skipped", "cancelled", "stale", "failed"]
+
+
+Provider = Union[Literal["local"], Literal["openai"], Literal["anthropic"]]
 
 
 Quality = Union[Literal["model"], Literal["degraded"]]

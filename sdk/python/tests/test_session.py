@@ -116,6 +116,19 @@ class SessionTest(DaemonTestCase):
         self.assertEqual(caught.exception.code, ErrorCode.OVERFLOW_RETRY_USED)
         self.assertEqual(caught.exception.data["compaction"]["trigger"], "context_overflow")
 
+    def test_session_settings_layer_over_the_config_for_that_session_only(self) -> None:
+        ws = self.workspace("settings")
+        c = self.connect(ws)
+        tuned = c.open_session({"workspace": ws, "compaction": {"safetyReserveTokens": 1000, "auto": False}})
+        plain = c.open_session({"workspace": ws})
+        self.assertEqual(tuned["budget"]["hardLimit"], 17000)
+        self.assertEqual(plain["budget"]["hardLimit"], 9808)
+        self.assertIs(c.budget({"sessionId": tuned["sessionId"]})["autoCompact"], False)
+        with self.assertRaises(SobaError) as caught:
+            c.open_session({"workspace": ws, "compaction": {"keepRecentTokens": "lots"}})  # type: ignore[typeddict-item]
+        self.assertEqual(caught.exception.code, ErrorCode.INVALID_PARAMS)
+        self.assertIn("compaction.keepRecentTokens", str(caught.exception))
+
     def test_every_method_has_a_typed_wrapper_on_the_client(self) -> None:
         wrappers = {
             "soba/session/open": "open_session",

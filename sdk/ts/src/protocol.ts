@@ -136,6 +136,29 @@ export type CheckpointEntry = {
 
 export type CheckpointKind = "milestone" | "plan_pivot";
 
+export type CompactionFile = {
+  /** Soft triggers on or off. Hard-limit and overflow compaction stay mandatory. */
+  auto?: boolean | null;
+  /** Record a pending compaction intent when the agent completes a turn. */
+  compactOnTurnComplete?: boolean | null;
+  /** Record a pending compaction intent on milestone and plan-pivot checkpoints. */
+  compactOnMilestone?: boolean | null;
+  /** Floor of the soft limit, in tokens. */
+  minTokensForAutoCompact?: number | null;
+  /** A soft compact must reclaim at least this many tokens. */
+  minReclaimableTokens?: number | null;
+  /** A soft compact must reclaim at least this share of the context, in (0, 1]. */
+  minSavingsRatio?: number | null;
+  /** Newest tokens kept verbatim after the capsule; below the hard limit. */
+  keepRecentTokens?: number | null;
+  /** Tokens held back for overhead that is hard to estimate. */
+  safetyReserveTokens?: number | null;
+  /** Soft limit as a share of the hard limit, in (0, 1]. */
+  autoCompactThresholdRatio?: number | null;
+  /** How long a model summary may take before the local capsule is used, in ms (> 0). */
+  timeoutMs?: number | null;
+};
+
 export type CompactionPhase = "start" | "progress" | "end";
 
 /** The terminal outcome of one compaction operation. */
@@ -334,6 +357,8 @@ export type Origin = "session" | "loaded";
 
 export type Outcome = "completed" | "skipped" | "cancelled" | "stale" | "failed";
 
+export type Provider = "local" | "openai" | "anthropic";
+
 /** How a capsule's narrative state was written. */
 export type Quality = "model" | "degraded";
 
@@ -376,6 +401,49 @@ export type SettingEntry = {
 export type SkillEntry = {
   name: string;
   active: boolean;
+};
+
+/** The model that writes capsules, configured independently of the agent's model. */
+export type SummarizerConfig = {
+  /**
+   * `local` (default: the deterministic builder, no network), `openai` (any
+   * OpenAI-compatible Chat Completions server) or `anthropic`.
+   */
+  provider: Provider;
+  /**
+   * API root. Defaults: `https://api.openai.com/v1` for `openai`, `https://api.anthropic.com`
+   * for `anthropic`. Local servers: e.g. `http://127.0.0.1:11434/v1` (Ollama).
+   */
+  baseUrl?: string | null;
+  /**
+   * The summarization model (required for `openai` and `anthropic`), independent of the
+   * agent's model; a small, cheap model is the usual choice.
+   */
+  model?: string | null;
+  /**
+   * Name of the environment variable holding the API key (never the key itself). Required
+   * for `anthropic`; optional for `openai`-compatible servers that need no key.
+   */
+  apiKeyEnv?: string | null;
+  /**
+   * The summarization model's context window in tokens. Default: the catalog's figure for
+   * `model`, else 32768. No request larger than `contextWindow - maxOutputTokens` is sent;
+   * longer histories are summarized in chunks.
+   */
+  contextWindow?: number | null;
+  /** Output tokens asked for per request. Default: 4096 (or the catalog's limit if smaller). */
+  maxOutputTokens?: number | null;
+  /**
+   * After 3 consecutive model failures, the model is skipped for this many milliseconds
+   * (the local capsule is built at once). Default: 60000.
+   */
+  cooldownMs?: number | null;
+  /**
+   * Redact secrets from everything sent to the summarizer (history, previous capsule,
+   * instructions). Default: on for a remote server, off for one on this machine
+   * (`localhost`, `127.0.0.1`, `::1`). `false` sends the history as it is.
+   */
+  redactInput?: boolean | null;
 };
 
 export type SummarizerStatus = {
@@ -789,6 +857,16 @@ export type SessionOpenParams = {
   sessionId?: string | null;
   create?: boolean | null;
   model?: ModelParams | null;
+  /**
+   * The config file's `compaction` block, layered over the connection's config for this
+   * session only (same keys and checks).
+   */
+  compaction?: CompactionFile | null;
+  /**
+   * The config file's `summarizer` block, for this session only. Its endpoint and key
+   * variable apply only in a workspace the user trusts (`soba trust`).
+   */
+  summarizer?: SummarizerConfig | null;
 };
 
 /** soba/session/open result. */

@@ -147,6 +147,21 @@ test('daemon errors arrive as SobaError with the stable code and data', async ()
   });
 });
 
+test('session settings layer over the config for that session only', async () => {
+  const ws = box.workspace('settings');
+  const c = await box.connect(ws);
+  const tuned = await c.openSession({ workspace: ws, compaction: { safetyReserveTokens: 1000, auto: false } });
+  const plain = await c.openSession({ workspace: ws });
+  assert.equal(tuned.budget.hardLimit, 17000);
+  assert.equal(plain.budget.hardLimit, 9808);
+  assert.equal((await c.budget({ sessionId: tuned.sessionId })).autoCompact, false);
+  await assert.rejects(
+    c.openSession({ workspace: ws, compaction: { keepRecentTokens: 'lots' as unknown as number } }),
+    (e: unknown) =>
+      e instanceof SobaError && e.code === ErrorCode.InvalidParams && /compaction\.keepRecentTokens/.test(e.message),
+  );
+});
+
 test('every method has a typed wrapper on the client', async () => {
   const wrappers: Record<MethodName, keyof SobaClient> = {
     'soba/session/open': 'openSession',

@@ -6,7 +6,7 @@ local health = vim.health
 --- Keys a config file may hold, by section; others are rejected by the daemon.
 --- spec/commands_spec.lua keeps this in step with schemas/config.schema.json.
 local CONFIG_KEYS = {
-  [''] = { 'compaction', 'model', 'summarizer', 'storage', 'memory', 'artifacts', 'trustedWorkspaces', '$schema' },
+  [''] = { 'compaction', 'model', 'models', 'summarizer', 'storage', 'memory', 'artifacts', 'trustedWorkspaces', '$schema' },
   compaction = {
     'auto',
     'compactOnTurnComplete',
@@ -27,6 +27,10 @@ local CONFIG_KEYS = {
 }
 M.CONFIG_KEYS = CONFIG_KEYS
 
+--- Keys of one entry of `models` (model name → its figures), the user's model catalog.
+local CATALOG_ENTRY_KEYS = { 'contextWindow', 'maxOutputTokens', 'tokenizer', 'countFactor' }
+M.CATALOG_ENTRY_KEYS = CATALOG_ENTRY_KEYS
+
 --- Problems in a decoded `.soba/config.json`, as messages naming the key; empty when valid.
 function M.config_problems(text)
   local ok, decoded = pcall(vim.json.decode, text)
@@ -37,6 +41,7 @@ function M.config_problems(text)
     return { 'the top level must be a JSON object' }
   end
   local problems = {}
+  local check_models
   local function check(section, value)
     local allowed = {}
     for _, key in ipairs(CONFIG_KEYS[section]) do
@@ -53,6 +58,37 @@ function M.config_problems(text)
           problems[#problems + 1] = string.format('"%s" must be an object', where)
         else
           check(key, value[key])
+        end
+      elseif section == '' and key == 'models' then
+        check_models(value[key])
+      end
+    end
+  end
+  function check_models(models)
+    if type(models) ~= 'table' then
+      problems[#problems + 1] = '"models" must be an object'
+      return
+    end
+    local allowed = {}
+    for _, key in ipairs(CATALOG_ENTRY_KEYS) do
+      allowed[key] = true
+    end
+    local names = vim.tbl_keys(models)
+    table.sort(names)
+    for _, name in ipairs(names) do
+      local entry = models[name]
+      if type(entry) ~= 'table' then
+        problems[#problems + 1] = string.format('"models.%s" must be an object', name)
+      else
+        if entry.contextWindow == nil then
+          problems[#problems + 1] = string.format('"models.%s.contextWindow" is missing', name)
+        end
+        local keys = vim.tbl_keys(entry)
+        table.sort(keys)
+        for _, key in ipairs(keys) do
+          if not allowed[key] then
+            problems[#problems + 1] = string.format('unknown key "models.%s.%s"', name, key)
+          end
         end
       end
     end
