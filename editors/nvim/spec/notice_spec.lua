@@ -25,15 +25,27 @@ local function editor()
     'nvim listens'
   )
   local chan = vim.fn.sockconnect('pipe', socket, { rpc = true })
+  -- It listens before it has read --cmd: wait for the end of its startup.
+  assert.is_true(
+    vim.wait(10000, function()
+      return vim.rpcrequest(chan, 'nvim_get_vvar', 'vim_did_enter') == 1
+    end, 20),
+    'nvim finished starting'
+  )
   return chan, job
 end
 
 --- Runs `code` in the editor as LSP handlers run (scheduled on its loop, one callback per
---- message), waits for it to settle, and returns its mode.
+--- message) and returns its mode once it stopped at a prompt or 1.5 s passed. Only
+--- nvim_get_mode answers while a prompt waits, so nothing else is asked meanwhile.
 local function after(chan, code)
   vim.rpcrequest(chan, 'nvim_exec_lua', code, {})
-  vim.wait(400)
-  return vim.rpcrequest(chan, 'nvim_get_mode')
+  local mode
+  vim.wait(1500, function()
+    mode = vim.rpcrequest(chan, 'nvim_get_mode')
+    return mode.blocking
+  end, 50)
+  return mode
 end
 
 local TIMEOUT_FALLBACK = [[
