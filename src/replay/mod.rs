@@ -367,6 +367,36 @@ mod tests {
     }
 
     #[test]
+    fn the_timeline_names_the_source_agent_and_counts_the_transcripts_images() {
+        let mut t = transcript(2);
+        if let EntryBody::Message(m) = &mut t.entries[0].body {
+            m.content
+                .push(ContentBlock::image(Some("image/png".into()), None));
+        }
+        if let EntryBody::ToolResult(r) = &mut t.entries[2].body {
+            r.content
+                .push(ContentBlock::image(Some("image/png".into()), None));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let config = config();
+        let r = replay(
+            t,
+            &config,
+            CapsuleWriter::Local,
+            &dir.path().join("r.jsonl"),
+            Observers::default(),
+        )
+        .unwrap();
+        assert_eq!(r.timeline.source_agent.as_deref(), Some("codex"));
+        assert_eq!(r.timeline.images, 2);
+        assert!(r
+            .timeline
+            .bottom_line_sentences()
+            .iter()
+            .any(|s| s.contains("2 images at a flat 1600 tokens each")));
+    }
+
+    #[test]
     fn split_tool_pairs_names_every_separation() {
         let m = |role: &str, call: Option<&str>, result_of: Option<&str>| ModelMessage {
             role: role.into(),

@@ -136,6 +136,23 @@ fn every_fixture_replays_with_inputs_under_the_hard_limit_and_no_tool_pair_split
         for s in &r.timeline.steps {
             assert!(s.effective_tokens <= hard, "{name}: {s:?}");
         }
+        // A compaction belongs to the turn of the inference it preceded: the turn the chart and
+        // the terminal's bars give that step. (Where a preflight failed no input went out, and
+        // the next step may be a turn later.)
+        let failed_before: Vec<usize> = r
+            .timeline
+            .compactions
+            .iter()
+            .filter(|c| c.result.outcome == Outcome::Failed)
+            .map(|c| c.step)
+            .collect();
+        for c in &r.timeline.compactions {
+            if let Some(step) = r.timeline.steps.get(c.step) {
+                if !failed_before.contains(&c.step) {
+                    assert_eq!(c.turn, step.turn, "{name}: {c:?}");
+                }
+            }
+        }
         // Where no input could be sent, the barrier failed closed and said why.
         let failed: Vec<_> = r
             .timeline
