@@ -297,14 +297,20 @@ impl Timeline {
     /// The bottom line in sentences, the same on the terminal and in the HTML page.
     pub fn bottom_line_sentences(&self) -> Vec<String> {
         let b = self.bottom_line();
-        let mut out = vec![format!(
-            "SOBA: {} compaction{} reclaimed {} tokens in all; its largest input was {} tokens (hard limit {}).",
-            b.completed,
-            if b.completed == 1 { "" } else { "s" },
-            human_tokens(b.reclaimed_tokens),
-            human_tokens(b.peak_soba),
-            human_tokens(self.limits.hard_limit)
-        )];
+        let mut out = vec![match b.completed {
+            0 => format!(
+                "SOBA: no compaction; its largest input was {} tokens (hard limit {}).",
+                human_tokens(b.peak_soba),
+                human_tokens(self.limits.hard_limit)
+            ),
+            n => format!(
+                "SOBA: {n} compaction{} reclaimed {} tokens in all; its largest input was {} tokens (hard limit {}).",
+                if n == 1 { "" } else { "s" },
+                human_tokens(b.reclaimed_tokens),
+                human_tokens(b.peak_soba),
+                human_tokens(self.limits.hard_limit)
+            ),
+        }];
         let Some(agent) = &self.source_agent else {
             return out;
         };
@@ -359,13 +365,18 @@ impl Timeline {
                 crate::tokens::IMAGE_TOKENS
             ),
         };
+        let span = if b.completed == 0 && self.foreign_compactions.is_empty() {
+            "With no compaction on either side"
+        } else {
+            "Before the first compaction"
+        };
         match gap.growth_ratio {
             Some(ratio) if (ratio - 1.0).abs() < 0.05 => out.push(format!(
-                "Before the first compaction, {agent}'s count grew about as fast as SOBA's ({ratio:.2}×, SOBA counting with {}){images}.",
+                "{span}, {agent}'s count grew about as fast as SOBA's ({ratio:.2}×, SOBA counting with {}){images}.",
                 self.tokenizer
             )),
             Some(ratio) => out.push(format!(
-                "Before the first compaction, {agent}'s count grew {ratio:.2}× as fast as SOBA's: the provider's tokenizer differs from {}, the one SOBA counts with{images}.",
+                "{span}, {agent}'s count grew {ratio:.2}× as fast as SOBA's: the provider's tokenizer differs from {}, the one SOBA counts with{images}.",
                 self.tokenizer
             )),
             None if self.images > 0 => out.push(format!(
@@ -511,9 +522,21 @@ mod tests {
             "{}",
             s[3]
         );
+        // A run where neither side compacted.
+        t.compactions.clear();
+        let s = t.bottom_line_sentences();
+        assert!(
+            s[0].starts_with("SOBA: no compaction; its largest input was 11.0k tokens"),
+            "{}",
+            s[0]
+        );
+        assert!(
+            s[3].starts_with("With no compaction on either side, pi's count grew"),
+            "{}",
+            s[3]
+        );
         // A source agent that starts below SOBA's count, with no growth to compare.
         t.steps = vec![step(0, 5000, Some(4000))];
-        t.compactions.clear();
         let s = t.bottom_line_sentences();
         assert!(
             s[2].contains("SOBA counted 5.0k tokens, 1.0k more than the 4.0k pi reported"),
