@@ -153,6 +153,13 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
         comparison.iter().for_each(|l| outln!("{l}"));
         outln!();
     }
+    if comparison.is_empty() {
+        outln!();
+    }
+    crate::report::text::bottom_line(t)
+        .iter()
+        .for_each(|l| outln!("{l}"));
+    outln!();
     if replayed.refusals > 0 {
         outln!(
             "{} inferences could not be sent: the input did not fit even after compaction",

@@ -69,12 +69,14 @@ pub fn replay<'a>(
         Some(src) => format!("Replay of {} ({})", src.path, src.format),
         None => format!("Replay of session {}", import.header.id),
     };
+    let source_agent = import.report.format.to_string();
     let mut host = SimulatedHost::new(log, config, &title, writer, sink);
     let total = import.entries.len();
     let mut last_imported: Option<String> = None;
     let mut inferences_in_turn = 0usize;
-    let (mut inputs, mut refusals) = (0, 0);
+    let (mut inputs, mut refusals, mut images) = (0, 0, 0);
     for (n, mut entry) in import.entries.into_iter().enumerate() {
+        images += image_blocks(&entry.body);
         match &mut entry.body {
             EntryBody::Message(m) if m.role == Role::Assistant => {
                 let reported = m.usage.take().map(|u| u.prompt_tokens());
@@ -106,13 +108,29 @@ pub fn replay<'a>(
         host.append(entry)?;
         on_progress(n + 1, total);
     }
-    let (timeline, mut log) = host.finish();
+    let (mut timeline, mut log) = host.finish();
+    timeline.source_agent = Some(source_agent);
+    timeline.images = images;
     log.sync()?;
     Ok(Replayed {
         timeline,
         inputs,
         refusals,
     })
+}
+
+/// Image blocks an entry carries (a message's or a tool result's).
+fn image_blocks(body: &EntryBody) -> usize {
+    use crate::session::entry::ContentBlock;
+    let content = match body {
+        EntryBody::Message(m) => &m.content,
+        EntryBody::ToolResult(r) => &r.content,
+        _ => return 0,
+    };
+    content
+        .iter()
+        .filter(|b| matches!(b, ContentBlock::Image { .. }))
+        .count()
 }
 
 /// Tool calls and results that the input separates: a result with no call before it, or a call
@@ -346,6 +364,36 @@ mod tests {
         let (s, _) = read_session(&path).unwrap();
         let last = s.get(&format!("e{n}")).unwrap();
         assert_eq!(last.parent_id.as_deref(), Some(fork_parent.as_str()));
+    }
+
+    #[test]
+    fn the_timeline_names_the_source_agent_and_counts_the_transcripts_images() {
+        let mut t = transcript(2);
+        if let EntryBody::Message(m) = &mut t.entries[0].body {
+            m.content
+                .push(ContentBlock::image(Some("image/png".into()), None));
+        }
+        if let EntryBody::ToolResult(r) = &mut t.entries[2].body {
+            r.content
+                .push(ContentBlock::image(Some("image/png".into()), None));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let config = config();
+        let r = replay(
+            t,
+            &config,
+            CapsuleWriter::Local,
+            &dir.path().join("r.jsonl"),
+            Observers::default(),
+        )
+        .unwrap();
+        assert_eq!(r.timeline.source_agent.as_deref(), Some("codex"));
+        assert_eq!(r.timeline.images, 2);
+        assert!(r
+            .timeline
+            .bottom_line_sentences()
+            .iter()
+            .any(|s| s.contains("2 images at a flat 1600 tokens each")));
     }
 
     #[test]

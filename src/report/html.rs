@@ -258,11 +258,7 @@ fn foreign_table(t: &Timeline) -> String {
     );
     let opt = |v: Option<u64>| v.map_or("–".to_string(), human_tokens);
     for f in &t.foreign_compactions {
-        let kept = match (&f.kept_items, &f.first_kept_entry_id) {
-            (Some(k), _) => format!("{k} items"),
-            (None, Some(id)) => format!("from {}", session_text(id)),
-            (None, None) => "–".into(),
-        };
+        let kept = session_text(&t.source_kept(f));
         let _ = write!(
             out,
             r#"<tr class="foreign-row"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{kept}</td><td>{}</td><td>{}</td></tr>"#,
@@ -277,6 +273,16 @@ fn foreign_table(t: &Timeline) -> String {
         );
     }
     out.push_str("</tbody></table>");
+    out
+}
+
+/// The run summed up: the same sentences the terminal prints.
+fn bottom_line(t: &Timeline) -> String {
+    let mut out = String::from(r#"<h2>Bottom line</h2><ul class="bottom-line">"#);
+    for sentence in t.bottom_line_sentences() {
+        let _ = write!(out, "<li>{}</li>", session_text(&sentence));
+    }
+    out.push_str("</ul>");
     out
 }
 
@@ -311,6 +317,7 @@ pub fn render(t: &Timeline) -> String {
     let _ = write!(out, "<h2>Compactions ({})</h2>", t.compactions.len());
     out.push_str(&compactions_table(t));
     out.push_str(&foreign_table(t));
+    out.push_str(&bottom_line(t));
     out.push_str("<h2>Latest capsule</h2>");
     match &t.latest_capsule {
         Some(c) => {
@@ -449,6 +456,7 @@ mod tests {
         assert_eq!(page.matches("<tr class=\"compaction-row").count(), 3);
         assert!(!page.contains("foreign-compactions"));
         assert!(page.contains("No capsule: nothing was compacted."));
+        t.steps[1].source_agent_tokens = Some(12000);
         t.foreign_compactions.push(ForeignMark {
             step: 1,
             turn: 1,
@@ -462,7 +470,8 @@ mod tests {
             compactions_before: 0,
         });
         let page = render(&t);
-        assert!(page.contains("<tr class=\"foreign-row\"><td>1</td><td>1</td><td>codex</td><td>auto</td><td>150.0k</td><td>2.1k</td><td>4 items</td><td>9.0k</td><td>0</td></tr>"));
+        assert!(page.contains("<tr class=\"foreign-row\"><td>1</td><td>1</td><td>codex</td><td>auto</td><td>150.0k</td><td>2.1k</td><td>a 2.1k-token summary, 4 items verbatim; its next input was 12.0k tokens</td><td>9.0k</td><td>0</td></tr>"));
+        assert!(page.contains(r#"<h2>Bottom line</h2><ul class="bottom-line"><li>SOBA: 2 compactions reclaimed 20.0k tokens"#));
         // The chart grows to the source agent's size.
         assert_eq!(t.peak_tokens(), 150000);
     }

@@ -60,7 +60,8 @@ pub fn compaction_line(c: &TimelineCompaction, color: bool) -> String {
     p.with(
         code,
         &format!(
-            "        {mark} {}",
+            "        {mark} turn {} · {}",
+            c.turn,
             crate::util::terminal_text(&c.result.completion_line())
         ),
     )
@@ -75,7 +76,8 @@ pub fn foreign_line(f: &ForeignMark, color: bool) -> String {
             format!("{} tokens", human_tokens(t))
         });
     let mut line = format!(
-        "        ◇ {} compacted ({}) at {at}; SOBA's input was {} tokens",
+        "        ◇ turn {} · {} compacted ({}) at {at}; SOBA's input was {} tokens",
+        f.turn,
         crate::util::terminal_text(&f.agent),
         crate::util::terminal_text(f.trigger.as_deref().unwrap_or("unspecified")),
         human_tokens(f.soba_tokens)
@@ -145,31 +147,17 @@ pub fn comparison(timeline: &Timeline) -> Vec<String> {
     }
     let mut lines = vec!["The source agent's compactions beside SOBA's:".to_string()];
     for f in &timeline.foreign_compactions {
-        let mut kept = Vec::new();
-        if let Some(t) = f.summary_tokens {
-            kept.push(format!("a {}-token summary", human_tokens(t)));
-        }
-        if let Some(k) = f.kept_items {
-            kept.push(format!("{k} items verbatim"));
-        }
-        if let Some(id) = &f.first_kept_entry_id {
-            kept.push(format!("entries from {id}"));
-        }
         lines.push(format!(
             "  turn {:>2} · {} compacted ({}) at {}; kept {}",
             f.turn,
-            f.agent,
-            f.trigger.as_deref().unwrap_or("unspecified"),
+            crate::util::terminal_text(&f.agent),
+            crate::util::terminal_text(f.trigger.as_deref().unwrap_or("unspecified")),
             f.tokens_before
                 .map_or("an unreported size".into(), |t| format!(
                     "{} tokens",
                     human_tokens(t)
                 )),
-            if kept.is_empty() {
-                "nothing it reported".into()
-            } else {
-                kept.join(", ")
-            }
+            crate::util::terminal_text(&timeline.source_kept(f))
         ));
         let done: Vec<&TimelineCompaction> = timeline.completed_before(f).collect();
         let soba = match done.last() {
@@ -203,6 +191,18 @@ pub fn comparison(timeline: &Timeline) -> Vec<String> {
         };
         lines.push(format!("          {soba}"));
     }
+    lines
+}
+
+/// The run summed up, under a heading: the same sentences as the HTML page's bottom line.
+pub fn bottom_line(timeline: &Timeline) -> Vec<String> {
+    let mut lines = vec!["Bottom line:".to_string()];
+    lines.extend(
+        timeline
+            .bottom_line_sentences()
+            .iter()
+            .map(|s| format!("  {}", crate::util::terminal_text(s))),
+    );
     lines
 }
 
@@ -320,7 +320,9 @@ mod tests {
         let lines = p.event(Event::Compaction(&compaction(3, 2)));
         assert_eq!(lines.len(), 2);
         assert!(lines[0].contains("12.0k"));
-        assert!(lines[1].contains("hard_limit compact: 21.0k → 8.4k tokens (−60%), ck_1"));
+        assert!(
+            lines[1].contains("⟳ turn 2 · hard_limit compact: 21.0k → 8.4k tokens (−60%), ck_1")
+        );
         assert_eq!(p.flush(), None, "nothing pending after a compaction");
     }
 
@@ -353,6 +355,11 @@ mod tests {
             "          SOBA by then: no compaction, context 9.0k tokens"
         );
         assert!(lines[3].ends_with("kept a 2.1k-token summary, 4 items verbatim"));
+        // The context the source agent reported at its next inference is what it kept.
+        t.steps = vec![step(0, 3, 5000), step(1, 3, 9000)];
+        t.steps[1].source_agent_tokens = Some(31_000);
+        assert!(comparison(&t)[1]
+            .ends_with("kept a 2.1k-token summary; its next input was 31.0k tokens"));
         assert_eq!(
             lines[4],
             "          SOBA by then: 1 compaction, context 9.0k tokens; the last (hard_limit, turn 2) 21.0k → 8.4k, a 900-token capsule keeping 3 files read, 1 modified, 2 checks"

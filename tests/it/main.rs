@@ -10,6 +10,7 @@ mod attach;
 mod capsule_cli;
 mod claude_code_hook;
 mod cli;
+mod compaction_progress;
 mod crash;
 mod daemon_compaction;
 mod daemon_races;

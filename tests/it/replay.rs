@@ -136,6 +136,23 @@ fn every_fixture_replays_with_inputs_under_the_hard_limit_and_no_tool_pair_split
         for s in &r.timeline.steps {
             assert!(s.effective_tokens <= hard, "{name}: {s:?}");
         }
+        // A compaction belongs to the turn of the inference it preceded: the turn the chart and
+        // the terminal's bars give that step. (Where a preflight failed no input went out, and
+        // the next step may be a turn later.)
+        let failed_before: Vec<usize> = r
+            .timeline
+            .compactions
+            .iter()
+            .filter(|c| c.result.outcome == Outcome::Failed)
+            .map(|c| c.step)
+            .collect();
+        for c in &r.timeline.compactions {
+            if let Some(step) = r.timeline.steps.get(c.step) {
+                if !failed_before.contains(&c.step) {
+                    assert_eq!(c.turn, step.turn, "{name}: {c:?}");
+                }
+            }
+        }
         // Where no input could be sent, the barrier failed closed and said why.
         let failed: Vec<_> = r
             .timeline
@@ -375,4 +392,234 @@ fn the_html_report_holds_no_planted_secret() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&report).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode & 0o077, 0, "the report is private: {mode:o}");
+}
+
+/// A pi session written here: `turns` turns of a prompt, a file read of ~1500 tokens and an
+/// answer, usage reported on every assistant message (a fixed 4000-token system prompt the
+/// transcript does not hold, plus the conversation), and one compaction by pi halfway.
+fn pi_session(turns: usize) -> String {
+    let mut lines = vec![
+        serde_json::json!({"type": "session", "id": "s-written", "version": 3,
+        "timestamp": "2026-01-01T00:00:00Z", "cwd": "/ws", "provider": "anthropic",
+        "modelId": "claude-sonnet-4-5"})
+        .to_string(),
+    ];
+    let mut parent: Option<String> = None;
+    let mut context = 4000u64;
+    let mut push = |id: String, body: serde_json::Value, lines: &mut Vec<String>| {
+        let mut v = body;
+        v["id"] = id.clone().into();
+        v["parentId"] = parent.clone().map_or(serde_json::Value::Null, Into::into);
+        v["timestamp"] = "2026-01-01T00:00:00Z".into();
+        lines.push(v.to_string());
+        parent = Some(id);
+    };
+    for t in 0..turns {
+        let text = |role: &str, text: String| {
+            serde_json::json!({"type": "message", "message": {"role": role,
+                "content": [{"type": "text", "text": text}]}})
+        };
+        push(
+            format!("u{t}"),
+            text("user", format!("step {t}: read f{t}.rs")),
+            &mut lines,
+        );
+        context += 20;
+        let mut call = serde_json::json!({"type": "message", "message": {"role": "assistant",
+            "content": [{"type": "toolCall", "id": format!("c{t}"), "name": "read",
+                "arguments": {"path": format!("/ws/f{t}.rs")}}]}});
+        call["message"]["usage"] = serde_json::json!({"input": context, "output": 30,
+            "cacheRead": 0, "cacheWrite": 0});
+        push(format!("a{t}"), call, &mut lines);
+        let body = format!("fn item_{t}() {{}} ").repeat(250);
+        context += 30 + 1800;
+        push(
+            format!("r{t}"),
+            serde_json::json!({"type": "message", "message": {"role": "toolResult",
+                "toolCallId": format!("c{t}"), "toolName": "read",
+                "content": [{"type": "text", "text": body}], "isError": false}}),
+            &mut lines,
+        );
+        let mut answer = text("assistant", format!("f{t}.rs read"));
+        answer["message"]["usage"] = serde_json::json!({"input": context, "output": 10,
+            "cacheRead": 0, "cacheWrite": 0});
+        push(format!("d{t}"), answer, &mut lines);
+        context += 10;
+        if t == turns / 2 {
+            push(
+                format!("k{t}"),
+                serde_json::json!({"type": "compaction", "summary": "## Goal\nread every file",
+                    "firstKeptEntryId": format!("u{t}"), "tokensBefore": context}),
+                &mut lines,
+            );
+            context = 4000 + 600;
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+/// The turn numbers on `soba replay`'s terminal lines and in its HTML report, in order: each
+/// compaction's and each of the source agent's compactions'.
+fn replay_turns(file: &Path, out: &Path, config: &Path) -> (String, String) {
+    let report = out.join(format!(
+        "{}.html",
+        file.file_stem().unwrap().to_string_lossy()
+    ));
+    let run = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .env("NO_COLOR", "1")
+        .arg("replay")
+        .arg(file)
+        .arg("--config")
+        .arg(config)
+        .arg("--report")
+        .arg(&report)
+        .arg("--log")
+        .arg(out.join(format!(
+            "{}.replayed.jsonl",
+            file.file_stem().unwrap().to_string_lossy()
+        )))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(
+        run.status.success(),
+        "{}: {stdout}\n{}",
+        file.display(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    (stdout, std::fs::read_to_string(&report).unwrap())
+}
+
+/// The number after `turn ` at the start of `rest`.
+fn turn_after(rest: &str) -> usize {
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no turn in {rest:?}"))
+}
+
+/// `(compaction turns, source agent's compaction turns, turns of the budget bars)` as printed.
+fn cli_turns(stdout: &str) -> (Vec<usize>, Vec<usize>, Vec<usize>) {
+    let (mut compactions, mut foreign, mut bars) = (Vec::new(), Vec::new(), Vec::new());
+    for line in stdout.lines() {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix("turn ") {
+            if rest.contains('▕') {
+                bars.push(turn_after(rest));
+            }
+            continue;
+        }
+        for mark in ["⟳ turn ", "· turn ", "× turn ", "! turn "] {
+            if let Some(rest) = trimmed.strip_prefix(mark) {
+                compactions.push(turn_after(rest));
+            }
+        }
+        if let Some(rest) = trimmed.strip_prefix("◇ turn ") {
+            foreign.push(turn_after(rest));
+        }
+    }
+    (compactions, foreign, bars)
+}
+
+/// The second cell of every `<tr class="{row}…">` (the turn of a compaction row) or the first
+/// (of a source agent's row).
+fn html_turns(html: &str, row: &str, cell: usize) -> Vec<usize> {
+    html.split(&format!("<tr class=\"{row}"))
+        .skip(1)
+        .map(|r| {
+            let cells: Vec<&str> = r.split("<td>").skip(1).collect();
+            turn_after(cells[cell].split('<').next().unwrap())
+        })
+        .collect()
+}
+
+fn assert_cli_and_html_agree(file: &Path, out: &Path, config: &Path) -> (String, String) {
+    let (stdout, html) = replay_turns(file, out, config);
+    let name = file.display();
+    let (compactions, foreign, bars) = cli_turns(&stdout);
+    assert!(!compactions.is_empty(), "{name}: {stdout}");
+    assert_eq!(
+        compactions,
+        html_turns(&html, "compaction-row", 1),
+        "{name}: compaction turns"
+    );
+    assert_eq!(
+        foreign,
+        html_turns(&html, "foreign-row", 0),
+        "{name}: the source agent's compaction turns"
+    );
+    // The bars count turns as the chart does: the last bar is the chart's last turn.
+    let last_turn = html
+        .split(" turns</text>")
+        .next()
+        .and_then(|h| h.rsplit(", ").next())
+        .map(turn_after)
+        .unwrap();
+    assert_eq!(bars.last(), Some(&last_turn), "{name}");
+    assert!(bars.windows(2).all(|w| w[0] <= w[1]), "{name}: {bars:?}");
+    (stdout, html)
+}
+
+#[test]
+fn the_terminal_and_the_html_report_agree_on_turns_and_share_the_bottom_line() {
+    let out = tempfile::tempdir().unwrap();
+    let config = out.path().join("small.json");
+    std::fs::write(&config, SMALL_WINDOW).unwrap();
+    let written = out.path().join("written-pi.jsonl");
+    std::fs::write(&written, pi_session(10)).unwrap();
+    let (stdout, html) = assert_cli_and_html_agree(&written, out.path(), &config);
+
+    // pi compacted once, at turn 6; what it kept is filled in on both sides, down to the
+    // context it reported at its next inference.
+    assert_eq!(cli_turns(&stdout).1, [6], "{stdout}");
+    // The importer numbers entries itself: pi's `u5` is `e21`.
+    let kept = "a 6-token summary, entries from e21; its next input was 4.6k tokens";
+    assert!(stdout.contains(&format!("kept {kept}")), "{stdout}");
+    assert!(html.contains(&format!("<td>{kept}</td>")), "{html}");
+
+    // The bottom line: the same sentences on the terminal and in the page, with the 4000
+    // tokens the transcript does not hold found at the first inference.
+    let bottom = stdout
+        .split("Bottom line:\n")
+        .nth(1)
+        .expect("a bottom line")
+        .split("\n\n")
+        .next()
+        .unwrap();
+    let sentences: Vec<&str> = bottom.lines().map(str::trim).collect();
+    assert!(sentences.len() >= 3, "{bottom}");
+    assert!(sentences[0].starts_with("SOBA: "), "{bottom}");
+    assert!(
+        sentences[1]
+            .starts_with("Over the 20 inferences pi reported a size for, its inputs totalled"),
+        "{bottom}"
+    );
+    assert!(
+        sentences[2].contains("the 4.0k tokens between are what the transcript does not hold"),
+        "{bottom}"
+    );
+    let page_bottom = html
+        .split(r#"<ul class="bottom-line">"#)
+        .nth(1)
+        .and_then(|h| h.split("</ul>").next())
+        .unwrap();
+    let page_sentences: Vec<String> = page_bottom
+        .split("<li>")
+        .skip(1)
+        .map(|s| s.trim_end_matches("</li>").replace("&#39;", "'"))
+        .collect();
+    assert_eq!(page_sentences, sentences, "{page_bottom}");
+
+    // And on every real transcript.
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    for file in transcripts(&dir) {
+        let (stdout, _) = assert_cli_and_html_agree(&file, out.path(), &config);
+        assert!(stdout.contains("Bottom line:\n  SOBA: "), "{stdout}");
+    }
 }

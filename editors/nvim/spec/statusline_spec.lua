@@ -154,7 +154,10 @@ describe('statusline from notifications', function()
       },
     })
     assert.are.same(
-      { msg = 'SOBA: hard_limit compact: 50k → 20k tokens (−60%), ck_2, degraded', level = vim.log.levels.WARN },
+      {
+        msg = 'SOBA: summarizer timed out — hard_limit compact: 50k → 20k tokens (−60%), ck_2, degraded',
+        level = vim.log.levels.WARN,
+      },
       messages[1]
     )
   end)

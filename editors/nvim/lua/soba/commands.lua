@@ -48,7 +48,9 @@ function M.compact(args)
       return
     end
     local level = result.outcome == 'failed' and levels.ERROR or result.fallback and levels.WARN or levels.INFO
-    soba.notify(format.completion_line(result), level)
+    local line = format.completion_line(result)
+    -- The same notice as the daemon's end notification, whichever arrives first.
+    soba.notice(result.fallback and format.fallback_line(result, line) or line, level)
   end)
 end
 

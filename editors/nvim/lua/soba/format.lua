@@ -115,6 +115,40 @@ function M.completion_line(result)
   )
 end
 
+--- The line a compaction that fell back to the local capsule ends with: why first (the model
+--- timed out, failed, …), then what it reclaimed, so a narrow command line still shows the why.
+function M.fallback_line(result, completion)
+  local reason = result.reason ~= vim.NIL and result.reason or ''
+  if reason == '' then
+    return completion
+  end
+  return reason .. ' — ' .. completion
+end
+
+--- `text` on one line: line breaks become `; `.
+function M.one_line(text)
+  return (text:gsub('%s*\n+%s*', '; '))
+end
+
+--- `text` cut to `width` display cells, ending with `…` when it was longer.
+function M.fit(text, width)
+  if vim.fn.strdisplaywidth(text) <= width then
+    return text
+  end
+  local chars = vim.fn.strchars(text)
+  local lo, hi = 0, chars
+  -- The longest prefix that leaves one cell for the ellipsis.
+  while lo < hi do
+    local mid = math.floor((lo + hi + 1) / 2)
+    if vim.fn.strdisplaywidth(vim.fn.strcharpart(text, 0, mid)) <= width - 1 then
+      lo = mid
+    else
+      hi = mid - 1
+    end
+  end
+  return vim.fn.strcharpart(text, 0, lo) .. '…'
+end
+
 local function by_ts_desc(list)
   local sorted = vim.deepcopy(list)
   table.sort(sorted, function(a, b)

@@ -37,6 +37,36 @@ local function notify(msg, level)
 end
 M.notify = notify
 
+--- Whether vim.notify is Neovim's own, which echoes in the command line (a notification plugin
+--- such as nvim-notify or noice shows its own window instead).
+local function echoes_in_command_line()
+  local info = debug.getinfo(vim.notify, 'S')
+  return info ~= nil and info.source:match('vim/_editor%.lua$') ~= nil
+end
+
+local echo_highlight = {
+  [vim.log.levels.ERROR] = 'ErrorMsg',
+  [vim.log.levels.WARN] = 'WarningMsg',
+}
+
+--- A notice SOBA sends on its own (a compaction starting or ending, a daemon warning): it must
+--- never stop the editor at a hit-enter prompt, which a message wider than the command line or
+--- a second message before a redraw does. So in the command line it is one line, fit to the
+--- space an echo has, and it replaces the notice before it. :messages keeps what was shown;
+--- `:Soba flight` has each compaction's whole reason.
+local function notice(msg, level)
+  level = level or vim.log.levels.INFO
+  local text = 'SOBA: ' .. format.one_line(msg)
+  if not echoes_in_command_line() then
+    vim.notify(text, level, { title = 'SOBA' })
+    return
+  end
+  -- A redraw first: the previous message is then gone, not scrolled up into a prompt.
+  vim.cmd.redraw()
+  vim.api.nvim_echo({ { format.fit(text, math.max(vim.v.echospace, 1)), echo_highlight[level] } }, true, {})
+end
+M.notice = notice
+
 --- Canonical paths, remembered: the statusline asks on every redraw.
 local real_paths = {}
 
@@ -188,7 +218,7 @@ local function on_compaction(event)
   if event.phase == 'start' then
     state.compacting[event.sessionId] = 0
     if M.config.notify_compaction then
-      notify(string.format('compacting context (%s)…', event.trigger))
+      notice(string.format('compacting context (%s)…', event.trigger))
     end
   elseif event.phase == 'progress' then
     state.compacting[event.sessionId] = math.max(state.compacting[event.sessionId] or 0, present(event.percent) or 0)
@@ -201,8 +231,11 @@ local function on_compaction(event)
     local result = present(event.result)
     local line = present(event.message) or (result and format.completion_line(result)) or (event.trigger .. ' compact finished')
     local warn = result and (result.fallback or result.outcome == 'failed')
+    if result and result.fallback then
+      line = format.fallback_line(result, line)
+    end
     if M.config.notify_compaction then
-      notify(line, warn and vim.log.levels.WARN or vim.log.levels.INFO)
+      notice(line, warn and vim.log.levels.WARN or vim.log.levels.INFO)
     end
   end
   refresh_statusline()
@@ -226,6 +259,13 @@ M.handlers = {
   end,
   ['soba/compaction'] = function(_, event)
     on_compaction(event)
+  end,
+  -- The daemon's warnings (a compaction that used the local capsule, file changes it cannot
+  -- record) arrive unasked, often right after a compaction's end notice: one line each.
+  ['window/showMessage'] = function(_, params)
+    local levels = vim.log.levels
+    local level = ({ levels.ERROR, levels.WARN, levels.INFO, levels.DEBUG })[params.type] or levels.INFO
+    notice(params.message, level)
   end,
   ['soba/session/closed'] = function(_, closed, ctx)
     M.forget_session(closed)
