@@ -331,6 +331,8 @@ impl Reader {
     }
 
     fn compacted(&mut self, p: &Value, ts: Option<&str>, source_id: &str) {
+        let replacement = p.get("replacement_history").and_then(Value::as_array);
+        let kept_entry_ids = replacement.map(|items| self.kept_entries(items));
         let entry = ForeignCompactionEntry {
             agent: Format::Codex.as_str().into(),
             trigger: None,
@@ -340,13 +342,44 @@ impl Reader {
                 .map(str::to_string),
             summary_tokens: None,
             first_kept_entry_id: None,
-            kept_items: p
-                .get("replacement_history")
-                .and_then(Value::as_array)
-                .map(|h| h.len() as u64),
+            kept_items: replacement.map(|h| h.len() as u64),
+            kept_entry_ids,
             instructions: None,
         };
         self.push(ts, source_id, EntryBody::ForeignCompaction(entry));
+    }
+
+    /// The imported entries a `replacement_history` carries over: each of its messages is a
+    /// copy of an earlier message of the history (the user's prompts, the harness's
+    /// instructions), matched to the latest earlier entry with the same role and text that no
+    /// other item took. Items with no such entry (the encrypted summary itself) add nothing.
+    fn kept_entries(&self, items: &[Value]) -> Vec<String> {
+        let entries = self.builder.entries();
+        let mut taken = vec![false; entries.len()];
+        let mut kept = Vec::new();
+        for item in items {
+            if str_field(item, "type") != Some("message") {
+                continue;
+            }
+            let role = match str_field(item, "role") {
+                Some("user") => Role::User,
+                Some("developer" | "system") => Role::System,
+                _ => continue,
+            };
+            let text = crate::session::entry::blocks_text(&message_content(
+                item.get("content").unwrap_or(&Value::Null),
+            ));
+            let found = (0..entries.len()).rev().find(|&i| {
+                !taken[i]
+                    && matches!(&entries[i].body, EntryBody::Message(m)
+                        if m.role == role && crate::session::entry::blocks_text(&m.content) == text)
+            });
+            if let Some(i) = found {
+                taken[i] = true;
+                kept.push(entries[i].id.clone());
+            }
+        }
+        kept
     }
 }
 

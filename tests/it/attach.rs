@@ -574,3 +574,58 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut tokio::io::Li
         .unwrap()
         .expect("soba attach ended early")
 }
+
+/// Claude Code's own compaction of the followed session: the boundary record, its summary, and
+/// the next turn, whose usage measured the compacted context.
+fn claude_compaction_and_turn(cwd: &Path, after: usize, input_tokens: u64) -> String {
+    let boundary = json!({"type":"system","subtype":"compact_boundary","uuid":"cb","parentUuid":null,
+        "logicalParentUuid":format!("a{after}"),"sessionId":"s1","cwd":cwd,
+        "timestamp":"2026-12-01T10:05:00Z","compactMetadata":{"trigger":"auto","preTokens":150_000}});
+    let summary = json!({"type":"user","uuid":"cs","parentUuid":"cb","sessionId":"s1","cwd":cwd,
+        "timestamp":"2026-12-01T10:05:01Z","isCompactSummary":true,
+        "message":{"role":"user","content":"This session is being continued from a previous conversation. The parser is done."}});
+    let user = json!({"type":"user","uuid":"u9","parentUuid":"cs","sessionId":"s1","cwd":cwd,
+        "timestamp":"2026-12-01T10:05:02Z","message":{"role":"user","content":"now the tests"}});
+    let assistant = json!({"type":"assistant","uuid":"a9","parentUuid":"u9","sessionId":"s1","cwd":cwd,
+        "timestamp":"2026-12-01T10:05:03Z",
+        "message":{"id":"m9","model":"claude-sonnet-4-5","role":"assistant",
+                   "content":[{"type":"text","text":"writing them"}],
+                   "usage":{"input_tokens":input_tokens,"output_tokens":10}}});
+    format!("{boundary}\n{summary}\n{user}\n{assistant}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_followed_agent_compacts_its_own_context_the_budget_drops_to_it() {
+    let h = homed();
+    append_to(&h.transcript, &claude_turn(&h.workspace, 1, 150_000));
+    let mut child = soba_command(&h)
+        .args(["serve", "--standalone"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = LspClient::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    c.initialize(&[&h.workspace], false).await;
+    budget_until(&c, &h.workspace, |b| effective(b) >= 150_010).await;
+    append_to(
+        &h.transcript,
+        &claude_compaction_and_turn(&h.workspace, 1, 21_000),
+    );
+    let changed = loop {
+        let n = c
+            .expect_notification("soba/budgetChanged", Duration::from_secs(20))
+            .await;
+        if effective(&n) < 150_000 {
+            break n;
+        }
+    };
+    // The usage after the compaction measured the agent's compacted context: the budget is
+    // that, not the whole history.
+    let settled = budget_until(&c, &h.workspace, |b| effective(b) >= 21_010).await;
+    assert!(
+        effective(&settled) < 21_100,
+        "the budget after the compaction is the agent's context: {settled}"
+    );
+    assert_eq!(changed["sessionId"], "claude-code-7d1c2f");
+    let _ = child.kill().await;
+}
