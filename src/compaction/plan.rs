@@ -488,7 +488,10 @@ mod tests {
         let plan = plan(s, s.leaf(), &req).expect("a hand-off plan");
         assert!(plan.summarized_entry_ids.contains(&goal), "{plan:?}");
         let requests = plan.local_state.requests.join("\n");
-        assert!(requests.contains("implement the tokenizer cache"), "{requests}");
+        assert!(
+            requests.contains("implement the tokenizer cache"),
+            "{requests}"
+        );
         assert!(requests.contains("now write the benchmarks"), "{requests}");
         // The writer model reads the agent's summary, not the history it replaced.
         let read: Vec<String> = plan
@@ -497,6 +500,8 @@ mod tests {
             .map(|m| crate::session::entry::blocks_text(&m.content))
             .collect();
         assert_eq!(read[0], "The cache was built.");
-        assert!(!read.iter().any(|t| t.contains("implement the tokenizer cache")));
+        assert!(!read
+            .iter()
+            .any(|t| t.contains("implement the tokenizer cache")));
     }
 }

@@ -677,6 +677,38 @@ mod tests {
             ("codex", Some(2), Some(90_500), None)
         );
         assert_eq!(r.entries[2].source_id.as_deref(), Some("line 4"));
+        assert_eq!(fc.kept_entry_ids, Some(vec![r.entries[0].id.clone()]));
+    }
+
+    #[test]
+    fn the_entries_a_replacement_history_copies_are_matched_latest_first_and_once() {
+        let user = |text: &str| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]});
+        let r = import(&[
+            item(
+                json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions instructions>"}]}),
+            ),
+            item(user("again")),
+            item(user("fix it")),
+            item(user("again")),
+            line(
+                "compacted",
+                json!({"message": "", "replacement_history": [
+                user("again"), user("again"), user("never said"),
+                {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions instructions>"}]},
+                {"type": "compaction", "encrypted_content": "x"}]}),
+            ),
+        ]);
+        let fc = r
+            .entries
+            .iter()
+            .find_map(|e| match &e.body {
+                EntryBody::ForeignCompaction(fc) => Some(fc),
+                _ => None,
+            })
+            .unwrap();
+        let ids = |n: &[usize]| n.iter().map(|&i| r.entries[i].id.clone()).collect();
+        assert_eq!(fc.kept_entry_ids, Some(ids(&[3, 1, 0])));
+        assert_eq!(fc.kept_items, Some(5));
     }
 
     #[test]

@@ -212,14 +212,6 @@ impl Tally {
             // A result logged before its call: the view's pairing decides.
             return false;
         }
-        let carried_anchor = self.anchor.is_some_and(|(i, _)| {
-            matches!(session.entry(i).body, EntryBody::ForeignCompaction(_))
-        });
-        if carried_anchor && self.unanswered[pos].part != ViewPart::New {
-            // An anchor carried over a foreign compaction holds the kept entries' tokens,
-            // synthetic results included: only the view can say what it is now.
-            return false;
-        }
         let call = self.unanswered.remove(pos);
         let slot = ViewSlot {
             item: ViewItem::Entry(idx),
@@ -516,7 +508,11 @@ mod tests {
                     summary_tokens: None,
                     first_kept_entry_id: if *kind == 2 { kept.clone() } else { None },
                     kept_items: None,
-                    kept_entry_ids: if *kind == 3 { kept.map(|k| vec![k]) } else { None },
+                    kept_entry_ids: if *kind == 3 {
+                        kept.map(|k| vec![k])
+                    } else {
+                        None
+                    },
                     instructions: None,
                 }));
             }

@@ -148,8 +148,7 @@ impl ModelView {
             if Some(i) == capsule {
                 break;
             }
-            if policy == ForeignCompactions::Honour && replacing_compaction(session, i).is_some()
-            {
+            if policy == ForeignCompactions::Honour && replacing_compaction(session, i).is_some() {
                 view.foreign = Some(i);
                 break;
             }
@@ -376,16 +375,9 @@ impl ModelView {
     /// although the provider never saw them. Every entry logged after the anchor counts, and so
     /// does every synthetic result of the new part (no provider input held it as written).
     ///
-    /// Before the first usage after the source agent's own compaction, the anchor is that
-    /// compaction: the provider's count of what the log does not hold (a system prompt and
-    /// tool schemas an imported transcript never recorded) is carried over from the last usage
-    /// before it, on top of the counted summary and kept entries.
+    /// Before the first usage after a source agent's own compaction there is no anchor: the
+    /// budget counts the summary, the kept entries and what follows.
     pub fn usage_anchor_at(&self, session: &Session) -> Option<(usize, UsageAnchor)> {
-        self.provider_anchor(session)
-            .or_else(|| self.carried_anchor(session))
-    }
-
-    fn provider_anchor(&self, session: &Session) -> Option<(usize, UsageAnchor)> {
         let ignored_from = self.usage_ignored_from(session);
         // Parents precede children in the file, so on one branch a larger index is newer.
         let anchor = self
@@ -418,36 +410,6 @@ impl ModelView {
             at,
             UsageAnchor {
                 usage,
-                tokens_after,
-            },
-        ))
-    }
-
-    /// The anchor at the foreign compaction the view starts from: what the last provider usage
-    /// before it counted beyond the log, plus the counted summary, kept entries and overhead.
-    fn carried_anchor(&self, session: &Session) -> Option<(usize, UsageAnchor)> {
-        let f = self.foreign?;
-        let before = ModelView::build(session, session.parent_of(f));
-        let (_, measured) = before.usage_anchor_at(session)?;
-        let cal = session.calibration();
-        let not_in_log = (measured.usage.context_tokens() + cal.apply(measured.tokens_after))
-            .checked_sub(cal.apply(before.breakdown(session).total()))
-            .filter(|&t| t > 0)?;
-        let b = self.breakdown(session);
-        let carried = not_in_log + cal.apply(b.system + b.tools + b.capsule + b.retained_tail);
-        let tokens_after = self
-            .slots
-            .iter()
-            .filter(|s| s.part == ViewPart::New)
-            .map(|s| Self::slot_tokens(session, s))
-            .sum();
-        Some((
-            f,
-            UsageAnchor {
-                usage: crate::session::entry::Usage {
-                    input: carried,
-                    ..Default::default()
-                },
                 tokens_after,
             },
         ))
@@ -799,7 +761,13 @@ mod foreign_compaction_tests {
         ModelView::build(s, s.leaf())
             .messages(s)
             .iter()
-            .map(|m| format!("{}:{}", m.role, crate::session::entry::blocks_text(&m.content)))
+            .map(|m| {
+                format!(
+                    "{}:{}",
+                    m.role,
+                    crate::session::entry::blocks_text(&m.content)
+                )
+            })
             .collect()
     }
 
@@ -964,7 +932,10 @@ mod foreign_compaction_tests {
         let view = ModelView::build(s, s.leaf());
         assert_eq!(view.foreign, None);
         assert_eq!(view.capsule, s.index_of(&c));
-        assert_eq!(view.slots[0].item, ViewItem::Capsule(s.index_of(&c).unwrap()));
+        assert_eq!(
+            view.slots[0].item,
+            ViewItem::Capsule(s.index_of(&c).unwrap())
+        );
         let rest: Vec<String> = texts(s)[1..].to_vec();
         assert_eq!(rest, ["user:kept by SOBA", "user:newest"]);
     }

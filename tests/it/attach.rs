@@ -611,21 +611,26 @@ async fn when_the_followed_agent_compacts_its_own_context_the_budget_drops_to_it
         &h.transcript,
         &claude_compaction_and_turn(&h.workspace, 1, 21_000),
     );
+    // The usage after the compaction measured the agent's compacted context: the budget drops
+    // to it (the whole history would stay above 150k).
     let changed = loop {
         let n = c
             .expect_notification("soba/budgetChanged", Duration::from_secs(20))
             .await;
-        if effective(&n) < 150_000 {
+        if (21_010..21_100).contains(&effective(&n)) {
             break n;
         }
     };
-    // The usage after the compaction measured the agent's compacted context: the budget is
-    // that, not the whole history.
-    let settled = budget_until(&c, &h.workspace, |b| effective(b) >= 21_010).await;
-    assert!(
-        effective(&settled) < 21_100,
-        "the budget after the compaction is the agent's context: {settled}"
-    );
     assert_eq!(changed["sessionId"], "claude-code-7d1c2f");
+    let now = budget_until(&c, &h.workspace, |_| true).await;
+    assert_eq!(effective(&now), effective(&changed), "{now}");
+    assert!(
+        now["breakdown"]["capsule"].as_u64() > Some(0),
+        "the agent's summary is the first message: {now}"
+    );
+    assert!(
+        now["breakdown"]["newEntries"].as_u64() < Some(24),
+        "the turns before the compaction are out of the input: {now}"
+    );
     let _ = child.kill().await;
 }

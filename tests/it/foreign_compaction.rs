@@ -10,7 +10,7 @@ use std::path::Path;
 use soba::accuracy::{model_of, pairs, session_of, Pair};
 use soba::import::{import_str, ImportOptions, ImportResult};
 use soba::session::entry::EntryBody;
-use soba::session::view::{ForeignCompactions, ModelView};
+use soba::session::view::ForeignCompactions;
 use soba::session::Session;
 
 fn import(path: &Path) -> ImportResult {
@@ -33,8 +33,8 @@ fn compactions(session: &Session) -> Vec<usize> {
         .collect()
 }
 
-/// The first request after compaction `f` whose estimate rests on a usage after it, and the
-/// very first request after it, each with the pair of the same request in `other`.
+/// The first request after compaction `f`, and the first whose estimate rests on a provider
+/// usage (which, the view starting from `f`, was reported after it).
 fn after<'a>(
     session: &Session,
     pairs: &'a [Pair],
@@ -42,12 +42,7 @@ fn after<'a>(
 ) -> (Option<&'a Pair>, Option<&'a Pair>) {
     let later = |p: &&Pair| session.index_of(&p.entry_id).is_some_and(|i| i > f);
     let first = pairs.iter().find(later);
-    let anchored = pairs.iter().filter(later).find(|p| {
-        p.anchored
-            && ModelView::build(session, session.index_of(&p.entry_id))
-                .usage_anchor_at(session)
-                .is_some_and(|(at, _)| at > f)
-    });
+    let anchored = pairs.iter().filter(later).find(|p| p.anchored);
     (first, anchored)
 }
 
@@ -77,12 +72,13 @@ fn after_each_foreign_compaction_the_budget_follows_the_reported_usage() {
             let first = first.unwrap_or_else(|| panic!("{file}: a request after entry {f}"));
             let anchored =
                 anchored.unwrap_or_else(|| panic!("{file}: an anchored request after entry {f}"));
-            let old = whole
+            let old = whole.iter().find(|p| p.entry_id == first.entry_id).unwrap();
+            let old_anchored = whole
                 .iter()
-                .find(|p| p.entry_id == first.entry_id)
+                .find(|p| p.entry_id == anchored.entry_id)
                 .unwrap();
             eprintln!(
-                "{file} after {}: first request reported {}, SOBA {} ({:+.1}%; whole history {} {:+.1}%), first anchored {} reported {} SOBA {} ({:+.2}%)",
+                "{file} after {}: first request reported {}, SOBA {} ({:+.1}%; whole history {} {:+.1}%), first anchored {} reported {} SOBA {} ({:+.2}%; whole history {:+.1}%)",
                 session.entry(f).id,
                 first.reported,
                 first.soba,
@@ -93,6 +89,7 @@ fn after_each_foreign_compaction_the_budget_follows_the_reported_usage() {
                 anchored.reported,
                 anchored.soba,
                 anchored.soba_error() * 100.0,
+                old_anchored.soba_error() * 100.0,
             );
             assert!(
                 first.after_foreign_compaction && anchored.after_foreign_compaction,
@@ -104,6 +101,14 @@ fn after_each_foreign_compaction_the_budget_follows_the_reported_usage() {
                 anchored.entry_id,
                 anchored.soba,
                 anchored.reported
+            );
+            assert!(
+                !first.anchored,
+                "{file}: no usage measured the compacted context before its first request"
+            );
+            assert!(
+                old_anchored.soba_error() > 0.5,
+                "{file}: the whole history over-estimates the agent's context"
             );
             assert!(
                 first.soba < old.soba,
