@@ -7,8 +7,6 @@
 //! reported. Beside it, pi's method on the same state: the last usage plus ⌈chars/4⌉ of every
 //! message after it. Pure: the caller reads the files.
 
-use std::collections::HashMap;
-
 use serde::Serialize;
 
 use crate::budget::Breakdown;
@@ -37,16 +35,16 @@ pub struct Pair {
     /// anchored: `reported - anchorContext` is the provider's count of the same content.
     pub anchor_context: Option<u64>,
     pub counted_tail: u64,
-    /// The source agent compacted its own context earlier on this branch: it sent its
-    /// compacted context, which SOBA's view (the whole history) does not model.
+    /// The source agent compacted its own context earlier on this branch: the view starts from
+    /// its summary and what it kept, as the agent's request did.
     pub after_foreign_compaction: bool,
 }
 
 impl Pair {
-    /// The transcript holds what the request held: an anchored estimate, no compaction of
-    /// the source agent's own in between. The accuracy target applies to these.
+    /// The transcript holds what the request held: an anchored estimate. The accuracy target
+    /// applies to these.
     pub fn comparable(&self) -> bool {
-        self.anchored && !self.after_foreign_compaction
+        self.anchored
     }
 
     /// `(estimate - reported) / reported`: negative when the estimate is low.
@@ -80,57 +78,11 @@ pub fn model_of(import: &ImportResult) -> Result<ModelDef, ConfigError> {
     Ok(Config::resolve(&[], import.header.model.as_ref(), &Overrides::default())?.model)
 }
 
-/// The transcript cut at the source agent's own compactions. After one, the agent sent its
-/// compacted context, which a view of the whole history does not model; replayed from the
-/// compaction on (its children become roots), the requests after it are measured like any
-/// other: their anchors carry the compacted context. Each entry goes to the segment of the
-/// nearest compaction above it, or to the first segment when none is.
-pub fn segments(import: &ImportResult) -> Vec<ImportResult> {
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    // For each entry: the nearest foreign compaction above it.
-    let mut segment_of: Vec<Option<usize>> = Vec::with_capacity(import.entries.len());
-    let mut order: Vec<Option<usize>> = vec![None];
-    let mut grouped: HashMap<Option<usize>, Vec<Entry>> = HashMap::new();
-    for (i, e) in import.entries.iter().enumerate() {
-        index.insert(e.id.as_str(), i);
-        let parent = e.parent_id.as_deref().and_then(|p| index.get(p).copied());
-        let (segment, root) = match parent {
-            Some(p) if matches!(import.entries[p].body, EntryBody::ForeignCompaction(_)) => {
-                (Some(p), true)
-            }
-            Some(p) => (segment_of[p], false),
-            None => (None, false),
-        };
-        segment_of.push(segment);
-        if matches!(e.body, EntryBody::ForeignCompaction(_)) {
-            order.push(Some(i));
-            continue;
-        }
-        let mut e = e.clone();
-        if root {
-            e.parent_id = None;
-        }
-        grouped.entry(segment).or_default().push(e);
-    }
-    order
-        .into_iter()
-        .filter_map(|k| grouped.remove(&k))
-        .filter(|entries| entries.iter().any(Entry::is_model_visible))
-        .map(|entries| ImportResult {
-            header: import.header.clone(),
-            entries,
-            report: import.report.clone(),
-        })
-        .collect()
-}
-
-/// Every request pair of an imported transcript, segment by segment (see [`segments`]),
-/// counted for `model`.
+/// Every request pair of an imported transcript, counted for `model`. After a source agent's
+/// own compaction the view holds what the agent sent (its summary, what it kept, what came
+/// after), so those requests are measured like any other.
 pub fn replay(import: &ImportResult, model: &ModelDef) -> Vec<Pair> {
-    segments(import)
-        .iter()
-        .flat_map(|segment| pairs(&session_of(segment, model)))
-        .collect()
+    pairs(&session_of(import, model))
 }
 
 /// The request pairs of `session`, with SOBA's estimate as the live budget makes it.
@@ -163,7 +115,7 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
             anchored: anchor.is_some(),
             anchor_context: anchor.map(|a| a.usage.context_tokens()),
             counted_tail: anchor.map_or(breakdown.total(), |a| a.tokens_after),
-            after_foreign_compaction: view.oldest_foreign_compaction(session).is_some(),
+            after_foreign_compaction: view.foreign.is_some(),
         });
     }
     out
@@ -184,6 +136,8 @@ fn response_start(session: &Session, idx: usize) -> Option<usize> {
         match &session.entry(p).body {
             EntryBody::Message(m) if m.role == Role::Assistant && m.usage.is_none() => start = p,
             EntryBody::Message(_) | EntryBody::ToolResult(_) => break,
+            // The agent compacted before this response: the request held the compacted context.
+            EntryBody::ForeignCompaction(f) if f.replaces_context() => break,
             // Bookkeeping entries between the blocks of one response.
             _ => start = p,
         }

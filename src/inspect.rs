@@ -408,6 +408,19 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
                 };
                 (Some(e.id.clone()), EntryKind::Capsule, label, None)
             }
+            ViewItem::ForeignSummary(i) => {
+                let e = session.entry(*i);
+                let agent = match &e.body {
+                    EntryBody::ForeignCompaction(f) => f.agent.as_str(),
+                    _ => "source agent",
+                };
+                (
+                    Some(e.id.clone()),
+                    EntryKind::Capsule,
+                    format!("{agent}'s compaction summary"),
+                    None,
+                )
+            }
             ViewItem::InterruptedResult {
                 call_id, tool_name, ..
             } => (

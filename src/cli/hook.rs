@@ -223,6 +223,7 @@ fn record_pre_compact(
                 summary_tokens: None,
                 first_kept_entry_id: None,
                 kept_items: None,
+                kept_entry_ids: None,
                 instructions,
             }),
         );

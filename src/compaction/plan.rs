@@ -7,7 +7,7 @@ use crate::capsule::builder::{build_state, trim_state};
 use crate::capsule::{Artifacts, CapsuleEntry, CapsuleState, Origin, Quality};
 use crate::config::Config;
 use crate::session::entry::{Entry, EntryBody, Outcome, Role, Trigger};
-use crate::session::view::{ModelMessage, ModelView, ViewItem, ViewPart};
+use crate::session::view::{ForeignCompactions, ModelMessage, ModelView, ViewItem, ViewPart};
 use crate::session::Session;
 use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
 
@@ -133,7 +133,10 @@ fn view_items(session: &Session, view: &ModelView) -> (Vec<usize>, Vec<CutItem>)
         .map(|&i| {
             let e = session.entry(i);
             CutItem {
-                is_message: matches!(&e.body, EntryBody::Message(m) if m.role != Role::System),
+                // What a source agent kept over its own compaction goes with its summary: a
+                // retained tail from there would bring back what it dropped in between.
+                is_message: matches!(&e.body, EntryBody::Message(m) if m.role != Role::System)
+                    && view.foreign.is_none_or(|f| i > f),
                 tokens: elided
                     .get(&i)
                     .copied()
@@ -254,7 +257,14 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
 
     let workspace = session.header.workspace.clone();
     let after_capsule = entries_after(session, leaf, view.capsule);
-    let tail_of_previous: Vec<usize> = view
+    // The capsule's facts cover the whole history, also what the source agent's own
+    // compaction took out of the input.
+    let superseded = view.superseded(session);
+    let whole_history = match view.foreign {
+        Some(_) => ModelView::build_with(session, Some(leaf), ForeignCompactions::WholeHistory),
+        None => view.clone(),
+    };
+    let tail_of_previous: Vec<usize> = whole_history
         .slots
         .iter()
         .filter(|s| s.part == ViewPart::RetainedTail)
@@ -275,8 +285,16 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         req.mapping,
     );
 
+    let summarized_at = |cut: usize| -> Vec<usize> {
+        let mut summarized: Vec<usize> = superseded.iter().chain(&order[..cut]).copied().collect();
+        summarized.sort_unstable();
+        summarized
+    };
     let build = |cut: usize| {
-        let summarized: Vec<&Entry> = order[..cut].iter().map(|&i| session.entry(i)).collect();
+        let summarized: Vec<&Entry> = summarized_at(cut)
+            .into_iter()
+            .map(|i| session.entry(i))
+            .collect();
         build_state(
             session.tokenizer(),
             previous.as_ref(),
@@ -365,6 +383,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
             let idx = match &slot.item {
                 ViewItem::Entry(i) => Some(*i),
                 ViewItem::InterruptedResult { call_entry, .. } => Some(*call_entry),
+                ViewItem::ForeignSummary(f) => Some(*f),
                 ViewItem::Capsule(_) => None,
             };
             matches!((idx, cut_entry), (Some(i), Some(c)) if i < c)
@@ -386,9 +405,9 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         elide_tool_results_over: elide_over,
         previous,
         to_summarize,
-        summarized_entry_ids: order[..cut]
-            .iter()
-            .map(|&i| session.entry(i).id.clone())
+        summarized_entry_ids: summarized_at(cut)
+            .into_iter()
+            .map(|i| session.entry(i).id.clone())
             .collect(),
         artifacts,
         local_state,
@@ -427,4 +446,62 @@ fn capsule_tokens(
         loaded_from: None,
     };
     MESSAGE_OVERHEAD_TOKENS + tokenizer.count(&crate::capsule::render::render_for_model(&probe))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Overrides;
+    use crate::session::entry::ForeignCompactionEntry;
+    use crate::session::testing::Builder;
+
+    /// A capsule made after a source agent's own compaction still holds the facts of the
+    /// history that compaction took out of the input.
+    #[test]
+    fn a_capsule_after_a_foreign_compaction_covers_the_whole_history() {
+        let mut b = Builder::new();
+        let goal = b.user("implement the tokenizer cache");
+        b.assistant("the cache is in place");
+        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            agent: "claude-code".into(),
+            trigger: Some("auto".into()),
+            tokens_before: Some(150_000),
+            summary: Some("The cache was built.".into()),
+            summary_tokens: None,
+            first_kept_entry_id: None,
+            kept_items: None,
+            kept_entry_ids: None,
+            instructions: None,
+        }));
+        b.user("now write the benchmarks");
+        b.assistant("benchmarks written");
+        let config = Config::resolve(&[], None, &Overrides::default()).unwrap();
+        let req = PlanRequest {
+            trigger: Trigger::Handoff,
+            instructions: None,
+            title: None,
+            config: &config,
+            mapping: &config.tool_mapping,
+            operation_id: "op_1".into(),
+        };
+        let s = &b.session;
+        let plan = plan(s, s.leaf(), &req).expect("a hand-off plan");
+        assert!(plan.summarized_entry_ids.contains(&goal), "{plan:?}");
+        let requests = plan.local_state.requests.join("\n");
+        assert!(
+            requests.contains("implement the tokenizer cache"),
+            "{requests}"
+        );
+        assert!(requests.contains("now write the benchmarks"), "{requests}");
+        // The writer model reads the agent's summary, not the history it replaced.
+        let read: Vec<String> = plan
+            .to_summarize
+            .iter()
+            .map(|m| crate::session::entry::blocks_text(&m.content))
+            .collect();
+        assert_eq!(read[0], "The cache was built.");
+        assert!(!read
+            .iter()
+            .any(|t| t.contains("implement the tokenizer cache")));
+    }
 }

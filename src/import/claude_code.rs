@@ -386,6 +386,7 @@ impl Reader {
             summary_tokens: None,
             first_kept_entry_id: None,
             kept_items: None,
+            kept_entry_ids: None,
             instructions: None,
         };
         let parent = self.parent_of(r);
@@ -431,6 +432,7 @@ impl Reader {
                     summary_tokens: None,
                     first_kept_entry_id: None,
                     kept_items: None,
+                    kept_entry_ids: None,
                     instructions: None,
                 }),
             ),

@@ -331,6 +331,8 @@ impl Reader {
     }
 
     fn compacted(&mut self, p: &Value, ts: Option<&str>, source_id: &str) {
+        let replacement = p.get("replacement_history").and_then(Value::as_array);
+        let kept_entry_ids = replacement.map(|items| self.kept_entries(items));
         let entry = ForeignCompactionEntry {
             agent: Format::Codex.as_str().into(),
             trigger: None,
@@ -340,13 +342,44 @@ impl Reader {
                 .map(str::to_string),
             summary_tokens: None,
             first_kept_entry_id: None,
-            kept_items: p
-                .get("replacement_history")
-                .and_then(Value::as_array)
-                .map(|h| h.len() as u64),
+            kept_items: replacement.map(|h| h.len() as u64),
+            kept_entry_ids,
             instructions: None,
         };
         self.push(ts, source_id, EntryBody::ForeignCompaction(entry));
+    }
+
+    /// The imported entries a `replacement_history` carries over: each of its messages is a
+    /// copy of an earlier message of the history (the user's prompts, the harness's
+    /// instructions), matched to the latest earlier entry with the same role and text that no
+    /// other item took. Items with no such entry (the encrypted summary itself) add nothing.
+    fn kept_entries(&self, items: &[Value]) -> Vec<String> {
+        let entries = self.builder.entries();
+        let mut taken = vec![false; entries.len()];
+        let mut kept = Vec::new();
+        for item in items {
+            if str_field(item, "type") != Some("message") {
+                continue;
+            }
+            let role = match str_field(item, "role") {
+                Some("user") => Role::User,
+                Some("developer" | "system") => Role::System,
+                _ => continue,
+            };
+            let text = crate::session::entry::blocks_text(&message_content(
+                item.get("content").unwrap_or(&Value::Null),
+            ));
+            let found = (0..entries.len()).rev().find(|&i| {
+                !taken[i]
+                    && matches!(&entries[i].body, EntryBody::Message(m)
+                        if m.role == role && crate::session::entry::blocks_text(&m.content) == text)
+            });
+            if let Some(i) = found {
+                taken[i] = true;
+                kept.push(entries[i].id.clone());
+            }
+        }
+        kept
     }
 }
 
@@ -644,6 +677,38 @@ mod tests {
             ("codex", Some(2), Some(90_500), None)
         );
         assert_eq!(r.entries[2].source_id.as_deref(), Some("line 4"));
+        assert_eq!(fc.kept_entry_ids, Some(vec![r.entries[0].id.clone()]));
+    }
+
+    #[test]
+    fn the_entries_a_replacement_history_copies_are_matched_latest_first_and_once() {
+        let user = |text: &str| json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]});
+        let r = import(&[
+            item(
+                json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions instructions>"}]}),
+            ),
+            item(user("again")),
+            item(user("fix it")),
+            item(user("again")),
+            line(
+                "compacted",
+                json!({"message": "", "replacement_history": [
+                user("again"), user("again"), user("never said"),
+                {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions instructions>"}]},
+                {"type": "compaction", "encrypted_content": "x"}]}),
+            ),
+        ]);
+        let fc = r
+            .entries
+            .iter()
+            .find_map(|e| match &e.body {
+                EntryBody::ForeignCompaction(fc) => Some(fc),
+                _ => None,
+            })
+            .unwrap();
+        let ids = |n: &[usize]| n.iter().map(|&i| r.entries[i].id.clone()).collect();
+        assert_eq!(fc.kept_entry_ids, Some(ids(&[3, 1, 0])));
+        assert_eq!(fc.kept_items, Some(5));
     }
 
     #[test]

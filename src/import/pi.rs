@@ -108,6 +108,7 @@ impl Reader {
                 first_kept_entry_id: str_field(r, "firstKeptEntryId")
                     .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
                 kept_items: None,
+                kept_entry_ids: None,
                 instructions: None,
             })),
             "branch_summary" => {

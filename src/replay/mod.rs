@@ -4,7 +4,9 @@
 //! the preflight barrier, which compacts per the configured policy; a new user prompt closes the
 //! previous turn (`turn_complete`). The source agent's provider usage is kept off the replayed
 //! log: it measured the source agent's input, not SOBA's, and is charted beside it instead. The
-//! source agent's own compactions are recorded on the timeline where they happened.
+//! source agent's own compactions are recorded on the timeline where they happened; they do not
+//! cut the replayed input (the view keeps the whole history), so SOBA's compactions are
+//! compared with the agent's over the same history.
 
 pub mod host;
 
@@ -15,7 +17,7 @@ use crate::import::ImportResult;
 use crate::report::Timeline;
 use crate::session::entry::{EntryBody, Role};
 use crate::session::log::{LogError, SessionLog};
-use crate::session::view::ModelMessage;
+use crate::session::view::{ForeignCompactions, ModelMessage};
 
 use host::{CapsuleWriter, Sent, SimulatedHost, Sink};
 
@@ -65,6 +67,10 @@ pub fn replay<'a>(
     } = observers;
     let mut log = SessionLog::create(log_path, import.header.clone(), Durability::Flush)?;
     config.model.configure_counting(log.session_mut());
+    // SOBA in the source agent's place: the agent's own compactions are marks on the
+    // timeline, not cuts of the input SOBA would have sent.
+    log.session_mut()
+        .set_foreign_compactions(ForeignCompactions::WholeHistory);
     let title = match &import.header.source {
         Some(src) => format!("Replay of {} ({})", src.path, src.format),
         None => format!("Replay of session {}", import.header.id),
@@ -246,6 +252,7 @@ mod tests {
                     summary_tokens: Some(1),
                     first_kept_entry_id: None,
                     kept_items: Some(3),
+                    kept_entry_ids: None,
                     instructions: None,
                 }));
             }

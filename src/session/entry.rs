@@ -580,10 +580,26 @@ pub struct ForeignCompactionEntry {
     /// Number of items the source agent kept verbatim (e.g. Codex `replacement_history`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_items: Option<u64>,
+    /// Earlier entries the source agent carried into its new context, in its order, when what
+    /// it kept is not one run from `firstKeptEntryId` (Codex copies the user messages of the
+    /// history into `replacement_history`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_entry_ids: Option<Vec<String>>,
     /// What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
     /// (Claude Code's `PreCompact` hook).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+}
+
+impl ForeignCompactionEntry {
+    /// The agent replaced its context: it recorded the summary it continued from or what it
+    /// kept. A record of a compaction request alone (Claude Code's `PreCompact` hook) did not.
+    pub fn replaces_context(&self) -> bool {
+        self.summary.is_some()
+            || self.first_kept_entry_id.is_some()
+            || self.kept_entry_ids.is_some()
+            || self.kept_items.is_some()
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -804,6 +820,7 @@ pub(crate) mod tests {
                 summary_tokens: Some(1),
                 first_kept_entry_id: Some("e3".into()),
                 kept_items: Some(4),
+                kept_entry_ids: None,
                 instructions: Some("keep the auth work".into()),
             }),
         ]

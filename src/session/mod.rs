@@ -54,6 +54,7 @@ pub struct Session {
     /// Budget and turn facts at the leaf; empty until first asked for, and after an entry
     /// that reshapes the view.
     tally: OnceLock<tally::Tally>,
+    foreign_compactions: view::ForeignCompactions,
 }
 
 impl Session {
@@ -72,6 +73,20 @@ impl Session {
             count_factor: (1.0, CalibrationSource::Exact),
             leaf: None,
             tally: OnceLock::new(),
+            foreign_compactions: view::ForeignCompactions::default(),
+        }
+    }
+
+    /// What the model view makes of the source agent's own compactions.
+    pub fn foreign_compactions(&self) -> view::ForeignCompactions {
+        self.foreign_compactions
+    }
+
+    /// Change what the model view makes of the source agent's own compactions.
+    pub fn set_foreign_compactions(&mut self, policy: view::ForeignCompactions) {
+        if policy != self.foreign_compactions {
+            self.foreign_compactions = policy;
+            self.tally = OnceLock::new();
         }
     }
 

@@ -37,7 +37,8 @@ pub struct Tally {
     /// The newest assistant message with provider usage, and the tokens after it.
     anchor: Option<(usize, Usage)>,
     tokens_after_anchor: u64,
-    /// A foreign compaction after the capsule: usage from here on measured another context.
+    /// A foreign compaction in a whole-history view: usage from here on measured another
+    /// context.
     usage_ignored: bool,
     elide_results_over: Option<u64>,
     /// The session's `/auto-compact` setting at the leaf, if it has one.
@@ -89,11 +90,8 @@ impl Tally {
             breakdown: view.breakdown(session),
             anchor: anchor.map(|(i, a)| (i, a.usage)),
             tokens_after_anchor: anchor.map_or(0, |(_, a)| a.tokens_after),
-            usage_ignored: view.oldest_foreign_compaction(session).is_some(),
-            elide_results_over: view
-                .capsule
-                .and_then(|c| session.entry(c).as_capsule())
-                .and_then(|c| c.elide_tool_results_over),
+            usage_ignored: view.usage_ignored_from(session).is_some(),
+            elide_results_over: view.elide_results_limit(session),
             auto_compact: session.settings_at(leaf).auto_compact,
             unanswered,
             call_ids,
@@ -318,7 +316,12 @@ mod tests {
         Rewind {
             back: usize,
         },
-        ForeignCompaction,
+        /// A source agent's compaction: a request record alone (0), a summary (1), a summary
+        /// keeping the entries from `keep_back` entries up (2), or kept entries alone (3).
+        ForeignCompaction {
+            kind: u8,
+            keep_back: usize,
+        },
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -336,7 +339,7 @@ mod tests {
             1 => (0usize..6, proptest::option::of(5u64..60), any::<bool>()).prop_map(|(keep_back, elide_over, handoff)| Step::Capsule { keep_back, elide_over, handoff }),
             1 => Just(Step::Setting),
             1 => (1usize..8).prop_map(|back| Step::Rewind { back }),
-            1 => Just(Step::ForeignCompaction),
+            1 => (0u8..4, 0usize..6).prop_map(|(kind, keep_back)| Step::ForeignCompaction { kind, keep_back }),
         ]
     }
 
@@ -495,15 +498,21 @@ mod tests {
                     b.push(EntryBody::Rewind(RewindEntry { to }));
                 }
             }
-            Step::ForeignCompaction => {
+            Step::ForeignCompaction { kind, keep_back } => {
+                let kept = ancestor(b, *keep_back);
                 b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
                     agent: "pi".into(),
                     trigger: None,
                     tokens_before: None,
-                    summary: None,
+                    summary: matches!(kind, 1 | 2).then(|| words(*keep_back * 7)),
                     summary_tokens: None,
-                    first_kept_entry_id: None,
+                    first_kept_entry_id: if *kind == 2 { kept.clone() } else { None },
                     kept_items: None,
+                    kept_entry_ids: if *kind == 3 {
+                        kept.map(|k| vec![k])
+                    } else {
+                        None
+                    },
                     instructions: None,
                 }));
             }
@@ -516,8 +525,11 @@ mod tests {
         /// After every append the kept-up tally equals one built afresh from the view, and its
         /// budget and turn facts equal what the view and the log say.
         #[test]
-        fn the_tally_kept_per_append_equals_the_view(steps in proptest::collection::vec(step(), 1..60)) {
+        fn the_tally_kept_per_append_equals_the_view(steps in proptest::collection::vec(step(), 1..60), whole_history in any::<bool>()) {
             let mut b = Builder::new();
+            if whole_history {
+                b.session.set_foreign_compactions(crate::session::view::ForeignCompactions::WholeHistory);
+            }
             let mut calls = Vec::new();
             b.user("start");
             let _ = b.session.tally();

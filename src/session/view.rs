@@ -1,17 +1,21 @@
 //! The model-input view: what the next inference sees for a given leaf.
 //!
 //! The latest capsule on the leaf's branch (rendered as one message), every entry from its
-//! `firstKeptEntryId` on, then the entries appended after the capsule. Tool results always
-//! follow the assistant message that made the call; a call with no result gets a synthetic
-//! "no result: interrupted" result, and a result whose call is not in the view is left out
-//! with a warning. The log itself is never changed.
+//! `firstKeptEntryId` on, then the entries appended after the capsule. When the source agent of
+//! an imported or followed transcript compacted its own context after that capsule (a
+//! `foreign_compaction` with a summary or a record of what it kept), its context was replaced:
+//! the view starts from the latest such compaction instead, with its summary (as the agent sends
+//! it), the entries it kept, and the entries after it. Tool results always follow the assistant
+//! message that made the call; a call with no result gets a synthetic "no result: interrupted"
+//! result, and a result whose call is not in the view is left out with a warning. The log
+//! itself is never changed.
 
 use std::collections::{HashMap, HashSet};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::entry::{ContentBlock, EntryBody, Role};
+use super::entry::{ContentBlock, EntryBody, ForeignCompactionEntry, Role};
 use super::Session;
 use crate::budget::{Breakdown, UsageAnchor};
 use crate::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
@@ -27,9 +31,39 @@ pub enum ViewPart {
     New,
 }
 
+/// What the view makes of a source agent's own compactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForeignCompactions {
+    /// The agent's context was replaced: the view starts from its latest compaction. This is
+    /// what the agent sends, so its provider usage after the compaction measures the view.
+    #[default]
+    Honour,
+    /// The whole history stays in the view, as if the agent had never compacted: what SOBA
+    /// alone would have sent (`soba replay` simulates that). Usage after a compaction measured
+    /// another context and is no anchor.
+    WholeHistory,
+}
+
+/// Prefix and suffix pi wraps a compaction summary in when it sends it to the model.
+const PI_SUMMARY_PREFIX: &str =
+    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
+const PI_SUMMARY_SUFFIX: &str = "\n</summary>";
+
+/// The summary of a source agent's compaction as that agent sends it: a user message (Claude
+/// Code sends the text as written; pi wraps it).
+pub fn foreign_summary_text(f: &ForeignCompactionEntry) -> Option<String> {
+    let summary = f.summary.as_deref()?;
+    Some(match f.agent.as_str() {
+        "pi" => format!("{PI_SUMMARY_PREFIX}{summary}{PI_SUMMARY_SUFFIX}"),
+        _ => summary.to_string(),
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ViewItem {
     Capsule(usize),
+    /// The summary of the `foreign_compaction` entry the view starts from.
+    ForeignSummary(usize),
     Entry(usize),
     /// Stand-in result for a call (in entry `call_entry`) that has none.
     InterruptedResult {
@@ -59,7 +93,8 @@ pub struct ModelMessage {
     pub tool_call_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
-    /// The log entry this message comes from; absent for the capsule and synthetic results.
+    /// The log entry this message comes from; absent for the capsule, a source agent's summary
+    /// and synthetic results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry_id: Option<String>,
 }
@@ -67,7 +102,11 @@ pub struct ModelMessage {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ModelView {
     pub leaf: Option<usize>,
+    /// The latest capsule on the branch: the previous one for the next compaction, and the
+    /// first message of the view unless a foreign compaction after it replaced the context.
     pub capsule: Option<usize>,
+    /// The source agent's compaction the view starts from, when there is one.
+    pub foreign: Option<usize>,
     pub first_kept: Option<usize>,
     pub slots: Vec<ViewSlot>,
     /// Tool results on the branch left out of the input (no call for them, or a repeat).
@@ -81,8 +120,18 @@ pub fn interrupted_result_tokens(kind: TokenizerKind, call_id: &str) -> u64 {
 }
 
 impl ModelView {
-    /// The view for `leaf` (usually `session.leaf()`).
+    /// The view for `leaf` (usually `session.leaf()`), with the session's policy for foreign
+    /// compactions.
     pub fn build(session: &Session, leaf: Option<usize>) -> ModelView {
+        Self::build_with(session, leaf, session.foreign_compactions())
+    }
+
+    /// The view for `leaf`, with foreign compactions treated as `policy` says.
+    pub fn build_with(
+        session: &Session,
+        leaf: Option<usize>,
+        policy: ForeignCompactions,
+    ) -> ModelView {
         let mut view = ModelView {
             leaf,
             ..ModelView::default()
@@ -91,44 +140,25 @@ impl ModelView {
         let capsule = session.capsule_on_path(leaf);
         view.capsule = capsule;
 
-        // Walk up from the leaf: new entries until the capsule, then the retained tail until
-        // the first kept entry.
+        // Walk up from the leaf: new entries until the capsule, or until the latest foreign
+        // compaction that replaced the context when the policy honours it.
         let mut new_entries = Vec::new();
-        let mut tail = Vec::new();
         let mut cur = Some(leaf);
         while let Some(i) = cur {
             if Some(i) == capsule {
                 break;
             }
+            if policy == ForeignCompactions::Honour && replacing_compaction(session, i).is_some() {
+                view.foreign = Some(i);
+                break;
+            }
             new_entries.push(i);
             cur = session.parent_of(i);
         }
-        if let Some(c) = capsule {
-            let cap = session
-                .entry(c)
-                .as_capsule()
-                .expect("capsule index holds a capsule");
-            if let Some(fk) = cap.first_kept_entry_id.as_deref() {
-                match session.index_of(fk) {
-                    Some(fk_idx) if session.is_ancestor(fk_idx, c) => {
-                        view.first_kept = Some(fk_idx);
-                        let mut cur = session.parent_of(c);
-                        while let Some(i) = cur {
-                            tail.push(i);
-                            if i == fk_idx {
-                                break;
-                            }
-                            cur = session.parent_of(i);
-                        }
-                    }
-                    _ => view.warnings.push(format!(
-                        "capsule {} keeps from entry `{fk}`, which is not on its branch; no tail retained",
-                        cap.checkpoint_id
-                    )),
-                }
-            }
-        }
-        tail.reverse();
+        let tail = match view.foreign {
+            Some(f) => view.kept_by_foreign(session, f),
+            None => view.capsule_tail(session),
+        };
         new_entries.reverse();
 
         let ordered: Vec<(usize, ViewPart)> = tail
@@ -138,21 +168,136 @@ impl ModelView {
             .filter(|(i, _)| session.entry(*i).is_model_visible())
             .collect();
 
-        if let Some(c) = capsule {
-            view.slots.push(ViewSlot {
-                item: ViewItem::Capsule(c),
-                part: ViewPart::Capsule,
-                elided: false,
-            });
+        match view.foreign {
+            Some(f) => {
+                if replacing_compaction(session, f).is_some_and(|fc| fc.summary.is_some()) {
+                    view.slots.push(ViewSlot {
+                        item: ViewItem::ForeignSummary(f),
+                        part: ViewPart::Capsule,
+                        elided: false,
+                    });
+                }
+            }
+            None => {
+                if let Some(c) = capsule {
+                    view.slots.push(ViewSlot {
+                        item: ViewItem::Capsule(c),
+                        part: ViewPart::Capsule,
+                        elided: false,
+                    });
+                }
+            }
         }
         pair_tool_results(session, &ordered, &mut view);
-        if let Some(limit) = capsule
-            .and_then(|c| session.entry(c).as_capsule())
-            .and_then(|c| c.elide_tool_results_over)
-        {
+        if let Some(limit) = view.elide_results_limit(session) {
             view.elide_results_over(session, limit);
         }
         view
+    }
+
+    /// The capsule's retained tail: the entries from its `firstKeptEntryId` to the capsule,
+    /// oldest first.
+    fn capsule_tail(&mut self, session: &Session) -> Vec<usize> {
+        let mut tail = Vec::new();
+        let Some(c) = self.capsule else { return tail };
+        let cap = session
+            .entry(c)
+            .as_capsule()
+            .expect("capsule index holds a capsule");
+        let Some(fk) = cap.first_kept_entry_id.as_deref() else {
+            return tail;
+        };
+        match session.index_of(fk) {
+            Some(fk_idx) if session.is_ancestor(fk_idx, c) => {
+                self.first_kept = Some(fk_idx);
+                let mut cur = session.parent_of(c);
+                while let Some(i) = cur {
+                    tail.push(i);
+                    if i == fk_idx {
+                        break;
+                    }
+                    cur = session.parent_of(i);
+                }
+            }
+            _ => self.warnings.push(format!(
+                "capsule {} keeps from entry `{fk}`, which is not on its branch; no tail retained",
+                cap.checkpoint_id
+            )),
+        }
+        tail.reverse();
+        tail
+    }
+
+    /// The entries the source agent carried over its compaction `f`: the run from its
+    /// `firstKeptEntryId` (pi), or the entries it copied into its new history (Codex), in the
+    /// agent's order.
+    fn kept_by_foreign(&mut self, session: &Session, f: usize) -> Vec<usize> {
+        let fc = replacing_compaction(session, f).expect("the view starts from a compaction");
+        let mut kept = Vec::new();
+        let on_branch = |id: &str| {
+            session
+                .index_of(id)
+                .filter(|&i| i != f && session.is_ancestor(i, f))
+        };
+        if let Some(fk) = fc.first_kept_entry_id.as_deref() {
+            match on_branch(fk) {
+                Some(fk_idx) => {
+                    self.first_kept = Some(fk_idx);
+                    let mut cur = session.parent_of(f);
+                    while let Some(i) = cur {
+                        kept.push(i);
+                        if i == fk_idx {
+                            break;
+                        }
+                        cur = session.parent_of(i);
+                    }
+                    kept.reverse();
+                }
+                None => self.warnings.push(format!(
+                    "{}'s compaction (entry {}) keeps from entry `{fk}`, which is not on its branch; nothing kept",
+                    fc.agent,
+                    session.entry(f).id
+                )),
+            }
+        }
+        for id in fc.kept_entry_ids.iter().flatten() {
+            match on_branch(id) {
+                Some(i) if !kept.contains(&i) => kept.push(i),
+                Some(_) => {}
+                None => self.warnings.push(format!(
+                    "{}'s compaction (entry {}) keeps entry `{id}`, which is not on its branch; left out",
+                    fc.agent,
+                    session.entry(f).id
+                )),
+            }
+        }
+        kept
+    }
+
+    /// The size over which tool results are shortened: the capsule's, while it opens the view.
+    pub fn elide_results_limit(&self, session: &Session) -> Option<u64> {
+        if self.foreign.is_some() {
+            return None;
+        }
+        self.capsule
+            .and_then(|c| session.entry(c).as_capsule())
+            .and_then(|c| c.elide_tool_results_over)
+    }
+
+    /// The model-visible entries of the whole history that the source agent's compaction left
+    /// out of this view, oldest first: what a capsule made now must still account for.
+    pub fn superseded(&self, session: &Session) -> Vec<usize> {
+        let Some(f) = self.foreign else {
+            return Vec::new();
+        };
+        let shown: HashSet<usize> = self.entry_indices().collect();
+        let mut hidden: Vec<usize> =
+            ModelView::build_with(session, self.leaf, ForeignCompactions::WholeHistory)
+                .entry_indices()
+                .filter(|&i| i < f && !shown.contains(&i))
+                .collect();
+        hidden.sort_unstable();
+        hidden
     }
 
     /// Mark tool results larger than `limit` tokens as elided.
@@ -187,6 +332,7 @@ impl ModelView {
         }
         match &slot.item {
             ViewItem::Capsule(i) | ViewItem::Entry(i) => session.tokens_of(*i),
+            ViewItem::ForeignSummary(i) => foreign_summary_tokens(session, *i),
             ViewItem::InterruptedResult { call_id, .. } => {
                 interrupted_result_tokens(session.tokenizer(), call_id)
             }
@@ -213,9 +359,10 @@ impl ModelView {
     }
 
     /// The newest provider usage after the latest capsule, with the counted tokens after it.
-    /// Usage on retained-tail entries predates the capsule and is ignored. So is usage after a
-    /// `foreign_compaction` (an imported agent's own compaction): it measured that agent's
-    /// compacted context, not this view.
+    /// Usage on retained-tail entries predates the capsule and is ignored. When the view starts
+    /// from a source agent's own compaction, usage after it measured exactly this context and
+    /// anchors; under [`ForeignCompactions::WholeHistory`] it measured the agent's compacted
+    /// context, not this view, and is ignored.
     pub fn usage_anchor(&self, session: &Session) -> Option<UsageAnchor> {
         self.usage_anchor_at(session).map(|(_, a)| a)
     }
@@ -227,8 +374,11 @@ impl ModelView {
     /// usage on the last), the results of the earlier calls sit before the anchor in the view
     /// although the provider never saw them. Every entry logged after the anchor counts, and so
     /// does every synthetic result of the new part (no provider input held it as written).
+    ///
+    /// Before the first usage after a source agent's own compaction there is no anchor: the
+    /// budget counts the summary, the kept entries and what follows.
     pub fn usage_anchor_at(&self, session: &Session) -> Option<(usize, UsageAnchor)> {
-        let oldest_foreign_compaction = self.oldest_foreign_compaction(session);
+        let ignored_from = self.usage_ignored_from(session);
         // Parents precede children in the file, so on one branch a larger index is newer.
         let anchor = self
             .slots
@@ -238,7 +388,7 @@ impl ModelView {
                 ViewItem::Entry(i) => Some(i),
                 _ => None,
             })
-            .filter(|&i| oldest_foreign_compaction.is_none_or(|fc| i < fc))
+            .filter(|&i| ignored_from.is_none_or(|fc| i < fc))
             .filter_map(|i| match &session.entry(i).body {
                 EntryBody::Message(m) if m.role == Role::Assistant => m.usage.map(|u| (i, u)),
                 _ => None,
@@ -252,7 +402,7 @@ impl ModelView {
             .filter(|s| match s.item {
                 ViewItem::Entry(i) => i > at,
                 ViewItem::InterruptedResult { .. } => true,
-                ViewItem::Capsule(_) => false,
+                ViewItem::Capsule(_) | ViewItem::ForeignSummary(_) => false,
             })
             .map(|s| Self::slot_tokens(session, s))
             .sum();
@@ -265,12 +415,23 @@ impl ModelView {
         ))
     }
 
-    /// The oldest `foreign_compaction` between the latest capsule (or the root) and the leaf.
+    /// The entry from which provider usage no longer measures this view: the oldest foreign
+    /// compaction in the new part, which only a whole-history view holds.
+    pub fn usage_ignored_from(&self, session: &Session) -> Option<usize> {
+        match self.foreign {
+            Some(_) => None,
+            None => self.oldest_foreign_compaction(session),
+        }
+    }
+
+    /// The oldest `foreign_compaction` that replaced the source agent's context between the
+    /// latest capsule (or the root) and the leaf. Records of a compaction request alone (a
+    /// `PreCompact` hook) replaced nothing and are passed over.
     pub fn oldest_foreign_compaction(&self, session: &Session) -> Option<usize> {
         let mut oldest = None;
         let mut cur = self.leaf;
         while let Some(i) = cur.filter(|&i| Some(i) != self.capsule) {
-            if matches!(session.entry(i).body, EntryBody::ForeignCompaction(_)) {
+            if replacing_compaction(session, i).is_some() {
                 oldest = Some(i);
             }
             cur = session.parent_of(i);
@@ -281,6 +442,25 @@ impl ModelView {
     /// The messages to send, in order.
     pub fn messages(&self, session: &Session) -> Vec<ModelMessage> {
         self.slots.iter().map(|s| render_slot(session, s)).collect()
+    }
+}
+
+/// The `foreign_compaction` at `idx`, when it replaced the source agent's context: it carries
+/// the summary the agent continued from or a record of what it kept.
+fn replacing_compaction(session: &Session, idx: usize) -> Option<&ForeignCompactionEntry> {
+    match &session.entry(idx).body {
+        EntryBody::ForeignCompaction(f) if f.replaces_context() => Some(f),
+        _ => None,
+    }
+}
+
+/// Tokens of the summary message of the foreign compaction at `idx`.
+fn foreign_summary_tokens(session: &Session, idx: usize) -> u64 {
+    match &session.entry(idx).body {
+        EntryBody::ForeignCompaction(f) => foreign_summary_text(f).map_or(0, |text| {
+            MESSAGE_OVERHEAD_TOKENS + session.tokenizer().count(&text)
+        }),
+        _ => 0,
     }
 }
 
@@ -381,6 +561,19 @@ fn render_slot(session: &Session, slot: &ViewSlot) -> ModelMessage {
                 content: vec![ContentBlock::text(
                     crate::capsule::render::render_for_model(cap),
                 )],
+                tool_call_id: None,
+                is_error: None,
+                entry_id: None,
+            }
+        }
+        ViewItem::ForeignSummary(i) => {
+            let text = match &session.entry(*i).body {
+                EntryBody::ForeignCompaction(f) => foreign_summary_text(f).unwrap_or_default(),
+                _ => unreachable!("a foreign summary slot holds a foreign compaction"),
+            };
+            ModelMessage {
+                role: "user".into(),
+                content: vec![ContentBlock::text(text)],
                 tool_call_id: None,
                 is_error: None,
                 entry_id: None,
@@ -550,26 +743,240 @@ mod foreign_compaction_tests {
         b.session = fresh;
     }
 
+    fn foreign(agent: &str) -> ForeignCompactionEntry {
+        ForeignCompactionEntry {
+            agent: agent.into(),
+            trigger: Some("auto".into()),
+            tokens_before: Some(1000),
+            summary: None,
+            summary_tokens: None,
+            first_kept_entry_id: None,
+            kept_items: None,
+            kept_entry_ids: None,
+            instructions: None,
+        }
+    }
+
+    fn texts(s: &Session) -> Vec<String> {
+        ModelView::build(s, s.leaf())
+            .messages(s)
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}:{}",
+                    m.role,
+                    crate::session::entry::blocks_text(&m.content)
+                )
+            })
+            .collect()
+    }
+
     #[test]
-    fn usage_after_a_foreign_compaction_is_not_an_anchor() {
+    fn the_view_starts_from_the_summary_and_the_entries_pi_kept() {
+        let mut b = Builder::new();
+        b.user("first task");
+        b.assistant("done with the first");
+        let kept = b.user("second task");
+        b.assistant("working on the second");
+        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            summary: Some("the first task is done".into()),
+            first_kept_entry_id: Some(kept.clone()),
+            ..foreign("pi")
+        }));
+        b.user("third task");
+        let s = &b.session;
+        let view = ModelView::build(s, s.leaf());
+        assert_eq!(
+            texts(s),
+            [
+                format!("user:{PI_SUMMARY_PREFIX}the first task is done{PI_SUMMARY_SUFFIX}"),
+                "user:second task".into(),
+                "assistant:working on the second".into(),
+                "user:third task".into(),
+            ]
+        );
+        assert_eq!(view.foreign, s.index_of(&kept).map(|k| k + 2));
+        assert_eq!(view.first_kept, s.index_of(&kept));
+        let b = view.breakdown(s);
+        let summary = format!("{PI_SUMMARY_PREFIX}the first task is done{PI_SUMMARY_SUFFIX}");
+        assert_eq!(
+            b.capsule,
+            MESSAGE_OVERHEAD_TOKENS + s.tokenizer().count(&summary),
+            "the summary is counted as the capsule part"
+        );
+        let kept_idx = s.index_of(&kept).unwrap();
+        assert_eq!(
+            b.retained_tail,
+            s.tokens_of(kept_idx) + s.tokens_of(kept_idx + 1)
+        );
+        assert_eq!(b.new_entries, s.tokens_of(s.leaf().unwrap()));
+        assert_eq!(s.len(), 6, "the log keeps the whole history");
+    }
+
+    #[test]
+    fn a_claude_code_summary_replaces_everything_before_it() {
+        let mut b = Builder::new();
+        b.user("long history");
+        b.bash("c1", "cargo test");
+        b.result("c1", "ok");
+        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            summary: Some("This session is being continued from a previous conversation.".into()),
+            ..foreign("claude-code")
+        }));
+        b.user("go on");
+        assert_eq!(
+            texts(&b.session),
+            [
+                "user:This session is being continued from a previous conversation.",
+                "user:go on"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_entries_codex_copied_into_its_new_history_are_kept_in_its_order() {
+        let mut b = Builder::new();
+        let first = b.user("first prompt");
+        b.assistant("a long answer");
+        let second = b.user("second prompt");
+        b.bash("c1", "ls");
+        b.result("c1", "files");
+        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            kept_items: Some(3),
+            kept_entry_ids: Some(vec![first, second, "e_gone".into()]),
+            ..foreign("codex")
+        }));
+        b.assistant("continuing");
+        let s = &b.session;
+        assert_eq!(
+            texts(s),
+            [
+                "user:first prompt",
+                "user:second prompt",
+                "assistant:continuing"
+            ]
+        );
+        let view = ModelView::build(s, s.leaf());
+        assert!(
+            view.warnings.iter().any(|w| w.contains("e_gone")),
+            "a kept entry not on the branch is named: {:?}",
+            view.warnings
+        );
+        // What the compaction dropped is still there for a capsule's facts.
+        let superseded: Vec<&str> = view
+            .superseded(s)
+            .into_iter()
+            .map(|i| s.entry(i).id.as_str())
+            .collect();
+        assert_eq!(superseded.len(), 3, "{superseded:?}");
+    }
+
+    #[test]
+    fn usage_after_a_foreign_compaction_anchors() {
         let mut b = Builder::new();
         b.user("start");
         let before = b.assistant("measured on the full history");
         b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            agent: "claude-code".into(),
-            trigger: Some("auto".into()),
-            tokens_before: Some(1000),
             summary: Some("summary".into()),
-            summary_tokens: None,
-            first_kept_entry_id: None,
-            kept_items: None,
-            instructions: None,
+            ..foreign("claude-code")
         }));
         let after = b.assistant("measured on the source agent's compacted context");
+        b.user("next");
         set_usage(&mut b, &before, 1000);
         set_usage(&mut b, &after, 50);
         let s = &b.session;
         let view = ModelView::build(s, s.leaf());
+        let anchor = view.usage_anchor(s).expect("the usage after it anchors");
+        assert_eq!(anchor.usage.input, 50);
+        assert_eq!(anchor.tokens_after, s.tokens_of(s.leaf().unwrap()));
+        assert_eq!(s.tally().usage_anchor(), Some(anchor), "the tally agrees");
+    }
+
+    #[test]
+    fn a_compaction_request_alone_does_not_cut_the_view() {
+        let mut b = Builder::new();
+        b.user("start");
+        let before = b.assistant("measured");
+        // What `soba hook claude-code` records at PreCompact: no summary, nothing kept.
+        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            trigger: Some("manual".into()),
+            tokens_before: None,
+            instructions: Some("keep the API notes".into()),
+            ..foreign("claude-code")
+        }));
+        b.user("next");
+        set_usage(&mut b, &before, 1000);
+        let s = &b.session;
+        let view = ModelView::build(s, s.leaf());
+        assert_eq!(view.foreign, None);
+        assert_eq!(texts(s), ["user:start", "assistant:measured", "user:next"]);
+        assert_eq!(view.usage_anchor(s).map(|a| a.usage.input), Some(1000));
+        assert_eq!(view.oldest_foreign_compaction(s), None);
+    }
+
+    #[test]
+    fn a_soba_capsule_after_a_foreign_compaction_wins() {
+        let mut b = Builder::new();
+        b.user("old");
+        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            summary: Some("the agent's summary".into()),
+            ..foreign("claude-code")
+        }));
+        b.user("after the agent compacted");
+        let kept = b.user("kept by SOBA");
+        let mut cap = crate::capsule::render::tests::full_capsule();
+        cap.first_kept_entry_id = Some(kept);
+        let c = b.push(EntryBody::Capsule(Box::new(cap)));
+        b.user("newest");
+        let s = &b.session;
+        let view = ModelView::build(s, s.leaf());
+        assert_eq!(view.foreign, None);
+        assert_eq!(view.capsule, s.index_of(&c));
+        assert_eq!(
+            view.slots[0].item,
+            ViewItem::Capsule(s.index_of(&c).unwrap())
+        );
+        let rest: Vec<String> = texts(s)[1..].to_vec();
+        assert_eq!(rest, ["user:kept by SOBA", "user:newest"]);
+    }
+
+    #[test]
+    fn a_foreign_compaction_after_a_soba_capsule_replaces_it() {
+        let mut b = Builder::new();
+        b.user("old");
+        let mut cap = crate::capsule::render::tests::full_capsule();
+        cap.first_kept_entry_id = None;
+        let c = b.push(EntryBody::Capsule(Box::new(cap)));
+        b.user("after SOBA's capsule");
+        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            summary: Some("the agent's summary".into()),
+            ..foreign("claude-code")
+        }));
+        b.user("newest");
+        let s = &b.session;
+        let view = ModelView::build(s, s.leaf());
+        assert_eq!(view.capsule, s.index_of(&c), "still the previous capsule");
+        assert_eq!(texts(s), ["user:the agent's summary", "user:newest"]);
+    }
+
+    #[test]
+    fn the_whole_history_policy_keeps_everything_and_ignores_usage_after_the_compaction() {
+        let mut b = Builder::new();
+        b.user("start");
+        let before = b.assistant("measured on the full history");
+        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            summary: Some("summary".into()),
+            ..foreign("claude-code")
+        }));
+        let after = b.assistant("measured on the source agent's compacted context");
+        set_usage(&mut b, &before, 1000);
+        set_usage(&mut b, &after, 50);
+        b.session
+            .set_foreign_compactions(ForeignCompactions::WholeHistory);
+        let s = &b.session;
+        let view = ModelView::build(s, s.leaf());
+        assert_eq!(view.foreign, None);
+        assert_eq!(view.slots.len(), 3, "the whole history");
         let anchor = view
             .usage_anchor(s)
             .expect("the usage before the foreign compaction anchors");
@@ -579,6 +986,7 @@ mod foreign_compaction_tests {
             anchor.tokens_after >= s.tokens_of(after_idx),
             "entries after the anchor are counted"
         );
+        assert_eq!(s.tally().usage_anchor(), Some(anchor), "the tally agrees");
     }
 }
 

@@ -7,7 +7,7 @@ use crate::common;
 use std::path::Path;
 
 use serde_json::Value;
-use soba::accuracy::{self, model_of, pairs, segments, session_of, Distribution, Pair};
+use soba::accuracy::{self, model_of, pairs, session_of, Distribution, Pair};
 use soba::import::{import_str, ImportOptions, ImportResult};
 use soba::session::entry::{EntryBody, Role};
 use soba::session::view::{ModelView, ViewItem, ViewPart};
@@ -67,7 +67,7 @@ const KNOWN_LOW: &[&str] = &[
 ];
 
 /// The accuracy target, where the transcript holds what the request held (an anchored
-/// estimate; a source agent's own compaction starts a new segment): the median error within
+/// estimate; after a source agent's own compaction the view holds what the agent sent): the median error within
 /// ±1%, under 1% of requests under-estimated by more than 2%, and no request under-estimated
 /// by more than 2% beyond the known ones above.
 #[test]
@@ -138,8 +138,8 @@ fn every_result_of_a_codex_parallel_call_counts_in_the_next_budget() {
     let import = import(&dir.join("codex/agentv-two-compactions.jsonl"));
     let model = model_of(&import).unwrap();
     let mut parallel = 0;
-    for segment in segments(&import) {
-        let session = session_of(&segment, &model);
+    {
+        let session = session_of(&import, &model);
         let pairs = pairs(&session);
         for idx in 0..session.len() {
             // A response of several call entries whose usage sits on the last.

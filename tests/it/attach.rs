@@ -672,3 +672,63 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut tokio::io::Li
         .unwrap()
         .expect("soba attach ended early")
 }
+
+/// Claude Code's own compaction of the followed session: the boundary record, its summary, and
+/// the next turn, whose usage measured the compacted context.
+fn claude_compaction_and_turn(cwd: &Path, after: usize, input_tokens: u64) -> String {
+    let boundary = json!({"type":"system","subtype":"compact_boundary","uuid":"cb","parentUuid":null,
+        "logicalParentUuid":format!("a{after}"),"sessionId":"s1","cwd":cwd,
+        "timestamp":"2026-12-01T10:05:00Z","compactMetadata":{"trigger":"auto","preTokens":150_000}});
+    let summary = json!({"type":"user","uuid":"cs","parentUuid":"cb","sessionId":"s1","cwd":cwd,
+        "timestamp":"2026-12-01T10:05:01Z","isCompactSummary":true,
+        "message":{"role":"user","content":"This session is being continued from a previous conversation. The parser is done."}});
+    let user = json!({"type":"user","uuid":"u9","parentUuid":"cs","sessionId":"s1","cwd":cwd,
+        "timestamp":"2026-12-01T10:05:02Z","message":{"role":"user","content":"now the tests"}});
+    let assistant = json!({"type":"assistant","uuid":"a9","parentUuid":"u9","sessionId":"s1","cwd":cwd,
+        "timestamp":"2026-12-01T10:05:03Z",
+        "message":{"id":"m9","model":"claude-sonnet-4-5","role":"assistant",
+                   "content":[{"type":"text","text":"writing them"}],
+                   "usage":{"input_tokens":input_tokens,"output_tokens":10}}});
+    format!("{boundary}\n{summary}\n{user}\n{assistant}\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_followed_agent_compacts_its_own_context_the_budget_drops_to_it() {
+    let h = homed();
+    append_to(&h.transcript, &claude_turn(&h.workspace, 1, 150_000));
+    let mut child = soba_command(&h)
+        .args(["serve", "--standalone"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = LspClient::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    c.initialize(&[&h.workspace], false).await;
+    budget_until(&c, &h.workspace, |b| effective(b) >= 150_010).await;
+    append_to(
+        &h.transcript,
+        &claude_compaction_and_turn(&h.workspace, 1, 21_000),
+    );
+    // The usage after the compaction measured the agent's compacted context: the budget drops
+    // to it (the whole history would stay above 150k).
+    let changed = loop {
+        let n = c
+            .expect_notification("soba/budgetChanged", Duration::from_secs(20))
+            .await;
+        if (21_010..21_100).contains(&effective(&n)) {
+            break n;
+        }
+    };
+    assert_eq!(changed["sessionId"], "claude-code-7d1c2f");
+    let now = budget_until(&c, &h.workspace, |_| true).await;
+    assert_eq!(effective(&now), effective(&changed), "{now}");
+    assert!(
+        now["breakdown"]["capsule"].as_u64() > Some(0),
+        "the agent's summary is the first message: {now}"
+    );
+    assert!(
+        now["breakdown"]["newEntries"].as_u64() < Some(24),
+        "the turns before the compaction are out of the input: {now}"
+    );
+    let _ = child.kill().await;
+}

@@ -17,6 +17,7 @@ mod daemon_races;
 mod daemon_rpc;
 mod demo;
 mod explicit_compact;
+mod foreign_compaction;
 mod fuzz_regressions;
 mod import;
 mod lossless;

@@ -215,6 +215,7 @@ fn bodies() -> Vec<EntryBody> {
             summary_tokens: Some(900),
             first_kept_entry_id: None,
             kept_items: Some(12),
+            kept_entry_ids: None,
             instructions: None,
         }),
     ];

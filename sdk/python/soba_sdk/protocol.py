@@ -536,6 +536,10 @@ class ForeignCompactionEntry(TypedDict):
     firstKeptEntryId: NotRequired[Optional[str]]
     # Number of items the source agent kept verbatim (e.g. Codex `replacement_history`).
     keptItems: NotRequired[Optional[int]]
+    # Earlier entries the source agent carried into its new context, in its order, when what
+    # it kept is not one run from `firstKeptEntryId` (Codex copies the user messages of the
+    # history into `replacement_history`).
+    keptEntryIds: NotRequired[Optional[List[str]]]
     # What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
     # (Claude Code's `PreCompact` hook).
     instructions: NotRequired[Optional[str]]
@@ -595,7 +599,8 @@ class ModelMessage(TypedDict):
     content: List[ContentBlock]
     toolCallId: NotRequired[Optional[str]]
     isError: NotRequired[Optional[bool]]
-    # The log entry this message comes from; absent for the capsule and synthetic results.
+    # The log entry this message comes from; absent for the capsule, a source agent's summary
+    # and synthetic results.
     entryId: NotRequired[Optional[str]]
 
 

@@ -280,6 +280,12 @@ export type ForeignCompactionEntry = {
   /** Number of items the source agent kept verbatim (e.g. Codex `replacement_history`). */
   keptItems?: number | null;
   /**
+   * Earlier entries the source agent carried into its new context, in its order, when what
+   * it kept is not one run from `firstKeptEntryId` (Codex copies the user messages of the
+   * history into `replacement_history`).
+   */
+  keptEntryIds?: Array<string> | null;
+  /**
    * What the user asked the compaction to focus on (`/compact TEXT`), when the agent said
    * (Claude Code's `PreCompact` hook).
    */
@@ -343,7 +349,10 @@ export type ModelMessage = {
   content: Array<ContentBlock>;
   toolCallId?: string | null;
   isError?: boolean | null;
-  /** The log entry this message comes from; absent for the capsule and synthetic results. */
+  /**
+   * The log entry this message comes from; absent for the capsule, a source agent's summary
+   * and synthetic results.
+   */
   entryId?: string | null;
 };
 
