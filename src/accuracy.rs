@@ -37,6 +37,10 @@ pub struct Pair {
     /// anchored: `reported - anchorContext` is the provider's count of the same content.
     pub anchor_context: Option<u64>,
     pub counted_tail: u64,
+    /// The factor the counted tail was multiplied by, and where it came from (`session`: learned
+    /// from the reports before this one).
+    pub factor: f64,
+    pub factor_source: crate::budget::CalibrationSource,
     /// The source agent compacted its own context earlier on this branch: it sent its
     /// compacted context, which SOBA's view (the whole history) does not model.
     pub after_foreign_compaction: bool,
@@ -144,12 +148,13 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
         if usage.prompt_tokens() == 0 {
             continue;
         }
-        let request_leaf = response_start(session, idx).and_then(|s| session.parent_of(s));
+        let request_leaf = session.parent_of(session.response_start(idx));
         let view = ModelView::build(session, request_leaf);
         let anchor = view
             .usage_anchor(session)
             .filter(|a| a.usage.context_tokens() > 0);
-        let cal = session.calibration();
+        // What the live budget applied then: the factor as learned from the reports before.
+        let cal = session.calibration_at(request_leaf);
         let breakdown: Breakdown = view.breakdown(session);
         let soba = match anchor {
             Some(a) => a.usage.context_tokens() + cal.apply(a.tokens_after),
@@ -163,6 +168,8 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
             anchored: anchor.is_some(),
             anchor_context: anchor.map(|a| a.usage.context_tokens()),
             counted_tail: anchor.map_or(breakdown.total(), |a| a.tokens_after),
+            factor: cal.factor,
+            factor_source: cal.source,
             after_foreign_compaction: view.oldest_foreign_compaction(session).is_some(),
         });
     }
@@ -174,21 +181,6 @@ fn assistant_usage(e: &Entry) -> Option<crate::session::entry::Usage> {
         EntryBody::Message(m) if m.role == Role::Assistant => m.usage,
         _ => None,
     }
-}
-
-/// The first entry of the response that ends at `idx`: its run of assistant entries without
-/// usage of their own (a response logged as one entry per block or per call).
-fn response_start(session: &Session, idx: usize) -> Option<usize> {
-    let mut start = idx;
-    while let Some(p) = session.parent_of(start) {
-        match &session.entry(p).body {
-            EntryBody::Message(m) if m.role == Role::Assistant && m.usage.is_none() => start = p,
-            EntryBody::Message(_) | EntryBody::ToolResult(_) => break,
-            // Bookkeeping entries between the blocks of one response.
-            _ => start = p,
-        }
-    }
-    Some(start)
 }
 
 /// pi's estimate of the context at `leaf`: the newest assistant usage on the branch
