@@ -59,10 +59,7 @@ fn counted(entries: &[Value]) -> u64 {
         .iter()
         .map(|e| {
             let body: EntryBody = serde_json::from_value(e.clone()).unwrap();
-            entry_tokens(
-                TokenizerKind::O200kBase,
-                &Entry::new("x".into(), None, body),
-            )
+            entry_tokens(TokenizerKind::O200kBase, &Entry::new("x", None, body))
         })
         .sum()
 }
