@@ -28,19 +28,16 @@ impl Session {
     }
 
     /// The samples of the newest [`LEARN_FROM_REPORTS`] usage reports on the branch ending at
-    /// `leaf`, newest first. Jumps from report to report: the cost is the reports', not the
-    /// branch's.
+    /// `leaf`, newest first (reports that teach nothing give none). Jumps from report to
+    /// report and stops after that many, taught or not: the cost is a few reports', never the
+    /// branch's, even where no report teaches (after the source agent's own compaction).
     pub fn count_samples_at(&self, leaf: Option<usize>) -> Vec<CountSample> {
         let mut out = Vec::with_capacity(LEARN_FROM_REPORTS);
         let mut cur = leaf.and_then(|i| self.usage_on_path[i]);
-        while let Some(u) = cur {
-            if out.len() == LEARN_FROM_REPORTS {
-                break;
-            }
+        for _ in 0..LEARN_FROM_REPORTS {
+            let Some(u) = cur else { break };
             let u = u as usize;
-            if let Some(sample) = self.count_sample(u) {
-                out.push(sample);
-            }
+            out.extend(self.count_sample(u));
             cur = self.parent_of(u).and_then(|p| self.usage_on_path[p]);
         }
         out
@@ -232,6 +229,28 @@ mod tests {
         round(&mut b, "c2", 400, prompt, 1.5);
         assert_eq!(b.session.count_sample(b.session.leaf().unwrap()), None);
         assert_eq!(b.session.calibration().source, CalibrationSource::Catalog);
+    }
+
+    #[test]
+    fn only_the_newest_reports_count_whether_they_teach_or_not() {
+        let mut b = claude();
+        b.user("start");
+        reply(&mut b, "first", 5_000);
+        let mut prompt = round(&mut b, "c1", 400, 5_000, 1.5);
+        assert_eq!(b.session.calibration().source, CalibrationSource::Session);
+        for n in 0..crate::budget::LEARN_FROM_REPORTS {
+            b.push(EntryBody::Setting(SettingEntry {
+                system_prompt: Some(words(n)),
+                ..SettingEntry::default()
+            }));
+            prompt = round(&mut b, &format!("s{n}"), 400, prompt, 1.0);
+        }
+        assert!(b.session.count_samples_at(b.session.leaf()).is_empty());
+        assert_eq!(
+            b.session.calibration().source,
+            CalibrationSource::Catalog,
+            "the 1.5 is older than the newest reports"
+        );
     }
 
     #[test]
