@@ -35,6 +35,10 @@ pub struct Pair {
     /// anchored: `reported - anchorContext` is the provider's count of the same content.
     pub anchor_context: Option<u64>,
     pub counted_tail: u64,
+    /// The factor the counted tail was multiplied by, and where it came from (`session`: learned
+    /// from the reports before this one).
+    pub factor: f64,
+    pub factor_source: crate::budget::CalibrationSource,
     /// The source agent compacted its own context earlier on this branch: the view starts from
     /// its summary and what it kept, as the agent's request did.
     pub after_foreign_compaction: bool,
@@ -96,12 +100,13 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
         if usage.prompt_tokens() == 0 {
             continue;
         }
-        let request_leaf = response_start(session, idx).and_then(|s| session.parent_of(s));
+        let request_leaf = session.parent_of(session.response_start(idx));
         let view = ModelView::build(session, request_leaf);
         let anchor = view
             .usage_anchor(session)
             .filter(|a| a.usage.context_tokens() > 0);
-        let cal = session.calibration();
+        // What the live budget applied then: the factor as learned from the reports before.
+        let cal = session.calibration_at(request_leaf);
         let breakdown: Breakdown = view.breakdown(session);
         let soba = match anchor {
             Some(a) => a.usage.context_tokens() + cal.apply(a.tokens_after),
@@ -115,6 +120,8 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
             anchored: anchor.is_some(),
             anchor_context: anchor.map(|a| a.usage.context_tokens()),
             counted_tail: anchor.map_or(breakdown.total(), |a| a.tokens_after),
+            factor: cal.factor,
+            factor_source: cal.source,
             after_foreign_compaction: view.foreign.is_some(),
         });
     }
@@ -126,23 +133,6 @@ fn assistant_usage(e: &Entry) -> Option<crate::session::entry::Usage> {
         EntryBody::Message(m) if m.role == Role::Assistant => m.usage,
         _ => None,
     }
-}
-
-/// The first entry of the response that ends at `idx`: its run of assistant entries without
-/// usage of their own (a response logged as one entry per block or per call).
-fn response_start(session: &Session, idx: usize) -> Option<usize> {
-    let mut start = idx;
-    while let Some(p) = session.parent_of(start) {
-        match &session.entry(p).body {
-            EntryBody::Message(m) if m.role == Role::Assistant && m.usage.is_none() => start = p,
-            EntryBody::Message(_) | EntryBody::ToolResult(_) => break,
-            // The agent compacted before this response: the request held the compacted context.
-            EntryBody::ForeignCompaction(f) if f.replaces_context() => break,
-            // Bookkeeping entries between the blocks of one response.
-            _ => start = p,
-        }
-    }
-    Some(start)
 }
 
 /// pi's estimate of the context at `leaf`: the newest assistant usage on the branch

@@ -163,6 +163,61 @@ impl Calibration {
     }
 }
 
+/// One usage report set against SOBA's count of the same content: the provider's input grew
+/// by `provider` tokens since the previous report, over entries SOBA counted as `counted`
+/// (uncalibrated, with the session's tokenizer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CountSample {
+    pub provider: u64,
+    pub counted: u64,
+}
+
+impl CountSample {
+    /// How many tokens the provider bills per token SOBA counts, or `None` when the tail is too
+    /// small to say: below [`MIN_SAMPLE_TOKENS`] the message framing, not the text, decides
+    /// the ratio.
+    pub fn ratio(&self) -> Option<f64> {
+        (self.counted >= MIN_SAMPLE_TOKENS).then(|| self.provider as f64 / self.counted as f64)
+    }
+}
+
+/// The newest usage reports a session learns its count factor from: enough to see each kind of
+/// content an agent sends (prose, code, tool output), few enough to follow a change of kind.
+pub const LEARN_FROM_REPORTS: usize = 8;
+
+/// Tails smaller than this teach nothing: the few framing tokens a provider adds per message
+/// swing the ratio of a short tail by tens of percent, and such a tail barely moves a budget.
+pub const MIN_SAMPLE_TOKENS: u64 = 100;
+
+/// The most a learned factor may raise counts. Well above any tokenizer's real difference
+/// (Claude's runs about 1.15 × `o200k_base`, up to 1.4 on dense text); a higher ratio means the
+/// provider counted content the log never held, which a factor on the log's tail cannot model.
+pub const MAX_LEARNED_FACTOR: f64 = 1.6;
+
+impl Calibration {
+    /// `configured`, raised to what this session's usage reports show: the highest ratio of the
+    /// provider's count to SOBA's among the usable samples (so the estimate errs high), capped at
+    /// [`MAX_LEARNED_FACTOR`]. A session never learns a factor lower than the configured one:
+    /// too few reports, or reports that agree with it, keep it as it is.
+    pub fn learned(configured: Calibration, samples: &[CountSample]) -> Calibration {
+        let highest = samples
+            .iter()
+            .filter_map(CountSample::ratio)
+            .filter(|r| r.is_finite())
+            .fold(None, |best: Option<f64>, r| {
+                Some(best.map_or(r, |b| b.max(r)))
+            });
+        match highest.map(|r| r.min(MAX_LEARNED_FACTOR)) {
+            Some(factor) if factor > configured.factor.max(1.0) => Calibration {
+                tokenizer: configured.tokenizer,
+                factor,
+                source: CalibrationSource::Session,
+            },
+            _ => configured,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Budget {
@@ -316,5 +371,63 @@ mod tests {
             };
             assert_eq!(c.apply(1000), 1000, "factor {low} must not lower a count");
         }
+    }
+
+    fn sample(provider: u64, counted: u64) -> CountSample {
+        CountSample { provider, counted }
+    }
+
+    fn catalog() -> Calibration {
+        Calibration {
+            tokenizer: TokenizerKind::O200kBase,
+            factor: 1.15,
+            source: CalibrationSource::Catalog,
+        }
+    }
+
+    #[test]
+    fn a_session_learns_the_highest_ratio_of_its_reports() {
+        let c = Calibration::learned(catalog(), &[sample(1200, 1000), sample(1300, 1000)]);
+        assert_eq!(c.source, CalibrationSource::Session);
+        assert_eq!(c.factor, 1.3);
+        assert_eq!(c.tokenizer, TokenizerKind::O200kBase);
+    }
+
+    #[test]
+    fn a_learned_factor_is_never_below_the_configured_one_nor_below_1() {
+        for samples in [
+            vec![],
+            vec![sample(900, 1000)],
+            vec![sample(1100, 1000), sample(1150, 1000)],
+        ] {
+            assert_eq!(Calibration::learned(catalog(), &samples), catalog());
+        }
+        let exact = Calibration::exact(TokenizerKind::O200kBase);
+        assert_eq!(Calibration::learned(exact, &[sample(800, 1000)]), exact);
+        assert_eq!(Calibration::learned(exact, &[sample(0, 1000)]), exact);
+        let raised = Calibration::learned(exact, &[sample(1020, 1000)]);
+        assert_eq!(
+            (raised.factor, raised.source),
+            (1.02, CalibrationSource::Session)
+        );
+    }
+
+    #[test]
+    fn short_tails_teach_nothing_and_huge_ratios_are_capped() {
+        let short = sample(50 * 10, MIN_SAMPLE_TOKENS - 1);
+        assert_eq!(short.ratio(), None);
+        assert_eq!(Calibration::learned(catalog(), &[short]), catalog());
+        let huge = Calibration::learned(catalog(), &[sample(40_000, 1_000)]);
+        assert_eq!(huge.factor, MAX_LEARNED_FACTOR);
+        // A configured factor above the cap is the user's: learning never lowers it.
+        let config = Calibration {
+            factor: 2.5,
+            source: CalibrationSource::Config,
+            ..catalog()
+        };
+        assert_eq!(
+            Calibration::learned(config, &[sample(40_000, 1_000)]),
+            config
+        );
     }
 }

@@ -54,7 +54,8 @@ pub struct ModelDef {
     pub max_output_tokens: u64,
     pub tokenizer: TokenizerKind,
     /// How far the model's bills run above counts with `tokenizer` (≥ 1.0); counted tokens of
-    /// the budget are multiplied by it.
+    /// the budget are multiplied by it, or by the higher factor a session learns from its own
+    /// usage reports (`Session::calibration_at`).
     pub count_factor: f64,
     pub count_factor_source: CalibrationSource,
 }

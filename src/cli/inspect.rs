@@ -56,13 +56,18 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         crate::budget::CalibrationSource::Exact => {
             outln!("{counted}, counted with {}", c.tokenizer.as_str())
         }
+        crate::budget::CalibrationSource::Session => outln!(
+            "{counted}, counted with {} × {:.2} (learned from this session's usage reports: the \
+             provider counted its recent tails this much above SOBA's count)",
+            c.tokenizer.as_str(),
+            c.factor
+        ),
         source => outln!(
             "{counted}, counted with {} × {:.2} ({} factor: the model's own tokenizer is not public)",
             c.tokenizer.as_str(),
             c.factor,
             match source {
                 crate::budget::CalibrationSource::Config => "model.countFactor",
-                crate::budget::CalibrationSource::Session => "learned",
                 _ => "catalog",
             }
         ),

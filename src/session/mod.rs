@@ -1,6 +1,7 @@
 //! Sessions: entries, the in-memory index of the entry tree, the model-input view, and the
 //! append-only JSONL log on disk.
 
+mod calibrate;
 mod decode;
 pub mod entry;
 pub mod log;
@@ -12,7 +13,7 @@ pub mod view;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use crate::budget::{Calibration, CalibrationSource};
+use crate::budget::{CalibrationSource, CountSample};
 use crate::tokens::{entry_tokens, TokenizerKind};
 use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
 
@@ -44,9 +45,14 @@ pub struct Session {
     capsule_on_path: Vec<Option<u32>>,
     /// Latest setting entry at or above each entry on its branch.
     setting_on_path: Vec<Option<u32>>,
+    /// Latest assistant message with provider usage at or above each entry on its branch.
+    usage_on_path: Vec<Option<u32>>,
     tokens: Vec<OnceLock<u32>>,
     /// Counted (system, tools) text of setting entries.
     overhead_tokens: Vec<OnceLock<(u32, u32)>>,
+    /// For each entry with provider usage: its report against SOBA's count of the same
+    /// content (see [`Session::count_sample`]), measured once. `None` inside: nothing to learn.
+    count_samples: Vec<OnceLock<Option<CountSample>>>,
     tokenizer: TokenizerKind,
     /// The factor counts are raised by for the model (see [`Session::calibration`]).
     count_factor: (f64, CalibrationSource),
@@ -67,8 +73,10 @@ impl Session {
             parent: Vec::new(),
             capsule_on_path: Vec::new(),
             setting_on_path: Vec::new(),
+            usage_on_path: Vec::new(),
             tokens: Vec::new(),
             overhead_tokens: Vec::new(),
+            count_samples: Vec::new(),
             tokenizer,
             count_factor: (1.0, CalibrationSource::Exact),
             leaf: None,
@@ -100,24 +108,16 @@ impl Session {
             self.tokenizer = kind;
             self.tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
             self.overhead_tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
+            self.count_samples = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
             self.tally = OnceLock::new();
         }
     }
 
     /// The factor the model's bills run above SOBA's counts with this tokenizer (1.0 when the
-    /// tokenizer is the model's own), and where it comes from.
+    /// tokenizer is the model's own), and where it comes from: the configuration's or the
+    /// catalog's. The session raises it where its own usage reports show more.
     pub fn set_count_factor(&mut self, factor: f64, source: CalibrationSource) {
         self.count_factor = (factor, source);
-    }
-
-    /// How counted tokens become the budget's estimate: the tokenizer and the model's factor.
-    pub fn calibration(&self) -> Calibration {
-        let (factor, source) = self.count_factor;
-        Calibration {
-            tokenizer: self.tokenizer,
-            factor,
-            source,
-        }
     }
 
     /// Check that `entry` can be appended (unique id, known parent, known rewind target).
@@ -206,12 +206,20 @@ impl Session {
             EntryBody::Setting(_) => Some(idx),
             _ => inherited_setting,
         };
+        let usage = match &entry.body {
+            EntryBody::Message(m) if m.role == entry::Role::Assistant && m.usage.is_some() => {
+                Some(idx)
+            }
+            _ => parent.and_then(|p| self.usage_on_path[p as usize]),
+        };
         self.leaf = rewind_to.or(Some(idx));
         self.parent.push(parent);
         self.capsule_on_path.push(capsule);
         self.setting_on_path.push(setting);
+        self.usage_on_path.push(usage);
         self.tokens.push(OnceLock::new());
         self.overhead_tokens.push(OnceLock::new());
+        self.count_samples.push(OnceLock::new());
         self.entries.push(entry);
         if let Some(mut t) = self.tally.take() {
             if t.apply(self, idx as usize) {

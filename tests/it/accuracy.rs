@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use soba::accuracy::{self, model_of, pairs, session_of, Distribution, Pair};
+use soba::budget::{CalibrationSource, MIN_SAMPLE_TOKENS};
 use soba::import::{import_str, ImportOptions, ImportResult};
 use soba::session::entry::{EntryBody, Role};
 use soba::session::view::{ModelView, ViewItem, ViewPart};
@@ -43,37 +44,34 @@ fn transcripts() -> Vec<std::path::PathBuf> {
     files
 }
 
-/// Requests still under-estimated by more than 2%: tails whose content the model's tokenizer
-/// splits finer than the catalog factor allows (a session-learned ratio, not built yet, brings
-/// 7 of these 14 within 2% on replay; the rest are each the first measured request of their
-/// session), and one request whose transcript lacks content the agent sent
-/// (`agentcmd-session-four.jsonl e11`: 13k tokens of the request are in no record). Listed so
-/// that any new under-estimate fails this test.
-const KNOWN_LOW: &[&str] = &[
+/// Requests still under-estimated by more than 2%, each for a reason a count factor cannot
+/// reach. Listed so that any new under-estimate fails this test, and any fixed one too (drop it).
+///
+/// The first measured request of a session: no usage report before it has a tail to learn the
+/// session's factor from, so only the catalog factor stands between the count and the bill, and
+/// these tails are split finer than it allows. The test checks that no earlier request of the
+/// transcript could have taught anything.
+const FIRST_MEASURED_LOW: &[&str] = &[
     "agentcmd-interrupted-calls.jsonl e14",
-    "agentcmd-interrupted-calls.jsonl e39",
-    "agentcmd-rollout-v0.40.jsonl e16",
-    "agentcmd-rollout-v0.40.jsonl e19",
-    "agentcmd-rollout-v0.40.jsonl e40",
-    "agentcmd-session-four.jsonl e11",
-    "agentcmd-session-four.jsonl e24",
     "mini-swe-agent-astropy-12907.traj.json e7",
-    "pi-mono-large-session.jsonl e13",
-    "pi-mono-large-session.jsonl e27",
     "pi-mono-large-session.jsonl e8",
-    "pi-mono-two-compactions.jsonl e369",
     "pi-mono-two-compactions.jsonl e5",
-    "pi-mono-two-compactions.jsonl e705",
 ];
+
+/// Requests whose transcript does not hold what the agent sent: 13k tokens of this request are
+/// in no record of the transcript, so no estimate from the log can reach the bill.
+const CONTENT_NOT_HELD_LOW: &[&str] = &["agentcmd-session-four.jsonl e11"];
 
 /// The accuracy target, where the transcript holds what the request held (an anchored
 /// estimate; after a source agent's own compaction the view holds what the agent sent): the median error within
 /// ±1%, under 1% of requests under-estimated by more than 2%, and no request under-estimated
-/// by more than 2% beyond the known ones above.
+/// by more than 2% beyond the known ones above. The session-learned factor is what keeps the
+/// rest within 2%: without it, 9 more requests are low (see docs/performance.md).
 #[test]
 fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent() {
     let mut low = Vec::new();
     let mut all = Vec::new();
+    let mut learned = 0;
     for path in transcripts() {
         let pairs = replay(&path);
         let comparable: Vec<&Pair> = pairs.iter().filter(|p| p.comparable()).collect();
@@ -84,14 +82,24 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
             comparable.len(),
             pairs.len()
         );
-        for p in comparable {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        for (n, p) in comparable.iter().enumerate() {
             all.push(p.soba_error());
+            learned += usize::from(p.factor_source == CalibrationSource::Session);
             if p.soba_error() < -0.02 {
-                low.push(format!(
-                    "{} {}",
-                    path.file_name().unwrap().to_string_lossy(),
-                    p.entry_id,
-                ));
+                low.push(format!("{name} {}", p.entry_id));
+                if FIRST_MEASURED_LOW.contains(&low.last().unwrap().as_str()) {
+                    let taught = comparable[..n]
+                        .iter()
+                        .filter(|q| q.counted_tail >= MIN_SAMPLE_TOKENS)
+                        .count();
+                    assert_eq!(
+                        taught,
+                        0,
+                        "{}: {taught} earlier requests could teach a factor",
+                        low.last().unwrap()
+                    );
+                }
                 eprintln!(
                     "{}: reported {}, SOBA {} ({:+.1}%)",
                     low.last().unwrap(),
@@ -105,7 +113,11 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
     let Some(d) = Distribution::of(all) else {
         return;
     };
-    eprintln!("SOBA over {} requests: {d:?}", d.pairs);
+    eprintln!(
+        "SOBA over {} requests ({learned} at a learned factor): {d:?}",
+        d.pairs
+    );
+    assert!(learned > 0, "no request used a learned factor");
     assert!(d.median.abs() < 0.01, "median error {:+.3}", d.median);
     assert!(
         d.share_low_over_2pct < 0.01,
@@ -113,7 +125,11 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
         d.share_low_over_2pct
     );
     low.sort();
-    let mut known: Vec<String> = KNOWN_LOW.iter().map(|s| s.to_string()).collect();
+    let mut known: Vec<String> = FIRST_MEASURED_LOW
+        .iter()
+        .chain(CONTENT_NOT_HELD_LOW)
+        .map(|s| s.to_string())
+        .collect();
     known.sort();
     let new: Vec<&String> = low.iter().filter(|l| !known.contains(l)).collect();
     assert!(
@@ -123,7 +139,7 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
     let fixed: Vec<&String> = known.iter().filter(|k| !low.contains(k)).collect();
     assert!(
         fixed.is_empty(),
-        "no longer under-estimated, drop from KNOWN_LOW: {fixed:?}"
+        "no longer under-estimated, drop from the known lists: {fixed:?}"
     );
 }
 

@@ -303,21 +303,38 @@ fn every_real_transcript_imports_and_its_log_works() {
             "{name}: the transcript's model is the session's"
         );
         // The budget says it is estimated, and how: Claude counts are raised by the catalog's
-        // factor, OpenAI models' counts are exact.
+        // factor, OpenAI models' counts are exact, and either is raised where the session's own
+        // usage reports show the provider counting more: the factor the log itself teaches.
         let claude = report["model"]
             .as_str()
             .is_some_and(|m| m.contains("claude"));
+        let configured = if claude { 1.15 } else { 1.0 };
         let calibration = &budget["calibration"];
         assert_eq!(calibration["tokenizer"], "o200k_base", "{name}: {budget}");
+        let factor = calibration["factor"].as_f64().unwrap();
+        let learned = calibration["source"] == "session";
+        if learned {
+            assert!(
+                factor > configured && factor <= soba::budget::MAX_LEARNED_FACTOR,
+                "{name}: {budget}"
+            );
+        } else {
+            assert_eq!(
+                calibration["source"],
+                if claude { "catalog" } else { "exact" },
+                "{name}: {budget}"
+            );
+            assert_eq!(factor, configured, "{name}");
+        }
+        let (mut reopened, _) = soba::session::log::read_session(&log).unwrap();
+        soba::config::Config::resolve(&[], reopened.header.model.as_ref(), &Default::default())
+            .unwrap()
+            .model
+            .configure_counting(&mut reopened);
         assert_eq!(
-            calibration["source"],
-            if claude { "catalog" } else { "exact" },
-            "{name}: {budget}"
-        );
-        assert_eq!(
-            calibration["factor"].as_f64(),
-            Some(if claude { 1.15 } else { 1.0 }),
-            "{name}"
+            *calibration,
+            serde_json::to_value(reopened.calibration()).unwrap(),
+            "{name}: the CLI learns what the log teaches"
         );
         let text = soba(&["budget", log.to_str().unwrap()]);
         let text = String::from_utf8_lossy(&text.stdout);
@@ -327,7 +344,14 @@ fn every_real_transcript_imports_and_its_log_works() {
         );
         assert_eq!(
             text.contains("× 1.15 (catalog factor"),
-            claude,
+            claude && !learned,
+            "{name}: {text}"
+        );
+        assert_eq!(
+            text.contains(&format!(
+                "× {factor:.2} (learned from this session's usage reports"
+            )),
+            learned,
             "{name}: {text}"
         );
         let context = stdout_json(

@@ -7,6 +7,7 @@ mod support;
 
 mod accuracy;
 mod attach;
+mod calibration;
 mod capsule_cli;
 mod claude_code_hook;
 mod cli;

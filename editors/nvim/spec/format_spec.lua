@@ -71,6 +71,18 @@ describe('format', function()
     )
   end)
 
+  it('names the count factor and where it comes from', function()
+    local learned = report({ calibration = { tokenizer = 'o200k_base', factor = 1.234, source = 'session' } })
+    assert.are.equal(
+      'Measured: estimated (test-model, o200k_base × 1.23, learned from this session)',
+      format.budget_lines(learned)[3]
+    )
+    local catalog = report({ calibration = { tokenizer = 'o200k_base', factor = 1.15, source = 'catalog' } })
+    assert.are.equal('o200k_base × 1.15, catalog factor', format.counted_with(catalog))
+    local exact = report({ calibration = { tokenizer = 'o200k_base', factor = 1, source = 'exact' } })
+    assert.are.equal('o200k_base', format.counted_with(exact))
+  end)
+
   it('writes completion lines for every outcome', function()
     local result = {
       operationId = 'op_1',

@@ -4,6 +4,14 @@
 
 export type MeasurementSource = 'provider_usage' | 'estimated';
 export type Quality = 'model' | 'degraded';
+export type CalibrationSource = 'exact' | 'catalog' | 'config' | 'session';
+
+/** How the counted part of the budget was estimated: the tokenizer and the factor on it. */
+export interface Calibration {
+  tokenizer: string;
+  factor: number;
+  source: CalibrationSource;
+}
 export type Outcome = 'completed' | 'skipped' | 'cancelled' | 'stale' | 'failed';
 
 export interface LastCompaction {
@@ -39,6 +47,8 @@ export interface BudgetReport {
   breakdown: BudgetBreakdown;
   model: string;
   tokenizer: string;
+  /** Absent from daemons older than the count factor. */
+  calibration?: Calibration;
   compacting: boolean;
   /** An explicit /compact waits for the agent's inference to end. */
   compactQueued?: boolean;

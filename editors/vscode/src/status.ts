@@ -58,6 +58,16 @@ export function sourceLabel(source: BudgetReport['source']): string {
   return source === 'provider_usage' ? 'provider usage' : 'estimated';
 }
 
+/** The tokenizer the budget counts with, and the factor on it where there is one. */
+export function countedWith(report: BudgetReport): string {
+  const c = report.calibration;
+  if (!c || c.source === 'exact' || c.factor <= 1) {
+    return report.tokenizer;
+  }
+  const from = { catalog: 'catalog factor', config: 'model.countFactor', session: 'learned from this session' }[c.source];
+  return `${c.tokenizer} × ${c.factor.toFixed(2)}, ${from}`;
+}
+
 export function reclaimedPercent(before: number, after: number): number {
   if (before <= 0) return 0;
   return Math.round(((before - after) / before) * 100);
@@ -114,7 +124,7 @@ export function tooltipLines(report: BudgetReport, now: Date): string[] {
   return [
     `SOBA context budget: ${statusText(report)} tokens`,
     `Soft limit: ${formatTokens(report.softLimit)} (auto-compaction starts past it)`,
-    `Measured: ${sourceLabel(report.source)} (${report.model}, ${report.tokenizer})`,
+    `Measured: ${sourceLabel(report.source)} (${report.model}, ${countedWith(report)})`,
     autoCompactLine(report),
     `Last compaction: ${lastCompactionLine(report.lastCompaction, now)}`,
     ...(report.compacting ? ['Compacting now…'] : []),

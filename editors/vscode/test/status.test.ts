@@ -102,6 +102,12 @@ describe('tooltip', () => {
       now,
     );
     assert.equal(lines[2], 'Measured: provider usage (test-model, o200k_base)');
+    const learned = report({ calibration: { tokenizer: 'o200k_base', factor: 1.234, source: 'session' } });
+    assert.equal(tooltipLines(learned, now)[2], 'Measured: estimated (test-model, o200k_base × 1.23, learned from this session)');
+    const catalog = report({ calibration: { tokenizer: 'o200k_base', factor: 1.15, source: 'catalog' } });
+    assert.equal(tooltipLines(catalog, now)[2], 'Measured: estimated (test-model, o200k_base × 1.15, catalog factor)');
+    const exact = report({ calibration: { tokenizer: 'o200k_base', factor: 1, source: 'exact' } });
+    assert.equal(tooltipLines(exact, now)[2], 'Measured: estimated (test-model, o200k_base)');
     assert.equal(lines[3], 'Auto-compact: off (20% left until the soft limit; compaction still runs at the hard limit)');
     assert.equal(lines[4], 'Last compaction: auto_threshold: 41.2k → 18.3k (−56%), ck_3f9a, degraded, 5 min ago');
     assert.equal(lines[5], 'Compacting now…');

@@ -39,6 +39,21 @@ function M.source_label(source)
   return source == 'provider_usage' and 'provider usage' or 'estimated'
 end
 
+local calibration_from = {
+  catalog = 'catalog factor',
+  config = 'model.countFactor',
+  session = 'learned from this session',
+}
+
+--- The tokenizer the budget counts with, and the factor on it where there is one.
+function M.counted_with(report)
+  local c = report.calibration
+  if type(c) ~= 'table' or c.source == 'exact' or (c.factor or 1) <= 1 then
+    return report.tokenizer
+  end
+  return string.format('%s × %.2f, %s', c.tokenizer, c.factor, calibration_from[c.source] or c.source)
+end
+
 function M.reclaimed_percent(before, after)
   if not before or before <= 0 then
     return 0
@@ -83,7 +98,7 @@ function M.budget_lines(report)
   return {
     string.format('Context budget: %s tokens (%d%% of the hard limit)', M.status_text(report), pct),
     string.format('Soft limit: %s (auto-compaction starts past it)', M.tokens(report.softLimit)),
-    string.format('Measured: %s (%s, %s)', M.source_label(report.source), report.model, report.tokenizer),
+    string.format('Measured: %s (%s, %s)', M.source_label(report.source), report.model, M.counted_with(report)),
     string.format(
       'Breakdown: system %s, tools %s, capsule %s, retained tail %s, new entries %s',
       M.tokens(b.system),
