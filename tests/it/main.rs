@@ -17,6 +17,7 @@ mod daemon_rpc;
 mod demo;
 mod explicit_compact;
 mod fuzz_regressions;
+mod idle_sessions;
 mod import;
 mod lossless;
 mod peer_failures;

@@ -673,6 +673,7 @@ class SessionClosedNotification(TypedDict):
 
     sessionId: str
     workspace: str
+    reason: SessionCloseReason
 
 
 class SessionOpenParams(TypedDict):
@@ -699,6 +700,9 @@ class SessionSummary(TypedDict):
     workspace: str
     path: str
     active: bool
+    # `false` for a session closed for being idle: listed with the figures it had then, and
+    # opened again by the next request that names it.
+    inMemory: bool
     entries: int
     effectiveTokens: int
     hardLimit: int
@@ -866,6 +870,10 @@ Quality = Union[Literal["model"], Literal["degraded"]]
 
 
 Role = Literal["user", "assistant", "system"]
+
+
+SessionCloseReason = Union[Literal["closed"], Literal["idle"]]
+"""Why a session left the daemon's memory."""
 
 
 TokenizerKind = Union[Literal["o200k_base"], Literal["cl100k_base"]]
