@@ -1165,7 +1165,10 @@ mod tests {
     fn a_bad_max_idle_sessions_is_refused_naming_the_key() {
         let zero = ConfigFile::parse("test.json", r#"{"daemon":{"maxIdleSessions":0}}"#).unwrap();
         let e = DaemonSettings::resolve(&[zero]).unwrap_err().to_string();
-        assert!(e.contains("daemon.maxIdleSessions") && e.contains("at least 1"), "{e}");
+        assert!(
+            e.contains("daemon.maxIdleSessions") && e.contains("at least 1"),
+            "{e}"
+        );
         let e = ConfigFile::parse("test.json", r#"{"daemon":{"maxIdleSessions":-3}}"#)
             .unwrap_err()
             .to_string();

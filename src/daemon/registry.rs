@@ -253,7 +253,10 @@ impl Daemon {
             // An error means the closing task is gone, and with it the old actor.
             let _ = released.wait_for(|done| *done).await;
         }
-        let path = self.paths.sessions_dir(workspace).join(format!("{id}.jsonl"));
+        let path = self
+            .paths
+            .sessions_dir(workspace)
+            .join(format!("{id}.jsonl"));
         let extra = self.options.extra_config.clone();
         let (ws, id_owned) = (workspace.to_path_buf(), id.to_string());
         let (log, config, warnings) = tokio::task::spawn_blocking(move || {
@@ -379,7 +382,10 @@ impl Daemon {
                 victims.push((live.handle, released_tx));
             }
             for (h, _) in &victims {
-                let needed = reg.sessions.values().any(|l| l.handle.workspace == h.workspace);
+                let needed = reg
+                    .sessions
+                    .values()
+                    .any(|l| l.handle.workspace == h.workspace);
                 if !needed {
                     unwatched.extend(reg.workspaces.remove(&h.workspace));
                 }
@@ -539,7 +545,10 @@ impl Daemon {
             if reg.active.get(&workspace).map(String::as_str) == Some(id) {
                 reg.active.remove(&workspace);
             }
-            let needed = reg.sessions.values().any(|l| l.handle.workspace == workspace);
+            let needed = reg
+                .sessions
+                .values()
+                .any(|l| l.handle.workspace == workspace);
             let unwatched = if needed {
                 None
             } else {
@@ -677,10 +686,15 @@ impl Daemon {
             .transpose()
             .map_err(RpcError::invalid_params)?;
         let reg = self.lock();
-        let live = reg
-            .sessions
-            .values()
-            .map(|l| (&l.handle.id, &l.handle.workspace, &l.handle.path, l.handle.status(), true));
+        let live = reg.sessions.values().map(|l| {
+            (
+                &l.handle.id,
+                &l.handle.workspace,
+                &l.handle.path,
+                l.handle.status(),
+                true,
+            )
+        });
         let dormant = reg
             .dormant
             .iter()

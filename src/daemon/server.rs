@@ -220,16 +220,27 @@ impl Backend {
             }
             method::PREFLIGHT => {
                 let p: SessionParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id).await?.preflight(self.id).await?)
+                to_value(
+                    self.session(&p.session_id)
+                        .await?
+                        .preflight(self.id)
+                        .await?,
+                )
             }
             method::TURN_COMPLETE => {
                 let p: TurnCompleteParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id).await?.turn_complete(p.usage).await?)
+                to_value(
+                    self.session(&p.session_id)
+                        .await?
+                        .turn_complete(p.usage)
+                        .await?,
+                )
             }
             method::CHECKPOINT => {
                 let p: CheckpointParams = parse_params(method, params)?;
                 to_value(
-                    self.session(&p.session_id).await?
+                    self.session(&p.session_id)
+                        .await?
                         .checkpoint(p.kind, p.label)
                         .await?,
                 )
@@ -279,7 +290,12 @@ impl Backend {
             }
             method::REWIND => {
                 let p: RewindParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id).await?.rewind(p.entry_id).await?)
+                to_value(
+                    self.session(&p.session_id)
+                        .await?
+                        .rewind(p.entry_id)
+                        .await?,
+                )
             }
             method::SESSION_CLOSE => {
                 let p: SessionParams = parse_params(method, params)?;

@@ -80,9 +80,7 @@ async fn session_with_history(c: &LspClient, ws: &Path) -> (String, Value) {
 
 /// The next `soba/session/closed` this client hears; it must be about `id`, for `reason`.
 async fn expect_closed(c: &LspClient, id: &str, reason: &str) -> Value {
-    let notice = c
-        .expect_notification("soba/session/closed", NOTICE)
-        .await;
+    let notice = c.expect_notification("soba/session/closed", NOTICE).await;
     assert_eq!(notice["sessionId"], id, "{notice}");
     assert_eq!(notice["reason"], reason, "{notice}");
     notice
@@ -213,7 +211,10 @@ async fn a_workspaces_active_session_is_reopened_for_requests_that_name_only_the
         .request("soba/budget", json!({"workspace": ws_a}))
         .await;
     assert_eq!(budget["sessionId"], a.as_str());
-    assert_eq!(budget["effectiveTokens"], appended["budget"]["effectiveTokens"]);
+    assert_eq!(
+        budget["effectiveTokens"],
+        appended["budget"]["effectiveTokens"]
+    );
     assert_eq!(listed(&editor, &a).await["inMemory"], false);
     let context = editor
         .request("soba/context", json!({"workspace": ws_a}))
@@ -332,7 +333,10 @@ async fn closing_a_dormant_session_forgets_it() {
         .request("soba/session/close", json!({"sessionId": first}))
         .await;
     assert_eq!(closed["sessionId"], first.as_str());
-    assert!(closed["path"].as_str().unwrap().ends_with(&format!("{first}.jsonl")));
+    assert!(closed["path"]
+        .as_str()
+        .unwrap()
+        .ends_with(&format!("{first}.jsonl")));
     expect_closed(&agent, &first, "closed").await;
     assert_eq!(listed(&agent, &first).await, Value::Null);
     let err = agent
