@@ -1173,7 +1173,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("daemon.maxIdleSessions"), "{e}");
-        let e = ConfigFile::parse("test.json", r#"{"daemon":{"maxIdle":3}}"#)
+        let e = ConfigFile::parse("test.json", r#"{"daemon":{"maxIdleSession":3}}"#)
             .unwrap_err()
             .to_string();
         assert!(e.contains("daemon.maxIdleSessions"), "did you mean: {e}");
