@@ -14,6 +14,10 @@
 //! The target is the last cycle within 10% of the one-session figure. The time of one cycle
 //! (open, append, close of every session) is reported as a median over the cycles.
 //!
+//! It runs twice: with the default `daemon.maxIdleSessions` (16), where the sessions of a cycle
+//! past 16 are already closed for being idle when the cycle closes them, and with it at 64,
+//! where every session of a cycle is in memory until `soba/session/close` frees it.
+//!
 //! `cargo bench --bench daemon_memory` measures (10 cycles of 50 sessions of 400 entries) and
 //! prints one JSON object and a summary; under `cargo test` it runs one small cycle as a smoke
 //! test.
@@ -62,27 +66,62 @@ fn settled_rss(d: &Daemon, conn: &mut Conn) -> u64 {
     d.memory().rss_kib
 }
 
-fn main() {
-    let load_at_start = daemon::load_average();
-    let plan = if measuring() {
-        Plan {
-            sessions: 50,
-            cycles: 10,
-            history: 400,
-        }
-    } else {
-        Plan {
-            sessions: 3,
-            cycles: 1,
-            history: 8,
-        }
-    };
+struct Measured {
+    max_idle_sessions: Option<usize>,
+    at_start: u64,
+    one_session: u64,
+    after_cycle: Vec<u64>,
+    after_unclosed: u64,
+    peak: u64,
+    in_memory: usize,
+    listed: usize,
+    tokens: Value,
+    cycle_ms: Vec<f64>,
+}
+
+impl Measured {
+    fn ratio(&self) -> f64 {
+        *self.after_cycle.last().expect("at least one cycle") as f64 / self.one_session as f64
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "maxIdleSessions": self.max_idle_sessions,
+            "rssMiB": {
+                "atStart": mib(self.at_start),
+                "oneSession": mib(self.one_session),
+                "afterEachCycle": self.after_cycle.iter().map(|k| mib(*k)).collect::<Vec<_>>(),
+                "afterUnclosedSessions": mib(self.after_unclosed),
+                "peak": mib(self.peak),
+            },
+            "lastCycleOverOneSession": (self.ratio() * 1000.0).round() / 1000.0,
+            "withinTarget": self.ratio() <= 1.10,
+            "sessionsListed": self.listed,
+            "sessionsInMemory": self.in_memory,
+            "effectiveTokensPerSession": self.tokens,
+            "cycleMillis": Summary::of(&self.cycle_ms).json(),
+        })
+    }
+}
+
+/// One daemon, with `daemon.maxIdleSessions` set in its user config when given.
+fn measure(plan: &Plan, max_idle_sessions: Option<usize>) -> Measured {
     let base = tempfile::tempdir().expect("temp dir");
     let workspace = std::fs::canonicalize(base.path())
         .expect("canonical temp dir")
         .join("project");
     std::fs::create_dir_all(&workspace).expect("workspace");
-    let d = Daemon::spawn(&base.path().join("soba"));
+    let daemon_base = base.path().join("soba");
+    std::fs::create_dir_all(&daemon_base).expect("daemon folder");
+    if let Some(n) = max_idle_sessions {
+        // The user config of the spawned daemon (`SOBA_CONFIG`, see common/daemon.rs).
+        std::fs::write(
+            daemon_base.join("no-user-config.json"),
+            json!({"daemon": {"maxIdleSessions": n}}).to_string(),
+        )
+        .expect("daemon config");
+    }
+    let d = Daemon::spawn(&daemon_base);
     let mut conn = d.connect();
     conn.initialize(&[&workspace]);
     let at_start = settled_rss(&d, &mut conn);
@@ -117,22 +156,42 @@ fn main() {
         .collect();
     let after_unclosed = settled_rss(&d, &mut conn);
     let listed = conn.request("soba/sessions", json!({}));
-    let in_memory = listed["sessions"]
-        .as_array()
-        .expect("sessions")
-        .iter()
-        .filter(|s| s["inMemory"] == true)
-        .count();
-    // Every one of them is still there, whole: the last appended entry of the first unclosed
-    // session is where it was.
-    let budget = conn.request("soba/budget", json!({"sessionId": unclosed[0]}));
-    assert_eq!(budget["sessionId"], unclosed[0].as_str());
-    let first_budget = conn.request("soba/budget", json!({"sessionId": first}));
-    assert_eq!(first_budget["effectiveTokens"], budget["effectiveTokens"]);
+    let sessions = listed["sessions"].as_array().expect("sessions");
+    let in_memory = sessions.iter().filter(|s| s["inMemory"] == true).count();
+    // Every one of them is still there, whole: the oldest, opened again, has its history.
+    let context = conn.request("soba/context", json!({"sessionId": unclosed[0]}));
+    let first_context = conn.request("soba/context", json!({"sessionId": first}));
+    assert_eq!(first_context["effectiveTokens"], context["effectiveTokens"]);
+    Measured {
+        max_idle_sessions,
+        at_start,
+        one_session,
+        after_cycle,
+        after_unclosed,
+        peak: d.memory().hwm_kib,
+        in_memory,
+        listed: sessions.len(),
+        tokens: context["effectiveTokens"].clone(),
+        cycle_ms,
+    }
+}
 
-    let last = *after_cycle.last().expect("at least one cycle");
-    let ratio = last as f64 / one_session as f64;
-    let hwm = d.memory().hwm_kib;
+fn main() {
+    let load_at_start = daemon::load_average();
+    let plan = if measuring() {
+        Plan {
+            sessions: 50,
+            cycles: 10,
+            history: 400,
+        }
+    } else {
+        Plan {
+            sessions: 3,
+            cycles: 1,
+            history: 8,
+        }
+    };
+    let runs = [measure(&plan, None), measure(&plan, Some(64))];
     let report = json!({
         "bench": "daemon_memory",
         "binary": daemon::SOBA,
@@ -141,33 +200,27 @@ fn main() {
         "sessionsPerCycle": plan.sessions,
         "cycles": plan.cycles,
         "entriesPerSession": plan.history,
-        "effectiveTokensPerSession": budget["effectiveTokens"],
-        "rssMiB": {
-            "atStart": mib(at_start),
-            "oneSession": mib(one_session),
-            "afterEachCycle": after_cycle.iter().map(|k| mib(*k)).collect::<Vec<_>>(),
-            "afterUnclosedSessions": mib(after_unclosed),
-            "peak": mib(hwm),
-        },
-        "lastCycleOverOneSession": (ratio * 1000.0).round() / 1000.0,
-        "withinTarget": ratio <= 1.10,
-        "unclosedSessionsInMemory": in_memory,
-        "cycleMillis": Summary::of(&cycle_ms).json(),
+        "runs": runs.iter().map(Measured::json).collect::<Vec<_>>(),
     });
     println!("{report}");
-    println!(
-        "daemon_memory: RSS {:.1} MiB with one session, {:.1} MiB after {} cycles of {} sessions \
-         opened and closed ({:.3}× the one-session figure; target ≤ 1.10×), {:.1} MiB with {} \
-         unclosed sessions ({} in memory); peak {:.1} MiB; one cycle p50 {:.0} ms",
-        mib(one_session),
-        mib(last),
-        plan.cycles,
-        plan.sessions,
-        ratio,
-        mib(after_unclosed),
-        plan.sessions,
-        in_memory,
-        mib(hwm),
-        Summary::of(&cycle_ms).p50,
-    );
+    for m in &runs {
+        println!(
+            "daemon_memory (maxIdleSessions {}): RSS {:.1} MiB with one session, {:.1} MiB after \
+             {} cycles of {} sessions opened and closed ({:.3}× the one-session figure; target \
+             ≤ 1.10×), {:.1} MiB with {} unclosed sessions ({} of {} in memory); peak {:.1} MiB; \
+             one cycle p50 {:.0} ms",
+            m.max_idle_sessions.map_or("default".to_string(), |n| n.to_string()),
+            mib(m.one_session),
+            mib(*m.after_cycle.last().expect("a cycle")),
+            plan.cycles,
+            plan.sessions,
+            m.ratio(),
+            mib(m.after_unclosed),
+            plan.sessions,
+            m.in_memory,
+            m.listed,
+            mib(m.peak),
+            Summary::of(&m.cycle_ms).p50,
+        );
+    }
 }

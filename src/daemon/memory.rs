@@ -5,10 +5,28 @@
 //! that opened and closed many sessions kept the peak of them all. `malloc_trim` gives back the
 //! free pages of every arena. Other allocators (musl, macOS) return memory by themselves.
 
-/// Give freed heap memory back to the OS; runs on a blocking thread, since trimming large
-/// arenas takes a few milliseconds.
-pub async fn return_freed_memory() {
-    let _ = tokio::task::spawn_blocking(trim).await;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A trim is queued and has not started: frees until it starts are covered by it.
+static QUEUED: AtomicBool = AtomicBool::new(false);
+
+/// Give freed heap memory back to the OS, soon, on a blocking thread (trimming large arenas
+/// takes milliseconds, and takes the allocator's locks). Closing fifty sessions in a row queues
+/// one or two trims, not fifty.
+pub fn return_freed_memory() {
+    if QUEUED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        QUEUED.store(false, Ordering::Release);
+        trim();
+        return;
+    };
+    runtime.spawn_blocking(|| {
+        // Cleared first: what is freed while this trim runs queues the next one.
+        QUEUED.store(false, Ordering::Release);
+        trim();
+    });
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -409,7 +409,7 @@ impl Daemon {
                     reason: SessionCloseReason::Idle,
                 }));
                 drop(handle);
-                super::memory::return_freed_memory().await;
+                super::memory::return_freed_memory();
             });
         }
     }
@@ -569,7 +569,7 @@ impl Daemon {
             workspace: workspace.display().to_string(),
             reason: SessionCloseReason::Closed,
         }));
-        super::memory::return_freed_memory().await;
+        super::memory::return_freed_memory();
         Ok(path)
     }
 
