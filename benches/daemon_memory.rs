@@ -209,7 +209,8 @@ fn main() {
              {} cycles of {} sessions opened and closed ({:.3}× the one-session figure; target \
              ≤ 1.10×), {:.1} MiB with {} unclosed sessions ({} of {} in memory); peak {:.1} MiB; \
              one cycle p50 {:.0} ms",
-            m.max_idle_sessions.map_or("default".to_string(), |n| n.to_string()),
+            m.max_idle_sessions
+                .map_or("default".to_string(), |n| n.to_string()),
             mib(m.one_session),
             mib(*m.after_cycle.last().expect("a cycle")),
             plan.cycles,

@@ -7,7 +7,7 @@
 //! the next request that names it (or its workspace, when it was the active session) opens it
 //! again before being answered, so clients never see the difference.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +23,7 @@ use super::protocol::{
 use super::watcher::{WatchMode, WorkspaceWatcher};
 use crate::config::{Config, ConfigSources, Overrides};
 use crate::flight::{FlightLog, FlightRecord};
+use crate::session::entry::FileEntry;
 use crate::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
 use crate::session::log::{LogError, SessionLog};
 use crate::summarize::Summarizer;
@@ -92,6 +93,9 @@ struct Dormant {
     path: PathBuf,
     /// Its last snapshot, for `soba/sessions`.
     status: actor::Status,
+    /// Changes its workspace's watch saw while it was dormant (another session kept the watch
+    /// running): path → (order seen, latest change), recorded when it is opened again.
+    changes: BTreeMap<String, (u64, FileEntry)>,
     /// Turns `true` once its actor let go of the log, so that opening it again finds it free.
     released: watch::Receiver<bool>,
 }
@@ -130,9 +134,15 @@ impl Registry {
         })
     }
 
-    fn insert(&mut self, handle: SessionHandle) {
+    /// Register a live session; what its workspace's watch saw while it was dormant, in order.
+    fn insert(&mut self, handle: SessionHandle) -> Vec<FileEntry> {
         self.clock += 1;
-        self.dormant.remove(&handle.id);
+        let mut held: Vec<(u64, FileEntry)> = self
+            .dormant
+            .remove(&handle.id)
+            .map(|d| d.changes.into_values().collect())
+            .unwrap_or_default();
+        held.sort_by_key(|(seen, _)| *seen);
         self.sessions.insert(
             handle.id.clone(),
             Live {
@@ -141,8 +151,31 @@ impl Registry {
                 in_use: Arc::new(AtomicUsize::new(0)),
             },
         );
+        held.into_iter().map(|(_, change)| change).collect()
+    }
+
+    /// Keep changes a watch saw for the dormant sessions of its workspace.
+    fn hold_changes(&mut self, workspace: &Path, changes: &[FileEntry]) {
+        for d in self.dormant.values_mut() {
+            if d.workspace != workspace {
+                continue;
+            }
+            for change in changes {
+                self.clock += 1;
+                let room =
+                    d.changes.len() < MAX_HELD_CHANGES || d.changes.contains_key(&change.path);
+                if room {
+                    d.changes
+                        .insert(change.path.clone(), (self.clock, change.clone()));
+                }
+            }
+        }
     }
 }
+
+/// Paths whose latest change is kept for one dormant session; past this (a tree rewritten while
+/// the session slept), further paths are not recorded for it.
+const MAX_HELD_CHANGES: usize = 10_000;
 
 struct Workspace {
     flight: FlightLog,
@@ -289,11 +322,18 @@ impl Daemon {
             let mut reg = self.lock();
             // Another client may have opened the same session meanwhile; the log lock makes
             // that impossible on disk, so the first handle stays.
-            if !reg.sessions.contains_key(&handle.id) {
-                reg.insert(handle.clone());
-            }
-            reg.take(&handle.id).expect("registered above")
+            let held = if reg.sessions.contains_key(&handle.id) {
+                Vec::new()
+            } else {
+                reg.insert(handle.clone())
+            };
+            (reg.take(&handle.id).expect("registered above"), held)
         };
+        let (taken, held) = taken;
+        if !held.is_empty() {
+            // Queued before the caller's request, so the request sees them.
+            taken.watched_files(held);
+        }
         self.ensure_workspace(workspace).await;
         self.close_idle();
         Ok(taken)
@@ -376,6 +416,7 @@ impl Daemon {
                         workspace: live.handle.workspace.clone(),
                         path: live.handle.path.clone(),
                         status: live.handle.status(),
+                        changes: BTreeMap::new(),
                         released,
                     },
                 );
@@ -465,9 +506,13 @@ impl Daemon {
         let ws = workspace.to_path_buf();
         let sink = move |changes: Vec<crate::session::entry::FileEntry>| {
             if let Some(d) = daemon.upgrade() {
-                for h in d.sessions_of(&ws) {
-                    h.watched_files(changes.clone());
+                // Under the lock, so that each session gets the changes once: a live one through
+                // its queue (ahead of any close), a dormant one when it is opened again.
+                let mut reg = d.lock();
+                for live in reg.sessions.values().filter(|l| l.handle.workspace == ws) {
+                    live.handle.watched_files(changes.clone());
                 }
+                reg.hold_changes(&ws, &changes);
             }
         };
         let own = [self.paths.data_dir.clone(), self.paths.runtime_dir.clone()];
@@ -666,15 +711,6 @@ impl Daemon {
                 ),
             ),
         })
-    }
-
-    pub fn sessions_of(&self, workspace: &Path) -> Vec<SessionHandle> {
-        self.lock()
-            .sessions
-            .values()
-            .filter(|l| l.handle.workspace == workspace)
-            .map(|l| l.handle.clone())
-            .collect()
     }
 
     /// Sessions, live and dormant, of one workspace when given, sorted by workspace then id.

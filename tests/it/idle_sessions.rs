@@ -294,6 +294,11 @@ async fn a_workspace_stops_being_watched_only_when_none_of_its_sessions_is_in_me
         .await;
     expect_closed(&editor, &_v1, "idle").await;
     assert_eq!(e.daemon.watched_workspaces(), vec![ws_w.clone()]);
+    // What the watch saw while w1 was dormant and w2 kept it running is in w1 now, once.
+    wait_for_file_entry(&agent, &w1, "edited.rs").await;
+    let w1_log =
+        std::fs::read_to_string(listed(&agent, &w1).await["path"].as_str().unwrap()).unwrap();
+    assert_eq!(w1_log.matches("\"edited.rs\"").count(), 1, "{w1_log}");
     std::fs::write(ws_w.join("again.rs"), "fn again() {}\n").unwrap();
     wait_for_file_entry(&agent, &w1, "again.rs").await;
 }
