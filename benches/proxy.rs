@@ -99,6 +99,7 @@ fn main() {
                 watch: None,
                 extra_config: None,
                 summarizer: None,
+                ..DaemonOptions::default()
             },
         );
         let proxy = Proxy::new(ProxyConfig {

@@ -190,6 +190,10 @@ pub struct ConfigFile {
     pub memory: Option<MemoryFile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<ArtifactsFile>,
+    /// User config (or `--config`) only: how the shared daemon runs. Ignored in a workspace's
+    /// own config, since one workspace must not size the daemon every other workspace shares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonFile>,
     /// User config only: workspaces (canonical paths) whose `.soba/config.json` may set the
     /// summarizer (endpoint, key variable, redaction). Edit with `soba trust PATH`. Ignored in
     /// a workspace's own config.
@@ -313,6 +317,61 @@ pub struct MemoryFile {
     /// Mirror explicit `/compact` capsules (validated, non-degraded) into `.soba/memory/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror_explicit_compacts: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DaemonFile {
+    /// Open sessions kept in memory while no client uses them (default 16, at least 1). Past
+    /// this, the least recently used idle session is closed; its log stays on disk and the
+    /// next request for it opens it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_idle_sessions: Option<usize>,
+}
+
+/// Idle open sessions the daemon keeps in memory unless `daemon.maxIdleSessions` says otherwise.
+pub const DEFAULT_MAX_IDLE_SESSIONS: usize = 16;
+
+/// How the shared daemon runs, from the user's config and `--config` (lowest first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaemonSettings {
+    pub max_idle_sessions: usize,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        DaemonSettings {
+            max_idle_sessions: DEFAULT_MAX_IDLE_SESSIONS,
+        }
+    }
+}
+
+impl DaemonSettings {
+    /// Resolve the daemon's settings from layered files (lowest first). Only the user's file
+    /// and `--config` are given here: a workspace's `daemon` section never applies.
+    pub fn resolve(files: &[ConfigFile]) -> Result<DaemonSettings, ConfigError> {
+        let mut settings = DaemonSettings::default();
+        for d in files.iter().filter_map(|f| f.daemon.as_ref()) {
+            if let Some(n) = d.max_idle_sessions {
+                settings.max_idle_sessions = n;
+            }
+        }
+        if settings.max_idle_sessions == 0 {
+            return Err(ConfigError::OutOfRange {
+                key: "daemon.maxIdleSessions".into(),
+                value: "0".into(),
+                allowed: "must be at least 1 (sessions kept in memory while unused)".into(),
+            });
+        }
+        Ok(settings)
+    }
+
+    /// The daemon's settings from the user's config file and an optional `--config` file.
+    pub fn load(extra_file: Option<PathBuf>) -> Result<DaemonSettings, ConfigError> {
+        let loaded = ConfigSources::for_workspace(None, extra_file).load()?;
+        DaemonSettings::resolve(&loaded.files)
+    }
 }
 
 /// A model known to the built-in catalog.
@@ -626,6 +685,7 @@ const TOP_KEYS: &[&str] = &[
     "artifacts",
     "storage",
     "memory",
+    "daemon",
     "trustedWorkspaces",
     "$schema",
 ];
@@ -667,6 +727,7 @@ const CATALOG_ENTRY_KEYS: &[&str] = &[
 const STORAGE_KEYS: &[&str] = &["durability"];
 const MEMORY_KEYS: &[&str] = &["mirrorExplicitCompacts"];
 const ARTIFACTS_KEYS: &[&str] = &["read", "write", "shell", "patch"];
+const DAEMON_KEYS: &[&str] = &["maxIdleSessions"];
 
 fn check_keys(file: &str, prefix: &str, value: &Value, known: &[&str]) -> Result<(), ConfigError> {
     let Some(obj) = value.as_object() else {
@@ -722,13 +783,14 @@ impl ConfigFile {
                 check_keys(file, &format!("models.{name}"), entry, CATALOG_ENTRY_KEYS)?;
             }
         }
-        let sections: [(&str, &[&str]); 6] = [
+        let sections: [(&str, &[&str]); 7] = [
             ("compaction", COMPACTION_KEYS),
             ("model", MODEL_KEYS),
             ("summarizer", SUMMARIZER_KEYS),
             ("storage", STORAGE_KEYS),
             ("memory", MEMORY_KEYS),
             ("artifacts", ARTIFACTS_KEYS),
+            ("daemon", DAEMON_KEYS),
         ];
         for (section, keys) in sections {
             if let Some(v) = value.get(section) {
@@ -1307,6 +1369,40 @@ mod tests {
     fn resolve_text(text: &str) -> Result<Config, ConfigError> {
         let f = ConfigFile::parse("test.json", text)?;
         Config::resolve(&[f], None, &Overrides::default())
+    }
+
+    #[test]
+    fn daemon_max_idle_sessions_comes_from_the_last_layer_that_sets_it() {
+        let parse = |t: &str| ConfigFile::parse("test.json", t).unwrap();
+        assert_eq!(
+            DaemonSettings::resolve(&[]).unwrap().max_idle_sessions,
+            DEFAULT_MAX_IDLE_SESSIONS
+        );
+        let user = parse(r#"{"daemon":{"maxIdleSessions":4}}"#);
+        let extra = parse(r#"{"daemon":{"maxIdleSessions":2}}"#);
+        let silent = parse(r#"{"daemon":{}}"#);
+        let s = DaemonSettings::resolve(&[user.clone(), silent]).unwrap();
+        assert_eq!(s.max_idle_sessions, 4);
+        let s = DaemonSettings::resolve(&[user, extra]).unwrap();
+        assert_eq!(s.max_idle_sessions, 2);
+    }
+
+    #[test]
+    fn a_bad_max_idle_sessions_is_refused_naming_the_key() {
+        let zero = ConfigFile::parse("test.json", r#"{"daemon":{"maxIdleSessions":0}}"#).unwrap();
+        let e = DaemonSettings::resolve(&[zero]).unwrap_err().to_string();
+        assert!(
+            e.contains("daemon.maxIdleSessions") && e.contains("at least 1"),
+            "{e}"
+        );
+        let e = ConfigFile::parse("test.json", r#"{"daemon":{"maxIdleSessions":-3}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("daemon.maxIdleSessions"), "{e}");
+        let e = ConfigFile::parse("test.json", r#"{"daemon":{"maxIdleSession":3}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("daemon.maxIdleSessions"), "did you mean: {e}");
     }
 
     #[test]

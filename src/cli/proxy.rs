@@ -77,6 +77,7 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let paths = Paths::from_env()?;
+    let settings = crate::config::DaemonSettings::load(common.config.clone())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -86,6 +87,7 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
                 paths,
                 DaemonOptions {
                     extra_config: common.config.clone(),
+                    max_idle_sessions: settings.max_idle_sessions,
                     ..DaemonOptions::default()
                 },
             ))

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::{print_json, CommonArgs};
+use crate::config::DaemonSettings;
 use crate::daemon::paths::Paths;
 use crate::daemon::registry::{Daemon, DaemonOptions};
 use crate::daemon::{connection, socket};
@@ -37,8 +38,12 @@ pub fn serve(mode: ServeMode, common: &CommonArgs) -> anyhow::Result<()> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let paths = Paths::from_env()?;
+    // Read here in every mode, so that a bad `daemon` setting is reported to the user running
+    // `soba serve` rather than to the log of a daemon started in the background.
+    let settings = DaemonSettings::load(common.config.clone())?;
     let options = DaemonOptions {
         extra_config: common.config.clone(),
+        max_idle_sessions: settings.max_idle_sessions,
         ..DaemonOptions::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

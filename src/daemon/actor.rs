@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -157,8 +157,21 @@ pub struct SessionHandle {
     /// The summarizer as the session holds it when a client's keys built it: handed the keys
     /// of the next client that opens the session once that client is gone.
     pub keyed_summarizer: Option<Arc<super::connection::ConnectionBound>>,
+    /// Its settings and opening connection, to open it the same way after an idle close.
+    pub opened_with: super::registry::OpenedWith,
     tx: mpsc::UnboundedSender<Command>,
     status: watch::Receiver<Status>,
+    activity: Arc<Activity>,
+}
+
+/// What the actor is in the middle of, kept current after every command, so that the registry
+/// can tell a session that may be closed while idle from one whose work a close would cut off.
+#[derive(Debug, Default)]
+struct Activity {
+    /// A compaction runs, or an explicit one waits for the agent's inference to end.
+    compacting: AtomicBool,
+    /// The connection whose inference is in flight; 0 for none (connection ids start at 1).
+    inference_client: AtomicU64,
 }
 
 impl std::fmt::Debug for Command {
@@ -192,6 +205,19 @@ fn stopped() -> RpcError {
 impl SessionHandle {
     pub fn status(&self) -> Status {
         self.status.borrow().clone()
+    }
+
+    /// Whether closing the session now would cut off work: a compaction running or queued, or
+    /// an inference in flight for a connection that `connected` says is still there (an agent
+    /// that disconnected mid-inference will not come back to end it).
+    pub fn busy(&self, connected: impl Fn(ClientId) -> bool) -> bool {
+        if self.activity.compacting.load(Ordering::Acquire) {
+            return true;
+        }
+        match self.activity.inference_client.load(Ordering::Acquire) {
+            0 => false,
+            client => connected(client),
+        }
     }
 
     async fn request<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, RpcError> {
@@ -349,6 +375,7 @@ struct Actor {
     queued_compact: Option<QueuedCompact>,
     /// Set by `Close`: whoever waits for the log to be released.
     closing: Option<Reply<()>>,
+    activity: Arc<Activity>,
 }
 
 /// One connection to the daemon (an agent, an editor), as the session actor tells them apart.
@@ -415,6 +442,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         inference_in_flight: None,
         queued_compact: None,
         closing: None,
+        activity: Arc::new(Activity::default()),
     };
     actor
         .config
@@ -422,6 +450,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         .configure_counting(actor.log.session_mut());
     actor.status.send_replace(actor.snapshot());
     let status = actor.status.subscribe();
+    let activity = actor.activity.clone();
     tokio::spawn(actor.run(rx));
     SessionHandle {
         id,
@@ -429,8 +458,10 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         path,
         warnings: Vec::new(),
         keyed_summarizer: None,
+        opened_with: Default::default(),
         tx,
         status,
+        activity,
     }
 }
 
@@ -548,6 +579,7 @@ impl Actor {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         while let Some(cmd) = rx.recv().await {
             self.handle(cmd);
+            self.record_activity();
             if self.closing.is_some() {
                 break;
             }
@@ -559,6 +591,16 @@ impl Actor {
             drop(self);
             let _ = reply.send(Ok(()));
         }
+    }
+
+    fn record_activity(&self) {
+        let compacting = self.running.is_some() || self.queued_compact.is_some();
+        self.activity
+            .compacting
+            .store(compacting, Ordering::Release);
+        self.activity
+            .inference_client
+            .store(self.inference_in_flight.unwrap_or(0), Ordering::Release);
     }
 
     fn engine(&self) -> Engine<'_> {

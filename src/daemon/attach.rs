@@ -301,7 +301,7 @@ impl Daemon {
         let session = handle.clone();
         tokio::spawn(follow(daemon, session, tailer, follower, idle));
         Ok(Attached {
-            handle,
+            handle: handle.clone(),
             transcript,
             agent: agent_name,
             imported,

@@ -4,7 +4,9 @@
 //! - [`server`]: the tower-lsp-server front end, one instance per connected client.
 //! - [`framing`]: the connection's frame reader in front of it: bad frames are answered and
 //!   skipped, and the connection goes on.
-//! - [`registry`]: workspaces → sessions, the active session per workspace, event fan-out.
+//! - [`registry`]: workspaces → sessions, the active session per workspace, event fan-out,
+//!   idle sessions closed past `daemon.maxIdleSessions` and opened again on use.
+//! - [`memory`]: memory closed sessions freed, handed back to the OS.
 //! - [`actor`]: one task per session, the only writer of its log.
 //! - [`connection`]: a connection's own config files and API keys (`soba/client/hello`).
 //! - [`socket`]: the per-user Unix socket shared by every `soba serve`, and the stdio relay.
@@ -16,6 +18,7 @@ pub mod actor;
 pub mod attach;
 pub mod connection;
 pub mod framing;
+pub mod memory;
 pub mod paths;
 pub mod protocol;
 pub mod registry;

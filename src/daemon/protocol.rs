@@ -207,6 +207,18 @@ pub struct SessionCloseResult {
 pub struct SessionClosedNotice {
     pub session_id: String,
     pub workspace: String,
+    pub reason: SessionCloseReason,
+}
+
+/// Why a session left the daemon's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SessionCloseReason {
+    /// `soba/session/close`, or the agent whose transcript was followed went away.
+    Closed,
+    /// Unused while more idle sessions were open than `daemon.maxIdleSessions`: its log is on
+    /// disk, whole, and the next request that names it opens it again.
+    Idle,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -489,6 +501,9 @@ pub struct SessionSummary {
     pub workspace: String,
     pub path: String,
     pub active: bool,
+    /// `false` for a session closed for being idle: listed with the figures it had then, and
+    /// opened again by the next request that names it.
+    pub in_memory: bool,
     pub entries: usize,
     pub effective_tokens: u64,
     pub hard_limit: u64,

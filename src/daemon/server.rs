@@ -26,12 +26,12 @@ use tower_lsp_server::{
     OngoingProgress, Server,
 };
 
-use super::actor::{Event, SessionHandle};
+use super::actor::Event;
 use super::connection::{ConnectionConfig, Handshake};
 use super::framing;
 use super::paths::workspace_path;
 use super::protocol::*;
-use super::registry::{Daemon, OpenRequest};
+use super::registry::{Daemon, InUse, OpenRequest};
 
 /// Budget notifications for one session within this window are merged into the last one.
 pub const BUDGET_COALESCE: Duration = Duration::from_millis(50);
@@ -98,6 +98,7 @@ pub struct Backend {
 impl Drop for Backend {
     fn drop(&mut self) {
         self.stop.cancel();
+        self.daemon.disconnected(self.id);
     }
 }
 
@@ -169,9 +170,11 @@ impl Backend {
         hello: Arc<OnceLock<Arc<ConnectionConfig>>>,
     ) -> Backend {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        daemon.connected(id);
         Backend {
             client,
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id,
             daemon,
             folders: Mutex::new(Vec::new()),
             known: Arc::new(Mutex::new(HashSet::new())),
@@ -200,26 +203,34 @@ impl Backend {
             .cloned()
     }
 
-    fn target(
+    async fn target(
         &self,
         session_id: Option<&str>,
         workspace: Option<&str>,
-    ) -> Result<SessionHandle, RpcError> {
+    ) -> Result<InUse, RpcError> {
         let h = self
             .daemon
-            .resolve(session_id, workspace, self.first_folder().as_deref())?;
+            .resolve(session_id, workspace, self.first_folder().as_deref())
+            .await?;
         self.know(&h.workspace);
         Ok(h)
     }
 
-    fn session(&self, id: &str) -> Result<SessionHandle, RpcError> {
-        let h = self.daemon.session(id)?;
+    async fn session(&self, id: &str) -> Result<InUse, RpcError> {
+        let h = self.daemon.use_session(id).await?;
         self.know(&h.workspace);
         Ok(h)
     }
 
-    /// Run one `soba/*` method.
+    /// Run one `soba/*` method. The sessions it used are idle again afterwards, so the bound on
+    /// idle sessions is applied once it is answered.
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        let answer = self.dispatch(method, params).await;
+        self.daemon.close_idle();
+        answer
+    }
+
+    async fn dispatch(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         match method {
             method::SESSION_OPEN => {
                 let p: SessionOpenParams = parse_params(method, params)?;
@@ -255,72 +266,110 @@ impl Backend {
             }
             method::SESSION_APPEND => {
                 let p: AppendParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id)?.append(p.entries).await?)
+                to_value(self.session(&p.session_id).await?.append(p.entries).await?)
             }
             method::PREFLIGHT => {
                 let p: SessionParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id)?.preflight(self.id).await?)
+                to_value(
+                    self.session(&p.session_id)
+                        .await?
+                        .preflight(self.id)
+                        .await?,
+                )
             }
             method::TURN_COMPLETE => {
                 let p: TurnCompleteParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id)?.turn_complete(p.usage).await?)
+                to_value(
+                    self.session(&p.session_id)
+                        .await?
+                        .turn_complete(p.usage)
+                        .await?,
+                )
             }
             method::CHECKPOINT => {
                 let p: CheckpointParams = parse_params(method, params)?;
                 to_value(
-                    self.session(&p.session_id)?
+                    self.session(&p.session_id)
+                        .await?
                         .checkpoint(p.kind, p.label)
                         .await?,
                 )
             }
             method::OVERFLOW => {
                 let p: SessionParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id)?.overflow().await?)
+                to_value(self.session(&p.session_id).await?.overflow().await?)
             }
             method::CANCEL => {
                 let p: SessionParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id)?.cancel().await?)
+                to_value(self.session(&p.session_id).await?.cancel().await?)
             }
             method::COMPACT => {
                 let p: CompactParams = parse_params(method, params)?;
-                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                let h = self
+                    .target(p.session_id.as_deref(), p.workspace.as_deref())
+                    .await?;
                 to_value(h.compact(self.id, p.instructions, p.mirror).await?)
             }
             method::CAPSULE_CREATE => {
                 let p: CapsuleCreateParams = parse_params(method, params)?;
-                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                let h = self
+                    .target(p.session_id.as_deref(), p.workspace.as_deref())
+                    .await?;
                 to_value(h.capsule_create(p.title).await?)
             }
             method::CAPSULE_EXPORT => {
                 let p: CapsuleExportParams = parse_params(method, params)?;
-                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                let h = self
+                    .target(p.session_id.as_deref(), p.workspace.as_deref())
+                    .await?;
                 to_value(h.capsule_export(p.checkpoint_id, p.path.into()).await?)
             }
             method::CAPSULE_LOAD => {
                 let p: CapsuleLoadParams = parse_params(method, params)?;
-                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                let h = self
+                    .target(p.session_id.as_deref(), p.workspace.as_deref())
+                    .await?;
                 to_value(h.capsule_load(p.path.into()).await?)
             }
             method::CAPSULE_LIST => {
                 let p: CapsuleListParams = parse_params(method, params)?;
-                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                let h = self
+                    .target(p.session_id.as_deref(), p.workspace.as_deref())
+                    .await?;
                 to_value(h.capsule_list().await?)
             }
             method::REWIND => {
                 let p: RewindParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id)?.rewind(p.entry_id).await?)
+                to_value(
+                    self.session(&p.session_id)
+                        .await?
+                        .rewind(p.entry_id)
+                        .await?,
+                )
             }
             method::SESSION_CLOSE => {
                 let p: SessionParams = parse_params(method, params)?;
-                let h = self.daemon.close(&p.session_id).await?;
+                let path = self.daemon.close(&p.session_id).await?;
                 to_value(SessionCloseResult {
-                    session_id: h.id.clone(),
-                    path: h.path.display().to_string(),
+                    session_id: p.session_id,
+                    path: path.display().to_string(),
                 })
             }
             method::BUDGET => {
                 let p: BudgetParams = parse_params(method, params)?;
-                let h = match self.target(p.session_id.as_deref(), p.workspace.as_deref()) {
+                // A snapshot: asking for a budget never brings an idle session back into memory.
+                let snapshot = self
+                    .daemon
+                    .snapshot(
+                        p.session_id.as_deref(),
+                        p.workspace.as_deref(),
+                        self.first_folder().as_deref(),
+                    )
+                    .map(|s| {
+                        self.know(std::path::Path::new(&s.budget.workspace));
+                        s.budget
+                    });
+                let budget = match snapshot {
                     // No agent opened a session here: follow the one the user runs, if any.
                     Err(e) if e.code == code::UNKNOWN_SESSION && p.session_id.is_none() => {
                         let ws = p.workspace.clone().or_else(|| self.first_folder());
@@ -328,7 +377,7 @@ impl Backend {
                             Some(ws) => match self.daemon.discover(&ws).await {
                                 Ok(h) => {
                                     self.know(&h.workspace);
-                                    h
+                                    h.status().budget
                                 }
                                 Err(why) => return Err(no_agent_running(&ws, &why)),
                             },
@@ -337,7 +386,7 @@ impl Backend {
                     }
                     other => other?,
                 };
-                to_value(h.status().budget)
+                to_value(budget)
             }
             method::ATTACH => {
                 let p: AttachParams = parse_params(method, params)?;
@@ -351,12 +400,16 @@ impl Backend {
                     .limit
                     .unwrap_or(CONTEXT_DEFAULT_LIMIT)
                     .min(CONTEXT_MAX_LIMIT);
-                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                let h = self
+                    .target(p.session_id.as_deref(), p.workspace.as_deref())
+                    .await?;
                 to_value(h.context(limit).await?)
             }
             method::AUTO_COMPACT => {
                 let p: AutoCompactParams = parse_params(method, params)?;
-                let h = self.target(p.session_id.as_deref(), p.workspace.as_deref())?;
+                let h = self
+                    .target(p.session_id.as_deref(), p.workspace.as_deref())
+                    .await?;
                 to_value(h.set_auto_compact(p.enabled).await?)
             }
             method::SESSIONS => {
@@ -369,7 +422,7 @@ impl Backend {
                 let p: FlightParams = parse_params(method, params)?;
                 let (workspace, session) = match (&p.session_id, &p.workspace) {
                     (Some(id), _) => {
-                        let h = self.session(id)?;
+                        let h = self.session(id).await?;
                         (h.workspace.clone(), Some(id.clone()))
                     }
                     (None, ws) => {

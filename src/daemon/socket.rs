@@ -360,6 +360,7 @@ mod tests {
                 watch: None,
                 extra_config: None,
                 summarizer: None,
+                ..DaemonOptions::default()
             },
         );
         let server = tokio::spawn(run(listener, daemon, Duration::from_millis(200)));

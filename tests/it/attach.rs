@@ -219,6 +219,7 @@ fn env() -> Env {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     Env {

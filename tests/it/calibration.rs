@@ -34,6 +34,7 @@ fn daemon(base: &std::path::Path) -> Arc<Daemon> {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     )
 }

@@ -119,6 +119,7 @@ async fn progress_moves_with_the_streamed_reply_before_the_compaction_ends() {
             watch: None,
             extra_config: None,
             summarizer: Some(summarizer),
+            ..DaemonOptions::default()
         },
     );
     let (client_io, server_io) = tokio::io::duplex(1 << 22);

@@ -87,6 +87,7 @@ fn env_with(watch: Option<WatchMode>, fail: Option<SummaryError>) -> Env {
         watch,
         extra_config: None,
         summarizer: Some(summarizer),
+        ..DaemonOptions::default()
     };
     let daemon = Daemon::new(Paths::under(&base.path().join("soba")), options);
     Env {

@@ -94,6 +94,7 @@ async fn no_capsule_after_cancel_or_on_a_changed_leaf() {
             watch: None,
             extra_config: None,
             summarizer: Some(Arc::new(SlowSummarizer { seed: 0.into() })),
+            ..DaemonOptions::default()
         },
     );
     let agent = Arc::new(connect(&daemon));

@@ -29,6 +29,7 @@ fn env_with(watch: Option<WatchMode>) -> Env {
             watch,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     Env {
@@ -330,6 +331,7 @@ async fn a_session_has_one_writer() {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     let c2 = connect(&other);
@@ -388,6 +390,7 @@ async fn open_returns_the_live_session_and_reloads_from_disk() {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     let c = connect(&fresh);

@@ -242,6 +242,7 @@ fn env_with(paths: impl FnOnce(&Path) -> (PathBuf, Paths), watch: Option<WatchMo
             watch,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     Env {

@@ -20,6 +20,7 @@ mod demo;
 mod explicit_compact;
 mod foreign_compaction;
 mod fuzz_regressions;
+mod idle_sessions;
 mod import;
 mod lossless;
 mod peer_failures;

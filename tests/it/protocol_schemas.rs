@@ -124,6 +124,7 @@ async fn a_whole_session_through_the_daemon_matches_the_schemas() {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     let (client_io, server_io) = tokio::io::duplex(1 << 22);
@@ -350,6 +351,7 @@ async fn the_append_schema_refuses_what_the_daemon_refuses() {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     let (client_io, server_io) = tokio::io::duplex(1 << 20);

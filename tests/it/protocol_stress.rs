@@ -41,6 +41,7 @@ fn env() -> Env {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     Env {

@@ -24,6 +24,7 @@ fn daemon(base: &Path) -> Arc<Daemon> {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     )
 }

@@ -354,6 +354,7 @@ async fn env() -> Env {
                 watch: None,
                 extra_config: None,
                 summarizer: None,
+                ..DaemonOptions::default()
             },
         ))
     })
@@ -870,6 +871,7 @@ async fn a_daemon_client_sees_the_proxied_sessions_budget() {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     tokio::spawn(soba::daemon::socket::run(

@@ -35,6 +35,7 @@ fn env() -> Env {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     Env {

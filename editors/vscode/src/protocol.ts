@@ -198,6 +198,8 @@ export const SESSION_CLOSED = 'soba/session/closed';
 export interface SessionClosed {
   sessionId: string;
   workspace: string;
+  /** `idle`: closed to bound the daemon's memory; the next request for it opens it again. */
+  reason: "closed" | "idle";
 }
 
 /** JSON-RPC error codes the daemon uses. */

@@ -701,6 +701,7 @@ class SessionClosedNotification(TypedDict):
 
     sessionId: str
     workspace: str
+    reason: SessionCloseReason
 
 
 class SessionOpenParams(TypedDict):
@@ -733,6 +734,9 @@ class SessionSummary(TypedDict):
     workspace: str
     path: str
     active: bool
+    # `false` for a session closed for being idle: listed with the figures it had then, and
+    # opened again by the next request that names it.
+    inMemory: bool
     entries: int
     effectiveTokens: int
     hardLimit: int
@@ -933,6 +937,10 @@ Quality = Union[Literal["model"], Literal["degraded"]]
 
 
 Role = Literal["user", "assistant", "system"]
+
+
+SessionCloseReason = Union[Literal["closed"], Literal["idle"]]
+"""Why a session left the daemon's memory."""
 
 
 TokenizerKind = Union[Literal["o200k_base"], Literal["cl100k_base"]]

@@ -92,7 +92,7 @@ class SessionTest(DaemonTestCase):
 
         self.assertEqual(c.close_session({"sessionId": sid}), {"sessionId": sid, "path": opened["path"]})
         until(lambda: len(closed) == 1)
-        self.assertEqual(closed[0], {"sessionId": sid, "workspace": ws})
+        self.assertEqual(closed[0], {"sessionId": sid, "workspace": ws, "reason": "closed"})
 
     def test_daemon_errors_arrive_as_soba_error_with_the_stable_code_and_data(self) -> None:
         ws = self.workspace("errors")

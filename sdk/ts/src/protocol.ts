@@ -384,11 +384,19 @@ export type ReportBreakdown = {
 
 export type Role = "user" | "assistant" | "system";
 
+/** Why a session left the daemon's memory. */
+export type SessionCloseReason = "closed" | "idle";
+
 export type SessionSummary = {
   sessionId: string;
   workspace: string;
   path: string;
   active: boolean;
+  /**
+   * `false` for a session closed for being idle: listed with the figures it had then, and
+   * opened again by the next request that names it.
+   */
+  inMemory: boolean;
   entries: number;
   effectiveTokens: number;
   hardLimit: number;
@@ -858,6 +866,7 @@ export type SessionCloseResult = {
 export type SessionClosedNotification = {
   sessionId: string;
   workspace: string;
+  reason: SessionCloseReason;
 };
 
 /** soba/session/open params. */

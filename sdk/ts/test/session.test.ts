@@ -117,7 +117,7 @@ test('open, append, preflight, compaction, capsule create and export', async () 
 
   assert.deepEqual(await c.closeSession({ sessionId }), { sessionId, path: opened.path });
   await until(() => closed.length === 1);
-  assert.deepEqual(closed[0], { sessionId, workspace: ws });
+  assert.deepEqual(closed[0], { sessionId, workspace: ws, reason: 'closed' });
 });
 
 test('daemon errors arrive as SobaError with the stable code and data', async () => {

@@ -6,7 +6,7 @@ local health = vim.health
 --- Keys a config file may hold, by section; others are rejected by the daemon.
 --- spec/commands_spec.lua keeps this in step with schemas/config.schema.json.
 local CONFIG_KEYS = {
-  [''] = { 'compaction', 'model', 'models', 'summarizer', 'storage', 'memory', 'artifacts', 'trustedWorkspaces', '$schema' },
+  [''] = { 'compaction', 'model', 'models', 'summarizer', 'storage', 'memory', 'artifacts', 'daemon', 'trustedWorkspaces', '$schema' },
   compaction = {
     'auto',
     'compactOnTurnComplete',
@@ -24,6 +24,7 @@ local CONFIG_KEYS = {
   storage = { 'durability' },
   memory = { 'mirrorExplicitCompacts' },
   artifacts = { 'read', 'write', 'shell', 'patch' },
+  daemon = { 'maxIdleSessions' },
 }
 M.CONFIG_KEYS = CONFIG_KEYS
 
