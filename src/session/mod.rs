@@ -6,6 +6,7 @@ pub mod entry;
 pub mod log;
 pub mod rewind;
 pub mod tally;
+pub mod token_file;
 pub mod turn;
 pub mod view;
 
@@ -15,6 +16,40 @@ use std::sync::OnceLock;
 use crate::budget::{Calibration, CalibrationSource};
 use crate::tokens::{entry_tokens, TokenizerKind};
 use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
+
+/// Below this many entries to count, threads cost more than they save.
+const PARALLEL_COUNT_MIN: usize = 2048;
+
+/// Token counts of one entry with one tokenizer: its cost in the model input and, for a
+/// setting entry, the counted (system prompt, tool schemas) text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryCounts {
+    pub tokens: u32,
+    pub overhead: Option<(u32, u32)>,
+}
+
+/// Per-entry counts made with one tokenizer.
+#[derive(Debug)]
+struct Counts {
+    tokenizer: TokenizerKind,
+    tokens: Vec<OnceLock<u32>>,
+    overhead: Vec<OnceLock<(u32, u32)>>,
+}
+
+impl Counts {
+    fn new(tokenizer: TokenizerKind, len: usize) -> Counts {
+        Counts {
+            tokenizer,
+            tokens: (0..len).map(|_| OnceLock::new()).collect(),
+            overhead: (0..len).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn push(&mut self) {
+        self.tokens.push(OnceLock::new());
+        self.overhead.push(OnceLock::new());
+    }
+}
 
 /// Why an entry could not join the tree.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,9 +79,12 @@ pub struct Session {
     capsule_on_path: Vec<Option<u32>>,
     /// Latest setting entry at or above each entry on its branch.
     setting_on_path: Vec<Option<u32>>,
-    tokens: Vec<OnceLock<u32>>,
-    /// Counted (system, tools) text of setting entries.
-    overhead_tokens: Vec<OnceLock<(u32, u32)>>,
+    /// Per-entry counts with `tokenizer`, filled when first needed (or from the side file).
+    counts: Counts,
+    /// Counts with another tokenizer, kept across a change of tokenizer: a log is loaded
+    /// with the tokenizer its header names and then set to the configured one, which may be
+    /// the one its side file was counted with.
+    other_counts: Option<Counts>,
     tokenizer: TokenizerKind,
     /// The factor counts are raised by for the model (see [`Session::calibration`]).
     count_factor: (f64, CalibrationSource),
@@ -66,8 +104,8 @@ impl Session {
             parent: Vec::new(),
             capsule_on_path: Vec::new(),
             setting_on_path: Vec::new(),
-            tokens: Vec::new(),
-            overhead_tokens: Vec::new(),
+            counts: Counts::new(tokenizer, 0),
+            other_counts: None,
             tokenizer,
             count_factor: (1.0, CalibrationSource::Exact),
             leaf: None,
@@ -79,14 +117,74 @@ impl Session {
         self.tokenizer
     }
 
-    /// Change the tokenizer; cached counts are dropped.
+    /// Change the tokenizer. Counts made with the previous one are set aside, not mixed in;
+    /// counts kept for `kind` come back.
     pub fn set_tokenizer(&mut self, kind: TokenizerKind) {
         if kind != self.tokenizer {
+            let next = match self.other_counts.take() {
+                Some(kept) if kept.tokenizer == kind => kept,
+                _ => Counts::new(kind, self.entries.len()),
+            };
+            self.other_counts = Some(std::mem::replace(&mut self.counts, next));
             self.tokenizer = kind;
-            self.tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
-            self.overhead_tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
             self.tally = OnceLock::new();
         }
+    }
+
+    /// Take counts of entry `idx` made with `tokenizer` (read from the side file) instead of
+    /// counting it. Counts for a tokenizer other than the session's are kept for a later
+    /// [`Session::set_tokenizer`].
+    pub fn preset_counts(&mut self, tokenizer: TokenizerKind, idx: usize, counts: EntryCounts) {
+        let len = self.entries.len();
+        let target = if tokenizer == self.tokenizer {
+            &mut self.counts
+        } else {
+            match &mut self.other_counts {
+                Some(kept) if kept.tokenizer == tokenizer => kept,
+                slot => slot.insert(Counts::new(tokenizer, len)),
+            }
+        };
+        let _ = target.tokens[idx].set(counts.tokens);
+        if let Some(overhead) = counts.overhead {
+            let _ = target.overhead[idx].set(overhead);
+        }
+    }
+
+    /// Every count the side file records for entry `idx` with the session's tokenizer.
+    pub fn counts_of(&self, idx: usize) -> EntryCounts {
+        let tokens = self.tokens_of(idx) as u32;
+        let overhead = match &self.entries[idx].body {
+            EntryBody::Setting(_) => Some(self.setting_overhead(idx)),
+            _ => None,
+        };
+        EntryCounts { tokens, overhead }
+    }
+
+    /// Count every entry not counted yet, on several threads when there is much to count
+    /// (a first open of a long log).
+    pub fn count_all(&self) {
+        let todo: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| self.counts.tokens[i].get().is_none())
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(8);
+        if threads < 2 || todo.len() < PARALLEL_COUNT_MIN {
+            todo.iter().for_each(|&i| {
+                self.counts_of(i);
+            });
+            return;
+        }
+        let chunk = todo.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            for part in todo.chunks(chunk) {
+                scope.spawn(move || {
+                    part.iter().for_each(|&i| {
+                        self.counts_of(i);
+                    })
+                });
+            }
+        });
     }
 
     /// The factor the model's bills run above SOBA's counts with this tokenizer (1.0 when the
@@ -195,8 +293,10 @@ impl Session {
         self.parent.push(parent);
         self.capsule_on_path.push(capsule);
         self.setting_on_path.push(setting);
-        self.tokens.push(OnceLock::new());
-        self.overhead_tokens.push(OnceLock::new());
+        self.counts.push();
+        if let Some(kept) = &mut self.other_counts {
+            kept.push();
+        }
         self.entries.push(entry);
         if let Some(mut t) = self.tally.take() {
             if t.apply(self, idx as usize) {
@@ -256,9 +356,30 @@ impl Session {
 
     /// Tokens the entry costs in the model input, counted once and cached.
     pub fn tokens_of(&self, idx: usize) -> u64 {
-        u64::from(*self.tokens[idx].get_or_init(|| {
+        u64::from(*self.counts.tokens[idx].get_or_init(|| {
             entry_tokens(self.tokenizer, &self.entries[idx]).min(u64::from(u32::MAX)) as u32
         }))
+    }
+
+    /// Counted (system prompt, tool schemas) text of setting entry `idx`, counted once.
+    fn setting_overhead(&self, idx: usize) -> (u32, u32) {
+        *self.counts.overhead[idx].get_or_init(|| {
+            let EntryBody::Setting(set) = &self.entries[idx].body else {
+                return (0, 0);
+            };
+            let count = |t: &Option<String>| {
+                t.as_deref().map_or(0, |t| {
+                    self.tokenizer.count(t).min(u64::from(u32::MAX)) as u32
+                })
+            };
+            (count(&set.system_prompt), count(&set.tool_schemas))
+        })
+    }
+
+    /// Whether entry `idx` has its count with the session's tokenizer already.
+    #[cfg(test)]
+    pub(crate) fn is_counted(&self, idx: usize) -> bool {
+        self.counts.tokens[idx].get().is_some()
     }
 
     /// Entries from the root to `idx`, oldest first.
@@ -298,14 +419,7 @@ impl Session {
         while let Some(s) = cur {
             let s = s as usize;
             if let EntryBody::Setting(set) = &self.entries[s].body {
-                let counted = self.overhead_tokens[s].get_or_init(|| {
-                    let count = |t: &Option<String>| {
-                        t.as_deref().map_or(0, |t| {
-                            self.tokenizer.count(t).min(u64::from(u32::MAX)) as u32
-                        })
-                    };
-                    (count(&set.system_prompt), count(&set.tool_schemas))
-                });
+                let counted = self.setting_overhead(s);
                 if system.is_none() {
                     system = set
                         .system_tokens
