@@ -200,6 +200,34 @@ fn report(name: &str, exe: &str, path: &Path, runs: usize) -> serde_json::Value 
     })
 }
 
+/// Median time of one append with `Durability::Flush` (one `write`; the default fsync would
+/// hide the difference) and the entry's count, over `n` entries: with the side file kept, or
+/// with a folder in its place, so that it is never written.
+fn append_micros(n: usize, side_file: bool) -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("s.jsonl");
+    if !side_file {
+        let blocked = dir.path().join("s.jsonl.tokens");
+        std::fs::create_dir(&blocked).expect("folder");
+        std::fs::write(blocked.join("keep"), "x").expect("file");
+    }
+    let mut log = SessionLog::create(&path, support::header(), Durability::Flush).expect("log");
+    let mut times = Vec::with_capacity(n);
+    let mut last: Option<String> = None;
+    for i in 0..n {
+        let id = format!("e{i}");
+        let e = Entry::new(id.clone(), last.clone(), support::body(i));
+        let t = Instant::now();
+        log.append(e).expect("append");
+        // The daemon's tally counts each appended entry in any case.
+        std::hint::black_box(log.session().tokens_of(i));
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+        last = Some(id);
+    }
+    times.sort_by(f64::total_cmp);
+    times[n / 2]
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(pos) = args.iter().position(|a| a == "--open-child") {
@@ -217,5 +245,16 @@ fn main() {
     let path = data.join(format!("session-{mb}mb.jsonl"));
     generate(&path, mb << 20);
     out.push(report(&format!("generated {mb} MB"), &args[0], &path, runs));
+    let n = if support::measuring() { 5000 } else { 200 };
+    // Both count each entry (the daemon's tally does): the difference is the record's write.
+    let without = append_micros(n, false);
+    let with = append_micros(n, true);
+    println!(
+        "open_log append: median {with:.2} µs with the side file, {without:.2} µs without ({:+.2} µs)",
+        with - without
+    );
+    out.push(
+        serde_json::json!({"appendMicros": {"withSideFile": with, "withoutSideFile": without}}),
+    );
     println!("{}", serde_json::Value::Array(out));
 }

@@ -11,6 +11,7 @@ pub mod turn;
 pub mod view;
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
 use crate::budget::{Calibration, CalibrationSource};
@@ -69,9 +70,12 @@ pub enum TreeError {
 pub struct Session {
     pub header: SessionHeader,
     entries: Vec<Entry>,
-    /// Ids are hashed once per entry on load; foldhash is several times faster than the
-    /// default SipHash here and still seeded per process.
-    by_id: HashMap<String, u32, foldhash::fast::RandomState>,
+    /// Entry indices by id. The table holds indices only, hashed by the entry's own id, so
+    /// no id is stored twice (a long log holds hundreds of thousands). Ids are hashed once
+    /// per entry on load; foldhash is several times faster than the default SipHash here and
+    /// still seeded per process.
+    by_id: hashbrown::HashTable<u32>,
+    id_hasher: foldhash::fast::RandomState,
     /// Ids of entries lost to damaged lines, and where their children attach instead.
     bridges: HashMap<String, Option<u32>>,
     parent: Vec<Option<u32>>,
@@ -99,7 +103,8 @@ impl Session {
         Session {
             header,
             entries: Vec::new(),
-            by_id: HashMap::default(),
+            by_id: hashbrown::HashTable::new(),
+            id_hasher: foldhash::fast::RandomState::default(),
             bridges: HashMap::new(),
             parent: Vec::new(),
             capsule_on_path: Vec::new(),
@@ -211,7 +216,7 @@ impl Session {
     /// The indices of `entry`'s parent and rewind target, or why it cannot be appended. Each id
     /// is looked up once: this runs for every line of a log being opened.
     fn resolve(&self, entry: &Entry) -> Result<(Option<u32>, Option<u32>), TreeError> {
-        if self.by_id.contains_key(&entry.id) {
+        if self.index_of(&entry.id).is_some() {
             return Err(TreeError::DuplicateId(entry.id.clone()));
         }
         let parent = match &entry.parent_id {
@@ -235,8 +240,8 @@ impl Session {
     /// Where an entry naming `id` as its parent attaches: `Some(Some(i))` under entry `i`,
     /// `Some(None)` at the root (the parent of a lost root entry), `None` when `id` is unknown.
     fn slot_of(&self, id: &str) -> Option<Option<u32>> {
-        match self.by_id.get(id) {
-            Some(&i) => Some(Some(i)),
+        match self.index_of(id) {
+            Some(i) => Some(Some(i as u32)),
             None => self.bridges.get(id).copied(),
         }
     }
@@ -254,13 +259,13 @@ impl Session {
 
     /// Whether `id` is an entry lost to a damaged line, whose children attach elsewhere.
     pub fn is_bridged(&self, id: &str) -> bool {
-        !self.by_id.contains_key(id) && self.bridges.contains_key(id)
+        self.index_of(id).is_none() && self.bridges.contains_key(id)
     }
 
     /// An entry `id` was lost (its line in the log is damaged): entries naming it as their
     /// parent attach to `to` instead, so one bad line does not cut the chain after it.
     pub fn bridge(&mut self, id: String, to: Option<usize>) {
-        if !self.by_id.contains_key(&id) {
+        if self.index_of(&id).is_none() {
             self.bridges.insert(id, to.map(|i| i as u32));
         }
     }
@@ -270,7 +275,6 @@ impl Session {
     pub fn push(&mut self, entry: Entry) -> Result<(), TreeError> {
         let (parent, rewind_to) = self.resolve(&entry)?;
         let idx = self.entries.len() as u32;
-        self.by_id.insert(entry.id.clone(), idx);
         let inherited_capsule = parent.and_then(|p| self.capsule_on_path[p as usize]);
         let inherited_setting = parent.and_then(|p| self.setting_on_path[p as usize]);
         // A `/capsule create` hand-off capsule records state without compacting: it never
@@ -297,7 +301,12 @@ impl Session {
         if let Some(kept) = &mut self.other_counts {
             kept.push();
         }
+        let hash = self.id_hasher.hash_one(entry.id.as_str());
         self.entries.push(entry);
+        let (entries, hasher) = (&self.entries, &self.id_hasher);
+        self.by_id.insert_unique(hash, idx, |&i| {
+            hasher.hash_one(entries[i as usize].id.as_str())
+        });
         if let Some(mut t) = self.tally.take() {
             if t.apply(self, idx as usize) {
                 self.tally = OnceLock::from(t);
@@ -325,7 +334,10 @@ impl Session {
     }
 
     pub fn index_of(&self, id: &str) -> Option<usize> {
-        self.by_id.get(id).map(|&i| i as usize)
+        let hash = self.id_hasher.hash_one(id);
+        self.by_id
+            .find(hash, |&i| self.entries[i as usize].id == id)
+            .map(|&i| i as usize)
     }
 
     pub fn get(&self, id: &str) -> Option<&Entry> {
