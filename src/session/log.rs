@@ -1793,6 +1793,40 @@ mod tests {
         assert!((0..s.len()).all(|i| s.is_counted(i)), "the file ends whole");
     }
 
+    /// A first open of a long log counts on several threads: every entry gets its own count,
+    /// and the rebuilt side file records exactly those.
+    #[test]
+    fn counting_a_long_log_on_several_threads_gives_each_entry_its_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        let entries: Vec<Entry> = (0..3 * super::super::PARALLEL_COUNT_MIN)
+            .map(|n| {
+                let parent = n.checked_sub(1).map(|p| format!("e{p}"));
+                msg(&format!("e{n}"), parent.as_deref(), &"word ".repeat(n % 50))
+            })
+            .collect();
+        log.append_all(entries).unwrap();
+        drop(log);
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        assert!(!log.session().is_counted(0));
+        log.session().count_all();
+        assert!((0..log.session().len()).all(|i| log.session().is_counted(i)));
+        log.save_token_counts();
+        let s = log.session();
+        let recorded = records(&p);
+        assert_eq!(recorded.len(), s.len());
+        for (i, (e, r)) in s.entries().iter().zip(&recorded).enumerate() {
+            let expected = crate::tokens::entry_tokens(s.tokenizer(), e);
+            assert_eq!(s.tokens_of(i), expected, "entry {}", e.id);
+            assert_eq!(
+                (r.id.as_str(), u64::from(r.counts.tokens)),
+                (e.id.as_str(), expected)
+            );
+        }
+    }
+
     #[test]
     fn a_side_file_that_cannot_be_written_never_fails_an_append() {
         let dir = tempfile::tempdir().unwrap();

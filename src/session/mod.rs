@@ -19,7 +19,7 @@ use crate::tokens::{entry_tokens, TokenizerKind};
 use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
 
 /// Below this many entries to count, threads cost more than they save.
-const PARALLEL_COUNT_MIN: usize = 2048;
+pub(crate) const PARALLEL_COUNT_MIN: usize = 2048;
 
 /// Token counts of one entry with one tokenizer: its cost in the model input and, for a
 /// setting entry, the counted (system prompt, tool schemas) text.
