@@ -1,13 +1,23 @@
-//! Opening (resuming) a large session log: throughput and peak memory.
+//! Opening (resuming) a session: open + first budget, cold (no token-count side file: every
+//! entry is tokenized) and warm (counts read from `<log>.tokens`), with peak memory; and
+//! parsing alone, for comparison.
 //!
-//! The log is generated once into `target/bench-data/`; each measurement runs in a child
-//! process so that its peak RSS is the open alone.
+//! Two logs: the 1 MB pi fixture imported into a SOBA log, and a generated 100 MB log (2 MB
+//! under `cargo test --all-targets`), written once into `target/bench-data/`. Each
+//! measurement runs in a child process, so its time includes what a fresh `soba` pays (the
+//! tokenizer's tables, when anything is counted) and its peak RSS is the open alone.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use soba::capsule::artifacts::ToolMapping;
+use soba::compaction::run::Barrier;
+use soba::config::{Config, Durability, Overrides};
+use soba::import::{import_str, Format, ImportOptions};
 use soba::session::entry::Entry;
+use soba::session::log::{read_session, SessionLog};
+use soba::session::token_file;
 
 #[path = "support.rs"]
 mod support;
@@ -32,6 +42,7 @@ fn generate(path: &Path, target_bytes: u64) {
         return;
     }
     std::fs::create_dir_all(path.parent().expect("parent")).expect("bench dir");
+    let _ = std::fs::remove_file(token_file::path_for(path));
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
     serde_json::to_writer(&mut f, &support::header()).expect("header");
     f.write_all(b"\n").expect("write");
@@ -51,29 +62,89 @@ fn generate(path: &Path, target_bytes: u64) {
     f.flush().expect("flush");
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(pos) = args.iter().position(|a| a == "--open-child") {
-        let path = PathBuf::from(&args[pos + 1]);
-        let start = Instant::now();
-        let (session, _) = soba::session::log::read_session(&path).expect("open");
-        let secs = start.elapsed().as_secs_f64();
-        println!("{} {} {}", session.len(), secs, peak_rss_kib());
-        return;
+/// The pi fixture as a SOBA log (what `soba import` writes), or `None` without the fixture.
+fn imported_pi(dir: &Path) -> Option<PathBuf> {
+    let input = support::transcripts_dir()?.join("pi/pi-mono-large-session.jsonl");
+    let text = std::fs::read_to_string(&input).ok()?;
+    let options = ImportOptions {
+        source_path: input.display().to_string(),
+        default_workspace: "/ws".into(),
+        default_session_id: "bench".into(),
+        now: "2026-01-01T00:00:00Z".into(),
+    };
+    let imported = import_str(&text, Some(Format::Pi), &options).expect("the fixture imports");
+    std::fs::create_dir_all(dir).expect("bench dir");
+    let path = dir.join("pi-session.jsonl");
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(token_file::path_for(&path));
+    let mut log =
+        SessionLog::create(&path, imported.header, Durability::Flush).expect("log created");
+    log.append_all(imported.entries).expect("entries appended");
+    Some(path)
+}
+
+/// What a resume does before it can answer: open the log (writer lock, load), count with
+/// the configured tokenizer, record the counts, and the first budget. Returns the open log
+/// and the budget's effective tokens.
+fn open_and_budget(path: &Path) -> (SessionLog, u64) {
+    let (mut log, _) = SessionLog::open(path, Durability::Flush).expect("open");
+    let config = Config::resolve(
+        &[],
+        log.session().header.model.as_ref(),
+        &Overrides::default(),
+    )
+    .expect("config");
+    config.model.configure_counting(log.session_mut());
+    log.save_token_counts();
+    let mapping = ToolMapping::default();
+    let barrier = Barrier {
+        config: &config,
+        mapping: &mapping,
+    };
+    let budget = barrier.measure(log.session());
+    (log, budget.effective_tokens)
+}
+
+/// One measurement in this (child) process: prints entries, seconds, peak RSS (KiB), tokens.
+fn child(mode: &str, path: &Path) {
+    if mode == "cold" {
+        let _ = std::fs::remove_file(token_file::path_for(path));
     }
-    let mb: u64 = if support::measuring() { 100 } else { 2 };
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("target/bench-data/session-{mb}mb.jsonl"));
-    generate(&path, mb << 20);
-    let size = path.metadata().expect("log").len() as f64 / (1 << 20) as f64;
-    let runs = if support::measuring() { 5 } else { 1 };
+    let start = Instant::now();
+    // What was opened is freed after the clock stops: closing is not part of opening.
+    let (opened, tokens) = match mode {
+        "parse" => (Err(read_session(path).expect("open").0), 0),
+        _ => {
+            let (log, tokens) = open_and_budget(path);
+            (Ok(log), tokens)
+        }
+    };
+    let secs = start.elapsed().as_secs_f64();
+    let entries = match &opened {
+        Ok(log) => log.session().len(),
+        Err(session) => session.len(),
+    };
+    println!("{entries} {secs} {} {tokens}", peak_rss_kib());
+    // The process exits at once; freeing each entry would only take time.
+    std::mem::forget(opened);
+}
+
+struct Figures {
+    entries: usize,
+    median_s: f64,
+    peak_kib: u64,
+    tokens: u64,
+}
+
+fn measure(exe: &str, mode: &str, path: &Path, runs: usize) -> Figures {
     let mut times = Vec::new();
     let mut peak = 0;
     let mut entries = 0;
+    let mut tokens = 0;
     for _ in 0..runs {
-        let out = std::process::Command::new(&args[0])
-            .arg("--open-child")
-            .arg(&path)
+        let out = std::process::Command::new(exe)
+            .args(["--open-child", mode])
+            .arg(path)
             .output()
             .expect("child");
         assert!(
@@ -82,26 +153,118 @@ fn main() {
             String::from_utf8_lossy(&out.stderr)
         );
         let text = String::from_utf8_lossy(&out.stdout);
-        let mut parts = text.split_whitespace();
-        entries = parts.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-        times.push(
-            parts
-                .next()
-                .and_then(|x| x.parse::<f64>().ok())
-                .unwrap_or(0.0),
-        );
-        peak = parts
-            .next()
-            .and_then(|x| x.parse().ok())
-            .unwrap_or(0u64)
-            .max(peak);
+        let parts: Vec<&str> = text.split_whitespace().collect();
+        entries = parts[0].parse().expect("entries");
+        times.push(parts[1].parse::<f64>().expect("seconds"));
+        peak = parts[2].parse::<u64>().expect("rss").max(peak);
+        tokens = parts[3].parse().expect("tokens");
     }
     times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    println!(
-        "open_log: {size:.0} MB, {entries} entries: median {:.3} s ({:.0} MB/s), peak RSS {:.0} MB",
-        median,
-        size / median,
-        peak as f64 / 1024.0
+    Figures {
+        entries,
+        median_s: times[times.len() / 2],
+        peak_kib: peak,
+        tokens,
+    }
+}
+
+fn report(name: &str, exe: &str, path: &Path, runs: usize) -> serde_json::Value {
+    let bytes = path.metadata().expect("log").len() as f64;
+    let mb = bytes / (1 << 20) as f64;
+    let parse = measure(exe, "parse", path, runs);
+    let cold = measure(exe, "cold", path, runs);
+    let warm = measure(exe, "warm", path, runs);
+    assert_eq!(
+        cold.tokens, warm.tokens,
+        "recorded counts give the budget that counting does"
     );
+    assert_eq!(cold.entries, warm.entries);
+    let line = |what: &str, f: &Figures| {
+        println!(
+            "open_log {name}: {what}: median {:.2} ms, peak RSS {:.0} MB ({:.2}× the file)",
+            f.median_s * 1e3,
+            f.peak_kib as f64 / 1024.0,
+            f.peak_kib as f64 * 1024.0 / bytes,
+        )
+    };
+    println!(
+        "open_log {name}: {mb:.1} MB, {} entries, {} tokens",
+        warm.entries, warm.tokens
+    );
+    line("parse only           ", &parse);
+    line("open + budget, cold  ", &cold);
+    line("open + budget, warm  ", &warm);
+    println!(
+        "open_log {name}: warm is {:.1}× faster than cold",
+        cold.median_s / warm.median_s
+    );
+    let figures = |f: &Figures| serde_json::json!({"medianMs": f.median_s * 1e3, "peakRssMiB": f.peak_kib as f64 / 1024.0});
+    serde_json::json!({
+        "log": name,
+        "bytes": bytes,
+        "entries": warm.entries,
+        "tokens": warm.tokens,
+        "parse": figures(&parse),
+        "cold": figures(&cold),
+        "warm": figures(&warm),
+    })
+}
+
+/// Median time of one append with `Durability::Flush` (one `write`; the default fsync would
+/// hide the difference) and the entry's count, over `n` entries: with the side file kept, or
+/// with a folder in its place, so that it is never written.
+fn append_micros(n: usize, side_file: bool) -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("s.jsonl");
+    if !side_file {
+        let blocked = dir.path().join("s.jsonl.tokens");
+        std::fs::create_dir(&blocked).expect("folder");
+        std::fs::write(blocked.join("keep"), "x").expect("file");
+    }
+    let mut log = SessionLog::create(&path, support::header(), Durability::Flush).expect("log");
+    let mut times = Vec::with_capacity(n);
+    let mut last: Option<String> = None;
+    for i in 0..n {
+        let id = format!("e{i}");
+        let e = Entry::new(id.clone(), last.clone(), support::body(i));
+        let t = Instant::now();
+        log.append(e).expect("append");
+        // The daemon's tally counts each appended entry in any case.
+        std::hint::black_box(log.session().tokens_of(i));
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+        last = Some(id);
+    }
+    times.sort_by(f64::total_cmp);
+    times[n / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(pos) = args.iter().position(|a| a == "--open-child") {
+        child(&args[pos + 1], Path::new(&args[pos + 2]));
+        return;
+    }
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
+    let runs = if support::measuring() { 5 } else { 1 };
+    let mut out = Vec::new();
+    match imported_pi(&data) {
+        Some(pi) => out.push(report("pi fixture", &args[0], &pi, runs * 4)),
+        None => eprintln!("SKIPPED: the pi fixture (../shared/fixtures/transcripts) is missing"),
+    }
+    let mb: u64 = if support::measuring() { 100 } else { 2 };
+    let path = data.join(format!("session-{mb}mb.jsonl"));
+    generate(&path, mb << 20);
+    out.push(report(&format!("generated {mb} MB"), &args[0], &path, runs));
+    let n = if support::measuring() { 5000 } else { 200 };
+    // Both count each entry (the daemon's tally does): the difference is the record's write.
+    let without = append_micros(n, false);
+    let with = append_micros(n, true);
+    println!(
+        "open_log append: median {with:.2} µs with the side file, {without:.2} µs without ({:+.2} µs)",
+        with - without
+    );
+    out.push(
+        serde_json::json!({"appendMicros": {"withSideFile": with, "withoutSideFile": without}}),
+    );
+    println!("{}", serde_json::Value::Array(out));
 }

@@ -240,9 +240,14 @@ fn record_pre_compact(
         }
         log.sync()?;
     }
+    let tmp_counts = crate::session::token_file::path_for(&tmp);
     std::fs::rename(&tmp, log_path)
         .with_context(|| format!("cannot move the new log to {}", log_path.display()))?;
     let _ = std::fs::remove_file(tmp.with_extension("soba-tmp.lock"));
+    // The counts were recorded for the same bytes at the same offsets: they stay valid.
+    if std::fs::rename(&tmp_counts, crate::session::token_file::path_for(log_path)).is_err() {
+        let _ = std::fs::remove_file(&tmp_counts);
+    }
     Ok(())
 }
 

@@ -139,6 +139,8 @@ fn check_output(source: &Path, output: &Path, force: bool) -> anyhow::Result<()>
         if let Err(e @ LogError::Locked { .. }) = SessionLog::open(output, Durability::Flush) {
             return Err(e.into());
         }
+        // Its recorded token counts go with it (they would not match the new log anyway).
+        let _ = std::fs::remove_file(crate::session::token_file::path_for(output));
         std::fs::remove_file(output)
             .with_context(|| format!("cannot replace {}", output.display()))?;
     }

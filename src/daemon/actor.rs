@@ -448,6 +448,9 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         .config
         .model
         .configure_counting(actor.log.session_mut());
+    // Before the first budget: entries the side file did not hold are counted here, on
+    // several threads, and recorded for the next open.
+    actor.log.save_token_counts();
     actor.status.send_replace(actor.snapshot());
     let status = actor.status.subscribe();
     let activity = actor.activity.clone();

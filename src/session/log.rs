@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::entry::{Entry, SessionHeader};
+use super::token_file::{self, LineKey};
 use super::{Session, TreeError};
 use crate::config::Durability;
 use crate::tokens::TokenizerKind;
@@ -204,6 +205,42 @@ pub struct SessionLog {
     /// Why writes are refused: a failed write could not be undone.
     stopped: Option<String>,
     fault: Option<WriteFault>,
+    /// Where each entry's line lies in the file: what the side file's records are keyed by.
+    line_keys: Vec<LineKey>,
+    counts_file: CountsFile,
+}
+
+/// The token-count side file as this writer keeps it (see [`token_file`]).
+#[derive(Debug)]
+struct CountsFile {
+    path: PathBuf,
+    state: CountsState,
+    /// Open for appending once this writer has written or checked it.
+    file: Option<File>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CountsState {
+    /// The file holds one matching record for each of the first `upto` entries, counted
+    /// with `tokenizer`, and nothing else: records of later entries can be appended.
+    Recorded {
+        tokenizer: TokenizerKind,
+        upto: usize,
+    },
+    /// Missing, stale or damaged: written afresh at the next save.
+    Rebuild,
+    /// A write failed; not tried again until the log is opened again.
+    Off,
+}
+
+impl CountsFile {
+    fn new(log: &Path, state: CountsState) -> CountsFile {
+        CountsFile {
+            path: token_file::path_for(log),
+            state,
+            file: None,
+        }
+    }
 }
 
 /// A failure to inject into the next append (tests): the write stores `written` bytes of the
@@ -311,12 +348,18 @@ fn write_holder_note(note: &Path, who: &str) -> std::io::Result<()> {
     f.write_all(who.as_bytes())
 }
 
-/// Parse a whole log. `repair` moves a torn final line to a side file (needs write access).
-fn load(
-    path: &Path,
-    tokenizer: Option<TokenizerKind>,
-    repair: bool,
-) -> Result<(Session, LoadReport), LogError> {
+/// A log as loaded.
+struct Loaded {
+    session: Session,
+    report: LoadReport,
+    /// The key of each entry's line (for a writer, or when a side file was read).
+    line_keys: Vec<LineKey>,
+    counts: CountsState,
+}
+
+/// Parse a whole log, taking entry counts from its side file where they match. `repair`
+/// moves a torn final line to a side file (needs write access).
+fn load(path: &Path, tokenizer: Option<TokenizerKind>, repair: bool) -> Result<Loaded, LogError> {
     let file = crate::files::open_regular(path).map_err(io_err(path))?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut buf = Vec::new();
@@ -351,6 +394,13 @@ fn load(
     // The leaf before a damaged line whose entry id could not be read: the next entry that
     // names an unknown parent continues the chain from here.
     let mut gap: Option<Option<usize>> = None;
+    let mut recorded = token_file::Reader::open(&token_file::path_for(path));
+    // Keys cost a checksum of every line: only a writer (which records them) or a reader of
+    // recorded counts needs them.
+    let keyed = repair || recorded.is_some();
+    let mut line_keys = Vec::new();
+    // Leading entries whose counts came from the side file.
+    let mut recorded_upto = 0usize;
 
     loop {
         // A line that lies whole in the read buffer (nearly all of them) is parsed where it
@@ -371,7 +421,20 @@ fn load(
             }
         };
         line_no += 1;
+        let before = session.len();
         let outcome = load_line(&mut session, line, &mut gap);
+        if keyed && session.len() > before {
+            let key = LineKey::of(offset, trim_newline(line));
+            line_keys.push(key);
+            if let Some(side) = &mut recorded {
+                if let Some(counts) = side.counts_for(key, &session.entry(before).id) {
+                    session.preset_counts(side.tokenizer(), before, counts);
+                    if recorded_upto == before {
+                        recorded_upto += 1;
+                    }
+                }
+            }
+        }
         let len = line.len();
         let torn = matches!(outcome, LineOutcome::Torn);
         if torn {
@@ -415,7 +478,26 @@ fn load(
         offset += len as u64;
     }
     report.entries = session.len();
-    Ok((session, report))
+    let counts = match recorded {
+        Some(side) => {
+            let tokenizer = side.tokenizer();
+            if side.finish() {
+                CountsState::Recorded {
+                    tokenizer,
+                    upto: recorded_upto,
+                }
+            } else {
+                CountsState::Rebuild
+            }
+        }
+        None => CountsState::Rebuild,
+    };
+    Ok(Loaded {
+        session,
+        report,
+        line_keys,
+        counts,
+    })
 }
 
 enum LineOutcome {
@@ -556,9 +638,9 @@ fn move_torn_tail(path: &Path, offset: u64, bytes: &[u8]) -> Result<String, LogE
     Ok(side.display().to_string())
 }
 
-/// Read a log without taking the writer lock or changing the file.
+/// Read a log without taking the writer lock or changing the file (nor its side files).
 pub fn read_session(path: &Path) -> Result<(Session, LoadReport), LogError> {
-    load(path, None, false)
+    load(path, None, false).map(|l| (l.session, l.report))
 }
 
 impl SessionLog {
@@ -603,6 +685,8 @@ impl SessionLog {
             good_len: line.len() as u64,
             stopped: None,
             fault: None,
+            line_keys: Vec::new(),
+            counts_file: CountsFile::new(path, CountsState::Rebuild),
         })
     }
 
@@ -610,7 +694,7 @@ impl SessionLog {
     pub fn open(path: &Path, durability: Durability) -> Result<(SessionLog, LoadReport), LogError> {
         let mut file = crate::files::open_regular_append(path).map_err(io_err(path))?;
         acquire_lock(path, &file)?;
-        let (session, report) = load(path, None, true)?;
+        let loaded = load(path, None, true)?;
         // A complete last entry written without its newline gets one, so the next append
         // starts on its own line.
         let mut len = file.metadata().map_err(io_err(path))?.len();
@@ -627,13 +711,15 @@ impl SessionLog {
             SessionLog {
                 path: path.to_path_buf(),
                 file,
-                session,
+                session: loaded.session,
                 durability,
                 good_len: len,
                 stopped: None,
                 fault: None,
+                line_keys: loaded.line_keys,
+                counts_file: CountsFile::new(path, loaded.counts),
             },
-            report,
+            loaded.report,
         ))
     }
 
@@ -677,6 +763,7 @@ impl SessionLog {
         }
         // Validate against the index as it will be, before writing anything.
         let mut bytes = Vec::new();
+        let mut keys = Vec::with_capacity(entries.len());
         {
             let mut ids: std::collections::HashSet<&str> = std::collections::HashSet::new();
             for e in &entries {
@@ -694,7 +781,9 @@ impl SessionLog {
                     return Err(tree_err(TreeError::DuplicateId(e.id.clone())));
                 }
                 ids.insert(e.id.as_str());
+                let start = bytes.len();
                 serde_json::to_writer(&mut bytes, e).expect("entries serialize");
+                keys.push(LineKey::of(self.good_len + start as u64, &bytes[start..]));
                 bytes.push(b'\n');
             }
         }
@@ -715,6 +804,76 @@ impl SessionLog {
                 cause,
             })?;
         }
+        self.line_keys.extend(keys);
+        self.save_token_counts();
+        Ok(())
+    }
+
+    /// Bring the token-count side file up to date with every entry, counted with the
+    /// session's tokenizer: records of new entries are appended; a missing, stale or damaged
+    /// file (or a changed tokenizer) is written afresh, counting what is not counted yet.
+    /// Never fails: the file is a cache, and a write that fails costs a recount at the next
+    /// open (a warning says so once).
+    pub fn save_token_counts(&mut self) {
+        let tokenizer = self.session.tokenizer();
+        let len = self.session.len();
+        if self.line_keys.len() != len {
+            // Entries joined the session without a line of this file: keys unknown.
+            return;
+        }
+        let written = match self.counts_file.state {
+            CountsState::Off => return,
+            CountsState::Recorded { tokenizer: t, upto } if t == tokenizer => {
+                if upto == len {
+                    return;
+                }
+                self.append_records(upto)
+            }
+            _ => self.rewrite_records(),
+        };
+        self.counts_file.state = match written {
+            Ok(()) => CountsState::Recorded {
+                tokenizer,
+                upto: len,
+            },
+            Err(e) => {
+                self.counts_file.file = None;
+                eprintln!(
+                    "soba: warning: cannot save token counts in {}: {e}; the next open of this session counts its entries again",
+                    self.counts_file.path.display()
+                );
+                CountsState::Off
+            }
+        };
+    }
+
+    fn records(&self, from: usize) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity((self.session.len() - from) * 48);
+        for (i, key) in self.line_keys.iter().enumerate().skip(from) {
+            token_file::encode_record(
+                &mut bytes,
+                *key,
+                &self.session.entry(i).id,
+                self.session.counts_of(i),
+            );
+        }
+        bytes
+    }
+
+    fn append_records(&mut self, from: usize) -> std::io::Result<()> {
+        let bytes = self.records(from);
+        let file = match &mut self.counts_file.file {
+            Some(f) => f,
+            slot => slot.insert(token_file::open_append(&self.counts_file.path)?),
+        };
+        file.write_all(&bytes)
+    }
+
+    fn rewrite_records(&mut self) -> std::io::Result<()> {
+        self.session.count_all();
+        let mut bytes = token_file::header_line(self.session.tokenizer()).into_bytes();
+        bytes.extend(self.records(0));
+        self.counts_file.file = Some(token_file::replace(&self.counts_file.path, &bytes)?);
         Ok(())
     }
 }
@@ -1300,5 +1459,403 @@ mod tests {
             .map(|i| s.entry(i).id.clone())
             .collect();
         assert_eq!(branch, ["a", "c"]);
+    }
+
+    // The token-count side file.
+
+    fn counts_path(log: &Path) -> PathBuf {
+        token_file::path_for(log)
+    }
+
+    /// Lines of the side file after its header.
+    fn records(log: &Path) -> Vec<token_file::Record> {
+        let bytes = std::fs::read(counts_path(log)).unwrap();
+        bytes
+            .split_inclusive(|&b| b == b'\n')
+            .skip(1)
+            .map(|l| token_file::decode_record(l).expect("a whole record"))
+            .collect()
+    }
+
+    /// Rewrite entry `id`'s record with a count no tokenizer gives it, checksums intact: an
+    /// open that shows this count took it from the file.
+    fn forge(log: &Path, id: &str, tokens: u32) {
+        let bytes = std::fs::read(counts_path(log)).unwrap();
+        let mut out = Vec::new();
+        for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+            match token_file::decode_record(line) {
+                Some(r) if n > 0 && r.id == id => token_file::encode_record(
+                    &mut out,
+                    r.key,
+                    &r.id,
+                    crate::session::EntryCounts { tokens, ..r.counts },
+                ),
+                _ => out.extend_from_slice(line),
+            }
+        }
+        std::fs::write(counts_path(log), out).unwrap();
+    }
+
+    fn real_tokens(s: &Session, id: &str) -> u64 {
+        crate::tokens::entry_tokens(s.tokenizer(), s.get(id).unwrap())
+    }
+
+    /// `a → b → c`, closed, its side file written by the appends.
+    fn three_entry_log(dir: &Path) -> PathBuf {
+        let (p, mut log) = two_entry_log(dir);
+        log.append(msg("c", Some("b"), "three little words"))
+            .unwrap();
+        p
+    }
+
+    const FORGED: u32 = 987_654;
+
+    #[test]
+    fn appends_record_counts_and_an_open_reuses_them_without_counting() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        let side = counts_path(&p);
+        assert_eq!(
+            std::fs::metadata(&side).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let text = std::fs::read_to_string(&side).unwrap();
+        assert!(
+            text.starts_with("soba-token-counts 1 1 o200k_base\n"),
+            "{text}"
+        );
+        let ids: Vec<String> = records(&p).into_iter().map(|r| r.id).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        for reader in [
+            read_session(&p).unwrap().0,
+            SessionLog::open(&p, Durability::Flush).unwrap().0.session,
+        ] {
+            assert!((0..3).all(|i| reader.is_counted(i)), "taken from the file");
+            assert_eq!(reader.tokens_of(2), real_tokens(&reader, "c"));
+        }
+        forge(&p, "b", FORGED);
+        let (s, _) = read_session(&p).unwrap();
+        assert_eq!(
+            s.tokens_of(1),
+            u64::from(FORGED),
+            "the recorded count is used"
+        );
+    }
+
+    #[test]
+    fn a_missing_side_file_is_counted_and_written_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (s, _) = read_session(&p).unwrap();
+        assert!(!s.is_counted(0));
+        assert!(!counts_path(&p).exists(), "a reader never writes it");
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        log.save_token_counts();
+        assert_eq!(records(&p).len(), 3);
+        log.append(msg("d", Some("c"), "four")).unwrap();
+        drop(log);
+        let (s, _) = read_session(&p).unwrap();
+        assert!((0..4).all(|i| s.is_counted(i)));
+        assert_eq!(s.tokens_of(3), real_tokens(&s, "d"));
+    }
+
+    #[test]
+    fn counts_of_another_tokenizer_are_not_used_and_the_file_is_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        forge(&p, "b", FORGED);
+        let side = counts_path(&p);
+        let text = std::fs::read_to_string(&side).unwrap();
+        std::fs::write(&side, text.replacen("o200k_base", "cl100k_base", 1)).unwrap();
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        assert_eq!(log.session().tokenizer(), TokenizerKind::O200kBase);
+        assert_eq!(log.session().tokens_of(1), real_tokens(log.session(), "b"));
+        log.save_token_counts();
+        drop(log);
+        let text = std::fs::read_to_string(&side).unwrap();
+        assert!(
+            text.starts_with("soba-token-counts 1 1 o200k_base\n"),
+            "{text}"
+        );
+        assert!(records(&p).iter().all(|r| r.counts.tokens != FORGED));
+    }
+
+    /// A log is loaded with its header's tokenizer and then set to the configured one: counts
+    /// recorded with the configured one are used, and the file is not rewritten.
+    #[test]
+    fn counts_recorded_with_the_configured_tokenizer_survive_the_switch_after_loading() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        log.session_mut().set_tokenizer(TokenizerKind::Cl100kBase);
+        log.append(msg("a", None, "one")).unwrap();
+        log.append(msg("b", Some("a"), "two")).unwrap();
+        drop(log);
+        forge(&p, "b", FORGED);
+        let before = std::fs::read(counts_path(&p)).unwrap();
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        assert_eq!(log.session().tokenizer(), TokenizerKind::O200kBase);
+        assert!(!log.session().is_counted(1));
+        log.session_mut().set_tokenizer(TokenizerKind::Cl100kBase);
+        assert_eq!(log.session().tokens_of(1), u64::from(FORGED));
+        log.save_token_counts();
+        assert_eq!(std::fs::read(counts_path(&p)).unwrap(), before);
+    }
+
+    #[test]
+    fn other_counting_rules_are_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        forge(&p, "b", FORGED);
+        let side = counts_path(&p);
+        let text = std::fs::read_to_string(&side).unwrap();
+        std::fs::write(
+            &side,
+            text.replacen("soba-token-counts 1 1 ", "soba-token-counts 1 0 ", 1),
+        )
+        .unwrap();
+        let (s, _) = read_session(&p).unwrap();
+        assert_eq!(s.tokens_of(1), real_tokens(&s, "b"));
+    }
+
+    #[test]
+    fn a_damaged_record_is_recounted_and_the_others_are_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        forge(&p, "a", FORGED);
+        forge(&p, "c", FORGED);
+        // A changed digit in `b`'s count: its record's checksum no longer holds.
+        let side = counts_path(&p);
+        let mut bytes = std::fs::read(&side).unwrap();
+        let b = records(&p)[1].clone();
+        let line_start = bytes
+            .split_inclusive(|&x| x == b'\n')
+            .take(2)
+            .map(<[u8]>::len)
+            .sum::<usize>();
+        let fields = format!("{} {} {:08x} ", b.key.offset, b.key.len, b.key.crc);
+        let at = line_start + fields.len();
+        bytes[at] = if bytes[at] == b'9' { b'1' } else { b'9' };
+        std::fs::write(&side, &bytes).unwrap();
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        let s = log.session();
+        assert_eq!(s.tokens_of(0), u64::from(FORGED));
+        assert_eq!(s.tokens_of(1), real_tokens(s, "b"), "recounted");
+        assert_eq!(s.tokens_of(2), u64::from(FORGED));
+        log.save_token_counts();
+        drop(log);
+        let r = records(&p);
+        assert_eq!(r.len(), 3, "rebuilt whole");
+        assert_eq!(
+            u64::from(r[1].counts.tokens),
+            real_tokens(&read_session(&p).unwrap().0, "b")
+        );
+    }
+
+    #[test]
+    fn a_truncated_side_file_serves_its_whole_records_and_is_rebuilt() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        forge(&p, "a", FORGED);
+        let side = counts_path(&p);
+        let bytes = std::fs::read(&side).unwrap();
+        std::fs::write(&side, &bytes[..bytes.len() - 10]).unwrap();
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        assert_eq!(log.session().tokens_of(0), u64::from(FORGED));
+        assert!(!log.session().is_counted(2), "the torn record is not used");
+        log.append(msg("d", Some("c"), "four")).unwrap();
+        drop(log);
+        let ids: Vec<String> = records(&p).into_iter().map(|r| r.id).collect();
+        assert_eq!(
+            ids,
+            ["a", "b", "c", "d"],
+            "rebuilt, not glued onto the torn record"
+        );
+        // A side file cut at a record boundary is only short: records are appended to it.
+        let bytes = std::fs::read(&side).unwrap();
+        let last = bytes[..bytes.len() - 1]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .unwrap();
+        std::fs::write(&side, &bytes[..=last]).unwrap();
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        assert!(!log.session().is_counted(3));
+        log.save_token_counts();
+        drop(log);
+        assert_eq!(std::fs::read(&side).unwrap(), bytes);
+    }
+
+    #[test]
+    fn an_entry_rewritten_in_the_log_is_recounted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        forge(&p, "b", FORGED);
+        forge(&p, "c", FORGED);
+        // Same id, same length, other text: only the line's checksum tells.
+        let text = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(&p, text.replace("\"two\"", "\"TWO\"")).unwrap();
+        let (s, _) = read_session(&p).unwrap();
+        assert_eq!(s.tokens_of(1), real_tokens(&s, "b"));
+        assert_eq!(
+            s.tokens_of(2),
+            u64::from(FORGED),
+            "the lines after it are unchanged"
+        );
+    }
+
+    /// The log cut back (restored from a copy, say) and written on: other entries now lie
+    /// where recorded ones did.
+    #[test]
+    fn a_log_cut_back_and_written_again_is_recounted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        let records_before = records(&p);
+        forge(&p, "b", FORGED);
+        forge(&p, "c", FORGED);
+        let saved = std::fs::read(counts_path(&p)).unwrap();
+        let cut = records_before[1].key.offset;
+        OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        log.append(msg("x", Some("a"), "another second entry, longer"))
+            .unwrap();
+        log.append(msg("c", Some("x"), "three little words"))
+            .unwrap();
+        drop(log);
+        // Put back the old records, as if the cut had come after they were written.
+        std::fs::write(counts_path(&p), &saved).unwrap();
+        let (s, _) = read_session(&p).unwrap();
+        assert_eq!(s.tokens_of(1), real_tokens(&s, "x"));
+        assert_eq!(
+            s.tokens_of(2),
+            real_tokens(&s, "c"),
+            "same id, other offset"
+        );
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        log.save_token_counts();
+        drop(log);
+        let ids: Vec<String> = records(&p).into_iter().map(|r| r.id).collect();
+        assert_eq!(ids, ["a", "x", "c"]);
+    }
+
+    /// A reader opening the log while the writer appends never takes a count that is not
+    /// the entry's, whatever part of the log and side file it sees.
+    #[test]
+    fn readers_during_appends_take_only_matching_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        log.append(msg("e0", None, "start")).unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                let mut opens = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) || opens < 3 {
+                    let (s, _) = read_session(&p).unwrap();
+                    for (i, e) in s.entries().iter().enumerate() {
+                        assert_eq!(
+                            s.tokens_of(i),
+                            crate::tokens::entry_tokens(s.tokenizer(), e),
+                            "entry {}",
+                            e.id
+                        );
+                    }
+                    opens += 1;
+                }
+                opens
+            });
+            for n in 1..300 {
+                let text = "word ".repeat(n % 37);
+                log.append(msg(&format!("e{n}"), Some(&format!("e{}", n - 1)), &text))
+                    .unwrap();
+                if n % 100 == 0 {
+                    // A rebuild (a changed tokenizer) renames a new file into place.
+                    let kind = if n % 200 == 0 {
+                        TokenizerKind::O200kBase
+                    } else {
+                        TokenizerKind::Cl100kBase
+                    };
+                    log.session_mut().set_tokenizer(kind);
+                    log.save_token_counts();
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert!(reader.join().unwrap() >= 3);
+        });
+        drop(log);
+        let (s, _) = read_session(&p).unwrap();
+        assert!((0..s.len()).all(|i| s.is_counted(i)), "the file ends whole");
+    }
+
+    /// A first open of a long log counts on several threads: every entry gets its own count,
+    /// and the rebuilt side file records exactly those.
+    #[test]
+    fn counting_a_long_log_on_several_threads_gives_each_entry_its_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        let entries: Vec<Entry> = (0..3 * super::super::PARALLEL_COUNT_MIN)
+            .map(|n| {
+                let parent = n.checked_sub(1).map(|p| format!("e{p}"));
+                msg(&format!("e{n}"), parent.as_deref(), &"word ".repeat(n % 50))
+            })
+            .collect();
+        log.append_all(entries).unwrap();
+        drop(log);
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        assert!(!log.session().is_counted(0));
+        log.session().count_all();
+        assert!((0..log.session().len()).all(|i| log.session().is_counted(i)));
+        log.save_token_counts();
+        let s = log.session();
+        let recorded = records(&p);
+        assert_eq!(recorded.len(), s.len());
+        for (i, (e, r)) in s.entries().iter().zip(&recorded).enumerate() {
+            let expected = crate::tokens::entry_tokens(s.tokenizer(), e);
+            assert_eq!(s.tokens_of(i), expected, "entry {}", e.id);
+            assert_eq!(
+                (r.id.as_str(), u64::from(r.counts.tokens)),
+                (e.id.as_str(), expected)
+            );
+        }
+    }
+
+    #[test]
+    fn a_side_file_that_cannot_be_written_never_fails_an_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        std::fs::create_dir(dir.path().join("s.jsonl.tokens")).unwrap();
+        std::fs::write(dir.path().join("s.jsonl.tokens/keep"), "x").unwrap();
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        log.append(msg("a", None, "one")).unwrap();
+        log.append(msg("b", Some("a"), "two")).unwrap();
+        drop(log);
+        let (s, report) = read_session(&p).unwrap();
+        assert!(report.is_clean());
+        assert_eq!(s.len(), 2);
+        assert!(!s.is_counted(0));
+        assert!(dir.path().join("s.jsonl.tokens/keep").exists());
+    }
+
+    #[test]
+    fn a_link_planted_at_the_side_file_is_replaced_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join("s.jsonl.tokens")).unwrap();
+        log.append(msg("a", None, "one")).unwrap();
+        log.append(msg("b", Some("a"), "two")).unwrap();
+        drop(log);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(records(&p).len(), 2);
     }
 }

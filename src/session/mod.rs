@@ -7,15 +7,51 @@ pub mod entry;
 pub mod log;
 pub mod rewind;
 pub mod tally;
+pub mod token_file;
 pub mod turn;
 pub mod view;
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
 use crate::budget::{CalibrationSource, CountSample};
 use crate::tokens::{entry_tokens, TokenizerKind};
 use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
+
+/// Below this many entries to count, threads cost more than they save.
+pub(crate) const PARALLEL_COUNT_MIN: usize = 2048;
+
+/// Token counts of one entry with one tokenizer: its cost in the model input and, for a
+/// setting entry, the counted (system prompt, tool schemas) text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryCounts {
+    pub tokens: u32,
+    pub overhead: Option<(u32, u32)>,
+}
+
+/// Per-entry counts made with one tokenizer.
+#[derive(Debug)]
+struct Counts {
+    tokenizer: TokenizerKind,
+    tokens: Vec<OnceLock<u32>>,
+    overhead: Vec<OnceLock<(u32, u32)>>,
+}
+
+impl Counts {
+    fn new(tokenizer: TokenizerKind, len: usize) -> Counts {
+        Counts {
+            tokenizer,
+            tokens: (0..len).map(|_| OnceLock::new()).collect(),
+            overhead: (0..len).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn push(&mut self) {
+        self.tokens.push(OnceLock::new());
+        self.overhead.push(OnceLock::new());
+    }
+}
 
 /// Why an entry could not join the tree.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,9 +71,12 @@ pub enum TreeError {
 pub struct Session {
     pub header: SessionHeader,
     entries: Vec<Entry>,
-    /// Ids are hashed once per entry on load; foldhash is several times faster than the
-    /// default SipHash here and still seeded per process.
-    by_id: HashMap<String, u32, foldhash::fast::RandomState>,
+    /// Entry indices by id. The table holds indices only, hashed by the entry's own id, so
+    /// no id is stored twice (a long log holds hundreds of thousands). Ids are hashed once
+    /// per entry on load; foldhash is several times faster than the default SipHash here and
+    /// still seeded per process.
+    by_id: hashbrown::HashTable<u32>,
+    id_hasher: foldhash::fast::RandomState,
     /// Ids of entries lost to damaged lines, and where their children attach instead.
     bridges: HashMap<String, Option<u32>>,
     parent: Vec<Option<u32>>,
@@ -47,9 +86,12 @@ pub struct Session {
     setting_on_path: Vec<Option<u32>>,
     /// Latest assistant message with provider usage at or above each entry on its branch.
     usage_on_path: Vec<Option<u32>>,
-    tokens: Vec<OnceLock<u32>>,
-    /// Counted (system, tools) text of setting entries.
-    overhead_tokens: Vec<OnceLock<(u32, u32)>>,
+    /// Per-entry counts with `tokenizer`, filled when first needed (or from the side file).
+    counts: Counts,
+    /// Counts with another tokenizer, kept across a change of tokenizer: a log is loaded
+    /// with the tokenizer its header names and then set to the configured one, which may be
+    /// the one its side file was counted with.
+    other_counts: Option<Counts>,
     /// For each entry with provider usage: its report against SOBA's count of the same
     /// content (see [`Session::count_sample`]), measured once. `None` inside: nothing to learn.
     count_samples: Vec<OnceLock<Option<CountSample>>>,
@@ -68,14 +110,15 @@ impl Session {
         Session {
             header,
             entries: Vec::new(),
-            by_id: HashMap::default(),
+            by_id: hashbrown::HashTable::new(),
+            id_hasher: foldhash::fast::RandomState::default(),
             bridges: HashMap::new(),
             parent: Vec::new(),
             capsule_on_path: Vec::new(),
             setting_on_path: Vec::new(),
             usage_on_path: Vec::new(),
-            tokens: Vec::new(),
-            overhead_tokens: Vec::new(),
+            counts: Counts::new(tokenizer, 0),
+            other_counts: None,
             count_samples: Vec::new(),
             tokenizer,
             count_factor: (1.0, CalibrationSource::Exact),
@@ -102,15 +145,75 @@ impl Session {
         self.tokenizer
     }
 
-    /// Change the tokenizer; cached counts are dropped.
+    /// Change the tokenizer. Counts made with the previous one are set aside, not mixed in;
+    /// counts kept for `kind` come back.
     pub fn set_tokenizer(&mut self, kind: TokenizerKind) {
         if kind != self.tokenizer {
+            let next = match self.other_counts.take() {
+                Some(kept) if kept.tokenizer == kind => kept,
+                _ => Counts::new(kind, self.entries.len()),
+            };
+            self.other_counts = Some(std::mem::replace(&mut self.counts, next));
             self.tokenizer = kind;
-            self.tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
-            self.overhead_tokens = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
             self.count_samples = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
             self.tally = OnceLock::new();
         }
+    }
+
+    /// Take counts of entry `idx` made with `tokenizer` (read from the side file) instead of
+    /// counting it. Counts for a tokenizer other than the session's are kept for a later
+    /// [`Session::set_tokenizer`].
+    pub fn preset_counts(&mut self, tokenizer: TokenizerKind, idx: usize, counts: EntryCounts) {
+        let len = self.entries.len();
+        let target = if tokenizer == self.tokenizer {
+            &mut self.counts
+        } else {
+            match &mut self.other_counts {
+                Some(kept) if kept.tokenizer == tokenizer => kept,
+                slot => slot.insert(Counts::new(tokenizer, len)),
+            }
+        };
+        let _ = target.tokens[idx].set(counts.tokens);
+        if let Some(overhead) = counts.overhead {
+            let _ = target.overhead[idx].set(overhead);
+        }
+    }
+
+    /// Every count the side file records for entry `idx` with the session's tokenizer.
+    pub fn counts_of(&self, idx: usize) -> EntryCounts {
+        let tokens = self.tokens_of(idx) as u32;
+        let overhead = match &self.entries[idx].body {
+            EntryBody::Setting(_) => Some(self.setting_overhead(idx)),
+            _ => None,
+        };
+        EntryCounts { tokens, overhead }
+    }
+
+    /// Count every entry not counted yet, on several threads when there is much to count
+    /// (a first open of a long log).
+    pub fn count_all(&self) {
+        let todo: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| self.counts.tokens[i].get().is_none())
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(8);
+        if threads < 2 || todo.len() < PARALLEL_COUNT_MIN {
+            todo.iter().for_each(|&i| {
+                self.counts_of(i);
+            });
+            return;
+        }
+        let chunk = todo.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            for part in todo.chunks(chunk) {
+                scope.spawn(move || {
+                    part.iter().for_each(|&i| {
+                        self.counts_of(i);
+                    })
+                });
+            }
+        });
     }
 
     /// The factor the model's bills run above SOBA's counts with this tokenizer (1.0 when the
@@ -128,7 +231,7 @@ impl Session {
     /// The indices of `entry`'s parent and rewind target, or why it cannot be appended. Each id
     /// is looked up once: this runs for every line of a log being opened.
     fn resolve(&self, entry: &Entry) -> Result<(Option<u32>, Option<u32>), TreeError> {
-        if self.by_id.contains_key(&entry.id) {
+        if self.index_of(&entry.id).is_some() {
             return Err(TreeError::DuplicateId(entry.id.clone()));
         }
         let parent = match &entry.parent_id {
@@ -152,8 +255,8 @@ impl Session {
     /// Where an entry naming `id` as its parent attaches: `Some(Some(i))` under entry `i`,
     /// `Some(None)` at the root (the parent of a lost root entry), `None` when `id` is unknown.
     fn slot_of(&self, id: &str) -> Option<Option<u32>> {
-        match self.by_id.get(id) {
-            Some(&i) => Some(Some(i)),
+        match self.index_of(id) {
+            Some(i) => Some(Some(i as u32)),
             None => self.bridges.get(id).copied(),
         }
     }
@@ -171,13 +274,13 @@ impl Session {
 
     /// Whether `id` is an entry lost to a damaged line, whose children attach elsewhere.
     pub fn is_bridged(&self, id: &str) -> bool {
-        !self.by_id.contains_key(id) && self.bridges.contains_key(id)
+        self.index_of(id).is_none() && self.bridges.contains_key(id)
     }
 
     /// An entry `id` was lost (its line in the log is damaged): entries naming it as their
     /// parent attach to `to` instead, so one bad line does not cut the chain after it.
     pub fn bridge(&mut self, id: String, to: Option<usize>) {
-        if !self.by_id.contains_key(&id) {
+        if self.index_of(&id).is_none() {
             self.bridges.insert(id, to.map(|i| i as u32));
         }
     }
@@ -187,7 +290,6 @@ impl Session {
     pub fn push(&mut self, entry: Entry) -> Result<(), TreeError> {
         let (parent, rewind_to) = self.resolve(&entry)?;
         let idx = self.entries.len() as u32;
-        self.by_id.insert(entry.id.clone(), idx);
         let inherited_capsule = parent.and_then(|p| self.capsule_on_path[p as usize]);
         let inherited_setting = parent.and_then(|p| self.setting_on_path[p as usize]);
         // A `/capsule create` hand-off capsule records state without compacting: it never
@@ -217,10 +319,17 @@ impl Session {
         self.capsule_on_path.push(capsule);
         self.setting_on_path.push(setting);
         self.usage_on_path.push(usage);
-        self.tokens.push(OnceLock::new());
-        self.overhead_tokens.push(OnceLock::new());
+        self.counts.push();
+        if let Some(kept) = &mut self.other_counts {
+            kept.push();
+        }
         self.count_samples.push(OnceLock::new());
+        let hash = self.id_hasher.hash_one(entry.id.as_str());
         self.entries.push(entry);
+        let (entries, hasher) = (&self.entries, &self.id_hasher);
+        self.by_id.insert_unique(hash, idx, |&i| {
+            hasher.hash_one(entries[i as usize].id.as_str())
+        });
         if let Some(mut t) = self.tally.take() {
             if t.apply(self, idx as usize) {
                 self.tally = OnceLock::from(t);
@@ -248,7 +357,10 @@ impl Session {
     }
 
     pub fn index_of(&self, id: &str) -> Option<usize> {
-        self.by_id.get(id).map(|&i| i as usize)
+        let hash = self.id_hasher.hash_one(id);
+        self.by_id
+            .find(hash, |&i| self.entries[i as usize].id == id)
+            .map(|&i| i as usize)
     }
 
     pub fn get(&self, id: &str) -> Option<&Entry> {
@@ -279,9 +391,30 @@ impl Session {
 
     /// Tokens the entry costs in the model input, counted once and cached.
     pub fn tokens_of(&self, idx: usize) -> u64 {
-        u64::from(*self.tokens[idx].get_or_init(|| {
+        u64::from(*self.counts.tokens[idx].get_or_init(|| {
             entry_tokens(self.tokenizer, &self.entries[idx]).min(u64::from(u32::MAX)) as u32
         }))
+    }
+
+    /// Counted (system prompt, tool schemas) text of setting entry `idx`, counted once.
+    fn setting_overhead(&self, idx: usize) -> (u32, u32) {
+        *self.counts.overhead[idx].get_or_init(|| {
+            let EntryBody::Setting(set) = &self.entries[idx].body else {
+                return (0, 0);
+            };
+            let count = |t: &Option<String>| {
+                t.as_deref().map_or(0, |t| {
+                    self.tokenizer.count(t).min(u64::from(u32::MAX)) as u32
+                })
+            };
+            (count(&set.system_prompt), count(&set.tool_schemas))
+        })
+    }
+
+    /// Whether entry `idx` has its count with the session's tokenizer already.
+    #[cfg(test)]
+    pub(crate) fn is_counted(&self, idx: usize) -> bool {
+        self.counts.tokens[idx].get().is_some()
     }
 
     /// Entries from the root to `idx`, oldest first.
@@ -321,14 +454,7 @@ impl Session {
         while let Some(s) = cur {
             let s = s as usize;
             if let EntryBody::Setting(set) = &self.entries[s].body {
-                let counted = self.overhead_tokens[s].get_or_init(|| {
-                    let count = |t: &Option<String>| {
-                        t.as_deref().map_or(0, |t| {
-                            self.tokenizer.count(t).min(u64::from(u32::MAX)) as u32
-                        })
-                    };
-                    (count(&set.system_prompt), count(&set.tool_schemas))
-                });
+                let counted = self.setting_overhead(s);
                 if system.is_none() {
                     system = set
                         .system_tokens

@@ -12,6 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::session::entry::{ContentBlock, Entry, EntryBody, OpaqueBlock};
 
+/// The version of the counting rules below (framing constants, what each block costs, the
+/// encodings' crates): counts recorded under another version are not reused. Raise it with
+/// any change that can change a count.
+pub const COUNT_RULES_VERSION: u32 = 1;
+
 /// Framing tokens added to every message (role marker, separators).
 pub const MESSAGE_OVERHEAD_TOKENS: u64 = 3;
 /// Framing tokens added to every tool call (name/arguments wrapper).

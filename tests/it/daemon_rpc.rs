@@ -885,3 +885,82 @@ async fn context_shows_what_fills_the_window_by_part_and_largest_entries() {
     let err = c.error("soba/context", json!({"limit": "many"})).await;
     assert_eq!(err["code"], code::INVALID_PARAMS);
 }
+
+/// Rewrite the side file of `log` with `tokens` as the count of every message entry, its
+/// checksums intact, so that a budget built from it shows it was read, not counted.
+fn forge_counts(log: &Path, tokens: u32) {
+    use soba::session::token_file;
+    let path = token_file::path_for(log);
+    let bytes = std::fs::read(&path).unwrap();
+    let mut out = Vec::new();
+    for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+        match token_file::decode_record(line) {
+            Some(r) if n > 0 && r.counts.tokens > 0 => token_file::encode_record(
+                &mut out,
+                r.key,
+                &r.id,
+                soba::session::EntryCounts { tokens, ..r.counts },
+            ),
+            _ => out.extend_from_slice(line),
+        }
+    }
+    std::fs::write(&path, out).unwrap();
+}
+
+/// Close the session and open it again: the effective tokens of its first budget.
+async fn reopen_budget(c: &LspClient, workspace: &Path, id: &str) -> u64 {
+    c.request("soba/session/close", json!({"sessionId": id}))
+        .await;
+    c.request(
+        "soba/session/open",
+        json!({"workspace": workspace, "sessionId": id}),
+    )
+    .await["budget"]["effectiveTokens"]
+        .as_u64()
+        .unwrap()
+}
+
+/// A reopened session takes its entries' counts from `<log>.tokens` (a forged count shows in
+/// its budget); a damaged side file is recounted to the true budget and written afresh.
+#[tokio::test]
+async fn a_reopened_session_takes_recorded_counts_and_recounts_a_damaged_file() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let opened = c
+        .request("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
+    let id = opened["sessionId"].as_str().unwrap().to_string();
+    let path = PathBuf::from(opened["path"].as_str().unwrap());
+    let appended = c
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("one two three"), user("four five")]}),
+        )
+        .await;
+    let counted = appended["budget"]["effectiveTokens"].as_u64().unwrap();
+    let reopen = || reopen_budget(&c, &e.workspace, &id);
+    assert_eq!(
+        reopen().await,
+        counted,
+        "the recorded counts are the counts"
+    );
+    forge_counts(&path, 50_000);
+    assert!(reopen().await >= 100_000, "both messages' counts were read");
+    // One byte changed in each record: none passes its checksum.
+    let side = soba::session::token_file::path_for(&path);
+    let text = std::fs::read_to_string(&side).unwrap();
+    std::fs::write(&side, text.replace(" 50000 ", " 50001 ")).unwrap();
+    assert_eq!(reopen().await, counted, "recounted");
+    let rebuilt = std::fs::read(&side).unwrap();
+    let records: Vec<_> = rebuilt
+        .split_inclusive(|&b| b == b'\n')
+        .skip(1)
+        .map(|l| soba::session::token_file::decode_record(l).expect("a whole record"))
+        .collect();
+    assert!(!records.is_empty());
+    assert!(
+        records.iter().all(|r| r.counts.tokens < 50_000),
+        "written afresh: {records:?}"
+    );
+}

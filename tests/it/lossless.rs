@@ -560,7 +560,7 @@ async fn a_fifo_as_a_session_log_is_refused_by_the_daemon() {
     );
 }
 
-/// Folders the daemon creates are 0700, the logs and flight records in them 0600.
+/// Folders the daemon creates are 0700, the logs, token counts and flight records in them 0600.
 #[tokio::test]
 async fn the_daemon_creates_private_folders_and_files() {
     let e = plain_env();
@@ -595,6 +595,12 @@ async fn the_daemon_creates_private_folders_and_files() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(mode(&flight), 0o600);
+    // The recorded token counts (written after each append, the compaction's included).
+    let counts = soba::session::token_file::path_for(&log);
+    assert_eq!(mode(&counts), 0o600);
+    let entries = std::fs::read_to_string(&log).unwrap().lines().count() - 1;
+    let records = std::fs::read_to_string(&counts).unwrap().lines().count() - 1;
+    assert_eq!(records, entries, "{}", counts.display());
 }
 
 // ---------------------------------------------------------------------------------------------
