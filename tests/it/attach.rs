@@ -3,7 +3,7 @@
 //! through the daemon.
 
 use crate::common;
-use crate::support::lsp_client;
+use crate::support::lsp_client::{self, connect};
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -228,18 +228,6 @@ fn env() -> Env {
         transcript,
         daemon,
     }
-}
-
-fn connect(daemon: &Arc<Daemon>) -> LspClient {
-    let (client_io, server_io) = tokio::io::duplex(1 << 20);
-    let (sr, sw) = tokio::io::split(server_io);
-    tokio::spawn(soba::daemon::server::serve_connection(
-        daemon.clone(),
-        sr,
-        sw,
-    ));
-    let (cr, cw) = tokio::io::split(client_io);
-    LspClient::new(cr, cw)
 }
 
 /// Claude Code records: a prompt, then `n` responses with growing usage.

@@ -2,30 +2,17 @@
 //! shown as `session` in `soba/budget`, applied to the tail after the newest report, and the
 //! same after the session is closed and opened again from its log.
 
-use crate::support::lsp_client;
+use crate::support::lsp_client::connect;
 
 use std::process::Command;
 use std::sync::Arc;
 
-use lsp_client::LspClient;
 use serde_json::{json, Value};
 use soba::budget::MAX_LEARNED_FACTOR;
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::session::entry::{Entry, EntryBody};
 use soba::tokens::{entry_tokens, TokenizerKind};
-
-fn connect(daemon: &Arc<Daemon>) -> LspClient {
-    let (client_io, server_io) = tokio::io::duplex(1 << 20);
-    let (sr, sw) = tokio::io::split(server_io);
-    tokio::spawn(soba::daemon::server::serve_connection(
-        daemon.clone(),
-        sr,
-        sw,
-    ));
-    let (cr, cw) = tokio::io::split(client_io);
-    LspClient::new(cr, cw)
-}
 
 fn daemon(base: &std::path::Path) -> Arc<Daemon> {
     Daemon::new(

@@ -6,13 +6,12 @@
 //! 50 seeds in the normal run; `SOBA_RACE_SEEDS=1000 cargo test --test it daemon_races:: --
 //! --nocapture` for the long mode.
 
-use crate::support::lsp_client;
+use crate::support::lsp_client::connect;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use lsp_client::LspClient;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -52,18 +51,6 @@ impl Summarizer for SlowSummarizer {
             }
         })
     }
-}
-
-fn connect(daemon: &Arc<Daemon>) -> LspClient {
-    let (client_io, server_io) = tokio::io::duplex(1 << 20);
-    let (sr, sw) = tokio::io::split(server_io);
-    tokio::spawn(soba::daemon::server::serve_connection(
-        daemon.clone(),
-        sr,
-        sw,
-    ));
-    let (cr, cw) = tokio::io::split(client_io);
-    LspClient::new(cr, cw)
 }
 
 fn message(role: &str, tokens: usize) -> Value {

@@ -1,6 +1,7 @@
 //! End-to-end tests of the daemon over an in-memory, `Content-Length`-framed duplex stream.
 
-use crate::support::lsp_client;
+use crate::common::user;
+use crate::support::lsp_client::{self, connect};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,22 +42,6 @@ fn env_with(watch: Option<WatchMode>) -> Env {
 
 fn env() -> Env {
     env_with(None)
-}
-
-fn connect(daemon: &Arc<Daemon>) -> LspClient {
-    let (client_io, server_io) = tokio::io::duplex(1 << 20);
-    let (sr, sw) = tokio::io::split(server_io);
-    tokio::spawn(soba::daemon::server::serve_connection(
-        daemon.clone(),
-        sr,
-        sw,
-    ));
-    let (cr, cw) = tokio::io::split(client_io);
-    LspClient::new(cr, cw)
-}
-
-fn user(text: &str) -> Value {
-    json!({"type": "message", "role": "user", "content": [{"type": "text", "text": text}]})
 }
 
 async fn open(c: &LspClient, ws: &Path) -> String {

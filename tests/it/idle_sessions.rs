@@ -2,6 +2,7 @@
 //! clients as `soba/session/closed` with reason `idle`, and opened again from the log by the next
 //! request that names them, with nothing lost; the file watch of their workspace follows.
 
+use crate::common::user;
 use crate::support::lsp_client;
 
 use std::path::{Path, PathBuf};
@@ -54,10 +55,6 @@ impl Env {
         let (cr, cw) = tokio::io::split(client_io);
         LspClient::new(cr, cw)
     }
-}
-
-fn user(text: &str) -> Value {
-    json!({"type": "message", "role": "user", "content": [{"type": "text", "text": text}]})
 }
 
 /// Open a new session in `ws` with two entries; its id and the append's answer.

@@ -2,7 +2,8 @@
 //! a damaged line in the middle of a log, named pipes where files belong, private modes and
 //! output folders that do not exist.
 
-use crate::support::lsp_client;
+use crate::common::user;
+use crate::support::lsp_client::connect;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -10,7 +11,6 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lsp_client::LspClient;
 use serde_json::{json, Value};
 use soba::config::Durability;
 use soba::daemon::paths::Paths;
@@ -258,22 +258,6 @@ fn plain_env() -> Env {
         |root| (root.join("project"), Paths::under(&root.join("soba"))),
         None,
     )
-}
-
-fn connect(daemon: &Arc<Daemon>) -> LspClient {
-    let (client_io, server_io) = tokio::io::duplex(1 << 20);
-    let (sr, sw) = tokio::io::split(server_io);
-    tokio::spawn(soba::daemon::server::serve_connection(
-        daemon.clone(),
-        sr,
-        sw,
-    ));
-    let (cr, cw) = tokio::io::split(client_io);
-    LspClient::new(cr, cw)
-}
-
-fn user(text: &str) -> Value {
-    json!({"type": "message", "role": "user", "content": [{"type": "text", "text": text}]})
 }
 
 /// File entries the watcher recorded in the session.

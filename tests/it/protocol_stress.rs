@@ -10,6 +10,7 @@
 //!   `SOBA_LOAD_REQUESTS=10000 cargo test --release --test it protocol_stress::load -- --nocapture`
 //!   for the full size.
 
+use crate::common::user;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -203,10 +204,6 @@ impl RawClient {
         assert_eq!(r["id"], id, "after {after}: {r}");
         assert!(r.get("result").is_some(), "after {after}: {r}");
     }
-}
-
-fn user(text: &str) -> Value {
-    json!({"type": "message", "role": "user", "content": [{"type": "text", "text": text}]})
 }
 
 /// What a malformed message must get.

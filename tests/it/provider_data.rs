@@ -4,13 +4,12 @@
 //! the Claude Code importer keeps the signatures of the real transcripts.
 
 use crate::common;
-use crate::support::lsp_client;
+use crate::support::lsp_client::connect;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lsp_client::LspClient;
 use serde_json::{json, Value};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
@@ -27,18 +26,6 @@ fn daemon(base: &Path) -> Arc<Daemon> {
             ..DaemonOptions::default()
         },
     )
-}
-
-fn connect(daemon: &Arc<Daemon>) -> LspClient {
-    let (client_io, server_io) = tokio::io::duplex(1 << 20);
-    let (sr, sw) = tokio::io::split(server_io);
-    tokio::spawn(soba::daemon::server::serve_connection(
-        daemon.clone(),
-        sr,
-        sw,
-    ));
-    let (cr, cw) = tokio::io::split(client_io);
-    LspClient::new(cr, cw)
 }
 
 /// An extended-thinking tool loop as Anthropic returns it: a signed thinking block, a redacted

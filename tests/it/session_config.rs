@@ -3,7 +3,7 @@
 //! `models` catalog, and the warning for a model no catalog knows.
 
 use crate::loopback::{self, Loopback, Recorded};
-use crate::support::lsp_client::LspClient;
+use crate::support::lsp_client::{connect, LspClient};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,18 +43,6 @@ fn env() -> Env {
         workspace,
         daemon,
     }
-}
-
-fn connect(daemon: &Arc<Daemon>) -> LspClient {
-    let (client_io, server_io) = tokio::io::duplex(1 << 20);
-    let (sr, sw) = tokio::io::split(server_io);
-    tokio::spawn(soba::daemon::server::serve_connection(
-        daemon.clone(),
-        sr,
-        sw,
-    ));
-    let (cr, cw) = tokio::io::split(client_io);
-    LspClient::new(cr, cw)
 }
 
 /// A connection that hands over `user` as its user config file and `env` as its keys.

@@ -23,3 +23,8 @@ pub fn transcripts_dir() -> Option<PathBuf> {
     );
     None
 }
+
+/// A user message entry with one text block, as `soba/session/append` takes it.
+pub fn user(text: &str) -> serde_json::Value {
+    serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": text}]})
+}

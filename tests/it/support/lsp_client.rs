@@ -219,3 +219,16 @@ impl LspClient {
         out
     }
 }
+
+/// A client on a new in-process connection to `daemon` (its server side runs as a task).
+pub fn connect(daemon: &std::sync::Arc<soba::daemon::registry::Daemon>) -> LspClient {
+    let (client_io, server_io) = tokio::io::duplex(1 << 20);
+    let (sr, sw) = tokio::io::split(server_io);
+    tokio::spawn(soba::daemon::server::serve_connection(
+        daemon.clone(),
+        sr,
+        sw,
+    ));
+    let (cr, cw) = tokio::io::split(client_io);
+    LspClient::new(cr, cw)
+}
