@@ -40,9 +40,12 @@ pub fn did_you_mean<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
         .map(|(_, c)| c)
 }
 
-/// `12.3k`-style rendering of a token count.
+/// `950`, `12.3k`, `1.2M`: a token count in the steps the editors' status bars use. Millions
+/// start where the thousands would round to `1000.0k`.
 pub fn human_tokens(n: u64) -> String {
-    if n >= 1000 {
+    if n >= 999_950 {
+        format!("{:.1}M", n as f64 / 1_000_000.0)
+    } else if n >= 1000 {
         format!("{:.1}k", n as f64 / 1000.0)
     } else {
         n.to_string()
@@ -75,6 +78,18 @@ pub fn terminal_text(s: &str) -> std::borrow::Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
+    use super::human_tokens;
+
+    #[test]
+    fn token_counts_read_in_thousands_then_millions_never_1000k() {
+        assert_eq!(human_tokens(950), "950");
+        assert_eq!(human_tokens(1000), "1.0k");
+        assert_eq!(human_tokens(48_800), "48.8k");
+        assert_eq!(human_tokens(999_949), "999.9k");
+        assert_eq!(human_tokens(999_950), "1.0M");
+        assert_eq!(human_tokens(27_840_100), "27.8M");
+    }
+
     #[test]
     fn terminal_text_escapes_control_characters_and_keeps_newlines() {
         assert!(matches!(

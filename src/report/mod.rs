@@ -326,8 +326,8 @@ impl Timeline {
         out.push(format!(
             "Over the {} inferences {agent} reported a size for, its inputs totalled {} tokens and SOBA's would have totalled {}{}: {} {} ({:.0}%); its largest input was {} tokens, SOBA's {}.",
             b.compared,
-            total_tokens(b.reported_total),
-            total_tokens(b.soba_total),
+            human_tokens(b.reported_total),
+            human_tokens(b.soba_total),
             if hidden > 0 {
                 format!(
                     ", each with the {} tokens the transcript does not hold",
@@ -336,7 +336,7 @@ impl Timeline {
             } else {
                 String::new()
             },
-            total_tokens(saved.unsigned_abs()),
+            human_tokens(saved.unsigned_abs()),
             if saved >= 0 { "fewer" } else { "more" },
             share(saved),
             human_tokens(b.peak_reported.unwrap_or(0)),
@@ -388,15 +388,6 @@ impl Timeline {
             None => {}
         }
         out
-    }
-}
-
-/// Token totals over a whole run reach millions: `27.8M` reads better than `27840.1k`.
-fn total_tokens(n: u64) -> String {
-    if n >= 1_000_000 {
-        format!("{:.1}M", n as f64 / 1_000_000.0)
-    } else {
-        human_tokens(n)
     }
 }
 
@@ -562,7 +553,7 @@ mod tests {
         // The demo has no source agent: only SOBA's own line.
         t.source_agent = None;
         assert_eq!(t.bottom_line_sentences().len(), 1);
-        assert_eq!(total_tokens(27_840_100), "27.8M");
-        assert_eq!(total_tokens(52_000), "52.0k");
+        assert_eq!(human_tokens(27_840_100), "27.8M");
+        assert_eq!(human_tokens(52_000), "52.0k");
     }
 }
