@@ -252,6 +252,15 @@ pub const PROTOCOL_METHODS: &[MethodSchemas] = &[
     ),
 ];
 
+/// The connection handshake, answered by the frame reader before `initialize` rather than by
+/// the service: `soba serve`, `soba proxy` and `soba attach` send it themselves, so it is no
+/// SDK method. Its schemas are under `schemas/protocol/handshake/`.
+pub const HANDSHAKE_METHODS: &[MethodSchemas] = &[m(
+    rpc::CLIENT_HELLO,
+    params_schema::<rpc::HelloParams>,
+    result_schema::<rpc::HelloResult>,
+)];
+
 /// Every custom notification's params schema.
 pub const PROTOCOL_NOTIFICATIONS: &[(&str, SchemaFn)] = &[
     (
@@ -276,6 +285,12 @@ pub fn protocol_stem(name: &str) -> String {
 /// Path under `schemas/` of a method's params or result schema (`part` is `params` or
 /// `result`), or of a notification's params (`part` is `notification`).
 pub fn protocol_file(name: &str, part: &str) -> String {
+    if HANDSHAKE_METHODS.iter().any(|m| m.method == name) {
+        return format!(
+            "protocol/handshake/{}.{part}.schema.json",
+            protocol_stem(name)
+        );
+    }
     format!("protocol/{}.{part}.schema.json", protocol_stem(name))
 }
 
@@ -299,7 +314,7 @@ pub fn protocol_schemas() -> Vec<(String, Value)> {
         schema
     }
     let mut out = Vec::new();
-    for m in PROTOCOL_METHODS {
+    for m in PROTOCOL_METHODS.iter().chain(HANDSHAKE_METHODS) {
         out.push((
             protocol_file(m.method, "params"),
             titled((m.params)(), format!("{} params", m.method), None),

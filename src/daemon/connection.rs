@@ -219,10 +219,8 @@ impl Handshake {
     /// The response body to a hello frame; `None` for every other frame (it goes on to the
     /// service).
     pub fn answer(&mut self, body: &[u8]) -> Option<Bytes> {
-        // Cheap test first: most frames never mention the method.
-        let named = body
-            .windows(CLIENT_HELLO.len())
-            .any(|w| w == CLIENT_HELLO.as_bytes());
+        // Cheap test first: most frames never mention the method, and appends can be large.
+        let named = memchr::memmem::find(body, CLIENT_HELLO.as_bytes()).is_some();
         let frame = named
             .then(|| serde_json::from_slice::<HelloFrame>(body).ok())
             .flatten()

@@ -198,34 +198,29 @@ impl ModelView {
     /// The capsule's retained tail: the entries from its `firstKeptEntryId` to the capsule,
     /// oldest first.
     fn capsule_tail(&mut self, session: &Session) -> Vec<usize> {
-        let mut tail = Vec::new();
-        let Some(c) = self.capsule else { return tail };
+        let Some(c) = self.capsule else {
+            return Vec::new();
+        };
         let cap = session
             .entry(c)
             .as_capsule()
             .expect("capsule index holds a capsule");
         let Some(fk) = cap.first_kept_entry_id.as_deref() else {
-            return tail;
+            return Vec::new();
         };
         match session.index_of(fk) {
             Some(fk_idx) if session.is_ancestor(fk_idx, c) => {
                 self.first_kept = Some(fk_idx);
-                let mut cur = session.parent_of(c);
-                while let Some(i) = cur {
-                    tail.push(i);
-                    if i == fk_idx {
-                        break;
-                    }
-                    cur = session.parent_of(i);
-                }
+                kept_run(session, fk_idx, c)
             }
-            _ => self.warnings.push(format!(
-                "capsule {} keeps from entry `{fk}`, which is not on its branch; no tail retained",
-                cap.checkpoint_id
-            )),
+            _ => {
+                self.warnings.push(format!(
+                    "capsule {} keeps from entry `{fk}`, which is not on its branch; no tail retained",
+                    cap.checkpoint_id
+                ));
+                Vec::new()
+            }
         }
-        tail.reverse();
-        tail
     }
 
     /// The entries the source agent carried over its compaction `f`: the run from its
@@ -243,15 +238,7 @@ impl ModelView {
             match on_branch(fk) {
                 Some(fk_idx) => {
                     self.first_kept = Some(fk_idx);
-                    let mut cur = session.parent_of(f);
-                    while let Some(i) = cur {
-                        kept.push(i);
-                        if i == fk_idx {
-                            break;
-                        }
-                        cur = session.parent_of(i);
-                    }
-                    kept.reverse();
+                    kept = kept_run(session, fk_idx, f);
                 }
                 None => self.warnings.push(format!(
                     "{}'s compaction (entry {}) keeps from entry `{fk}`, which is not on its branch; nothing kept",
@@ -443,6 +430,22 @@ impl ModelView {
     pub fn messages(&self, session: &Session) -> Vec<ModelMessage> {
         self.slots.iter().map(|s| render_slot(session, s)).collect()
     }
+}
+
+/// The entries from `first_kept` down to the parent of `compaction` on its branch, oldest first:
+/// what a compaction that keeps from `first_kept` carries over (`first_kept` must be an ancestor).
+fn kept_run(session: &Session, first_kept: usize, compaction: usize) -> Vec<usize> {
+    let mut run = Vec::new();
+    let mut cur = session.parent_of(compaction);
+    while let Some(i) = cur {
+        run.push(i);
+        if i == first_kept {
+            break;
+        }
+        cur = session.parent_of(i);
+    }
+    run.reverse();
+    run
 }
 
 /// The `foreign_compaction` at `idx`, when it replaced the source agent's context: it carries

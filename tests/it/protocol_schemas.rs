@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use soba::daemon::paths::Paths;
 use soba::daemon::protocol::{code, NOTIFICATIONS};
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::schemas::{protocol_file, PROTOCOL_METHODS, PROTOCOL_NOTIFICATIONS};
+use soba::schemas::{protocol_file, HANDSHAKE_METHODS, PROTOCOL_METHODS, PROTOCOL_NOTIFICATIONS};
 
 fn schemas_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemas")
@@ -57,11 +57,39 @@ fn every_dispatched_method_and_notification_has_a_schema() {
     let notices: BTreeSet<&str> = NOTIFICATIONS.iter().copied().collect();
     let notice_schemas: BTreeSet<&str> = PROTOCOL_NOTIFICATIONS.iter().map(|(n, _)| *n).collect();
     assert_eq!(notices, notice_schemas);
-    for m in PROTOCOL_METHODS {
+    for m in PROTOCOL_METHODS.iter().chain(HANDSHAKE_METHODS) {
         for part in ["params", "result"] {
             let path = schemas_dir().join(protocol_file(m.method, part));
             assert!(path.is_file(), "{} is missing", path.display());
         }
+    }
+}
+
+#[tokio::test]
+async fn the_connection_handshake_matches_its_schema() {
+    let base = tempfile::tempdir().unwrap();
+    let daemon = Daemon::new(
+        Paths::under(&base.path().join("soba")),
+        DaemonOptions {
+            watch: None,
+            ..DaemonOptions::default()
+        },
+    );
+    let c = lsp_client::connect(&daemon);
+    let hello = soba::daemon::protocol::CLIENT_HELLO;
+    let params = json!({
+        "userConfig": {"path": "/home/me/.config/soba/config.json", "text": "{\"summarizer\": {\"apiKeyEnv\": \"SOBA_TEST_HANDSHAKE_KEY\"}}"},
+        "env": {"SOBA_TEST_HANDSHAKE_KEY": "not-a-real-key"}
+    });
+    assert_valid(hello, "params", &params);
+    let answer = c.request(hello, params).await;
+    assert_valid(hello, "result", &answer);
+    assert_eq!(answer["env"], json!(["SOBA_TEST_HANDSHAKE_KEY"]));
+    for wrong in [json!({"env": {"K": 1}}), json!({"userConfig": "text"})] {
+        assert!(
+            !validator(hello, "params").is_valid(&wrong),
+            "the schema refuses {wrong}, as the daemon does"
+        );
     }
 }
 

@@ -43,16 +43,24 @@ fn checked_in_schemas_match_the_types() {
         }
     }
     // A schema of a method that no longer exists is stale too.
-    let protocol_dir = schemas_dir().join("protocol");
-    for entry in std::fs::read_dir(&protocol_dir).into_iter().flatten() {
-        let name = format!("protocol/{}", entry.unwrap().file_name().to_string_lossy());
-        if !expected.contains(&name) {
-            if update {
-                std::fs::remove_file(schemas_dir().join(&name)).unwrap();
-            } else {
-                stale.push(format!(
-                    "schemas/{name} belongs to no method or notification"
-                ));
+    for folder in ["protocol", "protocol/handshake"] {
+        for entry in std::fs::read_dir(schemas_dir().join(folder))
+            .into_iter()
+            .flatten()
+        {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                continue;
+            }
+            let name = format!("{folder}/{}", entry.file_name().to_string_lossy());
+            if !expected.contains(&name) {
+                if update {
+                    std::fs::remove_file(schemas_dir().join(&name)).unwrap();
+                } else {
+                    stale.push(format!(
+                        "schemas/{name} belongs to no method or notification"
+                    ));
+                }
             }
         }
     }
