@@ -388,6 +388,15 @@ pub struct CatalogModel {
     pub source: &'static str,
 }
 
+impl CatalogModel {
+    /// Whether `tokenizer` is the model's own, so that counts are exact. OpenAI publishes its
+    /// models' tokenizers; for every other provider SOBA's count is an estimate, which a
+    /// session checks against its usage reports (see [`crate::budget::Calibration::learned`]).
+    pub fn tokenizer_is_the_models(&self) -> bool {
+        self.source.starts_with("OpenAI ")
+    }
+}
+
 /// Anthropic bills about 1/0.87 of what o200k_base counts on the same text: the median ratio of
 /// o200k counts to Claude's reported input on real Claude Code transcripts is 0.87 (range
 /// 0.72–0.95). Applied to the counted tail only, the median factor keeps the budget within 2%
@@ -628,10 +637,10 @@ fn model_from_catalog(m: &CatalogModel) -> ModelDef {
         max_output_tokens: m.max_output_tokens,
         tokenizer: m.tokenizer,
         count_factor: m.count_factor,
-        count_factor_source: if m.count_factor > 1.0 {
-            CalibrationSource::Catalog
-        } else {
+        count_factor_source: if m.tokenizer_is_the_models() {
             CalibrationSource::Exact
+        } else {
+            CalibrationSource::Catalog
         },
     }
 }
@@ -1254,7 +1263,8 @@ fn resolve_model(
     let known = named.and_then(|n| {
         user_lookup(n, user_models).or_else(|| catalog_lookup(n).map(model_from_catalog))
     });
-    let guessed = named.is_some() && known.is_none() && m.context_window.is_none();
+    let unknown_name = named.is_some() && known.is_none();
+    let guessed = unknown_name && m.context_window.is_none();
     let base = known.unwrap_or_else(default_model);
     let model = ModelDef {
         name: m.name.clone().unwrap_or(base.name),
@@ -1264,6 +1274,10 @@ fn resolve_model(
         count_factor: m.count_factor.unwrap_or(base.count_factor),
         count_factor_source: if m.count_factor.is_some() {
             CalibrationSource::Config
+        } else if unknown_name && m.tokenizer.is_none() {
+            // A model of no catalog, whose tokenizer the config does not name, is counted with
+            // the default's: an estimate.
+            CalibrationSource::Catalog
         } else {
             base.count_factor_source
         },
@@ -1297,10 +1311,14 @@ fn user_lookup(
             .unwrap_or(DEFAULT_CATALOG_MAX_OUTPUT.min(context_window / 4)),
         tokenizer: entry.tokenizer.unwrap_or(O200K),
         count_factor: entry.count_factor.unwrap_or(1.0),
+        // Counts are exact only when the entry names the model's tokenizer; without one,
+        // o200k_base estimates it.
         count_factor_source: if entry.count_factor.is_some() {
             CalibrationSource::Config
-        } else {
+        } else if entry.tokenizer.is_some() {
             CalibrationSource::Exact
+        } else {
+            CalibrationSource::Catalog
         },
     })
 }
@@ -1413,6 +1431,22 @@ mod tests {
         let gpt = resolve_text(r#"{"model":{"name":"gpt-5"}}"#).unwrap();
         assert_eq!(gpt.model.count_factor, 1.0);
         assert_eq!(gpt.model.count_factor_source, CalibrationSource::Exact);
+        // o200k_base only estimates these: no factor of their own, but not exact either.
+        for estimated in ["gemini-2.5-pro", "deepseek-chat"] {
+            let c = resolve_text(&format!(r#"{{"model":{{"name":"{estimated}"}}}}"#)).unwrap();
+            assert_eq!(c.model.count_factor, 1.0, "{estimated}");
+            assert_eq!(
+                c.model.count_factor_source,
+                CalibrationSource::Catalog,
+                "{estimated}"
+            );
+        }
+        // A config that names the tokenizer of a model no catalog knows says it is its own.
+        let named = resolve_text(
+            r#"{"model":{"name":"local-7b","contextWindow":128000,"tokenizer":"cl100k_base"}}"#,
+        )
+        .unwrap();
+        assert_eq!(named.model.count_factor_source, CalibrationSource::Exact);
     }
 
     #[test]

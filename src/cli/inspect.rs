@@ -62,6 +62,13 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             c.tokenizer.as_str(),
             c.factor
         ),
+        crate::budget::CalibrationSource::Provisional => outln!(
+            "{counted}, counted with {} × {:.2} (the catalog factor with a {:.0}% margin until this \
+             session's usage reports teach its own: the model's own tokenizer is not public)",
+            c.tokenizer.as_str(),
+            c.factor,
+            (crate::budget::PROVISIONAL_MARGIN - 1.0) * 100.0
+        ),
         source => outln!(
             "{counted}, counted with {} × {:.2} ({} factor: the model's own tokenizer is not public)",
             c.tokenizer.as_str(),

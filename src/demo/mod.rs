@@ -23,7 +23,7 @@ use script::Action;
 
 /// The demo's configuration, shown in its header: a 24k window so a short session fills it.
 pub const DEMO_CONFIG: &str = r#"{
-  "model": { "name": "demo-24k", "contextWindow": 24000, "maxOutputTokens": 2000 },
+  "model": { "name": "demo-24k", "contextWindow": 24000, "maxOutputTokens": 2000, "tokenizer": "o200k_base" },
   "compaction": {
     "safetyReserveTokens": 2048,
     "keepRecentTokens": 6000,

@@ -163,7 +163,10 @@ mod tests {
         let mut b = claude();
         b.user("start");
         reply(&mut b, "first", 5_000);
-        assert_eq!(b.session.calibration().source, CalibrationSource::Catalog);
+        assert_eq!(
+            b.session.calibration().source,
+            CalibrationSource::Provisional
+        );
         let prompt = round(&mut b, "c1", 400, 5_000, 1.3);
         let c = b.session.calibration();
         assert_eq!(c.source, CalibrationSource::Session);
@@ -221,11 +224,17 @@ mod tests {
         b.user(&words(2_000));
         // The first report: no earlier one, and the log may lack the system prompt it counted.
         reply(&mut b, "first", 40_000);
-        assert_eq!(b.session.calibration().source, CalibrationSource::Catalog);
+        assert_eq!(
+            b.session.calibration().source,
+            CalibrationSource::Provisional
+        );
         // A tail of a few tokens: framing, not text, decides its ratio.
         let prompt = round(&mut b, "c1", 1, 40_000, 3.0);
         assert!(b.session.count_sample(b.session.leaf().unwrap()).is_some());
-        assert_eq!(b.session.calibration().source, CalibrationSource::Catalog);
+        assert_eq!(
+            b.session.calibration().source,
+            CalibrationSource::Provisional
+        );
         // A new system prompt between two reports: the provider's growth is not the tail's.
         b.push(EntryBody::Setting(SettingEntry {
             system_prompt: Some(words(50)),
@@ -233,7 +242,10 @@ mod tests {
         }));
         round(&mut b, "c2", 400, prompt, 1.5);
         assert_eq!(b.session.count_sample(b.session.leaf().unwrap()), None);
-        assert_eq!(b.session.calibration().source, CalibrationSource::Catalog);
+        assert_eq!(
+            b.session.calibration().source,
+            CalibrationSource::Provisional
+        );
     }
 
     #[test]
@@ -253,7 +265,7 @@ mod tests {
         assert!(b.session.count_samples_at(b.session.leaf()).is_empty());
         assert_eq!(
             b.session.calibration().source,
-            CalibrationSource::Catalog,
+            CalibrationSource::Provisional,
             "the 1.5 is older than the newest reports"
         );
     }
@@ -300,7 +312,7 @@ mod tests {
         b.push(EntryBody::Rewind(RewindEntry { to: fork }));
         assert_eq!(
             b.session.calibration().source,
-            CalibrationSource::Catalog,
+            CalibrationSource::Provisional,
             "the report that taught it is not on this branch"
         );
     }

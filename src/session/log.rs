@@ -854,7 +854,7 @@ impl SessionLog {
                 &mut bytes,
                 *key,
                 &self.session.entry(i).id,
-                self.session.counts_of(i),
+                &self.session.counts_of(i),
             );
         }
         bytes
@@ -1488,7 +1488,7 @@ mod tests {
                     &mut out,
                     r.key,
                     &r.id,
-                    crate::session::EntryCounts { tokens, ..r.counts },
+                    &crate::session::EntryCounts { tokens, ..r.counts },
                 ),
                 _ => out.extend_from_slice(line),
             }
@@ -1522,7 +1522,7 @@ mod tests {
         );
         let text = std::fs::read_to_string(&side).unwrap();
         assert!(
-            text.starts_with("soba-token-counts 1 1 o200k_base\n"),
+            text.starts_with(&token_file::header_line(TokenizerKind::O200kBase)),
             "{text}"
         );
         let ids: Vec<String> = records(&p).into_iter().map(|r| r.id).collect();
@@ -1541,6 +1541,122 @@ mod tests {
             u64::from(FORGED),
             "the recorded count is used"
         );
+    }
+
+    /// Rewrite entry `id`'s derived counts (stand-in results, a setting's overhead) with
+    /// `derived`, checksums intact.
+    fn forge_derived(log: &Path, id: &str, derived: &[u32]) {
+        let bytes = std::fs::read(counts_path(log)).unwrap();
+        let mut out = Vec::new();
+        for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+            match token_file::decode_record(line) {
+                Some(r) if n > 0 && r.id == id => token_file::encode_record(
+                    &mut out,
+                    r.key,
+                    &r.id,
+                    &crate::session::EntryCounts {
+                        derived: derived.into(),
+                        ..r.counts
+                    },
+                ),
+                _ => out.extend_from_slice(line),
+            }
+        }
+        std::fs::write(counts_path(log), out).unwrap();
+    }
+
+    /// A resumed session answers its first budget from the side file alone: what the view
+    /// derives from entries (a call's stand-in result while it has none, a setting's system
+    /// prompt and tools) is recorded too, so nothing is tokenized (in a fresh process that
+    /// would load the tokenizer's tables for one call id).
+    #[test]
+    fn derived_counts_are_recorded_and_an_open_takes_them_without_counting() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, mut log) = two_entry_log(dir.path());
+        let call = |id: &str| ContentBlock::ToolCall {
+            id: id.into(),
+            name: "Bash".into(),
+            input: serde_json::json!({"command": "ls"}),
+            extra: Default::default(),
+        };
+        log.append(Entry::new(
+            "calls",
+            Some("b".into()),
+            EntryBody::Message(MessageEntry {
+                role: Role::Assistant,
+                content: vec![call("call_1"), call("call_2")],
+                usage: None,
+                model: None,
+                synthetic: false,
+            }),
+        ))
+        .unwrap();
+        log.append(Entry::new(
+            "r1",
+            Some("calls".into()),
+            EntryBody::ToolResult(ToolResultEntry {
+                call_id: "call_1".into(),
+                tool_name: Some("Bash".into()),
+                content: vec![ContentBlock::text("a.txt")],
+                is_error: false,
+                exit_code: Some(0),
+            }),
+        ))
+        .unwrap();
+        log.append(Entry::new(
+            "set",
+            Some("r1".into()),
+            EntryBody::Setting(SettingEntry {
+                system_prompt: Some("You are a careful coding agent.".into()),
+                ..SettingEntry::default()
+            }),
+        ))
+        .unwrap();
+        let stand_in =
+            crate::session::view::interrupted_result_tokens(TokenizerKind::O200kBase, "call_2");
+        let system = TokenizerKind::O200kBase.count("You are a careful coding agent.");
+        drop(log);
+        let by_id: std::collections::HashMap<String, Box<[u32]>> = records(&p)
+            .into_iter()
+            .map(|r| (r.id, r.counts.derived))
+            .collect();
+        assert_eq!(by_id["calls"].len(), 2, "one stand-in per call");
+        assert_eq!(u64::from(by_id["calls"][1]), stand_in);
+        assert_eq!(by_id["set"][..], [system as u32, 0]);
+        assert!(by_id["a"].is_empty() && by_id["r1"].is_empty());
+
+        forge_derived(&p, "calls", &[1, FORGED]);
+        forge_derived(&p, "set", &[FORGED, 7]);
+        let (s, _) = read_session(&p).unwrap();
+        let calls = s.index_of("calls").unwrap();
+        assert_eq!(s.stand_in_tokens(calls, "call_2"), u64::from(FORGED));
+        assert_eq!(
+            s.overhead_at(s.leaf()),
+            (u64::from(FORGED), 0),
+            "no tool schemas set"
+        );
+        let view = crate::session::view::ModelView::build(&s, s.leaf());
+        let stand_ins: Vec<u64> = view
+            .slots
+            .iter()
+            .filter(|slot| {
+                matches!(
+                    slot.item,
+                    crate::session::view::ViewItem::InterruptedResult { .. }
+                )
+            })
+            .map(|slot| crate::session::view::ModelView::slot_tokens(&s, slot))
+            .collect();
+        assert_eq!(
+            stand_ins,
+            [u64::from(FORGED)],
+            "the budget takes the recorded stand-in"
+        );
+
+        // A record whose derived counts do not fit the entry is not taken: counted instead.
+        forge_derived(&p, "calls", &[FORGED]);
+        let (s, _) = read_session(&p).unwrap();
+        assert_eq!(s.stand_in_tokens(calls, "call_2"), stand_in);
     }
 
     #[test]
@@ -1576,7 +1692,7 @@ mod tests {
         drop(log);
         let text = std::fs::read_to_string(&side).unwrap();
         assert!(
-            text.starts_with("soba-token-counts 1 1 o200k_base\n"),
+            text.starts_with(&token_file::header_line(TokenizerKind::O200kBase)),
             "{text}"
         );
         assert!(records(&p).iter().all(|r| r.counts.tokens != FORGED));
@@ -1613,7 +1729,11 @@ mod tests {
         let text = std::fs::read_to_string(&side).unwrap();
         std::fs::write(
             &side,
-            text.replacen("soba-token-counts 1 1 ", "soba-token-counts 1 0 ", 1),
+            text.replacen(
+                &format!("soba-token-counts {} 1 ", token_file::FORMAT_VERSION),
+                &format!("soba-token-counts {} 0 ", token_file::FORMAT_VERSION),
+                1,
+            ),
         )
         .unwrap();
         let (s, _) = read_session(&p).unwrap();

@@ -22,12 +22,46 @@ use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
 /// Below this many entries to count, threads cost more than they save.
 pub(crate) const PARALLEL_COUNT_MIN: usize = 2048;
 
-/// Token counts of one entry with one tokenizer: its cost in the model input and, for a
-/// setting entry, the counted (system prompt, tool schemas) text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Token counts of one entry with one tokenizer: its cost in the model input as written, and
+/// the counts of what the model view derives from it (see [`EntryCounts::derived`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EntryCounts {
     pub tokens: u32,
-    pub overhead: Option<(u32, u32)>,
+    /// What the view makes of the entry beyond its own message, counted so that a resumed
+    /// session finds every count it needs recorded (`<log>.tokens`) and never tokenizes to
+    /// answer its first budget: a setting's system prompt and tool schemas; a tool-calling
+    /// message's stand-in result for each call, in call order (sent while the call has no
+    /// result); a source agent's compaction's summary message. Empty for every other entry.
+    pub derived: Box<[u32]>,
+}
+
+/// How many derived counts entry `e` has (see [`EntryCounts::derived`]).
+fn derived_len(e: &Entry) -> usize {
+    match &e.body {
+        EntryBody::Setting(_) => 2,
+        EntryBody::ForeignCompaction(_) => 1,
+        EntryBody::Message(_) => e.tool_calls().count(),
+        _ => 0,
+    }
+}
+
+/// Counts the derived parts of `e` (see [`EntryCounts::derived`]).
+fn count_derived(kind: TokenizerKind, e: &Entry) -> Box<[u32]> {
+    let clamp = |n: u64| n.min(u64::from(u32::MAX)) as u32;
+    match &e.body {
+        EntryBody::Setting(set) => {
+            let count = |t: &Option<String>| t.as_deref().map_or(0, |t| clamp(kind.count(t)));
+            Box::new([count(&set.system_prompt), count(&set.tool_schemas)])
+        }
+        EntryBody::ForeignCompaction(f) => {
+            Box::new([clamp(view::foreign_summary_tokens_of(kind, f))])
+        }
+        EntryBody::Message(_) => e
+            .tool_calls()
+            .map(|(id, _, _)| clamp(view::interrupted_result_tokens(kind, id)))
+            .collect(),
+        _ => Box::default(),
+    }
 }
 
 /// Per-entry counts made with one tokenizer.
@@ -35,21 +69,29 @@ pub struct EntryCounts {
 struct Counts {
     tokenizer: TokenizerKind,
     tokens: Vec<OnceLock<u32>>,
-    overhead: Vec<OnceLock<(u32, u32)>>,
+    /// Derived counts by entry index, for the entries that have any: most have none.
+    derived: hashbrown::HashMap<u32, OnceLock<Box<[u32]>>, foldhash::fast::FixedState>,
 }
 
 impl Counts {
-    fn new(tokenizer: TokenizerKind, len: usize) -> Counts {
-        Counts {
+    fn new(tokenizer: TokenizerKind, entries: &[Entry]) -> Counts {
+        let mut counts = Counts {
             tokenizer,
-            tokens: (0..len).map(|_| OnceLock::new()).collect(),
-            overhead: (0..len).map(|_| OnceLock::new()).collect(),
+            tokens: Vec::with_capacity(entries.len()),
+            derived: Default::default(),
+        };
+        for e in entries {
+            counts.push(e);
         }
+        counts
     }
 
-    fn push(&mut self) {
+    fn push(&mut self, e: &Entry) {
+        if derived_len(e) > 0 {
+            self.derived
+                .insert(self.tokens.len() as u32, OnceLock::new());
+        }
         self.tokens.push(OnceLock::new());
-        self.overhead.push(OnceLock::new());
     }
 }
 
@@ -117,7 +159,7 @@ impl Session {
             capsule_on_path: Vec::new(),
             setting_on_path: Vec::new(),
             usage_on_path: Vec::new(),
-            counts: Counts::new(tokenizer, 0),
+            counts: Counts::new(tokenizer, &[]),
             other_counts: None,
             count_samples: Vec::new(),
             tokenizer,
@@ -151,7 +193,7 @@ impl Session {
         if kind != self.tokenizer {
             let next = match self.other_counts.take() {
                 Some(kept) if kept.tokenizer == kind => kept,
-                _ => Counts::new(kind, self.entries.len()),
+                _ => Counts::new(kind, &self.entries),
             };
             self.other_counts = Some(std::mem::replace(&mut self.counts, next));
             self.tokenizer = kind;
@@ -164,29 +206,50 @@ impl Session {
     /// counting it. Counts for a tokenizer other than the session's are kept for a later
     /// [`Session::set_tokenizer`].
     pub fn preset_counts(&mut self, tokenizer: TokenizerKind, idx: usize, counts: EntryCounts) {
-        let len = self.entries.len();
         let target = if tokenizer == self.tokenizer {
             &mut self.counts
         } else {
             match &mut self.other_counts {
                 Some(kept) if kept.tokenizer == tokenizer => kept,
-                slot => slot.insert(Counts::new(tokenizer, len)),
+                slot => slot.insert(Counts::new(tokenizer, &self.entries)),
             }
         };
         let _ = target.tokens[idx].set(counts.tokens);
-        if let Some(overhead) = counts.overhead {
-            let _ = target.overhead[idx].set(overhead);
+        // A record of another shape (another counting of the same line) is not taken.
+        if counts.derived.len() == derived_len(&self.entries[idx]) {
+            if let Some(cell) = target.derived.get(&(idx as u32)) {
+                let _ = cell.set(counts.derived);
+            }
         }
     }
 
     /// Every count the side file records for entry `idx` with the session's tokenizer.
     pub fn counts_of(&self, idx: usize) -> EntryCounts {
-        let tokens = self.tokens_of(idx) as u32;
-        let overhead = match &self.entries[idx].body {
-            EntryBody::Setting(_) => Some(self.setting_overhead(idx)),
-            _ => None,
-        };
-        EntryCounts { tokens, overhead }
+        EntryCounts {
+            tokens: self.tokens_of(idx) as u32,
+            derived: self.derived_counts(idx).into(),
+        }
+    }
+
+    /// The counts of what the view derives from entry `idx` (see [`EntryCounts::derived`]),
+    /// counted once.
+    pub fn derived_counts(&self, idx: usize) -> &[u32] {
+        match self.counts.derived.get(&(idx as u32)) {
+            Some(cell) => cell.get_or_init(|| count_derived(self.tokenizer, &self.entries[idx])),
+            None => &[],
+        }
+    }
+
+    /// Tokens of the stand-in result the view sends for call `call_id` of entry `call_entry`
+    /// while the call has no result.
+    pub fn stand_in_tokens(&self, call_entry: usize, call_id: &str) -> u64 {
+        let position = self.entries[call_entry]
+            .tool_calls()
+            .position(|(id, _, _)| id == call_id);
+        match position.and_then(|p| self.derived_counts(call_entry).get(p)) {
+            Some(&n) => u64::from(n),
+            None => view::interrupted_result_tokens(self.tokenizer, call_id),
+        }
     }
 
     /// Count every entry not counted yet, on several threads when there is much to count
@@ -319,9 +382,9 @@ impl Session {
         self.capsule_on_path.push(capsule);
         self.setting_on_path.push(setting);
         self.usage_on_path.push(usage);
-        self.counts.push();
+        self.counts.push(&entry);
         if let Some(kept) = &mut self.other_counts {
-            kept.push();
+            kept.push(&entry);
         }
         self.count_samples.push(OnceLock::new());
         let hash = self.id_hasher.hash_one(entry.id.as_str());
@@ -398,17 +461,12 @@ impl Session {
 
     /// Counted (system prompt, tool schemas) text of setting entry `idx`, counted once.
     fn setting_overhead(&self, idx: usize) -> (u32, u32) {
-        *self.counts.overhead[idx].get_or_init(|| {
-            let EntryBody::Setting(set) = &self.entries[idx].body else {
-                return (0, 0);
-            };
-            let count = |t: &Option<String>| {
-                t.as_deref().map_or(0, |t| {
-                    self.tokenizer.count(t).min(u64::from(u32::MAX)) as u32
-                })
-            };
-            (count(&set.system_prompt), count(&set.tool_schemas))
-        })
+        match *self.derived_counts(idx) {
+            [system, tools] if matches!(self.entries[idx].body, EntryBody::Setting(_)) => {
+                (system, tools)
+            }
+            _ => (0, 0),
+        }
     }
 
     /// Whether entry `idx` has its count with the session's tokenizer already.

@@ -14,7 +14,7 @@ use std::collections::HashSet;
 
 use super::entry::{EntryBody, IntentAction, Role, Trigger, Usage};
 use super::turn::{turn_facts, PendingIntent, TurnFacts};
-use super::view::{interrupted_result_tokens, ModelView, ViewItem, ViewPart, ViewSlot};
+use super::view::{ModelView, ViewItem, ViewPart, ViewSlot};
 use super::Session;
 use crate::budget::{Breakdown, UsageAnchor};
 use crate::tokens::TokenizerKind;
@@ -173,7 +173,7 @@ impl Tally {
         let own = session.tokens_of(idx);
         let mut added = own;
         for id in new_calls {
-            let tokens = interrupted_result_tokens(self.tokenizer, id);
+            let tokens = session.stand_in_tokens(idx, id);
             added += tokens;
             self.call_ids.insert(id.to_string());
             self.unanswered.push(Unanswered {

@@ -15,7 +15,11 @@
 //!
 //! Format, one line each: a header `soba-token-counts <format> <rules> <tokenizer>`, then one
 //! record per entry in log order:
-//! `<offset> <length> <crc> <tokens> <system|-> <tools|-> <id as a JSON string> <record crc>`.
+//! `<offset> <length> <crc> <tokens> <derived|-> <id as a JSON string> <record crc>`, where
+//! `derived` lists the entry's derived counts separated by commas (a setting's system prompt
+//! and tool schemas, a tool-calling message's stand-in result per call, a source agent's
+//! compaction's summary: see [`EntryCounts::derived`]), so that no count an open needs is
+//! missing from the file.
 //! Records are appended as entries are appended (one `write`, no sync: a lost record is
 //! counted again); a rebuild writes a fresh file and renames it into place, so a reader sees
 //! the old file or the new one, whole.
@@ -29,8 +33,9 @@ use super::EntryCounts;
 use crate::tokens::{TokenizerKind, COUNT_RULES_VERSION};
 
 const MAGIC: &str = "soba-token-counts";
-/// The layout of the file; a file of another layout is rebuilt.
-pub const FORMAT_VERSION: u32 = 1;
+/// The layout of the file; a file of another layout is rebuilt. 2: every derived count
+/// recorded (1 recorded a setting's only).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Where one entry's line lies in the log, and what it holds: what a record must match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,18 +101,24 @@ pub fn parse_header(line: &[u8]) -> Option<TokenizerKind> {
 }
 
 /// Append the record line of one entry to `out`.
-pub fn encode_record(out: &mut Vec<u8>, key: LineKey, id: &str, counts: EntryCounts) {
+pub fn encode_record(out: &mut Vec<u8>, key: LineKey, id: &str, counts: &EntryCounts) {
     use std::io::Write as _;
     let start = out.len();
-    let (system, tools) = match counts.overhead {
-        Some((s, t)) => (s.to_string(), t.to_string()),
-        None => ("-".into(), "-".into()),
-    };
     let _ = write!(
         out,
-        "{} {} {:08x} {} {system} {tools} ",
+        "{} {} {:08x} {} ",
         key.offset, key.len, key.crc, counts.tokens
     );
+    match counts.derived.split_first() {
+        None => out.push(b'-'),
+        Some((first, rest)) => {
+            let _ = write!(out, "{first}");
+            for n in rest {
+                let _ = write!(out, ",{n}");
+            }
+        }
+    }
+    out.push(b' ');
     serde_json::to_writer(&mut *out, id).expect("a string serializes");
     let crc = crc32fast::hash(&out[start..]);
     let _ = writeln!(out, " {crc:08x}");
@@ -124,7 +135,7 @@ pub fn decode_record(line: &[u8]) -> Option<Record> {
         return None;
     }
     let body = std::str::from_utf8(body).ok()?;
-    let mut fields = body.splitn(7, ' ');
+    let mut fields = body.splitn(6, ' ');
     let offset = fields.next()?.parse().ok()?;
     let len = fields.next()?.parse().ok()?;
     let line_crc = fields.next()?;
@@ -133,9 +144,12 @@ pub fn decode_record(line: &[u8]) -> Option<Record> {
     }
     let line_crc = u32::from_str_radix(line_crc, 16).ok()?;
     let tokens = fields.next()?.parse().ok()?;
-    let overhead = match (fields.next()?, fields.next()?) {
-        ("-", "-") => None,
-        (s, t) => Some((s.parse().ok()?, t.parse().ok()?)),
+    let derived = match fields.next()? {
+        "-" => Box::default(),
+        list => list
+            .split(',')
+            .map(|n| n.parse().ok())
+            .collect::<Option<Box<[u32]>>>()?,
     };
     let id_json = fields.next()?;
     let id = match id_json.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
@@ -149,7 +163,7 @@ pub fn decode_record(line: &[u8]) -> Option<Record> {
             crc: line_crc,
         },
         id,
-        counts: EntryCounts { tokens, overhead },
+        counts: EntryCounts { tokens, derived },
     })
 }
 
@@ -275,19 +289,24 @@ pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<File> {
 mod tests {
     use super::*;
 
-    fn counts(tokens: u32, overhead: Option<(u32, u32)>) -> EntryCounts {
-        EntryCounts { tokens, overhead }
+    fn counts(tokens: u32, derived: &[u32]) -> EntryCounts {
+        EntryCounts {
+            tokens,
+            derived: derived.into(),
+        }
     }
 
     #[test]
     fn a_record_reads_back_as_written() {
         let key = LineKey::of(1234, br#"{"id":"a b"}"#);
         for (id, c) in [
-            ("e1", counts(17, None)),
-            ("with space \"quoted\"\ttab\n", counts(0, Some((120, 3400)))),
+            ("e1", counts(17, &[])),
+            ("with space \"quoted\"\ttab\n", counts(0, &[120, 3400])),
+            ("call", counts(52, &[9])),
+            ("three calls", counts(80, &[9, 11, 0])),
         ] {
             let mut line = Vec::new();
-            encode_record(&mut line, key, id, c);
+            encode_record(&mut line, key, id, &c);
             assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
             let r = decode_record(&line).expect("whole record");
             assert_eq!((r.key, r.id.as_str(), r.counts), (key, id, c));
@@ -297,7 +316,12 @@ mod tests {
     #[test]
     fn a_changed_byte_anywhere_in_a_record_is_refused() {
         let mut line = Vec::new();
-        encode_record(&mut line, LineKey::of(9, b"xyz"), "e1", counts(42, None));
+        encode_record(
+            &mut line,
+            LineKey::of(9, b"xyz"),
+            "e1",
+            &counts(42, &[7, 8]),
+        );
         for at in 0..line.len() - 1 {
             let mut bad = line.clone();
             bad[at] = if bad[at] == b'4' { b'5' } else { b'4' };

@@ -320,9 +320,11 @@ impl ModelView {
         match &slot.item {
             ViewItem::Capsule(i) | ViewItem::Entry(i) => session.tokens_of(*i),
             ViewItem::ForeignSummary(i) => foreign_summary_tokens(session, *i),
-            ViewItem::InterruptedResult { call_id, .. } => {
-                interrupted_result_tokens(session.tokenizer(), call_id)
-            }
+            ViewItem::InterruptedResult {
+                call_id,
+                call_entry,
+                ..
+            } => session.stand_in_tokens(*call_entry, call_id),
         }
     }
 
@@ -459,12 +461,16 @@ fn replacing_compaction(session: &Session, idx: usize) -> Option<&ForeignCompact
 
 /// Tokens of the summary message of the foreign compaction at `idx`.
 fn foreign_summary_tokens(session: &Session, idx: usize) -> u64 {
-    match &session.entry(idx).body {
-        EntryBody::ForeignCompaction(f) => foreign_summary_text(f).map_or(0, |text| {
-            MESSAGE_OVERHEAD_TOKENS + session.tokenizer().count(&text)
-        }),
-        _ => 0,
-    }
+    session
+        .derived_counts(idx)
+        .first()
+        .map_or(0, |&n| u64::from(n))
+}
+
+/// Tokens of the summary message a view that starts from the source agent's compaction `f`
+/// sends (0 where it has no summary).
+pub fn foreign_summary_tokens_of(kind: TokenizerKind, f: &ForeignCompactionEntry) -> u64 {
+    foreign_summary_text(f).map_or(0, |text| MESSAGE_OVERHEAD_TOKENS + kind.count(&text))
 }
 
 /// Emit the visible entries so that each assistant message with tool calls is followed by one

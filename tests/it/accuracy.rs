@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use soba::accuracy::{self, model_of, pairs, session_of, Distribution, Pair};
-use soba::budget::{CalibrationSource, MIN_SAMPLE_TOKENS};
+use soba::budget::{CalibrationSource, MAX_LEARNED_FACTOR, PROVISIONAL_MARGIN};
 use soba::import::{import_str, ImportOptions, ImportResult};
 use soba::session::entry::{EntryBody, Role};
 use soba::session::view::{ModelView, ViewItem, ViewPart};
@@ -44,23 +44,27 @@ fn transcripts() -> Vec<std::path::PathBuf> {
     files
 }
 
-/// Requests still under-estimated by more than 2%, each for a reason a count factor cannot
-/// reach. Listed so that any new under-estimate fails this test, and any fixed one too (drop it).
+/// Requests whose transcript does not hold what the agent sent, so no estimate from the log can
+/// reach the bill. Listed so that any new under-estimate fails this test, and any fixed one too
+/// (drop it). The test checks each one's claim: the provider's count grew by more than
+/// [`MAX_LEARNED_FACTOR`] times SOBA's count of everything the transcript recorded in between.
 ///
-/// The first measured request of a session: no usage report before it has a tail to learn the
-/// session's factor from, so only the catalog factor stands between the count and the bill, and
-/// these tails are split finer than it allows. The test checks that no earlier request of the
-/// transcript could have taught anything.
-const FIRST_MEASURED_LOW: &[&str] = &[
+/// - session four e11: 13k tokens of this request are in no record of the transcript;
+/// - interrupted calls e14: two short tool results (82 tokens) that the provider billed as 439:
+///   Claude Code adds reminders to tool results that its transcript does not record.
+const CONTENT_NOT_HELD_LOW: &[&str] = &[
     "agentcmd-interrupted-calls.jsonl e14",
+    "agentcmd-session-four.jsonl e11",
+];
+
+/// The first measured request of a session, which once read up to 5.7% low: no report before
+/// it has a tail to learn the session's factor from, so the factor is still provisional (the
+/// catalog's, raised by [`PROVISIONAL_MARGIN`]).
+const FIRST_MEASURED: &[&str] = &[
     "mini-swe-agent-astropy-12907.traj.json e7",
     "pi-mono-large-session.jsonl e8",
     "pi-mono-two-compactions.jsonl e5",
 ];
-
-/// Requests whose transcript does not hold what the agent sent: 13k tokens of this request are
-/// in no record of the transcript, so no estimate from the log can reach the bill.
-const CONTENT_NOT_HELD_LOW: &[&str] = &["agentcmd-session-four.jsonl e11"];
 
 /// The accuracy target, where the transcript holds what the request held (an anchored
 /// estimate; after a source agent's own compaction the view holds what the agent sent): the median error within
@@ -72,6 +76,7 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
     let mut low = Vec::new();
     let mut all = Vec::new();
     let mut learned = 0;
+    let mut first_measured = 0;
     for path in transcripts() {
         let pairs = replay(&path);
         let comparable: Vec<&Pair> = pairs.iter().filter(|p| p.comparable()).collect();
@@ -83,21 +88,37 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
             pairs.len()
         );
         let name = path.file_name().unwrap().to_string_lossy().to_string();
-        for (n, p) in comparable.iter().enumerate() {
+        for p in &comparable {
             all.push(p.soba_error());
             learned += usize::from(p.factor_source == CalibrationSource::Session);
+            let label = format!("{name} {}", p.entry_id);
+            if FIRST_MEASURED.contains(&label.as_str()) {
+                first_measured += 1;
+                assert_eq!(
+                    p.factor_source,
+                    CalibrationSource::Provisional,
+                    "{label}: no earlier report taught a factor"
+                );
+                assert!(
+                    p.factor >= PROVISIONAL_MARGIN,
+                    "{label}: factor {}",
+                    p.factor
+                );
+                assert!(
+                    p.soba_error() >= -0.02,
+                    "{label}: {:+.2}%",
+                    p.soba_error() * 100.0
+                );
+            }
             if p.soba_error() < -0.02 {
-                low.push(format!("{name} {}", p.entry_id));
-                if FIRST_MEASURED_LOW.contains(&low.last().unwrap().as_str()) {
-                    let taught = comparable[..n]
-                        .iter()
-                        .filter(|q| q.counted_tail >= MIN_SAMPLE_TOKENS)
-                        .count();
-                    assert_eq!(
-                        taught,
-                        0,
-                        "{}: {taught} earlier requests could teach a factor",
-                        low.last().unwrap()
+                low.push(label);
+                if CONTENT_NOT_HELD_LOW.contains(&low.last().unwrap().as_str()) {
+                    let grew = p.reported - p.anchor_context.expect("anchored");
+                    assert!(
+                        grew as f64 > p.counted_tail as f64 * MAX_LEARNED_FACTOR,
+                        "{}: the provider grew by {grew} over a tail counted {}: a count factor could reach it",
+                        low.last().unwrap(),
+                        p.counted_tail
                     );
                 }
                 eprintln!(
@@ -113,6 +134,7 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
     let Some(d) = Distribution::of(all) else {
         return;
     };
+    assert_eq!(first_measured, FIRST_MEASURED.len());
     eprintln!(
         "SOBA over {} requests ({learned} at a learned factor): {d:?}",
         d.pairs
@@ -125,11 +147,7 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
         d.share_low_over_2pct
     );
     low.sort();
-    let mut known: Vec<String> = FIRST_MEASURED_LOW
-        .iter()
-        .chain(CONTENT_NOT_HELD_LOW)
-        .map(|s| s.to_string())
-        .collect();
+    let mut known: Vec<String> = CONTENT_NOT_HELD_LOW.iter().map(|s| s.to_string()).collect();
     known.sort();
     let new: Vec<&String> = low.iter().filter(|l| !known.contains(l)).collect();
     assert!(

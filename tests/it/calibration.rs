@@ -89,13 +89,41 @@ async fn a_learned_factor_is_shown_applied_and_the_same_after_reopening() {
     ];
     entries.extend(first_tail.clone());
     append(entries).await;
+    let cli = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_soba"));
+        cmd.arg("budget").arg(&path).current_dir(&workspace);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd
+            .env("SOBA_CONFIG", base.path().join("no-user-config.json"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
     let before = c.request("soba/budget", json!({"sessionId": id})).await;
     assert_eq!(before["source"], "provider_usage");
-    assert_eq!(calibration(&before), ("catalog".into(), 1.15));
+    // No report has taught a factor yet: the catalog's, with the provisional margin.
+    let provisional = 1.15 * soba::budget::PROVISIONAL_MARGIN;
+    let (source, factor) = calibration(&before);
+    assert_eq!(source, "provisional");
+    assert!((factor - provisional).abs() < 1e-9, "{factor}");
     let tail = counted(&first_tail);
     assert_eq!(
         before["effectiveTokens"],
-        10_050 + (tail as f64 * 1.15).ceil() as u64
+        10_050 + (tail as f64 * provisional).ceil() as u64
+    );
+    let text = cli(false);
+    assert!(
+        text.contains(
+            "× 1.38 (the catalog factor with a 20% margin until this session's usage reports teach its own"
+        ),
+        "{text}"
     );
     // The provider bills that tail at twice SOBA's count: above what any tokenizer explains,
     // so the learned factor stops at the cap.
@@ -131,23 +159,6 @@ async fn a_learned_factor_is_shown_applied_and_the_same_after_reopening() {
     // And read by the CLI, text and JSON.
     c.request("soba/session/close", json!({"sessionId": id}))
         .await;
-    let cli = |json: bool| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_soba"));
-        cmd.arg("budget").arg(&path).current_dir(&workspace);
-        if json {
-            cmd.arg("--json");
-        }
-        let out = cmd
-            .env("SOBA_CONFIG", base.path().join("no-user-config.json"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
     let v: Value = serde_json::from_str(cli(true).trim()).unwrap();
     assert_eq!(v["effectiveTokens"], learned["effectiveTokens"]);
     assert_eq!(v["calibration"], learned["calibration"]);

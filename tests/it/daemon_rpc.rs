@@ -884,7 +884,7 @@ fn forge_counts(log: &Path, tokens: u32) {
                 &mut out,
                 r.key,
                 &r.id,
-                soba::session::EntryCounts { tokens, ..r.counts },
+                &soba::session::EntryCounts { tokens, ..r.counts },
             ),
             _ => out.extend_from_slice(line),
         }

@@ -79,6 +79,11 @@ describe('format', function()
     )
     local catalog = report({ calibration = { tokenizer = 'o200k_base', factor = 1.15, source = 'catalog' } })
     assert.are.equal('o200k_base × 1.15, catalog factor', format.counted_with(catalog))
+    local provisional = report({ calibration = { tokenizer = 'o200k_base', factor = 1.38, source = 'provisional' } })
+    assert.are.equal(
+      'o200k_base × 1.38, catalog factor + margin until a usage report teaches one',
+      format.counted_with(provisional)
+    )
     local exact = report({ calibration = { tokenizer = 'o200k_base', factor = 1, source = 'exact' } })
     assert.are.equal('o200k_base', format.counted_with(exact))
   end)

@@ -64,7 +64,12 @@ export function countedWith(report: BudgetReport): string {
   if (!c || c.source === 'exact' || c.factor <= 1) {
     return report.tokenizer;
   }
-  const from = { catalog: 'catalog factor', config: 'model.countFactor', session: 'learned from this session' }[c.source];
+  const from = {
+    catalog: 'catalog factor',
+    config: 'model.countFactor',
+    session: 'learned from this session',
+    provisional: 'catalog factor + margin until a usage report teaches one',
+  }[c.source];
   return `${c.tokenizer} × ${c.factor.toFixed(2)}, ${from}`;
 }
 

@@ -104,6 +104,11 @@ describe('tooltip', () => {
     assert.equal(lines[2], 'Measured: provider usage (test-model, o200k_base)');
     const learned = report({ calibration: { tokenizer: 'o200k_base', factor: 1.234, source: 'session' } });
     assert.equal(tooltipLines(learned, now)[2], 'Measured: estimated (test-model, o200k_base × 1.23, learned from this session)');
+    const provisional = report({ calibration: { tokenizer: 'o200k_base', factor: 1.38, source: 'provisional' } });
+    assert.equal(
+      tooltipLines(provisional, now)[2],
+      'Measured: estimated (test-model, o200k_base × 1.38, catalog factor + margin until a usage report teaches one)',
+    );
     const catalog = report({ calibration: { tokenizer: 'o200k_base', factor: 1.15, source: 'catalog' } });
     assert.equal(tooltipLines(catalog, now)[2], 'Measured: estimated (test-model, o200k_base × 1.15, catalog factor)');
     const exact = report({ calibration: { tokenizer: 'o200k_base', factor: 1, source: 'exact' } });

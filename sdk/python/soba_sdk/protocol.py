@@ -891,7 +891,7 @@ BreakerState = Union[BreakerStateClosed, BreakerStateOpen, BreakerStateHalfOpen]
 """What the budget output shows."""
 
 
-CalibrationSource = Union[Literal["exact"], Literal["catalog"], Literal["config"], Literal["session"]]
+CalibrationSource = Union[Literal["exact"], Literal["catalog"], Literal["config"], Literal["session"], Literal["provisional"]]
 """Where a calibration factor comes from."""
 
 

@@ -108,7 +108,7 @@ export type Calibration = {
 };
 
 /** Where a calibration factor comes from. */
-export type CalibrationSource = "exact" | "catalog" | "config" | "session";
+export type CalibrationSource = "exact" | "catalog" | "config" | "session" | "provisional";
 
 export type CapsuleSummary = {
   checkpointId: string;

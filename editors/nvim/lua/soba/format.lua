@@ -43,6 +43,7 @@ local calibration_from = {
   catalog = 'catalog factor',
   config = 'model.countFactor',
   session = 'learned from this session',
+  provisional = 'catalog factor + margin until a usage report teaches one',
 }
 
 --- The tokenizer the budget counts with, and the factor on it where there is one.
