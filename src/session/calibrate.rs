@@ -10,7 +10,9 @@ impl Session {
     /// How counted tokens become the budget's estimate at the leaf (see
     /// [`Session::calibration_at`]).
     pub fn calibration(&self) -> Calibration {
-        self.calibration_at(self.leaf())
+        *self
+            .calibration
+            .get_or_init(|| self.calibration_at(self.leaf()))
     }
 
     /// How counted tokens become the budget's estimate of the input at `leaf`: the tokenizer,
@@ -52,7 +54,8 @@ impl Session {
     /// the view keeps the whole history (the agent sent another context), a setting in between
     /// (the system prompt or tools changed), or a report below the earlier one.
     pub fn count_sample(&self, idx: usize) -> Option<CountSample> {
-        *self.count_samples[idx].get_or_init(|| {
+        let cell = self.count_samples.get(&(idx as u32))?;
+        *cell.get_or_init(|| {
             let usage = match &self.entries[idx].body {
                 EntryBody::Message(m) if m.role == Role::Assistant => m.usage?,
                 _ => return None,

@@ -524,7 +524,12 @@ fn load_line(session: &mut Session, line: &[u8], gap: &mut Option<Option<usize>>
     if text.iter().all(u8::is_ascii_whitespace) {
         return LineOutcome::Loaded;
     }
-    let entry = match serde_json::from_slice::<Entry>(text) {
+    // One UTF-8 check of the whole line, so the parser need not check each string again.
+    let parsed = match std::str::from_utf8(text) {
+        Ok(text) => serde_json::from_str::<Entry>(text),
+        Err(_) => serde_json::from_slice::<Entry>(text),
+    };
+    let entry = match parsed {
         Ok(entry) => entry,
         Err(_) if !complete => return LineOutcome::Torn,
         Err(e) => {

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
-use crate::budget::{CalibrationSource, CountSample};
+use crate::budget::{Calibration, CalibrationSource, CountSample};
 use crate::tokens::{entry_tokens, TokenizerKind};
 use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
 
@@ -136,7 +136,9 @@ pub struct Session {
     other_counts: Option<Counts>,
     /// For each entry with provider usage: its report against SOBA's count of the same
     /// content (see [`Session::count_sample`]), measured once. `None` inside: nothing to learn.
-    count_samples: Vec<OnceLock<Option<CountSample>>>,
+    /// Only entries with provider usage have one: a sparse table, not a slot per entry.
+    count_samples:
+        hashbrown::HashMap<u32, OnceLock<Option<CountSample>>, foldhash::fast::FixedState>,
     tokenizer: TokenizerKind,
     /// The factor counts are raised by for the model (see [`Session::calibration`]).
     count_factor: (f64, CalibrationSource),
@@ -144,6 +146,9 @@ pub struct Session {
     /// Budget and turn facts at the leaf; empty until first asked for, and after an entry
     /// that reshapes the view.
     tally: OnceLock<tally::Tally>,
+    /// The calibration at the leaf, kept while the leaf's newest usage report and the
+    /// configured factor stay the same: a preflight asks for it before every inference.
+    calibration: OnceLock<Calibration>,
     foreign_compactions: view::ForeignCompactions,
 }
 
@@ -161,11 +166,12 @@ impl Session {
             usage_on_path: Vec::new(),
             counts: Counts::new(tokenizer, &[]),
             other_counts: None,
-            count_samples: Vec::new(),
+            count_samples: Default::default(),
             tokenizer,
             count_factor: (1.0, CalibrationSource::Exact),
             leaf: None,
             tally: OnceLock::new(),
+            calibration: OnceLock::new(),
             foreign_compactions: view::ForeignCompactions::default(),
         }
     }
@@ -180,6 +186,11 @@ impl Session {
         if policy != self.foreign_compactions {
             self.foreign_compactions = policy;
             self.tally = OnceLock::new();
+            // A sample sets a report against the view, which the policy shapes.
+            self.count_samples
+                .values_mut()
+                .for_each(|cell| *cell = OnceLock::new());
+            self.calibration = OnceLock::new();
         }
     }
 
@@ -197,8 +208,11 @@ impl Session {
             };
             self.other_counts = Some(std::mem::replace(&mut self.counts, next));
             self.tokenizer = kind;
-            self.count_samples = (0..self.entries.len()).map(|_| OnceLock::new()).collect();
+            self.count_samples
+                .values_mut()
+                .for_each(|cell| *cell = OnceLock::new());
             self.tally = OnceLock::new();
+            self.calibration = OnceLock::new();
         }
     }
 
@@ -284,6 +298,7 @@ impl Session {
     /// catalog's. The session raises it where its own usage reports show more.
     pub fn set_count_factor(&mut self, factor: f64, source: CalibrationSource) {
         self.count_factor = (factor, source);
+        self.calibration = OnceLock::new();
     }
 
     /// Check that `entry` can be appended (unique id, known parent, known rewind target).
@@ -377,16 +392,25 @@ impl Session {
             }
             _ => parent.and_then(|p| self.usage_on_path[p as usize]),
         };
+        let newest_report = |s: &Session, leaf: Option<u32>| {
+            leaf.and_then(|l| s.usage_on_path.get(l as usize).copied().flatten())
+        };
+        let report_before = newest_report(self, self.leaf);
         self.leaf = rewind_to.or(Some(idx));
         self.parent.push(parent);
         self.capsule_on_path.push(capsule);
         self.setting_on_path.push(setting);
         self.usage_on_path.push(usage);
+        if newest_report(self, self.leaf) != report_before {
+            self.calibration = OnceLock::new();
+        }
         self.counts.push(&entry);
         if let Some(kept) = &mut self.other_counts {
             kept.push(&entry);
         }
-        self.count_samples.push(OnceLock::new());
+        if usage == Some(idx) {
+            self.count_samples.insert(idx, OnceLock::new());
+        }
         let hash = self.id_hasher.hash_one(entry.id.as_str());
         self.entries.push(entry);
         let (entries, hasher) = (&self.entries, &self.id_hasher);

@@ -28,6 +28,9 @@ struct Unanswered {
     tokens: u64,
 }
 
+/// Call ids, hashed with foldhash (seeded per process): a long view holds tens of thousands.
+type CallIds = HashSet<String, foldhash::fast::RandomState>;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tally {
     leaf: Option<usize>,
@@ -44,8 +47,8 @@ pub struct Tally {
     /// The session's `/auto-compact` setting at the leaf, if it has one.
     auto_compact: Option<bool>,
     unanswered: Vec<Unanswered>,
-    call_ids: HashSet<String>,
-    result_call_ids: HashSet<String>,
+    call_ids: CallIds,
+    result_call_ids: CallIds,
     facts: TurnFacts,
 }
 
@@ -55,8 +58,8 @@ impl Tally {
         let leaf = session.leaf();
         let view = ModelView::build(session, leaf);
         let anchor = view.usage_anchor_at(session);
-        let mut call_ids = HashSet::new();
-        let mut result_call_ids = HashSet::new();
+        let mut call_ids = CallIds::default();
+        let mut result_call_ids = CallIds::default();
         let mut unanswered = Vec::new();
         let results = view.entry_indices().chain(view.left_out.iter().copied());
         for i in results {

@@ -477,8 +477,13 @@ pub fn foreign_summary_tokens_of(kind: TokenizerKind, f: &ForeignCompactionEntry
 /// result per call, in call order.
 fn pair_tool_results(session: &Session, ordered: &[(usize, ViewPart)], view: &mut ModelView) {
     // call id → position in `ordered` of its result (first one wins).
-    let mut result_at: HashMap<&str, usize> = HashMap::new();
-    let mut call_ids: HashSet<&str> = HashSet::new();
+    // Built once per view, and a view per usage report when a session learns its factor:
+    // foldhash, several times faster than SipHash on call ids, still seeded per process.
+    let hasher = foldhash::fast::RandomState::default();
+    let mut result_at: HashMap<&str, usize, _> =
+        HashMap::with_capacity_and_hasher(ordered.len() / 2, hasher.clone());
+    let mut call_ids: HashSet<&str, _> =
+        HashSet::with_capacity_and_hasher(ordered.len() / 2, hasher);
     for (pos, (i, _)) in ordered.iter().enumerate() {
         let e = session.entry(*i);
         if let Some(r) = e.as_tool_result() {
