@@ -853,6 +853,9 @@ impl SessionLog {
     }
 
     fn records(&self, from: usize) -> Vec<u8> {
+        // The samples the next open learns its factor from (the newest reports on the leaf's
+        // branch) are measured before they are recorded; older ones only if already measured.
+        let _ = self.session.count_samples_at(self.session.leaf());
         let mut bytes = Vec::with_capacity((self.session.len() - from) * 48);
         for (i, key) in self.line_keys.iter().enumerate().skip(from) {
             token_file::encode_record(
@@ -944,6 +947,7 @@ impl SessionLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::CountSample;
     use crate::session::entry::*;
     use crate::session::testing::header;
 
@@ -1662,6 +1666,75 @@ mod tests {
         forge_derived(&p, "calls", &[FORGED]);
         let (s, _) = read_session(&p).unwrap();
         assert_eq!(s.stand_in_tokens(calls, "call_2"), stand_in);
+    }
+
+    /// The newest usage reports' count samples are recorded, so a resumed session learns its
+    /// count factor without building a view per report; a recorded sample is what it uses.
+    #[test]
+    fn count_samples_are_recorded_and_an_open_takes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, mut log) = two_entry_log(dir.path());
+        let reply = |id: &str, parent: &str, input: u64| {
+            Entry::new(
+                id,
+                Some(parent.into()),
+                EntryBody::Message(MessageEntry {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::text("done")],
+                    usage: Some(Usage {
+                        input,
+                        output: 10,
+                        ..Usage::default()
+                    }),
+                    model: None,
+                    synthetic: false,
+                }),
+            )
+        };
+        log.append(reply("r1", "b", 5_000)).unwrap();
+        log.append(msg("t", Some("r1"), &"lorem ipsum ".repeat(200)))
+            .unwrap();
+        log.append(reply("r2", "t", 5_600)).unwrap();
+        let measured = log
+            .session()
+            .count_sample(log.session().index_of("r2").unwrap());
+        assert!(measured.is_some(), "r2 measures the tail after r1");
+        drop(log);
+        let by_id: std::collections::HashMap<String, Option<Option<CountSample>>> = records(&p)
+            .into_iter()
+            .map(|r| (r.id, r.counts.sample))
+            .collect();
+        assert_eq!(by_id["r2"], Some(measured));
+        assert_eq!(by_id["r1"], Some(None), "the first report teaches nothing");
+        assert_eq!(by_id["t"], None, "no usage, no sample");
+
+        let forged = CountSample {
+            provider: 999,
+            counted: 500,
+        };
+        let bytes = std::fs::read(counts_path(&p)).unwrap();
+        let mut out = Vec::new();
+        for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+            match token_file::decode_record(line) {
+                Some(r) if n > 0 && r.id == "r2" => token_file::encode_record(
+                    &mut out,
+                    r.key,
+                    &r.id,
+                    &crate::session::EntryCounts {
+                        sample: Some(Some(forged)),
+                        ..r.counts
+                    },
+                ),
+                _ => out.extend_from_slice(line),
+            }
+        }
+        std::fs::write(counts_path(&p), out).unwrap();
+        let (s, _) = read_session(&p).unwrap();
+        assert_eq!(s.count_sample(s.index_of("r2").unwrap()), Some(forged));
+        // Another view policy measures other samples: the recorded ones are not used.
+        let (mut s, _) = read_session(&p).unwrap();
+        s.set_foreign_compactions(crate::session::view::ForeignCompactions::WholeHistory);
+        assert_eq!(s.count_sample(s.index_of("r2").unwrap()), measured);
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub struct EntryCounts {
     /// message's stand-in result for each call, in call order (sent while the call has no
     /// result); a source agent's compaction's summary message. Empty for every other entry.
     pub derived: Box<[u32]>,
+    /// For an entry with provider usage: its report set against SOBA's count of the content it
+    /// measured (see [`Session::count_sample`]), `Some(None)` when it teaches nothing; `None`
+    /// when not measured yet. Recorded so that a resumed session learns its count factor
+    /// without building a view per report.
+    pub sample: Option<Option<CountSample>>,
 }
 
 /// How many derived counts entry `e` has (see [`EntryCounts::derived`]).
@@ -229,6 +234,17 @@ impl Session {
             }
         };
         let _ = target.tokens[idx].set(counts.tokens);
+        // A sample measures a view of the session's own tokenizer under the default policy
+        // for foreign compactions; the side file is written under both.
+        if let (Some(sample), true) = (
+            counts.sample,
+            tokenizer == self.tokenizer
+                && self.foreign_compactions == view::ForeignCompactions::default(),
+        ) {
+            if let Some(cell) = self.count_samples.get(&(idx as u32)) {
+                let _ = cell.set(sample);
+            }
+        }
         // A record of another shape (another counting of the same line) is not taken.
         if counts.derived.len() == derived_len(&self.entries[idx]) {
             if let Some(cell) = target.derived.get(&(idx as u32)) {
@@ -242,6 +258,7 @@ impl Session {
         EntryCounts {
             tokens: self.tokens_of(idx) as u32,
             derived: self.derived_counts(idx).into(),
+            sample: self.measured_sample(idx),
         }
     }
 
@@ -252,6 +269,17 @@ impl Session {
             Some(cell) => cell.get_or_init(|| count_derived(self.tokenizer, &self.entries[idx])),
             None => &[],
         }
+    }
+
+    /// The sample of entry `idx` when it has been measured under the default policy for
+    /// foreign compactions (what the side file records), without measuring it.
+    fn measured_sample(&self, idx: usize) -> Option<Option<CountSample>> {
+        if self.foreign_compactions != view::ForeignCompactions::default() {
+            return None;
+        }
+        self.count_samples
+            .get(&(idx as u32))
+            .and_then(|cell| cell.get().copied())
     }
 
     /// Tokens of the stand-in result the view sends for call `call_id` of entry `call_entry`

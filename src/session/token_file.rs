@@ -15,11 +15,12 @@
 //!
 //! Format, one line each: a header `soba-token-counts <format> <rules> <tokenizer>`, then one
 //! record per entry in log order:
-//! `<offset> <length> <crc> <tokens> <derived|-> <id as a JSON string> <record crc>`, where
-//! `derived` lists the entry's derived counts separated by commas (a setting's system prompt
-//! and tool schemas, a tool-calling message's stand-in result per call, a source agent's
-//! compaction's summary: see [`EntryCounts::derived`]), so that no count an open needs is
-//! missing from the file.
+//! `<offset> <length> <crc> <tokens> <derived|-> <sample> <id as a JSON string> <record crc>`,
+//! where `derived` lists the entry's derived counts separated by commas (a setting's system
+//! prompt and tool schemas, a tool-calling message's stand-in result per call, a source
+//! agent's compaction's summary: see [`EntryCounts::derived`]), and `sample` is a usage
+//! report's count sample (`<provider>:<counted>`; `n` when it teaches nothing; `-` when not
+//! measured), so that an open neither counts nor builds a view per report.
 //! Records are appended as entries are appended (one `write`, no sync: a lost record is
 //! counted again); a rebuild writes a fresh file and renames it into place, so a reader sees
 //! the old file or the new one, whole.
@@ -30,11 +31,12 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::EntryCounts;
+use crate::budget::CountSample;
 use crate::tokens::{TokenizerKind, COUNT_RULES_VERSION};
 
 const MAGIC: &str = "soba-token-counts";
-/// The layout of the file; a file of another layout is rebuilt. 2: every derived count
-/// recorded (1 recorded a setting's only).
+/// The layout of the file; a file of another layout is rebuilt. 2: every derived count and
+/// usage reports' count samples recorded (1 recorded a setting's counts only).
 pub const FORMAT_VERSION: u32 = 2;
 
 /// Where one entry's line lies in the log, and what it holds: what a record must match.
@@ -118,7 +120,13 @@ pub fn encode_record(out: &mut Vec<u8>, key: LineKey, id: &str, counts: &EntryCo
             }
         }
     }
-    out.push(b' ');
+    match counts.sample {
+        None => out.extend_from_slice(b" - "),
+        Some(None) => out.extend_from_slice(b" n "),
+        Some(Some(s)) => {
+            let _ = write!(out, " {}:{} ", s.provider, s.counted);
+        }
+    }
     serde_json::to_writer(&mut *out, id).expect("a string serializes");
     let crc = crc32fast::hash(&out[start..]);
     let _ = writeln!(out, " {crc:08x}");
@@ -135,7 +143,7 @@ pub fn decode_record(line: &[u8]) -> Option<Record> {
         return None;
     }
     let body = std::str::from_utf8(body).ok()?;
-    let mut fields = body.splitn(6, ' ');
+    let mut fields = body.splitn(7, ' ');
     let offset = fields.next()?.parse().ok()?;
     let len = fields.next()?.parse().ok()?;
     let line_crc = fields.next()?;
@@ -151,6 +159,17 @@ pub fn decode_record(line: &[u8]) -> Option<Record> {
             .map(|n| n.parse().ok())
             .collect::<Option<Box<[u32]>>>()?,
     };
+    let sample = match fields.next()? {
+        "-" => None,
+        "n" => Some(None),
+        pair => {
+            let (provider, counted) = pair.split_once(':')?;
+            Some(Some(CountSample {
+                provider: provider.parse().ok()?,
+                counted: counted.parse().ok()?,
+            }))
+        }
+    };
     let id_json = fields.next()?;
     let id = match id_json.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
         Some(plain) if !plain.contains(['\\', '"']) => plain.to_string(),
@@ -163,7 +182,11 @@ pub fn decode_record(line: &[u8]) -> Option<Record> {
             crc: line_crc,
         },
         id,
-        counts: EntryCounts { tokens, derived },
+        counts: EntryCounts {
+            tokens,
+            derived,
+            sample,
+        },
     })
 }
 
@@ -293,6 +316,7 @@ mod tests {
         EntryCounts {
             tokens,
             derived: derived.into(),
+            sample: None,
         }
     }
 
@@ -304,6 +328,23 @@ mod tests {
             ("with space \"quoted\"\ttab\n", counts(0, &[120, 3400])),
             ("call", counts(52, &[9])),
             ("three calls", counts(80, &[9, 11, 0])),
+            (
+                "report",
+                EntryCounts {
+                    sample: Some(Some(CountSample {
+                        provider: 1234,
+                        counted: 1000,
+                    })),
+                    ..counts(30, &[])
+                },
+            ),
+            (
+                "report teaching nothing",
+                EntryCounts {
+                    sample: Some(None),
+                    ..counts(30, &[])
+                },
+            ),
         ] {
             let mut line = Vec::new();
             encode_record(&mut line, key, id, &c);
