@@ -343,9 +343,11 @@ fn write_holder_note(note: &Path, who: &str) -> std::io::Result<()> {
     if !f.metadata()?.is_file() {
         return Err(crate::files::not_regular(note, "not a regular file"));
     }
-    f.set_len(0)?;
+    // Written over the old note, then cut to length: truncating to zero first would make
+    // ext4 flush the file to disk at close (its guard for truncate-and-rewrite), on every open.
     f.seek(SeekFrom::Start(0))?;
-    f.write_all(who.as_bytes())
+    f.write_all(who.as_bytes())?;
+    f.set_len(who.len() as u64)
 }
 
 /// A log as loaded.
