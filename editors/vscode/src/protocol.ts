@@ -4,7 +4,7 @@
 
 export type MeasurementSource = 'provider_usage' | 'estimated';
 export type Quality = 'model' | 'degraded';
-export type CalibrationSource = 'exact' | 'catalog' | 'config' | 'session';
+export type CalibrationSource = 'exact' | 'catalog' | 'config' | 'session' | 'provisional';
 
 /** How the counted part of the budget was estimated: the tokenizer and the factor on it. */
 export interface Calibration {
