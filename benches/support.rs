@@ -96,7 +96,7 @@ pub fn body(i: usize) -> EntryBody {
             content: vec![ContentBlock::ToolCall {
                 id: format!("call{i}"),
                 name: "Bash".into(),
-                input: json!({"command": format!("cargo test -p crate_{i}")}),
+                input: Box::new(json!({"command": format!("cargo test -p crate_{i}")})),
                 extra: Default::default(),
             }],
             usage: None,

@@ -421,14 +421,15 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
                     None,
                 )
             }
-            ViewItem::InterruptedResult {
-                call_id, tool_name, ..
-            } => (
-                None,
-                EntryKind::ToolOutput,
-                format!("{tool_name} (interrupted, {call_id})"),
-                None,
-            ),
+            ViewItem::InterruptedResult { .. } => {
+                let (call_id, tool_name) = slot.item.interrupted_call(session).unwrap_or_default();
+                (
+                    None,
+                    EntryKind::ToolOutput,
+                    format!("{tool_name} (interrupted, {call_id})"),
+                    None,
+                )
+            }
             ViewItem::Entry(i) => {
                 let e = session.entry(*i);
                 match &e.body {

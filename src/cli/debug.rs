@@ -162,7 +162,7 @@ fn append_loop(
                     vec![ContentBlock::ToolCall {
                         id: call_id.clone(),
                         name: "Bash".into(),
-                        input: json!({"command": format!("cargo test --test t{op}")}),
+                        input: Box::new(json!({"command": format!("cargo test --test t{op}")})),
                         extra: Default::default(),
                     }],
                 );

@@ -215,7 +215,7 @@ fn record_pre_compact(
         let mut now = Entry::new(
             crate::util::new_id("e_"),
             None,
-            EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            EntryBody::ForeignCompaction(Box::new(ForeignCompactionEntry {
                 agent: "claude-code".into(),
                 trigger: Some(trigger),
                 tokens_before: None,
@@ -225,7 +225,7 @@ fn record_pre_compact(
                 kept_items: None,
                 kept_entry_ids: None,
                 instructions,
-            }),
+            })),
         );
         now.source_id = Some(PRE_COMPACT_SOURCE.into());
         records.push(now);

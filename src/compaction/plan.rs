@@ -462,17 +462,19 @@ mod tests {
         let mut b = Builder::new();
         let goal = b.user("implement the tokenizer cache");
         b.assistant("the cache is in place");
-        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            agent: "claude-code".into(),
-            trigger: Some("auto".into()),
-            tokens_before: Some(150_000),
-            summary: Some("The cache was built.".into()),
-            summary_tokens: None,
-            first_kept_entry_id: None,
-            kept_items: None,
-            kept_entry_ids: None,
-            instructions: None,
-        }));
+        b.push(EntryBody::ForeignCompaction(Box::new(
+            ForeignCompactionEntry {
+                agent: "claude-code".into(),
+                trigger: Some("auto".into()),
+                tokens_before: Some(150_000),
+                summary: Some("The cache was built.".into()),
+                summary_tokens: None,
+                first_kept_entry_id: None,
+                kept_items: None,
+                kept_entry_ids: None,
+                instructions: None,
+            },
+        )));
         b.user("now write the benchmarks");
         b.assistant("benchmarks written");
         let config = Config::resolve(&[], None, &Overrides::default()).unwrap();

@@ -113,7 +113,7 @@ pub fn run<'a>(
                         ContentBlock::ToolCall {
                             id: call_id.clone(),
                             name: name.into(),
-                            input,
+                            input: Box::new(input),
                             extra: Default::default(),
                         },
                     ],

@@ -121,7 +121,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
                         vec![ContentBlock::ToolCall {
                             id: id.clone(),
                             name: name.into(),
-                            input,
+                            input: Box::new(input),
                             extra: Default::default(),
                         }],
                     );

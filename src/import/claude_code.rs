@@ -307,7 +307,7 @@ impl Reader {
                             content.push(ContentBlock::ToolCall {
                                 id,
                                 name,
-                                input: b.get("input").cloned().unwrap_or(Value::Null),
+                                input: Box::new(b.get("input").cloned().unwrap_or(Value::Null)),
                                 extra: provider_fields(b, &["type", "id", "name", "input"]),
                             });
                         }
@@ -394,7 +394,7 @@ impl Reader {
             parent,
             str_field(r, "uuid"),
             str_field(r, "timestamp"),
-            EntryBody::ForeignCompaction(entry),
+            EntryBody::ForeignCompaction(Box::new(entry)),
         );
         self.open_boundary = Some(self.builder.entries().len() - 1);
     }
@@ -424,7 +424,7 @@ impl Reader {
                 parent,
                 None,
                 str_field(r, "timestamp"),
-                EntryBody::ForeignCompaction(ForeignCompactionEntry {
+                EntryBody::ForeignCompaction(Box::new(ForeignCompactionEntry {
                     agent: Format::ClaudeCode.as_str().into(),
                     trigger: None,
                     tokens_before: None,
@@ -434,7 +434,7 @@ impl Reader {
                     kept_items: None,
                     kept_entry_ids: None,
                     instructions: None,
-                }),
+                })),
             ),
         };
         if let Some(EntryBody::ForeignCompaction(fc)) =

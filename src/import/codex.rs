@@ -270,7 +270,7 @@ impl Reader {
             vec![ContentBlock::ToolCall {
                 id,
                 name,
-                input,
+                input: Box::new(input),
                 extra: Default::default(),
             }],
         );
@@ -346,7 +346,7 @@ impl Reader {
             kept_entry_ids,
             instructions: None,
         };
-        self.push(ts, source_id, EntryBody::ForeignCompaction(entry));
+        self.push(ts, source_id, EntryBody::ForeignCompaction(Box::new(entry)));
     }
 
     /// The imported entries a `replacement_history` carries over: each of its messages is a

@@ -118,7 +118,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
                     content.push(ContentBlock::ToolCall {
                         id,
                         name,
-                        input: call.get("arguments").cloned().unwrap_or(Value::Null),
+                        input: Box::new(call.get("arguments").cloned().unwrap_or(Value::Null)),
                         extra: Default::default(),
                     });
                 }

@@ -110,7 +110,7 @@ fn assistant(m: &Value, header: &mut HeaderInfo) -> crate::session::entry::Messa
         content.push(ContentBlock::ToolCall {
             id: str_field(call, "id").unwrap_or("").to_string(),
             name: str_field(function, "name").unwrap_or("").to_string(),
-            input,
+            input: Box::new(input),
             extra: Default::default(),
         });
     }

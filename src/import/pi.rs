@@ -98,19 +98,21 @@ impl Reader {
         let ts = str_field(r, "timestamp");
         let body = match kind {
             "message" => message_body(builder, header, r.get("message").unwrap_or(&Value::Null)),
-            "compaction" => Some(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-                agent: Format::Pi.as_str().into(),
-                trigger: None,
-                tokens_before: r.get("tokensBefore").and_then(Value::as_u64),
-                summary: str_field(r, "summary").map(str::to_string),
-                summary_tokens: None,
-                // The source id of the kept entry becomes the id of the entry it was imported as.
-                first_kept_entry_id: str_field(r, "firstKeptEntryId")
-                    .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
-                kept_items: None,
-                kept_entry_ids: None,
-                instructions: None,
-            })),
+            "compaction" => Some(EntryBody::ForeignCompaction(Box::new(
+                ForeignCompactionEntry {
+                    agent: Format::Pi.as_str().into(),
+                    trigger: None,
+                    tokens_before: r.get("tokensBefore").and_then(Value::as_u64),
+                    summary: str_field(r, "summary").map(str::to_string),
+                    summary_tokens: None,
+                    // The source id of the kept entry becomes the id of the entry it was imported as.
+                    first_kept_entry_id: str_field(r, "firstKeptEntryId")
+                        .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
+                    kept_items: None,
+                    kept_entry_ids: None,
+                    instructions: None,
+                },
+            ))),
             "branch_summary" => {
                 // pi sends the summary of an abandoned branch to the model as a user message.
                 let mut m = message(
@@ -264,7 +266,7 @@ fn blocks(content: Option<&Value>) -> Vec<ContentBlock> {
                 Some("toolCall") => ContentBlock::ToolCall {
                     id: str_field(b, "id").unwrap_or("").to_string(),
                     name: str_field(b, "name").unwrap_or("").to_string(),
-                    input: b.get("arguments").cloned().unwrap_or(Value::Null),
+                    input: Box::new(b.get("arguments").cloned().unwrap_or(Value::Null)),
                     extra: provider_fields(b, &["type", "id", "name", "arguments"]),
                 },
                 Some("image") => ContentBlock::Image {

@@ -95,7 +95,7 @@ fn from_history(history: &[Value], builder: &mut EntryBuilder) {
                         blocks.push(ContentBlock::ToolCall {
                             id: id.clone(),
                             name: "bash".into(),
-                            input: serde_json::json!({ "command": action.trim() }),
+                            input: Box::new(serde_json::json!({ "command": action.trim() })),
                             extra: Default::default(),
                         });
                         open_action = Some(id);
@@ -169,7 +169,7 @@ fn from_steps(steps: &[Value], builder: &mut EntryBuilder) {
             blocks.push(ContentBlock::ToolCall {
                 id: call_id.clone(),
                 name: "bash".into(),
-                input: serde_json::json!({ "command": action }),
+                input: Box::new(serde_json::json!({ "command": action })),
                 extra: Default::default(),
             });
         }
@@ -216,7 +216,7 @@ fn openai_call(call: &Value) -> ContentBlock {
     ContentBlock::ToolCall {
         id: str_field(call, "id").unwrap_or("").to_string(),
         name: str_field(function, "name").unwrap_or("").to_string(),
-        input,
+        input: Box::new(input),
         extra: Default::default(),
     }
 }

@@ -227,7 +227,7 @@ mod tests {
                 vec![ContentBlock::ToolCall {
                     id: call.clone(),
                     name: "Read".into(),
-                    input: json!({"file_path": format!("/ws/f{t}.rs")}),
+                    input: Box::new(json!({"file_path": format!("/ws/f{t}.rs")})),
                     extra: Default::default(),
                 }],
                 Some(Usage {
@@ -244,17 +244,19 @@ mod tests {
             }));
             push(msg(Role::Assistant, vec![ContentBlock::text("done")], None));
             if t == turns / 2 {
-                push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-                    agent: "codex".into(),
-                    trigger: Some("auto".into()),
-                    tokens_before: Some(123_000),
-                    summary: Some("summary".into()),
-                    summary_tokens: Some(1),
-                    first_kept_entry_id: None,
-                    kept_items: Some(3),
-                    kept_entry_ids: None,
-                    instructions: None,
-                }));
+                push(EntryBody::ForeignCompaction(Box::new(
+                    ForeignCompactionEntry {
+                        agent: "codex".into(),
+                        trigger: Some("auto".into()),
+                        tokens_before: Some(123_000),
+                        summary: Some("summary".into()),
+                        summary_tokens: Some(1),
+                        first_kept_entry_id: None,
+                        kept_items: Some(3),
+                        kept_entry_ids: None,
+                        instructions: None,
+                    },
+                )));
             }
         }
         ImportResult {
@@ -412,7 +414,7 @@ mod tests {
                     vec![ContentBlock::ToolCall {
                         id: id.into(),
                         name: "Bash".into(),
-                        input: json!({}),
+                        input: Box::new(json!({})),
                         extra: Default::default(),
                     }]
                 })

@@ -307,7 +307,7 @@ impl BlockKeys {
             BlockType::ToolCall => ContentBlock::ToolCall {
                 id: required(self.id, "id")?,
                 name: required(self.name, "name")?,
-                input: self.input.ok_or_else(|| E::missing_field("input"))?,
+                input: Box::new(self.input.ok_or_else(|| E::missing_field("input"))?),
                 extra,
             },
             BlockType::Image => ContentBlock::Image {
@@ -520,7 +520,7 @@ mod tests {
                 ContentBlock::ToolCall {
                     id: "c1".into(),
                     name: "bash".into(),
-                    input: json!({"z": 1, "a": [2]}),
+                    input: Box::new(json!({"z": 1, "a": [2]})),
                     extra: fields(json!({"text": 3}))
                 },
                 ContentBlock::image(None, None),

@@ -97,7 +97,8 @@ pub enum EntryBody {
     /// kept so that "one soft attempt per turn" survives a restart and the log tells the story.
     Compaction(CompactionRecord),
     /// A compaction performed by the agent a transcript was imported from. Never model input.
-    ForeignCompaction(ForeignCompactionEntry),
+    // Boxed: the largest body by far, and rare; unboxed it sized every entry.
+    ForeignCompaction(Box<ForeignCompactionEntry>),
 }
 
 impl EntryBody {
@@ -178,7 +179,9 @@ pub enum ContentBlock {
     ToolCall {
         id: String,
         name: String,
-        input: Value,
+        // Boxed: a JSON value is 72 bytes inline, and every block of every entry would pay
+        // for it.
+        input: Box<Value>,
         #[serde(flatten)]
         extra: ProviderFields,
     },
@@ -644,7 +647,7 @@ impl Entry {
             m.content.iter().filter_map(|b| match b {
                 ContentBlock::ToolCall {
                     id, name, input, ..
-                } => Some((id.as_str(), name.as_str(), input)),
+                } => Some((id.as_str(), name.as_str(), &**input)),
                 _ => None,
             })
         })
@@ -675,7 +678,7 @@ impl ContentBlock {
         ContentBlock::ToolCall {
             id: id.into(),
             name: name.into(),
-            input,
+            input: Box::new(input),
             extra: ProviderFields::default(),
         }
     }
@@ -736,7 +739,7 @@ pub(crate) mod tests {
                     ContentBlock::ToolCall {
                         id: "c1".into(),
                         name: "Bash".into(),
-                        input: json!({"command": "ls"}),
+                        input: Box::new(json!({"command": "ls"})),
                         extra: [("cache_control".to_string(), json!({"type": "ephemeral"}))]
                             .into_iter()
                             .collect(),
@@ -812,7 +815,7 @@ pub(crate) mod tests {
                 tokens_before: 10,
                 tokens_after: Some(10),
             }),
-            EntryBody::ForeignCompaction(ForeignCompactionEntry {
+            EntryBody::ForeignCompaction(Box::new(ForeignCompactionEntry {
                 agent: "pi".into(),
                 trigger: Some("auto".into()),
                 tokens_before: Some(100),
@@ -822,7 +825,7 @@ pub(crate) mod tests {
                 kept_items: Some(4),
                 kept_entry_ids: None,
                 instructions: Some("keep the auth work".into()),
-            }),
+            })),
         ]
     }
 

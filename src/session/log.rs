@@ -1587,7 +1587,7 @@ mod tests {
         let call = |id: &str| ContentBlock::ToolCall {
             id: id.into(),
             name: "Bash".into(),
-            input: serde_json::json!({"command": "ls"}),
+            input: Box::new(serde_json::json!({"command": "ls"})),
             extra: Default::default(),
         };
         log.append(Entry::new(
@@ -1640,7 +1640,7 @@ mod tests {
         forge_derived(&p, "set", &[FORGED, 7]);
         let (s, _) = read_session(&p).unwrap();
         let calls = s.index_of("calls").unwrap();
-        assert_eq!(s.stand_in_tokens(calls, "call_2"), u64::from(FORGED));
+        assert_eq!(s.stand_in_tokens_at(calls, 1), u64::from(FORGED));
         assert_eq!(
             s.overhead_at(s.leaf()),
             (u64::from(FORGED), 0),
@@ -1667,7 +1667,7 @@ mod tests {
         // A record whose derived counts do not fit the entry is not taken: counted instead.
         forge_derived(&p, "calls", &[FORGED]);
         let (s, _) = read_session(&p).unwrap();
-        assert_eq!(s.stand_in_tokens(calls, "call_2"), stand_in);
+        assert_eq!(s.stand_in_tokens_at(calls, 1), stand_in);
     }
 
     /// The newest usage reports' count samples are recorded, so a resumed session learns its

@@ -282,16 +282,12 @@ impl Session {
             .and_then(|cell| cell.get().copied())
     }
 
-    /// Tokens of the stand-in result the view sends for call `call_id` of entry `call_entry`
-    /// while the call has no result.
-    pub fn stand_in_tokens(&self, call_entry: usize, call_id: &str) -> u64 {
-        let position = self.entries[call_entry]
-            .tool_calls()
-            .position(|(id, _, _)| id == call_id);
-        match position.and_then(|p| self.derived_counts(call_entry).get(p)) {
-            Some(&n) => u64::from(n),
-            None => view::interrupted_result_tokens(self.tokenizer, call_id),
-        }
+    /// Tokens of the stand-in result the view sends for the `call`-th tool call of entry
+    /// `call_entry` while the call has no result (0 where the entry has no such call).
+    pub fn stand_in_tokens_at(&self, call_entry: usize, call: usize) -> u64 {
+        self.derived_counts(call_entry)
+            .get(call)
+            .map_or(0, |&n| u64::from(n))
     }
 
     /// Count every entry not counted yet, on several threads when there is much to count
@@ -695,7 +691,7 @@ pub(crate) mod testing {
                 content: vec![ContentBlock::ToolCall {
                     id: call_id.into(),
                     name: name.into(),
-                    input,
+                    input: Box::new(input),
                     extra: Default::default(),
                 }],
                 usage: None,

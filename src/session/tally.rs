@@ -72,14 +72,11 @@ impl Tally {
             }
         }
         for slot in &view.slots {
-            if let ViewItem::InterruptedResult {
-                call_id,
-                call_entry,
-                ..
-            } = &slot.item
+            if let (ViewItem::InterruptedResult { call_entry, .. }, Some((call_id, _))) =
+                (&slot.item, slot.item.interrupted_call(session))
             {
                 unanswered.push(Unanswered {
-                    call_id: call_id.clone(),
+                    call_id: call_id.to_string(),
                     call_entry: *call_entry,
                     part: slot.part,
                     tokens: ModelView::slot_tokens(session, slot),
@@ -162,21 +159,21 @@ impl Tally {
 
     fn message(&mut self, session: &Session, idx: usize, role: Role, usage: Option<Usage>) -> bool {
         let e = session.entry(idx);
-        let mut new_calls: Vec<&str> = Vec::new();
-        for (id, _, _) in e.tool_calls() {
+        let mut new_calls: Vec<(usize, &str)> = Vec::new();
+        for (call, (id, _, _)) in e.tool_calls().enumerate() {
             // A call id seen before pairs in ways only the view's full pass decides.
             if self.call_ids.contains(id)
                 || self.result_call_ids.contains(id)
-                || new_calls.contains(&id)
+                || new_calls.iter().any(|&(_, seen)| seen == id)
             {
                 return false;
             }
-            new_calls.push(id);
+            new_calls.push((call, id));
         }
         let own = session.tokens_of(idx);
         let mut added = own;
-        for id in new_calls {
-            let tokens = session.stand_in_tokens(idx, id);
+        for (call, id) in new_calls {
+            let tokens = session.stand_in_tokens_at(idx, call);
             added += tokens;
             self.call_ids.insert(id.to_string());
             self.unanswered.push(Unanswered {
@@ -398,7 +395,7 @@ mod tests {
                     .map(|id| ContentBlock::ToolCall {
                         id: format!("c{id}"),
                         name: "Bash".into(),
-                        input: serde_json::json!({"command": words(*id as usize)}),
+                        input: Box::new(serde_json::json!({"command": words(*id as usize)})),
                         extra: Default::default(),
                     })
                     .collect();
@@ -419,7 +416,7 @@ mod tests {
                         content: vec![ContentBlock::ToolCall {
                             id: format!("c{id}"),
                             name: "Bash".into(),
-                            input: serde_json::json!({"command": words(*id as usize)}),
+                            input: Box::new(serde_json::json!({"command": words(*id as usize)})),
                             extra: Default::default(),
                         }],
                         usage: u.filter(|_| n + 1 == ids.len()).map(usage),
@@ -503,21 +500,23 @@ mod tests {
             }
             Step::ForeignCompaction { kind, keep_back } => {
                 let kept = ancestor(b, *keep_back);
-                b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-                    agent: "pi".into(),
-                    trigger: None,
-                    tokens_before: None,
-                    summary: matches!(kind, 1 | 2).then(|| words(*keep_back * 7)),
-                    summary_tokens: None,
-                    first_kept_entry_id: if *kind == 2 { kept.clone() } else { None },
-                    kept_items: None,
-                    kept_entry_ids: if *kind == 3 {
-                        kept.map(|k| vec![k])
-                    } else {
-                        None
+                b.push(EntryBody::ForeignCompaction(Box::new(
+                    ForeignCompactionEntry {
+                        agent: "pi".into(),
+                        trigger: None,
+                        tokens_before: None,
+                        summary: matches!(kind, 1 | 2).then(|| words(*keep_back * 7)),
+                        summary_tokens: None,
+                        first_kept_entry_id: if *kind == 2 { kept.clone() } else { None },
+                        kept_items: None,
+                        kept_entry_ids: if *kind == 3 {
+                            kept.map(|k| vec![k])
+                        } else {
+                            None
+                        },
+                        instructions: None,
                     },
-                    instructions: None,
-                }));
+                )));
             }
         }
     }
@@ -612,7 +611,7 @@ mod tests {
                 content: vec![ContentBlock::ToolCall {
                     id: (*id).into(),
                     name: "Bash".into(),
-                    input: serde_json::json!({"command": "ls"}),
+                    input: Box::new(serde_json::json!({"command": "ls"})),
                     extra: Default::default(),
                 }],
                 usage: (n == 2).then(|| usage(10_000)),

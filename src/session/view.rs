@@ -65,12 +65,27 @@ pub enum ViewItem {
     /// The summary of the `foreign_compaction` entry the view starts from.
     ForeignSummary(usize),
     Entry(usize),
-    /// Stand-in result for a call (in entry `call_entry`) that has none.
+    /// Stand-in result for the `call`-th tool call of entry `call_entry`, which has none.
+    /// Positions rather than the call's id and name: a view of a long history holds one slot
+    /// per entry, and each slot is as large as its largest variant.
     InterruptedResult {
-        call_id: String,
-        tool_name: String,
         call_entry: usize,
+        call: usize,
     },
+}
+
+impl ViewItem {
+    /// The id and tool name of the call an `InterruptedResult` stands in for.
+    pub fn interrupted_call<'s>(&self, session: &'s Session) -> Option<(&'s str, &'s str)> {
+        match *self {
+            ViewItem::InterruptedResult { call_entry, call } => session
+                .entry(call_entry)
+                .tool_calls()
+                .nth(call)
+                .map(|(id, name, _)| (id, name)),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -320,11 +335,9 @@ impl ModelView {
         match &slot.item {
             ViewItem::Capsule(i) | ViewItem::Entry(i) => session.tokens_of(*i),
             ViewItem::ForeignSummary(i) => foreign_summary_tokens(session, *i),
-            ViewItem::InterruptedResult {
-                call_id,
-                call_entry,
-                ..
-            } => session.stand_in_tokens(*call_entry, call_id),
+            ViewItem::InterruptedResult { call_entry, call } => {
+                session.stand_in_tokens_at(*call_entry, *call)
+            }
         }
     }
 
@@ -522,7 +535,7 @@ fn pair_tool_results(session: &Session, ordered: &[(usize, ViewPart)], view: &mu
             part,
             elided: false,
         });
-        for (call_id, name, _) in e.tool_calls() {
+        for (call, (call_id, _, _)) in e.tool_calls().enumerate() {
             match result_at.get(call_id) {
                 Some(&rpos) if rpos > pos && !emitted[rpos] => {
                     emitted[rpos] = true;
@@ -534,9 +547,8 @@ fn pair_tool_results(session: &Session, ordered: &[(usize, ViewPart)], view: &mu
                 }
                 _ => view.slots.push(ViewSlot {
                     item: ViewItem::InterruptedResult {
-                        call_id: call_id.to_string(),
-                        tool_name: name.to_string(),
                         call_entry: i,
+                        call,
                     },
                     part,
                     elided: false,
@@ -617,10 +629,13 @@ fn render_slot(session: &Session, slot: &ViewSlot) -> ModelMessage {
                 _ => unreachable!("only model-visible entries are placed in the view"),
             }
         }
-        ViewItem::InterruptedResult { call_id, .. } => ModelMessage {
+        ViewItem::InterruptedResult { .. } => ModelMessage {
             role: "tool".into(),
             content: vec![ContentBlock::text(INTERRUPTED_RESULT_TEXT)],
-            tool_call_id: Some(call_id.clone()),
+            tool_call_id: slot
+                .item
+                .interrupted_call(session)
+                .map(|(id, _)| id.to_string()),
             is_error: Some(true),
             entry_id: None,
         },
@@ -792,11 +807,13 @@ mod foreign_compaction_tests {
         b.assistant("done with the first");
         let kept = b.user("second task");
         b.assistant("working on the second");
-        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            summary: Some("the first task is done".into()),
-            first_kept_entry_id: Some(kept.clone()),
-            ..foreign("pi")
-        }));
+        b.push(EntryBody::ForeignCompaction(Box::new(
+            ForeignCompactionEntry {
+                summary: Some("the first task is done".into()),
+                first_kept_entry_id: Some(kept.clone()),
+                ..foreign("pi")
+            },
+        )));
         b.user("third task");
         let s = &b.session;
         let view = ModelView::build(s, s.leaf());
@@ -833,10 +850,14 @@ mod foreign_compaction_tests {
         b.user("long history");
         b.bash("c1", "cargo test");
         b.result("c1", "ok");
-        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            summary: Some("This session is being continued from a previous conversation.".into()),
-            ..foreign("claude-code")
-        }));
+        b.push(EntryBody::ForeignCompaction(Box::new(
+            ForeignCompactionEntry {
+                summary: Some(
+                    "This session is being continued from a previous conversation.".into(),
+                ),
+                ..foreign("claude-code")
+            },
+        )));
         b.user("go on");
         assert_eq!(
             texts(&b.session),
@@ -855,11 +876,13 @@ mod foreign_compaction_tests {
         let second = b.user("second prompt");
         b.bash("c1", "ls");
         b.result("c1", "files");
-        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            kept_items: Some(3),
-            kept_entry_ids: Some(vec![first, second, "e_gone".into()]),
-            ..foreign("codex")
-        }));
+        b.push(EntryBody::ForeignCompaction(Box::new(
+            ForeignCompactionEntry {
+                kept_items: Some(3),
+                kept_entry_ids: Some(vec![first, second, "e_gone".into()]),
+                ..foreign("codex")
+            },
+        )));
         b.assistant("continuing");
         let s = &b.session;
         assert_eq!(
@@ -890,10 +913,12 @@ mod foreign_compaction_tests {
         let mut b = Builder::new();
         b.user("start");
         let before = b.assistant("measured on the full history");
-        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            summary: Some("summary".into()),
-            ..foreign("claude-code")
-        }));
+        b.push(EntryBody::ForeignCompaction(Box::new(
+            ForeignCompactionEntry {
+                summary: Some("summary".into()),
+                ..foreign("claude-code")
+            },
+        )));
         let after = b.assistant("measured on the source agent's compacted context");
         b.user("next");
         set_usage(&mut b, &before, 1000);
@@ -912,12 +937,14 @@ mod foreign_compaction_tests {
         b.user("start");
         let before = b.assistant("measured");
         // What `soba hook claude-code` records at PreCompact: no summary, nothing kept.
-        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            trigger: Some("manual".into()),
-            tokens_before: None,
-            instructions: Some("keep the API notes".into()),
-            ..foreign("claude-code")
-        }));
+        b.push(EntryBody::ForeignCompaction(Box::new(
+            ForeignCompactionEntry {
+                trigger: Some("manual".into()),
+                tokens_before: None,
+                instructions: Some("keep the API notes".into()),
+                ..foreign("claude-code")
+            },
+        )));
         b.user("next");
         set_usage(&mut b, &before, 1000);
         let s = &b.session;
@@ -932,10 +959,12 @@ mod foreign_compaction_tests {
     fn a_soba_capsule_after_a_foreign_compaction_wins() {
         let mut b = Builder::new();
         b.user("old");
-        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            summary: Some("the agent's summary".into()),
-            ..foreign("claude-code")
-        }));
+        b.push(EntryBody::ForeignCompaction(Box::new(
+            ForeignCompactionEntry {
+                summary: Some("the agent's summary".into()),
+                ..foreign("claude-code")
+            },
+        )));
         b.user("after the agent compacted");
         let kept = b.user("kept by SOBA");
         let mut cap = crate::capsule::render::tests::full_capsule();
@@ -962,10 +991,12 @@ mod foreign_compaction_tests {
         cap.first_kept_entry_id = None;
         let c = b.push(EntryBody::Capsule(Box::new(cap)));
         b.user("after SOBA's capsule");
-        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            summary: Some("the agent's summary".into()),
-            ..foreign("claude-code")
-        }));
+        b.push(EntryBody::ForeignCompaction(Box::new(
+            ForeignCompactionEntry {
+                summary: Some("the agent's summary".into()),
+                ..foreign("claude-code")
+            },
+        )));
         b.user("newest");
         let s = &b.session;
         let view = ModelView::build(s, s.leaf());
@@ -978,10 +1009,12 @@ mod foreign_compaction_tests {
         let mut b = Builder::new();
         b.user("start");
         let before = b.assistant("measured on the full history");
-        b.push(EntryBody::ForeignCompaction(ForeignCompactionEntry {
-            summary: Some("summary".into()),
-            ..foreign("claude-code")
-        }));
+        b.push(EntryBody::ForeignCompaction(Box::new(
+            ForeignCompactionEntry {
+                summary: Some("summary".into()),
+                ..foreign("claude-code")
+            },
+        )));
         let after = b.assistant("measured on the source agent's compacted context");
         set_usage(&mut b, &before, 1000);
         set_usage(&mut b, &after, 50);

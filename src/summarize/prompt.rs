@@ -340,7 +340,7 @@ mod tests {
                 ContentBlock::ToolCall {
                     id: "c1".into(),
                     name: "bash".into(),
-                    input: serde_json::json!({"cmd": "cargo test"}),
+                    input: Box::new(serde_json::json!({"cmd": "cargo test"})),
                     extra: Default::default(),
                 },
             ],

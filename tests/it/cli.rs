@@ -74,7 +74,7 @@ fn write_session(dir: &Path, turns: usize) -> PathBuf {
                 content: vec![ContentBlock::ToolCall {
                     id: format!("c{t}"),
                     name: "Edit".into(),
-                    input: json!({"file_path": format!("{}/src/m{t}.rs", dir.display())}),
+                    input: Box::new(json!({"file_path": format!("{}/src/m{t}.rs", dir.display())})),
                     extra: Default::default(),
                 }],
                 usage: None,

@@ -47,7 +47,7 @@ fn write_session(dir: &Path, turns: usize) -> PathBuf {
                 content: vec![ContentBlock::ToolCall {
                     id: format!("c{t}"),
                     name: "Write".into(),
-                    input: json!({"file_path": format!("src/w{t}.rs")}),
+                    input: Box::new(json!({"file_path": format!("src/w{t}.rs")})),
                     extra: Default::default(),
                 }],
                 usage: None,

@@ -170,7 +170,7 @@ fn rewind_keeps_an_interrupted_call_as_it_was() {
             vec![ContentBlock::ToolCall {
                 id: "c1".into(),
                 name: "ls".into(),
-                input: Value::Null,
+                input: Box::new(Value::Null),
                 extra: Default::default(),
             }],
         ),

@@ -154,7 +154,7 @@ fn bodies() -> Vec<EntryBody> {
                 ContentBlock::ToolCall {
                     id: "c1".into(),
                     name: "Bash".into(),
-                    input: json!({"command": "ls"}),
+                    input: Box::new(json!({"command": "ls"})),
                     extra: Default::default(),
                 },
                 ContentBlock::Image {
@@ -215,7 +215,7 @@ fn bodies() -> Vec<EntryBody> {
             tokens_before: 30000,
             tokens_after: None,
         }),
-        EntryBody::ForeignCompaction(ForeignCompactionEntry {
+        EntryBody::ForeignCompaction(Box::new(ForeignCompactionEntry {
             agent: "codex".into(),
             trigger: Some("auto".into()),
             tokens_before: Some(180000),
@@ -225,7 +225,7 @@ fn bodies() -> Vec<EntryBody> {
             kept_items: Some(12),
             kept_entry_ids: None,
             instructions: None,
-        }),
+        })),
     ];
     let mut covered = [false; 12];
     for b in &all {

@@ -778,7 +778,7 @@ mod engine {
                 vec![ContentBlock::ToolCall {
                     id: call_id.clone(),
                     name: "Edit".into(),
-                    input: json!({"file_path": format!("/ws/src/f{k}.rs"), "old_string": "a", "new_string": "b"}), extra: Default::default() }],
+                    input: Box::new(json!({"file_path": format!("/ws/src/f{k}.rs"), "old_string": "a", "new_string": "b"})), extra: Default::default() }],
             );
             self.push(EntryBody::ToolResult(ToolResultEntry {
                 call_id,

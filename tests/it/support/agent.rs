@@ -132,7 +132,7 @@ impl Agent {
             .map(|(id, name, input)| ContentBlock::ToolCall {
                 id: (*id).into(),
                 name: (*name).into(),
-                input: input.clone(),
+                input: Box::new(input.clone()),
                 extra: Default::default(),
             })
             .collect();
