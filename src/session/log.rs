@@ -1488,23 +1488,29 @@ mod tests {
             .collect()
     }
 
-    /// Rewrite entry `id`'s record with a count no tokenizer gives it, checksums intact: an
-    /// open that shows this count took it from the file.
-    fn forge(log: &Path, id: &str, tokens: u32) {
+    /// Rewrite entry `id`'s record with what `change` makes of its counts, checksums intact:
+    /// an open that shows the changed counts took them from the file.
+    fn rewrite_record(
+        log: &Path,
+        id: &str,
+        change: impl Fn(crate::session::EntryCounts) -> crate::session::EntryCounts,
+    ) {
         let bytes = std::fs::read(counts_path(log)).unwrap();
         let mut out = Vec::new();
         for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
             match token_file::decode_record(line) {
-                Some(r) if n > 0 && r.id == id => token_file::encode_record(
-                    &mut out,
-                    r.key,
-                    &r.id,
-                    &crate::session::EntryCounts { tokens, ..r.counts },
-                ),
+                Some(r) if n > 0 && r.id == id => {
+                    token_file::encode_record(&mut out, r.key, &r.id, &change(r.counts))
+                }
                 _ => out.extend_from_slice(line),
             }
         }
         std::fs::write(counts_path(log), out).unwrap();
+    }
+
+    /// Rewrite entry `id`'s record with a count no tokenizer gives it.
+    fn forge(log: &Path, id: &str, tokens: u32) {
+        rewrite_record(log, id, |c| crate::session::EntryCounts { tokens, ..c });
     }
 
     fn real_tokens(s: &Session, id: &str) -> u64 {
@@ -1554,26 +1560,12 @@ mod tests {
         );
     }
 
-    /// Rewrite entry `id`'s derived counts (stand-in results, a setting's overhead) with
-    /// `derived`, checksums intact.
+    /// Rewrite entry `id`'s derived counts (stand-in results, a setting's overhead).
     fn forge_derived(log: &Path, id: &str, derived: &[u32]) {
-        let bytes = std::fs::read(counts_path(log)).unwrap();
-        let mut out = Vec::new();
-        for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
-            match token_file::decode_record(line) {
-                Some(r) if n > 0 && r.id == id => token_file::encode_record(
-                    &mut out,
-                    r.key,
-                    &r.id,
-                    &crate::session::EntryCounts {
-                        derived: derived.into(),
-                        ..r.counts
-                    },
-                ),
-                _ => out.extend_from_slice(line),
-            }
-        }
-        std::fs::write(counts_path(log), out).unwrap();
+        rewrite_record(log, id, |c| crate::session::EntryCounts {
+            derived: derived.into(),
+            ..c
+        });
     }
 
     /// A resumed session answers its first budget from the side file alone: what the view
@@ -1714,23 +1706,10 @@ mod tests {
             provider: 999,
             counted: 500,
         };
-        let bytes = std::fs::read(counts_path(&p)).unwrap();
-        let mut out = Vec::new();
-        for (n, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
-            match token_file::decode_record(line) {
-                Some(r) if n > 0 && r.id == "r2" => token_file::encode_record(
-                    &mut out,
-                    r.key,
-                    &r.id,
-                    &crate::session::EntryCounts {
-                        sample: Some(Some(forged)),
-                        ..r.counts
-                    },
-                ),
-                _ => out.extend_from_slice(line),
-            }
-        }
-        std::fs::write(counts_path(&p), out).unwrap();
+        rewrite_record(&p, "r2", |c| crate::session::EntryCounts {
+            sample: Some(Some(forged)),
+            ..c
+        });
         let (s, _) = read_session(&p).unwrap();
         assert_eq!(s.count_sample(s.index_of("r2").unwrap()), Some(forged));
         // Another view policy measures other samples: the recorded ones are not used.
