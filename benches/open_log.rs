@@ -33,7 +33,9 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn generate(path: &Path, target_bytes: u64) {
+/// A log of about `target_bytes`: one session's chain of entries, compacted every
+/// `compact_every` entries when given (else its whole history is the model input).
+fn generate(path: &Path, target_bytes: u64, compact_every: Option<usize>) {
     if path
         .metadata()
         .map(|m| m.len() >= target_bytes)
@@ -49,9 +51,14 @@ fn generate(path: &Path, target_bytes: u64) {
     let mut written = 0u64;
     let mut i = 0usize;
     let mut last: Option<String> = None;
+    let mut since = 0;
     while written < target_bytes {
         let id = format!("e{i}");
-        let e = Entry::new(id.clone(), last.clone(), support::body(i));
+        let body = match compact_every {
+            Some(every) => support::compacted_body(i, every, &mut since),
+            None => support::body(i),
+        };
+        let e = Entry::new(id.clone(), last.clone(), body);
         let line = serde_json::to_vec(&e).expect("entry");
         written += line.len() as u64 + 1;
         f.write_all(&line).expect("write");
@@ -238,6 +245,9 @@ fn append_micros(n: usize, side_file: bool) -> f64 {
     times[n / 2]
 }
 
+/// Entries between two capsules in the compacted generated log.
+const COMPACT_EVERY: usize = 2000;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(pos) = args.iter().position(|a| a == "--open-child") {
@@ -253,8 +263,23 @@ fn main() {
     }
     let mb: u64 = if support::measuring() { 100 } else { 2 };
     let path = data.join(format!("session-{mb}mb.jsonl"));
-    generate(&path, mb << 20);
-    out.push(report(&format!("generated {mb} MB"), &args[0], &path, runs));
+    generate(&path, mb << 20, None);
+    out.push(report(
+        &format!("generated {mb} MB, never compacted"),
+        &args[0],
+        &path,
+        runs,
+    ));
+    // What a long session's log is: compacted whenever its input neared the window (about
+    // 90k tokens of entries between two capsules here).
+    let path = data.join(format!("session-{mb}mb-compacted.jsonl"));
+    generate(&path, mb << 20, Some(COMPACT_EVERY));
+    out.push(report(
+        &format!("generated {mb} MB, compacted every {COMPACT_EVERY} entries"),
+        &args[0],
+        &path,
+        runs,
+    ));
     let n = if support::measuring() { 5000 } else { 200 };
     // Both count each entry (the daemon's tally does): the difference is the record's write.
     let without = append_micros(n, false);

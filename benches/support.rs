@@ -154,18 +154,25 @@ pub fn compacted_session(n: usize, every: usize) -> Session {
     let mut since = 0;
     for i in 0..n {
         let id = format!("e{i}");
-        let b = if since >= every && i % 4 == 0 {
-            since = 0;
-            // Keep from 40 entries back: the start of a user turn.
-            let keep = format!("e{}", i - 40);
-            capsule(i, Some(keep))
-        } else {
-            since += 1;
-            body(i)
-        };
-        s.push(Entry::new(id.clone(), last.clone(), b))
-            .expect("valid entry");
+        s.push(Entry::new(
+            id.clone(),
+            last.clone(),
+            compacted_body(i, every, &mut since),
+        ))
+        .expect("valid entry");
         last = Some(id);
     }
     s
+}
+
+/// Entry `i` of a session compacted every `every` entries: a capsule keeping the last 40
+/// entries (from the start of a user turn) once `since` reaches `every`, else [`body`].
+pub fn compacted_body(i: usize, every: usize, since: &mut usize) -> EntryBody {
+    if *since >= every && i.is_multiple_of(4) {
+        *since = 0;
+        capsule(i, Some(format!("e{}", i - 40)))
+    } else {
+        *since += 1;
+        body(i)
+    }
 }

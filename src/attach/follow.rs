@@ -49,14 +49,18 @@ impl Follower {
     }
 
     /// Entries the session already holds (it was followed before): their records are skipped.
-    pub fn know(&mut self, existing: &[Entry]) {
+    pub fn know(&mut self, existing: &crate::session::Session) {
         let mut rank: HashMap<String, usize> = HashMap::new();
-        for e in existing {
-            self.session_ids.insert(e.id.clone());
-            if let Some(key) = key_of(e, &mut rank) {
-                self.by_key.insert(key, e.id.clone());
-            }
-            self.last_appended = Some(e.id.clone());
+        for i in 0..existing.len() {
+            // Read once each: keeping a whole session parsed only to skip its records costs
+            // more than reading it.
+            existing.with_entry(i, |e| {
+                self.session_ids.insert(e.id.clone());
+                if let Some(key) = key_of(e, &mut rank) {
+                    self.by_key.insert(key, e.id.clone());
+                }
+                self.last_appended = Some(e.id.clone());
+            });
         }
     }
 
@@ -233,8 +237,15 @@ mod tests {
             .into_iter()
             .map(|v| serde_json::from_value(v).unwrap())
             .collect();
+        let mut session = crate::session::Session::new(
+            crate::session::testing::header(),
+            crate::tokens::TokenizerKind::default(),
+        );
+        for e in existing {
+            session.push(e).unwrap();
+        }
         let mut again = Follower::new(Some(Format::Pi), options()).unwrap();
-        again.know(&existing);
+        again.know(&session);
         again
             .feed(Growth::Appended(pi_lines(3).into_bytes()))
             .unwrap();

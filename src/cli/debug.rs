@@ -233,7 +233,7 @@ fn append_loop(
             }
         }
         let mut out = stdout.lock();
-        for e in &log.session().entries()[before..] {
+        for e in log.session().entries().from(before) {
             writeln!(out, "{}", e.id)?;
         }
         out.flush()?;

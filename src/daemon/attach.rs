@@ -284,7 +284,7 @@ impl Daemon {
         if let Ok(Ok((existing, _))) =
             tokio::task::spawn_blocking(move || crate::session::log::read_session(&log)).await
         {
-            follower.know(existing.entries());
+            follower.know(&existing);
         }
         // The file as it stands: written long enough ago that nothing is still open.
         let quiet = std::fs::metadata(&transcript)

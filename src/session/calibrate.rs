@@ -35,12 +35,12 @@ impl Session {
     /// branch's, even where no report teaches.
     pub fn count_samples_at(&self, leaf: Option<usize>) -> Vec<CountSample> {
         let mut out = Vec::with_capacity(LEARN_FROM_REPORTS);
-        let mut cur = leaf.and_then(|i| self.usage_on_path[i]);
+        let mut cur = leaf.and_then(|i| self.usage_on_path.at(i));
         for _ in 0..LEARN_FROM_REPORTS {
             let Some(u) = cur else { break };
             let u = u as usize;
             out.extend(self.count_sample(u));
-            cur = self.parent_of(u).and_then(|p| self.usage_on_path[p]);
+            cur = self.parent_of(u).and_then(|p| self.usage_on_path.at(p));
         }
         out
     }
@@ -56,7 +56,7 @@ impl Session {
     pub fn count_sample(&self, idx: usize) -> Option<CountSample> {
         let cell = self.count_samples.get(&(idx as u32))?;
         *cell.get_or_init(|| {
-            let usage = match &self.entries[idx].body {
+            let usage = match &self.entries.get(idx).body {
                 EntryBody::Message(m) if m.role == Role::Assistant => m.usage?,
                 _ => return None,
             };
@@ -68,7 +68,11 @@ impl Session {
                 return None;
             }
             let (at, anchor) = view.usage_anchor_at(self)?;
-            if self.setting_on_path[request_leaf].is_some_and(|s| s as usize > at) {
+            if self
+                .setting_on_path
+                .at(request_leaf)
+                .is_some_and(|s| s as usize > at)
+            {
                 return None;
             }
             let provider = usage
@@ -87,7 +91,7 @@ impl Session {
     pub fn response_start(&self, idx: usize) -> usize {
         let mut start = idx;
         while let Some(p) = self.parent_of(start) {
-            match &self.entries[p].body {
+            match &self.entries.get(p).body {
                 EntryBody::Message(m) if m.role == Role::Assistant && m.usage.is_none() => {
                     start = p
                 }

@@ -16,7 +16,7 @@
 //! number, skipped, and left in the file.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -359,28 +359,82 @@ struct Loaded {
     counts: CountsState,
 }
 
+/// A log is read in blocks of about this many bytes of whole lines; each block is held for
+/// the entries in it until every one of them has been parsed (see [`Session::entries`]).
+const BLOCK: usize = 4 << 20;
+
+/// A file read as blocks of whole lines (the last block's last line may lack its newline).
+struct LineBlocks {
+    file: File,
+    /// Bytes read at a time (more when one line is longer).
+    size: usize,
+    /// The start of a line that did not end in the block before.
+    carry: Vec<u8>,
+    eof: bool,
+}
+
+impl LineBlocks {
+    fn next_block(&mut self) -> std::io::Result<Option<Vec<u8>>> {
+        let mut block = std::mem::take(&mut self.carry);
+        let mut target = self.size.max(block.len() + 1);
+        loop {
+            if !self.eof && block.len() < target {
+                let want = target - block.len();
+                block.reserve_exact(want);
+                let n = (&mut self.file).take(want as u64).read_to_end(&mut block)?;
+                self.eof = n < want;
+            }
+            if self.eof {
+                return Ok((!block.is_empty()).then_some(block));
+            }
+            match memchr::memrchr(b'\n', &block) {
+                Some(last) => {
+                    self.carry = block[last + 1..].to_vec();
+                    block.truncate(last + 1);
+                    return Ok(Some(block));
+                }
+                // One line longer than a block: read on until it ends.
+                None => target = block.len() * 2,
+            }
+        }
+    }
+}
+
 /// Parse a whole log, taking entry counts from its side file where they match. `repair`
 /// moves a torn final line to a side file (needs write access).
 fn load(path: &Path, tokenizer: Option<TokenizerKind>, repair: bool) -> Result<Loaded, LogError> {
-    let file = crate::files::open_regular(path).map_err(io_err(path))?;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let mut buf = Vec::new();
-    let mut line_no = 0usize;
-    let mut offset = 0u64;
-    let mut report = LoadReport::default();
+    load_in_blocks(path, tokenizer, repair, BLOCK)
+}
 
-    let n = reader.read_until(b'\n', &mut buf).map_err(io_err(path))?;
-    line_no += 1;
+/// [`load`], reading `block` bytes at a time.
+fn load_in_blocks(
+    path: &Path,
+    tokenizer: Option<TokenizerKind>,
+    repair: bool,
+    block: usize,
+) -> Result<Loaded, LogError> {
+    let file = crate::files::open_regular(path).map_err(io_err(path))?;
+    let mut blocks = LineBlocks {
+        file,
+        size: block,
+        carry: Vec::new(),
+        eof: false,
+    };
+    let mut line_no = 0usize;
+    let mut report = LoadReport::default();
     let not_session = |reason: String| LogError::NotASession {
         path: path.display().to_string(),
         reason,
     };
-    if n == 0 {
+    let Some(mut block) = blocks.next_block().map_err(io_err(path))? else {
         return Err(not_session("the file is empty".into()));
-    }
-    let header: SessionHeader = serde_json::from_slice(trim_newline(&buf))
+    };
+    let header_len = memchr::memchr(b'\n', &block).map_or(block.len(), |at| at + 1);
+    line_no += 1;
+    let header: SessionHeader = serde_json::from_slice(trim_newline(&block[..header_len]))
         .map_err(|e| not_session(format!("line 1 is not a session header ({e})")))?;
-    offset += n as u64;
+    let mut offset = header_len as u64;
+    let mut skip = header_len;
     let kind = tokenizer
         .or_else(|| header.model.as_ref().and_then(|m| m.tokenizer))
         .or_else(|| {
@@ -393,6 +447,13 @@ fn load(path: &Path, tokenizer: Option<TokenizerKind>, repair: bool) -> Result<L
         })
         .unwrap_or_default();
     let mut session = Session::new(header, kind);
+    // Entries are rarely shorter than this: growing the id table as it fills would hash
+    // every id read so far again.
+    let file_len = blocks.file.metadata().map_or(0, |m| m.len());
+    session.reserve((file_len / 256).min(1 << 24) as usize);
+    // A log that fits in one block is held parsed: holding its lines would save little, and
+    // its model input is most of it, which the first budget would parse again.
+    let hold_as_lines = file_len > blocks.size as u64;
     // The leaf before a damaged line whose entry id could not be read: the next entry that
     // names an unknown parent continues the chain from here.
     let mut gap: Option<Option<usize>> = None;
@@ -403,82 +464,87 @@ fn load(path: &Path, tokenizer: Option<TokenizerKind>, repair: bool) -> Result<L
     let mut line_keys = Vec::new();
     // Leading entries whose counts came from the side file.
     let mut recorded_upto = 0usize;
-
     loop {
-        // A line that lies whole in the read buffer (nearly all of them) is parsed where it
-        // lies; only one that straddles two reads is copied.
-        let available = reader.fill_buf().map_err(io_err(path))?;
-        if available.is_empty() {
-            break;
-        }
-        let (line, n) = match memchr::memchr(b'\n', available) {
-            Some(end) => (&available[..=end], end + 1),
-            None => {
-                buf.clear();
-                buf.extend_from_slice(available);
-                let len = available.len();
-                reader.consume(len);
-                reader.read_until(b'\n', &mut buf).map_err(io_err(path))?;
-                (&buf[..], 0)
-            }
-        };
-        line_no += 1;
-        let before = session.len();
-        let outcome = load_line(&mut session, line, &mut gap);
-        if keyed && session.len() > before {
-            let key = LineKey::of(offset, trim_newline(line));
-            line_keys.push(key);
-            if let Some(side) = &mut recorded {
-                if let Some(counts) = side.counts_for(key, &session.entry(before).id) {
-                    session.preset_counts(side.tokenizer(), before, counts);
-                    if recorded_upto == before {
-                        recorded_upto += 1;
+        let lines = std::sync::Arc::new(block);
+        let held = session.hold_lines(std::sync::Arc::clone(&lines));
+        let mut at = skip;
+        let mut torn = false;
+        for line in lines[skip..].split_inclusive(|&b| b == b'\n') {
+            let start = at;
+            at += line.len();
+            line_no += 1;
+            let before = session.len();
+            let outcome = load_line(&mut session, line, &mut gap);
+            if keyed && session.len() > before {
+                let key = LineKey::of(offset, trim_newline(line));
+                line_keys.push(key);
+                if let Some(side) = &mut recorded {
+                    if let Some(counts) = side.counts_for(key, &session.entry(before).id) {
+                        session.preset_counts(side.tokenizer(), before, counts);
+                        if recorded_upto == before {
+                            recorded_upto += 1;
+                        }
                     }
                 }
             }
-        }
-        let len = line.len();
-        let torn = matches!(outcome, LineOutcome::Torn);
-        if torn {
-            let moved_to = if repair {
-                Some(move_torn_tail(path, offset, line)?)
-            } else {
-                None
-            };
-            report.torn_tail = Some(TornTail {
-                line: line_no,
-                bytes: len,
-                moved_to,
-            });
-        }
-        match outcome {
-            LineOutcome::Skipped(reason) => report.skipped.push(SkippedLine {
-                line: line_no,
-                reason,
-            }),
-            LineOutcome::Reattached {
-                entry_id,
-                missing_parent,
-            } => {
-                let attached_to = session
-                    .attach_point(&missing_parent)
-                    .flatten()
-                    .map(|i| session.entry(i).id.clone());
-                report.reattached.push(Reattached {
+            let len = line.len();
+            torn = matches!(outcome, LineOutcome::Torn);
+            if torn {
+                let moved_to = if repair {
+                    Some(move_torn_tail(path, offset, line)?)
+                } else {
+                    None
+                };
+                report.torn_tail = Some(TornTail {
                     line: line_no,
-                    entry_id,
-                    missing_parent,
-                    attached_to,
+                    bytes: len,
+                    moved_to,
                 });
             }
-            LineOutcome::Loaded | LineOutcome::Torn => {}
+            // An entry that is its whole line is held as the line from now on, parsed again
+            // when read: freed at once, its memory goes to the next line's entry.
+            let whole_line = matches!(outcome, LineOutcome::Reattached { .. })
+                || matches!(outcome, LineOutcome::Loaded if session.len() > before);
+            if whole_line && hold_as_lines {
+                session.shelve(before, held, start, trim_newline(line).len());
+            }
+            match outcome {
+                LineOutcome::Skipped(reason) => report.skipped.push(SkippedLine {
+                    line: line_no,
+                    reason,
+                }),
+                LineOutcome::Reattached {
+                    entry_id,
+                    missing_parent,
+                } => {
+                    let attached_to = session
+                        .attach_point(&missing_parent)
+                        .flatten()
+                        .map(|i| session.with_id(i, str::to_string));
+                    report.reattached.push(Reattached {
+                        line: line_no,
+                        entry_id,
+                        missing_parent,
+                        attached_to,
+                    });
+                }
+                LineOutcome::Loaded | LineOutcome::Torn => {}
+            }
+            if torn {
+                break;
+            }
+            offset += len as u64;
         }
-        reader.consume(n);
         if torn {
             break;
         }
-        offset += len as u64;
+        match blocks.next_block().map_err(io_err(path))? {
+            Some(next) => block = next,
+            None => break,
+        }
+        skip = 0;
     }
+    session.free_unneeded_lines();
     report.entries = session.len();
     let counts = match recorded {
         Some(side) => {
@@ -526,12 +592,7 @@ fn load_line(session: &mut Session, line: &[u8], gap: &mut Option<Option<usize>>
     if text.iter().all(u8::is_ascii_whitespace) {
         return LineOutcome::Loaded;
     }
-    // One UTF-8 check of the whole line, so the parser need not check each string again.
-    let parsed = match std::str::from_utf8(text) {
-        Ok(text) => serde_json::from_str::<Entry>(text),
-        Err(_) => serde_json::from_slice::<Entry>(text),
-    };
-    let entry = match parsed {
+    let entry = match super::parse_line(text) {
         Ok(entry) => entry,
         Err(_) if !complete => return LineOutcome::Torn,
         Err(e) => {
@@ -860,12 +921,10 @@ impl SessionLog {
         let _ = self.session.count_samples_at(self.session.leaf());
         let mut bytes = Vec::with_capacity((self.session.len() - from) * 48);
         for (i, key) in self.line_keys.iter().enumerate().skip(from) {
-            token_file::encode_record(
-                &mut bytes,
-                *key,
-                &self.session.entry(i).id,
-                &self.session.counts_of(i),
-            );
+            let counts = self.session.counts_of(i);
+            self.session.with_id(i, |id| {
+                token_file::encode_record(&mut bytes, *key, id, &counts)
+            });
         }
         bytes
     }
@@ -1069,11 +1128,11 @@ mod tests {
         drop(f);
         let (session, report) = read_session(&p).unwrap();
         assert!(report.skipped.is_empty(), "{:?}", report.skipped);
-        assert_eq!(session.entries(), &written[..]);
+        assert_eq!(session.entries().to_vec(), written);
         let tail = report.torn_tail.unwrap();
         assert_eq!((tail.line, tail.bytes), (sizes.len() + 2, torn.len()));
         let (log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
-        assert_eq!(log.session().entries(), &written[..]);
+        assert_eq!(log.session().entries().to_vec(), written);
         let side = std::fs::read(dir.path().join("s.jsonl.torn-1")).unwrap();
         assert_eq!(side, torn.as_bytes());
     }
@@ -1193,6 +1252,75 @@ mod tests {
         let (s, report) = read_session(&p).unwrap();
         assert_eq!(report.skipped.len(), 2, "{report:?}");
         assert_eq!(s.leaf_id(), Some("e"));
+    }
+
+    /// The same log read a few bytes at a time: every line straddles blocks, some lines are
+    /// longer than a block, and the damaged, glued, reattached and torn lines are told the same.
+    #[test]
+    fn a_log_read_in_blocks_of_any_size_loads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = serde_json::to_string(&msg("d", Some("b"), "four")).unwrap();
+        let partial = r#"{"id":"c","parentId":"b","ts":"x","type":"message","role":"user","con"#;
+        let cases = [
+            "\u{0}\u{0}garbage from a bad sector".to_string(),
+            r#"{"id":"c","parentId":"b","ts":"x","type":"mess"#.to_string(),
+            format!("{partial}{d}"),
+            serde_json::to_string(&msg("c\"quoted", Some("b"), "escaped id")).unwrap(),
+        ];
+        for (n, damaged) in cases.iter().enumerate() {
+            let sub = dir.path().join(n.to_string());
+            std::fs::create_dir(&sub).unwrap();
+            let p = log_with_damaged_middle(&sub, damaged);
+            let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+            write!(f, r#"{{"id":"t","parentId":"e","ts":"x","type":"mes"#).unwrap();
+            drop(f);
+            let whole = load(&p, None, false).unwrap();
+            let entries = whole.session.entries().to_vec();
+            for block in [1, 2, 7, 64, 300] {
+                let read = load_in_blocks(&p, None, false, block).unwrap();
+                assert_eq!(read.report, whole.report, "case {n}, blocks of {block}");
+                assert_eq!(read.session.entries().to_vec(), entries, "case {n}");
+                assert_eq!(branch_ids(&read.session), branch_ids(&whole.session));
+            }
+        }
+    }
+
+    /// Opening a long log parses each line to index it, then holds it as its line: only what
+    /// is read again (the model input, for a budget) is parsed again and kept parsed. A log
+    /// that fits in one block is held parsed.
+    #[test]
+    fn an_opened_log_keeps_parsed_only_the_entries_read_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        let mut b = crate::session::testing::Builder::new();
+        for i in 0..60 {
+            b.user(&format!("question {i}"));
+            b.assistant(&format!("answer {i}"));
+        }
+        let kept = b.user("the tail starts here");
+        let mut cap = crate::capsule::render::tests::full_capsule();
+        cap.first_kept_entry_id = Some(kept);
+        b.push(EntryBody::Capsule(Box::new(cap)));
+        b.assistant("after the capsule");
+        log.append_all(b.session.entries().to_vec()).unwrap();
+        drop(log);
+        // Read in blocks smaller than the log, as a long log is.
+        let loaded = load_in_blocks(&p, None, true, 1024).unwrap();
+        let s = &loaded.session;
+        assert_eq!(s.len(), 123);
+        assert_eq!(s.parsed_entries(), 0);
+        let view = crate::session::view::ModelView::build(s, s.leaf());
+        s.tally();
+        let read = view.entry_indices().count() + 1;
+        assert!(
+            s.parsed_entries() <= read + 1,
+            "{} parsed for a view of {read}",
+            s.parsed_entries()
+        );
+        assert_eq!(s.entries().to_vec(), b.session.entries().to_vec());
+        let (log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        assert_eq!(log.session().parsed_entries(), 123);
     }
 
     /// Logs written before failed appends were cut back: a partial entry with the next

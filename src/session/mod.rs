@@ -6,6 +6,7 @@ mod decode;
 pub mod entry;
 pub mod log;
 pub mod rewind;
+mod store;
 pub mod tally;
 pub mod token_file;
 pub mod turn;
@@ -18,6 +19,9 @@ use std::sync::OnceLock;
 use crate::budget::{Calibration, CalibrationSource, CountSample};
 use crate::tokens::{entry_tokens, TokenizerKind};
 use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
+pub(crate) use store::parse_line;
+pub use store::Entries;
+use store::Store;
 
 /// Below this many entries to count, threads cost more than they save.
 pub(crate) const PARALLEL_COUNT_MIN: usize = 2048;
@@ -40,6 +44,11 @@ pub struct EntryCounts {
     pub sample: Option<Option<CountSample>>,
 }
 
+/// A count as recorded: a `u32`, saturated.
+fn clamp_count(n: u64) -> u32 {
+    n.min(u64::from(u32::MAX)) as u32
+}
+
 /// How many derived counts entry `e` has (see [`EntryCounts::derived`]).
 fn derived_len(e: &Entry) -> usize {
     match &e.body {
@@ -52,7 +61,7 @@ fn derived_len(e: &Entry) -> usize {
 
 /// Counts the derived parts of `e` (see [`EntryCounts::derived`]).
 fn count_derived(kind: TokenizerKind, e: &Entry) -> Box<[u32]> {
-    let clamp = |n: u64| n.min(u64::from(u32::MAX)) as u32;
+    let clamp = clamp_count;
     match &e.body {
         EntryBody::Setting(set) => {
             let count = |t: &Option<String>| t.as_deref().map_or(0, |t| clamp(kind.count(t)));
@@ -79,16 +88,26 @@ struct Counts {
 }
 
 impl Counts {
-    fn new(tokenizer: TokenizerKind, entries: &[Entry]) -> Counts {
-        let mut counts = Counts {
+    fn new(tokenizer: TokenizerKind) -> Counts {
+        Counts {
             tokenizer,
-            tokens: Vec::with_capacity(entries.len()),
+            tokens: Vec::new(),
             derived: Default::default(),
-        };
-        for e in entries {
-            counts.push(e);
         }
-        counts
+    }
+
+    /// Empty counts with `tokenizer` for the entries `other` has counts for: which entries
+    /// have derived counts does not depend on the tokenizer.
+    fn like(other: &Counts, tokenizer: TokenizerKind) -> Counts {
+        Counts {
+            tokenizer,
+            tokens: other.tokens.iter().map(|_| OnceLock::new()).collect(),
+            derived: other
+                .derived
+                .keys()
+                .map(|&i| (i, OnceLock::new()))
+                .collect(),
+        }
     }
 
     fn push(&mut self, e: &Entry) {
@@ -97,6 +116,27 @@ impl Counts {
                 .insert(self.tokens.len() as u32, OnceLock::new());
         }
         self.tokens.push(OnceLock::new());
+    }
+}
+
+/// An optional entry index per entry, `u32::MAX` for none: half the size of `Option<u32>`,
+/// which a long log holds four of per entry.
+#[derive(Debug, Default)]
+struct Links(Vec<u32>);
+
+impl Links {
+    const NONE: u32 = u32::MAX;
+
+    fn push(&mut self, link: Option<u32>) {
+        self.0.push(link.unwrap_or(Self::NONE));
+    }
+
+    fn at(&self, idx: usize) -> Option<u32> {
+        Some(self.0[idx]).filter(|&l| l != Self::NONE)
+    }
+
+    fn get(&self, idx: usize) -> Option<Option<u32>> {
+        self.0.get(idx).map(|&l| (l != Self::NONE).then_some(l))
     }
 }
 
@@ -117,7 +157,7 @@ pub enum TreeError {
 #[derive(Debug)]
 pub struct Session {
     pub header: SessionHeader,
-    entries: Vec<Entry>,
+    entries: Store,
     /// Entry indices by id. The table holds indices only, hashed by the entry's own id, so
     /// no id is stored twice (a long log holds hundreds of thousands). Ids are hashed once
     /// per entry on load; foldhash is several times faster than the default SipHash here and
@@ -126,13 +166,13 @@ pub struct Session {
     id_hasher: foldhash::fast::RandomState,
     /// Ids of entries lost to damaged lines, and where their children attach instead.
     bridges: HashMap<String, Option<u32>>,
-    parent: Vec<Option<u32>>,
+    parent: Links,
     /// Latest capsule at or above each entry on its branch.
-    capsule_on_path: Vec<Option<u32>>,
+    capsule_on_path: Links,
     /// Latest setting entry at or above each entry on its branch.
-    setting_on_path: Vec<Option<u32>>,
+    setting_on_path: Links,
     /// Latest assistant message with provider usage at or above each entry on its branch.
-    usage_on_path: Vec<Option<u32>>,
+    usage_on_path: Links,
     /// Per-entry counts with `tokenizer`, filled when first needed (or from the side file).
     counts: Counts,
     /// Counts with another tokenizer, kept across a change of tokenizer: a log is loaded
@@ -161,15 +201,15 @@ impl Session {
     pub fn new(header: SessionHeader, tokenizer: TokenizerKind) -> Self {
         Session {
             header,
-            entries: Vec::new(),
+            entries: Store::default(),
             by_id: hashbrown::HashTable::new(),
             id_hasher: foldhash::fast::RandomState::default(),
             bridges: HashMap::new(),
-            parent: Vec::new(),
-            capsule_on_path: Vec::new(),
-            setting_on_path: Vec::new(),
-            usage_on_path: Vec::new(),
-            counts: Counts::new(tokenizer, &[]),
+            parent: Links::default(),
+            capsule_on_path: Links::default(),
+            setting_on_path: Links::default(),
+            usage_on_path: Links::default(),
+            counts: Counts::new(tokenizer),
             other_counts: None,
             count_samples: Default::default(),
             tokenizer,
@@ -209,7 +249,7 @@ impl Session {
         if kind != self.tokenizer {
             let next = match self.other_counts.take() {
                 Some(kept) if kept.tokenizer == kind => kept,
-                _ => Counts::new(kind, &self.entries),
+                _ => Counts::like(&self.counts, kind),
             };
             self.other_counts = Some(std::mem::replace(&mut self.counts, next));
             self.tokenizer = kind;
@@ -230,7 +270,7 @@ impl Session {
         } else {
             match &mut self.other_counts {
                 Some(kept) if kept.tokenizer == tokenizer => kept,
-                slot => slot.insert(Counts::new(tokenizer, &self.entries)),
+                slot => slot.insert(Counts::like(&self.counts, tokenizer)),
             }
         };
         let _ = target.tokens[idx].set(counts.tokens);
@@ -246,7 +286,7 @@ impl Session {
             }
         }
         // A record of another shape (another counting of the same line) is not taken.
-        if counts.derived.len() == derived_len(&self.entries[idx]) {
+        if counts.derived.len() == self.entries.with(idx, derived_len) {
             if let Some(cell) = target.derived.get(&(idx as u32)) {
                 let _ = cell.set(counts.derived);
             }
@@ -255,6 +295,16 @@ impl Session {
 
     /// Every count the side file records for entry `idx` with the session's tokenizer.
     pub fn counts_of(&self, idx: usize) -> EntryCounts {
+        if self.counts.tokens[idx].get().is_none() {
+            // One read of an entry not parsed yet for both its counts.
+            self.entries.with(idx, |e| {
+                self.counts.tokens[idx]
+                    .get_or_init(|| clamp_count(entry_tokens(self.tokenizer, e)));
+                if let Some(cell) = self.counts.derived.get(&(idx as u32)) {
+                    cell.get_or_init(|| count_derived(self.tokenizer, e));
+                }
+            });
+        }
         EntryCounts {
             tokens: self.tokens_of(idx) as u32,
             derived: self.derived_counts(idx).into(),
@@ -266,7 +316,9 @@ impl Session {
     /// counted once.
     pub fn derived_counts(&self, idx: usize) -> &[u32] {
         match self.counts.derived.get(&(idx as u32)) {
-            Some(cell) => cell.get_or_init(|| count_derived(self.tokenizer, &self.entries[idx])),
+            Some(cell) => {
+                cell.get_or_init(|| self.entries.with(idx, |e| count_derived(self.tokenizer, e)))
+            }
             None => &[],
         }
     }
@@ -392,8 +444,8 @@ impl Session {
     pub fn push(&mut self, entry: Entry) -> Result<(), TreeError> {
         let (parent, rewind_to) = self.resolve(&entry)?;
         let idx = self.entries.len() as u32;
-        let inherited_capsule = parent.and_then(|p| self.capsule_on_path[p as usize]);
-        let inherited_setting = parent.and_then(|p| self.setting_on_path[p as usize]);
+        let inherited_capsule = parent.and_then(|p| self.capsule_on_path.at(p as usize));
+        let inherited_setting = parent.and_then(|p| self.setting_on_path.at(p as usize));
         // A `/capsule create` hand-off capsule records state without compacting: it never
         // becomes the capsule of the model input. Loaded from a file into a session, it does:
         // continuing from it is the point of loading it.
@@ -414,10 +466,10 @@ impl Session {
             EntryBody::Message(m) if m.role == entry::Role::Assistant && m.usage.is_some() => {
                 Some(idx)
             }
-            _ => parent.and_then(|p| self.usage_on_path[p as usize]),
+            _ => parent.and_then(|p| self.usage_on_path.at(p as usize)),
         };
         let newest_report = |s: &Session, leaf: Option<u32>| {
-            leaf.and_then(|l| s.usage_on_path.get(l as usize).copied().flatten())
+            leaf.and_then(|l| s.usage_on_path.get(l as usize).flatten())
         };
         let report_before = newest_report(self, self.leaf);
         self.leaf = rewind_to.or(Some(idx));
@@ -439,7 +491,7 @@ impl Session {
         self.entries.push(entry);
         let (entries, hasher) = (&self.entries, &self.id_hasher);
         self.by_id.insert_unique(hash, idx, |&i| {
-            hasher.hash_one(entries[i as usize].id.as_str())
+            entries.with_id(i as usize, |id| hasher.hash_one(id))
         });
         if let Some(mut t) = self.tally.take() {
             if t.apply(self, idx as usize) {
@@ -455,12 +507,48 @@ impl Session {
         self.tally.get_or_init(|| tally::Tally::build(self))
     }
 
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
+    /// Every entry, in file order, each parsed when first read.
+    pub fn entries(&self) -> Entries<'_> {
+        Entries::of(&self.entries)
     }
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// `f` of entry `idx`, without keeping it parsed when it is not already (see
+    /// [`store`]): for walks over the whole history.
+    pub fn with_entry<R>(&self, idx: usize, f: impl FnOnce(&Entry) -> R) -> R {
+        self.entries.with(idx, f)
+    }
+
+    /// `f` of entry `idx`'s id, without parsing the entry.
+    pub fn with_id<R>(&self, idx: usize, f: impl FnOnce(&str) -> R) -> R {
+        self.entries.with_id(idx, f)
+    }
+
+    /// Make room for `additional` more entries in the index.
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        let (entries, hasher) = (&self.entries, &self.id_hasher);
+        self.by_id.reserve(additional, |&i| {
+            entries.with_id(i as usize, |id| hasher.hash_one(id))
+        });
+    }
+
+    /// Hold whole lines of the log being read, for entries to be parsed from when first read.
+    pub(crate) fn hold_lines(&mut self, bytes: std::sync::Arc<Vec<u8>>) -> u32 {
+        self.entries.hold_block(bytes)
+    }
+
+    /// Hold entry `idx`, just pushed from `len` bytes at `start` of held lines `block`, as
+    /// those bytes rather than parsed (see [`store`]).
+    pub(crate) fn shelve(&mut self, idx: usize, block: u32, start: usize, len: usize) -> bool {
+        self.entries.shelve(idx, block, start, len)
+    }
+
+    /// Free held lines no entry is still to be parsed from.
+    pub(crate) fn free_unneeded_lines(&mut self) {
+        self.entries.free_unneeded_blocks()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -470,20 +558,22 @@ impl Session {
     pub fn index_of(&self, id: &str) -> Option<usize> {
         let hash = self.id_hasher.hash_one(id);
         self.by_id
-            .find(hash, |&i| self.entries[i as usize].id == id)
+            .find(hash, |&i| {
+                self.entries.with_id(i as usize, |held| held == id)
+            })
             .map(|&i| i as usize)
     }
 
     pub fn get(&self, id: &str) -> Option<&Entry> {
-        self.index_of(id).map(|i| &self.entries[i])
+        self.index_of(id).map(|i| self.entries.get(i))
     }
 
     pub fn entry(&self, idx: usize) -> &Entry {
-        &self.entries[idx]
+        self.entries.get(idx)
     }
 
     pub fn parent_of(&self, idx: usize) -> Option<usize> {
-        self.parent[idx].map(|p| p as usize)
+        self.parent.at(idx).map(|p| p as usize)
     }
 
     /// The entry new entries attach to.
@@ -492,29 +582,35 @@ impl Session {
     }
 
     pub fn leaf_id(&self) -> Option<&str> {
-        self.leaf().map(|i| self.entries[i].id.as_str())
+        self.leaf().map(|i| self.entries.get(i).id.as_str())
     }
 
     /// Latest capsule on the branch ending at `idx` (inclusive).
     pub fn capsule_on_path(&self, idx: usize) -> Option<usize> {
-        self.capsule_on_path[idx].map(|c| c as usize)
+        self.capsule_on_path.at(idx).map(|c| c as usize)
     }
 
     /// Tokens the entry costs in the model input, counted once and cached.
     pub fn tokens_of(&self, idx: usize) -> u64 {
         u64::from(*self.counts.tokens[idx].get_or_init(|| {
-            entry_tokens(self.tokenizer, &self.entries[idx]).min(u64::from(u32::MAX)) as u32
+            clamp_count(self.entries.with(idx, |e| entry_tokens(self.tokenizer, e)))
         }))
     }
 
     /// Counted (system prompt, tool schemas) text of setting entry `idx`, counted once.
     fn setting_overhead(&self, idx: usize) -> (u32, u32) {
         match *self.derived_counts(idx) {
-            [system, tools] if matches!(self.entries[idx].body, EntryBody::Setting(_)) => {
+            [system, tools] if matches!(self.entries.get(idx).body, EntryBody::Setting(_)) => {
                 (system, tools)
             }
             _ => (0, 0),
         }
+    }
+
+    /// How many entries are held parsed (the others are held as their lines).
+    #[cfg(test)]
+    pub(crate) fn parsed_entries(&self) -> usize {
+        self.entries.held().0
     }
 
     /// Whether entry `idx` has its count with the session's tokenizer already.
@@ -556,10 +652,10 @@ impl Session {
     pub fn overhead_at(&self, idx: Option<usize>) -> (u64, u64) {
         let mut system = None;
         let mut tools = None;
-        let mut cur = idx.and_then(|i| self.setting_on_path[i]);
+        let mut cur = idx.and_then(|i| self.setting_on_path.at(i));
         while let Some(s) = cur {
             let s = s as usize;
-            if let EntryBody::Setting(set) = &self.entries[s].body {
+            if let EntryBody::Setting(set) = &self.entries.get(s).body {
                 let counted = self.setting_overhead(s);
                 if system.is_none() {
                     system = set
@@ -575,7 +671,7 @@ impl Session {
             if system.is_some() && tools.is_some() {
                 break;
             }
-            cur = self.parent_of(s).and_then(|p| self.setting_on_path[p]);
+            cur = self.parent_of(s).and_then(|p| self.setting_on_path.at(p));
         }
         (system.unwrap_or(0), tools.unwrap_or(0))
     }
@@ -583,16 +679,16 @@ impl Session {
     /// Settings in force at the leaf: later setting entries on the branch override earlier ones.
     pub fn settings_at(&self, idx: Option<usize>) -> SettingEntry {
         let mut chain = Vec::new();
-        let mut cur = idx.and_then(|i| self.setting_on_path[i]);
+        let mut cur = idx.and_then(|i| self.setting_on_path.at(i));
         while let Some(s) = cur {
             chain.push(s as usize);
             cur = self
                 .parent_of(s as usize)
-                .and_then(|p| self.setting_on_path[p]);
+                .and_then(|p| self.setting_on_path.at(p));
         }
         let mut out = SettingEntry::default();
         for i in chain.into_iter().rev() {
-            if let EntryBody::Setting(s) = &self.entries[i].body {
+            if let EntryBody::Setting(s) = &self.entries.get(i).body {
                 merge_setting(&mut out, s);
             }
         }

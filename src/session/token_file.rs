@@ -43,8 +43,9 @@ pub const FORMAT_VERSION: u32 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LineKey {
     pub offset: u64,
-    /// Bytes of the line without its line ending.
-    pub len: u64,
+    /// Bytes of the line without its line ending (a line of 4 GiB or more, which no log
+    /// holds, keys as `u32::MAX`). Narrow: a writer keeps one key per entry.
+    pub len: u32,
     pub crc: u32,
 }
 
@@ -53,7 +54,7 @@ impl LineKey {
     pub fn of(offset: u64, text: &[u8]) -> LineKey {
         LineKey {
             offset,
-            len: text.len() as u64,
+            len: u32::try_from(text.len()).unwrap_or(u32::MAX),
             crc: crc32fast::hash(text),
         }
     }

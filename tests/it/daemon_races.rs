@@ -194,7 +194,7 @@ async fn no_capsule_after_cancel_or_on_a_changed_leaf() {
             assert_eq!(outcome, "completed", "seed {seed}");
             // Nothing the event created may precede the capsule: queued input lands after it,
             // and a leaf moved during the compaction makes it stale.
-            for e in &entries[..at] {
+            for e in entries.iter().take(at) {
                 assert!(
                     !event_entries.contains(&e.id),
                     "seed {seed}: the capsule follows input sent during the compaction"
