@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::portable::{write, Exported, Parsed, PortableCapsule};
 use super::{CapsuleEntry, Origin};
-use crate::session::entry::{Entry, EntryBody};
+use crate::session::entry::{Entry, EntryBody, EntryKind};
 use crate::session::log::SessionLog;
 use crate::session::Session;
 
@@ -17,7 +17,10 @@ pub fn find_capsule<'a>(
     checkpoint: &str,
 ) -> anyhow::Result<(&'a Entry, &'a CapsuleEntry)> {
     let mut ids = Vec::new();
-    for e in session.entries() {
+    for e in session
+        .indices_of(EntryKind::Capsule)
+        .map(|i| session.entry(i))
+    {
         if let Some(c) = e.as_capsule() {
             if c.checkpoint_id == checkpoint {
                 return Ok((e, c));
@@ -40,8 +43,10 @@ pub fn find_capsule<'a>(
 /// Tokens of the capsule with this checkpoint id, as the session's tokenizer counts its entry:
 /// the capsule's own size, not the size of the state it describes.
 pub fn capsule_tokens(session: &Session, checkpoint: &str) -> Option<u64> {
-    let idx = session.entries().iter().position(|e| {
-        e.as_capsule()
+    let idx = session.indices_of(EntryKind::Capsule).find(|&i| {
+        session
+            .entry(i)
+            .as_capsule()
             .is_some_and(|c| c.checkpoint_id == checkpoint)
     })?;
     Some(session.tokens_of(idx))
@@ -120,10 +125,9 @@ pub fn list_capsules(session: &Session) -> Vec<CapsuleRow> {
     let leaf = session.leaf();
     let current = leaf.and_then(|l| session.capsule_on_path(l));
     session
-        .entries()
-        .iter()
-        .enumerate()
-        .filter_map(|(i, e)| {
+        .indices_of(EntryKind::Capsule)
+        .filter_map(|i| {
+            let e = session.entry(i);
             let c = e.as_capsule()?;
             Some(CapsuleRow {
                 checkpoint_id: c.checkpoint_id.clone(),

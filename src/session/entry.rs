@@ -101,7 +101,42 @@ pub enum EntryBody {
     ForeignCompaction(Box<ForeignCompactionEntry>),
 }
 
+/// An entry's type, without its content: what the index keeps per entry, so that looking for
+/// entries of one type (capsules) does not parse the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntryKind {
+    Message,
+    ToolResult,
+    Capsule,
+    Checkpoint,
+    File,
+    Setting,
+    Rewind,
+    Skill,
+    Intent,
+    TurnComplete,
+    Compaction,
+    ForeignCompaction,
+}
+
 impl EntryBody {
+    pub fn kind(&self) -> EntryKind {
+        match self {
+            EntryBody::Message(_) => EntryKind::Message,
+            EntryBody::ToolResult(_) => EntryKind::ToolResult,
+            EntryBody::Capsule(_) => EntryKind::Capsule,
+            EntryBody::Checkpoint(_) => EntryKind::Checkpoint,
+            EntryBody::File(_) => EntryKind::File,
+            EntryBody::Setting(_) => EntryKind::Setting,
+            EntryBody::Rewind(_) => EntryKind::Rewind,
+            EntryBody::Skill(_) => EntryKind::Skill,
+            EntryBody::Intent(_) => EntryKind::Intent,
+            EntryBody::TurnComplete(_) => EntryKind::TurnComplete,
+            EntryBody::Compaction(_) => EntryKind::Compaction,
+            EntryBody::ForeignCompaction(_) => EntryKind::ForeignCompaction,
+        }
+    }
+
     pub fn type_name(&self) -> &'static str {
         match self {
             EntryBody::Message(_) => "message",

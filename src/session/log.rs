@@ -1310,6 +1310,9 @@ mod tests {
         let s = &loaded.session;
         assert_eq!(s.len(), 123);
         assert_eq!(s.parsed_entries(), 0);
+        // Capsules are found by the index's entry types, the others left unread.
+        assert_eq!(crate::capsule::handoff::list_capsules(s).len(), 1);
+        assert_eq!(s.parsed_entries(), 1);
         let view = crate::session::view::ModelView::build(s, s.leaf());
         s.tally();
         let read = view.entry_indices().count() + 1;

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 
 use crate::budget::{Calibration, CalibrationSource, CountSample};
 use crate::tokens::{entry_tokens, TokenizerKind};
-use entry::{Entry, EntryBody, SessionHeader, SettingEntry};
+use entry::{Entry, EntryBody, EntryKind, SessionHeader, SettingEntry};
 pub(crate) use store::parse_line;
 pub use store::Entries;
 use store::Store;
@@ -167,6 +167,8 @@ pub struct Session {
     /// Ids of entries lost to damaged lines, and where their children attach instead.
     bridges: HashMap<String, Option<u32>>,
     parent: Links,
+    /// Each entry's type.
+    kinds: Vec<EntryKind>,
     /// Latest capsule at or above each entry on its branch.
     capsule_on_path: Links,
     /// Latest setting entry at or above each entry on its branch.
@@ -206,6 +208,7 @@ impl Session {
             id_hasher: foldhash::fast::RandomState::default(),
             bridges: HashMap::new(),
             parent: Links::default(),
+            kinds: Vec::new(),
             capsule_on_path: Links::default(),
             setting_on_path: Links::default(),
             usage_on_path: Links::default(),
@@ -474,6 +477,7 @@ impl Session {
         let report_before = newest_report(self, self.leaf);
         self.leaf = rewind_to.or(Some(idx));
         self.parent.push(parent);
+        self.kinds.push(entry.body.kind());
         self.capsule_on_path.push(capsule);
         self.setting_on_path.push(setting);
         self.usage_on_path.push(usage);
@@ -520,6 +524,33 @@ impl Session {
     /// [`store`]): for walks over the whole history.
     pub fn with_entry<R>(&self, idx: usize, f: impl FnOnce(&Entry) -> R) -> R {
         self.entries.with(idx, f)
+    }
+
+    /// Parse the entries at `indices` not parsed yet, on several threads when there are
+    /// many: the first budget of a long log that was never compacted reads all of it.
+    pub(crate) fn read_ahead(&self, indices: &[usize]) {
+        let todo: Vec<usize> = indices
+            .iter()
+            .copied()
+            .filter(|&i| !self.entries.is_parsed(i))
+            .collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(8);
+        // Fewer are read where they are needed.
+        if threads < 2 || todo.len() < PARALLEL_COUNT_MIN {
+            return;
+        }
+        let chunk = todo.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            for part in todo.chunks(chunk) {
+                scope.spawn(move || {
+                    part.iter().for_each(|&i| {
+                        self.entries.get(i);
+                    })
+                });
+            }
+        });
     }
 
     /// `f` of entry `idx`'s id, without parsing the entry.
@@ -570,6 +601,16 @@ impl Session {
 
     pub fn entry(&self, idx: usize) -> &Entry {
         self.entries.get(idx)
+    }
+
+    /// Entry `idx`'s type, without parsing it.
+    pub fn kind_of(&self, idx: usize) -> EntryKind {
+        self.kinds[idx]
+    }
+
+    /// The indices of the entries of type `kind`, in file order, parsing none of the others.
+    pub fn indices_of(&self, kind: EntryKind) -> impl DoubleEndedIterator<Item = usize> + '_ {
+        (0..self.kinds.len()).filter(move |&i| self.kinds[i] == kind)
     }
 
     pub fn parent_of(&self, idx: usize) -> Option<usize> {

@@ -23,7 +23,11 @@ pub struct RewindReport {
 pub fn rewind_session(log: &mut SessionLog, to: &str) -> anyhow::Result<RewindReport> {
     let session = log.session();
     if session.index_of(to).is_none() {
-        let ids: Vec<&str> = session.entries().iter().map(|e| e.id.as_str()).collect();
+        // Read from each line: a long log is not parsed whole for a hint.
+        let ids: Vec<String> = (0..session.len())
+            .map(|i| session.with_id(i, str::to_string))
+            .collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
         let hint = crate::util::did_you_mean(to, &ids)
             .map(|c| format!(" Did you mean `{c}`?"))
             .unwrap_or_default();

@@ -184,13 +184,11 @@ impl Store {
         }
         let span = self.spans[idx];
         let block = &self.blocks[span.block as usize];
-        let parsed = {
-            let bytes = block.lock();
-            bytes.as_deref().map(|bytes| {
-                parse_line(&bytes[span.range()])
-                    .expect("a line that parsed when the log was read parses again")
-            })
-        };
+        let bytes = block.lock().clone();
+        let parsed = bytes.map(|bytes| {
+            parse_line(&bytes[span.range()])
+                .expect("a line that parsed when the log was read parses again")
+        });
         match parsed {
             Some(e) => f(&e),
             // Freed meanwhile: the entry was parsed.
@@ -219,12 +217,18 @@ impl Store {
     }
 
     fn parse_held(block: &Block, span: Span) -> Entry {
-        let bytes = block.lock();
-        let bytes = bytes
-            .as_deref()
+        // Parsed outside the lock, so that threads reading one block do not wait in turn.
+        let bytes = block
+            .lock()
+            .clone()
             .expect("a block is held while an entry in it is not parsed");
         parse_line(&bytes[span.range()])
             .expect("a line that parsed when the log was read parses again")
+    }
+
+    /// Whether entry `idx` is held parsed.
+    pub fn is_parsed(&self, idx: usize) -> bool {
+        self.parsed[idx].get().is_some()
     }
 
     /// Entries parsed so far, and the bytes held for those that are not.

@@ -155,6 +155,17 @@ impl ModelView {
         let capsule = session.capsule_on_path(leaf);
         view.capsule = capsule;
 
+        // A long walk (a log never compacted) reads many entries held as lines: parse them on
+        // several threads first.
+        let mut walk = Vec::new();
+        let mut cur = Some(leaf);
+        while let Some(i) = cur.filter(|&i| Some(i) != capsule) {
+            walk.push(i);
+            cur = session.parent_of(i);
+        }
+        session.read_ahead(&walk);
+        drop(walk);
+
         // Walk up from the leaf: new entries until the capsule, or until the latest foreign
         // compaction that replaced the context when the policy honours it.
         let mut new_entries = Vec::new();
@@ -466,6 +477,10 @@ fn kept_run(session: &Session, first_kept: usize, compaction: usize) -> Vec<usiz
 /// The `foreign_compaction` at `idx`, when it replaced the source agent's context: it carries
 /// the summary the agent continued from or a record of what it kept.
 fn replacing_compaction(session: &Session, idx: usize) -> Option<&ForeignCompactionEntry> {
+    // Told by the index first: walks over a long history pass mostly other entries.
+    if session.kind_of(idx) != super::entry::EntryKind::ForeignCompaction {
+        return None;
+    }
     match &session.entry(idx).body {
         EntryBody::ForeignCompaction(f) if f.replaces_context() => Some(f),
         _ => None,
