@@ -447,10 +447,11 @@ fn load_in_blocks(
         })
         .unwrap_or_default();
     let mut session = Session::new(header, kind);
-    // Entries are rarely shorter than this: growing the id table as it fills would hash
-    // every id read so far again.
+    // Entry lines are rarely shorter than 256 bytes: growing the index as it fills would copy
+    // it (and hash every id read so far again) at each doubling.
     let file_len = blocks.file.metadata().map_or(0, |m| m.len());
-    session.reserve((file_len / 256).min(1 << 24) as usize);
+    let expected_entries = (file_len / 256).min(1 << 24) as usize;
+    session.reserve(expected_entries);
     // A log that fits in one block is held parsed: holding its lines would save little, and
     // its model input is most of it, which the first budget would parse again.
     let hold_as_lines = file_len > blocks.size as u64;
@@ -461,7 +462,7 @@ fn load_in_blocks(
     // Keys cost a checksum of every line: only a writer (which records them) or a reader of
     // recorded counts needs them.
     let keyed = repair || recorded.is_some();
-    let mut line_keys = Vec::new();
+    let mut line_keys = Vec::with_capacity(if keyed { expected_entries } else { 0 });
     // Leading entries whose counts came from the side file.
     let mut recorded_upto = 0usize;
     loop {
@@ -1324,6 +1325,36 @@ mod tests {
         assert_eq!(s.entries().to_vec(), b.session.entries().to_vec());
         let (log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
         assert_eq!(log.session().parsed_entries(), 123);
+    }
+
+    /// A log never compacted: its whole history is the model input. The first budget is
+    /// read from the index (entry types, call ids, counts), not from the entries: only the
+    /// current turn's are parsed.
+    #[test]
+    fn the_first_budget_of_a_log_never_compacted_parses_only_the_current_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        let mut b = crate::session::testing::Builder::new();
+        for i in 0..40 {
+            b.user(&format!("question {i}"));
+            b.call(
+                &format!("c{i}"),
+                "Bash",
+                serde_json::json!({"command": "ls"}),
+            );
+            if i % 7 != 3 {
+                b.result(&format!("c{i}"), "files");
+            }
+            b.assistant(&format!("answer {i}"));
+        }
+        log.append_all(b.session.entries().to_vec()).unwrap();
+        drop(log);
+        let loaded = load_in_blocks(&p, Some(b.session.tokenizer()), true, 512).unwrap();
+        let s = &loaded.session;
+        assert_eq!(s.parsed_entries(), 0);
+        assert_eq!(s.tally(), b.session.tally());
+        assert!(s.parsed_entries() <= 4, "{} parsed", s.parsed_entries());
     }
 
     /// Logs written before failed appends were cut back: a partial entry with the next

@@ -2,6 +2,7 @@
 //! append-only JSONL log on disk.
 
 mod calibrate;
+mod calls;
 mod decode;
 pub mod entry;
 pub mod log;
@@ -78,13 +79,79 @@ fn count_derived(kind: TokenizerKind, e: &Entry) -> Box<[u32]> {
     }
 }
 
+/// One entry's count, filled once: half the size of `OnceLock<u32>`, and a long log holds one
+/// per entry. Counts saturate one below `u32::MAX`, which marks "not counted yet".
+#[derive(Debug)]
+struct Count(std::sync::atomic::AtomicU32);
+
+impl Count {
+    const NOT_COUNTED: u32 = u32::MAX;
+
+    fn new() -> Count {
+        Count(std::sync::atomic::AtomicU32::new(Self::NOT_COUNTED))
+    }
+
+    fn get(&self) -> Option<u32> {
+        Some(self.0.load(std::sync::atomic::Ordering::Acquire)).filter(|&n| n != Self::NOT_COUNTED)
+    }
+
+    /// Keep `n` unless a count is there already.
+    fn set(&self, n: u32) -> u32 {
+        use std::sync::atomic::Ordering;
+        let n = n.min(Self::NOT_COUNTED - 1);
+        match self
+            .0
+            .compare_exchange(Self::NOT_COUNTED, n, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => n,
+            Err(kept) => kept,
+        }
+    }
+
+    fn get_or_init(&self, count: impl FnOnce() -> u32) -> u32 {
+        self.get().unwrap_or_else(|| self.set(count()))
+    }
+}
+
+/// The derived counts of the entries that have any (most have none), all in one table.
+#[derive(Debug, Default)]
+struct Derived {
+    /// Entry index → where its counts start in `values`, and how many.
+    at: hashbrown::HashMap<u32, (u32, u32), foldhash::fast::FixedState>,
+    values: Vec<Count>,
+}
+
+impl Derived {
+    fn add(&mut self, idx: u32, len: usize) {
+        let start = u32::try_from(self.values.len())
+            .expect("a session holds fewer than 4 billion derived counts");
+        self.at.insert(idx, (start, len as u32));
+        self.values.extend((0..len).map(|_| Count::new()));
+    }
+
+    /// The same entries, nothing counted.
+    fn like(&self) -> Derived {
+        Derived {
+            at: self.at.clone(),
+            values: self.values.iter().map(|_| Count::new()).collect(),
+        }
+    }
+
+    /// Entry `idx`'s cells, one per derived count; empty when it has none.
+    fn cells(&self, idx: usize) -> &[Count] {
+        match self.at.get(&(idx as u32)) {
+            Some(&(start, len)) => &self.values[start as usize..(start + len) as usize],
+            None => &[],
+        }
+    }
+}
+
 /// Per-entry counts made with one tokenizer.
 #[derive(Debug)]
 struct Counts {
     tokenizer: TokenizerKind,
-    tokens: Vec<OnceLock<u32>>,
-    /// Derived counts by entry index, for the entries that have any: most have none.
-    derived: hashbrown::HashMap<u32, OnceLock<Box<[u32]>>, foldhash::fast::FixedState>,
+    tokens: Vec<Count>,
+    derived: Derived,
 }
 
 impl Counts {
@@ -92,7 +159,7 @@ impl Counts {
         Counts {
             tokenizer,
             tokens: Vec::new(),
-            derived: Default::default(),
+            derived: Derived::default(),
         }
     }
 
@@ -101,21 +168,17 @@ impl Counts {
     fn like(other: &Counts, tokenizer: TokenizerKind) -> Counts {
         Counts {
             tokenizer,
-            tokens: other.tokens.iter().map(|_| OnceLock::new()).collect(),
-            derived: other
-                .derived
-                .keys()
-                .map(|&i| (i, OnceLock::new()))
-                .collect(),
+            tokens: other.tokens.iter().map(|_| Count::new()).collect(),
+            derived: other.derived.like(),
         }
     }
 
     fn push(&mut self, e: &Entry) {
-        if derived_len(e) > 0 {
-            self.derived
-                .insert(self.tokens.len() as u32, OnceLock::new());
+        let len = derived_len(e);
+        if len > 0 {
+            self.derived.add(self.tokens.len() as u32, len);
         }
-        self.tokens.push(OnceLock::new());
+        self.tokens.push(Count::new());
     }
 }
 
@@ -169,6 +232,8 @@ pub struct Session {
     parent: Links,
     /// Each entry's type.
     kinds: Vec<EntryKind>,
+    /// Each entry's tool-call ids.
+    calls: calls::CallIndex,
     /// Latest capsule at or above each entry on its branch.
     capsule_on_path: Links,
     /// Latest setting entry at or above each entry on its branch.
@@ -209,6 +274,7 @@ impl Session {
             bridges: HashMap::new(),
             parent: Links::default(),
             kinds: Vec::new(),
+            calls: calls::CallIndex::default(),
             capsule_on_path: Links::default(),
             setting_on_path: Links::default(),
             usage_on_path: Links::default(),
@@ -276,7 +342,7 @@ impl Session {
                 slot => slot.insert(Counts::like(&self.counts, tokenizer)),
             }
         };
-        let _ = target.tokens[idx].set(counts.tokens);
+        target.tokens[idx].set(counts.tokens);
         // A sample measures a view of the session's own tokenizer under the default policy
         // for foreign compactions; the side file is written under both.
         if let (Some(sample), true) = (
@@ -289,9 +355,10 @@ impl Session {
             }
         }
         // A record of another shape (another counting of the same line) is not taken.
-        if counts.derived.len() == self.entries.with(idx, derived_len) {
-            if let Some(cell) = target.derived.get(&(idx as u32)) {
-                let _ = cell.set(counts.derived);
+        let cells = target.derived.cells(idx);
+        if counts.derived.len() == cells.len() {
+            for (cell, &n) in cells.iter().zip(counts.derived.iter()) {
+                cell.set(n);
             }
         }
     }
@@ -303,26 +370,46 @@ impl Session {
             self.entries.with(idx, |e| {
                 self.counts.tokens[idx]
                     .get_or_init(|| clamp_count(entry_tokens(self.tokenizer, e)));
-                if let Some(cell) = self.counts.derived.get(&(idx as u32)) {
-                    cell.get_or_init(|| count_derived(self.tokenizer, e));
-                }
+                self.fill_derived(idx, e);
             });
         }
         EntryCounts {
             tokens: self.tokens_of(idx) as u32,
-            derived: self.derived_counts(idx).into(),
+            derived: self.derived_counts(idx),
             sample: self.measured_sample(idx),
         }
     }
 
     /// The counts of what the view derives from entry `idx` (see [`EntryCounts::derived`]),
     /// counted once.
-    pub fn derived_counts(&self, idx: usize) -> &[u32] {
-        match self.counts.derived.get(&(idx as u32)) {
-            Some(cell) => {
-                cell.get_or_init(|| self.entries.with(idx, |e| count_derived(self.tokenizer, e)))
+    pub fn derived_counts(&self, idx: usize) -> Box<[u32]> {
+        self.derived_cells(idx)
+            .iter()
+            .map(|c| c.get().unwrap_or(0))
+            .collect()
+    }
+
+    /// The `n`-th derived count of entry `idx`, counted once.
+    fn derived_count(&self, idx: usize, n: usize) -> Option<u32> {
+        self.derived_cells(idx).get(n).and_then(Count::get)
+    }
+
+    /// Entry `idx`'s derived counts, counted (once) if they are not yet.
+    fn derived_cells(&self, idx: usize) -> &[Count] {
+        let cells = self.counts.derived.cells(idx);
+        if cells.iter().any(|c| c.get().is_none()) {
+            self.entries.with(idx, |e| self.fill_derived(idx, e));
+        }
+        cells
+    }
+
+    /// Count entry `idx`'s derived counts (`e` is the entry) where they are not counted.
+    fn fill_derived(&self, idx: usize, e: &Entry) {
+        let cells = self.counts.derived.cells(idx);
+        if cells.iter().any(|c| c.get().is_none()) {
+            for (cell, &n) in cells.iter().zip(count_derived(self.tokenizer, e).iter()) {
+                cell.set(n);
             }
-            None => &[],
         }
     }
 
@@ -340,9 +427,7 @@ impl Session {
     /// Tokens of the stand-in result the view sends for the `call`-th tool call of entry
     /// `call_entry` while the call has no result (0 where the entry has no such call).
     pub fn stand_in_tokens_at(&self, call_entry: usize, call: usize) -> u64 {
-        self.derived_counts(call_entry)
-            .get(call)
-            .map_or(0, |&n| u64::from(n))
+        self.derived_count(call_entry, call).map_or(0, u64::from)
     }
 
     /// Count every entry not counted yet, on several threads when there is much to count
@@ -478,6 +563,7 @@ impl Session {
         self.leaf = rewind_to.or(Some(idx));
         self.parent.push(parent);
         self.kinds.push(entry.body.kind());
+        self.calls.push(&entry);
         self.capsule_on_path.push(capsule);
         self.setting_on_path.push(setting);
         self.usage_on_path.push(usage);
@@ -526,40 +612,27 @@ impl Session {
         self.entries.with(idx, f)
     }
 
-    /// Parse the entries at `indices` not parsed yet, on several threads when there are
-    /// many: the first budget of a long log that was never compacted reads all of it.
-    pub(crate) fn read_ahead(&self, indices: &[usize]) {
-        let todo: Vec<usize> = indices
-            .iter()
-            .copied()
-            .filter(|&i| !self.entries.is_parsed(i))
-            .collect();
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(8);
-        // Fewer are read where they are needed.
-        if threads < 2 || todo.len() < PARALLEL_COUNT_MIN {
-            return;
-        }
-        let chunk = todo.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            for part in todo.chunks(chunk) {
-                scope.spawn(move || {
-                    part.iter().for_each(|&i| {
-                        self.entries.get(i);
-                    })
-                });
-            }
-        });
-    }
-
     /// `f` of entry `idx`'s id, without parsing the entry.
     pub fn with_id<R>(&self, idx: usize, f: impl FnOnce(&str) -> R) -> R {
         self.entries.with_id(idx, f)
     }
 
     /// Make room for `additional` more entries in the index.
+    /// Every per-entry table is sized once: grown by doubling, each would leave its smaller
+    /// copies behind in the heap.
     pub(crate) fn reserve(&mut self, additional: usize) {
+        self.entries.reserve(additional);
+        for links in [
+            &mut self.parent,
+            &mut self.capsule_on_path,
+            &mut self.setting_on_path,
+            &mut self.usage_on_path,
+        ] {
+            links.0.reserve(additional);
+        }
+        self.kinds.reserve(additional);
+        self.calls.reserve(additional);
+        self.counts.tokens.reserve(additional);
         let (entries, hasher) = (&self.entries, &self.id_hasher);
         self.by_id.reserve(additional, |&i| {
             entries.with_id(i as usize, |id| hasher.hash_one(id))
@@ -608,6 +681,17 @@ impl Session {
         self.kinds[idx]
     }
 
+    /// The ids of the tool calls entry `idx` makes (an assistant message), or of the one it
+    /// answers (a tool result), without parsing it.
+    pub fn call_ids_of(&self, idx: usize) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.calls.of(idx)
+    }
+
+    /// Whether entry `idx` is an assistant message with provider usage, without parsing it.
+    pub fn has_usage(&self, idx: usize) -> bool {
+        self.usage_on_path.at(idx) == Some(idx as u32)
+    }
+
     /// The indices of the entries of type `kind`, in file order, parsing none of the others.
     pub fn indices_of(&self, kind: EntryKind) -> impl DoubleEndedIterator<Item = usize> + '_ {
         (0..self.kinds.len()).filter(move |&i| self.kinds[i] == kind)
@@ -633,7 +717,7 @@ impl Session {
 
     /// Tokens the entry costs in the model input, counted once and cached.
     pub fn tokens_of(&self, idx: usize) -> u64 {
-        u64::from(*self.counts.tokens[idx].get_or_init(|| {
+        u64::from(self.counts.tokens[idx].get_or_init(|| {
             clamp_count(self.entries.with(idx, |e| entry_tokens(self.tokenizer, e)))
         }))
     }
@@ -641,9 +725,7 @@ impl Session {
     /// Counted (system prompt, tool schemas) text of setting entry `idx`, counted once.
     fn setting_overhead(&self, idx: usize) -> (u32, u32) {
         match *self.derived_counts(idx) {
-            [system, tools] if matches!(self.entries.get(idx).body, EntryBody::Setting(_)) => {
-                (system, tools)
-            }
+            [system, tools] if self.kind_of(idx) == EntryKind::Setting => (system, tools),
             _ => (0, 0),
         }
     }

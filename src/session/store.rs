@@ -99,6 +99,11 @@ impl Store {
         self.parsed.is_empty()
     }
 
+    pub fn reserve(&mut self, additional: usize) {
+        self.parsed.reserve(additional);
+        self.spans.reserve(additional);
+    }
+
     /// Append an entry, held parsed.
     pub fn push(&mut self, entry: Entry) {
         self.parsed.push(OnceLock::from(Box::new(entry)));
@@ -224,11 +229,6 @@ impl Store {
             .expect("a block is held while an entry in it is not parsed");
         parse_line(&bytes[span.range()])
             .expect("a line that parsed when the log was read parses again")
-    }
-
-    /// Whether entry `idx` is held parsed.
-    pub fn is_parsed(&self, idx: usize) -> bool {
-        self.parsed[idx].get().is_some()
     }
 
     /// Entries parsed so far, and the bytes held for those that are not.

@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 
-use super::entry::{EntryBody, IntentAction, Role, Trigger, Usage};
+use super::entry::{EntryBody, EntryKind, IntentAction, Role, Trigger, Usage};
 use super::turn::{turn_facts, PendingIntent, TurnFacts};
 use super::view::{ModelView, ViewItem, ViewPart, ViewSlot};
 use super::Session;
@@ -28,8 +28,17 @@ struct Unanswered {
     tokens: u64,
 }
 
-/// Call ids, hashed with foldhash (seeded per process): a long view holds tens of thousands.
-type CallIds = HashSet<String, foldhash::fast::RandomState>;
+/// Call ids by a 64-bit hash of each: a long view holds hundreds of thousands, and the ids
+/// themselves are in the session. Two ids with one hash only ever make the tally think a
+/// call id was used twice, and a tally that does is built again from the view.
+type CallIds = HashSet<u64, foldhash::fast::RandomState>;
+
+/// The hash of a call id in [`CallIds`]: the same in every tally, so that two tallies of one
+/// view are equal.
+fn call_key(id: &str) -> u64 {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x5ba_ca11).hash_one(id)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tally {
@@ -63,17 +72,15 @@ impl Tally {
         let mut unanswered = Vec::new();
         let results = view.entry_indices().chain(view.left_out.iter().copied());
         for i in results {
-            let e = session.entry(i);
-            if let Some(r) = e.as_tool_result() {
-                result_call_ids.insert(r.call_id.clone());
-            }
-            for (id, _, _) in e.tool_calls() {
-                call_ids.insert(id.to_string());
-            }
+            let ids = match session.kind_of(i) {
+                EntryKind::ToolResult => &mut result_call_ids,
+                _ => &mut call_ids,
+            };
+            ids.extend(session.call_ids_of(i).map(call_key));
         }
         for slot in &view.slots {
-            if let (ViewItem::InterruptedResult { call_entry, .. }, Some((call_id, _))) =
-                (&slot.item, slot.item.interrupted_call(session))
+            if let (ViewItem::InterruptedResult { call_entry, .. }, Some(call_id)) =
+                (&slot.item, slot.item.interrupted_call_id(session))
             {
                 unanswered.push(Unanswered {
                     call_id: call_id.to_string(),
@@ -162,8 +169,8 @@ impl Tally {
         let mut new_calls: Vec<(usize, &str)> = Vec::new();
         for (call, (id, _, _)) in e.tool_calls().enumerate() {
             // A call id seen before pairs in ways only the view's full pass decides.
-            if self.call_ids.contains(id)
-                || self.result_call_ids.contains(id)
+            if self.call_ids.contains(&call_key(id))
+                || self.result_call_ids.contains(&call_key(id))
                 || new_calls.iter().any(|&(_, seen)| seen == id)
             {
                 return false;
@@ -175,7 +182,7 @@ impl Tally {
         for (call, id) in new_calls {
             let tokens = session.stand_in_tokens_at(idx, call);
             added += tokens;
-            self.call_ids.insert(id.to_string());
+            self.call_ids.insert(call_key(id));
             self.unanswered.push(Unanswered {
                 call_id: id.to_string(),
                 call_entry: idx,
@@ -203,7 +210,7 @@ impl Tally {
     }
 
     fn result(&mut self, session: &Session, idx: usize, call_id: &str) -> bool {
-        let answered_before = !self.result_call_ids.insert(call_id.to_string());
+        let answered_before = !self.result_call_ids.insert(call_key(call_id));
         let Some(pos) = self.unanswered.iter().position(|u| u.call_id == call_id) else {
             // No call waits for it: the view leaves it out.
             return true;

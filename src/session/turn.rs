@@ -1,7 +1,7 @@
 //! What the log says about the current agent turn: soft compaction attempts, overflow
 //! recoveries, and the pending intents of soft triggers.
 
-use super::entry::{EntryBody, IntentAction, Outcome, Role};
+use super::entry::{EntryBody, EntryKind, IntentAction, Outcome, Role};
 use super::Session;
 use crate::session::entry::Trigger;
 
@@ -44,6 +44,12 @@ pub fn turn_facts(session: &Session, leaf: Option<usize>) -> TurnFacts {
     let mut recorded: Vec<PendingIntent> = Vec::new();
     let mut cur = leaf;
     while let Some(i) = cur {
+        // Past the turn's start only intents and the capsule still matter: the others, most
+        // of a long history, are passed by their type without parsing them.
+        if !in_turn && !matches!(session.kind_of(i), EntryKind::Intent | EntryKind::Capsule) {
+            cur = session.parent_of(i);
+            continue;
+        }
         let e = session.entry(i);
         match &e.body {
             EntryBody::Message(m) if m.role == Role::User && !m.synthetic => in_turn = false,

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::entry::{ContentBlock, EntryBody, ForeignCompactionEntry, Role};
+use super::entry::{ContentBlock, EntryBody, EntryKind, ForeignCompactionEntry, Role};
 use super::Session;
 use crate::budget::{Breakdown, UsageAnchor};
 use crate::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
@@ -75,6 +75,16 @@ pub enum ViewItem {
 }
 
 impl ViewItem {
+    /// The id of the call an `InterruptedResult` stands in for, from the index.
+    pub fn interrupted_call_id<'s>(&self, session: &'s Session) -> Option<&'s str> {
+        match *self {
+            ViewItem::InterruptedResult { call_entry, call } => {
+                session.call_ids_of(call_entry).nth(call)
+            }
+            _ => None,
+        }
+    }
+
     /// The id and tool name of the call an `InterruptedResult` stands in for.
     pub fn interrupted_call<'s>(&self, session: &'s Session) -> Option<(&'s str, &'s str)> {
         match *self {
@@ -155,17 +165,6 @@ impl ModelView {
         let capsule = session.capsule_on_path(leaf);
         view.capsule = capsule;
 
-        // A long walk (a log never compacted) reads many entries held as lines: parse them on
-        // several threads first.
-        let mut walk = Vec::new();
-        let mut cur = Some(leaf);
-        while let Some(i) = cur.filter(|&i| Some(i) != capsule) {
-            walk.push(i);
-            cur = session.parent_of(i);
-        }
-        session.read_ahead(&walk);
-        drop(walk);
-
         // Walk up from the leaf: new entries until the capsule, or until the latest foreign
         // compaction that replaced the context when the policy honours it.
         let mut new_entries = Vec::new();
@@ -187,11 +186,13 @@ impl ModelView {
         };
         new_entries.reverse();
 
-        let ordered: Vec<(usize, ViewPart)> = tail
+        // Entry indices as the session keeps them (`u32`): one per entry of a long history.
+        let ordered: Vec<(u32, ViewPart)> = tail
             .into_iter()
             .map(|i| (i, ViewPart::RetainedTail))
             .chain(new_entries.into_iter().map(|i| (i, ViewPart::New)))
-            .filter(|(i, _)| session.entry(*i).is_model_visible())
+            .filter(|&(i, _)| is_model_visible(session.kind_of(i)))
+            .map(|(i, part)| (i as u32, part))
             .collect();
 
         match view.foreign {
@@ -317,7 +318,7 @@ impl ModelView {
     pub fn elide_results_over(&mut self, session: &Session, limit: u64) {
         for slot in &mut self.slots {
             if let ViewItem::Entry(i) = slot.item {
-                if session.entry(i).as_tool_result().is_some() && session.tokens_of(i) > limit {
+                if session.kind_of(i) == EntryKind::ToolResult && session.tokens_of(i) > limit {
                     slot.elided = true;
                 }
             }
@@ -401,7 +402,7 @@ impl ModelView {
                 ViewItem::Entry(i) => Some(i),
                 _ => None,
             })
-            .filter(|&i| ignored_from.is_none_or(|fc| i < fc))
+            .filter(|&i| ignored_from.is_none_or(|fc| i < fc) && session.has_usage(i))
             .filter_map(|i| match &session.entry(i).body {
                 EntryBody::Message(m) if m.role == Role::Assistant => m.usage.map(|u| (i, u)),
                 _ => None,
@@ -478,7 +479,7 @@ fn kept_run(session: &Session, first_kept: usize, compaction: usize) -> Vec<usiz
 /// the summary the agent continued from or a record of what it kept.
 fn replacing_compaction(session: &Session, idx: usize) -> Option<&ForeignCompactionEntry> {
     // Told by the index first: walks over a long history pass mostly other entries.
-    if session.kind_of(idx) != super::entry::EntryKind::ForeignCompaction {
+    if session.kind_of(idx) != EntryKind::ForeignCompaction {
         return None;
     }
     match &session.entry(idx).body {
@@ -501,43 +502,59 @@ pub fn foreign_summary_tokens_of(kind: TokenizerKind, f: &ForeignCompactionEntry
     foreign_summary_text(f).map_or(0, |text| MESSAGE_OVERHEAD_TOKENS + kind.count(&text))
 }
 
+/// Whether entries of this type are part of the conversation the model sees (see
+/// [`super::entry::Entry::is_model_visible`]).
+fn is_model_visible(kind: EntryKind) -> bool {
+    matches!(kind, EntryKind::Message | EntryKind::ToolResult)
+}
+
 /// Emit the visible entries so that each assistant message with tool calls is followed by one
 /// result per call, in call order.
-fn pair_tool_results(session: &Session, ordered: &[(usize, ViewPart)], view: &mut ModelView) {
+fn pair_tool_results(session: &Session, ordered: &[(u32, ViewPart)], view: &mut ModelView) {
+    // Entries are told apart by the index's types and call ids: a view of a long history
+    // parses none of them.
+    let is_result = |i: usize| session.kind_of(i) == EntryKind::ToolResult;
+    let (mut results, mut calls) = (0, 0);
+    for &(i, _) in ordered {
+        match is_result(i as usize) {
+            true => results += 1,
+            false => calls += session.call_ids_of(i as usize).len(),
+        }
+    }
     // call id → position in `ordered` of its result (first one wins).
     // Built once per view, and a view per usage report when a session learns its factor:
     // foldhash, several times faster than SipHash on call ids, still seeded per process.
     let hasher = foldhash::fast::RandomState::default();
     let mut result_at: HashMap<&str, usize, _> =
-        HashMap::with_capacity_and_hasher(ordered.len() / 2, hasher.clone());
-    let mut call_ids: HashSet<&str, _> =
-        HashSet::with_capacity_and_hasher(ordered.len() / 2, hasher);
-    for (pos, (i, _)) in ordered.iter().enumerate() {
-        let e = session.entry(*i);
-        if let Some(r) = e.as_tool_result() {
-            result_at.entry(r.call_id.as_str()).or_insert(pos);
-        }
-        for (id, _, _) in e.tool_calls() {
-            call_ids.insert(id);
+        HashMap::with_capacity_and_hasher(results, hasher.clone());
+    let mut call_ids: HashSet<&str, _> = HashSet::with_capacity_and_hasher(calls, hasher);
+    for (pos, &(i, _)) in ordered.iter().enumerate() {
+        let i = i as usize;
+        if is_result(i) {
+            for call_id in session.call_ids_of(i) {
+                result_at.entry(call_id).or_insert(pos);
+            }
+        } else {
+            call_ids.extend(session.call_ids_of(i));
         }
     }
     let mut emitted = vec![false; ordered.len()];
     for (pos, &(i, part)) in ordered.iter().enumerate() {
+        let i = i as usize;
         if emitted[pos] {
             continue;
         }
-        let e = session.entry(i);
-        if let Some(r) = e.as_tool_result() {
-            if !call_ids.contains(r.call_id.as_str()) {
+        if is_result(i) {
+            let call_id = session.call_ids_of(i).next().unwrap_or_default();
+            let entry_id = session.with_id(i, str::to_string);
+            if !call_ids.contains(call_id) {
                 view.warnings.push(format!(
-                    "tool result `{}` (entry {}) has no matching call in the model input; left out",
-                    r.call_id, e.id
+                    "tool result `{call_id}` (entry {entry_id}) has no matching call in the model input; left out"
                 ));
             } else {
                 // A duplicate result for a call whose first result was already emitted.
                 view.warnings.push(format!(
-                    "tool result `{}` (entry {}) repeats an earlier result; left out",
-                    r.call_id, e.id
+                    "tool result `{call_id}` (entry {entry_id}) repeats an earlier result; left out"
                 ));
             }
             view.left_out.push(i);
@@ -550,12 +567,12 @@ fn pair_tool_results(session: &Session, ordered: &[(usize, ViewPart)], view: &mu
             part,
             elided: false,
         });
-        for (call, (call_id, _, _)) in e.tool_calls().enumerate() {
+        for (call, call_id) in session.call_ids_of(i).enumerate() {
             match result_at.get(call_id) {
                 Some(&rpos) if rpos > pos && !emitted[rpos] => {
                     emitted[rpos] = true;
                     view.slots.push(ViewSlot {
-                        item: ViewItem::Entry(ordered[rpos].0),
+                        item: ViewItem::Entry(ordered[rpos].0 as usize),
                         part: ordered[rpos].1,
                         elided: false,
                     });
