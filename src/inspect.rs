@@ -400,7 +400,7 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
         let tokens = ModelView::slot_tokens(session, slot);
         let (entry_id, kind, label, path) = match &slot.item {
             ViewItem::Capsule(i) => {
-                let e = session.entry(*i);
+                let e = session.entry(*i as usize);
                 let c = e.as_capsule().expect("capsule slot");
                 let label = match &c.title {
                     Some(t) => format!("capsule {} “{t}”", c.checkpoint_id),
@@ -409,7 +409,7 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
                 (Some(e.id.clone()), EntryKind::Capsule, label, None)
             }
             ViewItem::ForeignSummary(i) => {
-                let e = session.entry(*i);
+                let e = session.entry(*i as usize);
                 let agent = match &e.body {
                     EntryBody::ForeignCompaction(f) => f.agent.as_str(),
                     _ => "source agent",
@@ -431,7 +431,7 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
                 )
             }
             ViewItem::Entry(i) => {
-                let e = session.entry(*i);
+                let e = session.entry(*i as usize);
                 match &e.body {
                     EntryBody::Message(m) => {
                         let (kind, who) = match m.role {

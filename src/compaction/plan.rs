@@ -120,10 +120,11 @@ fn view_items(session: &Session, view: &ModelView) -> (Vec<usize>, Vec<CutItem>)
     for slot in &view.slots {
         match &slot.item {
             ViewItem::InterruptedResult { call_entry, .. } => {
-                *extra.entry(*call_entry).or_default() += ModelView::slot_tokens(session, slot);
+                *extra.entry(*call_entry as usize).or_default() +=
+                    ModelView::slot_tokens(session, slot);
             }
             ViewItem::Entry(i) if slot.elided => {
-                elided.insert(*i, ModelView::slot_tokens(session, slot));
+                elided.insert(*i as usize, ModelView::slot_tokens(session, slot));
             }
             _ => {}
         }
@@ -269,7 +270,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         .iter()
         .filter(|s| s.part == ViewPart::RetainedTail)
         .filter_map(|s| match s.item {
-            ViewItem::Entry(i) => Some(i),
+            ViewItem::Entry(i) => Some(i as usize),
             _ => None,
         })
         .collect();
@@ -381,9 +382,9 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         .zip(messages)
         .filter(|(slot, _)| {
             let idx = match &slot.item {
-                ViewItem::Entry(i) => Some(*i),
-                ViewItem::InterruptedResult { call_entry, .. } => Some(*call_entry),
-                ViewItem::ForeignSummary(f) => Some(*f),
+                ViewItem::Entry(i) => Some(*i as usize),
+                ViewItem::InterruptedResult { call_entry, .. } => Some(*call_entry as usize),
+                ViewItem::ForeignSummary(f) => Some(*f as usize),
                 ViewItem::Capsule(_) => None,
             };
             matches!((idx, cut_entry), (Some(i), Some(c)) if i < c)

@@ -355,7 +355,10 @@ impl Session {
             }
         }
         // A record of another shape (another counting of the same line) is not taken.
-        let cells = target.derived.cells(idx);
+        let cells = match counts.derived.is_empty() {
+            true => &[],
+            false => target.derived.cells(idx),
+        };
         if counts.derived.len() == cells.len() {
             for (cell, &n) in cells.iter().zip(counts.derived.iter()) {
                 cell.set(n);

@@ -10,25 +10,23 @@
 
 use std::ops::Index;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use once_cell::race::OnceBox;
 
 use super::entry::Entry;
 
-/// Where an entry not parsed yet lies: `len` bytes at `start` in block `block`.
+/// Where an entry not parsed yet lies: `len` bytes at `start` in the block it was read in
+/// (the block is found from the entry's index: blocks hold consecutive entries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Span {
-    block: u32,
     start: u32,
     len: u32,
 }
 
 impl Span {
     /// The span of an entry that was never held as bytes.
-    const NONE: Span = Span {
-        block: u32::MAX,
-        start: 0,
-        len: 0,
-    };
+    const NONE: Span = Span { start: 0, len: 0 };
 
     fn range(self) -> std::ops::Range<usize> {
         self.start as usize..(self.start as usize + self.len as usize)
@@ -42,6 +40,8 @@ struct Block {
     bytes: Mutex<Option<Arc<Vec<u8>>>>,
     /// Entries held here and not parsed yet.
     unparsed: AtomicU32,
+    /// The index of the first entry pushed after the block was held.
+    first_entry: u32,
 }
 
 impl std::fmt::Debug for Block {
@@ -64,7 +64,8 @@ impl Block {
 /// A session's entries in file order.
 #[derive(Debug, Default)]
 pub(super) struct Store {
-    parsed: Vec<OnceLock<Box<Entry>>>,
+    /// A pointer each: filled by whichever reader parses first.
+    parsed: Vec<OnceBox<Entry>>,
     spans: Vec<Span>,
     blocks: Vec<Block>,
 }
@@ -106,7 +107,9 @@ impl Store {
 
     /// Append an entry, held parsed.
     pub fn push(&mut self, entry: Entry) {
-        self.parsed.push(OnceLock::from(Box::new(entry)));
+        let cell = OnceBox::new();
+        let _ = cell.set(Box::new(entry));
+        self.parsed.push(cell);
         self.spans.push(Span::NONE);
     }
 
@@ -116,6 +119,7 @@ impl Store {
         self.blocks.push(Block {
             bytes: Mutex::new(Some(bytes)),
             unparsed: AtomicU32::new(0),
+            first_entry: self.parsed.len() as u32,
         });
         (self.blocks.len() - 1) as u32
     }
@@ -128,6 +132,9 @@ impl Store {
         let (Ok(start32), Ok(len32)) = (u32::try_from(start), u32::try_from(len)) else {
             return false;
         };
+        if self.block_of(idx) != Some(block as usize) {
+            return false;
+        }
         let Some(b) = self.blocks.get_mut(block as usize) else {
             return false;
         };
@@ -144,11 +151,10 @@ impl Store {
             return false;
         }
         self.spans[idx] = Span {
-            block,
             start: start32,
             len: len32,
         };
-        self.parsed[idx] = OnceLock::new();
+        self.parsed[idx] = OnceBox::new();
         *b.unparsed.get_mut() += 1;
         true
     }
@@ -162,23 +168,43 @@ impl Store {
         }
     }
 
+    /// The block entry `idx` was read in (when it was read from a log).
+    fn block_of(&self, idx: usize) -> Option<usize> {
+        self.blocks
+            .partition_point(|b| b.first_entry as usize <= idx)
+            .checked_sub(1)
+    }
+
+    /// The held block and span of entry `idx`, which is not parsed.
+    fn lines_of(&self, idx: usize) -> (&Block, Span) {
+        let block = self
+            .block_of(idx)
+            .expect("an entry not parsed was read from a block");
+        (&self.blocks[block], self.spans[idx])
+    }
+
     /// Entry `idx`, parsed on first read and kept parsed.
     pub fn get(&self, idx: usize) -> &Entry {
-        let mut emptied = None;
-        let entry = self.parsed[idx].get_or_init(|| {
-            let span = self.spans[idx];
-            let block = &self.blocks[span.block as usize];
-            let entry = Self::parse_held(block, span);
-            if block.unparsed.fetch_sub(1, Ordering::AcqRel) == 1 {
-                emptied = Some(block);
-            }
-            Box::new(entry)
-        });
-        // Freed once the entry is set: a reader that finds the bytes gone finds it parsed.
-        if let Some(block) = emptied {
+        let cell = &self.parsed[idx];
+        if let Some(e) = cell.get() {
+            return e;
+        }
+        let (block, span) = self.lines_of(idx);
+        // Cloned, then parsed outside the lock, so that threads reading one block do not wait
+        // in turn.
+        let Some(bytes) = block.lock().clone() else {
+            // Freed meanwhile: the entry was parsed, and set before its block was freed.
+            return cell
+                .get()
+                .expect("an entry is parsed before its block is freed");
+        };
+        let entry = parse_line(&bytes[span.range()])
+            .expect("a line that parsed when the log was read parses again");
+        // Two readers may parse it at once; the first to set it counts it as parsed.
+        if cell.set(Box::new(entry)).is_ok() && block.unparsed.fetch_sub(1, Ordering::AcqRel) == 1 {
             *block.lock() = None;
         }
-        entry
+        cell.get().expect("just set")
     }
 
     /// `f` of entry `idx`, parsing it for this call only when it is not parsed yet: for walks
@@ -187,8 +213,7 @@ impl Store {
         if let Some(e) = self.parsed[idx].get() {
             return f(e);
         }
-        let span = self.spans[idx];
-        let block = &self.blocks[span.block as usize];
+        let (block, span) = self.lines_of(idx);
         let bytes = block.lock().clone();
         let parsed = bytes.map(|bytes| {
             parse_line(&bytes[span.range()])
@@ -206,8 +231,7 @@ impl Store {
         if let Some(e) = self.parsed[idx].get() {
             return f(&e.id);
         }
-        let span = self.spans[idx];
-        let block = &self.blocks[span.block as usize];
+        let (block, span) = self.lines_of(idx);
         let bytes = block.lock();
         match bytes
             .as_deref()
@@ -219,16 +243,6 @@ impl Store {
                 f(&self.get(idx).id)
             }
         }
-    }
-
-    fn parse_held(block: &Block, span: Span) -> Entry {
-        // Parsed outside the lock, so that threads reading one block do not wait in turn.
-        let bytes = block
-            .lock()
-            .clone()
-            .expect("a block is held while an entry in it is not parsed");
-        parse_line(&bytes[span.range()])
-            .expect("a line that parsed when the log was read parses again")
     }
 
     /// Entries parsed so far, and the bytes held for those that are not.

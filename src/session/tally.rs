@@ -84,7 +84,7 @@ impl Tally {
             {
                 unanswered.push(Unanswered {
                     call_id: call_id.to_string(),
-                    call_entry: *call_entry,
+                    call_entry: *call_entry as usize,
                     part: slot.part,
                     tokens: ModelView::slot_tokens(session, slot),
                 });
@@ -221,7 +221,7 @@ impl Tally {
         }
         let call = self.unanswered.remove(pos);
         let slot = ViewSlot {
-            item: ViewItem::Entry(idx),
+            item: ViewItem::Entry(idx as u32),
             part: ViewPart::New,
             elided: self
                 .elide_results_over
@@ -582,7 +582,7 @@ mod tests {
                 let logged_after: u64 = view
                     .slots
                     .iter()
-                    .filter(|slot| matches!(slot.item, ViewItem::Entry(i) if i > at))
+                    .filter(|slot| matches!(slot.item, ViewItem::Entry(i) if i as usize > at))
                     .map(|slot| ModelView::slot_tokens(&b.session, slot))
                     .sum();
                 let floor = anchor.usage.context_tokens() + logged_after;

@@ -61,16 +61,17 @@ pub fn foreign_summary_text(f: &ForeignCompactionEntry) -> Option<String> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ViewItem {
-    Capsule(usize),
+    Capsule(u32),
     /// The summary of the `foreign_compaction` entry the view starts from.
-    ForeignSummary(usize),
-    Entry(usize),
+    ForeignSummary(u32),
+    Entry(u32),
     /// Stand-in result for the `call`-th tool call of entry `call_entry`, which has none.
-    /// Positions rather than the call's id and name: a view of a long history holds one slot
-    /// per entry, and each slot is as large as its largest variant.
+    /// Positions rather than the call's id and name, and entry indices as the session keeps
+    /// them (`u32`): a view of a long history holds one slot per entry, and each slot is as
+    /// large as its largest variant.
     InterruptedResult {
-        call_entry: usize,
-        call: usize,
+        call_entry: u32,
+        call: u32,
     },
 }
 
@@ -79,7 +80,7 @@ impl ViewItem {
     pub fn interrupted_call_id<'s>(&self, session: &'s Session) -> Option<&'s str> {
         match *self {
             ViewItem::InterruptedResult { call_entry, call } => {
-                session.call_ids_of(call_entry).nth(call)
+                session.call_ids_of(call_entry as usize).nth(call as usize)
             }
             _ => None,
         }
@@ -89,9 +90,9 @@ impl ViewItem {
     pub fn interrupted_call<'s>(&self, session: &'s Session) -> Option<(&'s str, &'s str)> {
         match *self {
             ViewItem::InterruptedResult { call_entry, call } => session
-                .entry(call_entry)
+                .entry(call_entry as usize)
                 .tool_calls()
-                .nth(call)
+                .nth(call as usize)
                 .map(|(id, name, _)| (id, name)),
             _ => None,
         }
@@ -199,7 +200,7 @@ impl ModelView {
             Some(f) => {
                 if replacing_compaction(session, f).is_some_and(|fc| fc.summary.is_some()) {
                     view.slots.push(ViewSlot {
-                        item: ViewItem::ForeignSummary(f),
+                        item: ViewItem::ForeignSummary(f as u32),
                         part: ViewPart::Capsule,
                         elided: false,
                     });
@@ -208,7 +209,7 @@ impl ModelView {
             None => {
                 if let Some(c) = capsule {
                     view.slots.push(ViewSlot {
-                        item: ViewItem::Capsule(c),
+                        item: ViewItem::Capsule(c as u32),
                         part: ViewPart::Capsule,
                         elided: false,
                     });
@@ -318,6 +319,7 @@ impl ModelView {
     pub fn elide_results_over(&mut self, session: &Session, limit: u64) {
         for slot in &mut self.slots {
             if let ViewItem::Entry(i) = slot.item {
+                let i = i as usize;
                 if session.kind_of(i) == EntryKind::ToolResult && session.tokens_of(i) > limit {
                     slot.elided = true;
                 }
@@ -328,7 +330,7 @@ impl ModelView {
     /// Ids of the entries in the view, in order (capsule and synthetic results left out).
     pub fn entry_indices(&self) -> impl Iterator<Item = usize> + '_ {
         self.slots.iter().filter_map(|s| match s.item {
-            ViewItem::Entry(i) => Some(i),
+            ViewItem::Entry(i) => Some(i as usize),
             _ => None,
         })
     }
@@ -336,6 +338,7 @@ impl ModelView {
     pub fn slot_tokens(session: &Session, slot: &ViewSlot) -> u64 {
         if slot.elided {
             if let ViewItem::Entry(i) = slot.item {
+                let i = i as usize;
                 if let Some(r) = session.entry(i).as_tool_result() {
                     let kind = session.tokenizer();
                     return MESSAGE_OVERHEAD_TOKENS
@@ -345,10 +348,10 @@ impl ModelView {
             }
         }
         match &slot.item {
-            ViewItem::Capsule(i) | ViewItem::Entry(i) => session.tokens_of(*i),
-            ViewItem::ForeignSummary(i) => foreign_summary_tokens(session, *i),
+            ViewItem::Capsule(i) | ViewItem::Entry(i) => session.tokens_of(*i as usize),
+            ViewItem::ForeignSummary(i) => foreign_summary_tokens(session, *i as usize),
             ViewItem::InterruptedResult { call_entry, call } => {
-                session.stand_in_tokens_at(*call_entry, *call)
+                session.stand_in_tokens_at(*call_entry as usize, *call as usize)
             }
         }
     }
@@ -399,7 +402,7 @@ impl ModelView {
             .iter()
             .filter(|s| s.part == ViewPart::New)
             .filter_map(|s| match s.item {
-                ViewItem::Entry(i) => Some(i),
+                ViewItem::Entry(i) => Some(i as usize),
                 _ => None,
             })
             .filter(|&i| ignored_from.is_none_or(|fc| i < fc) && session.has_usage(i))
@@ -414,7 +417,7 @@ impl ModelView {
             .iter()
             .filter(|s| s.part == ViewPart::New)
             .filter(|s| match s.item {
-                ViewItem::Entry(i) => i > at,
+                ViewItem::Entry(i) => i as usize > at,
                 ViewItem::InterruptedResult { .. } => true,
                 ViewItem::Capsule(_) | ViewItem::ForeignSummary(_) => false,
             })
@@ -563,7 +566,7 @@ fn pair_tool_results(session: &Session, ordered: &[(u32, ViewPart)], view: &mut 
         }
         emitted[pos] = true;
         view.slots.push(ViewSlot {
-            item: ViewItem::Entry(i),
+            item: ViewItem::Entry(i as u32),
             part,
             elided: false,
         });
@@ -572,15 +575,15 @@ fn pair_tool_results(session: &Session, ordered: &[(u32, ViewPart)], view: &mut 
                 Some(&rpos) if rpos > pos && !emitted[rpos] => {
                     emitted[rpos] = true;
                     view.slots.push(ViewSlot {
-                        item: ViewItem::Entry(ordered[rpos].0 as usize),
+                        item: ViewItem::Entry(ordered[rpos].0),
                         part: ordered[rpos].1,
                         elided: false,
                     });
                 }
                 _ => view.slots.push(ViewSlot {
                     item: ViewItem::InterruptedResult {
-                        call_entry: i,
-                        call,
+                        call_entry: i as u32,
+                        call: call as u32,
                     },
                     part,
                     elided: false,
@@ -613,7 +616,10 @@ pub fn elided_text(entry_id: &str, r: &super::entry::ToolResultEntry) -> String 
 fn render_slot(session: &Session, slot: &ViewSlot) -> ModelMessage {
     match &slot.item {
         ViewItem::Capsule(i) => {
-            let cap = session.entry(*i).as_capsule().expect("capsule slot");
+            let cap = session
+                .entry(*i as usize)
+                .as_capsule()
+                .expect("capsule slot");
             ModelMessage {
                 role: "user".into(),
                 content: vec![ContentBlock::text(
@@ -625,7 +631,7 @@ fn render_slot(session: &Session, slot: &ViewSlot) -> ModelMessage {
             }
         }
         ViewItem::ForeignSummary(i) => {
-            let text = match &session.entry(*i).body {
+            let text = match &session.entry(*i as usize).body {
                 EntryBody::ForeignCompaction(f) => foreign_summary_text(f).unwrap_or_default(),
                 _ => unreachable!("a foreign summary slot holds a foreign compaction"),
             };
@@ -638,7 +644,7 @@ fn render_slot(session: &Session, slot: &ViewSlot) -> ModelMessage {
             }
         }
         ViewItem::Entry(i) => {
-            let e = session.entry(*i);
+            let e = session.entry(*i as usize);
             match &e.body {
                 EntryBody::Message(m) => ModelMessage {
                     role: m.role.as_str().into(),
@@ -1009,7 +1015,7 @@ mod foreign_compaction_tests {
         assert_eq!(view.capsule, s.index_of(&c));
         assert_eq!(
             view.slots[0].item,
-            ViewItem::Capsule(s.index_of(&c).unwrap())
+            ViewItem::Capsule(s.index_of(&c).unwrap() as u32)
         );
         let rest: Vec<String> = texts(s)[1..].to_vec();
         assert_eq!(rest, ["user:kept by SOBA", "user:newest"]);

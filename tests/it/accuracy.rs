@@ -213,7 +213,7 @@ fn every_result_of_a_codex_parallel_call_counts_in_the_next_budget() {
             let pos = view
                 .slots
                 .iter()
-                .position(|s| s.item == ViewItem::Entry(idx))
+                .position(|s| s.item == ViewItem::Entry(idx as u32))
                 .unwrap();
             let in_view_order: u64 = view.slots[pos + 1..]
                 .iter()
