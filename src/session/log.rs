@@ -1034,19 +1034,7 @@ mod tests {
     use crate::session::entry::*;
     use crate::session::testing::header;
 
-    fn msg(id: &str, parent: Option<&str>, text: &str) -> Entry {
-        Entry::new(
-            id,
-            parent.map(str::to_string),
-            EntryBody::Message(MessageEntry {
-                role: Role::User,
-                content: vec![ContentBlock::text(text)],
-                usage: None,
-                model: None,
-                synthetic: false,
-            }),
-        )
-    }
+    use crate::session::testing::user_message as msg;
 
     /// A log at `dir/s.jsonl` holding `a` and its child `b`.
     fn two_entry_log(dir: &Path) -> (PathBuf, SessionLog) {
@@ -1307,14 +1295,20 @@ mod tests {
         }
     }
 
+    /// A log at `dir/s.jsonl` holding `session`'s entries.
+    fn written_log(dir: &Path, session: &Session) -> PathBuf {
+        let p = dir.join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        log.append_all(session.entries().to_vec()).unwrap();
+        p
+    }
+
     /// Opening a long log parses each line to index it, then holds it as its line: only what
     /// is read again (the model input, for a budget) is parsed again and kept parsed. A log
     /// that fits in one block is held parsed.
     #[test]
     fn an_opened_log_keeps_parsed_only_the_entries_read_since() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("s.jsonl");
-        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
         let mut b = crate::session::testing::Builder::new();
         for i in 0..60 {
             b.user(&format!("question {i}"));
@@ -1325,8 +1319,7 @@ mod tests {
         cap.first_kept_entry_id = Some(kept);
         b.push(EntryBody::Capsule(Box::new(cap)));
         b.assistant("after the capsule");
-        log.append_all(b.session.entries().to_vec()).unwrap();
-        drop(log);
+        let p = written_log(dir.path(), &b.session);
         // Read in blocks smaller than the log, as a long log is.
         let loaded = load_in_blocks(&p, None, true, 1024).unwrap();
         let s = &loaded.session;
@@ -1354,8 +1347,6 @@ mod tests {
     #[test]
     fn the_first_budget_of_a_log_never_compacted_parses_only_the_current_turn() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("s.jsonl");
-        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
         let mut b = crate::session::testing::Builder::new();
         for i in 0..40 {
             b.user(&format!("question {i}"));
@@ -1369,8 +1360,7 @@ mod tests {
             }
             b.assistant(&format!("answer {i}"));
         }
-        log.append_all(b.session.entries().to_vec()).unwrap();
-        drop(log);
+        let p = written_log(dir.path(), &b.session);
         let loaded = load_in_blocks(&p, Some(b.session.tokenizer()), true, 512).unwrap();
         let s = &loaded.session;
         assert_eq!(s.parsed_entries(), 0);

@@ -852,6 +852,21 @@ pub(crate) mod testing {
     use crate::tokens::TokenizerKind;
     use serde_json::json;
 
+    /// A user message entry `id` under `parent`.
+    pub fn user_message(id: &str, parent: Option<&str>, text: &str) -> Entry {
+        Entry::new(id, parent.map(str::to_string), user_text(text))
+    }
+
+    fn user_text(text: &str) -> EntryBody {
+        EntryBody::Message(MessageEntry {
+            role: Role::User,
+            content: vec![ContentBlock::text(text)],
+            usage: None,
+            model: None,
+            synthetic: false,
+        })
+    }
+
     pub fn header() -> SessionHeader {
         SessionHeader {
             kind: HeaderTag::Session,
@@ -888,13 +903,7 @@ pub(crate) mod testing {
         }
 
         pub fn user(&mut self, text: &str) -> String {
-            self.push(EntryBody::Message(MessageEntry {
-                role: Role::User,
-                content: vec![ContentBlock::text(text)],
-                usage: None,
-                model: None,
-                synthetic: false,
-            }))
+            self.push(user_text(text))
         }
 
         pub fn assistant(&mut self, text: &str) -> String {

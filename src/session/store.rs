@@ -372,24 +372,15 @@ impl ExactSizeIterator for Iter<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::entry::{ContentBlock, EntryBody, MessageEntry, Role};
+    use crate::session::testing::user_message;
 
     fn entry(id: &str, text: &str) -> Entry {
-        Entry::new(
-            id,
-            None,
-            EntryBody::Message(MessageEntry {
-                role: Role::User,
-                content: vec![ContentBlock::text(text)],
-                usage: None,
-                model: None,
-                synthetic: false,
-            }),
-        )
+        user_message(id, None, text)
     }
 
-    /// A store holding `entries` as one block of lines, as a log is read.
-    fn shelved(entries: &[Entry]) -> Store {
+    /// A store holding `entries` as one block of lines, as a log is read; with whether each
+    /// is held as its line.
+    fn read_as_lines(entries: &[Entry]) -> (Store, Vec<bool>) {
         let mut bytes = Vec::new();
         let mut spans = Vec::new();
         for e in entries {
@@ -400,10 +391,21 @@ mod tests {
         }
         let mut store = Store::default();
         let block = store.hold_block(Arc::new(bytes));
-        for (i, e) in entries.iter().enumerate() {
-            store.push(e.clone());
-            assert!(store.shelve(i, block, spans[i].0, spans[i].1));
-        }
+        let shelved = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                store.push(e.clone());
+                store.shelve(i, block, spans[i].0, spans[i].1)
+            })
+            .collect();
+        store.free_unneeded_blocks();
+        (store, shelved)
+    }
+
+    fn shelved(entries: &[Entry]) -> Store {
+        let (store, shelved) = read_as_lines(entries);
+        assert!(shelved.iter().all(|&s| s));
         store
     }
 
@@ -428,28 +430,12 @@ mod tests {
 
     #[test]
     fn an_entry_whose_id_has_escapes_stays_parsed() {
-        let entries = [entry("a\"quoted", "x")];
-        let store = shelved_or_kept(&entries);
+        let entries = [entry("a\"quoted", "x"), entry("plain", "y")];
+        let (store, shelved) = read_as_lines(&entries);
+        assert_eq!(shelved, [false, true]);
         assert_eq!(store.held().0, 1);
+        assert!(store.with_id(0, |id| id == "a\"quoted"));
         assert_eq!(store.get(0), &entries[0]);
-    }
-
-    fn shelved_or_kept(entries: &[Entry]) -> Store {
-        let mut bytes = Vec::new();
-        let mut spans = Vec::new();
-        for e in entries {
-            let start = bytes.len();
-            serde_json::to_writer(&mut bytes, e).unwrap();
-            spans.push((start, bytes.len() - start));
-        }
-        let mut store = Store::default();
-        let block = store.hold_block(Arc::new(bytes));
-        for (i, e) in entries.iter().enumerate() {
-            store.push(e.clone());
-            assert!(!store.shelve(i, block, spans[i].0, spans[i].1));
-        }
-        store.free_unneeded_blocks();
-        store
     }
 
     #[test]
