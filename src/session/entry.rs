@@ -119,6 +119,13 @@ pub enum EntryKind {
     ForeignCompaction,
 }
 
+impl EntryKind {
+    /// Whether entries of this type are part of the conversation the model sees.
+    pub fn is_model_visible(self) -> bool {
+        matches!(self, EntryKind::Message | EntryKind::ToolResult)
+    }
+}
+
 impl EntryBody {
     pub fn kind(&self) -> EntryKind {
         match self {
@@ -690,7 +697,7 @@ impl Entry {
 
     /// Whether the entry is part of the conversation the model sees.
     pub fn is_model_visible(&self) -> bool {
-        matches!(self.body, EntryBody::Message(_) | EntryBody::ToolResult(_))
+        self.body.kind().is_model_visible()
     }
 }
 

@@ -470,12 +470,11 @@ fn load_in_blocks(
     let mut session = Session::new(header, kind);
     // Entry lines are rarely shorter than 256 bytes: growing the index as it fills would copy
     // it (and hash every id read so far again) at each doubling.
-    let file_len = left;
-    let expected_entries = (file_len / 256).min(1 << 24) as usize;
+    let expected_entries = (left / 256).min(1 << 24) as usize;
     session.reserve(expected_entries);
     // A log that fits in one block is held parsed: holding its lines would save little, and
     // its model input is most of it, which the first budget would parse again.
-    let hold_as_lines = file_len > blocks.size as u64;
+    let hold_as_lines = left > blocks.size as u64;
     // The leaf before a damaged line whose entry id could not be read: the next entry that
     // names an unknown parent continues the chain from here.
     let mut gap: Option<Option<usize>> = None;

@@ -62,18 +62,17 @@ fn derived_len(e: &Entry) -> usize {
 
 /// Counts the derived parts of `e` (see [`EntryCounts::derived`]).
 fn count_derived(kind: TokenizerKind, e: &Entry) -> Box<[u32]> {
-    let clamp = clamp_count;
     match &e.body {
         EntryBody::Setting(set) => {
-            let count = |t: &Option<String>| t.as_deref().map_or(0, |t| clamp(kind.count(t)));
+            let count = |t: &Option<String>| t.as_deref().map_or(0, |t| clamp_count(kind.count(t)));
             Box::new([count(&set.system_prompt), count(&set.tool_schemas)])
         }
         EntryBody::ForeignCompaction(f) => {
-            Box::new([clamp(view::foreign_summary_tokens_of(kind, f))])
+            Box::new([clamp_count(view::foreign_summary_tokens_of(kind, f))])
         }
         EntryBody::Message(_) => e
             .tool_calls()
-            .map(|(id, _, _)| clamp(view::interrupted_result_tokens(kind, id)))
+            .map(|(id, _, _)| clamp_count(view::interrupted_result_tokens(kind, id)))
             .collect(),
         _ => Box::default(),
     }
@@ -620,9 +619,8 @@ impl Session {
         self.entries.with_id(idx, f)
     }
 
-    /// Make room for `additional` more entries in the index.
-    /// Every per-entry table is sized once: grown by doubling, each would leave its smaller
-    /// copies behind in the heap.
+    /// Make room for `additional` more entries in the index, so that each per-entry table is
+    /// sized once: grown by doubling, each would leave its smaller copies behind in the heap.
     pub(crate) fn reserve(&mut self, additional: usize) {
         self.entries.reserve(additional);
         for links in [

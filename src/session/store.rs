@@ -277,14 +277,6 @@ impl<'a> Entries<'a> {
         self.store.is_empty()
     }
 
-    pub fn get(&self, idx: usize) -> Option<&'a Entry> {
-        (idx < self.len()).then(|| self.store.get(idx))
-    }
-
-    pub fn first(&self) -> Option<&'a Entry> {
-        self.get(0)
-    }
-
     pub fn last(&self) -> Option<&'a Entry> {
         self.len().checked_sub(1).map(|i| self.store.get(i))
     }
@@ -329,12 +321,6 @@ impl<'a> IntoIterator for Entries<'a> {
 impl std::fmt::Debug for Entries<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-impl PartialEq<[Entry]> for Entries<'_> {
-    fn eq(&self, other: &[Entry]) -> bool {
-        self.len() == other.len() && self.iter().zip(other).all(|(a, b)| a == b)
     }
 }
 
@@ -457,7 +443,7 @@ mod tests {
         });
         let all = Entries::of(&store);
         assert_eq!(all.len(), 200);
-        assert!(all == entries[..]);
+        assert_eq!(all.to_vec(), entries);
         assert_eq!(
             all.iter().next_back().map(|e| &e.id),
             Some(&entries[199].id)

@@ -192,7 +192,7 @@ impl ModelView {
             .into_iter()
             .map(|i| (i, ViewPart::RetainedTail))
             .chain(new_entries.into_iter().map(|i| (i, ViewPart::New)))
-            .filter(|&(i, _)| is_model_visible(session.kind_of(i)))
+            .filter(|&(i, _)| session.kind_of(i).is_model_visible())
             .map(|(i, part)| (i as u32, part))
             .collect();
 
@@ -503,12 +503,6 @@ fn foreign_summary_tokens(session: &Session, idx: usize) -> u64 {
 /// sends (0 where it has no summary).
 pub fn foreign_summary_tokens_of(kind: TokenizerKind, f: &ForeignCompactionEntry) -> u64 {
     foreign_summary_text(f).map_or(0, |text| MESSAGE_OVERHEAD_TOKENS + kind.count(&text))
-}
-
-/// Whether entries of this type are part of the conversation the model sees (see
-/// [`super::entry::Entry::is_model_visible`]).
-fn is_model_visible(kind: EntryKind) -> bool {
-    matches!(kind, EntryKind::Message | EntryKind::ToolResult)
 }
 
 /// Emit the visible entries so that each assistant message with tool calls is followed by one
