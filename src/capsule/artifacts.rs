@@ -83,6 +83,12 @@ pub struct ArtifactCollector {
     skills: Vec<String>,
     /// Verification calls waiting for their result: call id → command.
     pending_checks: HashMap<String, String>,
+    /// Checks still running in a process the agent polls (Codex `exec_command` answers
+    /// "Process running with session ID N"; `write_stdin` to N reads on): session → command.
+    running_checks: HashMap<String, String>,
+    /// When each check last ran, so the list reads oldest run first.
+    last_run: HashMap<String, u64>,
+    run_seq: u64,
 }
 
 impl ArtifactCollector {
@@ -158,7 +164,7 @@ impl ArtifactCollector {
         };
         match self.verification_at.get(command) {
             Some(&i) => {
-                // Keep first-seen order; the last run decides the outcome.
+                // The last run decides the outcome and the place in the list.
                 self.verification[i] = v;
             }
             None => {
@@ -167,6 +173,8 @@ impl ArtifactCollector {
                 self.verification.push(v);
             }
         }
+        self.run_seq += 1;
+        self.last_run.insert(command.to_string(), self.run_seq);
     }
 
     /// Take the facts of one entry.
@@ -180,6 +188,9 @@ impl ArtifactCollector {
             EntryBody::ToolResult(r) => {
                 if let Some(command) = self.pending_checks.remove(&r.call_id) {
                     let outcome = result_outcome(r);
+                    if let Some(session) = running_session(r) {
+                        self.running_checks.insert(session, command.clone());
+                    }
                     // The verification keeps pointing at the call entry (set when it was made).
                     let call_entry = self
                         .verification_at
@@ -252,6 +263,11 @@ impl ArtifactCollector {
                 }
             }
         }
+        if let Some(session) = input.get("session_id").and_then(session_key) {
+            if let Some(check) = self.running_checks.remove(&session) {
+                self.pending_checks.insert(call_id.to_string(), check);
+            }
+        }
         if name == "Skill" {
             if let Some(s) = input
                 .get("skill")
@@ -265,7 +281,10 @@ impl ArtifactCollector {
         }
     }
 
-    pub fn finish(self) -> Artifacts {
+    pub fn finish(mut self) -> Artifacts {
+        let last_run = &self.last_run;
+        self.verification
+            .sort_by_key(|v| last_run.get(&v.command).copied().unwrap_or(0));
         Artifacts {
             read_files: self.read,
             modified_files: self.modified,
@@ -310,7 +329,37 @@ pub fn collect<'a>(
     c.finish()
 }
 
+fn session_key(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The session of a command that is still running ("Process running with session ID 7").
+fn running_session(r: &ToolResultEntry) -> Option<String> {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?i)process running with session id:?\s*(\S+)").expect("valid regex")
+    });
+    let text = blocks_text(&r.content);
+    RE.captures(&text)
+        .map(|c| c[1].trim_end_matches('.').to_string())
+}
+
+/// Whether a result says the command has not finished (so it has no outcome yet).
+fn still_running(text: &str) -> bool {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?i)process running with session id|command (?:is )?still running|running in (?:the )?background|<status>running</status>",
+        )
+        .expect("valid regex")
+    });
+    RE.is_match(text)
+}
+
 /// Outcome of a verification run from its result: exit code, error flag, then the output.
+/// A run whose result says it is still going has no outcome yet: `unknown`, never `passed`.
 pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
     if let Some(code) = r.exit_code {
         return if code == 0 {
@@ -329,6 +378,9 @@ pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
         } else {
             VerificationOutcome::Failed
         };
+    }
+    if still_running(&text) {
+        return VerificationOutcome::Unknown;
     }
     if failure_marker(&text) {
         VerificationOutcome::Failed

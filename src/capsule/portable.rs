@@ -432,6 +432,12 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
                 .collect(),
             blockers: list(&state.blockers, &mut r),
             next_steps: list(&state.next_steps, &mut r),
+            // Keyed by item text, so redacted the same way as the items.
+            sources: state
+                .sources
+                .iter()
+                .map(|(item, ids)| (r(item), ids.clone()))
+                .collect(),
         },
         artifacts: Artifacts {
             read_files: files(&c.artifacts.read_files, &mut r),
@@ -1273,6 +1279,7 @@ mod tests {
                 ],
                 blockers: vec![],
                 next_steps: vec!["Wire it into main.ts".into(), "# run the tests".into()],
+                sources: Default::default(),
             },
             artifacts: Artifacts {
                 read_files: vec![FileArtifact { path: "docs/theme.md".into(), entry_ids: vec!["e3".into(), "e7".into()] }],

@@ -135,6 +135,7 @@ pub(crate) mod tests {
                 ],
                 blockers: vec!["`cargo test -p auth` fails: assertion failed: expired".into()],
                 next_steps: vec!["Make `cargo test -p auth` pass".into()],
+                sources: Default::default(),
             },
             artifacts: Artifacts {
                 read_files: vec![FileArtifact {

@@ -177,9 +177,11 @@ const IMPERATIVE_VERBS: [&str; 72] = [
     "tell",
 ];
 
-const POLITE_FORMS: [&str; 12] = [
+const POLITE_FORMS: [&str; 14] = [
     "can you",
     "could you",
+    "can we",
+    "could we",
     "would you",
     "will you",
     "please",

@@ -103,6 +103,7 @@ fn capsule() -> CapsuleEntry {
             }],
             blockers: vec!["b".into()],
             next_steps: vec!["n".into()],
+            sources: Default::default(),
         },
         artifacts: Artifacts {
             read_files: vec![FileArtifact {
