@@ -60,14 +60,6 @@ pub struct ModelDef {
     pub count_factor_source: CalibrationSource,
 }
 
-impl ModelDef {
-    /// Count `session` the way this model is billed: its tokenizer and its factor.
-    pub fn configure_counting(&self, session: &mut crate::session::Session) {
-        session.set_tokenizer(self.tokenizer);
-        session.set_count_factor(self.count_factor, self.count_factor_source);
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
@@ -140,7 +132,7 @@ pub struct Config {
     /// Mirror explicit, validated, non-degraded capsules into `.soba/memory/`.
     pub mirror_explicit_compacts: bool,
     /// How tool calls become artifacts (files read and modified, verification commands).
-    pub tool_mapping: crate::capsule::artifacts::ToolMapping,
+    pub tool_mapping: crate::tool_mapping::ToolMapping,
     /// The model was named but is in no catalog and no layer gave its window: `model` holds
     /// the default figures, and `warnings` says so.
     #[serde(skip)]
@@ -158,7 +150,7 @@ impl Default for Config {
             summarizer: SummarizerConfig::default(),
             durability: Durability::default(),
             mirror_explicit_compacts: false,
-            tool_mapping: crate::capsule::artifacts::ToolMapping::default(),
+            tool_mapping: crate::tool_mapping::ToolMapping::default(),
             model_guessed: false,
             warnings: Vec::new(),
         }
@@ -1034,26 +1026,21 @@ pub fn session_layer(
 
 impl Config {
     /// Resolve layered files (lowest first) and flags into a validated configuration.
-    /// `session_model` is the model the session log names, used when no layer names one.
+    /// `session_model` is the model the session log names (`SessionHeader::model_config`),
+    /// used when no layer names one.
     pub fn resolve(
         files: &[ConfigFile],
-        session_model: Option<&crate::session::entry::ModelRef>,
+        session_model: Option<&ModelFile>,
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
         let mut config = Config::default();
-        let mut model = ModelFile::default();
+        let mut model = session_model.cloned().unwrap_or_default();
         let mut user_models = std::collections::BTreeMap::new();
         for f in files {
             for (name, entry) in f.models.iter().flatten() {
                 check_catalog_entry(name, entry)?;
                 user_models.insert(name.to_ascii_lowercase(), entry.clone());
             }
-        }
-        if let Some(sm) = session_model {
-            model.name = sm.name.clone();
-            model.context_window = sm.context_window;
-            model.max_output_tokens = sm.max_output_tokens;
-            model.tokenizer = sm.tokenizer;
         }
         for f in files {
             if let Some(c) = &f.compaction {
@@ -1454,13 +1441,6 @@ mod tests {
         let c = resolve_text(r#"{"model":{"name":"deepseek-chat","countFactor":1.05}}"#).unwrap();
         assert_eq!(c.model.count_factor, 1.05);
         assert_eq!(c.model.count_factor_source, CalibrationSource::Config);
-        let mut session = crate::session::Session::new(
-            crate::session::testing::header(),
-            TokenizerKind::O200kBase,
-        );
-        c.model.configure_counting(&mut session);
-        assert_eq!(session.calibration().factor, 1.05);
-        assert_eq!(session.calibration().source, CalibrationSource::Config);
     }
 
     #[test]
@@ -1619,7 +1599,7 @@ mod tests {
 
     #[test]
     fn session_model_is_used_and_flags_override_it() {
-        let sm = crate::session::entry::ModelRef {
+        let sm = ModelFile {
             name: Some("claude-sonnet-4-5".into()),
             ..Default::default()
         };
@@ -1672,7 +1652,7 @@ mod tests {
             ConfigFile::parse("user", r#"{"models":{"m":{"contextWindow":50000}}}"#).unwrap();
         let extra =
             ConfigFile::parse("extra", r#"{"models":{"m":{"contextWindow":90000}}}"#).unwrap();
-        let sm = crate::session::entry::ModelRef {
+        let sm = ModelFile {
             name: Some("m".into()),
             ..Default::default()
         };

@@ -25,5 +25,6 @@ pub mod schemas;
 pub mod session;
 pub mod summarize;
 pub mod tokens;
+pub mod tool_mapping;
 pub mod trust;
 pub mod util;

@@ -6,13 +6,15 @@ pub mod builder;
 pub mod decisions;
 pub mod handoff;
 pub mod intent;
-pub mod model;
+// The data types and their model rendering live below the session log, which stores them;
+// these re-exports keep the old paths.
+pub use crate::session::capsule::model;
 
 pub use model::*;
 pub mod memory;
 pub mod milestones;
 pub mod portable;
-pub mod render;
+pub use crate::session::capsule::render;
 pub mod requests;
 pub mod shell;
 pub mod work;

@@ -11,7 +11,7 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
-    config.model.configure_counting(&mut session);
+    session.configure_counting(&config.model);
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let r = budget_report(
         &session,
@@ -118,7 +118,7 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
-    config.model.configure_counting(&mut session);
+    session.configure_counting(&config.model);
     let r = context_report(&session);
     let preflight = preflight_outlook(&session, &config);
     if common.json {

@@ -445,9 +445,9 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         activity: Arc::new(Activity::default()),
     };
     actor
-        .config
-        .model
-        .configure_counting(actor.log.session_mut());
+        .log
+        .session_mut()
+        .configure_counting(&actor.config.model);
     // Before the first budget: entries the side file did not hold are counted here, on
     // several threads, and recorded for the next open.
     actor.log.save_token_counts();

@@ -108,13 +108,14 @@ fn compact_at_several_points(path: &Path) {
         keep_recent_tokens: Some(4000),
         ..Overrides::default()
     };
-    let config = Config::resolve(&[], imported.header.model.as_ref(), &overrides).expect("config");
+    let config =
+        Config::resolve(&[], imported.header.model_config().as_ref(), &overrides).expect("config");
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("s.jsonl");
     let mut header = imported.header.clone();
     header.model = None;
     let mut log = SessionLog::create(&log_path, header, Durability::Flush).unwrap();
-    config.model.configure_counting(log.session_mut());
+    log.session_mut().configure_counting(&config.model);
     let mapping = ToolMapping::default();
     let barrier = Barrier {
         config: &config,

@@ -5,8 +5,11 @@
 
 use std::fmt::Write;
 
-use super::decisions::DECISIONS_NEED_A_MODEL;
 use super::model::{CapsuleEntry, Quality};
+
+/// Shown where the local builder found no explicit decision: an empty section would read as
+/// "no decisions were made".
+pub const DECISIONS_NEED_A_MODEL: &str = "None stated explicitly in the conversation. This capsule was built without a summarization model; finding implicit decisions and their reasons needs one (see docs/compaction.md).";
 
 fn list(out: &mut String, title: &str, items: &[String]) {
     if items.is_empty() {
@@ -95,7 +98,7 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::capsule::model::*;
+    use crate::session::capsule::model::*;
     use crate::session::entry::Trigger;
 
     pub(crate) fn full_capsule() -> CapsuleEntry {
