@@ -400,6 +400,8 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
             .map(|f| FileArtifact {
                 path: r(&f.path),
                 entry_ids: f.entry_ids.clone(),
+                deleted: f.deleted,
+                renamed_from: f.renamed_from.as_deref().map(&mut *r),
             })
             .collect::<Vec<_>>()
     };
@@ -818,7 +820,11 @@ fn file_items(items: Vec<RawItem>) -> Vec<FileArtifact> {
                         .collect()
                 })
                 .unwrap_or_default();
-            (!path.is_empty()).then_some(FileArtifact { path, entry_ids })
+            (!path.is_empty()).then_some(FileArtifact {
+                path,
+                entry_ids,
+                ..Default::default()
+            })
         })
         .collect()
 }
@@ -1282,8 +1288,8 @@ mod tests {
                 sources: Default::default(),
             },
             artifacts: Artifacts {
-                read_files: vec![FileArtifact { path: "docs/theme.md".into(), entry_ids: vec!["e3".into(), "e7".into()] }],
-                modified_files: vec![FileArtifact { path: "src/selector.ts".into(), entry_ids: vec![] }],
+                read_files: vec![FileArtifact { path: "docs/theme.md".into(), entry_ids: vec!["e3".into(), "e7".into()], ..Default::default() }],
+                modified_files: vec![FileArtifact { path: "src/selector.ts".into(), entry_ids: vec![], ..Default::default() }],
                 verification: vec![Verification {
                     command: "npm test -- selector".into(),
                     outcome: VerificationOutcome::Failed,
@@ -1869,6 +1875,7 @@ tokens_before: 40000\r\ntokens_after:  3000\r\n---\r\n# Hand-off\r\nA note.\r\n\
                             .map(|path| FileArtifact {
                                 path,
                                 entry_ids: vec!["e1".into()],
+                                ..Default::default()
                             })
                             .collect();
                         c.artifacts.verification = commands

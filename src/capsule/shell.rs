@@ -17,6 +17,10 @@ use super::artifacts::patch_paths;
 pub struct ShellFacts {
     pub reads: Vec<String>,
     pub modifies: Vec<String>,
+    /// Of `modifies`, the paths the command deleted (`rm`, `git rm`).
+    pub deletes: Vec<String>,
+    /// Of `modifies`, renames as (from, to) (`mv A B`, `git mv A B`).
+    pub renames: Vec<(String, String)>,
     /// The verification command, normalised (`cd …`, env assignments and `timeout` removed).
     pub verification: Option<String>,
 }
@@ -178,6 +182,8 @@ struct Walk {
     cwd: Option<String>,
     reads: Vec<String>,
     modifies: Vec<String>,
+    deletes: Vec<String>,
+    renames: Vec<(String, String)>,
     checks: Vec<String>,
 }
 
@@ -186,6 +192,8 @@ impl Walk {
         let mut facts = ShellFacts {
             reads: Vec::new(),
             modifies: Vec::new(),
+            deletes: self.deletes,
+            renames: self.renames,
             verification: (!self.checks.is_empty()).then(|| self.checks.join(" && ")),
         };
         for p in self.reads {
@@ -221,6 +229,23 @@ impl Walk {
         if looks_like_path(p) {
             let p = self.join(p);
             self.modifies.push(p);
+        }
+    }
+
+    fn delete(&mut self, p: &str) {
+        if looks_like_path(p) {
+            let p = self.join(p);
+            self.modifies.push(p.clone());
+            self.deletes.push(p);
+        }
+    }
+
+    fn rename(&mut self, from: &str, to: &str) {
+        if looks_like_path(from) && looks_like_path(to) {
+            let (from, to) = (self.join(from), self.join(to));
+            self.modifies.push(from.clone());
+            self.modifies.push(to.clone());
+            self.renames.push((from, to));
         }
     }
 
@@ -432,8 +457,14 @@ impl Walk {
                 }
             }
             "mv" => {
-                for p in operands(args, &["-t", "--target-directory", "-S", "--suffix"]) {
-                    self.modify(p);
+                let ops = operands(args, &["-t", "--target-directory", "-S", "--suffix"]);
+                match ops.as_slice() {
+                    [from, to] if !args.iter().any(|a| a.is("-t")) => self.rename(from, to),
+                    _ => {
+                        for p in ops {
+                            self.modify(p);
+                        }
+                    }
                 }
             }
             "cp" | "install" => {
@@ -445,7 +476,12 @@ impl Walk {
                     self.modify(dst);
                 }
             }
-            "rm" | "touch" | "truncate" | "unlink" | "shred" => {
+            "rm" | "unlink" | "shred" => {
+                for p in operands(args, &[]) {
+                    self.delete(p);
+                }
+            }
+            "touch" | "truncate" => {
                 for p in operands(args, &["-s", "--size", "-r", "-d", "-t"]) {
                     if name != "touch" || !p.chars().all(|c| c.is_ascii_digit()) {
                         self.modify(p);
@@ -504,6 +540,12 @@ impl Walk {
         }
         for p in inner.modifies {
             self.modify(&p);
+        }
+        for p in inner.deletes {
+            self.deletes.push(self.join(&p));
+        }
+        for (from, to) in inner.renames {
+            self.renames.push((self.join(&from), self.join(&to)));
         }
         if let Some(c) = inner.verification {
             self.checks.push(c);
@@ -648,7 +690,28 @@ impl Walk {
                     self.read(&p);
                 }
             }
-            "checkout" | "restore" | "rm" | "mv" => {
+            // Staging only: the files in the work tree stay as they are.
+            "restore" | "rm" if rest.iter().any(|a| a.is("--staged") || a.is("--cached")) => {
+                if rest.iter().any(|a| a.is("--worktree") || a.is("-W")) {
+                    for p in paths(rest) {
+                        self.modify(&p);
+                    }
+                }
+            }
+            "rm" => {
+                for p in paths(rest) {
+                    self.delete(&p);
+                }
+            }
+            "mv" => match paths(rest).as_slice() {
+                [from, to] => self.rename(from, to),
+                more => {
+                    for p in more {
+                        self.modify(p);
+                    }
+                }
+            },
+            "checkout" | "restore" => {
                 for p in paths(rest) {
                     self.modify(&p);
                 }
@@ -830,6 +893,24 @@ fn verification_kind(w: &[&str]) -> bool {
                 || (tool == "hatch" && sub == "test")
         }
         "make" | "gmake" | "just" | "ninja" => !matches!(sub, "fmt" | "format" | "clean"),
+        // Task runners: `mise run test`, `mise test`, `task lint`, `nx test app`,
+        // `turbo run build`, `bazel test //...`, `earthly +test`.
+        "mise" | "rtx" => script_is_check(if matches!(sub, "run" | "r") {
+            sub2
+        } else {
+            sub
+        }),
+        "task" | "go-task" => script_is_check(sub),
+        "nx" => script_is_check(if sub == "run" {
+            sub2.rsplit(':').next().unwrap_or(sub2)
+        } else {
+            sub
+        }),
+        "turbo" => script_is_check(if sub == "run" { sub2 } else { sub }),
+        "bazel" | "bazelisk" => matches!(sub, "test" | "build"),
+        "earthly" => script_is_check(sub.trim_start_matches('+')),
+        "php" => sub == "artisan" && sub2 == "test",
+        "composer" => script_is_check(sub) || (sub == "run" && script_is_check(sub2)),
         "mvn" | "mvnw" | "gradle" | "gradlew" => true,
         "dotnet" => matches!(sub, "test" | "build"),
         "swift" => matches!(sub, "test" | "build"),
@@ -873,6 +954,58 @@ mod tests {
         );
         assert_eq!(shell("less README.md").reads, ["README.md"]);
         assert_eq!(shell("cd pkg && cat index.ts").reads, ["pkg/index.ts"]);
+    }
+
+    #[test]
+    fn deletions_renames_and_staging() {
+        let rm = shell("rm out.html && git rm -q old.rs");
+        assert_eq!(rm.deletes, ["out.html", "old.rs"]);
+        let mv = shell("git mv src/a.rs src/b.rs");
+        assert_eq!(
+            mv.renames,
+            [("src/a.rs".to_string(), "src/b.rs".to_string())]
+        );
+        assert_eq!(
+            shell("mv notes.md docs/notes.md").renames,
+            [("notes.md".to_string(), "docs/notes.md".to_string())]
+        );
+        for staging in [
+            "git restore --staged src/a.rs",
+            "git rm --cached secrets.env",
+            "git add src/a.rs",
+            "git reset HEAD src/a.rs",
+        ] {
+            assert!(shell(staging).modifies.is_empty(), "{staging}");
+        }
+    }
+
+    #[test]
+    fn task_runners_are_checks() {
+        for check in [
+            "mise run test",
+            "mise run lint",
+            "mise test",
+            "task test",
+            "just test",
+            "make check",
+            "nx test web",
+            "turbo run build",
+            "bazel test //...",
+            "pnpm run typecheck",
+            "bun run test",
+            "deno test",
+            "gradle test",
+            "mvn verify",
+            "dotnet test",
+            "rake test",
+            "tox -e py312",
+            "nox -s tests",
+        ] {
+            assert!(shell(check).verification.is_some(), "{check}");
+        }
+        for not_check in ["mise install", "task --list", "mise run dev"] {
+            assert!(shell(not_check).verification.is_none(), "{not_check}");
+        }
     }
 
     #[test]

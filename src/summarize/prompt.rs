@@ -358,6 +358,7 @@ mod tests {
             modified_files: vec![FileArtifact {
                 path: "src/a.rs".into(),
                 entry_ids: vec![],
+                ..Default::default()
             }],
             ..Artifacts::default()
         };

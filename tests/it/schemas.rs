@@ -109,10 +109,12 @@ fn capsule() -> CapsuleEntry {
             read_files: vec![FileArtifact {
                 path: "a.rs".into(),
                 entry_ids: vec!["e1".into()],
+                ..Default::default()
             }],
             modified_files: vec![FileArtifact {
                 path: "b.rs".into(),
                 entry_ids: vec![],
+                ..Default::default()
             }],
             verification: vec![Verification {
                 command: "cargo test".into(),

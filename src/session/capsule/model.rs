@@ -95,6 +95,12 @@ pub struct FileArtifact {
     /// Entries this fact came from.
     #[serde(default)]
     pub entry_ids: Vec<String>,
+    /// A modified file that was deleted last (and not written again since).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// A modified file that got its name by a rename (`mv`, `git mv`, a patch's move).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renamed_from: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

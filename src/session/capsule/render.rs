@@ -144,10 +144,12 @@ pub(crate) mod tests {
                 read_files: vec![FileArtifact {
                     path: "src/auth/session.rs".into(),
                     entry_ids: vec!["e3".into()],
+                    ..Default::default()
                 }],
                 modified_files: vec![FileArtifact {
                     path: "src/auth/clock.rs".into(),
                     entry_ids: vec!["e9".into()],
+                    ..Default::default()
                 }],
                 verification: vec![Verification {
                     command: "cargo test -p auth".into(),
