@@ -25,6 +25,10 @@ use super::model::{
 use crate::redact::{redact_with_report, RedactionReport};
 use crate::session::entry::Trigger;
 
+// Kept under this path for its callers; it lives in `files` so that `trust`, below capsule,
+// can use it too.
+pub use crate::files::write_atomic;
+
 /// The `format:` value this build writes and reads.
 pub const FORMAT: &str = "soba-capsule/1";
 
@@ -1223,37 +1227,6 @@ pub fn write_capsule_file(path: &Path, text: &str) -> Result<(), PortableError> 
             path: path.display().to_string(),
             cause,
         })
-}
-
-/// Replace `path` with `bytes` so that readers see the old or the new file, never a part:
-/// write a temporary file (mode `0600`) in the same directory, sync it, rename it over `path`.
-/// The directory must exist.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        // A leftover from a killed writer with this pid is ours to replace.
-        match std::fs::remove_file(&tmp) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let mut f = crate::files::create_private(&tmp, false)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 #[cfg(test)]

@@ -156,7 +156,14 @@ fn session_start_after_a_compaction_returns_sobas_capsule_of_the_transcript_befo
         .as_str()
         .expect("additionalContext");
     assert!(context.chars().count() <= 9_000, "{} chars", context.len());
-    assert!(context.contains("# Context Capsule"), "{context}");
+    assert!(context.starts_with("# Context Capsule"), "{context}");
+    // Claude Code's summary follows, not a verbatim tail of SOBA's: the opening says so.
+    let opening = context.lines().nth(1).unwrap_or_default();
+    assert!(
+        opening.starts_with("Claude Code compacted this conversation into its own summary."),
+        "{opening}"
+    );
+    assert!(!context.contains("verbatim"), "{context}");
     // What Claude Code's summary is weakest at: the files changed before the compaction.
     let modified = modified_files(first);
     let latest = modified

@@ -22,6 +22,7 @@ mod foreign_compaction;
 mod fuzz_regressions;
 mod idle_sessions;
 mod import;
+mod layering;
 mod lossless;
 mod peer_failures;
 mod protocol_schemas;
