@@ -29,18 +29,18 @@ use crate::tokens::TokenizerKind;
 /// Every request keeps at least this many characters of its opening.
 pub const PROMPT_OPENING_CHARS: usize = 200;
 /// Budget for requests kept in full, newest first, across every roll-forward.
-pub const FULL_PROMPTS_BUDGET_TOKENS: u64 = 1200;
+pub const FULL_PROMPTS_BUDGET_TOKENS: u64 = 1000;
 /// Requests kept, newest: older ones live on in the goal, the completed work and the log.
-const MAX_REQUESTS: usize = 12;
+const MAX_REQUESTS: usize = 10;
 /// The goal is stated in a line or two: a longer request keeps its opening here (and stays
 /// whole in the requests).
 const GOAL_CHARS: usize = 400;
 /// Constraints kept, newest: older rules stay in the requests they came from.
-const MAX_CONSTRAINTS: usize = 12;
+const MAX_CONSTRAINTS: usize = 10;
 /// Decisions kept, newest.
-const MAX_DECISIONS: usize = 10;
+const MAX_DECISIONS: usize = 8;
 /// Completed items kept, newest.
-const MAX_COMPLETED: usize = 15;
+const MAX_COMPLETED: usize = 12;
 /// Pending items and next steps kept.
 const MAX_STEPS: usize = 10;
 /// How many recent tool errors are considered unresolved blockers.
@@ -48,7 +48,7 @@ const RECENT_TOOL_RESULTS: usize = 3;
 /// Request opening used to say which request a wrap-up answered.
 const REQUEST_LABEL_CHARS: usize = 100;
 /// Longest completed item.
-const MAX_DONE_CHARS: usize = 300;
+const MAX_DONE_CHARS: usize = 240;
 
 /// Said as the next step when the latest request is done and the agent named nothing further.
 pub const AWAIT_NEXT_REQUEST: &str =
@@ -567,11 +567,10 @@ pub fn build_state(
                 pending.push(item);
             }
         }
+        // Nothing in the span is newer than its last text, so nothing there completed these.
         for step in stated_next_steps(text) {
-            if !is_done(&step) {
-                sources.add(&step, id);
-                next_steps.push(step);
-            }
+            sources.add(&step, id);
+            next_steps.push(step);
         }
     }
     for a in active.items.iter().chain(pending.items.iter()) {
@@ -685,8 +684,73 @@ pub fn build_state(
         next_steps: next_steps.items.into_iter().take(MAX_STEPS).collect(),
         sources: BTreeMap::new(),
     };
+    fit_local_budget(&mut state, artifacts, tokenizer);
     state.sources = sources.keep(&state);
     state
+}
+
+/// The local capsule stays under this many tokens however many capsules came before it: each
+/// list is bounded, and what still does not fit gives up its oldest items.
+pub const LOCAL_CAPSULE_BUDGET_TOKENS: u64 = 3800;
+
+/// Drop the oldest items, list by list, until the rendered capsule fits
+/// [`LOCAL_CAPSULE_BUDGET_TOKENS`]. The goal, the newest request, the next step and the facts
+/// always stay.
+fn fit_local_budget(state: &mut CapsuleState, artifacts: &Artifacts, tokenizer: TokenizerKind) {
+    let tokens = |s: &CapsuleState| {
+        let c = CapsuleEntry {
+            checkpoint_id: "ck_000000000000".into(),
+            trigger: crate::session::entry::Trigger::AutoThreshold,
+            quality: super::model::Quality::Degraded,
+            first_kept_entry_id: None,
+            previous_checkpoint_id: None,
+            state: s.clone(),
+            artifacts: artifacts.clone(),
+            tokens: Default::default(),
+            origin: super::model::Origin::Session,
+            mirrored: false,
+            title: None,
+            degraded_reason: None,
+            instructions: None,
+            elide_tool_results_over: None,
+            loaded_from: None,
+        };
+        tokenizer.count(&super::render::render_for_model(&c))
+    };
+    // (list, items it keeps at least), in the order they give way.
+    type Pick = fn(&mut CapsuleState) -> &mut Vec<String>;
+    let rounds: [&[(Pick, usize)]; 2] = [
+        &[
+            (|s| &mut s.requests, 4),
+            (|s| &mut s.completed, 6),
+            (|s| &mut s.constraints, 4),
+            (|s| &mut s.blockers, 3),
+            (|s| &mut s.pending, 3),
+            (|s| &mut s.active, 2),
+            (|s| &mut s.next_steps, 3),
+        ],
+        &[
+            (|s| &mut s.requests, 1),
+            (|s| &mut s.completed, 2),
+            (|s| &mut s.constraints, 2),
+            (|s| &mut s.blockers, 1),
+            (|s| &mut s.pending, 1),
+            (|s| &mut s.active, 1),
+            (|s| &mut s.next_steps, 1),
+        ],
+    ];
+    let mut current = tokens(state);
+    for round in rounds {
+        for &(pick, keep) in round {
+            while current > LOCAL_CAPSULE_BUDGET_TOKENS && pick(state).len() > keep {
+                pick(state).remove(0);
+                if state.decisions.len() > 3 {
+                    state.decisions.remove(0);
+                }
+                current = tokens(state);
+            }
+        }
+    }
 }
 
 /// Items kept per list by [`trim_state`].
@@ -950,7 +1014,7 @@ mod tests {
         let mut b = Builder::new();
         b.user("goal");
         let old = format!("OLD {}", "x ".repeat(5000));
-        let new = format!("NEW {}", "y ".repeat(1000));
+        let new = format!("NEW {}", "y ".repeat(500));
         b.user(&old);
         b.user(&new);
         let s = state_of(&b);
@@ -1051,6 +1115,95 @@ mod tests {
         assert_eq!(s.requests.len(), 3);
         assert!(s.requests[2].starts_with("C word"));
         assert!(s.requests[0].starts_with("A word") && s.requests[0].ends_with('…'));
+    }
+
+    /// Two hundred compactions, each folding a turn that reads, edits, checks, commits and
+    /// says what it did and decided: the capsule stays under its budget and keeps the newest.
+    #[test]
+    fn the_capsule_stays_bounded_over_200_rolled_forward_compactions() {
+        use crate::capsule::artifacts::{collect, ToolMapping};
+        use crate::session::capsule::render::render_for_model;
+        let mut previous: Option<CapsuleEntry> = None;
+        let mut sizes = Vec::new();
+        for round in 0..200 {
+            let mut b = Builder::new();
+            b.user(&format!(
+                "Implement feature {round}: add the handler, wire it into the router and never break the public API. {}",
+                "Details of the request. ".repeat(30)
+            ));
+            b.assistant(&format!("I'll use a trait object for handler {round} because the router stores them by name."));
+            for f in 0..6 {
+                b.call(
+                    &format!("r{f}"),
+                    "Read",
+                    json!({"file_path": format!("/ws/src/r{round}_{f}.rs")}),
+                );
+                b.call(
+                    &format!("w{f}"),
+                    "Edit",
+                    json!({"file_path": format!("/ws/src/w{round}_{f}.rs")}),
+                );
+            }
+            b.bash("t", &format!("cargo test -p crate{round}"));
+            exit(&mut b, "t", 0);
+            b.bash("g", &format!("git commit -am \"Feature {round}\""));
+            exit(&mut b, "g", 0);
+            b.assistant(&format!(
+                "Done. Feature {round} works.\n\n## Summary\n- Added handler {round}\n- Wired it into the router\n- Tests for {round}\n\n## Next steps\n- Document feature {round}"
+            ));
+            let entries: Vec<&Entry> = b.session.entries().iter().collect();
+            let artifacts = collect(
+                "/ws",
+                previous.as_ref().map(|p| &p.artifacts),
+                entries.iter().copied(),
+                &ToolMapping::default(),
+            );
+            let state = build_state(
+                TokenizerKind::O200kBase,
+                previous.as_ref(),
+                &entries,
+                &artifacts,
+            );
+            let capsule = CapsuleEntry {
+                state,
+                artifacts,
+                ..crate::session::capsule::render::tests::full_capsule()
+            };
+            sizes.push(TokenizerKind::O200kBase.count(&render_for_model(&capsule)));
+            previous = Some(capsule);
+        }
+        let max = *sizes.iter().max().unwrap();
+        assert!(max <= 4000, "largest capsule {max} tokens: {sizes:?}");
+        let last = previous.unwrap();
+        assert!(
+            last.state.goal.starts_with("Implement feature 199"),
+            "{}",
+            last.state.goal
+        );
+        assert!(
+            last.state
+                .completed
+                .iter()
+                .any(|c| c.contains("Feature 199")),
+            "{:?}",
+            last.state.completed
+        );
+        assert_eq!(last.state.next_steps, ["Document feature 199"]);
+        assert!(last
+            .artifacts
+            .modified_files
+            .iter()
+            .any(|f| f.path == "src/w199_5.rs"));
+        assert!(!last
+            .artifacts
+            .modified_files
+            .iter()
+            .any(|f| f.path == "src/w0_0.rs"));
+        assert!(
+            last.state.sources.len() <= 80,
+            "{}",
+            last.state.sources.len()
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::work::clip;
 const MAX_MESSAGE_CHARS: usize = 120;
 
 static COMMIT_MESSAGE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?s)\s(?:-m|--message)(?:\s+|=)(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>[^']*)'|(?P<bare>[^\s"'$]+))"#)
+    Regex::new(r#"(?s)\s(?:-[a-zA-Z]*m|--message)(?:\s+|=)(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>[^']*)'|(?P<bare>[^\s"'$]+))"#)
         .expect("valid regex")
 });
 
@@ -199,6 +199,7 @@ mod tests {
             ["Committed: Add multi-session checkpoints"]
         );
         assert_eq!(milestones("git rebase main"), ["Rebased onto main"]);
+        assert_eq!(milestones("git commit -am 'Bump'"), ["Committed: Bump"]);
         assert_eq!(
             milestones("git push --force-with-lease origin feat"),
             ["Force-pushed origin feat"]

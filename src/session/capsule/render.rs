@@ -110,11 +110,17 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
     let paths =
         |v: &[super::model::FileArtifact]| v.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
     list(&mut out, "Files read", &paths(&c.artifacts.read_files));
-    list(
-        &mut out,
-        "Files modified",
-        &paths(&c.artifacts.modified_files),
-    );
+    let changes: Vec<String> = c
+        .artifacts
+        .modified_files
+        .iter()
+        .map(|f| match (&f.renamed_from, f.deleted) {
+            (_, true) => format!("{} (deleted)", f.path),
+            (Some(from), false) => format!("{} (renamed from {from})", f.path),
+            (None, false) => f.path.clone(),
+        })
+        .collect();
+    list(&mut out, "Files modified", &changes);
     if !c.artifacts.verification.is_empty() {
         out.push_str("\n## Verification\n");
         for v in &c.artifacts.verification {
@@ -231,6 +237,21 @@ pub(crate) mod tests {
             assert!(text.contains(section), "{section} missing");
         }
         assert!(text.contains("inject a Clock trait — because tests need a fixed time"));
+        let mut c = full_capsule();
+        c.artifacts.modified_files = vec![
+            FileArtifact {
+                path: "out.html".into(),
+                deleted: true,
+                ..Default::default()
+            },
+            FileArtifact {
+                path: "src/b.rs".into(),
+                renamed_from: Some("src/a.rs".into()),
+                ..Default::default()
+            },
+        ];
+        let text = render_for_model(&c);
+        assert!(text.contains("- out.html (deleted)\n- src/b.rs (renamed from src/a.rs)\n"));
     }
 
     #[test]
