@@ -487,6 +487,24 @@ pub fn build_state(
         })
         .unwrap_or_default();
 
+    // A goal that gave way to a newer one rolls forward among the requests, at least by its
+    // opening, however many newer requests came since.
+    if let Some(earlier) = prev.map(|p| p.goal.trim()).filter(|g| !g.is_empty()) {
+        let head: String = earlier.chars().take(40).collect();
+        if earlier != goal && !requests.iter().any(|r| r.starts_with(&head)) {
+            if requests.len() >= MAX_REQUESTS {
+                requests.remove(0);
+            }
+            let item = opening(earlier);
+            if let Some(ids) = prev.and_then(|p| p.sources.get(earlier)) {
+                for id in ids {
+                    sources.add(&item, id);
+                }
+            }
+            requests.insert(0, item);
+        }
+    }
+
     // Constraints: rules, preferences and corrections the user stated; never a question.
     let mut constraints = Items::from(&prev.map(|p| p.constraints.clone()).unwrap_or_default());
     for (id, m) in &h.messages {

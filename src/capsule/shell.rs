@@ -692,10 +692,9 @@ impl Walk {
             }
             // Staging only: the files in the work tree stay as they are.
             "restore" | "rm" if rest.iter().any(|a| a.is("--staged") || a.is("--cached")) => {
-                if rest.iter().any(|a| a.is("--worktree") || a.is("-W")) {
-                    for p in paths(rest) {
-                        self.modify(&p);
-                    }
+                let work_tree_too = rest.iter().any(|a| a.is("--worktree") || a.is("-W"));
+                for p in paths(rest).iter().filter(|_| work_tree_too) {
+                    self.modify(p);
                 }
             }
             "rm" => {
