@@ -5,11 +5,14 @@
 //! model capsule is built and scored too when `SOBA_EVAL_ENDPOINT` names a server.
 
 use crate::common;
+use crate::loopback::{json, Loopback};
 
 use std::path::PathBuf;
 
+use soba::capsule::Quality;
+use soba::config::{Provider, SummarizerConfig};
 use soba::eval::bench::{load_gold, run, GoldCut, ModelEndpoint, MODEL_SKIPPED};
-use soba::eval::capsule_quality::{failure_lines, render_table, Cut};
+use soba::eval::capsule_quality::{failure_lines, render_table, Cut, Field};
 
 fn gold() -> Vec<GoldCut> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/capsule_quality/gold");
@@ -94,4 +97,66 @@ fn the_local_capsule_meets_the_targets_at_every_annotated_cut() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The model path without a model: an OpenAI-compatible loopback server answers every
+/// summarizer request with the same capsule, which is then scored like the local one; a server
+/// that fails yields no model capsule and says why (the local fallback is not scored as the
+/// model's).
+#[test]
+fn a_model_capsule_from_an_openai_compatible_endpoint_is_scored_and_a_failing_one_reported() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let cut: Vec<GoldCut> = gold()
+        .into_iter()
+        .filter(|g| g.name == "agentcmd-session-four")
+        .collect();
+    assert_eq!(cut.len(), 1);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let state = serde_json::json!({
+        "goal": "Show the initials of the logged-in user's username in NavUser when there is no name",
+        "constraints": ["Use the username's initials when the name isn't present"],
+        "completed": ["getInitials added to NavUser", "AppSidebar passes the username"],
+        "active": ["Fix getInitials for an empty name"],
+        "pending": [],
+        "decisions": [{"decision": "Fall back to the username", "rationale": "the User model only has a username"}],
+        "blockers": [],
+        "nextSteps": ["Fix getInitials for an empty string, then re-run pnpm test NavUser.test.tsx"]
+    });
+    let body = serde_json::json!({"id": "chatcmpl-1", "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": state.to_string()},
+        "finish_reason": "stop"}]})
+    .to_string();
+    let server = runtime.block_on(Loopback::start(move |_, _| json(200, &body)));
+    let failing = runtime.block_on(Loopback::start(|_, _| {
+        json(500, r#"{"error":{"message":"overloaded"}}"#)
+    }));
+    let endpoint = |base: &str| ModelEndpoint {
+        summarizer: SummarizerConfig {
+            provider: Provider::Openai,
+            base_url: Some(format!("{base}/v1")),
+            model: Some("open-weights-test".into()),
+            ..SummarizerConfig::default()
+        },
+        timeout_ms: 60_000,
+    };
+
+    let results = run(&dir, &cut, Some(&endpoint(&server.base)), &mut |_| {}).unwrap();
+    let Some(Ok((score, capsule))) = &results[0].model else {
+        panic!("no model capsule: {:?}", results[0].model)
+    };
+    assert_eq!(capsule.quality, Quality::Model);
+    assert!(capsule.state.goal.starts_with("Show the initials"));
+    assert!(!server.requests().is_empty());
+    assert!(score.failures.is_empty(), "{:?}", score.failures);
+    assert_eq!(score.field(Field::Decisions).recall(), Some(0.5));
+    // The facts are the log's, whoever writes the narrative.
+    assert_eq!(capsule.artifacts, results[0].local_capsule.artifacts);
+
+    let results = run(&dir, &cut, Some(&endpoint(&failing.base)), &mut |_| {}).unwrap();
+    let Some(Err(why)) = &results[0].model else {
+        panic!("expected no model capsule: {:?}", results[0].model)
+    };
+    assert!(why.contains("HTTP 500"), "{why}");
 }
