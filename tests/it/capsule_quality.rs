@@ -160,3 +160,33 @@ fn a_model_capsule_from_an_openai_compatible_endpoint_is_scored_and_a_failing_on
     };
     assert!(why.contains("HTTP 500"), "{why}");
 }
+
+/// `soba debug capsule-quality --json`: the scores of every cut, each with the capsule it scored,
+/// and the loud line that no model was asked.
+#[test]
+fn the_debug_command_prints_every_cut_as_json_and_says_the_model_was_skipped() {
+    let Some(dir) = common::transcripts_dir() else {
+        return;
+    };
+    let gold_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/capsule_quality/gold");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["debug", "capsule-quality", "--json", "--gold"])
+        .arg(&gold_dir)
+        .arg("--transcripts")
+        .arg(&dir)
+        .env_remove("SOBA_EVAL_ENDPOINT")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains(MODEL_SKIPPED), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cuts = v["local"]["cuts"].as_array().unwrap();
+    assert_eq!(cuts.len(), gold().len());
+    for c in cuts {
+        assert!(c["capsule"]["state"]["goal"].is_string(), "{c}");
+        assert!(c["fields"]["next_steps"]["annotated"].is_u64(), "{c}");
+    }
+    assert!(v["local"]["totals"]["checks"]["recall"].is_number(), "{v}");
+    assert!(v.get("model").is_none());
+}
