@@ -12,6 +12,7 @@ pub mod compaction;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod eval;
 pub mod files;
 pub mod flight;
 pub mod hook;

@@ -9,6 +9,7 @@ mod accuracy;
 mod attach;
 mod calibration;
 mod capsule_cli;
+mod capsule_quality;
 mod claude_code_hook;
 mod cli;
 mod compaction_progress;
