@@ -425,6 +425,15 @@ fn still_running(text: &str) -> bool {
 /// Outcome of a verification run from its result: exit code, error flag, then the output.
 /// A run whose result says it is still going has no outcome yet: `unknown`, never `passed`.
 pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
+    let text = blocks_text(&r.content);
+    if aborted(&text) {
+        return VerificationOutcome::Unknown;
+    }
+    // A pipe (`tsc | grep error`, `… | tail`) reports the exit of its last command: what the
+    // check printed decides.
+    if strong_failure_marker(&text) {
+        return VerificationOutcome::Failed;
+    }
     if let Some(code) = r.exit_code {
         return if code == 0 {
             VerificationOutcome::Passed
@@ -435,7 +444,6 @@ pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
     if r.is_error {
         return VerificationOutcome::Failed;
     }
-    let text = blocks_text(&r.content);
     if let Some(code) = exit_code_in_output(&text) {
         return if code == 0 {
             VerificationOutcome::Passed
@@ -465,6 +473,28 @@ fn exit_code_in_output(text: &str) -> Option<i64> {
     RE.captures_iter(text)
         .last()
         .and_then(|c| c[1].parse().ok())
+}
+
+/// Failure lines no passing run prints.
+fn strong_failure_marker(text: &str) -> bool {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?m)(test result: FAILED|^FAIL\b|^--- FAIL:|\berror TS\d+:|^thread '.*' panicked at|Traceback \(most recent call last\)|npm ERR!|BUILD FAILURE|^error: command '[^']*' failed|\bfailed with exit (?:code|status) [1-9])",
+        )
+        .expect("valid regex")
+    });
+    RE.is_match(text)
+}
+
+/// A run the user or the harness stopped: it has no outcome.
+fn aborted(text: &str) -> bool {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?im)^\s*(?:command (?:was )?aborted|aborted by (?:the )?user|\[request interrupted|interrupted by (?:the )?user|the user (?:doesn't|does not) want to proceed)[^\n]*\s*\z",
+        )
+        .expect("valid regex")
+    });
+    RE.is_match(text)
 }
 
 fn failure_marker(text: &str) -> bool {
@@ -737,6 +767,43 @@ mod tests {
         assert_eq!(
             a.modified_files[0].path,
             format!("mod{}.rs", 200 - MAX_MODIFIED_FILES)
+        );
+    }
+
+    #[test]
+    fn what_a_check_printed_decides_over_a_pipe_and_an_abort_has_no_outcome() {
+        let r = |text: &str, code: Option<i64>| ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            exit_code: code,
+        };
+        assert_eq!(
+            result_outcome(&r("src/a.ts(3,1): error TS2345: Argument of type", Some(0))),
+            VerificationOutcome::Failed
+        );
+        assert_eq!(
+            result_outcome(&r("--- FAIL: TestX (0.01s)\nFAIL\tpkg\t0.2s", Some(0))),
+            VerificationOutcome::Failed
+        );
+        assert_eq!(
+            result_outcome(&r("Command aborted by user", None)),
+            VerificationOutcome::Unknown
+        );
+        assert_eq!(
+            result_outcome(&r(
+                "> node --test\nDebugger attached.\n\nCommand aborted",
+                None
+            )),
+            VerificationOutcome::Unknown
+        );
+        assert_eq!(
+            result_outcome(&r(
+                "<returncode>0</returncode>\nerror: command '/usr/bin/gcc' failed with exit code 1",
+                Some(0)
+            )),
+            VerificationOutcome::Failed
         );
     }
 

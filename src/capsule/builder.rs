@@ -242,6 +242,8 @@ struct Turn<'a> {
     /// The request this turn works on: its own message, or for an approval or an answer to
     /// the agent, the request it continues.
     request: Option<usize>,
+    /// The message that opened the turn.
+    message: usize,
     /// The last assistant text of the turn, with its entry id.
     last_text: Option<(&'a str, String)>,
     /// Tool calls made after that text.
@@ -261,6 +263,10 @@ struct History<'a> {
     tasks: Option<(TaskList, &'a str)>,
     /// Results of calls, by the call's entry id (the verification list points at calls).
     result_of_call_entry: HashMap<&'a str, &'a ToolResultEntry>,
+    /// Where each entry with tool calls stands in the history, to tell what came after what.
+    call_position: HashMap<&'a str, usize>,
+    /// Where each user message stands.
+    message_position: Vec<usize>,
     /// The last few results of calls that run no check, for unresolved tool errors.
     recent_results: Vec<(&'a ToolResultEntry, &'a str)>,
 }
@@ -277,7 +283,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
     let mut h = History::default();
     // The request that the latest turns continue.
     let mut current_request: Option<usize> = None;
-    for e in entries {
+    for (position, e) in entries.iter().enumerate() {
         match &e.body {
             EntryBody::Message(m) if m.role == Role::User && !m.synthetic => {
                 let Some(msg) = user_message(e) else { continue };
@@ -290,8 +296,10 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     current_request = Some(i);
                 }
                 h.messages.push((&e.id, msg));
+                h.message_position.push(position);
                 h.turns.push(Turn {
                     request: current_request,
+                    message: i,
                     last_text: None,
                     calls_after_text: 0,
                 });
@@ -308,6 +316,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     }
                 }
                 for (call_id, name, input) in e.tool_calls() {
+                    h.call_position.insert(&e.id, position);
                     if let Some(list) = task_list(name, input) {
                         h.tasks = Some((list, &e.id));
                     }
@@ -373,6 +382,32 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
         h.done.push((clip(&item, MAX_DONE_CHARS), id));
     }
     h
+}
+
+static START_IMPLEMENTING: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"(?i)\b(?:start|begin|go ahead(?: and)?|proceed(?: with)?)\s+(?:implementing|implementation|to implement|with the implementation|the implementation)\b|\bimplement (?:it|this|that|the plan)\b",
+    )
+    .expect("valid regex")
+});
+
+static FINAL_STEP: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"(?i)^(?:when|once|after)\s+(?:you'?ve|you have|you are|you're|you|it'?s|it is|everything is|all is)\s+(?:completed|finished|done|complete|ready)\b",
+    )
+    .expect("valid regex")
+});
+
+/// Steps the user asked for at the end of the work: "When you've completed your work, you
+/// MUST submit your changes as a git patch."
+fn final_steps(prose: &str) -> Vec<String> {
+    prose
+        .lines()
+        .flat_map(|l| l.split_inclusive(". "))
+        .map(|s| s.trim().trim_start_matches(['-', '*', '•']).trim())
+        .filter(|s| FINAL_STEP.is_match(s))
+        .map(|s| format!("Finally: {}", clip(s, PROMPT_OPENING_CHARS)))
+        .collect()
 }
 
 fn one_line(s: &str) -> String {
@@ -453,12 +488,16 @@ pub fn build_state(
     requests.dedup();
 
     // Goal: the latest message of this span that sets one, else the previous capsule's, else
-    // the latest request of any kind.
-    let goal = h
-        .messages
-        .iter()
-        .rev()
-        .find(|(_, m)| m.sets_goal())
+    // the latest request of any kind. A plan the user then told the agent to implement is
+    // the implementation of that plan.
+    let goal_at = h.messages.iter().rposition(|(_, m)| m.sets_goal());
+    let implementing = goal_at.is_some_and(|g| {
+        h.messages[g + 1..]
+            .iter()
+            .any(|(_, m)| START_IMPLEMENTING.is_match(&m.prose))
+    });
+    let goal = goal_at
+        .map(|g| &h.messages[g])
         .or_else(|| {
             prev.is_none()
                 .then(|| {
@@ -471,6 +510,11 @@ pub fn build_state(
         })
         .map(|(id, m)| {
             let g = goal_line(&m.text);
+            let g = if implementing {
+                format!("Implement the plan asked for here: {g}")
+            } else {
+                g
+            };
             sources.add(&g, id);
             g
         })
@@ -544,6 +588,14 @@ pub fn build_state(
     let last_request = last_turn
         .and_then(|t| t.request)
         .map(|r| (&h.messages[r].0, &h.messages[r].1));
+    // What the turn in progress works on: its own message when it asks for something (a
+    // correction, a question, a pasted error), else the request it continues.
+    let focus = last_turn
+        .map(|t| (&h.messages[t.message].0, &h.messages[t.message].1))
+        .filter(|(_, m)| {
+            m.intent != Intent::Approval && (m.intent != Intent::Paste || m.sets_goal())
+        })
+        .or(last_request);
 
     let mut active = Items::default();
     let mut pending = Items::default();
@@ -559,11 +611,8 @@ pub fn build_state(
         }
     }
     if in_progress {
-        if let Some((id, m)) = last_request {
-            let item = format!(
-                "In progress: {}",
-                clip(&one_line(&m.text), PROMPT_OPENING_CHARS)
-            );
+        if let Some((id, m)) = focus {
+            let item = format!("In progress: {}", one_line(&goal_line(&m.text)));
             sources.add(&item, id);
             active.push(item);
         }
@@ -594,6 +643,32 @@ pub fn build_state(
     for a in active.items.iter().chain(pending.items.iter()) {
         if !a.starts_with("In progress: ") {
             next_steps.push(a.clone());
+        }
+    }
+    // A turn cut in progress: after the step at hand, the rest of what was asked — unless a
+    // check failed since it was asked, which is then what stands between the work and done.
+    let asked_at = last_turn.map(|t| h.message_position[t.message]);
+    let failed_since = artifacts.verification.iter().any(|v| {
+        v.outcome == VerificationOutcome::Failed
+            && h.call_position
+                .get(v.entry_id.as_str())
+                .is_some_and(|&p| asked_at.is_some_and(|a| p > a))
+    });
+    if in_progress && !failed_since {
+        if let Some((id, m)) = focus {
+            let step = format!("Continue: {}", one_line(&goal_line(&m.text)));
+            sources.add(&step, id);
+            next_steps.push(step);
+        }
+    }
+    // What the user said to do once the work is done ("When you've completed your work, you
+    // MUST submit …"), until it is.
+    if in_progress {
+        for (id, m) in &h.messages {
+            for step in final_steps(&m.prose) {
+                sources.add(&step, id);
+                next_steps.push(step);
+            }
         }
     }
 
@@ -651,21 +726,8 @@ pub fn build_state(
             }
         }
     }
-    if next_steps.items.is_empty() {
-        match last_request.filter(|_| in_progress) {
-            Some((id, m)) => {
-                let step = format!(
-                    "Continue: {}",
-                    clip(&one_line(&m.text), PROMPT_OPENING_CHARS)
-                );
-                sources.add(&step, id);
-                next_steps.push(step);
-            }
-            None if !h.messages.is_empty() || prev.is_some() => {
-                next_steps.push(AWAIT_NEXT_REQUEST.to_string());
-            }
-            None => {}
-        }
+    if next_steps.items.is_empty() && (!h.messages.is_empty() || prev.is_some()) {
+        next_steps.push(AWAIT_NEXT_REQUEST.to_string());
     }
 
     // Decisions with the reason the text gave, each once.
@@ -1129,10 +1191,12 @@ mod tests {
             .iter()
             .map(|c| TokenizerKind::O200kBase.count(c))
             .sum();
-        assert!(total <= FULL_PROMPTS_BUDGET_TOKENS + 3 * 60, "{total}");
-        assert_eq!(s.requests.len(), 3);
-        assert!(s.requests[2].starts_with("C word"));
-        assert!(s.requests[0].starts_with("A word") && s.requests[0].ends_with('…'));
+        assert!(total <= FULL_PROMPTS_BUDGET_TOKENS + 4 * 60, "{total}");
+        // The previous goal, which "C" replaced, rolls forward first.
+        assert_eq!(s.requests.len(), 4);
+        assert_eq!(s.requests[0], "goal");
+        assert!(s.requests[3].starts_with("C word"));
+        assert!(s.requests[1].starts_with("A word") && s.requests[1].ends_with('…'));
     }
 
     /// Two hundred compactions, each folding a turn that reads, edits, checks, commits and

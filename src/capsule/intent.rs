@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::requests::{is_substantive, stated_rules};
+use super::requests::{is_substantive, sentences, stated_rules};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intent {
@@ -48,9 +48,14 @@ pub fn classify(typed: &str) -> UserMessage {
         Intent::Paste
     } else if is_approval(&prose) {
         Intent::Approval
+    } else if CORRECTION.is_match(asked) && has_a_statement(asked) {
+        // "no, that's not it, use X. is Y the cause?": the correction leads.
+        Intent::Preference
     } else if is_question(asked) {
         Intent::Question
-    } else if is_preference(asked) {
+    } else if opens_with_work(asked) {
+        Intent::Request
+    } else if is_preference(asked) || states_a_rule_first(asked) {
         Intent::Preference
     } else {
         Intent::Request
@@ -84,13 +89,29 @@ const GOAL_SETTING_WORDS: usize = 12;
 impl UserMessage {
     /// Whether this message sets (or resets) the task the user is driving at.
     pub fn sets_goal(&self) -> bool {
+        // "btw, …", "also …", "fyi …": an aside to the work under way, however long.
+        let first = self
+            .prose
+            .split(|c: char| !c.is_alphanumeric())
+            .find(|w| !w.is_empty())
+            .unwrap_or("")
+            .to_lowercase();
+        if matches!(first.as_str(), "btw" | "fyi" | "also" | "ps" | "aside") {
+            return false;
+        }
         match self.intent {
             Intent::Request => is_substantive(&self.prose),
+            // A direction sets it; a correction that also asks something ("actually, can you
+            // revert that?", "slight steering: why does …?") steers the work it corrects.
             Intent::Preference => {
-                is_substantive(&self.prose)
-                    || without_tag_question(&self.prose).split_whitespace().count()
-                        >= GOAL_SETTING_WORDS
+                (CORRECTION.is_match(&self.prose) || DIRECTIVE.is_match(&self.prose))
+                    && !without_tag_question(&self.prose).contains('?')
+                    && (is_substantive(&self.prose)
+                        || without_tag_question(&self.prose).split_whitespace().count()
+                            >= GOAL_SETTING_WORDS)
             }
+            // A pasted error with nothing said around it asks for it to be fixed.
+            Intent::Paste => self.pastes.iter().any(|p| p.contains(" of error output")),
             _ => false,
         }
     }
@@ -106,8 +127,15 @@ impl UserMessage {
             .filter(|r| !is_question(r))
             .collect();
         if self.intent == Intent::Preference && out.is_empty() {
-            let stated = clip(self.prose.trim(), MAX_PREFERENCE_CHARS);
-            out.push(stated);
+            // The preference without the questions asked beside it.
+            let stated: Vec<&str> = sentences(without_tag_question(&self.prose))
+                .into_iter()
+                .map(str::trim)
+                .filter(|s| !s.is_empty() && !s.ends_with('?') && !is_question(s))
+                .collect();
+            if !stated.is_empty() {
+                out.push(clip(&stated.join(" "), MAX_PREFERENCE_CHARS));
+            }
         }
         out
     }
@@ -144,12 +172,28 @@ fn is_approval(prose: &str) -> bool {
 }
 
 static POLITE_REQUEST: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)^\s*(?:ok(?:ay)?[,.]?\s+|so[,]?\s+|and\s+|now\s+)?(?:can|could|would|will)\s+(?:you|we)\s+(?:please\s+)?(?:add|fix|implement|create|make|write|update|remove|delete|refactor|change|run|move|rename|build|test|check|review|investigate|look|try|use|adjust|replace|convert|set|start|clean|merge|rebase|commit|push|deploy|release|install|document|give|print|show|prefill|split|extract|generate|prepare|summarize|proof|restore|revert|undo|wire|integrate|port|also|go|do|get|put|keep|drop|switch|migrate|verify|validate|ensure|handle|support|open|close|tell|explain|describe|list|find|compare|double|help)\b")
+    Regex::new(r"(?i)^\s*(?:ok(?:ay)?[,.]?\s+|so[,]?\s+|and\s+|now\s+)?(?:can|could|would|will)\s+(?:you|we)\s+(?:please\s+)?(?P<verb>[a-z]+)")
         .expect("valid regex")
 });
 
+/// "Can you tell me how …?" asks for an answer; "can you audit …?" for work.
+const ASKING_VERBS: [&str; 10] = [
+    "tell", "explain", "describe", "clarify", "remind", "confirm", "be", "have", "see", "say",
+];
+
+fn is_polite_request(t: &str) -> bool {
+    POLITE_REQUEST
+        .captures(t)
+        .is_some_and(|c| !ASKING_VERBS.contains(&c["verb"].to_lowercase().as_str()))
+}
+
 static QUESTION_OPENER: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)^\s*(?:ok(?:ay)?[,.]?\s+|so[,]?\s+|and\s+|but\s+|hmm+[,.]?\s+)?(?:why|what|what's|whats|how|does|do|did|is|are|was|were|where|when|which|who|whose|should|shouldn't|would|wouldn't|could|couldn't|can|can't|isn't|aren't|doesn't|don't|didn't|will|won't|have|has|hasn't|haven't|am)\b")
+        .expect("valid regex")
+});
+
+static WHY_HOW: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^\s*(?:why|how come|what|how|where|when|which|does|do|is|are)\b")
         .expect("valid regex")
 });
 
@@ -159,7 +203,7 @@ pub fn is_question(text: &str) -> bool {
     if t.is_empty() {
         return false;
     }
-    if POLITE_REQUEST.is_match(t) {
+    if is_polite_request(t) {
         return false;
     }
     let last_sentence = t
@@ -167,7 +211,17 @@ pub fn is_question(text: &str) -> bool {
         .map(str::trim)
         .find(|s| !s.is_empty())
         .unwrap_or(t);
-    t.ends_with('?') || (QUESTION_OPENER.is_match(last_sentence) && last_sentence.ends_with('?'))
+    // "slight steering: why does X …? i would assume …": the question leads.
+    let first_sentence = t.split_inclusive(['?', '.', '!', '\n']).next().unwrap_or(t);
+    let leading_question = first_sentence.trim_end().ends_with('?')
+        && WHY_HOW.is_match(
+            first_sentence
+                .split_once(':')
+                .map_or(first_sentence, |(_, q)| q),
+        );
+    t.ends_with('?')
+        || leading_question
+        || (QUESTION_OPENER.is_match(last_sentence) && last_sentence.ends_with('?'))
 }
 
 static PREFERENCE: LazyLock<Regex> = LazyLock::new(|| {
@@ -175,6 +229,49 @@ static PREFERENCE: LazyLock<Regex> = LazyLock::new(|| {
         r"(?i)^\s*(?:no|nope|not|actually|instead|rather)\b[,.!]?|\bi\s+(?:wanted|want(?:ed)?\s+it|meant|prefer|'d prefer|would prefer|'d rather|would rather|like it)\b|\b(?:please\s+)?(?:don't|do not|never|always|stop|avoid)\b|\bshould(?:n't| not)?\s+(?:be|use|stay|keep|have|go)\b|\btoo\s+(?:long|verbose|short|many|much|wordy|complex|complicated)\b|\b(?:use|keep|prefer)\s+\S+\s+(?:instead|rather)\b|\bthat's\s+(?:not|wrong)\b|\bthat is\s+(?:not|wrong)\b",
     )
     .expect("valid regex")
+});
+
+fn has_a_statement(prose: &str) -> bool {
+    sentences(prose)
+        .into_iter()
+        .map(str::trim)
+        .any(|s| s.split_whitespace().count() >= 3 && !s.ends_with('?'))
+}
+
+/// "We should use the initials from the username": a direction for the work.
+static DIRECTIVE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:we|you)\s+(?:should|need to|have to|must)\s+(?:use|make|show|change|add|fix|move|put|keep|return|switch|call|read|write|handle)\b|\bi want you to\b")
+        .expect("valid regex")
+});
+
+/// Opens with the work it asks for: an imperative or a polite request.
+fn opens_with_work(prose: &str) -> bool {
+    let first = prose
+        .split_inclusive(['.', '!', '?', '\n'])
+        .next()
+        .unwrap_or(prose);
+    (POLITE_OR_IMPERATIVE.is_match(first)
+        && !first.trim_start().to_lowercase().starts_with("make sure"))
+        || is_polite_request(first)
+}
+
+static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^\s*(?:no|nope|not|actually|instead|rather|wait)\b").expect("valid regex")
+});
+
+/// "this plan must be written so that …", "make sure …": a message that opens with a rule
+/// tells how to work, not what to work on.
+fn states_a_rule_first(prose: &str) -> bool {
+    let first = prose
+        .split_inclusive(['.', '!', '?', '\n'])
+        .next()
+        .unwrap_or(prose);
+    !stated_rules(first).is_empty() && !opens_with_work(first)
+}
+
+static POLITE_OR_IMPERATIVE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^\s*(?:ok(?:ay)?|alright|so|now|please|let'?s|can you|could you|can we|add|fix|implement|create|make|write|update|remove|delete|refactor|port|build|move|rename|read|run|use|change)\b")
+        .expect("valid regex")
 });
 
 fn is_preference(prose: &str) -> bool {
@@ -282,6 +379,11 @@ static LOG_LINE: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid regex")
 });
 
+static ERROR_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^(?:error|\w*error:|\w*exception:|fatal:|panic|thread '.*' panicked|fail(?:ed)?\b|--- fail|assertionerror)")
+        .expect("valid regex")
+});
+
 /// A line that reads as pasted output, code, a table or a diff rather than typed prose.
 fn is_material(line: &str) -> bool {
     let t = line.trim();
@@ -345,7 +447,16 @@ fn describe(body: &[&str], lang: Option<&str>) -> String {
         })
         .unwrap_or_else(|| kind_of(body).to_string());
     let lines = if n == 1 { "line" } else { "lines" };
-    format!("pasted {n} {lines} of {kind}")
+    // The first error line says what the paste is about ("Error: ENOENT … package.json").
+    let first_error = body
+        .iter()
+        .map(|l| l.trim())
+        .find(|l| ERROR_LINE.is_match(l))
+        .map(|l| format!(": {}", super::work::clip(l, 160)));
+    format!(
+        "pasted {n} {lines} of {kind}{}",
+        first_error.unwrap_or_default()
+    )
 }
 
 fn kind_of(body: &[&str]) -> &'static str {
@@ -411,7 +522,7 @@ mod tests {
         let m = classify("the test fails:\n```\nthread 'x' panicked at src/a.rs:3\ntest result: FAILED\n```\ncan you fix it");
         assert_eq!(
             m.text,
-            "the test fails:\n[pasted 2 lines of test output]\ncan you fix it"
+            "the test fails:\n[pasted 2 lines of test output: thread 'x' panicked at src/a.rs:3]\ncan you fix it"
         );
         assert_eq!(m.intent, Intent::Request);
     }
@@ -444,6 +555,10 @@ mod tests {
         assert_eq!(m.constraints(), ["i wanted a prose list of examples"]);
         let m = classify("no, the block should stay as is");
         assert_eq!(m.constraints(), ["no, the block should stay as is"]);
+        let m = classify(
+            "no, that's not it, use the dark theme. is Theme.fg maybe doing something stupid?",
+        );
+        assert_eq!(m.constraints(), ["no, that's not it, use the dark theme."]);
         let m = classify("don't fix anything, just validate it works");
         assert_eq!(
             m.constraints(),
@@ -465,7 +580,9 @@ mod tests {
         let pasted = "~/workspaces/pi-mono (refactor)\n➜  pi-mono git:(refactor) npx tsx packages/coding-agent/src/cli.ts -c\nnode:fs:443\n    return binding.readFileUtf8(path, stringToFlags(options.flag));\n                   ^\n\nError: ENOENT: no such file or directory, open '/x/package.json'\n    at Object.readFileSync (node:fs:443:20)\n  errno: -2,\n  code: 'ENOENT',\n}";
         let m = classify(pasted);
         assert_eq!(m.intent, Intent::Paste, "{m:?}");
-        assert!(!m.sets_goal());
+        // A pasted error with nothing around it asks for a fix: it sets the goal, described.
+        assert!(m.sets_goal());
+        assert!(m.text.contains("error output: Error: ENOENT"), "{}", m.text);
     }
 
     #[test]
@@ -474,6 +591,30 @@ mod tests {
         assert_eq!(m.intent, Intent::Preference);
         assert!(m.sets_goal());
         assert_eq!(classify("does that make sense?").intent, Intent::Question);
+    }
+
+    #[test]
+    fn a_rule_tells_how_to_work_not_what_to_work_on() {
+        let m = classify("this plan must be written in such a way, that you can start a new session and pick up from where you left, also reading the diff of the current work tree");
+        assert_eq!(m.intent, Intent::Preference);
+        assert!(!m.sets_goal());
+        assert!(!m.constraints().is_empty());
+    }
+
+    #[test]
+    fn a_bug_report_with_a_direction_sets_the_goal() {
+        let m = classify("The username I am logged in with is jnarowski but the menu says Guest User. We should use the initials from the username if name isn't present");
+        assert!(m.sets_goal(), "{m:?}");
+        let m = classify("Implement feature 7 and never break the public API.");
+        assert_eq!(m.intent, Intent::Request);
+        assert!(m.sets_goal());
+    }
+
+    #[test]
+    fn an_aside_never_sets_the_goal() {
+        let m = classify("btw, can we make it so we keep the old code around for reference? i think your plan already works like that, but i want to be able to compare the old and the new implementation side by side while we port everything over to the new structure");
+        assert_eq!(m.intent, Intent::Request);
+        assert!(!m.sets_goal());
     }
 
     #[test]

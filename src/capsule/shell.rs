@@ -868,10 +868,13 @@ fn verification_kind(w: &[&str]) -> bool {
                 || (matches!(sub, "run" | "run-script" | "exec") && script_is_check(sub2))
                 || (sub == "x" && is_js_checker(sub2, w))
         }
-        "npx" | "pnpx" | "bunx" => is_js_checker(sub, w),
+        "npx" | "pnpx" | "bunx" => is_js_checker(sub, w) || runs_a_test_script(&w[1..]),
         "deno" => matches!(sub, "test" | "check" | "lint"),
-        "pytest" | "py.test" | "tox" | "nox" | "mypy" | "pyright" | "tsc" | "jest" | "vitest"
-        | "eslint" | "phpunit" | "rspec" | "ctest" | "shellcheck" | "golangci-lint" => true,
+        "node" | "tsx" | "ts-node" | "bash" | "sh" => runs_a_test_script(w),
+        "pytest" | "py.test" | "tox" | "nox" | "mypy" | "pyright" | "tsc" | "tsgo" | "jest"
+        | "vitest" | "eslint" | "phpunit" | "rspec" | "ctest" | "shellcheck" | "golangci-lint" => {
+            true
+        }
         "biome" => sub != "format" || has("--check"),
         "prettier" | "black" | "isort" => has("--check") || has("-c"),
         "gofmt" => false,
@@ -881,12 +884,14 @@ fn verification_kind(w: &[&str]) -> bool {
                 || (sub == "format" && has("--check"))
         }
         "python" | "python3" | "uv" | "poetry" | "pipenv" | "hatch" => {
-            (sub == "-m"
-                && matches!(
-                    sub2,
-                    "pytest" | "unittest" | "mypy" | "tox" | "pyright" | "ruff"
-                )
-                && !(sub2 == "ruff" && w.get(3) == Some(&"format") && !has("--check")))
+            runs_a_test_script(w)
+                || (sub.ends_with("setup.py") && matches!(sub2, "build" | "build_ext" | "test"))
+                || (sub == "-m"
+                    && matches!(
+                        sub2,
+                        "pytest" | "unittest" | "mypy" | "tox" | "pyright" | "ruff"
+                    )
+                    && !(sub2 == "ruff" && w.get(3) == Some(&"format") && !has("--check")))
                 || (matches!(sub, "run")
                     && matches!(sub2, "pytest" | "mypy" | "tox" | "ruff" | "pyright"))
                 || (tool == "hatch" && sub == "test")
@@ -923,9 +928,43 @@ fn verification_kind(w: &[&str]) -> bool {
     }
 }
 
+/// `node test-cli.js`, `python /tmp/test_fix.py`, `tsx src/cli.ts --help`: a throwaway test
+/// script, or a smoke run of the project's own CLI, is a check of the work too.
+fn runs_a_test_script(w: &[&str]) -> bool {
+    let runner = w.first().map(|t| base_name(t)).unwrap_or("");
+    let args = &w[1.min(w.len())..];
+    let script = args
+        .iter()
+        .find(|a| !a.starts_with('-') && **a != "run" && **a != "tsx");
+    let Some(script) = script else {
+        return false;
+    };
+    let file = base_name(script).to_ascii_lowercase();
+    let is_script = [".js", ".mjs", ".cjs", ".ts", ".mts", ".py", ".sh"]
+        .iter()
+        .any(|e| file.ends_with(e));
+    let test_like = file.starts_with("test") || file.contains("_test") || file.contains(".test.");
+    let smoke = args.iter().any(|a| *a == "--help" || *a == "--version");
+    is_script
+        && (test_like || smoke)
+        && matches!(
+            runner,
+            "node"
+                | "tsx"
+                | "ts-node"
+                | "bash"
+                | "sh"
+                | "python"
+                | "python3"
+                | "npx"
+                | "bunx"
+                | "pnpx"
+        )
+}
+
 fn is_js_checker(s: &str, w: &[&str]) -> bool {
     match s {
-        "jest" | "vitest" | "tsc" | "eslint" | "mocha" | "playwright" => true,
+        "jest" | "vitest" | "tsc" | "tsgo" | "eslint" | "mocha" | "playwright" => true,
         "biome" => w.get(2) != Some(&"format") || w.contains(&"--check"),
         "prettier" => w.contains(&"--check") || w.contains(&"-c"),
         _ => false,
@@ -1002,7 +1041,22 @@ mod tests {
         ] {
             assert!(shell(check).verification.is_some(), "{check}");
         }
-        for not_check in ["mise install", "task --list", "mise run dev"] {
+        for ad_hoc in [
+            "node /tmp/test-cmd.js",
+            "python3 test_fix.py",
+            "npx tsx packages/coding-agent/src/cli.ts --help",
+            "python setup.py build_ext --inplace",
+            "npx tsgo -p tsconfig.build.json",
+        ] {
+            assert!(shell(ad_hoc).verification.is_some(), "{ad_hoc}");
+        }
+        for not_check in [
+            "mise install",
+            "task --list",
+            "mise run dev",
+            "node server.js",
+            "python manage.py runserver",
+        ] {
             assert!(shell(not_check).verification.is_none(), "{not_check}");
         }
     }

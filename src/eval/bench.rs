@@ -142,9 +142,13 @@ fn import(transcripts: &Path, file: &str) -> anyhow::Result<Imported> {
     };
     let imported = import_str(&text, None, &options)
         .map_err(|e| anyhow!("cannot import {}: {e}", path.display()))?;
-    let config = Config::resolve(&[], imported.header.model.as_ref(), &Overrides::default())?;
+    let config = Config::resolve(
+        &[],
+        imported.header.model_config().as_ref(),
+        &Overrides::default(),
+    )?;
     let mut session = Session::new(imported.header.clone(), config.model.tokenizer);
-    config.model.configure_counting(&mut session);
+    session.configure_counting(&config.model);
     for e in imported.entries {
         // An entry the tree refuses is left out, as `soba replay` leaves it out.
         let _ = session.push(e);

@@ -683,7 +683,12 @@ pub fn score(
     );
     for d in &gold.deleted {
         files.annotated += 1;
-        if let Some(i) = paths.iter().position(|p| p == d) {
+        // Listed and marked deleted is right; listed as a plain modification is not.
+        if let Some(i) = facts
+            .modified_files
+            .iter()
+            .position(|f| &f.path == d && !f.deleted)
+        {
             files.missed.push(format!("{d} (deleted)"));
             files.unmatched.retain(|u| u != &shown(&paths[i]));
             files
@@ -847,7 +852,7 @@ mod tests {
     fn file(path: &str) -> FileArtifact {
         FileArtifact {
             path: path.into(),
-            entry_ids: vec![],
+            ..Default::default()
         }
     }
 
@@ -1082,6 +1087,15 @@ mod tests {
         assert_eq!((files.matched_items, files.items), (2, 3));
         assert_eq!((files.found, files.annotated), (2, 3));
         assert_eq!(files.unmatched, ["`old.go` (deleted, listed as modified)"]);
+        // Marked deleted, it is right.
+        let mut c = good();
+        c.artifacts.modified_files.push(FileArtifact {
+            path: "old.go".into(),
+            deleted: true,
+            ..Default::default()
+        });
+        let files = scored(&c).field(Field::Files).clone();
+        assert_eq!((files.found, files.annotated), (3, 3));
     }
 
     #[test]
