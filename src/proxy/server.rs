@@ -835,13 +835,24 @@ async fn summarize_upstream(
     }
 }
 
+/// `completed (hard_limit, model)`; a fallback also says why the model was not used.
 fn compaction_outcome(input: &Value) -> Option<String> {
     let c = input.get("compaction").filter(|c| !c.is_null())?;
-    Some(format!(
-        "{} ({})",
+    let mut line = format!(
+        "{} ({}",
         c.get("outcome").and_then(Value::as_str).unwrap_or("?"),
         c.get("trigger").and_then(Value::as_str).unwrap_or("?")
-    ))
+    );
+    if let Some(q) = c.get("quality").and_then(Value::as_str) {
+        line.push_str(&format!(", {q}"));
+    }
+    line.push(')');
+    if c.get("fallback").and_then(Value::as_bool) == Some(true) {
+        if let Some(r) = c.get("reason").and_then(Value::as_str) {
+            line.push_str(&format!(": {r}"));
+        }
+    }
+    Some(line)
 }
 
 /// reqwest errors name the URL; the URL may carry a key in its query, so it is left out.

@@ -1195,8 +1195,8 @@ async fn by_default_the_conversations_own_upstream_model_writes_the_capsule_with
             "{api}: the key is never logged nor stored"
         );
         assert!(
-            written.contains("compaction completed"),
-            "{api}: {:?}",
+            written.contains(", model)"),
+            "{api}: the request line names the capsule's quality: {:?}",
             env.log.lock().unwrap()
         );
     }
@@ -1250,6 +1250,14 @@ async fn a_summarization_past_the_timeout_is_aborted_and_the_local_capsule_is_ma
         flight.contains("did not finish within 300 ms")
             && flight.contains("the local capsule was used"),
         "{flight}"
+    );
+    // So does the proxy's request line.
+    let lines = env.log.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.contains(
+            "compaction completed (hard_limit, degraded): the summarization model did not finish within 300 ms"
+        )),
+        "{lines:?}"
     );
     assert!(!everything_written(&env).contains(KEY));
 }
