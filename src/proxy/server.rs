@@ -630,13 +630,15 @@ impl Proxy {
             Err(e) => return daemon_error(api, &e),
         };
         let mut restart = false;
-        let mut lending: Option<Lending>;
+        let mut lending: Option<Lending> = None;
         let (live, input) = loop {
             let live = match self.conversation(&chat, &rpc, generation, restart).await {
                 Ok(l) => l,
                 Err(e) => return daemon_error(api, &e),
             };
             let mut guard = live.clone().lock_owned().await;
+            // A restarted conversation's earlier session gives its credentials back first.
+            drop(lending.take());
             lending = self.lend(&guard.conv.session_id, parts, &chat);
             match self.sync(&chat, &rpc, &mut guard).await {
                 Ok(Some(input)) => break (guard, input),

@@ -11,6 +11,7 @@ mod calibration;
 mod capsule_cli;
 mod claude_code_hook;
 mod cli;
+mod client_model;
 mod compaction_progress;
 mod crash;
 mod daemon_compaction;
