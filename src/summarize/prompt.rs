@@ -489,6 +489,88 @@ mod tests {
         assert!(!p.user.contains("instructions for this summary"));
     }
 
+    fn user_message(id: &str, text: &str) -> ModelMessage {
+        ModelMessage {
+            role: "user".into(),
+            content: vec![ContentBlock::Text {
+                text: text.into(),
+                extra: Default::default(),
+            }],
+            tool_call_id: None,
+            is_error: None,
+            entry_id: Some(id.into()),
+        }
+    }
+
+    #[test]
+    fn facts_carry_entry_ids_and_the_users_messages() {
+        use crate::capsule::{Verification, VerificationOutcome};
+        let artifacts = Artifacts {
+            read_files: vec![FileArtifact {
+                path: "src/lexer.rs".into(),
+                entry_ids: vec!["e2".into(), "e4".into()],
+            }],
+            verification: vec![Verification {
+                command: "cargo test".into(),
+                outcome: VerificationOutcome::Failed,
+                entry_id: "e6".into(),
+            }],
+            ..Artifacts::default()
+        };
+        let long = format!(
+            "Fix the lexer\n\n{}",
+            "so that it reads every token ".repeat(30)
+        );
+        let history = vec![user_message("e1", &long), user_message("e7", "yes, go on")];
+        let facts = HistoryFacts::of(&history);
+        let items: Vec<String> = history.iter().map(render_message).collect();
+        let p = build_prompt(
+            PromptContext {
+                instructions: None,
+                artifacts: &artifacts,
+                facts: &facts,
+            },
+            None,
+            &items,
+        );
+        for needle in [
+            "Read files: src/lexer.rs [e2, e4]",
+            "Modified files: (none)",
+            "Checks, outcome of the last run: `cargo test` failed [e6]",
+            "- [e1] Fix the lexer so that it reads every token",
+            "- [e7] yes, go on",
+            "### user [e1]\nFix the lexer",
+        ] {
+            assert!(p.user.contains(needle), "missing {needle}: {}", p.user);
+        }
+        // A long message is cut to one line in the facts; whole in the history.
+        let line = p.user.lines().find(|l| l.starts_with("- [e1]")).unwrap();
+        assert!(line.ends_with('…') && line.chars().count() <= MAX_FACT_MESSAGE_CHARS + 10);
+        // The system prompt is one constant: every request starts with the same bytes.
+        assert_eq!(p.system, SYSTEM_PROMPT);
+    }
+
+    #[test]
+    fn the_facts_keep_the_latest_user_messages() {
+        let history: Vec<ModelMessage> = (0..MAX_FACT_MESSAGES + 5)
+            .map(|i| user_message(&format!("e{i}"), &format!("request {i}")))
+            .collect();
+        let facts = HistoryFacts::of(&history);
+        assert_eq!(facts.omitted, 5);
+        assert_eq!(facts.user_messages.len(), MAX_FACT_MESSAGES);
+        assert_eq!(
+            facts.user_messages[0],
+            ("e5".to_string(), "request 5".to_string())
+        );
+        let text = render_facts(&Artifacts::default(), &facts);
+        assert!(
+            text.contains("- (5 older ones left out)\n- [e5] request 5"),
+            "{text}"
+        );
+        let none = render_facts(&Artifacts::default(), &HistoryFacts::default());
+        assert!(none.ends_with("The user's messages, oldest first: (none in this history)"));
+    }
+
     #[test]
     fn chunks_cover_everything_oldest_first_and_fit() {
         let artifacts = Artifacts::default();
