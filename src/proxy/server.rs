@@ -92,6 +92,9 @@ struct Lent {
     url: reqwest::Url,
     headers: HeaderMap,
     model: Option<String>,
+    /// The served request limits its output with `max_completion_tokens` (OpenAI's reasoning
+    /// models refuse `max_tokens`): the summarization request does the same.
+    max_completion_tokens: bool,
 }
 
 type LentMap = Arc<std::sync::Mutex<HashMap<String, Lent>>>;
@@ -372,6 +375,7 @@ impl Proxy {
             url: upstream_url(&self.config.upstream, path),
             headers,
             model: model.clone().or_else(|| chat.model.clone()),
+            max_completion_tokens: chat.body.contains_key("max_completion_tokens"),
         };
         self.lent
             .lock()
@@ -767,7 +771,7 @@ async fn summarize_upstream(
 ) -> Result<Value, RpcError> {
     let p: SummarizeParams = serde_json::from_value(params)
         .map_err(|e| RpcError::invalid_params(format!("{}: {e}", client_method::SUMMARIZE)))?;
-    let (api, url, headers, model) = {
+    let (api, url, headers, model, max_completion_tokens) = {
         let lent = lent.lock().unwrap_or_else(|e| e.into_inner());
         let Some(l) = lent.get(&p.session_id) else {
             return Err(RpcError::internal(format!(
@@ -775,7 +779,13 @@ async fn summarize_upstream(
                 p.session_id
             )));
         };
-        (l.api, l.url.clone(), l.headers.clone(), l.model.clone())
+        (
+            l.api,
+            l.url.clone(),
+            l.headers.clone(),
+            l.model.clone(),
+            l.max_completion_tokens,
+        )
     };
     let secrets: Vec<String> = headers
         .values()
@@ -810,14 +820,19 @@ async fn summarize_upstream(
         system: p.system,
         user: p.user,
     };
-    let reply = crate::summarize::client::send_prompt(
+    let mut body =
+        crate::summarize::client::request_body(wire_api, &model, &prompt, p.max_output_tokens);
+    if max_completion_tokens {
+        if let Some(limit) = body.as_object_mut().and_then(|b| b.remove("max_tokens")) {
+            body["max_completion_tokens"] = limit;
+        }
+    }
+    let reply = crate::summarize::client::send_body(
         http,
         wire_api,
         url.as_str(),
         headers,
-        &model,
-        &prompt,
-        p.max_output_tokens,
+        &body,
         &|_| {},
         &cancel,
     )

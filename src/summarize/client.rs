@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::breaker::Breaker;
@@ -149,21 +150,37 @@ pub async fn send_prompt(
     on_tokens: &(dyn Fn(u64) + Send + Sync),
     cancel: &CancellationToken,
 ) -> Result<Reply, SummaryError> {
-    let (body, decode): (_, wire::EventDecoder) = match api {
-        Api::OpenAi => (
-            wire::openai::request_body(model, prompt, max_output_tokens),
-            wire::openai::event,
-        ),
-        Api::Anthropic => (
-            wire::anthropic::request_body(model, prompt, max_output_tokens),
-            wire::anthropic::event,
-        ),
+    let body = request_body(api, model, prompt, max_output_tokens);
+    send_body(http, api, url, headers, &body, on_tokens, cancel).await
+}
+
+/// The body [`send_prompt`] sends.
+pub fn request_body(api: Api, model: &str, prompt: &Prompt, max_output_tokens: u64) -> Value {
+    match api {
+        Api::OpenAi => wire::openai::request_body(model, prompt, max_output_tokens),
+        Api::Anthropic => wire::anthropic::request_body(model, prompt, max_output_tokens),
+    }
+}
+
+/// [`send_prompt`] with the body given (a caller that adapts it to its server).
+pub async fn send_body(
+    http: &reqwest::Client,
+    api: Api,
+    url: &str,
+    headers: reqwest::header::HeaderMap,
+    body: &Value,
+    on_tokens: &(dyn Fn(u64) + Send + Sync),
+    cancel: &CancellationToken,
+) -> Result<Reply, SummaryError> {
+    let decode: wire::EventDecoder = match api {
+        Api::OpenAi => wire::openai::event,
+        Api::Anthropic => wire::anthropic::event,
     };
     let mut request = http
         .post(url)
         .headers(headers)
         .header(reqwest::header::ACCEPT, "text/event-stream")
-        .json(&body);
+        .json(body);
     if api == Api::Anthropic {
         request = request.header("anthropic-version", wire::anthropic::API_VERSION);
     }

@@ -1054,16 +1054,21 @@ fn config_without_summarizer(timeout_ms: Option<u64>) -> Value {
 
 /// Send turns of a conversation in `api`'s shape until the proxy has compacted once.
 async fn converse_until_compacted(env: &Env, api: &str) {
+    converse_until_compacted_with(env, api, json!({})).await
+}
+
+/// [`converse_until_compacted`] with `extra` fields in every OpenAI request body.
+async fn converse_until_compacted_with(env: &Env, api: &str, extra: Value) {
     let mut messages: Vec<Value> = Vec::new();
     for turn in 0..30 {
         let user = filler(turn, 700);
         let r = if api == "openai" {
             messages.push(json!({"role": "user", "content": user}));
-            env.post(
-                "/v1/chat/completions",
-                &json!({"model": "gpt-4o", "messages": messages}),
-            )
-            .await
+            let mut body = json!({"model": "gpt-4o", "messages": messages});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            env.post("/v1/chat/completions", &body).await
         } else {
             messages.push(json!({"role": "user", "content": [{"type": "text", "text": user}]}));
             env.post(
@@ -1151,6 +1156,7 @@ async fn by_default_the_conversations_own_upstream_model_writes_the_capsule_with
                     Some(format!("Bearer {KEY}").as_str())
                 );
                 assert_eq!(s.body()["model"], "gpt-4o");
+                assert!(s.body()["max_tokens"].is_u64());
             } else {
                 assert_eq!(s.path, "/v1/messages");
                 assert_eq!(s.header("x-api-key"), Some(KEY));
@@ -1212,10 +1218,16 @@ async fn a_summarizer_model_flag_names_the_model_the_upstream_summarizes_with() 
         },
     )
     .await;
-    converse_until_compacted(&env, "openai").await;
+    // An agent that limits its output with `max_completion_tokens` (OpenAI's reasoning models
+    // refuse `max_tokens`): the summarization request does the same.
+    converse_until_compacted_with(&env, "openai", json!({"max_completion_tokens": 900})).await;
     let summaries = env.upstream.summaries();
     assert!(!summaries.is_empty());
     assert!(summaries.iter().all(|s| s.body()["model"] == "gpt-4o-mini"));
+    for s in &summaries {
+        assert!(s.body()["max_completion_tokens"].is_u64(), "{}", s.body());
+        assert!(s.body().get("max_tokens").is_none());
+    }
     assert!(env
         .upstream
         .chats()
