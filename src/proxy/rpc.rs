@@ -258,3 +258,89 @@ impl RpcClient {
         Ok(reply.get("result").cloned().unwrap_or(Value::Null))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The daemon's side of a connection: reads the client's frames, writes its own.
+    struct FakeDaemon {
+        reader: BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+        writer: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    }
+
+    impl FakeDaemon {
+        async fn read(&mut self) -> Value {
+            read_frame(&mut self.reader).await.expect("a frame")
+        }
+        async fn write(&mut self, msg: Value) {
+            write_frame(&mut self.writer, &msg).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn the_daemons_requests_reach_the_handler_and_cancel_requests_cancel_them() {
+        let (ours, theirs) = tokio::io::duplex(1 << 16);
+        let (r, w) = tokio::io::split(ours);
+        let (dr, dw) = tokio::io::split(theirs);
+        let mut daemon = FakeDaemon {
+            reader: BufReader::new(dr),
+            writer: dw,
+        };
+        let handler: RequestHandler = Arc::new(|method, params, cancel| {
+            if method != "soba/summarize" {
+                return None;
+            }
+            Some(Box::pin(async move {
+                if params["user"] == "quick" {
+                    return Ok(json!({"text": "done"}));
+                }
+                cancel.cancelled().await;
+                Err(RpcError::internal("cancelled by the daemon"))
+            }))
+        });
+        let setup = ClientSetup {
+            summarize: Some(json!({"model": "m"})),
+            handler: Some(handler),
+        };
+        let client = tokio::spawn(RpcClient::connect_with(r, w, setup));
+        let init = daemon.read().await;
+        assert_eq!(init["method"], "initialize");
+        assert_eq!(
+            init["params"]["capabilities"]["experimental"]["soba"]["summarize"],
+            json!({"model": "m"})
+        );
+        daemon
+            .write(json!({"jsonrpc": "2.0", "id": init["id"], "result": {}}))
+            .await;
+        assert_eq!(daemon.read().await["method"], "initialized");
+        let _client = client.await.unwrap().unwrap();
+
+        daemon
+            .write(json!({"jsonrpc": "2.0", "id": 41, "method": "soba/summarize", "params": {"user": "slow"}}))
+            .await;
+        daemon
+            .write(json!({"jsonrpc": "2.0", "id": 42, "method": "soba/summarize", "params": {"user": "quick"}}))
+            .await;
+        daemon
+            .write(json!({"jsonrpc": "2.0", "id": 43, "method": "window/workDoneProgress/create", "params": {}}))
+            .await;
+        let mut answers = std::collections::BTreeMap::new();
+        for _ in 0..2 {
+            let a = daemon.read().await;
+            answers.insert(a["id"].as_i64().unwrap(), a);
+        }
+        assert_eq!(answers[&42]["result"], json!({"text": "done"}));
+        assert_eq!(
+            answers[&43]["result"],
+            Value::Null,
+            "other requests get null"
+        );
+        daemon
+            .write(json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 41}}))
+            .await;
+        let cancelled = daemon.read().await;
+        assert_eq!(cancelled["id"], 41);
+        assert_eq!(cancelled["error"]["message"], "cancelled by the daemon");
+    }
+}
