@@ -137,6 +137,12 @@ pub struct Config {
     /// the default figures, and `warnings` says so.
     #[serde(skip)]
     pub model_guessed: bool,
+    /// A layer set the `summarizer` block (even to `{"provider": "local"}`). Without one, a
+    /// client that offers the agent's own model (`soba proxy`, the pi extension) has its
+    /// capsules written by that model; with one, the configured summarizer (or the local
+    /// builder) is used whatever the client offers.
+    #[serde(skip)]
+    pub summarizer_configured: bool,
     /// What the user must be told about this configuration (an unknown model name).
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -152,6 +158,7 @@ impl Default for Config {
             mirror_explicit_compacts: false,
             tool_mapping: crate::tool_mapping::ToolMapping::default(),
             model_guessed: false,
+            summarizer_configured: false,
             warnings: Vec::new(),
         }
     }
@@ -1055,6 +1062,7 @@ impl Config {
             }
             if let Some(s) = &f.summarizer {
                 config.summarizer = s.clone();
+                config.summarizer_configured = true;
             }
             if let Some(d) = f.storage.as_ref().and_then(|s| s.durability) {
                 config.durability = d;

@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use super::CommonArgs;
 use crate::daemon::paths::Paths;
 use crate::daemon::registry::{Daemon, DaemonOptions};
-use crate::proxy::{check_listen, DaemonTarget, Proxy, ProxyConfig};
+use crate::proxy::{check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 
 /// Which provider the upstream speaks when `--upstream` is left out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -42,6 +42,14 @@ pub struct ProxyArgs {
     /// them).
     #[arg(long)]
     pub standalone: bool,
+    /// Summarize with this model of the upstream instead of the conversation's own model (a
+    /// cheaper one), with the same credentials.
+    #[arg(long, value_name = "NAME", conflicts_with = "local_capsules")]
+    pub summarizer_model: Option<String>,
+    /// Never summarize through the upstream: capsules come from the configured summarizer, or
+    /// are built locally from the log.
+    #[arg(long)]
+    pub local_capsules: bool,
 }
 
 fn upstream(args: &ProxyArgs) -> anyhow::Result<reqwest::Url> {
@@ -63,6 +71,13 @@ fn upstream(args: &ProxyArgs) -> anyhow::Result<reqwest::Url> {
 
 pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
     check_listen(&args.listen, args.allow_remote)?;
+    if args
+        .summarizer_model
+        .as_deref()
+        .is_some_and(|m| m.trim().is_empty())
+    {
+        anyhow::bail!("--summarizer-model needs a model name, e.g. --summarizer-model gpt-4o-mini; leave it out to summarize with the conversation's own model");
+    }
     let upstream = upstream(args)?;
     let workspace = match &args.workspace {
         Some(w) => w.clone(),
@@ -113,6 +128,13 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
             workspace: workspace.display().to_string(),
             context_window: common.context_window,
             max_output_tokens: common.max_output_tokens,
+            summarizer: if args.local_capsules {
+                ProxySummarizer::Local
+            } else {
+                ProxySummarizer::Upstream {
+                    model: args.summarizer_model.clone(),
+                }
+            },
             daemon,
             log: Arc::new(|line: &str| eprintln!("{line}")),
         })?;

@@ -14,4 +14,4 @@ pub mod rpc;
 pub mod server;
 pub mod wire;
 
-pub use server::{check_listen, DaemonTarget, Proxy, ProxyConfig};
+pub use server::{check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};

@@ -12,6 +12,7 @@ mod capsule_cli;
 mod capsule_quality;
 mod claude_code_hook;
 mod cli;
+mod client_model;
 mod compaction_progress;
 mod crash;
 mod daemon_compaction;
