@@ -195,7 +195,14 @@ fn render_facts(a: &Artifacts, facts: &HistoryFacts) -> String {
         } else {
             files
                 .iter()
-                .map(|f| format!("{}{}", f.path, ids(&f.entry_ids)))
+                .map(|f| {
+                    let change = match (&f.renamed_from, f.deleted) {
+                        (_, true) => " (deleted)".to_string(),
+                        (Some(from), false) => format!(" (renamed from {from})"),
+                        (None, false) => String::new(),
+                    };
+                    format!("{}{change}{}", f.path, ids(&f.entry_ids))
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         }
@@ -510,6 +517,7 @@ mod tests {
             read_files: vec![FileArtifact {
                 path: "src/lexer.rs".into(),
                 entry_ids: vec!["e2".into(), "e4".into()],
+                ..Default::default()
             }],
             verification: vec![Verification {
                 command: "cargo test".into(),

@@ -536,6 +536,7 @@ mod vet_tests {
                 modified_files: vec![FileArtifact {
                     path: "src/parser/mod.rs".into(),
                     entry_ids: vec!["e3".into()],
+                    ..Default::default()
                 }],
                 ..Artifacts::default()
             },
