@@ -37,6 +37,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "replay",
             "hook",
             "demo",
+            // The capsule-quality benchmark: imports transcripts, plans and summarizes.
+            "eval",
         ],
     ),
     ("servers", &["daemon", "proxy", "schemas"]),
