@@ -21,8 +21,13 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         summarizer.as_deref(),
     );
     let warning = report.summary(path);
+    let keep_note = config.keep_recent_capped.map(|c| c.note());
     if common.json {
         let mut v = serde_json::to_value(&r)?;
+        v["keepRecentTokens"] = config.compaction.keep_recent_tokens.into();
+        if let Some(note) = &keep_note {
+            v["keepRecentNote"] = note.clone().into();
+        }
         if let Some(w) = &warning {
             v["warning"] = w.clone().into();
             v["load"] = serde_json::to_value(&report)?;
@@ -94,6 +99,13 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     );
     if let Some(note) = crate::budget::not_in_log_note(r.breakdown.not_in_log) {
         outln!("note: {note}");
+    }
+    match &keep_note {
+        Some(note) => outln!("note: {note}"),
+        None => outln!(
+            "keepRecentTokens {}",
+            human_tokens(config.compaction.keep_recent_tokens)
+        ),
     }
     outln!("auto-compact {}", if r.auto_compact { "on" } else { "off" });
     outln!("capsules written by {}", r.summarizer.uses);
