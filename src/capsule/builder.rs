@@ -172,10 +172,12 @@ pub fn check_family(command: &str) -> String {
         .join(" ")
 }
 
-/// A list that keeps first-seen order, drops repeats, and remembers each item's entries.
+/// A list that keeps first-seen order and drops repeats; the set makes a repeat check O(1),
+/// so a history of many thousand requests stays linear.
 #[derive(Default)]
 struct Items {
     items: Vec<String>,
+    seen: std::collections::HashSet<String>,
 }
 
 impl Items {
@@ -188,9 +190,10 @@ impl Items {
     }
 
     fn push(&mut self, item: String) -> bool {
-        if item.trim().is_empty() || self.items.contains(&item) {
+        if item.trim().is_empty() || self.seen.contains(&item) {
             return false;
         }
+        self.seen.insert(item.clone());
         self.items.push(item);
         true
     }
@@ -732,6 +735,8 @@ pub fn build_state(
 
     // Decisions with the reason the text gave, each once.
     let mut decisions: Vec<Decision> = prev.map(|p| p.decisions.clone()).unwrap_or_default();
+    let mut decided: std::collections::HashSet<String> =
+        decisions.iter().map(|d| decision_key(&d.decision)).collect();
     for (d, id) in &h.decisions {
         // "X (instead of Y)" states its reason as the alternative it was chosen over.
         let d = &match d.decision.split_once(" (instead of ") {
@@ -742,8 +747,7 @@ pub fn build_state(
             _ => d.clone(),
         };
         let stated_why = !d.rationale.trim().is_empty();
-        let key = decision_key(&d.decision);
-        if !stated_why || decisions.iter().any(|x| decision_key(&x.decision) == key) {
+        if !stated_why || !decided.insert(decision_key(&d.decision)) {
             continue;
         }
         sources.add(&d.decision, id);
