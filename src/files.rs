@@ -149,6 +149,12 @@ pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
         .create(dir)
 }
 
+/// Create one private (`0700`) folder; `AlreadyExists` when anything is at `dir` (a link is
+/// not followed).
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    DirBuilder::new().mode(PRIVATE_DIR_MODE).create(dir)
+}
+
 /// An output path's folder must exist: creating folders from a mistyped path would hide the
 /// mistake.
 pub fn require_parent(path: &Path) -> io::Result<()> {

@@ -1,4 +1,5 @@
-//! Workspace trust: which workspaces may choose where the session goes.
+//! Workspace trust: which workspaces may choose where the session goes, and whether it is
+//! written into their tree.
 //!
 //! A workspace's `.soba/config.json` travels with the repository. A cloned repository could
 //! set the summarizer's `baseUrl`, `apiKeyEnv` (any environment variable, sent as the key) or
@@ -6,7 +7,9 @@
 //! The summarizer block of a workspace config is therefore used only when the user has trusted
 //! that workspace explicitly (`soba trust PATH`), which records its canonical path under
 //! `trustedWorkspaces` in the user config file. Otherwise it is ignored with a warning that
-//! says how to trust it. The user config and `--config` are the user's own and always apply.
+//! says how to trust it. The same goes for `memory.mirrorExplicitCompacts: true`: a cloned
+//! repository must not have capsules of the user's sessions written into its tree, where they
+//! get committed. The user config and `--config` are the user's own and always apply.
 //!
 //! Pure except for path canonicalization and the user-config edit in [`edit_trust`].
 
@@ -34,8 +37,10 @@ pub fn is_trusted(user: Option<&ConfigFile>, workspace: &Path) -> bool {
     list.iter().any(|t| canonical(Path::new(t)) == ws)
 }
 
-/// Drop what an untrusted workspace may not decide, and say so. `None` when nothing was
-/// dropped (the workspace is trusted, or its config names no summarizer settings).
+/// Drop what an untrusted workspace may not decide, and say so: the summarizer (where the
+/// session and a key go) and turning Project Memory mirroring on (capsules written into the
+/// repository's tree, where they get committed). `None` when nothing was dropped (the workspace
+/// is trusted, or its config sets neither).
 pub fn restrict_workspace_config(
     file: &mut ConfigFile,
     workspace: &Path,
@@ -43,12 +48,47 @@ pub fn restrict_workspace_config(
 ) -> Option<String> {
     // A workspace can never trust itself, or others.
     file.trusted_workspaces = None;
-    let summarizer = file.summarizer.as_ref()?;
-    if *summarizer == SummarizerConfig::default() || is_trusted(user, workspace) {
+    let summarizer = file
+        .summarizer
+        .as_ref()
+        .is_some_and(|s| *s != SummarizerConfig::default());
+    // Turning mirroring off writes nothing, so it needs no trust.
+    let mirroring = file
+        .memory
+        .as_ref()
+        .and_then(|m| m.mirror_explicit_compacts)
+        == Some(true);
+    if !(summarizer || mirroring) || is_trusted(user, workspace) {
         return None;
     }
-    file.summarizer = None;
-    Some(untrusted_warning(workspace))
+    let mut ignored = Vec::new();
+    if summarizer {
+        file.summarizer = None;
+        ignored.push(Ignored::Summarizer);
+    }
+    if mirroring {
+        if let Some(m) = file.memory.as_mut() {
+            m.mirror_explicit_compacts = None;
+        }
+        ignored.push(Ignored::Mirroring);
+    }
+    Some(untrusted_warning(workspace, &ignored))
+}
+
+/// A setting an untrusted workspace's config may not make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ignored {
+    Summarizer,
+    Mirroring,
+}
+
+impl Ignored {
+    fn why(self) -> &'static str {
+        match self {
+            Ignored::Summarizer => "its `summarizer` settings are ignored (a cloned repository could send the session and an environment secret to any server); capsules use the user config's summarizer",
+            Ignored::Mirroring => "its `memory.mirrorExplicitCompacts` is ignored (a cloned repository could have your capsules written into its tree, where they get committed); pass --mirror to `soba compact`, or set it in your user config",
+        }
+    }
 }
 
 /// The same rule for the settings a session is opened with (`soba/session/open`): a client
@@ -77,11 +117,13 @@ pub fn restrict_session_config(
     ))
 }
 
-/// The warning for an untrusted workspace whose summarizer settings were ignored.
-pub fn untrusted_warning(workspace: &Path) -> String {
+/// The warning for an untrusted workspace whose settings were ignored.
+pub fn untrusted_warning(workspace: &Path, ignored: &[Ignored]) -> String {
+    let reasons: Vec<&str> = ignored.iter().map(|i| i.why()).collect();
     format!(
-        "{}: the `summarizer` settings are ignored because this workspace is not trusted (a cloned repository could send the session and an environment secret to any server); capsules use the user config's summarizer. If you trust this workspace, run `soba trust {}`",
+        "{}: this workspace is not trusted, so {}. If you trust this workspace, run `soba trust {}`",
         workspace_config_path(workspace).display(),
+        reasons.join("; and "),
         shell_quote(&canonical(workspace).display().to_string())
     )
 }
@@ -246,6 +288,39 @@ mod tests {
         assert!(f.summarizer.is_some());
         let mut f = summarizer_file();
         assert!(restrict_session_config(&mut f, None, Some(&user)).is_some());
+    }
+
+    #[test]
+    fn an_untrusted_workspace_cannot_turn_mirroring_on() {
+        let ws = tempfile::tempdir().unwrap();
+        let mut f = ConfigFile::parse(
+            "ws",
+            r#"{"memory":{"mirrorExplicitCompacts":true},"compaction":{"keepRecentTokens":1000}}"#,
+        )
+        .unwrap();
+        let warning = restrict_workspace_config(&mut f, ws.path(), None).expect("a warning");
+        assert_eq!(f.memory.as_ref().unwrap().mirror_explicit_compacts, None);
+        assert!(f.compaction.is_some(), "other settings stay");
+        assert!(
+            warning.contains("mirrorExplicitCompacts") && warning.contains("soba trust"),
+            "{warning}"
+        );
+        // Turning it off needs no trust; a trusted workspace may turn it on.
+        let mut off =
+            ConfigFile::parse("ws", r#"{"memory":{"mirrorExplicitCompacts":false}}"#).unwrap();
+        assert_eq!(restrict_workspace_config(&mut off, ws.path(), None), None);
+        assert_eq!(off.memory.unwrap().mirror_explicit_compacts, Some(false));
+        let user = ConfigFile {
+            trusted_workspaces: Some(vec![canonical(ws.path()).display().to_string()]),
+            ..ConfigFile::default()
+        };
+        let mut on =
+            ConfigFile::parse("ws", r#"{"memory":{"mirrorExplicitCompacts":true}}"#).unwrap();
+        assert_eq!(
+            restrict_workspace_config(&mut on, ws.path(), Some(&user)),
+            None
+        );
+        assert_eq!(on.memory.unwrap().mirror_explicit_compacts, Some(true));
     }
 
     #[test]

@@ -735,8 +735,10 @@ pub fn build_state(
 
     // Decisions with the reason the text gave, each once.
     let mut decisions: Vec<Decision> = prev.map(|p| p.decisions.clone()).unwrap_or_default();
-    let mut decided: std::collections::HashSet<String> =
-        decisions.iter().map(|d| decision_key(&d.decision)).collect();
+    let mut decided: std::collections::HashSet<String> = decisions
+        .iter()
+        .map(|d| decision_key(&d.decision))
+        .collect();
     for (d, id) in &h.decisions {
         // "X (instead of Y)" states its reason as the alternative it was chosen over.
         let d = &match d.decision.split_once(" (instead of ") {

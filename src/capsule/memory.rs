@@ -87,6 +87,8 @@ pub enum MirrorError {
     NotMirrored(NotMirrored),
     #[error("checkpoint id `{0}` cannot name a file; expected letters, digits, `_` and `-` only")]
     BadCheckpointId(String),
+    #[error("{path} is a symbolic link; Project Memory is written only into a real `.soba/memory` folder inside the workspace, never through a link (a cloned repository could point it at any folder). Remove the link (`rm {path}`) and compact again")]
+    Link { path: String },
     #[error("{path}: {cause}")]
     Io { path: String, cause: std::io::Error },
 }
@@ -134,7 +136,7 @@ pub fn mirror(
     {
         return Err(MirrorError::BadCheckpointId(id.clone()));
     }
-    let dir = workspace.join(MEMORY_DIR);
+    let dir = memory_dir(workspace)?;
     let path = dir.join(format!("{id}{CAPSULE_SUFFIX}"));
     let portable = PortableCapsule::from_entry(
         capsule,
@@ -147,7 +149,6 @@ pub fn mirror(
         let p = p.display().to_string();
         move |cause| MirrorError::Io { path: p, cause }
     };
-    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     write_atomic(&path, exported.text.as_bytes()).map_err(io(&path))?;
     let index = rebuild_index(&dir)?;
     Ok(Mirrored {
@@ -155,6 +156,50 @@ pub fn mirror(
         index,
         redactions: exported.redactions,
     })
+}
+
+/// `<workspace>/.soba/memory`, each folder below the workspace created private (`0700`) when
+/// missing. A component that is a symbolic link is refused: a repository can carry a
+/// `.soba/memory` link pointing anywhere, and the mirror and its `index.md` would be written
+/// there. (The files inside are replaced by rename, which never follows a link.)
+pub fn memory_dir(workspace: &Path) -> Result<PathBuf, MirrorError> {
+    let dir = workspace.join(MEMORY_DIR);
+    let mut at = workspace.to_path_buf();
+    for part in Path::new(MEMORY_DIR).components() {
+        at.push(part);
+        match crate::files::create_private_dir(&at) {
+            Ok(()) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(cause) => {
+                return Err(MirrorError::Io {
+                    path: dir.display().to_string(),
+                    cause,
+                })
+            }
+        }
+        let meta = std::fs::symlink_metadata(&at).map_err(|cause| MirrorError::Io {
+            path: at.display().to_string(),
+            cause,
+        })?;
+        if meta.file_type().is_symlink() {
+            return Err(MirrorError::Link {
+                path: at.display().to_string(),
+            });
+        }
+        if !meta.is_dir() {
+            return Err(MirrorError::Io {
+                path: dir.display().to_string(),
+                cause: std::io::Error::new(
+                    std::io::ErrorKind::NotADirectory,
+                    format!(
+                        "{} is not a folder; move it away so Project Memory can be written",
+                        at.display()
+                    ),
+                ),
+            });
+        }
+    }
+    Ok(dir)
 }
 
 /// One row of the index.
@@ -176,6 +221,11 @@ pub fn rebuild_index(dir: &Path) -> Result<PathBuf, MirrorError> {
         let entry = entry.map_err(io(dir))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if !name.ends_with(CAPSULE_SUFFIX) || name.starts_with('.') {
+            continue;
+        }
+        // A link could put any file's text into the index.
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            unreadable.push((name, "a symbolic link; not followed".to_string()));
             continue;
         }
         match read_capsule_file(&entry.path()) {
@@ -474,6 +524,103 @@ mod tests {
         };
         let err = mirror(ws.path(), &c, src, true).unwrap_err();
         assert!(matches!(err, MirrorError::BadCheckpointId(_)), "{err}");
+    }
+
+    #[test]
+    fn a_symlinked_memory_folder_is_refused_and_nothing_is_written_through_it() {
+        use std::os::unix::fs::symlink;
+        let src = MirrorSource {
+            created: "2026-11-29T10:00:00Z",
+            session: None,
+        };
+        let c = capsule(Trigger::User, Quality::Model);
+        // `.soba/memory` a link (as a cloned repository can carry one), and `.soba` a link.
+        for link_at in [".soba/memory", ".soba"] {
+            let ws = tempfile::tempdir().unwrap();
+            let elsewhere = tempfile::tempdir().unwrap();
+            std::fs::write(elsewhere.path().join(INDEX_FILE), "someone's index").unwrap();
+            if link_at == ".soba/memory" {
+                std::fs::create_dir(ws.path().join(".soba")).unwrap();
+            }
+            symlink(elsewhere.path(), ws.path().join(link_at)).unwrap();
+            let err = mirror(ws.path(), &c, src, true).unwrap_err();
+            assert!(matches!(err, MirrorError::Link { .. }), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("symbolic link") && text.contains("Remove the link"),
+                "{text}"
+            );
+            assert_eq!(
+                std::fs::read_to_string(elsewhere.path().join(INDEX_FILE)).unwrap(),
+                "someone's index",
+                "the index behind the link was replaced"
+            );
+            let written: Vec<_> = walk(elsewhere.path());
+            assert_eq!(
+                written,
+                vec![elsewhere.path().join(INDEX_FILE)],
+                "{link_at}"
+            );
+        }
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_memory_folders_are_private_and_a_linked_capsule_file_is_not_read_into_the_index() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let ws = tempfile::tempdir().unwrap();
+        let src = MirrorSource {
+            created: "2026-11-29T10:00:00Z",
+            session: None,
+        };
+        let outside = ws.path().join("outside.txt");
+        std::fs::write(&outside, "not for the index").unwrap();
+        std::fs::create_dir_all(ws.path().join(".soba")).unwrap();
+        std::fs::set_permissions(
+            ws.path().join(".soba"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let m = mirror(
+            ws.path(),
+            &capsule(Trigger::User, Quality::Model),
+            src,
+            true,
+        )
+        .unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&ws.path().join(MEMORY_DIR)), 0o700);
+        // An existing folder's mode is the user's.
+        assert_eq!(mode(&ws.path().join(".soba")), 0o755);
+        let fresh = tempfile::tempdir().unwrap();
+        mirror(
+            fresh.path(),
+            &capsule(Trigger::User, Quality::Model),
+            src,
+            true,
+        )
+        .unwrap();
+        assert_eq!(mode(&fresh.path().join(".soba")), 0o700);
+        symlink(&outside, ws.path().join(".soba/memory/x.capsule.md")).unwrap();
+        let index =
+            std::fs::read_to_string(rebuild_index(m.path.parent().unwrap()).unwrap()).unwrap();
+        assert!(
+            index.contains("x.capsule.md: a symbolic link; not followed"),
+            "{index}"
+        );
+        assert!(!index.contains("not for the index"));
     }
 
     #[test]

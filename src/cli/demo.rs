@@ -28,7 +28,8 @@ pub struct DemoArgs {
 pub struct RunOutput<'a> {
     #[serde(flatten)]
     pub timeline: &'a Timeline,
-    pub session_log: String,
+    /// `None` when the log was not kept (`soba replay` without `--log`).
+    pub session_log: Option<String>,
     pub report: Option<String>,
 }
 
@@ -43,7 +44,7 @@ pub fn fresh_dir(out: Option<&Path>, command: &str) -> anyhow::Result<PathBuf> {
         Some(d) => d.to_path_buf(),
         None => std::env::temp_dir().join(crate::util::new_id(&format!("soba-{command}-"))),
     };
-    std::fs::create_dir_all(&dir)
+    crate::files::create_private_dir_all(&dir)
         .with_context(|| format!("cannot create the output folder {}", dir.display()))?;
     Ok(dir)
 }
@@ -98,7 +99,7 @@ pub fn run(args: &DemoArgs, common: &CommonArgs) -> anyhow::Result<()> {
     if common.json {
         return print_json(&RunOutput {
             timeline: &timeline,
-            session_log: log_path.display().to_string(),
+            session_log: Some(log_path.display().to_string()),
             report: Some(report_path.display().to_string()),
         });
     }

@@ -175,7 +175,8 @@ pub fn claude_code_hook(
 
 fn import_transcript(input: &HookInput) -> anyhow::Result<ImportResult> {
     let path = Path::new(&input.transcript_path);
-    let text = crate::files::read_regular_to_string(path).map_err(|e| {
+    // A line with bytes that are not UTF-8 is kept (lossy), as `soba import` keeps it.
+    let (text, _) = crate::import::read_transcript(path).map_err(|e| {
         anyhow!(
             "soba hook: cannot read the transcript {}: {e}",
             path.display()

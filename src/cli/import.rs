@@ -74,7 +74,7 @@ struct ImportSummary<'a> {
 }
 
 pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
-    let text = crate::files::read_regular_to_string(&args.file)
+    let (text, not_utf8) = crate::import::read_transcript(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
     let source_path = std::fs::canonicalize(&args.file).unwrap_or_else(|_| args.file.clone());
     check_output(&source_path, &args.output, args.force)?;
@@ -98,6 +98,7 @@ pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
     let imported = import_str(&text, args.format.format(), &options);
     spinner.finish_and_clear();
     let mut result = imported.with_context(|| format!("cannot import {}", args.file.display()))?;
+    result.note_lossy_lines(not_utf8);
     apply_model_flags(&mut result.header, common);
     write_log(&args.output, &result, !common.json)?;
 

@@ -28,6 +28,7 @@ pub mod import;
 pub mod inspect;
 pub mod proxy;
 pub mod replay;
+pub mod scratch;
 pub mod serve;
 pub mod trust;
 

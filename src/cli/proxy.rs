@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 use super::CommonArgs;
 use crate::daemon::paths::Paths;
 use crate::daemon::registry::{Daemon, DaemonOptions};
+use crate::proxy::service::{self, Access, ServiceOptions};
 use crate::proxy::{check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 
 /// Which provider the upstream speaks when `--upstream` is left out.
@@ -50,6 +51,21 @@ pub struct ProxyArgs {
     /// are built locally from the log.
     #[arg(long)]
     pub local_capsules: bool,
+    /// Connections served at once; more are answered 503 (default: 256, or fewer when the
+    /// file-descriptor limit is lower).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// Seconds a request's headers may take, from the connection's start or the previous
+    /// answer; idle connections are closed after it.
+    #[arg(long, value_name = "SECS", default_value_t = service::DEFAULT_HEADER_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_timeout: u64,
+    /// Seconds a request body may stop arriving, or an answer stay unread, before the
+    /// connection is closed.
+    #[arg(long, value_name = "SECS", default_value_t = service::DEFAULT_IDLE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout: u64,
+    /// Largest request body taken (e.g. 32MiB, 512KiB); larger ones are answered 413.
+    #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = service::parse_size)]
+    pub max_body: u64,
 }
 
 fn upstream(args: &ProxyArgs) -> anyhow::Result<reqwest::Url> {
@@ -60,13 +76,48 @@ fn upstream(args: &ProxyArgs) -> anyhow::Result<reqwest::Url> {
         }
         .to_string()
     });
-    let url: reqwest::Url = text.parse().with_context(|| {
-        format!("--upstream `{text}` is not a URL; give one such as https://api.openai.com")
+    // The text may hold credentials: errors name what is wrong, not the text.
+    let url: reqwest::Url = text.parse().map_err(|e| {
+        anyhow::anyhow!("--upstream is not a URL ({e}); give one such as https://api.openai.com")
     })?;
     if !matches!(url.scheme(), "http" | "https") {
-        anyhow::bail!("--upstream `{text}` must be an http:// or https:// URL");
+        anyhow::bail!(
+            "--upstream {} must be an http:// or https:// URL",
+            service::shown_url(&url)
+        );
     }
     Ok(url)
+}
+
+/// The limits and access the port is served with; the connection cap follows the
+/// file-descriptor limit unless given.
+fn service_options(args: &ProxyArgs) -> anyhow::Result<ServiceOptions> {
+    let access = Access::from_env()?;
+    let fds = service::raise_fd_limit();
+    let fits = fds.map_or(
+        service::DEFAULT_MAX_CONNECTIONS,
+        service::connections_for_fds,
+    );
+    let max_connections = match args.max_connections {
+        Some(n) => {
+            let n = n as usize;
+            if n > fits {
+                errln!(
+                    "soba proxy: warning: --max-connections {n} is more than the file-descriptor limit ({}) leaves room for ({fits}); past that, new connections are answered 503 until descriptors are free. Raise the limit (ulimit -n) or lower --max-connections",
+                    fds.unwrap_or(0)
+                );
+            }
+            n
+        }
+        None => service::DEFAULT_MAX_CONNECTIONS.min(fits),
+    };
+    Ok(ServiceOptions {
+        max_connections,
+        header_timeout: std::time::Duration::from_secs(args.header_timeout),
+        idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
+        max_body_bytes: args.max_body,
+        access,
+    })
 }
 
 pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
@@ -79,6 +130,14 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
         anyhow::bail!("--summarizer-model needs a model name, e.g. --summarizer-model gpt-4o-mini; leave it out to summarize with the conversation's own model");
     }
     let upstream = upstream(args)?;
+    let options = service_options(args)?;
+    if args.allow_remote && options.access.is_none() {
+        errln!(
+            "soba proxy: warning: listening beyond this machine without a token; anyone who reaches {} can use the keys your agents send. Set {} (see docs/proxy.md)",
+            args.listen,
+            service::TOKEN_ENV
+        );
+    }
     let workspace = match &args.workspace {
         Some(w) => w.clone(),
         None => std::env::current_dir().context("cannot read the current folder")?,
@@ -141,12 +200,19 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
-        eprintln!(
-            "soba proxy: listening on http://{} → {} (workspace {})",
+        errln!(
+            "soba proxy: listening on http://{} → {} (workspace {}; {}, at most {} connections, bodies up to {})",
             listener.local_addr()?,
-            upstream,
-            workspace.display()
+            service::shown_url(&upstream),
+            workspace.display(),
+            if options.access.is_some() {
+                "token required"
+            } else {
+                "no token"
+            },
+            options.max_connections,
+            service::human_bytes(options.max_body_bytes),
         );
-        proxy.serve(listener).await
+        proxy.serve_with(listener, options).await
     })
 }

@@ -9,8 +9,9 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::demo::{fresh_dir, limits_line, use_color, RunOutput};
+use super::demo::{limits_line, use_color, RunOutput};
 use super::import::FormatChoice;
+use super::scratch::ScratchDir;
 use super::{print_json, CommonArgs};
 use crate::import::{import_str, Format, ImportOptions};
 use crate::replay::host::CapsuleWriter;
@@ -29,7 +30,8 @@ pub struct ReplayArgs {
     /// Write a self-contained HTML report (chart, compactions, latest capsule) here.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
-    /// Where to write the replayed session log (default: a new folder in the system temp dir).
+    /// Where to keep the replayed session log (default: not kept; it is written to a private
+    /// temporary folder removed when the command ends).
     #[arg(long, value_name = "SESSION.jsonl")]
     pub log: Option<PathBuf>,
     /// Transcript format; `auto` detects it from the content.
@@ -39,8 +41,11 @@ pub struct ReplayArgs {
 
 pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
     let path = &args.transcript;
-    let text = crate::files::read_regular_to_string(path)
+    let (text, not_utf8) = crate::import::read_transcript(path)
         .with_context(|| format!("cannot read {}", path.display()))?;
+    for c in &not_utf8 {
+        errln!("warning: {}:{}: {}", path.display(), c.line, c.reason);
+    }
     let source_path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
     let options = ImportOptions {
         source_path: source_path.display().to_string(),
@@ -54,6 +59,9 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot import {}", path.display()))?;
     drop(text);
     let config = common.config_for(Some(&import.header))?;
+    // Without --log the replayed log (the whole transcript) lives in a private folder that is
+    // removed when the command ends, interrupted or not.
+    let mut scratch = None;
     let log_path = match &args.log {
         Some(p) => {
             if p.exists() {
@@ -61,8 +69,12 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
             }
             p.clone()
         }
-        None => fresh_dir(None, "replay")?.join("session.jsonl"),
+        None => scratch
+            .insert(ScratchDir::new("replay")?)
+            .path()
+            .join("session.jsonl"),
     };
+    let kept_log = scratch.is_none().then(|| log_path.display().to_string());
 
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let writer = CapsuleWriter::new(summarizer.as_deref())?;
@@ -123,7 +135,7 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
     if common.json {
         return print_json(&RunOutput {
             timeline: &replayed.timeline,
-            session_log: log_path.display().to_string(),
+            session_log: kept_log,
             report,
         });
     }
@@ -166,7 +178,10 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
             replayed.refusals
         );
     }
-    outln!("session log  {}", log_path.display());
+    match &kept_log {
+        Some(p) => outln!("session log  {p}"),
+        None => outln!("session log  not kept (pass --log SESSION.jsonl to keep it)"),
+    }
     if let Some(r) = report {
         outln!("report       {r}");
     }

@@ -88,12 +88,12 @@ pub fn run(args: &TrustArgs, common: &CommonArgs) -> anyhow::Result<()> {
     let shown = super::terminal_text(&workspace);
     match (args.revoke, changed) {
         (false, true) => outln!(
-            "Trusted {shown}: its .soba/config.json may now set the summarizer (recorded in {}).",
+            "Trusted {shown}: its .soba/config.json may now set the summarizer and Project Memory mirroring (recorded in {}).",
             user.display()
         ),
         (false, false) => outln!("{shown} was already trusted."),
         (true, true) => {
-            outln!("{shown} is no longer trusted: its summarizer settings are ignored.")
+            outln!("{shown} is no longer trusted: its summarizer and mirroring settings are ignored.")
         }
         (true, false) => outln!("{shown} was not trusted."),
     }

@@ -111,6 +111,64 @@ pub struct CorruptLine {
     pub reason: String,
 }
 
+/// The reason given for a line with bytes that are not UTF-8.
+pub fn not_utf8_reason(e: &std::str::Utf8Error) -> String {
+    format!("not valid UTF-8 ({e}); the invalid bytes were replaced with U+FFFD and the line kept")
+}
+
+/// A transcript's text, with lines that are not valid UTF-8 kept: their invalid bytes become
+/// U+FFFD, and each such line is reported (1-based), so one bad byte does not cost the whole
+/// transcript. Borrows when every line is valid.
+pub fn decode_lossy(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, Vec<CorruptLine>) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return (std::borrow::Cow::Borrowed(text), Vec::new());
+    }
+    let mut text = String::with_capacity(bytes.len());
+    let mut bad = Vec::new();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if i > 0 {
+            text.push('\n');
+        }
+        match std::str::from_utf8(line) {
+            Ok(l) => text.push_str(l),
+            Err(e) => {
+                bad.push(CorruptLine {
+                    line: i + 1,
+                    reason: not_utf8_reason(&e),
+                });
+                text.push_str(&String::from_utf8_lossy(line));
+            }
+        }
+    }
+    (std::borrow::Cow::Owned(text), bad)
+}
+
+/// Read a transcript file (a regular file only), decoding it as [`decode_lossy`] does.
+pub fn read_transcript(path: &std::path::Path) -> std::io::Result<(String, Vec<CorruptLine>)> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    crate::files::open_regular(path)?.read_to_end(&mut bytes)?;
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok((text, Vec::new())),
+        Err(e) => {
+            let (text, bad) = decode_lossy(e.as_bytes());
+            Ok((text.into_owned(), bad))
+        }
+    }
+}
+
+impl ImportResult {
+    /// Add lines decoding found to the report, in line order.
+    pub fn note_lossy_lines(&mut self, lines: Vec<CorruptLine>) {
+        if lines.is_empty() {
+            return;
+        }
+        let corrupt = &mut self.report.corrupt_lines;
+        corrupt.extend(lines);
+        corrupt.sort_by_key(|c| c.line);
+    }
+}
+
 /// Message entries by role.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RoleCounts {

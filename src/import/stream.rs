@@ -119,14 +119,17 @@ impl StreamImporter {
     fn line(&mut self, bytes: &[u8]) -> Result<(), ImportError> {
         self.lines += 1;
         let line_no = self.lines;
+        // Bytes that are not UTF-8 are replaced and the line kept, as `soba import` does.
+        let lossy;
         let mut text = match std::str::from_utf8(bytes) {
             Ok(t) => t,
             Err(e) => {
                 self.corrupt.push(CorruptLine {
                     line: line_no,
-                    reason: format!("not valid UTF-8 ({e}); line skipped"),
+                    reason: super::not_utf8_reason(&e),
                 });
-                return Ok(());
+                lossy = String::from_utf8_lossy(bytes);
+                &lossy
             }
         };
         if line_no == 1 {

@@ -8,10 +8,13 @@
 //!   rewind, which messages go out as the agent sent them.
 //! - [`rpc`]: the proxy as an agent client of the daemon (the one writer of every log).
 //! - [`server`]: the HTTP shell (hyper server, reqwest upstream, SSE pass-through).
+//! - [`service`]: connection handling for a proxy left running: limits, timeouts, the token.
 
 pub mod conversation;
 pub mod rpc;
 pub mod server;
+pub mod service;
 pub mod wire;
 
 pub use server::{check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
+pub use service::{Access, ServiceOptions};

@@ -11,15 +11,16 @@ use std::time::Instant;
 use anyhow::Context;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, Method, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming as Body};
+use hyper::body::Frame;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 use super::conversation::{provider_messages, Conversation};
 use super::rpc::{ClientSetup, RequestHandler, RpcClient};
+use super::service::{shown_url, ServiceOptions};
 use super::wire::{self, Api, ChatRequest, Reply, StreamTap};
 use crate::daemon::paths::Paths;
 use crate::daemon::protocol::{
@@ -29,7 +30,7 @@ use crate::daemon::registry::Daemon;
 use crate::session::view::ModelMessage;
 use crate::summarize::sse::SseParser;
 
-type ProxyBody = BoxBody<Bytes, std::io::Error>;
+pub(crate) type ProxyBody = BoxBody<Bytes, std::io::Error>;
 
 /// Where the proxy's sessions live.
 pub enum DaemonTarget {
@@ -166,7 +167,8 @@ fn response_headers(headers: &HeaderMap) -> HeaderMap {
 }
 
 /// The upstream URL for an incoming path: the base URL's path, then the request's, without
-/// repeating a `/v1` both carry.
+/// repeating a `/v1` both carry. The base URL's query (Azure's `api-version`, a gateway's key)
+/// comes first, then the request's parameters that it does not name.
 pub fn upstream_url(base: &reqwest::Url, path_and_query: &str) -> reqwest::Url {
     let mut url = base.clone();
     let (path, query) = match path_and_query.split_once('?') {
@@ -181,7 +183,26 @@ pub fn upstream_url(base: &reqwest::Url, path_and_query: &str) -> reqwest::Url {
         _ => path,
     };
     url.set_path(&format!("{base_path}{path}"));
-    url.set_query(query);
+    let query = match (base.query().filter(|q| !q.is_empty()), query) {
+        (Some(b), Some(q)) => {
+            let named: Vec<String> = base.query_pairs().map(|(k, _)| k.into_owned()).collect();
+            let extra: Vec<&str> = q
+                .split('&')
+                .filter(|p| {
+                    let name = p.split('=').next().unwrap_or("");
+                    !p.is_empty() && !named.iter().any(|n| n == name)
+                })
+                .collect();
+            Some(if extra.is_empty() {
+                b.to_string()
+            } else {
+                format!("{b}&{}", extra.join("&"))
+            })
+        }
+        (Some(b), None) => Some(b.to_string()),
+        (None, q) => q.map(str::to_string),
+    };
+    url.set_query(query.as_deref());
     url
 }
 
@@ -196,7 +217,7 @@ pub fn check_listen(addr: &SocketAddr, allow_remote: bool) -> anyhow::Result<()>
     )
 }
 
-fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> ProxyBody {
     Full::new(bytes.into())
         .map_err(|never| match never {})
         .boxed()
@@ -387,40 +408,38 @@ impl Proxy {
         })
     }
 
-    /// Serve connections until the listener fails.
+    /// Serve connections with the default limits ([`ServiceOptions::default`]).
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> anyhow::Result<()> {
-        loop {
-            let (stream, _) = listener.accept().await.context("accepting a connection")?;
-            let proxy = self.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let proxy = proxy.clone();
-                    async move { Ok::<_, std::convert::Infallible>(proxy.handle(req).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-            });
-        }
+        super::service::serve(self, listener, ServiceOptions::default()).await
     }
 
-    async fn handle(self: Arc<Self>, req: Request<Body>) -> Response<ProxyBody> {
-        let started = Instant::now();
-        let (parts, body) = req.into_parts();
+    /// Serve connections with `options`' limits, timeouts and access token.
+    pub async fn serve_with(
+        self: Arc<Self>,
+        listener: TcpListener,
+        options: ServiceOptions,
+    ) -> anyhow::Result<()> {
+        super::service::serve(self, listener, options).await
+    }
+
+    /// Write a line to the proxy's log.
+    pub(crate) fn log(&self, line: &str) {
+        (self.config.log)(line)
+    }
+
+    /// Handle one request whose body has been read (within the limits of
+    /// [`super::service`]).
+    pub(crate) async fn handle(
+        self: Arc<Self>,
+        parts: http::request::Parts,
+        body: Bytes,
+        started: Instant,
+    ) -> Response<ProxyBody> {
         let path_and_query = parts
             .uri
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
-        let body = match body.collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => {
-                return json_response(
-                    StatusCode::BAD_REQUEST,
-                    &json!({"error": {"message": format!("soba proxy: cannot read the request body: {e}")}}),
-                )
-            }
-        };
         let api = (parts.method == Method::POST)
             .then(|| Api::for_path(parts.uri.path()))
             .flatten();
@@ -485,7 +504,7 @@ impl Proxy {
             .map_err(|e| {
                 json_response(
                     StatusCode::BAD_GATEWAY,
-                    &json!({"error": {"message": format!("soba proxy: the upstream {} cannot be reached: {}", self.config.upstream, without_url(e)), "type": "api_error"}}),
+                    &json!({"error": {"message": format!("soba proxy: the upstream {} cannot be reached: {}", shown_url(&self.config.upstream), without_url(e)), "type": "api_error"}}),
                 )
             })
     }
@@ -1018,6 +1037,23 @@ mod tests {
         assert_eq!(
             upstream_url(&base, "/v1/models?x=1").as_str(),
             "http://127.0.0.1:9/v1/models?x=1"
+        );
+    }
+
+    #[test]
+    fn the_base_urls_query_is_kept() {
+        let base: reqwest::Url =
+            "https://acme.openai.azure.com/openai/deployments/gpt?api-version=2024-06-01"
+                .parse()
+                .unwrap();
+        assert_eq!(
+            upstream_url(&base, "/chat/completions").as_str(),
+            "https://acme.openai.azure.com/openai/deployments/gpt/chat/completions?api-version=2024-06-01"
+        );
+        // The request's own parameters follow; one the base names is the base's.
+        assert_eq!(
+            upstream_url(&base, "/models?limit=5&api-version=1999").as_str(),
+            "https://acme.openai.azure.com/openai/deployments/gpt/models?api-version=2024-06-01&limit=5"
         );
     }
 }

@@ -48,7 +48,9 @@ fn session_text(s: &str) -> String {
     escape(&crate::redact::redact(s))
 }
 
-/// Text made safe for HTML element content and attribute values.
+/// Text made safe for HTML element content and attribute values. Control characters
+/// (terminal escape sequences, bells, NULs from a transcript) are stripped; line breaks and
+/// tabs stay.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -58,6 +60,8 @@ pub fn escape(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() => {}
             c => out.push(c),
         }
     }
@@ -447,6 +451,23 @@ mod tests {
         assert!(page.contains("A &lt;b&gt;session&lt;/b&gt;"));
         assert!(page.contains("why &lt;not&gt;"));
         assert_eq!(escape(r#"a&"'"#), "a&amp;&quot;&#39;");
+    }
+
+    #[test]
+    fn control_characters_from_the_session_never_reach_the_page() {
+        assert_eq!(
+            escape("\u{1b}[31mred\u{1b}[0m\u{7}\0\r\u{7f}\u{9b}2J ok\n\tnext"),
+            "[31mred[0m2J ok\n\tnext"
+        );
+        let mut t = timeline();
+        t.title = "build \u{1b}]0;owned\u{7} log".into();
+        t.latest_capsule = Some("goal \u{1b}[2Jcleared".into());
+        let page = render(&t);
+        assert!(
+            !page.chars().any(|c| c.is_control() && c != '\n'),
+            "a control character in the page"
+        );
+        assert!(page.contains("build ]0;owned log"), "{page}");
     }
 
     #[test]

@@ -235,3 +235,15 @@ fn every_demo_compaction_writes_its_flight_record() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+#[test]
+fn the_demo_folder_it_creates_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = tempfile::tempdir().unwrap();
+    let out = base.path().join("new/demo");
+    demo_json(&out);
+    for dir in [base.path().join("new"), out] {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+    }
+}

@@ -149,6 +149,109 @@ async fn an_explicit_compact_with_mirror_writes_project_memory_from_a_model_caps
         .any(|l| l.contains("\"type\":\"capsule\"") && l.contains("\"mirrored\":true")));
 }
 
+/// A user config naming the loopback summarizer (the user's own settings apply everywhere).
+fn summarizer_config(dir: &Path, base: &str) -> PathBuf {
+    let cfg = dir.join("model.json");
+    std::fs::write(
+        &cfg,
+        json!({"summarizer": {"provider": "openai", "baseUrl": format!("{base}/v1"), "model": "gpt-4o-mini", "apiKeyEnv": "SOBA_TEST_KEY"}}).to_string(),
+    )
+    .unwrap();
+    cfg
+}
+
+async fn compact(dir: &Path, extra: &'static [&'static str]) -> (bool, Value, String) {
+    let d = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let session = d.join("session.jsonl");
+        let cfg = d.join("model.json");
+        let mut args = vec![
+            "compact",
+            session.to_str().unwrap(),
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let args: Vec<String> = args.into_iter().map(str::to_string).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        soba(&d, &args)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cloned_repositorys_config_cannot_turn_mirroring_on_until_the_workspace_is_trusted() {
+    let server = loopback::Loopback::start(|_, _| loopback::json(200, &model_reply())).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_session(dir.path(), 12);
+    summarizer_config(dir.path(), &server.base);
+    std::fs::create_dir_all(dir.path().join(".soba")).unwrap();
+    std::fs::write(
+        dir.path().join(".soba/config.json"),
+        r#"{"memory":{"mirrorExplicitCompacts":true}}"#,
+    )
+    .unwrap();
+    let (ok, r, err) = compact(dir.path(), &[]).await;
+    assert!(ok, "{err}");
+    assert_eq!(r["quality"], "model", "{r}");
+    assert!(r.get("mirroredTo").is_none(), "{r}");
+    assert!(
+        err.contains("mirrorExplicitCompacts") && err.contains("soba trust"),
+        "{err}"
+    );
+    assert!(!dir.path().join(".soba/memory").exists());
+
+    // The user trusts the workspace (recorded in the user config, `SOBA_CONFIG`): its setting
+    // applies.
+    let d = dir.path().to_path_buf();
+    let (ok, _, err) =
+        tokio::task::spawn_blocking(move || soba(&d, &["trust", d.to_str().unwrap(), "--json"]))
+            .await
+            .unwrap();
+    assert!(ok, "{err}");
+    write_session_again(dir.path());
+    let (ok, r, err) = compact(dir.path(), &[]).await;
+    assert!(ok, "{err}");
+    assert!(!err.contains("not trusted"), "{err}");
+    let mirrored = PathBuf::from(r["mirroredTo"].as_str().expect("mirrored"));
+    assert!(mirrored.starts_with(dir.path().join(".soba/memory")), "{r}");
+}
+
+/// A fresh session in place of the compacted one.
+fn write_session_again(dir: &Path) {
+    std::fs::remove_file(dir.join("session.jsonl")).unwrap();
+    let _ = std::fs::remove_file(dir.join("session.jsonl.tokens"));
+    write_session(dir, 12);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlinked_memory_folder_is_refused_and_the_compaction_still_completes() {
+    let server = loopback::Loopback::start(|_, _| loopback::json(200, &model_reply())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("index.md"), "keep me").unwrap();
+    write_session(dir.path(), 12);
+    summarizer_config(dir.path(), &server.base);
+    std::fs::create_dir_all(dir.path().join(".soba")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join(".soba/memory")).unwrap();
+    let (ok, r, err) = compact(dir.path(), &["--mirror"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(r["outcome"], "completed", "{r}");
+    assert!(r.get("mirroredTo").is_none(), "{r}");
+    let note = r["mirrorNote"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("symbolic link") && note.contains("Remove the link"),
+        "{r}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(elsewhere.path().join("index.md")).unwrap(),
+        "keep me"
+    );
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 1);
+}
+
 #[test]
 fn a_degraded_capsule_is_never_mirrored_even_when_asked() {
     let dir = tempfile::tempdir().unwrap();

@@ -600,3 +600,57 @@ fn an_unwritable_output_is_an_error_naming_it() {
         "{out:?}"
     );
 }
+
+/// SMALL_CLAUDE with one byte that is not UTF-8 (0xFF) in the assistant's text, line 2.
+fn claude_with_a_bad_byte() -> Vec<u8> {
+    let mut bytes = SMALL_CLAUDE.as_bytes().to_vec();
+    let at = bytes
+        .windows(5)
+        .position(|w| w == b"hello")
+        .expect("the assistant text");
+    bytes.insert(at + 2, 0xFF);
+    bytes
+}
+
+#[test]
+fn a_transcript_with_an_invalid_utf8_byte_is_imported_with_a_warning_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    std::fs::write(&input, claude_with_a_bad_byte()).unwrap();
+    let log = dir.path().join("s.jsonl");
+    let out = soba(&[
+        "import",
+        input.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+        "--json",
+    ]);
+    let report = stdout_json(&out, "import");
+    assert_eq!(report["messages"]["assistant"], 1, "{report}");
+    assert_eq!(report["corruptLines"][0]["line"], 2, "{report}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}:2: not valid UTF-8", input.display()))
+            && err.contains("line kept"),
+        "{err}"
+    );
+    // The line is kept, its bad byte replaced.
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("he\u{FFFD}llo"), "{text}");
+
+    // Following the same file (as `soba attach` does) gives the same session and report.
+    let options = soba::import::ImportOptions {
+        source_path: "t.jsonl".into(),
+        default_workspace: "/ws".into(),
+        default_session_id: "imported".into(),
+        now: "2026-01-01T00:00:00.000Z".into(),
+    };
+    let bytes = claude_with_a_bad_byte();
+    let mut s = soba::import::stream::StreamImporter::new(None, options.clone()).unwrap();
+    s.feed(&bytes).unwrap();
+    let streamed = s.finish().unwrap();
+    let (lossy, bad) = soba::import::decode_lossy(&bytes);
+    let mut whole = soba::import::import_str(&lossy, None, &options).unwrap();
+    whole.note_lossy_lines(bad);
+    assert_eq!(streamed, whole);
+}

@@ -623,3 +623,115 @@ fn the_terminal_and_the_html_report_agree_on_turns_and_share_the_bottom_line() {
         assert!(stdout.contains("Bottom line:\n  SOBA: "), "{stdout}");
     }
 }
+
+/// The `soba-replay-*` folders in `tmp`.
+fn replay_folders(tmp: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("soba-replay-"))
+        })
+        .collect()
+}
+
+#[test]
+fn without_log_the_replayed_transcript_is_not_left_behind() {
+    let out = tempfile::tempdir().unwrap();
+    let tmp = out.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let config = out.path().join("small.json");
+    std::fs::write(&config, SMALL_WINDOW).unwrap();
+    let written = out.path().join("written-pi.jsonl");
+    std::fs::write(&written, pi_session(6)).unwrap();
+    for json in [false, true] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_soba"));
+        cmd.env("TMPDIR", &tmp)
+            .env("SOBA_CONFIG", out.path().join("none.json"))
+            .arg("replay")
+            .arg(&written)
+            .arg("--config")
+            .arg(&config);
+        if json {
+            cmd.arg("--json");
+        }
+        let run = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        if json {
+            let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert!(v["sessionLog"].is_null(), "{}", v["sessionLog"]);
+        } else {
+            assert!(stdout.contains("session log  not kept"), "{stdout}");
+        }
+        assert_eq!(replay_folders(&tmp), Vec::<PathBuf>::new());
+    }
+}
+
+/// Ctrl-C in the middle of a replay (here: while the summarizer is asked for a capsule and
+/// never answers) removes the private folder holding the replayed transcript.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_replay_removes_its_private_folder() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, Instant};
+    let server = crate::loopback::Loopback::start(|_, _| {
+        vec![crate::loopback::Step::Sleep(Duration::from_secs(120))]
+    })
+    .await;
+    let out = tempfile::tempdir().unwrap();
+    let tmp = out.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(SMALL_WINDOW).unwrap();
+    config["summarizer"] = serde_json::json!({"provider": "openai", "model": "gpt-4o-mini",
+        "baseUrl": format!("{}/v1", server.base), "apiKeyEnv": "SOBA_TEST_KEY"});
+    let config_path = out.path().join("hanging.json");
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let written = out.path().join("written-pi.jsonl");
+    std::fs::write(&written, pi_session(10)).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_soba"))
+        .env("TMPDIR", &tmp)
+        .env("SOBA_CONFIG", out.path().join("none.json"))
+        .env("SOBA_TEST_KEY", "sk-test-replay")
+        .arg("replay")
+        .arg(&written)
+        .arg("--config")
+        .arg(&config_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!server.requests().is_empty(), "the replay never compacted");
+    let folders = replay_folders(&tmp);
+    assert_eq!(folders.len(), 1, "{folders:?}");
+    let mode = std::fs::metadata(&folders[0]).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    assert!(folders[0].join("session.jsonl").is_file());
+    // SAFETY: sending a signal to our own child.
+    assert_eq!(
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let status = status.expect("the replay did not end on SIGINT");
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert_eq!(replay_folders(&tmp), Vec::<PathBuf>::new());
+}
