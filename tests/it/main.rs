@@ -31,6 +31,7 @@ mod proxy;
 mod proxy_service;
 mod redaction;
 mod redaction_corpus;
+mod redaction_paths;
 mod replay;
 mod report_render;
 mod rewind;
