@@ -97,11 +97,11 @@ fn open_and_budget(path: &Path) -> (SessionLog, u64) {
     let (mut log, _) = SessionLog::open(path, Durability::Flush).expect("open");
     let config = Config::resolve(
         &[],
-        log.session().header.model.as_ref(),
+        log.session().header.model_config().as_ref(),
         &Overrides::default(),
     )
     .expect("config");
-    config.model.configure_counting(log.session_mut());
+    log.session_mut().configure_counting(&config.model);
     log.save_token_counts();
     let mapping = ToolMapping::default();
     let barrier = Barrier {

@@ -120,7 +120,11 @@ fn main() -> anyhow::Result<()> {
     let log_bytes = std::fs::metadata(&log_path)?.len();
 
     let (session, _) = read_session(&log_path)?;
-    let config = Config::resolve(&[], session.header.model.as_ref(), &Overrides::default())?;
+    let config = Config::resolve(
+        &[],
+        session.header.model_config().as_ref(),
+        &Overrides::default(),
+    )?;
     let mapping = ToolMapping::default();
     let barrier = Barrier {
         config: &config,
@@ -135,7 +139,7 @@ fn main() -> anyhow::Result<()> {
             }
             let (mut log, _) =
                 SessionLog::open(&log_path, Durability::Flush).expect("the log opens");
-            config.model.configure_counting(log.session_mut());
+            log.session_mut().configure_counting(&config.model);
             log.save_token_counts();
             check(log.session(), &barrier);
             log

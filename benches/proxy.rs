@@ -21,7 +21,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::proxy::{DaemonTarget, Proxy, ProxyConfig};
+use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 
 fn measuring() -> bool {
     std::env::args().any(|a| a == "--bench")
@@ -107,6 +107,8 @@ fn main() {
             workspace: workspace.display().to_string(),
             context_window: Some(1_000_000),
             max_output_tokens: Some(8_000),
+            // The proxy's own cost: no summarization requests.
+            summarizer: ProxySummarizer::Local,
             daemon: DaemonTarget::InProcess(daemon),
             log: Arc::new(|_: &str| {}),
         })

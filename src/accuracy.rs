@@ -68,7 +68,7 @@ fn relative(estimate: u64, reported: u64) -> f64 {
 /// The imported session as SOBA holds it, counted for `model` (its tokenizer and factor).
 pub fn session_of(import: &ImportResult, model: &ModelDef) -> Session {
     let mut session = Session::new(import.header.clone(), model.tokenizer);
-    model.configure_counting(&mut session);
+    session.configure_counting(model);
     for e in &import.entries {
         // Imports are checked trees; an entry the tree refuses is left out of the replay.
         let _ = session.push(e.clone());
@@ -79,7 +79,12 @@ pub fn session_of(import: &ImportResult, model: &ModelDef) -> Session {
 /// The model an imported transcript ran on, resolved as `soba budget` resolves it with no
 /// configuration files: the catalog's figures for the name the transcript records.
 pub fn model_of(import: &ImportResult) -> Result<ModelDef, ConfigError> {
-    Ok(Config::resolve(&[], import.header.model.as_ref(), &Overrides::default())?.model)
+    Ok(Config::resolve(
+        &[],
+        import.header.model_config().as_ref(),
+        &Overrides::default(),
+    )?
+    .model)
 }
 
 /// Every request pair of an imported transcript, counted for `model`. After a source agent's

@@ -60,14 +60,6 @@ pub struct ModelDef {
     pub count_factor_source: CalibrationSource,
 }
 
-impl ModelDef {
-    /// Count `session` the way this model is billed: its tokenizer and its factor.
-    pub fn configure_counting(&self, session: &mut crate::session::Session) {
-        session.set_tokenizer(self.tokenizer);
-        session.set_count_factor(self.count_factor, self.count_factor_source);
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Provider {
@@ -140,14 +132,59 @@ pub struct Config {
     /// Mirror explicit, validated, non-degraded capsules into `.soba/memory/`.
     pub mirror_explicit_compacts: bool,
     /// How tool calls become artifacts (files read and modified, verification commands).
-    pub tool_mapping: crate::capsule::artifacts::ToolMapping,
+    pub tool_mapping: crate::tool_mapping::ToolMapping,
     /// The model was named but is in no catalog and no layer gave its window: `model` holds
     /// the default figures, and `warnings` says so.
     #[serde(skip)]
     pub model_guessed: bool,
+    /// A layer set the `summarizer` block (even to `{"provider": "local"}`). Without one, a
+    /// client that offers the agent's own model (`soba proxy`, the pi extension) has its
+    /// capsules written by that model; with one, the configured summarizer (or the local
+    /// builder) is used whatever the client offers.
+    #[serde(skip)]
+    pub summarizer_configured: bool,
     /// What the user must be told about this configuration (an unknown model name).
     #[serde(skip)]
     pub warnings: Vec<String>,
+    /// Set when no layer gave `keepRecentTokens` and the default did not fit the window: it
+    /// was capped to [`DEFAULT_KEEP_RECENT_SHARE`] of the hard limit. `soba budget` shows it.
+    #[serde(skip)]
+    pub keep_recent_capped: Option<KeepRecentCap>,
+}
+
+/// The share of the hard limit the *default* `keepRecentTokens` is capped to, so that a small
+/// window (a local model with 16k–32k tokens) works without configuration. A value given in
+/// any layer is used as given, and refused if it does not fit. Half, not less: the spec's own
+/// example (hard limit 48808) keeps the spec's default of 20000 as it is.
+pub const DEFAULT_KEEP_RECENT_SHARE: f64 = 0.5;
+
+/// The default `keepRecentTokens`, capped because the window is small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeepRecentCap {
+    /// The spec's default (20000).
+    pub default: u64,
+    /// What applies: `floor(hardLimit × 0.5)`.
+    pub capped: u64,
+    pub hard_limit: u64,
+}
+
+impl KeepRecentCap {
+    /// `keepRecentTokens 4.9k (default 20.0k capped to 50% of the 9.8k hard limit)`.
+    pub fn note(&self) -> String {
+        use crate::util::human_tokens;
+        format!(
+            "keepRecentTokens {} (default {} capped to {:.0}% of the {} hard limit)",
+            human_tokens(self.capped),
+            human_tokens(self.default),
+            DEFAULT_KEEP_RECENT_SHARE * 100.0,
+            human_tokens(self.hard_limit)
+        )
+    }
+}
+
+/// `floor(hard_limit × DEFAULT_KEEP_RECENT_SHARE)`, in integers.
+fn keep_recent_share_of(hard_limit: u64) -> u64 {
+    hard_limit / 2
 }
 
 impl Default for Config {
@@ -158,9 +195,11 @@ impl Default for Config {
             summarizer: SummarizerConfig::default(),
             durability: Durability::default(),
             mirror_explicit_compacts: false,
-            tool_mapping: crate::capsule::artifacts::ToolMapping::default(),
+            tool_mapping: crate::tool_mapping::ToolMapping::default(),
             model_guessed: false,
+            summarizer_configured: false,
             warnings: Vec::new(),
+            keep_recent_capped: None,
         }
     }
 }
@@ -1034,26 +1073,21 @@ pub fn session_layer(
 
 impl Config {
     /// Resolve layered files (lowest first) and flags into a validated configuration.
-    /// `session_model` is the model the session log names, used when no layer names one.
+    /// `session_model` is the model the session log names (`SessionHeader::model_config`),
+    /// used when no layer names one.
     pub fn resolve(
         files: &[ConfigFile],
-        session_model: Option<&crate::session::entry::ModelRef>,
+        session_model: Option<&ModelFile>,
         overrides: &Overrides,
     ) -> Result<Config, ConfigError> {
         let mut config = Config::default();
-        let mut model = ModelFile::default();
+        let mut model = session_model.cloned().unwrap_or_default();
         let mut user_models = std::collections::BTreeMap::new();
         for f in files {
             for (name, entry) in f.models.iter().flatten() {
                 check_catalog_entry(name, entry)?;
                 user_models.insert(name.to_ascii_lowercase(), entry.clone());
             }
-        }
-        if let Some(sm) = session_model {
-            model.name = sm.name.clone();
-            model.context_window = sm.context_window;
-            model.max_output_tokens = sm.max_output_tokens;
-            model.tokenizer = sm.tokenizer;
         }
         for f in files {
             if let Some(c) = &f.compaction {
@@ -1068,6 +1102,7 @@ impl Config {
             }
             if let Some(s) = &f.summarizer {
                 config.summarizer = s.clone();
+                config.summarizer_configured = true;
             }
             if let Some(d) = f.storage.as_ref().and_then(|s| s.durability) {
                 config.durability = d;
@@ -1117,8 +1152,39 @@ impl Config {
         if guessed {
             config.warnings.push(unknown_model_warning(&config.model));
         }
+        let keep_recent_given = overrides.keep_recent_tokens.is_some()
+            || files.iter().any(|f| {
+                f.compaction
+                    .as_ref()
+                    .is_some_and(|c| c.keep_recent_tokens.is_some())
+            });
+        if !keep_recent_given {
+            config.cap_default_keep_recent();
+        }
         config.validate()?;
         Ok(config)
+    }
+
+    /// The default `keepRecentTokens` that does not fit the window is capped to
+    /// [`DEFAULT_KEEP_RECENT_SHARE`] of the hard limit (recorded in `keep_recent_capped`).
+    fn cap_default_keep_recent(&mut self) {
+        let Some(limits) = Limits::compute(
+            self.model.context_window,
+            self.model.max_output_tokens,
+            &self.compaction,
+        ) else {
+            return; // validate() reports the window
+        };
+        let share = keep_recent_share_of(limits.hard_limit);
+        let default = self.compaction.keep_recent_tokens;
+        if default > share {
+            self.compaction.keep_recent_tokens = share;
+            self.keep_recent_capped = Some(KeepRecentCap {
+                default,
+                capped: share,
+                hard_limit: limits.hard_limit,
+            });
+        }
     }
 
     /// The hard and soft limits this configuration implies.
@@ -1185,7 +1251,13 @@ impl Config {
             return Err(ConfigError::OutOfRange {
                 key: "compaction.keepRecentTokens".into(),
                 value: c.keep_recent_tokens.to_string(),
-                allowed: format!("must be below the hard limit ({})", limits.hard_limit),
+                allowed: format!(
+                    "must be below the hard limit ({hard}): set it lower (e.g. {share}, {pct}% of the hard limit), or remove it so the default applies ({default}, capped to {pct}% of the hard limit for small windows)",
+                    hard = limits.hard_limit,
+                    share = keep_recent_share_of(limits.hard_limit),
+                    pct = DEFAULT_KEEP_RECENT_SHARE * 100.0,
+                    default = CompactionConfig::default().keep_recent_tokens,
+                ),
             });
         }
         Ok(())
@@ -1265,11 +1337,19 @@ fn resolve_model(
     });
     let unknown_name = named.is_some() && known.is_none();
     let guessed = unknown_name && m.context_window.is_none();
+    let from_catalog = known.is_some();
     let base = known.unwrap_or_else(default_model);
+    let context_window = m.context_window.unwrap_or(base.context_window);
+    // A window no catalog gives reserves output as the user catalog's entries do: the
+    // default's 16384, or a quarter of the window when that is smaller.
+    let default_output = match m.context_window {
+        Some(w) if !from_catalog => base.max_output_tokens.min(w / 4),
+        _ => base.max_output_tokens,
+    };
     let model = ModelDef {
         name: m.name.clone().unwrap_or(base.name),
-        context_window: m.context_window.unwrap_or(base.context_window),
-        max_output_tokens: m.max_output_tokens.unwrap_or(base.max_output_tokens),
+        context_window,
+        max_output_tokens: m.max_output_tokens.unwrap_or(default_output),
         tokenizer: m.tokenizer.unwrap_or(base.tokenizer),
         count_factor: m.count_factor.unwrap_or(base.count_factor),
         count_factor_source: if m.count_factor.is_some() {
@@ -1454,13 +1534,6 @@ mod tests {
         let c = resolve_text(r#"{"model":{"name":"deepseek-chat","countFactor":1.05}}"#).unwrap();
         assert_eq!(c.model.count_factor, 1.05);
         assert_eq!(c.model.count_factor_source, CalibrationSource::Config);
-        let mut session = crate::session::Session::new(
-            crate::session::testing::header(),
-            TokenizerKind::O200kBase,
-        );
-        c.model.configure_counting(&mut session);
-        assert_eq!(session.calibration().factor, 1.05);
-        assert_eq!(session.calibration().source, CalibrationSource::Config);
     }
 
     #[test]
@@ -1523,8 +1596,56 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "`compaction.keepRecentTokens` = 48808 is invalid: must be below the hard limit (48808)"
+            "`compaction.keepRecentTokens` = 48808 is invalid: must be below the hard limit (48808): set it lower (e.g. 24404, 50% of the hard limit), or remove it so the default applies (20000, capped to 50% of the hard limit for small windows)"
         );
+    }
+
+    #[test]
+    fn the_default_keep_recent_tokens_is_capped_to_half_a_small_hard_limit() {
+        // A local model with a 24k window: hard limit 24000 - 2000 - 8192 = 13808.
+        let c = resolve_text(
+            r#"{"model":{"name":"local-24k","contextWindow":24000,"maxOutputTokens":2000}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.limits().hard_limit, 13808);
+        assert_eq!(c.compaction.keep_recent_tokens, 6904);
+        let cap = c.keep_recent_capped.expect("capped");
+        assert_eq!(
+            cap.note(),
+            "keepRecentTokens 6.9k (default 20.0k capped to 50% of the 13.8k hard limit)"
+        );
+        // Where the default fits (the spec's example: hard limit 48808), it stands as the
+        // spec gives it and nothing is noted.
+        let c =
+            resolve_text(r#"{"model":{"contextWindow":65000,"maxOutputTokens":8000}}"#).unwrap();
+        assert_eq!(c.compaction.keep_recent_tokens, 20000);
+        assert_eq!(c.keep_recent_capped, None);
+    }
+
+    #[test]
+    fn an_explicit_keep_recent_tokens_that_does_not_fit_is_still_an_error() {
+        // 20000 given with a 16000 hard limit (26192 - 2000 - 8192), in a file or as a flag.
+        let text = r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":20000}}"#;
+        let want = "`compaction.keepRecentTokens` = 20000 is invalid: must be below the hard limit (16000): set it lower (e.g. 8000, 50% of the hard limit), or remove it so the default applies (20000, capped to 50% of the hard limit for small windows)";
+        assert_eq!(resolve_text(text).unwrap_err().to_string(), want);
+        let file = ConfigFile::parse(
+            "t",
+            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000}}"#,
+        )
+        .unwrap();
+        let flag = Overrides {
+            keep_recent_tokens: Some(20000),
+            ..Overrides::default()
+        };
+        let err = Config::resolve(&[file], None, &flag).unwrap_err();
+        assert_eq!(err.to_string(), want);
+        // An explicit value that fits is used as given, however large a share it is.
+        let c = resolve_text(
+            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":15000}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.compaction.keep_recent_tokens, 15000);
+        assert_eq!(c.keep_recent_capped, None);
     }
 
     #[test]
@@ -1619,7 +1740,7 @@ mod tests {
 
     #[test]
     fn session_model_is_used_and_flags_override_it() {
-        let sm = crate::session::entry::ModelRef {
+        let sm = ModelFile {
             name: Some("claude-sonnet-4-5".into()),
             ..Default::default()
         };
@@ -1672,7 +1793,7 @@ mod tests {
             ConfigFile::parse("user", r#"{"models":{"m":{"contextWindow":50000}}}"#).unwrap();
         let extra =
             ConfigFile::parse("extra", r#"{"models":{"m":{"contextWindow":90000}}}"#).unwrap();
-        let sm = crate::session::entry::ModelRef {
+        let sm = ModelFile {
             name: Some("m".into()),
             ..Default::default()
         };

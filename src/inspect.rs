@@ -32,7 +32,8 @@ pub struct BudgetReport {
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SummarizerStatus {
-    /// `local`, or the model and server (never the key).
+    /// `local`; the configured model and server (never the key); or the agent's own model and
+    /// the client it is reached through (`the agent's model (gpt-4o) through soba proxy`).
     pub uses: String,
     /// The model path's circuit breaker; absent for the local builder.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -18,6 +18,11 @@ fn main() -> ExitCode {
     };
     match cli::command::run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<cli::hook::HookFailure>().is_some() => {
+            // A Claude Code hook's fault: one line, as docs/claude-code-hooks.md gives it.
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
         Err(e) => {
             // The one place a failed command is printed: hints for permission and full-disk
             // failures, and one JSON object on stderr under `--json` so callers can parse it.

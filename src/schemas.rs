@@ -261,6 +261,18 @@ pub const HANDSHAKE_METHODS: &[MethodSchemas] = &[m(
     result_schema::<rpc::HelloResult>,
 )];
 
+/// Requests the daemon sends to a client that offered them, under `schemas/protocol/client/`.
+/// Their params are what the daemon writes and their result what the client answers, so the
+/// strictness of each side is the other way round from the daemon's own methods.
+pub const CLIENT_METHODS: &[MethodSchemas] = &[m(
+    rpc::client_method::SUMMARIZE,
+    result_schema::<rpc::SummarizeParams>,
+    params_schema::<rpc::SummarizeResult>,
+)];
+
+/// The offer a client makes at `initialize` (`capabilities.experimental.soba.summarize`).
+pub const SUMMARIZE_CAPABILITY_FILE: &str = "protocol/client/summarize.capability.schema.json";
+
 /// Every custom notification's params schema.
 pub const PROTOCOL_NOTIFICATIONS: &[(&str, SchemaFn)] = &[
     (
@@ -285,6 +297,9 @@ pub fn protocol_stem(name: &str) -> String {
 /// Path under `schemas/` of a method's params or result schema (`part` is `params` or
 /// `result`), or of a notification's params (`part` is `notification`).
 pub fn protocol_file(name: &str, part: &str) -> String {
+    if CLIENT_METHODS.iter().any(|m| m.method == name) {
+        return format!("protocol/client/{}.{part}.schema.json", protocol_stem(name));
+    }
     if HANDSHAKE_METHODS.iter().any(|m| m.method == name) {
         return format!(
             "protocol/handshake/{}.{part}.schema.json",
@@ -314,7 +329,11 @@ pub fn protocol_schemas() -> Vec<(String, Value)> {
         schema
     }
     let mut out = Vec::new();
-    for m in PROTOCOL_METHODS.iter().chain(HANDSHAKE_METHODS) {
+    for m in PROTOCOL_METHODS
+        .iter()
+        .chain(HANDSHAKE_METHODS)
+        .chain(CLIENT_METHODS)
+    {
         out.push((
             protocol_file(m.method, "params"),
             titled((m.params)(), format!("{} params", m.method), None),
@@ -324,6 +343,14 @@ pub fn protocol_schemas() -> Vec<(String, Value)> {
             titled((m.result)(), format!("{} result", m.method), None),
         ));
     }
+    out.push((
+        SUMMARIZE_CAPABILITY_FILE.to_string(),
+        titled(
+            params_schema::<rpc::SummarizeCapability>(),
+            "capabilities.experimental.soba.summarize".to_string(),
+            None,
+        ),
+    ));
     for (name, generate) in PROTOCOL_NOTIFICATIONS {
         out.push((
             protocol_file(name, "notification"),

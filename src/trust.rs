@@ -209,7 +209,7 @@ pub fn edit_trust(path: &Path, workspace: &str, change: TrustChange) -> anyhow::
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         crate::files::create_private_dir_all(dir)?;
     }
-    crate::capsule::portable::write_atomic(path, text.as_bytes())?;
+    crate::files::write_atomic(path, text.as_bytes())?;
     Ok(true)
 }
 

@@ -4,71 +4,13 @@
 
 use std::collections::HashMap;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::model::{Artifacts, FileArtifact, Verification, VerificationOutcome};
 use super::shell::analyze_command_value;
 use crate::session::entry::{blocks_text, Entry, EntryBody, FileOp, ToolResultEntry};
 
-/// Which tools read files, write files, run shell commands or apply patches, and which
-/// argument holds the path or command. Names compare case-sensitively.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolMapping {
-    /// Tool name → argument holding the path it reads.
-    pub read: HashMap<String, String>,
-    /// Tool name → argument holding the path it writes.
-    pub write: HashMap<String, String>,
-    /// Tool name → argument holding the shell command (a string or an argv array).
-    pub shell: HashMap<String, String>,
-    /// Tool name → argument holding a patch in `apply_patch` or unified-diff form
-    /// (empty string: the whole input is the patch).
-    pub patch: HashMap<String, String>,
-}
-
-impl Default for ToolMapping {
-    fn default() -> Self {
-        let map = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        ToolMapping {
-            // Claude Code, pi, and common MCP file servers.
-            read: map(&[
-                ("Read", "file_path"),
-                ("NotebookRead", "notebook_path"),
-                ("read", "path"),
-                ("read_file", "path"),
-                ("view", "path"),
-            ]),
-            write: map(&[
-                ("Edit", "file_path"),
-                ("MultiEdit", "file_path"),
-                ("Write", "file_path"),
-                ("NotebookEdit", "notebook_path"),
-                ("edit", "path"),
-                ("write", "path"),
-                ("write_file", "path"),
-                ("edit_file", "path"),
-                ("create", "path"),
-            ]),
-            // Claude Code Bash, pi bash, Codex shell / exec_command, OpenAI-chat agents' bash.
-            shell: map(&[
-                ("Bash", "command"),
-                ("bash", "command"),
-                ("shell", "command"),
-                ("exec_command", "cmd"),
-                ("local_shell", "command"),
-            ]),
-            // Codex apply_patch (custom tool: the input is the patch text).
-            patch: map(&[("apply_patch", "input")]),
-        }
-    }
-}
+pub use crate::tool_mapping::ToolMapping;
 
 /// Accumulates facts over entries in order; later facts update earlier ones.
 #[derive(Debug, Default, Clone)]
@@ -83,6 +25,17 @@ pub struct ArtifactCollector {
     skills: Vec<String>,
     /// Verification calls waiting for their result: call id → command.
     pending_checks: HashMap<String, String>,
+    /// Checks still running in a process the agent polls (Codex `exec_command` answers
+    /// "Process running with session ID N"; `write_stdin` to N reads on): session → command.
+    running_checks: HashMap<String, String>,
+    /// When each check last ran, so the list reads oldest run first.
+    last_run: HashMap<String, u64>,
+    run_seq: u64,
+    /// When each file was last read or modified, to keep the newest when the lists are capped.
+    touched: HashMap<String, u64>,
+    seq: u64,
+    /// Modified-list slots of files renamed since (their history moved to the new name).
+    renamed_away: Vec<usize>,
 }
 
 impl ArtifactCollector {
@@ -107,8 +60,9 @@ impl ArtifactCollector {
             for id in &f.entry_ids {
                 self.add_modified(&f.path, id);
             }
-            if f.entry_ids.is_empty() {
-                self.add_modified(&f.path, "");
+            if let Some(i) = self.add_modified(&f.path, "") {
+                self.modified[i].deleted = f.deleted;
+                self.modified[i].renamed_from = f.renamed_from.clone();
             }
         }
         for v in &previous.verification {
@@ -134,20 +88,70 @@ impl ArtifactCollector {
         p.to_string()
     }
 
+    /// A path outside the workspace (a scratch clone in /tmp, a file in the home folder) is
+    /// not the project's work: read there, perhaps, but never listed as modified.
+    fn outside_workspace(&self, relative: &str) -> bool {
+        let absolute = relative.starts_with('/') || relative.starts_with('~');
+        let scratch = ["/tmp/", "/private/tmp/", "/var/folders/", "/dev/"]
+            .iter()
+            .any(|d| relative.starts_with(d));
+        scratch || (absolute && !self.workspace.is_empty())
+    }
+
+    fn touch(&mut self, path: &str) {
+        self.seq += 1;
+        self.touched.insert(path.to_string(), self.seq);
+    }
+
     fn add_read(&mut self, path: &str, entry_id: &str) {
         let path = self.relative(path);
         if path.is_empty() {
             return;
         }
+        self.touch(&path);
         add_file(&mut self.read, &mut self.read_at, path, entry_id);
     }
 
-    fn add_modified(&mut self, path: &str, entry_id: &str) {
+    /// Record a modification; returns the file's index in the modified list.
+    fn add_modified(&mut self, path: &str, entry_id: &str) -> Option<usize> {
         let path = self.relative(path);
-        if path.is_empty() {
-            return;
+        if path.is_empty() || self.outside_workspace(&path) {
+            return None;
         }
-        add_file(&mut self.modified, &mut self.modified_at, path, entry_id);
+        self.touch(&path);
+        let i = add_file(&mut self.modified, &mut self.modified_at, path, entry_id);
+        // Written again after a deletion: it exists now.
+        self.modified[i].deleted = false;
+        Some(i)
+    }
+
+    fn add_deleted(&mut self, path: &str, entry_id: &str) {
+        if let Some(i) = self.add_modified(path, entry_id) {
+            self.modified[i].deleted = true;
+        }
+    }
+
+    /// `from` now lives at `to`: one entry, under the new name, with the history of both.
+    fn add_renamed(&mut self, from: &str, to: &str, entry_id: &str) {
+        let from_rel = self.relative(from);
+        let Some(i) = self.add_modified(to, entry_id) else {
+            return;
+        };
+        if let Some(j) = self.modified_at.get(&from_rel).copied() {
+            let old = self.modified[j].clone();
+            let earlier_name = old.renamed_from.clone().unwrap_or(from_rel.clone());
+            for id in old.entry_ids {
+                if !self.modified[i].entry_ids.contains(&id) {
+                    self.modified[i].entry_ids.insert(0, id);
+                }
+            }
+            self.modified[i].renamed_from = Some(earlier_name);
+            // Forgotten, not removed, so the indices of the others stay put.
+            self.modified_at.remove(&from_rel);
+            self.renamed_away.push(j);
+        } else {
+            self.modified[i].renamed_from = Some(from_rel);
+        }
     }
 
     fn set_verification(&mut self, command: &str, outcome: VerificationOutcome, entry_id: &str) {
@@ -158,7 +162,7 @@ impl ArtifactCollector {
         };
         match self.verification_at.get(command) {
             Some(&i) => {
-                // Keep first-seen order; the last run decides the outcome.
+                // The last run decides the outcome and the place in the list.
                 self.verification[i] = v;
             }
             None => {
@@ -167,6 +171,8 @@ impl ArtifactCollector {
                 self.verification.push(v);
             }
         }
+        self.run_seq += 1;
+        self.last_run.insert(command.to_string(), self.run_seq);
     }
 
     /// Take the facts of one entry.
@@ -180,6 +186,9 @@ impl ArtifactCollector {
             EntryBody::ToolResult(r) => {
                 if let Some(command) = self.pending_checks.remove(&r.call_id) {
                     let outcome = result_outcome(r);
+                    if let Some(session) = running_session(r) {
+                        self.running_checks.insert(session, command.clone());
+                    }
                     // The verification keeps pointing at the call entry (set when it was made).
                     let call_entry = self
                         .verification_at
@@ -191,9 +200,10 @@ impl ArtifactCollector {
             }
             EntryBody::File(f) => match f.op {
                 FileOp::Read => self.add_read(&f.path, &entry.id),
-                FileOp::Modified | FileOp::Created | FileOp::Deleted => {
-                    self.add_modified(&f.path, &entry.id)
+                FileOp::Modified | FileOp::Created => {
+                    self.add_modified(&f.path, &entry.id);
                 }
+                FileOp::Deleted => self.add_deleted(&f.path, &entry.id),
             },
             EntryBody::Skill(s) => {
                 if s.active {
@@ -236,6 +246,12 @@ impl ArtifactCollector {
                 for p in patch_paths(patch) {
                     self.add_modified(&p, entry_id);
                 }
+                for change in patch_changes(patch) {
+                    match change {
+                        PatchChange::Deleted(p) => self.add_deleted(&p, entry_id),
+                        PatchChange::Moved(from, to) => self.add_renamed(&from, &to, entry_id),
+                    }
+                }
             }
         }
         if let Some(arg) = mapping.shell.get(name) {
@@ -246,10 +262,21 @@ impl ArtifactCollector {
                 for p in facts.modifies {
                     self.add_modified(&p, entry_id);
                 }
+                for p in facts.deletes {
+                    self.add_deleted(&p, entry_id);
+                }
+                for (from, to) in facts.renames {
+                    self.add_renamed(&from, &to, entry_id);
+                }
                 if let Some(check) = facts.verification {
                     self.set_verification(&check, VerificationOutcome::Unknown, entry_id);
                     self.pending_checks.insert(call_id.to_string(), check);
                 }
+            }
+        }
+        if let Some(session) = input.get("session_id").and_then(session_key) {
+            if let Some(check) = self.running_checks.remove(&session) {
+                self.pending_checks.insert(call_id.to_string(), check);
             }
         }
         if name == "Skill" {
@@ -265,7 +292,52 @@ impl ArtifactCollector {
         }
     }
 
-    pub fn finish(self) -> Artifacts {
+    /// The facts, bounded: however long the session and however many capsules rolled it
+    /// forward, the newest files and checks are kept (a file the agent modified is not listed
+    /// again as read), each with its newest entries.
+    pub fn finish(mut self) -> Artifacts {
+        let last_run = &self.last_run;
+        self.verification
+            .sort_by_key(|v| last_run.get(&v.command).copied().unwrap_or(0));
+        let cut = self.verification.len().saturating_sub(MAX_CHECKS);
+        self.verification.drain(..cut);
+
+        let mut renamed_away = std::mem::take(&mut self.renamed_away);
+        renamed_away.sort_unstable();
+        for j in renamed_away.into_iter().rev() {
+            self.modified.remove(j);
+        }
+        let touched = &self.touched;
+        let newest = |list: &mut Vec<FileArtifact>, n: usize| {
+            if list.len() > n {
+                let mut order: Vec<(u64, usize)> = list
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (touched.get(&f.path).copied().unwrap_or(0), i))
+                    .collect();
+                order.sort_unstable();
+                let mut keep: Vec<usize> =
+                    order[order.len() - n..].iter().map(|&(_, i)| i).collect();
+                keep.sort_unstable();
+                let old = std::mem::take(list);
+                let mut keep = keep.into_iter().peekable();
+                for (i, f) in old.into_iter().enumerate() {
+                    if keep.peek() == Some(&i) {
+                        keep.next();
+                        list.push(f);
+                    }
+                }
+            }
+            for f in list.iter_mut() {
+                let cut = f.entry_ids.len().saturating_sub(MAX_ENTRY_IDS_PER_FILE);
+                f.entry_ids.drain(..cut);
+            }
+        };
+        newest(&mut self.modified, MAX_MODIFIED_FILES);
+        let modified = &self.modified;
+        self.read
+            .retain(|r| !modified.iter().any(|m| m.path == r.path));
+        newest(&mut self.read, MAX_READ_FILES);
         Artifacts {
             read_files: self.read,
             modified_files: self.modified,
@@ -275,22 +347,33 @@ impl ArtifactCollector {
     }
 }
 
+/// Files read kept in a capsule, newest: the ones the work is about now.
+pub const MAX_READ_FILES: usize = 30;
+/// Files modified kept in a capsule, newest.
+pub const MAX_MODIFIED_FILES: usize = 40;
+/// Checks kept, by newest run.
+pub const MAX_CHECKS: usize = 15;
+/// Entries named per file, newest.
+const MAX_ENTRY_IDS_PER_FILE: usize = 3;
+
 fn add_file(
     list: &mut Vec<FileArtifact>,
     at: &mut HashMap<String, usize>,
     path: String,
     entry_id: &str,
-) {
+) -> usize {
     let i = *at.entry(path.clone()).or_insert_with(|| {
         list.push(FileArtifact {
             path,
             entry_ids: Vec::new(),
+            ..Default::default()
         });
         list.len() - 1
     });
     if !entry_id.is_empty() && !list[i].entry_ids.iter().any(|e| e == entry_id) {
         list[i].entry_ids.push(entry_id.to_string());
     }
+    i
 }
 
 /// Facts of every entry in order, on top of an earlier capsule's artifacts.
@@ -310,8 +393,47 @@ pub fn collect<'a>(
     c.finish()
 }
 
+fn session_key(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// The session of a command that is still running ("Process running with session ID 7").
+fn running_session(r: &ToolResultEntry) -> Option<String> {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(?i)process running with session id:?\s*(\S+)").expect("valid regex")
+    });
+    let text = blocks_text(&r.content);
+    RE.captures(&text)
+        .map(|c| c[1].trim_end_matches('.').to_string())
+}
+
+/// Whether a result says the command has not finished (so it has no outcome yet).
+fn still_running(text: &str) -> bool {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?i)process running with session id|command (?:is )?still running|running in (?:the )?background|<status>running</status>",
+        )
+        .expect("valid regex")
+    });
+    RE.is_match(text)
+}
+
 /// Outcome of a verification run from its result: exit code, error flag, then the output.
+/// A run whose result says it is still going has no outcome yet: `unknown`, never `passed`.
 pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
+    let text = blocks_text(&r.content);
+    if aborted(&text) {
+        return VerificationOutcome::Unknown;
+    }
+    // A pipe (`tsc | grep error`, `… | tail`) reports the exit of its last command: what the
+    // check printed decides.
+    if strong_failure_marker(&text) {
+        return VerificationOutcome::Failed;
+    }
     if let Some(code) = r.exit_code {
         return if code == 0 {
             VerificationOutcome::Passed
@@ -322,13 +444,15 @@ pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
     if r.is_error {
         return VerificationOutcome::Failed;
     }
-    let text = blocks_text(&r.content);
     if let Some(code) = exit_code_in_output(&text) {
         return if code == 0 {
             VerificationOutcome::Passed
         } else {
             VerificationOutcome::Failed
         };
+    }
+    if still_running(&text) {
+        return VerificationOutcome::Unknown;
     }
     if failure_marker(&text) {
         VerificationOutcome::Failed
@@ -351,6 +475,28 @@ fn exit_code_in_output(text: &str) -> Option<i64> {
         .and_then(|c| c[1].parse().ok())
 }
 
+/// Failure lines no passing run prints.
+fn strong_failure_marker(text: &str) -> bool {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?m)(test result: FAILED|^FAIL\b|^--- FAIL:|\berror TS\d+:|^thread '.*' panicked at|Traceback \(most recent call last\)|npm ERR!|BUILD FAILURE|^error: command '[^']*' failed|\bfailed with exit (?:code|status) [1-9])",
+        )
+        .expect("valid regex")
+    });
+    RE.is_match(text)
+}
+
+/// A run the user or the harness stopped: it has no outcome.
+fn aborted(text: &str) -> bool {
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?im)^\s*(?:command (?:was )?aborted|aborted by (?:the )?user|\[request interrupted|interrupted by (?:the )?user|the user (?:doesn't|does not) want to proceed)[^\n]*\s*\z",
+        )
+        .expect("valid regex")
+    });
+    RE.is_match(text)
+}
+
 fn failure_marker(text: &str) -> bool {
     static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(
@@ -361,6 +507,41 @@ fn failure_marker(text: &str) -> bool {
     // "0 failed" / "0 errors" are successes.
     RE.find_iter(text)
         .any(|m| !m.as_str().trim_start().starts_with("0 "))
+}
+
+/// A patch's deletions and moves (`*** Delete File:`, `*** Update File:` + `*** Move to:`,
+/// a unified diff to `/dev/null`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum PatchChange {
+    Deleted(String),
+    Moved(String, String),
+}
+
+pub fn patch_changes(patch: &str) -> Vec<PatchChange> {
+    let mut out = Vec::new();
+    let mut updating: Option<&str> = None;
+    let mut minus: Option<&str> = None;
+    for line in patch.lines() {
+        if let Some(p) = line.strip_prefix("*** Delete File: ") {
+            out.push(PatchChange::Deleted(p.trim().to_string()));
+        } else if let Some(p) = line.strip_prefix("*** Update File: ") {
+            updating = Some(p.trim());
+        } else if let Some(to) = line.strip_prefix("*** Move to: ") {
+            if let Some(from) = updating {
+                out.push(PatchChange::Moved(from.to_string(), to.trim().to_string()));
+            }
+        } else if let Some(p) = line.strip_prefix("--- ") {
+            let p = p.split('\t').next().unwrap_or(p).trim();
+            minus = Some(p.strip_prefix("a/").unwrap_or(p));
+        } else if let Some(p) = line.strip_prefix("+++ ") {
+            if p.trim().starts_with("/dev/null") {
+                if let Some(m) = minus.filter(|m| *m != "/dev/null") {
+                    out.push(PatchChange::Deleted(m.to_string()));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Paths a patch touches: `apply_patch` headers and unified-diff `+++ b/path` lines.
@@ -507,12 +688,11 @@ mod tests {
                 .map(|f| (f.path.clone(), f.entry_ids.clone()))
                 .collect::<Vec<_>>()
         };
+        // src/lib.rs was read, then modified: it is listed once, as modified.
+        let _ = read;
         assert_eq!(
             files(&a.read_files),
-            [
-                ("src/lib.rs".to_string(), vec![read]),
-                ("/etc/hosts".to_string(), vec![outside])
-            ]
+            [("/etc/hosts".to_string(), vec![outside])]
         );
         assert_eq!(
             files(&a.modified_files),
@@ -524,6 +704,123 @@ mod tests {
             ]
         );
         assert_eq!(a.active_skills, ["pdf"]);
+    }
+
+    #[test]
+    fn deletions_renames_scratch_paths_and_staging_are_told_apart() {
+        let mut b = Builder::new();
+        b.call("w1", "Write", json!({"file_path": "/ws/out.html"}));
+        b.bash("b1", "rm out.html");
+        b.call("w2", "Edit", json!({"file_path": "/ws/src/a.rs"}));
+        b.bash("b2", "git mv src/a.rs src/b.rs");
+        b.bash(
+            "b3",
+            "git clone https://example.invalid/x /tmp/scratch && touch /tmp/scratch/x.txt",
+        );
+        b.call(
+            "w3",
+            "Write",
+            json!({"file_path": "/home/me/.config/tool.toml"}),
+        );
+        b.bash("b4", "git restore --staged src/c.rs");
+        b.call(
+            "x1",
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Delete File: old.txt\n*** Update File: d.rs\n*** Move to: e.rs\n*** End Patch"}),
+        );
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let shown: Vec<(String, bool, Option<String>)> = a
+            .modified_files
+            .iter()
+            .map(|f| (f.path.clone(), f.deleted, f.renamed_from.clone()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("out.html".to_string(), true, None),
+                ("src/b.rs".to_string(), false, Some("src/a.rs".to_string())),
+                ("old.txt".to_string(), true, None),
+                ("e.rs".to_string(), false, Some("d.rs".to_string())),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_history_keeps_bounded_newest_file_lists() {
+        let mut b = Builder::new();
+        for i in 0..200 {
+            b.call(
+                &format!("r{i}"),
+                "Read",
+                json!({"file_path": format!("/ws/read{i}.rs")}),
+            );
+            b.call(
+                &format!("w{i}"),
+                "Edit",
+                json!({"file_path": format!("/ws/mod{i}.rs")}),
+            );
+        }
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        assert_eq!(a.read_files.len(), MAX_READ_FILES);
+        assert_eq!(a.modified_files.len(), MAX_MODIFIED_FILES);
+        assert_eq!(a.read_files.last().unwrap().path, "read199.rs");
+        assert_eq!(
+            a.modified_files[0].path,
+            format!("mod{}.rs", 200 - MAX_MODIFIED_FILES)
+        );
+    }
+
+    #[test]
+    fn what_a_check_printed_decides_over_a_pipe_and_an_abort_has_no_outcome() {
+        let r = |text: &str, code: Option<i64>| ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            exit_code: code,
+        };
+        assert_eq!(
+            result_outcome(&r("src/a.ts(3,1): error TS2345: Argument of type", Some(0))),
+            VerificationOutcome::Failed
+        );
+        assert_eq!(
+            result_outcome(&r("--- FAIL: TestX (0.01s)\nFAIL\tpkg\t0.2s", Some(0))),
+            VerificationOutcome::Failed
+        );
+        assert_eq!(
+            result_outcome(&r("Command aborted by user", None)),
+            VerificationOutcome::Unknown
+        );
+        assert_eq!(
+            result_outcome(&r(
+                "> node --test\nDebugger attached.\n\nCommand aborted",
+                None
+            )),
+            VerificationOutcome::Unknown
+        );
+        assert_eq!(
+            result_outcome(&r(
+                "<returncode>0</returncode>\nerror: command '/usr/bin/gcc' failed with exit code 1",
+                Some(0)
+            )),
+            VerificationOutcome::Failed
+        );
+    }
+
+    #[test]
+    fn a_check_still_running_is_unknown_until_its_session_reports() {
+        let mut b = Builder::new();
+        b.call("c1", "exec_command", json!({"cmd": "cargo test"}));
+        b.result("c1", "Process running with session ID 7");
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        assert_eq!(a.verification[0].outcome, VerificationOutcome::Unknown);
+        b.call("c2", "write_stdin", json!({"session_id": 7, "chars": ""}));
+        b.result(
+            "c2",
+            "test result: ok. 3 passed\nProcess exited with code 0",
+        );
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        assert_eq!(a.verification[0].outcome, VerificationOutcome::Passed);
     }
 
     #[test]

@@ -9,9 +9,7 @@ use regex::Regex;
 
 use super::model::Decision;
 
-/// Shown where the local builder found no explicit decision: an empty section would read as
-/// "no decisions were made".
-pub const DECISIONS_NEED_A_MODEL: &str = "None stated explicitly in the conversation. This capsule was built without a summarization model; finding implicit decisions and their reasons needs one (see docs/compaction.md).";
+pub use crate::session::capsule::render::DECISIONS_NEED_A_MODEL;
 
 /// Longest decision or reason kept whole.
 const MAX_CHARS: usize = 240;

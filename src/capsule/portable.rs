@@ -25,6 +25,10 @@ use super::model::{
 use crate::redact::{redact_with_report, RedactionReport};
 use crate::session::entry::Trigger;
 
+// Kept under this path for its callers; it lives in `files` so that `trust`, below capsule,
+// can use it too.
+pub use crate::files::write_atomic;
+
 /// The `format:` value this build writes and reads.
 pub const FORMAT: &str = "soba-capsule/1";
 
@@ -400,6 +404,8 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
             .map(|f| FileArtifact {
                 path: r(&f.path),
                 entry_ids: f.entry_ids.clone(),
+                deleted: f.deleted,
+                renamed_from: f.renamed_from.as_deref().map(&mut *r),
             })
             .collect::<Vec<_>>()
     };
@@ -432,6 +438,12 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
                 .collect(),
             blockers: list(&state.blockers, &mut r),
             next_steps: list(&state.next_steps, &mut r),
+            // Keyed by item text, so redacted the same way as the items.
+            sources: state
+                .sources
+                .iter()
+                .map(|(item, ids)| (r(item), ids.clone()))
+                .collect(),
         },
         artifacts: Artifacts {
             read_files: files(&c.artifacts.read_files, &mut r),
@@ -812,7 +824,11 @@ fn file_items(items: Vec<RawItem>) -> Vec<FileArtifact> {
                         .collect()
                 })
                 .unwrap_or_default();
-            (!path.is_empty()).then_some(FileArtifact { path, entry_ids })
+            (!path.is_empty()).then_some(FileArtifact {
+                path,
+                entry_ids,
+                ..Default::default()
+            })
         })
         .collect()
 }
@@ -1213,37 +1229,6 @@ pub fn write_capsule_file(path: &Path, text: &str) -> Result<(), PortableError> 
         })
 }
 
-/// Replace `path` with `bytes` so that readers see the old or the new file, never a part:
-/// write a temporary file (mode `0600`) in the same directory, sync it, rename it over `path`.
-/// The directory must exist.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        // A leftover from a killed writer with this pid is ours to replace.
-        match std::fs::remove_file(&tmp) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let mut f = crate::files::create_private(&tmp, false)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1273,10 +1258,11 @@ mod tests {
                 ],
                 blockers: vec![],
                 next_steps: vec!["Wire it into main.ts".into(), "# run the tests".into()],
+                sources: Default::default(),
             },
             artifacts: Artifacts {
-                read_files: vec![FileArtifact { path: "docs/theme.md".into(), entry_ids: vec!["e3".into(), "e7".into()] }],
-                modified_files: vec![FileArtifact { path: "src/selector.ts".into(), entry_ids: vec![] }],
+                read_files: vec![FileArtifact { path: "docs/theme.md".into(), entry_ids: vec!["e3".into(), "e7".into()], ..Default::default() }],
+                modified_files: vec![FileArtifact { path: "src/selector.ts".into(), entry_ids: vec![], ..Default::default() }],
                 verification: vec![Verification {
                     command: "npm test -- selector".into(),
                     outcome: VerificationOutcome::Failed,
@@ -1862,6 +1848,7 @@ tokens_before: 40000\r\ntokens_after:  3000\r\n---\r\n# Hand-off\r\nA note.\r\n\
                             .map(|path| FileArtifact {
                                 path,
                                 entry_ids: vec!["e1".into()],
+                                ..Default::default()
                             })
                             .collect();
                         c.artifacts.verification = commands

@@ -177,9 +177,11 @@ const IMPERATIVE_VERBS: [&str; 72] = [
     "tell",
 ];
 
-const POLITE_FORMS: [&str; 12] = [
+const POLITE_FORMS: [&str; 14] = [
     "can you",
     "could you",
+    "can we",
+    "could we",
     "would you",
     "will you",
     "please",
@@ -194,8 +196,9 @@ const POLITE_FORMS: [&str; 12] = [
 
 /// Words that point back at something said before: a short message ending on one is a
 /// follow-up ("can you proof read this?", "print it again").
-const BACK_REFERENCES: [&str; 11] = [
+const BACK_REFERENCES: [&str; 12] = [
     "this", "that", "it", "them", "these", "those", "again", "too", "there", "here", "instead",
+    "now",
 ];
 
 const QUESTION_OPENERS: [&str; 20] = [
@@ -289,7 +292,7 @@ pub fn stated_rules(request: &str) -> Vec<String> {
 }
 
 /// Sentences: split at line breaks and after `.`, `!` or `?` followed by a space.
-fn sentences(text: &str) -> Vec<&str> {
+pub(crate) fn sentences(text: &str) -> Vec<&str> {
     let mut out = Vec::new();
     for line in text.lines() {
         let mut start = 0;

@@ -17,6 +17,10 @@ use super::artifacts::patch_paths;
 pub struct ShellFacts {
     pub reads: Vec<String>,
     pub modifies: Vec<String>,
+    /// Of `modifies`, the paths the command deleted (`rm`, `git rm`).
+    pub deletes: Vec<String>,
+    /// Of `modifies`, renames as (from, to) (`mv A B`, `git mv A B`).
+    pub renames: Vec<(String, String)>,
     /// The verification command, normalised (`cd …`, env assignments and `timeout` removed).
     pub verification: Option<String>,
 }
@@ -178,6 +182,8 @@ struct Walk {
     cwd: Option<String>,
     reads: Vec<String>,
     modifies: Vec<String>,
+    deletes: Vec<String>,
+    renames: Vec<(String, String)>,
     checks: Vec<String>,
 }
 
@@ -186,6 +192,8 @@ impl Walk {
         let mut facts = ShellFacts {
             reads: Vec::new(),
             modifies: Vec::new(),
+            deletes: self.deletes,
+            renames: self.renames,
             verification: (!self.checks.is_empty()).then(|| self.checks.join(" && ")),
         };
         for p in self.reads {
@@ -221,6 +229,23 @@ impl Walk {
         if looks_like_path(p) {
             let p = self.join(p);
             self.modifies.push(p);
+        }
+    }
+
+    fn delete(&mut self, p: &str) {
+        if looks_like_path(p) {
+            let p = self.join(p);
+            self.modifies.push(p.clone());
+            self.deletes.push(p);
+        }
+    }
+
+    fn rename(&mut self, from: &str, to: &str) {
+        if looks_like_path(from) && looks_like_path(to) {
+            let (from, to) = (self.join(from), self.join(to));
+            self.modifies.push(from.clone());
+            self.modifies.push(to.clone());
+            self.renames.push((from, to));
         }
     }
 
@@ -432,8 +457,14 @@ impl Walk {
                 }
             }
             "mv" => {
-                for p in operands(args, &["-t", "--target-directory", "-S", "--suffix"]) {
-                    self.modify(p);
+                let ops = operands(args, &["-t", "--target-directory", "-S", "--suffix"]);
+                match ops.as_slice() {
+                    [from, to] if !args.iter().any(|a| a.is("-t")) => self.rename(from, to),
+                    _ => {
+                        for p in ops {
+                            self.modify(p);
+                        }
+                    }
                 }
             }
             "cp" | "install" => {
@@ -445,7 +476,12 @@ impl Walk {
                     self.modify(dst);
                 }
             }
-            "rm" | "touch" | "truncate" | "unlink" | "shred" => {
+            "rm" | "unlink" | "shred" => {
+                for p in operands(args, &[]) {
+                    self.delete(p);
+                }
+            }
+            "touch" | "truncate" => {
                 for p in operands(args, &["-s", "--size", "-r", "-d", "-t"]) {
                     if name != "touch" || !p.chars().all(|c| c.is_ascii_digit()) {
                         self.modify(p);
@@ -504,6 +540,12 @@ impl Walk {
         }
         for p in inner.modifies {
             self.modify(&p);
+        }
+        for p in inner.deletes {
+            self.deletes.push(self.join(&p));
+        }
+        for (from, to) in inner.renames {
+            self.renames.push((self.join(&from), self.join(&to)));
         }
         if let Some(c) = inner.verification {
             self.checks.push(c);
@@ -648,7 +690,27 @@ impl Walk {
                     self.read(&p);
                 }
             }
-            "checkout" | "restore" | "rm" | "mv" => {
+            // Staging only: the files in the work tree stay as they are.
+            "restore" | "rm" if rest.iter().any(|a| a.is("--staged") || a.is("--cached")) => {
+                let work_tree_too = rest.iter().any(|a| a.is("--worktree") || a.is("-W"));
+                for p in paths(rest).iter().filter(|_| work_tree_too) {
+                    self.modify(p);
+                }
+            }
+            "rm" => {
+                for p in paths(rest) {
+                    self.delete(&p);
+                }
+            }
+            "mv" => match paths(rest).as_slice() {
+                [from, to] => self.rename(from, to),
+                more => {
+                    for p in more {
+                        self.modify(p);
+                    }
+                }
+            },
+            "checkout" | "restore" => {
                 for p in paths(rest) {
                     self.modify(&p);
                 }
@@ -806,10 +868,13 @@ fn verification_kind(w: &[&str]) -> bool {
                 || (matches!(sub, "run" | "run-script" | "exec") && script_is_check(sub2))
                 || (sub == "x" && is_js_checker(sub2, w))
         }
-        "npx" | "pnpx" | "bunx" => is_js_checker(sub, w),
+        "npx" | "pnpx" | "bunx" => is_js_checker(sub, w) || runs_a_test_script(&w[1..]),
         "deno" => matches!(sub, "test" | "check" | "lint"),
-        "pytest" | "py.test" | "tox" | "nox" | "mypy" | "pyright" | "tsc" | "jest" | "vitest"
-        | "eslint" | "phpunit" | "rspec" | "ctest" | "shellcheck" | "golangci-lint" => true,
+        "node" | "tsx" | "ts-node" | "bash" | "sh" => runs_a_test_script(w),
+        "pytest" | "py.test" | "tox" | "nox" | "mypy" | "pyright" | "tsc" | "tsgo" | "jest"
+        | "vitest" | "eslint" | "phpunit" | "rspec" | "ctest" | "shellcheck" | "golangci-lint" => {
+            true
+        }
         "biome" => sub != "format" || has("--check"),
         "prettier" | "black" | "isort" => has("--check") || has("-c"),
         "gofmt" => false,
@@ -819,17 +884,37 @@ fn verification_kind(w: &[&str]) -> bool {
                 || (sub == "format" && has("--check"))
         }
         "python" | "python3" | "uv" | "poetry" | "pipenv" | "hatch" => {
-            (sub == "-m"
-                && matches!(
-                    sub2,
-                    "pytest" | "unittest" | "mypy" | "tox" | "pyright" | "ruff"
-                )
-                && !(sub2 == "ruff" && w.get(3) == Some(&"format") && !has("--check")))
+            runs_a_test_script(w)
+                || (sub.ends_with("setup.py") && matches!(sub2, "build" | "build_ext" | "test"))
+                || (sub == "-m"
+                    && matches!(
+                        sub2,
+                        "pytest" | "unittest" | "mypy" | "tox" | "pyright" | "ruff"
+                    )
+                    && !(sub2 == "ruff" && w.get(3) == Some(&"format") && !has("--check")))
                 || (matches!(sub, "run")
                     && matches!(sub2, "pytest" | "mypy" | "tox" | "ruff" | "pyright"))
                 || (tool == "hatch" && sub == "test")
         }
         "make" | "gmake" | "just" | "ninja" => !matches!(sub, "fmt" | "format" | "clean"),
+        // Task runners: `mise run test`, `mise test`, `task lint`, `nx test app`,
+        // `turbo run build`, `bazel test //...`, `earthly +test`.
+        "mise" | "rtx" => script_is_check(if matches!(sub, "run" | "r") {
+            sub2
+        } else {
+            sub
+        }),
+        "task" | "go-task" => script_is_check(sub),
+        "nx" => script_is_check(if sub == "run" {
+            sub2.rsplit(':').next().unwrap_or(sub2)
+        } else {
+            sub
+        }),
+        "turbo" => script_is_check(if sub == "run" { sub2 } else { sub }),
+        "bazel" | "bazelisk" => matches!(sub, "test" | "build"),
+        "earthly" => script_is_check(sub.trim_start_matches('+')),
+        "php" => sub == "artisan" && sub2 == "test",
+        "composer" => script_is_check(sub) || (sub == "run" && script_is_check(sub2)),
         "mvn" | "mvnw" | "gradle" | "gradlew" => true,
         "dotnet" => matches!(sub, "test" | "build"),
         "swift" => matches!(sub, "test" | "build"),
@@ -843,9 +928,43 @@ fn verification_kind(w: &[&str]) -> bool {
     }
 }
 
+/// `node test-cli.js`, `python /tmp/test_fix.py`, `tsx src/cli.ts --help`: a throwaway test
+/// script, or a smoke run of the project's own CLI, is a check of the work too.
+fn runs_a_test_script(w: &[&str]) -> bool {
+    let runner = w.first().map(|t| base_name(t)).unwrap_or("");
+    let args = &w[1.min(w.len())..];
+    let script = args
+        .iter()
+        .find(|a| !a.starts_with('-') && **a != "run" && **a != "tsx");
+    let Some(script) = script else {
+        return false;
+    };
+    let file = base_name(script).to_ascii_lowercase();
+    let is_script = [".js", ".mjs", ".cjs", ".ts", ".mts", ".py", ".sh"]
+        .iter()
+        .any(|e| file.ends_with(e));
+    let test_like = file.starts_with("test") || file.contains("_test") || file.contains(".test.");
+    let smoke = args.iter().any(|a| *a == "--help" || *a == "--version");
+    is_script
+        && (test_like || smoke)
+        && matches!(
+            runner,
+            "node"
+                | "tsx"
+                | "ts-node"
+                | "bash"
+                | "sh"
+                | "python"
+                | "python3"
+                | "npx"
+                | "bunx"
+                | "pnpx"
+        )
+}
+
 fn is_js_checker(s: &str, w: &[&str]) -> bool {
     match s {
-        "jest" | "vitest" | "tsc" | "eslint" | "mocha" | "playwright" => true,
+        "jest" | "vitest" | "tsc" | "tsgo" | "eslint" | "mocha" | "playwright" => true,
         "biome" => w.get(2) != Some(&"format") || w.contains(&"--check"),
         "prettier" => w.contains(&"--check") || w.contains(&"-c"),
         _ => false,
@@ -873,6 +992,73 @@ mod tests {
         );
         assert_eq!(shell("less README.md").reads, ["README.md"]);
         assert_eq!(shell("cd pkg && cat index.ts").reads, ["pkg/index.ts"]);
+    }
+
+    #[test]
+    fn deletions_renames_and_staging() {
+        let rm = shell("rm out.html && git rm -q old.rs");
+        assert_eq!(rm.deletes, ["out.html", "old.rs"]);
+        let mv = shell("git mv src/a.rs src/b.rs");
+        assert_eq!(
+            mv.renames,
+            [("src/a.rs".to_string(), "src/b.rs".to_string())]
+        );
+        assert_eq!(
+            shell("mv notes.md docs/notes.md").renames,
+            [("notes.md".to_string(), "docs/notes.md".to_string())]
+        );
+        for staging in [
+            "git restore --staged src/a.rs",
+            "git rm --cached secrets.env",
+            "git add src/a.rs",
+            "git reset HEAD src/a.rs",
+        ] {
+            assert!(shell(staging).modifies.is_empty(), "{staging}");
+        }
+    }
+
+    #[test]
+    fn task_runners_are_checks() {
+        for check in [
+            "mise run test",
+            "mise run lint",
+            "mise test",
+            "task test",
+            "just test",
+            "make check",
+            "nx test web",
+            "turbo run build",
+            "bazel test //...",
+            "pnpm run typecheck",
+            "bun run test",
+            "deno test",
+            "gradle test",
+            "mvn verify",
+            "dotnet test",
+            "rake test",
+            "tox -e py312",
+            "nox -s tests",
+        ] {
+            assert!(shell(check).verification.is_some(), "{check}");
+        }
+        for ad_hoc in [
+            "node /tmp/test-cmd.js",
+            "python3 test_fix.py",
+            "npx tsx packages/coding-agent/src/cli.ts --help",
+            "python setup.py build_ext --inplace",
+            "npx tsgo -p tsconfig.build.json",
+        ] {
+            assert!(shell(ad_hoc).verification.is_some(), "{ad_hoc}");
+        }
+        for not_check in [
+            "mise install",
+            "task --list",
+            "mise run dev",
+            "node server.js",
+            "python manage.py runserver",
+        ] {
+            assert!(shell(not_check).verification.is_none(), "{not_check}");
+        }
     }
 
     #[test]

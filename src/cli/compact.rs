@@ -17,7 +17,7 @@ fn open(path: &Path, common: &CommonArgs) -> anyhow::Result<(SessionLog, Config)
     drop(probe);
     let (mut log, report) = SessionLog::open(path, config.durability)?;
     warn_load(path, &report);
-    config.model.configure_counting(log.session_mut());
+    log.session_mut().configure_counting(&config.model);
     Ok((log, config))
 }
 

@@ -5,6 +5,9 @@
 //! rewinds. After every operation returns it prints the ids of the entries that operation
 //! appended, one per line, flushed: a line on stdout means the entry was acknowledged. The
 //! crash test kills it at random moments and checks that every printed id is in the log.
+//!
+//! `capsule-quality` scores the capsules built at the annotated cuts of the fixture transcripts
+//! against their gold working state (`docs/capsule-quality.md`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -51,11 +54,30 @@ pub enum DebugCommand {
         #[arg(long)]
         pairs: bool,
     },
+    /// Build the local capsule (and a model capsule when SOBA_EVAL_ENDPOINT names an
+    /// OpenAI-compatible server, SOBA_EVAL_MODEL its model) at every annotated cut and print
+    /// per-cut, per-field precision and recall against the gold, and the targets missed.
+    CapsuleQuality {
+        /// The folder of gold annotations.
+        #[arg(long, default_value = "tests/capsule_quality/gold")]
+        gold: PathBuf,
+        /// The folder of fixture transcripts the annotations name.
+        #[arg(long, default_value = "../shared/fixtures/transcripts")]
+        transcripts: PathBuf,
+        /// Print the scores (with every miss) as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(command: &DebugCommand) -> anyhow::Result<()> {
     match command {
         DebugCommand::Accuracy { paths, pairs } => accuracy(paths, *pairs),
+        DebugCommand::CapsuleQuality {
+            gold,
+            transcripts,
+            json,
+        } => capsule_quality(gold, transcripts, *json),
         DebugCommand::AppendLoop {
             log,
             seed,
@@ -330,6 +352,90 @@ fn accuracy(paths: &[PathBuf], print_pairs: bool) -> anyhow::Result<()> {
         println!("all transcripts:");
         line("SOBA", Distribution::of(soba_all));
         line("pi chars/4", Distribution::of(pi_all));
+    }
+    Ok(())
+}
+
+fn capsule_quality(gold: &Path, transcripts: &Path, json: bool) -> anyhow::Result<()> {
+    use crate::eval::bench::{load_gold, run, ModelEndpoint, MODEL_SKIPPED};
+    use crate::eval::capsule_quality::{failure_lines, render_table, totals};
+    let cuts = load_gold(gold)?;
+    let model = ModelEndpoint::from_env()?;
+    match &model {
+        Some(m) => eprintln!("capsule quality: model capsule by {}", m.describe()),
+        None => eprintln!("{MODEL_SKIPPED}"),
+    }
+    let results = run(transcripts, &cuts, model.as_ref(), &mut |name| {
+        eprintln!("  {name}")
+    })?;
+    let local: Vec<_> = results.iter().map(|r| r.local.clone()).collect();
+    let scored_by_model: Vec<_> = results
+        .iter()
+        .filter_map(|r| r.model.as_ref()?.as_ref().ok().map(|(s, _)| s.clone()))
+        .collect();
+    let model_failures: Vec<(String, String)> = results
+        .iter()
+        .filter_map(|r| match &r.model {
+            Some(Err(why)) => Some((r.name.clone(), why.clone())),
+            _ => None,
+        })
+        .collect();
+    if json {
+        let fields = |cuts: &[crate::eval::capsule_quality::CutScore]| {
+            totals(cuts)
+                .into_iter()
+                .map(|(f, s)| (f.as_str().to_string(), json!(s)))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        let with_capsule = |s: &crate::eval::capsule_quality::CutScore,
+                            c: &crate::capsule::CapsuleEntry| {
+            let mut v = json!(s);
+            v["capsule"] = json!({"state": c.state, "artifacts": c.artifacts});
+            v
+        };
+        let local_cuts: Vec<_> = results
+            .iter()
+            .map(|r| with_capsule(&r.local, &r.local_capsule))
+            .collect();
+        let model_cuts: Vec<_> = results
+            .iter()
+            .filter_map(|r| r.model.as_ref()?.as_ref().ok())
+            .map(|(s, c)| with_capsule(s, c))
+            .collect();
+        let mut out = json!({"local": {"cuts": local_cuts, "totals": fields(&local)}});
+        if model.is_some() {
+            out["model"] = json!({
+                "endpoint": model.as_ref().map(|m| m.describe()),
+                "cuts": model_cuts,
+                "totals": fields(&scored_by_model),
+                "failed": model_failures
+                    .iter()
+                    .map(|(cut, why)| json!({"cut": cut, "reason": why}))
+                    .collect::<Vec<_>>(),
+            });
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!("{}", render_table("local capsule", &local));
+    for line in failure_lines(&local) {
+        println!("  {line}");
+    }
+    if let Some(m) = &model {
+        println!();
+        println!(
+            "{}",
+            render_table(
+                &format!("model capsule ({})", m.describe()),
+                &scored_by_model
+            )
+        );
+        for line in failure_lines(&scored_by_model) {
+            println!("  {line}");
+        }
+        for (cut, why) in &model_failures {
+            println!("  {cut}: NO MODEL CAPSULE: {why}");
+        }
     }
     Ok(())
 }

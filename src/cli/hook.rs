@@ -53,14 +53,19 @@ pub enum HookAgent {
 pub fn run(command: &HookCommand, common: &CommonArgs) -> anyhow::Result<()> {
     match command {
         HookCommand::ClaudeCode => {
-            let mut text = String::new();
-            std::io::stdin()
-                .take(MAX_INPUT_BYTES)
-                .read_to_string(&mut text)
-                .map_err(|e| anyhow!("soba hook: cannot read the hook input on stdin: {e}"))?;
-            let paths = Paths::from_env().map_err(|e| anyhow!("soba hook: {e}"))?;
-            if let Some(out) = claude_code_hook(&text, &paths, common)? {
-                println!("{out}");
+            let answer = (|| {
+                let mut text = String::new();
+                std::io::stdin()
+                    .take(MAX_INPUT_BYTES)
+                    .read_to_string(&mut text)
+                    .map_err(|e| anyhow!("cannot read the hook input on stdin: {e}"))?;
+                let paths = Paths::from_env()?;
+                claude_code_hook(&text, &paths, common)
+            })();
+            match answer {
+                Ok(Some(out)) => println!("{out}"),
+                Ok(None) => {}
+                Err(e) => return Err(hook_failure(&e).into()),
             }
             Ok(())
         }
@@ -81,16 +86,40 @@ pub fn run(command: &HookCommand, common: &CommonArgs) -> anyhow::Result<()> {
                 "installed in"
             };
             match changed {
-                Some(backup) => println!(
+                Some(Some(backup)) => println!(
                     "SOBA's Claude Code hooks {what} {} (previous file kept as {})",
                     file.display(),
-                    backup.map_or("—".into(), |b| b.display().to_string())
+                    backup.display()
+                ),
+                Some(None) => println!(
+                    "SOBA's Claude Code hooks {what} {} (a new file)",
+                    file.display()
                 ),
                 None => println!("{} already as asked; nothing changed", file.display()),
             }
             Ok(())
         }
     }
+}
+
+/// A failed hook, printed by `main` as it is: one stderr line starting `soba hook:` (Claude
+/// Code shows it as a non-blocking hook error), without the `error:` prefix of other commands.
+#[derive(Debug)]
+pub struct HookFailure(pub String);
+
+impl std::fmt::Display for HookFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for HookFailure {}
+
+/// The one line a failed hook prints: the message chain on one line, prefixed `soba hook:`.
+pub fn hook_failure(e: &anyhow::Error) -> HookFailure {
+    let text = format!("{e:#}").replace(['\n', '\r'], " ");
+    let text = text.strip_prefix("soba hook: ").unwrap_or(&text);
+    HookFailure(format!("soba hook: {text}"))
 }
 
 /// Handle one hook invocation: `Some(stdout JSON)` to print, `None` for nothing. Errors are
@@ -104,6 +133,18 @@ pub fn claude_code_hook(
     let action = input.action();
     if action == HookAction::Nothing {
         return Ok(None);
+    }
+    // SOBA's session of this Claude Code session lives under the workspace `cwd` names; a
+    // relative one would depend on where the hook happens to run.
+    if let Some(cwd) = input.cwd.as_deref() {
+        if !Path::new(cwd).is_absolute() {
+            return Err(anyhow!(
+                "soba hook: the hook input's `cwd` ({cwd:?}) is not an absolute path; Claude Code sends the session's working folder as an absolute path: give the full path (e.g. {:?})",
+                std::env::current_dir()
+                    .map(|d| d.join(cwd).display().to_string())
+                    .unwrap_or_else(|_| format!("/path/to/{cwd}"))
+            ));
+        }
     }
     let imported = import_transcript(&input)?;
     let config = common

@@ -11,7 +11,7 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
-    config.model.configure_counting(&mut session);
+    session.configure_counting(&config.model);
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let r = budget_report(
         &session,
@@ -21,8 +21,13 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         summarizer.as_deref(),
     );
     let warning = report.summary(path);
+    let keep_note = config.keep_recent_capped.map(|c| c.note());
     if common.json {
         let mut v = serde_json::to_value(&r)?;
+        v["keepRecentTokens"] = config.compaction.keep_recent_tokens.into();
+        if let Some(note) = &keep_note {
+            v["keepRecentNote"] = note.clone().into();
+        }
         if let Some(w) = &warning {
             v["warning"] = w.clone().into();
             v["load"] = serde_json::to_value(&report)?;
@@ -95,6 +100,13 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     if let Some(note) = crate::budget::not_in_log_note(r.breakdown.not_in_log) {
         outln!("note: {note}");
     }
+    match &keep_note {
+        Some(note) => outln!("note: {note}"),
+        None => outln!(
+            "keepRecentTokens {}",
+            human_tokens(config.compaction.keep_recent_tokens)
+        ),
+    }
     outln!("auto-compact {}", if r.auto_compact { "on" } else { "off" });
     outln!("capsules written by {}", r.summarizer.uses);
     match &r.last_compaction {
@@ -118,7 +130,7 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
-    config.model.configure_counting(&mut session);
+    session.configure_counting(&config.model);
     let r = context_report(&session);
     let preflight = preflight_outlook(&session, &config);
     if common.json {

@@ -84,7 +84,7 @@ impl CommonArgs {
         let files: Vec<ConfigFile> = loaded.files;
         let config = Config::resolve(
             &files,
-            header.and_then(|h| h.model.as_ref()),
+            header.and_then(SessionHeader::model_config).as_ref(),
             &self.overrides(),
         )?;
         for w in &config.warnings {

@@ -12,7 +12,7 @@ use super::CommonArgs;
 use crate::daemon::paths::Paths;
 use crate::daemon::registry::{Daemon, DaemonOptions};
 use crate::proxy::service::{self, Access, ServiceOptions};
-use crate::proxy::{check_listen, DaemonTarget, Proxy, ProxyConfig};
+use crate::proxy::{check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 
 /// Which provider the upstream speaks when `--upstream` is left out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -58,6 +58,14 @@ pub struct ProxyArgs {
     /// Largest request body taken (e.g. 32MiB, 512KiB); larger ones are answered 413.
     #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = service::parse_size)]
     pub max_body: u64,
+    /// Summarize with this model of the upstream instead of the conversation's own model (a
+    /// cheaper one), with the same credentials.
+    #[arg(long, value_name = "NAME", conflicts_with = "local_capsules")]
+    pub summarizer_model: Option<String>,
+    /// Never summarize through the upstream: capsules come from the configured summarizer, or
+    /// are built locally from the log.
+    #[arg(long)]
+    pub local_capsules: bool,
 }
 
 fn upstream(args: &ProxyArgs) -> anyhow::Result<reqwest::Url> {
@@ -114,6 +122,13 @@ fn service_options(args: &ProxyArgs) -> anyhow::Result<ServiceOptions> {
 
 pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
     check_listen(&args.listen, args.allow_remote)?;
+    if args
+        .summarizer_model
+        .as_deref()
+        .is_some_and(|m| m.trim().is_empty())
+    {
+        anyhow::bail!("--summarizer-model needs a model name, e.g. --summarizer-model gpt-4o-mini; leave it out to summarize with the conversation's own model");
+    }
     let upstream = upstream(args)?;
     let options = service_options(args)?;
     if args.allow_remote && options.access.is_none() {
@@ -172,6 +187,13 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
             workspace: workspace.display().to_string(),
             context_window: common.context_window,
             max_output_tokens: common.max_output_tokens,
+            summarizer: if args.local_capsules {
+                ProxySummarizer::Local
+            } else {
+                ProxySummarizer::Upstream {
+                    model: args.summarizer_model.clone(),
+                }
+            },
             daemon,
             log: Arc::new(|line: &str| eprintln!("{line}")),
         })?;

@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::client_model::ClientModel;
 use super::protocol::{
     code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CapsuleCreateResult,
     CapsuleExportResult, CapsuleListResult, CapsuleLoadResult, CapsuleSummary, CapsuleTokensView,
@@ -31,7 +32,7 @@ use crate::session::entry::{
     CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
 };
 use crate::session::log::{LogError, SessionLog};
-use crate::summarize::Summarizer;
+use crate::summarize::{Breaker, Summarizer};
 
 /// What the actor tells every interested client.
 #[derive(Debug, Clone)]
@@ -88,6 +89,8 @@ enum Command {
     Preflight {
         /// The connection asking: its inference is in flight once it has the input.
         client: ClientId,
+        /// The connection's model, when it offered it (see [`ClientModel`]).
+        model: Option<ClientModel>,
         reply: Reply<PreflightResult>,
     },
     TurnComplete {
@@ -100,12 +103,14 @@ enum Command {
         reply: Reply<CheckpointResult>,
     },
     Overflow {
+        model: Option<ClientModel>,
         reply: Reply<OverflowResult>,
     },
     Compact {
         /// The connection asking: the agent whose inference is in flight may compact between
         /// its own inferences; anyone else waits for that inference to end.
         client: ClientId,
+        model: Option<ClientModel>,
         instructions: Option<String>,
         mirror: Option<bool>,
         reply: Reply<CompactionResult>,
@@ -242,9 +247,19 @@ impl SessionHandle {
     }
 
     /// The model input for the next inference, after any compaction the barrier requires.
-    pub async fn preflight(&self, client: ClientId) -> Result<PreflightResult, RpcError> {
-        self.request(|reply| Command::Preflight { client, reply })
-            .await
+    /// `model`: the asking client's offer to summarize with the agent's own model, for a
+    /// compaction this preflight starts.
+    pub async fn preflight(
+        &self,
+        client: ClientId,
+        model: Option<ClientModel>,
+    ) -> Result<PreflightResult, RpcError> {
+        self.request(|reply| Command::Preflight {
+            client,
+            model,
+            reply,
+        })
+        .await
     }
 
     pub async fn turn_complete(
@@ -264,18 +279,21 @@ impl SessionHandle {
             .await
     }
 
-    pub async fn overflow(&self) -> Result<OverflowResult, RpcError> {
-        self.request(|reply| Command::Overflow { reply }).await
+    pub async fn overflow(&self, model: Option<ClientModel>) -> Result<OverflowResult, RpcError> {
+        self.request(|reply| Command::Overflow { model, reply })
+            .await
     }
 
     pub async fn compact(
         &self,
         client: ClientId,
+        model: Option<ClientModel>,
         instructions: Option<String>,
         mirror: Option<bool>,
     ) -> Result<CompactionResult, RpcError> {
         self.request(|reply| Command::Compact {
             client,
+            model,
             instructions,
             mirror,
             reply,
@@ -361,6 +379,10 @@ struct Actor {
     config: Config,
     mapping: ToolMapping,
     summarizer: Option<Arc<dyn Summarizer>>,
+    /// The breaker of runs on a client's model (see [`ClientModel`]), kept across compactions.
+    client_breaker: Arc<Breaker>,
+    /// The client model the latest compaction request offered, for the budget's summarizer.
+    offered_model: Option<String>,
     workspace: String,
     status: watch::Sender<Status>,
     events: broadcast::Sender<Event>,
@@ -385,6 +407,7 @@ pub type ClientId = u64;
 /// generate summaries concurrently with model work).
 struct QueuedCompact {
     client: ClientId,
+    model: Option<ClientModel>,
     instructions: Option<String>,
     mirror: Option<bool>,
     reply: Reply<CompactionResult>,
@@ -435,6 +458,10 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         mapping: config.tool_mapping.clone(),
         config,
         summarizer,
+        client_breaker: Arc::new(Breaker::new(std::time::Duration::from_millis(
+            crate::summarize::client::DEFAULT_COOLDOWN_MS,
+        ))),
+        offered_model: None,
         events,
         flight,
         me: tx.downgrade(),
@@ -445,9 +472,9 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         activity: Arc::new(Activity::default()),
     };
     actor
-        .config
-        .model
-        .configure_counting(actor.log.session_mut());
+        .log
+        .session_mut()
+        .configure_counting(&actor.config.model);
     // Before the first budget: entries the side file did not hold are counted here, on
     // several threads, and recorded for the next open.
     actor.log.save_token_counts();
@@ -663,12 +690,18 @@ impl Actor {
                 self.publish();
                 if matches!(cmd, Command::Preflight { .. }) {
                     // The queued compaction runs first; the preflight then sees its capsule.
-                    self.compact(queued.instructions, queued.mirror, queued.reply);
+                    self.compact(
+                        queued.model,
+                        queued.instructions,
+                        queued.mirror,
+                        queued.reply,
+                    );
                     self.handle(cmd);
                 } else {
                     self.handle(cmd);
                     self.handle(Command::Compact {
                         client: queued.client,
+                        model: queued.model,
                         instructions: queued.instructions,
                         mirror: queued.mirror,
                         reply: queued.reply,
@@ -719,27 +752,34 @@ impl Actor {
                     intent_recorded,
                 }));
             }
-            Command::Preflight { client, reply } => self.preflight(client, reply),
-            Command::Overflow { reply } => match self.engine_step(|e, log| e.overflow(log)) {
-                Err(e) => {
-                    let _ = reply.send(Err(e));
+            Command::Preflight {
+                client,
+                model,
+                reply,
+            } => self.preflight(client, model, reply),
+            Command::Overflow { model, reply } => {
+                match self.engine_step(|e, log| e.overflow(log)) {
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                    Ok(Ok(plan)) => self.start(plan, Waiter::Overflow(reply), model),
+                    Ok(Err(ended)) => {
+                        self.record_flight(&ended);
+                        let r = if ended.reason == reasons::OVERFLOW_RETRY_USED {
+                            Err(budget_exceeded(ended))
+                        } else {
+                            Ok(OverflowResult {
+                                compaction: ended,
+                                retry_allowed: false,
+                            })
+                        };
+                        let _ = reply.send(r);
+                    }
                 }
-                Ok(Ok(plan)) => self.start(plan, Waiter::Overflow(reply)),
-                Ok(Err(ended)) => {
-                    self.record_flight(&ended);
-                    let r = if ended.reason == reasons::OVERFLOW_RETRY_USED {
-                        Err(budget_exceeded(ended))
-                    } else {
-                        Ok(OverflowResult {
-                            compaction: ended,
-                            retry_allowed: false,
-                        })
-                    };
-                    let _ = reply.send(r);
-                }
-            },
+            }
             Command::Compact {
                 client,
+                model,
                 instructions,
                 mirror,
                 reply,
@@ -750,7 +790,7 @@ impl Actor {
                     self.inference_in_flight = None;
                 }
                 if self.inference_in_flight.is_none() {
-                    self.compact(instructions, mirror, reply);
+                    self.compact(model, instructions, mirror, reply);
                 } else if self.queued_compact.is_some() {
                     let _ = reply.send(Err(RpcError::new(
                         code::INVALID_REQUEST,
@@ -760,6 +800,7 @@ impl Actor {
                 } else {
                     self.queued_compact = Some(QueuedCompact {
                         client,
+                        model,
                         instructions,
                         mirror,
                         reply,
@@ -789,7 +830,7 @@ impl Actor {
                     Err(e) => {
                         let _ = reply.send(Err(e));
                     }
-                    Ok(Ok(plan)) => self.start(plan, Waiter::Handoff { title, reply }),
+                    Ok(Ok(plan)) => self.start(plan, Waiter::Handoff { title, reply }, None),
                     Ok(Err(ended)) => {
                         self.record_flight(&ended);
                         let _ = reply.send(Err(no_capsule(ended)));
@@ -804,6 +845,7 @@ impl Actor {
     /// An explicit compaction, now.
     fn compact(
         &mut self,
+        model: Option<ClientModel>,
         instructions: Option<String>,
         mirror: Option<bool>,
         reply: Reply<CompactionResult>,
@@ -813,7 +855,7 @@ impl Actor {
             Err(e) => {
                 let _ = reply.send(Err(e));
             }
-            Ok(Ok(plan)) => self.start(plan, Waiter::Compact(reply)),
+            Ok(Ok(plan)) => self.start(plan, Waiter::Compact(reply), model),
             Ok(Err(ended)) => {
                 self.record_flight(&ended);
                 let _ = reply.send(Ok(ended));
@@ -848,12 +890,22 @@ impl Actor {
         r
     }
 
-    fn preflight(&mut self, client: ClientId, reply: Reply<PreflightResult>) {
+    fn preflight(
+        &mut self,
+        client: ClientId,
+        model: Option<ClientModel>,
+        reply: Reply<PreflightResult>,
+    ) {
+        if model.is_some() {
+            self.offer(model.as_ref());
+        }
         match self.engine_step(|e, log| e.preflight(log)) {
             Err(e) => {
                 let _ = reply.send(Err(e));
             }
-            Ok(Preflight::Compact(plan)) => self.start(*plan, Waiter::Preflight { client, reply }),
+            Ok(Preflight::Compact(plan)) => {
+                self.start(*plan, Waiter::Preflight { client, reply }, model)
+            }
             Ok(other) => {
                 let answer = self.preflight_answer(other);
                 self.inference_in_flight = answer.is_ok().then_some(client);
@@ -890,7 +942,50 @@ impl Actor {
 
     /// Begin the barrier: announce it, and write the summary in a task of its own so that this
     /// actor keeps answering (budget, rewind, cancel) and queueing input meanwhile.
-    fn start(&mut self, plan: Plan, waiter: Waiter) {
+    /// Whether this session's capsules may be written by a client's model: its config sets no
+    /// summarizer block, and nothing else (a daemon-wide summarizer) writes them.
+    fn takes_client_models(&self) -> bool {
+        self.summarizer.is_none() && !self.config.summarizer_configured
+    }
+
+    /// Remember the model a client offered, for the budget's `summarizer.uses`.
+    fn offer(&mut self, model: Option<&ClientModel>) {
+        if !self.takes_client_models() {
+            return;
+        }
+        let described = model.map(|m| m.describe(&self.config.model.name));
+        if described.is_some() && described != self.offered_model {
+            self.offered_model = described;
+            self.publish();
+        }
+    }
+
+    /// Who writes the capsule of `plan`: the configured summarizer; else the model of the
+    /// client whose request started it, when it offered one and the config leaves the choice
+    /// open; else nobody (the local builder).
+    fn summarizer_for(
+        &mut self,
+        plan: &Plan,
+        model: Option<ClientModel>,
+    ) -> Option<Arc<dyn Summarizer>> {
+        if let Some(s) = &self.summarizer {
+            return Some(s.clone());
+        }
+        if !self.takes_client_models() {
+            return None;
+        }
+        let model = model?;
+        self.offered_model = Some(model.describe(&self.config.model.name));
+        Some(Arc::new(model.summarizer(
+            self.session_id(),
+            &plan.operation_id,
+            &self.config.model,
+            self.client_breaker.clone(),
+        )))
+    }
+
+    fn start(&mut self, plan: Plan, waiter: Waiter, model: Option<ClientModel>) {
+        let summarizer = self.summarizer_for(&plan, model);
         let plan = Arc::new(plan);
         let cancel = CancellationToken::new();
         self.running = Some(Running {
@@ -903,7 +998,6 @@ impl Actor {
         self.notice(&plan, CompactionPhase::Start, None, None, None);
         self.publish();
         let Some(me) = self.me.upgrade() else { return };
-        let summarizer = self.summarizer.clone();
         let events = self.events.clone();
         let (session_id, workspace) = (self.session_id().to_string(), self.workspace.clone());
         tokio::spawn(async move {
@@ -1097,13 +1191,19 @@ impl Actor {
 
     fn budget(&self) -> BudgetReport {
         let s = self.log.session();
-        let core = budget_report(
+        let mut core = budget_report(
             s,
             self.config.limits(),
             self.config.compaction.auto,
             &self.config.model.name,
             self.summarizer.as_deref(),
         );
+        if let (true, Some(uses)) = (self.takes_client_models(), &self.offered_model) {
+            core.summarizer = crate::inspect::SummarizerStatus {
+                uses: uses.clone(),
+                breaker: Some(self.client_breaker.state(Instant::now())),
+            };
+        }
         BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
             .with_compact_queued(self.queued_compact.is_some())
     }

@@ -9,6 +9,8 @@
 //! - [`memory`]: memory closed sessions freed, handed back to the OS.
 //! - [`actor`]: one task per session, the only writer of its log.
 //! - [`connection`]: a connection's own config files and API keys (`soba/client/hello`).
+//! - [`client_model`]: the agent's own model as summarizer, through the client that offered
+//!   it (`soba/summarize`).
 //! - [`socket`]: the per-user Unix socket shared by every `soba serve`, and the stdio relay.
 //! - [`watcher`]: file changes under a workspace root, recorded as `file` entries.
 //! - [`flight`]: append-only per-workspace records of every compaction operation.
@@ -16,6 +18,7 @@
 
 pub mod actor;
 pub mod attach;
+pub mod client_model;
 pub mod connection;
 pub mod framing;
 pub mod memory;

@@ -39,6 +39,16 @@ pub mod method {
 /// `initialize`; not a method of the service.
 pub const CLIENT_HELLO: &str = "soba/client/hello";
 
+/// Requests the daemon sends to a client that offered them at `initialize`.
+pub mod client_method {
+    /// Answer one summarization prompt with the client's own model (see
+    /// [`super::SummarizeCapability`]).
+    pub const SUMMARIZE: &str = "soba/summarize";
+}
+
+/// Where a client offers its model at `initialize`: `capabilities.experimental.soba.summarize`.
+pub const SUMMARIZE_CAPABILITY_POINTER: &str = "/capabilities/experimental/soba/summarize";
+
 /// Notifications the daemon sends to clients.
 pub mod notification {
     pub const BUDGET_CHANGED: &str = "soba/budgetChanged";
@@ -69,6 +79,9 @@ pub const METHODS: &[&str] = &[
     method::CAPSULE_LIST,
     method::ATTACH,
 ];
+
+/// Every request the daemon sends to clients (to those that offered it at `initialize`).
+pub const CLIENT_METHODS: &[&str] = &[client_method::SUMMARIZE];
 
 /// Every custom notification the daemon sends.
 pub const NOTIFICATIONS: &[&str] = &[
@@ -176,6 +189,61 @@ impl std::fmt::Debug for HelloParams {
 pub struct HelloResult {
     /// The variables received (names only).
     pub env: Vec<String>,
+}
+
+/// A client's offer, at `initialize`, to write capsules with the agent's own model: the
+/// daemon then sends it `soba/summarize` for compactions that this client's own requests
+/// (`soba/preflight`, `soba/overflow`, `soba/compact`) start in a session whose config sets no
+/// `summarizer` block. The client answers with the model's reply and never hands over its key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SummarizeCapability {
+    /// The model the client summarizes with, for status lines; the session's model when left
+    /// out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// That model's context window in tokens; the session model's when left out. Longer
+    /// histories are sent in chunks that fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    /// Output tokens to ask for per request; the session model's limit, at most 4096, when
+    /// left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+}
+
+/// `soba/summarize` (daemon → client): one request of a compaction's summarization. Send
+/// `system` as the system prompt and `user` as the one user message to the agent's model, ask
+/// for at most `maxOutputTokens`, and answer with the reply's text. A compaction whose history
+/// does not fit the window sends several, one after the other, each rolling the previous
+/// answer forward. `$/cancelRequest` with this request's id means the daemon stopped waiting
+/// (timeout, cancellation): abort the model request.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SummarizeParams {
+    pub session_id: String,
+    /// The compaction this request belongs to (`soba/compaction`'s `operationId`).
+    pub operation_id: String,
+    /// The system prompt; the same text for every request.
+    pub system: String,
+    /// The user message: the previous capsule, the facts, the instructions and the history.
+    pub user: String,
+    pub max_output_tokens: u64,
+    /// The model to use when the client offered one by name (`SummarizeCapability::model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// The answer to `soba/summarize`. A failure is answered as a JSON-RPC error whose message
+/// says what went wrong (never a key); `error.data.status` may carry the provider's HTTP status.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SummarizeResult {
+    /// The model's reply text, whole.
+    pub text: String,
+    /// The model stopped at `maxOutputTokens`.
+    #[serde(default)]
+    pub hit_output_limit: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

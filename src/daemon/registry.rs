@@ -23,7 +23,8 @@ use super::protocol::{
 };
 use super::watcher::{WatchMode, WorkspaceWatcher};
 use crate::config::{
-    user_config_path, workspace_config_path, Config, ConfigError, ConfigFile, Layers, Overrides,
+    user_config_path, workspace_config_path, Config, ConfigError, ConfigFile, Layers, ModelFile,
+    Overrides,
 };
 use crate::flight::{FlightLog, FlightRecord};
 use crate::session::entry::FileEntry;
@@ -926,13 +927,13 @@ fn open_log(
     let loaded = layers.stack();
     let files = loaded.files;
     let mut warnings = loaded.warnings;
-    let model_ref = model.map(|m| ModelRef {
+    let asked_model = model.map(|m| ModelFile {
         name: m.name,
         context_window: m.context_window,
         max_output_tokens: m.max_output_tokens,
-        tokenizer: None,
+        ..ModelFile::default()
     });
-    let provisional = Config::resolve(&files, model_ref.as_ref(), &Overrides::default())
+    let provisional = Config::resolve(&files, asked_model.as_ref(), &Overrides::default())
         .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
     let log = if path.exists() {
         let (log, report) = SessionLog::open(path, provisional.durability).map_err(log_error)?;
@@ -975,7 +976,7 @@ fn open_log(
     };
     let config = Config::resolve(
         &files,
-        log.session().header.model.as_ref(),
+        log.session().header.model_config().as_ref(),
         &Overrides::default(),
     )
     .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;

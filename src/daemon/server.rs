@@ -27,6 +27,7 @@ use tower_lsp_server::{
 };
 
 use super::actor::Event;
+use super::client_model::ClientModel;
 use super::connection::{ConnectionConfig, Handshake};
 use super::framing;
 use super::paths::workspace_path;
@@ -89,6 +90,8 @@ pub struct Backend {
     /// it opened or addressed.
     known: Arc<Mutex<HashSet<String>>>,
     work_done_progress: AtomicBool,
+    /// The client's offer, at `initialize`, to summarize with its own model.
+    summarize_offer: OnceLock<ClientModel>,
     stop: CancellationToken,
     /// The config files and keys of the relay that opened this connection, once its
     /// `soba/client/hello` is in; dropped with the connection.
@@ -179,6 +182,7 @@ impl Backend {
             folders: Mutex::new(Vec::new()),
             known: Arc::new(Mutex::new(HashSet::new())),
             work_done_progress: AtomicBool::new(false),
+            summarize_offer: OnceLock::new(),
             stop: CancellationToken::new(),
             hello,
         }
@@ -186,6 +190,11 @@ impl Backend {
 
     fn connection(&self) -> Option<Arc<ConnectionConfig>> {
         self.hello.get().cloned()
+    }
+
+    /// This client's model, when it offered to summarize with it.
+    fn client_model(&self) -> Option<ClientModel> {
+        self.summarize_offer.get().cloned()
     }
 
     fn know(&self, workspace: &std::path::Path) {
@@ -273,7 +282,7 @@ impl Backend {
                 to_value(
                     self.session(&p.session_id)
                         .await?
-                        .preflight(self.id)
+                        .preflight(self.id, self.client_model())
                         .await?,
                 )
             }
@@ -297,7 +306,12 @@ impl Backend {
             }
             method::OVERFLOW => {
                 let p: SessionParams = parse_params(method, params)?;
-                to_value(self.session(&p.session_id).await?.overflow().await?)
+                to_value(
+                    self.session(&p.session_id)
+                        .await?
+                        .overflow(self.client_model())
+                        .await?,
+                )
             }
             method::CANCEL => {
                 let p: SessionParams = parse_params(method, params)?;
@@ -308,7 +322,10 @@ impl Backend {
                 let h = self
                     .target(p.session_id.as_deref(), p.workspace.as_deref())
                     .await?;
-                to_value(h.compact(self.id, p.instructions, p.mirror).await?)
+                to_value(
+                    h.compact(self.id, self.client_model(), p.instructions, p.mirror)
+                        .await?,
+                )
             }
             method::CAPSULE_CREATE => {
                 let p: CapsuleCreateParams = parse_params(method, params)?;
@@ -620,6 +637,18 @@ impl LanguageServer for Backend {
             .and_then(|w| w.work_done_progress)
             .unwrap_or(false);
         self.work_done_progress.store(progress, Ordering::Relaxed);
+        let offer = super::client_model::capability_of(
+            &serde_json::json!({"capabilities": {"experimental": params.capabilities.experimental}}),
+        );
+        if let Some(capability) = offer {
+            let name = params
+                .client_info
+                .as_ref()
+                .map_or_else(|| "the client".to_string(), |c| c.name.clone());
+            let _ =
+                self.summarize_offer
+                    .set(ClientModel::new(self.client.clone(), capability, name));
+        }
         Ok(InitializeResult {
             capabilities: ServerCapabilities {
                 execute_command_provider: Some(ExecuteCommandOptions {

@@ -64,7 +64,7 @@ pub fn run<'a>(
         source: None,
     };
     let mut log = SessionLog::create(log_path, header, Durability::Flush)?;
-    config.model.configure_counting(log.session_mut());
+    log.session_mut().configure_counting(&config.model);
     let mut host = SimulatedHost::new(
         log,
         config,

@@ -10,12 +10,19 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::capsule::builder::trim_state;
-use crate::capsule::{render::render_for_model, CapsuleEntry, Quality};
+use crate::capsule::render::{render_followed_by, Followed};
+use crate::capsule::{CapsuleEntry, Quality};
 use crate::compaction::plan::{plan, PlanRequest};
 use crate::config::Config;
 use crate::import::ImportResult;
 use crate::session::entry::{EntryBody, Trigger};
 use crate::session::Session;
+
+/// The capsule comes after Claude Code's own compaction: its summary and the messages after it
+/// are in the context, not SOBA's retained tail.
+const AFTER_CLAUDE_CODE: Followed = Followed::ByAgentSummary {
+    agent: "Claude Code",
+};
 
 /// Longest `additionalContext` SOBA hands back. Claude Code caps hook output added to the
 /// context at 10,000 characters and replaces longer output with a notice; this leaves room.
@@ -156,17 +163,17 @@ pub fn capsule_text(
             Some(crate::compaction::run::NO_MODEL_CONFIGURED.to_string()),
         )
     };
-    let intro = "SOBA's record of this session before the compaction above (what the summary may \
-                 have dropped: files read and modified, verification, blockers, the user's \
-                 requests). Trust it over the summary where they differ.\n\n";
-    let full = render_for_model(&capsule(plan.local_state.clone()));
-    let text = if intro.len() + full.len() <= max_chars {
+    let full = render_followed_by(&capsule(plan.local_state.clone()), AFTER_CLAUDE_CODE);
+    let text = if full.len() <= max_chars {
         full
     } else {
-        render_for_model(&capsule(trim_state(plan.local_state.clone())))
+        render_followed_by(
+            &capsule(trim_state(plan.local_state.clone())),
+            AFTER_CLAUDE_CODE,
+        )
     };
     let text = crate::redact::redact(&text).into_owned();
-    Some(fit(&format!("{intro}{text}"), max_chars))
+    Some(fit(&text, max_chars))
 }
 
 /// `text` cut to at most `max_chars` characters at a line end, with a closing marker.
@@ -248,6 +255,46 @@ mod tests {
         let v = json!({"session_id": "../../etc/passwd", "transcript_path": "/t",
                        "hook_event_name": "PreCompact"});
         assert_eq!(input(v).soba_session_id(), "claude-code-etcpasswd");
+    }
+
+    /// What follows the capsule here is Claude Code's summary and the messages after its
+    /// compaction, not a retained tail of SOBA's: the capsule's opening says so.
+    #[test]
+    fn the_capsule_says_claude_code_compacted_and_what_it_was_built_from() {
+        let mut b = crate::session::testing::Builder::new();
+        b.user("Fix the login bug in src/auth.rs; keep the cookie format");
+        b.assistant("I'll start with the session check.");
+        b.user("Also add a test for expired sessions");
+        b.assistant("Done: the check and the test.");
+        let config = Config::default();
+        let text = capsule_text(
+            &b.session,
+            b.session.leaf(),
+            &config,
+            None,
+            MAX_CONTEXT_CHARS,
+        )
+        .expect("a capsule");
+        let mut lines = text.lines();
+        assert!(
+            lines.next().unwrap().starts_with("# Context Capsule ck_"),
+            "{text}"
+        );
+        assert_eq!(
+            lines.next().unwrap(),
+            "Claude Code compacted this conversation into its own summary. This capsule is \
+             SOBA's record of the conversation up to that compaction, built from the full \
+             transcript: what the summary may have dropped (files read and modified, \
+             verification, blockers, the user's requests). Where the two differ about that \
+             history, trust this capsule; Claude Code's summary and the messages after the \
+             compaction are the more recent context."
+        );
+        assert_eq!(lines.next(), Some("Title: Before Claude Code's compaction"));
+        assert!(!text.contains("verbatim"), "{text}");
+        assert!(
+            text.contains("Also add a test for expired sessions"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! result hangs off its own call record); those forks are folded back into one line so that
 //! every result follows its call. Sidechain records (subagent traffic) are left out and counted.
 //! A `compact_boundary` system record and the `isCompactSummary` message after it become one
-//! `foreign_compaction` entry.
+//! `foreign_compaction` entry (Claude Code 2.x). Claude Code 1.0.x writes only the summary,
+//! with `parentUuid: null`: it becomes a `foreign_compaction` continuing the conversation
+//! before it in the file.
 
 use std::collections::HashMap;
 
@@ -410,7 +412,17 @@ impl Reader {
                 .join("\n"),
             other => value_text(other),
         };
-        let parent = self.parent_of(r);
+        let parent = match self.parent_of(r) {
+            // Claude Code 1.0.x writes no boundary record: the summary alone marks the
+            // compaction, as a new root (`parentUuid: null`). It summarized the conversation
+            // before it in the file, which it continues.
+            None if str_field(r, "parentUuid").is_none()
+                && str_field(r, "logicalParentUuid").is_none() =>
+            {
+                self.builder.last_id()
+            }
+            parent => parent,
+        };
         let boundary = parent.clone().filter(|p| {
             matches!(
                 self.builder.get(p).map(|e| &e.body),
@@ -757,6 +769,48 @@ mod tests {
         assert_eq!(body.tokens_before, Some(155_109));
         assert!(body.summary.as_deref().unwrap().contains("did things"));
         assert!(body.summary_tokens.unwrap() > 5);
+        assert_eq!(r.entries[3].parent_id.as_deref(), Some(fc.id.as_str()));
+        assert!(is_one_line(&r));
+    }
+
+    #[test]
+    fn a_1_0_x_compaction_marked_only_by_its_summary_continues_the_conversation() {
+        // Claude Code 1.0.x: no boundary record; the summary is a new root.
+        let mut summary = rec(
+            "user",
+            "s1",
+            None,
+            json!({"role": "user", "content": "This session is being continued. Summary: did things."}),
+        );
+        summary["isCompactSummary"] = json!(true);
+        summary["parentUuid"] = Value::Null;
+        let r = import(&[
+            rec("user", "u1", None, json!({"role": "user", "content": "go"})),
+            rec(
+                "assistant",
+                "a1",
+                Some("u1"),
+                json!({"id": "m1", "content": [{"type": "text", "text": "went"}]}),
+            ),
+            summary,
+            rec(
+                "assistant",
+                "a2",
+                Some("s1"),
+                json!({"id": "m2", "content": [{"type": "text", "text": "continuing"}]}),
+            ),
+        ]);
+        assert_eq!(r.report.foreign_compactions, 1);
+        let fc = &r.entries[2];
+        assert_eq!(
+            fc.parent_id.as_deref(),
+            Some("e2"),
+            "after the conversation"
+        );
+        let EntryBody::ForeignCompaction(body) = &fc.body else {
+            panic!("{fc:?}")
+        };
+        assert!(body.summary.as_deref().unwrap().contains("did things"));
         assert_eq!(r.entries[3].parent_id.as_deref(), Some(fc.id.as_str()));
         assert!(is_one_line(&r));
     }

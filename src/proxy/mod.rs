@@ -16,5 +16,5 @@ pub mod server;
 pub mod service;
 pub mod wire;
 
-pub use server::{check_listen, DaemonTarget, Proxy, ProxyConfig};
+pub use server::{check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 pub use service::{Access, ServiceOptions};

@@ -19,11 +19,13 @@ use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 use super::conversation::{provider_messages, Conversation};
-use super::rpc::RpcClient;
+use super::rpc::{ClientSetup, RequestHandler, RpcClient};
 use super::service::{shown_url, ServiceOptions};
 use super::wire::{self, Api, ChatRequest, Reply, StreamTap};
 use crate::daemon::paths::Paths;
-use crate::daemon::protocol::{code, method, RpcError};
+use crate::daemon::protocol::{
+    client_method, code, method, RpcError, SummarizeParams, SummarizeResult,
+};
 use crate::daemon::registry::Daemon;
 use crate::session::view::ModelMessage;
 use crate::summarize::sse::SseParser;
@@ -45,6 +47,24 @@ pub enum DaemonTarget {
     InProcess(Arc<Daemon>),
 }
 
+/// Who writes the capsules of the proxy's sessions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxySummarizer {
+    /// The upstream the conversation is served by, with the credentials of the request being
+    /// served: the conversation's own model, or `model` when given (a cheaper one). A
+    /// `summarizer` block in the config still wins.
+    Upstream { model: Option<String> },
+    /// Never the upstream: the configured summarizer, else the local builder
+    /// (`--local-capsules`).
+    Local,
+}
+
+impl Default for ProxySummarizer {
+    fn default() -> Self {
+        ProxySummarizer::Upstream { model: None }
+    }
+}
+
 /// Everything the proxy is told at start.
 pub struct ProxyConfig {
     /// Base URL of the provider API, e.g. `https://api.openai.com`.
@@ -53,6 +73,8 @@ pub struct ProxyConfig {
     pub workspace: String,
     pub context_window: Option<u64>,
     pub max_output_tokens: Option<u64>,
+    /// Who writes capsules when the config names no summarizer.
+    pub summarizer: ProxySummarizer,
     pub daemon: DaemonTarget,
     /// Where request lines go (stderr from the CLI). Never given headers or bodies.
     pub log: Arc<dyn Fn(&str) + Send + Sync>,
@@ -64,9 +86,39 @@ struct Live {
     generation: u64,
 }
 
+/// The upstream and credentials of a request being served, lent to the compaction it starts
+/// (`soba/summarize`) and held in memory only while it is served.
+struct Lent {
+    api: Api,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    model: Option<String>,
+    /// The served request limits its output with `max_completion_tokens` (OpenAI's reasoning
+    /// models refuse `max_tokens`): the summarization request does the same.
+    max_completion_tokens: bool,
+}
+
+type LentMap = Arc<std::sync::Mutex<HashMap<String, Lent>>>;
+
+/// Takes a session's lent credentials back when the request that lent them is done.
+struct Lending {
+    lent: LentMap,
+    session: String,
+}
+
+impl Drop for Lending {
+    fn drop(&mut self) {
+        self.lent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.session);
+    }
+}
+
 pub struct Proxy {
     config: ProxyConfig,
     http: reqwest::Client,
+    lent: LentMap,
     link: Mutex<Option<(Arc<RpcClient>, u64)>>,
     conversations: Mutex<HashMap<u64, Arc<Mutex<Live>>>>,
 }
@@ -232,6 +284,7 @@ impl Proxy {
         Ok(Arc::new(Proxy {
             config,
             http,
+            lent: LentMap::default(),
             link: Mutex::new(None),
             conversations: Mutex::new(HashMap::new()),
         }))
@@ -256,7 +309,7 @@ impl Proxy {
                     sw,
                 ));
                 let (cr, cw) = tokio::io::split(ours);
-                RpcClient::connect(cr, cw).await?
+                RpcClient::connect_with(cr, cw, self.client_setup()).await?
             }
             DaemonTarget::Shared { paths, args, hello } => {
                 let withheld: Vec<&str> = hello
@@ -280,12 +333,79 @@ impl Proxy {
                     }
                 }
                 let (r, w) = stream.into_split();
-                RpcClient::connect(r, w).await?
+                RpcClient::connect_with(r, w, self.client_setup()).await?
             }
         };
         let client = Arc::new(client);
         *link = Some((client.clone(), generation));
         Ok((client, generation))
+    }
+
+    /// The offer to summarize with the upstream, and the handler of the daemon's
+    /// `soba/summarize` requests; none with `--local-capsules`.
+    fn client_setup(&self) -> ClientSetup {
+        let ProxySummarizer::Upstream { model } = &self.config.summarizer else {
+            return ClientSetup::default();
+        };
+        let mut offer = json!({});
+        if let Some(m) = model {
+            offer["model"] = json!(m);
+            // Sized for the summarization model when the catalog knows it; else for the
+            // conversation's model.
+            if let Some(known) = crate::config::catalog_lookup(m) {
+                offer["contextWindow"] = json!(known.context_window);
+            }
+        }
+        let (lent, http) = (self.lent.clone(), self.http.clone());
+        let handler: RequestHandler = Arc::new(move |method, params, cancel| {
+            if method != client_method::SUMMARIZE {
+                return None;
+            }
+            let (lent, http) = (lent.clone(), http.clone());
+            Some(Box::pin(async move {
+                summarize_upstream(&lent, &http, params, cancel).await
+            }))
+        });
+        ClientSetup {
+            summarize: Some(offer),
+            handler: Some(handler),
+        }
+    }
+
+    /// Lend the request's upstream and credentials to a compaction of `session` while the
+    /// returned guard lives.
+    fn lend(
+        &self,
+        session: &str,
+        parts: &http::request::Parts,
+        chat: &ChatRequest,
+    ) -> Option<Lending> {
+        let ProxySummarizer::Upstream { model } = &self.config.summarizer else {
+            return None;
+        };
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut headers = upstream_headers(&parts.headers, true);
+        for name in [http::header::CONTENT_TYPE, http::header::ACCEPT] {
+            headers.remove(name);
+        }
+        for value in headers.values_mut() {
+            value.set_sensitive(true);
+        }
+        let lent = Lent {
+            api: chat.api,
+            url: upstream_url(&self.config.upstream, path),
+            headers,
+            model: model.clone().or_else(|| chat.model.clone()),
+            max_completion_tokens: chat.body.contains_key("max_completion_tokens"),
+        };
+        self.lent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(session.to_string(), lent);
+        Some(Lending {
+            lent: self.lent.clone(),
+            session: session.to_string(),
+        })
     }
 
     /// Serve connections with the default limits ([`ServiceOptions::default`]).
@@ -533,12 +653,16 @@ impl Proxy {
             Err(e) => return daemon_error(api, &e),
         };
         let mut restart = false;
+        let mut lending: Option<Lending> = None;
         let (live, input) = loop {
             let live = match self.conversation(&chat, &rpc, generation, restart).await {
                 Ok(l) => l,
                 Err(e) => return daemon_error(api, &e),
             };
             let mut guard = live.clone().lock_owned().await;
+            // A restarted conversation's earlier session gives its credentials back first.
+            drop(lending.take());
+            lending = self.lend(&guard.conv.session_id, parts, &chat);
             match self.sync(&chat, &rpc, &mut guard).await {
                 Ok(Some(input)) => break (guard, input),
                 Ok(None) if !restart => restart = true,
@@ -624,6 +748,8 @@ impl Proxy {
                 return buffered(status, &headers, bytes);
             }
         }
+        // Compactions run at preflight and overflow only; the credentials go back now.
+        drop(lending);
         let recorder = Recorder { rpc, live, api };
         let is_stream = up
             .headers()
@@ -654,13 +780,115 @@ impl Proxy {
     }
 }
 
+/// Answer the daemon's `soba/summarize` with the upstream and credentials lent by the request
+/// being served in that session. Errors name what went wrong, never a credential.
+async fn summarize_upstream(
+    lent: &LentMap,
+    http: &reqwest::Client,
+    params: Value,
+    cancel: tokio_util::sync::CancellationToken,
+) -> Result<Value, RpcError> {
+    let p: SummarizeParams = serde_json::from_value(params)
+        .map_err(|e| RpcError::invalid_params(format!("{}: {e}", client_method::SUMMARIZE)))?;
+    let (api, url, headers, model, max_completion_tokens) = {
+        let lent = lent.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(l) = lent.get(&p.session_id) else {
+            return Err(RpcError::internal(format!(
+                "soba proxy is serving no request of session {} whose credentials it could summarize with",
+                p.session_id
+            )));
+        };
+        (
+            l.api,
+            l.url.clone(),
+            l.headers.clone(),
+            l.model.clone(),
+            l.max_completion_tokens,
+        )
+    };
+    let secrets: Vec<String> = headers
+        .values()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| {
+            // `Bearer sk-…`: the key alone may be echoed too.
+            let key = v.rsplit(' ').next().unwrap_or(v);
+            [v.to_string(), key.to_string()]
+        })
+        .chain(url.query_pairs().map(|(_, v)| v.into_owned()))
+        .filter(|s| s.len() >= 8)
+        .collect();
+    let clean = |message: String| {
+        let mut m = message;
+        for s in &secrets {
+            if m.contains(s.as_str()) {
+                m = m.replace(s.as_str(), "[redacted]");
+            }
+        }
+        crate::redact::redact(&m).into_owned()
+    };
+    let Some(model) = p.model.or(model) else {
+        return Err(RpcError::internal(
+            "the request being served names no `model`, so the proxy cannot summarize with it; start soba proxy with --summarizer-model NAME",
+        ));
+    };
+    let wire_api = match api {
+        Api::OpenAiChat => crate::summarize::client::Api::OpenAi,
+        Api::Anthropic => crate::summarize::client::Api::Anthropic,
+    };
+    let prompt = crate::summarize::prompt::Prompt {
+        system: p.system,
+        user: p.user,
+    };
+    let mut body =
+        crate::summarize::client::request_body(wire_api, &model, &prompt, p.max_output_tokens);
+    if max_completion_tokens {
+        if let Some(limit) = body.as_object_mut().and_then(|b| b.remove("max_tokens")) {
+            body["max_completion_tokens"] = limit;
+        }
+    }
+    let reply = crate::summarize::client::send_body(
+        http,
+        wire_api,
+        url.as_str(),
+        headers,
+        &body,
+        &|_| {},
+        &cancel,
+    )
+    .await;
+    match reply {
+        Ok(r) => Ok(serde_json::to_value(SummarizeResult {
+            text: r.text,
+            hit_output_limit: r.hit_output_limit,
+        })
+        .expect("result serializes")),
+        Err(crate::summarize::SummaryError::Http { status, message }) => Err(RpcError {
+            code: code::INTERNAL,
+            message: clean(message),
+            data: Some(json!({ "status": status })),
+        }),
+        Err(e) => Err(RpcError::internal(clean(e.to_string()))),
+    }
+}
+
+/// `completed (hard_limit, model)`; a fallback also says why the model was not used.
 fn compaction_outcome(input: &Value) -> Option<String> {
     let c = input.get("compaction").filter(|c| !c.is_null())?;
-    Some(format!(
-        "{} ({})",
+    let mut line = format!(
+        "{} ({}",
         c.get("outcome").and_then(Value::as_str).unwrap_or("?"),
         c.get("trigger").and_then(Value::as_str).unwrap_or("?")
-    ))
+    );
+    if let Some(q) = c.get("quality").and_then(Value::as_str) {
+        line.push_str(&format!(", {q}"));
+    }
+    line.push(')');
+    if c.get("fallback").and_then(Value::as_bool) == Some(true) {
+        if let Some(r) = c.get("reason").and_then(Value::as_str) {
+            line.push_str(&format!(": {r}"));
+        }
+    }
+    Some(line)
 }
 
 /// reqwest errors name the URL; the URL may carry a key in its query, so it is left out.

@@ -66,7 +66,7 @@ pub fn replay<'a>(
         mut on_progress,
     } = observers;
     let mut log = SessionLog::create(log_path, import.header.clone(), Durability::Flush)?;
-    config.model.configure_counting(log.session_mut());
+    log.session_mut().configure_counting(&config.model);
     // SOBA in the source agent's place: the agent's own compactions are marks on the
     // timeline, not cuts of the input SOBA would have sent.
     log.session_mut()

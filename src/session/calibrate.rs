@@ -132,6 +132,19 @@ mod tests {
         (0..n).map(|i| format!("w{i} ")).collect()
     }
 
+    #[test]
+    fn a_configured_count_factor_is_the_sessions_until_reports_show_more() {
+        let text = r#"{"model":{"name":"deepseek-chat","countFactor":1.05}}"#;
+        let file = crate::config::ConfigFile::parse("test", text).unwrap();
+        let config =
+            crate::config::Config::resolve(&[file], None, &crate::config::Overrides::default())
+                .unwrap();
+        let mut b = Builder::new();
+        b.session.configure_counting(&config.model);
+        assert_eq!(b.session.calibration().factor, 1.05);
+        assert_eq!(b.session.calibration().source, CalibrationSource::Config);
+    }
+
     /// A Claude session: the catalog's 1.15 until a report shows the tail billed higher.
     fn claude() -> Builder {
         let mut b = Builder::new();

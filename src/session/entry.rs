@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::capsule::CapsuleEntry;
+use crate::session::capsule::CapsuleEntry;
 
 /// Format version written in every new header.
 pub const LOG_FORMAT_VERSION: u32 = 1;
@@ -29,6 +29,20 @@ pub struct SessionHeader {
     /// Where an imported session came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceInfo>,
+}
+
+impl SessionHeader {
+    /// The model the log names, as the lowest layer of configuration (`Config::resolve`).
+    pub fn model_config(&self) -> Option<crate::config::ModelFile> {
+        let m = self.model.as_ref()?;
+        Some(crate::config::ModelFile {
+            name: m.name.clone(),
+            context_window: m.context_window,
+            max_output_tokens: m.max_output_tokens,
+            tokenizer: m.tokenizer,
+            count_factor: None,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -766,7 +780,7 @@ pub(crate) mod tests {
 
     /// One entry of every type, with every optional field that type has.
     pub(crate) fn one_of_each() -> Vec<EntryBody> {
-        let capsule = crate::capsule::render::tests::full_capsule();
+        let capsule = crate::session::capsule::render::tests::full_capsule();
         vec![
             EntryBody::Message(MessageEntry {
                 role: Role::Assistant,

@@ -1314,7 +1314,7 @@ mod tests {
             b.assistant(&format!("answer {i}"));
         }
         let kept = b.user("the tail starts here");
-        let mut cap = crate::capsule::render::tests::full_capsule();
+        let mut cap = crate::session::capsule::render::tests::full_capsule();
         cap.first_kept_entry_id = Some(kept);
         b.push(EntryBody::Capsule(Box::new(cap)));
         b.assistant("after the capsule");
@@ -1325,7 +1325,13 @@ mod tests {
         assert_eq!(s.len(), 123);
         assert_eq!(s.parsed_entries(), 0);
         // Capsules are found by the index's entry types, the others left unread.
-        assert_eq!(crate::capsule::handoff::list_capsules(s).len(), 1);
+        let capsules = s.indices_of(crate::session::entry::EntryKind::Capsule);
+        assert_eq!(
+            capsules
+                .filter(|&i| s.entry(i).as_capsule().is_some())
+                .count(),
+            1
+        );
         assert_eq!(s.parsed_entries(), 1);
         let view = crate::session::view::ModelView::build(s, s.leaf());
         s.tally();

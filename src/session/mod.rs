@@ -3,6 +3,7 @@
 
 mod calibrate;
 mod calls;
+pub mod capsule;
 mod decode;
 pub mod entry;
 pub mod log;
@@ -467,6 +468,12 @@ impl Session {
         self.calibration = OnceLock::new();
     }
 
+    /// Count the way `model` is billed: its tokenizer and its factor.
+    pub fn configure_counting(&mut self, model: &crate::config::ModelDef) {
+        self.set_tokenizer(model.tokenizer);
+        self.set_count_factor(model.count_factor, model.count_factor_source);
+    }
+
     /// Check that `entry` can be appended (unique id, known parent, known rewind target).
     pub fn check(&self, entry: &Entry) -> Result<(), TreeError> {
         self.resolve(entry).map(|_| ())
@@ -542,7 +549,7 @@ impl Session {
         let capsule = match &entry.body {
             EntryBody::Capsule(c)
                 if c.trigger != entry::Trigger::Handoff
-                    || c.origin == crate::capsule::Origin::Loaded =>
+                    || c.origin == crate::session::capsule::Origin::Loaded =>
             {
                 Some(idx)
             }

@@ -485,7 +485,7 @@ mod tests {
                 elide_over,
                 handoff,
             } => {
-                let mut c = crate::capsule::render::tests::full_capsule();
+                let mut c = crate::session::capsule::render::tests::full_capsule();
                 c.first_kept_entry_id = ancestor(b, *keep_back);
                 c.elide_tool_results_over = *elide_over;
                 if *handoff {
@@ -654,7 +654,7 @@ mod tests {
             "its result keeps the tally"
         );
         assert!(b.session.tally().breakdown().total() > before);
-        let mut c = crate::capsule::render::tests::full_capsule();
+        let mut c = crate::session::capsule::render::tests::full_capsule();
         c.first_kept_entry_id = None;
         b.push(EntryBody::Capsule(Box::new(c)));
         assert!(

@@ -617,7 +617,7 @@ fn render_slot(session: &Session, slot: &ViewSlot) -> ModelMessage {
             ModelMessage {
                 role: "user".into(),
                 content: vec![ContentBlock::text(
-                    crate::capsule::render::render_for_model(cap),
+                    crate::session::capsule::render::render_for_model(cap),
                 )],
                 tool_call_id: None,
                 is_error: None,
@@ -999,7 +999,7 @@ mod foreign_compaction_tests {
         )));
         b.user("after the agent compacted");
         let kept = b.user("kept by SOBA");
-        let mut cap = crate::capsule::render::tests::full_capsule();
+        let mut cap = crate::session::capsule::render::tests::full_capsule();
         cap.first_kept_entry_id = Some(kept);
         let c = b.push(EntryBody::Capsule(Box::new(cap)));
         b.user("newest");
@@ -1019,7 +1019,7 @@ mod foreign_compaction_tests {
     fn a_foreign_compaction_after_a_soba_capsule_replaces_it() {
         let mut b = Builder::new();
         b.user("old");
-        let mut cap = crate::capsule::render::tests::full_capsule();
+        let mut cap = crate::session::capsule::render::tests::full_capsule();
         cap.first_kept_entry_id = None;
         let c = b.push(EntryBody::Capsule(Box::new(cap)));
         b.user("after SOBA's capsule");
@@ -1097,7 +1097,7 @@ mod usage_tests {
         assistant_with_usage(&mut b, 90_000);
         let kept = b.user("two");
         assistant_with_usage(&mut b, 95_000);
-        let mut cap = crate::capsule::render::tests::full_capsule();
+        let mut cap = crate::session::capsule::render::tests::full_capsule();
         cap.first_kept_entry_id = Some(kept);
         b.push(EntryBody::Capsule(Box::new(cap)));
         let s = &b.session;

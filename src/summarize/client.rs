@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::breaker::Breaker;
@@ -14,7 +15,8 @@ use super::progress::stream_fraction;
 use super::prompt::{self, input_window, next_chunk, Prompt, PromptContext, SIZING_TOKENIZER};
 use super::response::parse_capsule_state;
 use super::sse::SseParser;
-use super::wire::{self, EventError, Reply, StreamItem};
+pub use super::wire::Reply;
+use super::wire::{self, EventError, StreamItem};
 use super::{Summarizer, SummarizerConfigError, SummaryError, SummaryRequest};
 use crate::capsule::CapsuleState;
 use crate::config::{catalog_lookup, Provider, SummarizerConfig};
@@ -34,10 +36,250 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_ERROR_BODY_BYTES: usize = 16 * 1024;
 const REDACTED: &str = "[redacted]";
 
+/// The API shape a summarization request is sent in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Api {
+pub enum Api {
+    /// OpenAI Chat Completions (and every server compatible with it).
     OpenAi,
+    /// Anthropic Messages.
     Anthropic,
+}
+
+/// One summarization request's transport: sends a prompt, returns the whole reply text. The
+/// chunking loop ([`run_chunked`]) is the same whoever sends: an endpoint SOBA calls itself
+/// ([`ModelSummarizer`]), or the agent's own model reached through the client that drives the
+/// session (the daemon's client summarizer).
+pub trait PromptSender: Send + Sync {
+    /// Send `prompt`; `on_tokens` gets the reply's token count so far as it streams in. Stops
+    /// (dropping the connection or telling the client) when `cancel` fires or the future is
+    /// dropped.
+    fn send<'a>(
+        &'a self,
+        prompt: &'a Prompt,
+        on_tokens: &'a (dyn Fn(u64) + Send + Sync),
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Reply, SummaryError>>;
+}
+
+/// The limits one summarization runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    pub context_window: u64,
+    pub max_output_tokens: u64,
+    /// The setting that raises `max_output_tokens`, for the message of a cut-off reply.
+    pub output_setting: &'static str,
+}
+
+/// Summarize `req` through `sender`: the history cut into chunks that fit the window, oldest
+/// first, each chunk's state the previous capsule of the next; the last chunk's state is the
+/// result. `outgoing` is applied to every text before it is sized and sent (redaction).
+pub async fn run_chunked(
+    req: &SummaryRequest,
+    limits: RunLimits,
+    outgoing: &(dyn Fn(String) -> String + Send + Sync),
+    sender: &dyn PromptSender,
+    progress: &(dyn Fn(u8) + Send + Sync),
+    cancel: &CancellationToken,
+) -> Result<CapsuleState, SummaryError> {
+    let items: Vec<String> = req
+        .history
+        .iter()
+        .map(|m| outgoing(prompt::render_message(m)))
+        .collect();
+    let item_tokens: Vec<u64> = items.iter().map(|t| SIZING_TOKENIZER.count(t)).collect();
+    let total: u64 = item_tokens.iter().sum::<u64>().max(1);
+    let facts = req.facts();
+    let ctx = PromptContext {
+        instructions: req.instructions.as_deref(),
+        artifacts: &req.artifacts,
+        facts: &facts,
+    };
+    let window = input_window(limits.context_window, limits.max_output_tokens);
+    let expected = limits.max_output_tokens.min(EXPECTED_REPLY_TOKENS);
+
+    // Oldest first; each chunk's state becomes the next chunk's previous capsule.
+    let mut previous = req.previous.as_ref().map(|c| c.state.clone());
+    let mut start = 0;
+    loop {
+        let chunk = next_chunk(ctx, previous.as_ref(), &items, &item_tokens, start, window)
+            .map_err(SummaryError::WindowTooSmall)?;
+        let done: u64 = item_tokens[..start].iter().sum();
+        let share: u64 = item_tokens[start..chunk.next].iter().sum();
+        let on_tokens = |received: u64| {
+            let fraction =
+                (done as f64 + share as f64 * stream_fraction(received, expected)) / total as f64;
+            progress((fraction * 100.0).floor().min(99.0) as u8);
+        };
+        // The history was redacted before it was sized; this pass covers the previous
+        // capsule, the instructions and the artifacts.
+        let prompt = Prompt {
+            system: outgoing(chunk.prompt.system),
+            user: outgoing(chunk.prompt.user),
+        };
+        let reply = sender.send(&prompt, &on_tokens, cancel).await?;
+        let state = parse_capsule_state(&reply.text).map_err(|why| {
+            SummaryError::InvalidResponse(if reply.hit_output_limit {
+                format!(
+                    "{why} (the reply was cut off at {} = {}; raise it)",
+                    limits.output_setting, limits.max_output_tokens
+                )
+            } else {
+                why
+            })
+        })?;
+        start = chunk.next;
+        if start >= items.len() {
+            return Ok(state);
+        }
+        previous = Some(state);
+    }
+}
+
+/// Send one summarization prompt to `url` as `api` asks, with `headers` (the credentials),
+/// and collect the reply as it streams in. A server that ignores `stream: true` and answers
+/// one JSON body is read too.
+#[allow(clippy::too_many_arguments)]
+pub async fn send_prompt(
+    http: &reqwest::Client,
+    api: Api,
+    url: &str,
+    headers: reqwest::header::HeaderMap,
+    model: &str,
+    prompt: &Prompt,
+    max_output_tokens: u64,
+    on_tokens: &(dyn Fn(u64) + Send + Sync),
+    cancel: &CancellationToken,
+) -> Result<Reply, SummaryError> {
+    let body = request_body(api, model, prompt, max_output_tokens);
+    send_body(http, api, url, headers, &body, on_tokens, cancel).await
+}
+
+/// The body [`send_prompt`] sends.
+pub fn request_body(api: Api, model: &str, prompt: &Prompt, max_output_tokens: u64) -> Value {
+    match api {
+        Api::OpenAi => wire::openai::request_body(model, prompt, max_output_tokens),
+        Api::Anthropic => wire::anthropic::request_body(model, prompt, max_output_tokens),
+    }
+}
+
+/// [`send_prompt`] with the body given (a caller that adapts it to its server).
+pub async fn send_body(
+    http: &reqwest::Client,
+    api: Api,
+    url: &str,
+    headers: reqwest::header::HeaderMap,
+    body: &Value,
+    on_tokens: &(dyn Fn(u64) + Send + Sync),
+    cancel: &CancellationToken,
+) -> Result<Reply, SummaryError> {
+    let decode: wire::EventDecoder = match api {
+        Api::OpenAi => wire::openai::event,
+        Api::Anthropic => wire::anthropic::event,
+    };
+    let mut request = http
+        .post(url)
+        .headers(headers)
+        .header(reqwest::header::ACCEPT, "text/event-stream")
+        .json(body);
+    if api == Api::Anthropic {
+        request = request.header("anthropic-version", wire::anthropic::API_VERSION);
+    }
+
+    let response = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+        r = request.send() => r.map_err(|e| SummaryError::Transport(describe_error(&e)))?,
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let body = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+            b = read_limited(response, MAX_ERROR_BODY_BYTES) => b,
+        };
+        return Err(SummaryError::Http {
+            status: status.as_u16(),
+            message: wire::http_error_message(&body),
+        });
+    }
+
+    let is_json = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        // A server that ignores `stream: true` answers with one complete JSON body.
+        let body = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+            b = response.bytes() => b.map_err(|e| SummaryError::Transport(describe_error(&e)))?,
+        };
+        let complete = match api {
+            Api::OpenAi => wire::openai::complete_reply(&body),
+            Api::Anthropic => wire::anthropic::complete_reply(&body),
+        };
+        let reply = complete.map_err(|e| match e {
+            EventError::Provider(m) => SummaryError::Provider(m),
+            EventError::Malformed(m) => SummaryError::InvalidResponse(m),
+        })?;
+        on_tokens(SIZING_TOKENIZER.count(&reply.text));
+        return Ok(reply);
+    }
+
+    let mut bytes = response.bytes_stream();
+    let mut parser = SseParser::new();
+    let mut text = String::new();
+    let mut received_tokens = 0;
+    let mut finished = false;
+    let mut hit_output_limit = false;
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+            n = bytes.next() => n,
+        };
+        let chunk = match next {
+            None => break,
+            Some(Err(e)) => return Err(SummaryError::Transport(describe_error(&e))),
+            Some(Ok(chunk)) => chunk,
+        };
+        for event in parser.feed(&chunk) {
+            match decode(&event) {
+                Ok(StreamItem::Text(t)) => {
+                    received_tokens += SIZING_TOKENIZER.count(&t);
+                    text.push_str(&t);
+                    on_tokens(received_tokens);
+                }
+                Ok(StreamItem::Finished {
+                    hit_output_limit: limit,
+                }) => {
+                    finished = true;
+                    hit_output_limit = limit;
+                }
+                // Return without reading further: dropping the response closes the stream.
+                Ok(StreamItem::Done) => {
+                    return Ok(Reply {
+                        text,
+                        hit_output_limit,
+                    })
+                }
+                Ok(StreamItem::Nothing) => {}
+                Err(EventError::Provider(m)) => return Err(SummaryError::Provider(m)),
+                Err(EventError::Malformed(m)) => return Err(SummaryError::InvalidResponse(m)),
+            }
+        }
+    }
+    // Some servers end the stream after the stop reason without an end marker; that is a
+    // complete reply. Anything else stopped early.
+    if finished && !parser.has_partial_event() {
+        Ok(Reply {
+            text,
+            hit_output_limit,
+        })
+    } else {
+        Err(SummaryError::Truncated)
+    }
 }
 
 /// An API key that never prints.
@@ -192,193 +434,24 @@ impl ModelSummarizer {
         input_window(self.context_window, self.max_output_tokens)
     }
 
-    async fn run(
-        &self,
-        req: &SummaryRequest,
-        progress: &(dyn Fn(u8) + Send + Sync),
-        cancel: &CancellationToken,
-    ) -> Result<CapsuleState, SummaryError> {
-        let items: Vec<String> = req
-            .history
-            .iter()
-            .map(|m| self.outgoing(prompt::render_message(m)))
-            .collect();
-        let item_tokens: Vec<u64> = items.iter().map(|t| SIZING_TOKENIZER.count(t)).collect();
-        let total: u64 = item_tokens.iter().sum::<u64>().max(1);
-        let ctx = PromptContext {
-            instructions: req.instructions.as_deref(),
-            artifacts: &req.artifacts,
+    /// The credentials of every request.
+    fn auth_headers(&self) -> reqwest::header::HeaderMap {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let Some(key) = &self.key else {
+            return headers;
         };
-        let window = self.input_window();
-        let expected = self.max_output_tokens.min(EXPECTED_REPLY_TOKENS);
-
-        // Oldest first; each chunk's state becomes the next chunk's previous capsule.
-        let mut previous = req.previous.as_ref().map(|c| c.state.clone());
-        let mut start = 0;
-        loop {
-            let chunk = next_chunk(ctx, previous.as_ref(), &items, &item_tokens, start, window)
-                .map_err(SummaryError::WindowTooSmall)?;
-            let done: u64 = item_tokens[..start].iter().sum();
-            let share: u64 = item_tokens[start..chunk.next].iter().sum();
-            let on_tokens = |received: u64| {
-                let fraction = (done as f64 + share as f64 * stream_fraction(received, expected))
-                    / total as f64;
-                progress((fraction * 100.0).floor().min(99.0) as u8);
-            };
-            // The history was redacted before it was sized; this pass covers the previous
-            // capsule, the instructions and the artifacts.
-            let prompt = Prompt {
-                system: self.outgoing(chunk.prompt.system),
-                user: self.outgoing(chunk.prompt.user),
-            };
-            let reply = self.stream(&prompt, &on_tokens, cancel).await?;
-            let state = parse_capsule_state(&reply.text).map_err(|why| {
-                SummaryError::InvalidResponse(if reply.hit_output_limit {
-                    format!(
-                        "{why} (the reply was cut off at summarizer.maxOutputTokens = {}; raise it)",
-                        self.max_output_tokens
-                    )
-                } else {
-                    why
-                })
-            })?;
-            start = chunk.next;
-            if start >= items.len() {
-                return Ok(state);
-            }
-            previous = Some(state);
-        }
-    }
-
-    /// Send one request and collect the streamed reply text.
-    async fn stream(
-        &self,
-        prompt: &Prompt,
-        on_tokens: &(dyn Fn(u64) + Send + Sync),
-        cancel: &CancellationToken,
-    ) -> Result<Reply, SummaryError> {
-        let (body, decode): (_, wire::EventDecoder) = match self.api {
-            Api::OpenAi => (
-                wire::openai::request_body(&self.model, prompt, self.max_output_tokens),
-                wire::openai::event,
-            ),
+        let (name, value) = match self.api {
+            Api::OpenAi => (reqwest::header::AUTHORIZATION, format!("Bearer {}", key.0)),
             Api::Anthropic => (
-                wire::anthropic::request_body(&self.model, prompt, self.max_output_tokens),
-                wire::anthropic::event,
+                reqwest::header::HeaderName::from_static("x-api-key"),
+                key.0.clone(),
             ),
         };
-        let mut request = self
-            .http
-            .post(&self.endpoint)
-            .header("accept", "text/event-stream")
-            .json(&body);
-        request = match (self.api, &self.key) {
-            (Api::OpenAi, Some(key)) => request.bearer_auth(&key.0),
-            (Api::OpenAi, None) => request,
-            (Api::Anthropic, key) => {
-                let request = request.header("anthropic-version", wire::anthropic::API_VERSION);
-                match key {
-                    Some(key) => request.header("x-api-key", &key.0),
-                    None => request,
-                }
-            }
-        };
-
-        let response = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
-            r = request.send() => r.map_err(|e| SummaryError::Transport(describe_error(&e)))?,
-        };
-        let status = response.status();
-        if !status.is_success() {
-            let body = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
-                b = read_limited(response, MAX_ERROR_BODY_BYTES) => b,
-            };
-            return Err(SummaryError::Http {
-                status: status.as_u16(),
-                message: wire::http_error_message(&body),
-            });
+        if let Ok(mut value) = reqwest::header::HeaderValue::from_str(&value) {
+            value.set_sensitive(true);
+            headers.insert(name, value);
         }
-
-        let is_json = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
-        if is_json {
-            // A server that ignores `stream: true` answers with one complete JSON body.
-            let body = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
-                b = response.bytes() => b.map_err(|e| SummaryError::Transport(describe_error(&e)))?,
-            };
-            let complete = match self.api {
-                Api::OpenAi => wire::openai::complete_reply(&body),
-                Api::Anthropic => wire::anthropic::complete_reply(&body),
-            };
-            let reply = complete.map_err(|e| match e {
-                EventError::Provider(m) => SummaryError::Provider(m),
-                EventError::Malformed(m) => SummaryError::InvalidResponse(m),
-            })?;
-            on_tokens(SIZING_TOKENIZER.count(&reply.text));
-            return Ok(reply);
-        }
-
-        let mut bytes = response.bytes_stream();
-        let mut parser = SseParser::new();
-        let mut text = String::new();
-        let mut received_tokens = 0;
-        let mut finished = false;
-        let mut hit_output_limit = false;
-        loop {
-            let next = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
-                n = bytes.next() => n,
-            };
-            let chunk = match next {
-                None => break,
-                Some(Err(e)) => return Err(SummaryError::Transport(describe_error(&e))),
-                Some(Ok(chunk)) => chunk,
-            };
-            for event in parser.feed(&chunk) {
-                match decode(&event) {
-                    Ok(StreamItem::Text(t)) => {
-                        received_tokens += SIZING_TOKENIZER.count(&t);
-                        text.push_str(&t);
-                        on_tokens(received_tokens);
-                    }
-                    Ok(StreamItem::Finished {
-                        hit_output_limit: limit,
-                    }) => {
-                        finished = true;
-                        hit_output_limit = limit;
-                    }
-                    // Return without reading further: dropping the response closes the stream.
-                    Ok(StreamItem::Done) => {
-                        return Ok(Reply {
-                            text,
-                            hit_output_limit,
-                        })
-                    }
-                    Ok(StreamItem::Nothing) => {}
-                    Err(EventError::Provider(m)) => return Err(SummaryError::Provider(m)),
-                    Err(EventError::Malformed(m)) => return Err(SummaryError::InvalidResponse(m)),
-                }
-            }
-        }
-        // Some servers end the stream after the stop reason without an end marker; that is a
-        // complete reply. Anything else stopped early.
-        if finished && !parser.has_partial_event() {
-            Ok(Reply {
-                text,
-                hit_output_limit,
-            })
-        } else {
-            Err(SummaryError::Truncated)
-        }
+        headers
     }
 
     /// Text on its way to the server, redacted when `redactInput` says so.
@@ -426,6 +499,27 @@ impl ModelSummarizer {
     }
 }
 
+impl PromptSender for ModelSummarizer {
+    fn send<'a>(
+        &'a self,
+        prompt: &'a Prompt,
+        on_tokens: &'a (dyn Fn(u64) + Send + Sync),
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, Result<Reply, SummaryError>> {
+        Box::pin(send_prompt(
+            &self.http,
+            self.api,
+            &self.endpoint,
+            self.auth_headers(),
+            &self.model,
+            prompt,
+            self.max_output_tokens,
+            on_tokens,
+            cancel,
+        ))
+    }
+}
+
 impl Summarizer for ModelSummarizer {
     fn describe(&self) -> String {
         let provider = match self.api {
@@ -442,7 +536,13 @@ impl Summarizer for ModelSummarizer {
         cancel: CancellationToken,
     ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>> {
         Box::pin(async move {
-            self.run(req, progress, &cancel)
+            let limits = RunLimits {
+                context_window: self.context_window,
+                max_output_tokens: self.max_output_tokens,
+                output_setting: "summarizer.maxOutputTokens",
+            };
+            let outgoing = |text: String| self.outgoing(text);
+            run_chunked(req, limits, &outgoing, self, progress, &cancel)
                 .await
                 .map_err(|e| self.redact_error(e))
         })

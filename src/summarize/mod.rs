@@ -42,6 +42,13 @@ pub struct SummaryRequest {
     pub artifacts: Artifacts,
 }
 
+impl SummaryRequest {
+    /// The facts of the history the model is given beside the artifacts.
+    pub fn facts(&self) -> prompt::HistoryFacts {
+        prompt::HistoryFacts::of(&self.history)
+    }
+}
+
 /// Why a model run produced no capsule state. Messages never contain the API key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SummaryError {
@@ -160,8 +167,10 @@ pub async fn summarize_with_fallback(
         return Summarized::Cancelled;
     }
     match outcome {
-        Ok(state) => match response::validate_state(&state) {
+        Ok(mut state) => match response::validate_state(&state) {
             Ok(()) => {
+                // Names of files the log never mentions are the model's, not the session's.
+                response::vet_paths(&mut state, &response::Grounding::of(req));
                 if let Some(b) = breaker {
                     b.record_success();
                 }

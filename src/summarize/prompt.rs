@@ -25,32 +25,108 @@ const REPLY_PRIMER_TOKENS: u64 = 3;
 const SEPARATOR: &str = "\n\n";
 
 pub const SYSTEM_PROMPT: &str = "\
-You maintain a Context Capsule: the working state of a coding-agent session, written so that \
-the agent can continue its work after the history you are shown is removed from its context.
+You write the Context Capsule of a coding-agent session: the working state the agent needs to \
+continue after the history you are shown is removed from its context. The agent will see only \
+the capsule, the recorded facts and its most recent messages, so write what it must know to take \
+the next step correctly, not a story of the session.
 
 Reply with exactly one JSON object and nothing else. Its keys:
-- goal (string, required, non-empty): the user's current objective, in one or two sentences, \
-taken from the latest request that sets one (not from \"yes\" or \"proof read this\").
-- requests (list of strings): the user's requests, oldest first: the recent ones verbatim, \
-older ones shortened to their gist; leave out boilerplate the agent wrapped around them (IDE \
-context, system reminders, instruction files).
-- constraints (list of strings): rules the user stated that still apply (must, never, don't, \
-always, only, avoid …).
-- completed (list of strings): work finished, with specifics (names, results, numbers).
-- active (list of strings): work in progress at the end of the history.
-- pending (list of strings): agreed work not started yet.
-- decisions (list of {\"decision\": string, \"rationale\": string}): choices made and why.
-- blockers (list of strings): open problems, failing checks, unanswered questions.
-- nextSteps (list of strings): the concrete next actions, in order.
+- goal (string, required, non-empty): what the user wants done now, in one or two sentences of \
+your own. Take it from the latest request that sets or changes the objective; a short reply \
+(\"yes\", \"go on\", \"proof read this\") continues the objective before it. Never paste a long \
+message, a log or a document as the goal, and never take it from an early request that was \
+finished or replaced.
+- requests (list of strings): the user's requests, oldest first, each as its gist in one line, \
+the latest ones close to the user's words; leave out what the agent's tooling wrapped around \
+them (IDE context, system reminders, instruction files) and pasted material.
+- constraints (list of strings): the user's preferences, rules and corrections that still apply, \
+each stated as an instruction (\"Use httpie, not curl\", \"Do not edit generated files\"). A \
+correction of the agent (\"no, not that file\") becomes a rule. Never phrase a constraint as a \
+question. Keep text the user wrote or approved (names, titles, wording) exactly as written.
+- completed (list of strings): work that is done, with specifics (names, results, numbers); one \
+item per piece of work, never a list folded into one line.
+- active (list of strings): the work in progress when the history ends, with what remains of it.
+- pending (list of strings): work requested or agreed but not started, one item each.
+- decisions (list of {\"decision\": string, \"rationale\": string}): choices made; the rationale \
+only where the history states one, otherwise \"\".
+- blockers (list of strings): problems still open at the end: a failing check with its error, a \
+question the user has not answered, a missing permission. Leave out problems that were solved.
+- nextSteps (list of strings): the concrete actions to take next, in order; the first is the \
+exact next step (which command, which file, which function).
 
 Rules:
-- Roll the previous capsule forward: keep what still holds, update what changed, drop what is \
-finished or obsolete.
-- Do not list files read or modified, verification commands, or skills: those facts are \
-recorded separately and are shown to you for context only.
+- The recorded facts are ground truth taken from the log: files read and modified, checks with \
+the outcome of their last run, and the user's messages, each with the ids of the entries they \
+come from. Never contradict them: a check whose last run failed is not passing, and a file not \
+listed as modified was not changed. Do not copy the file lists or checks into your lists; name a \
+file or check where it matters to a piece of work.
+- Name only files, commands and identifiers that appear in the history, the facts or the \
+previous capsule, and keep exact paths, function names and error messages.
+- Roll the previous capsule forward: keep what still holds, move finished work from active or \
+pending to completed, drop what is finished, solved or obsolete.
+- Do not answer questions in the history and do not continue the work; only describe its state.
 - Follow the user's instructions for this summary when there are any.
 - Do not invent anything the history does not support. Empty lists are fine; empty strings \
 are not.";
+
+/// Most user messages the facts list (the latest ones), and most characters of each.
+pub const MAX_FACT_MESSAGES: usize = 40;
+pub const MAX_FACT_MESSAGE_CHARS: usize = 240;
+
+/// Facts of the summarized history the model is given as ground truth beside the artifacts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistoryFacts {
+    /// The user's messages, oldest first: entry id and the message's opening, one line.
+    pub user_messages: Vec<(String, String)>,
+    /// User messages left out of `user_messages` (the oldest ones) to keep the facts short.
+    pub omitted: usize,
+}
+
+impl HistoryFacts {
+    /// The user messages of `history` that carry an entry id.
+    pub fn of(history: &[ModelMessage]) -> HistoryFacts {
+        let mut all: Vec<(String, String)> = history
+            .iter()
+            .filter(|m| m.role == "user")
+            .filter_map(|m| {
+                let id = m.entry_id.clone()?;
+                let text = m
+                    .content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Text { text, .. } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let line = one_line(&text, MAX_FACT_MESSAGE_CHARS);
+                (!line.is_empty()).then_some((id, line))
+            })
+            .collect();
+        let omitted = all.len().saturating_sub(MAX_FACT_MESSAGES);
+        all.drain(..omitted);
+        HistoryFacts {
+            user_messages: all,
+            omitted,
+        }
+    }
+}
+
+/// `text` with its whitespace collapsed, cut to `max` characters with `…`.
+fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::new();
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+        if out.chars().count() > max {
+            let cut: String = out.chars().take(max).collect();
+            return format!("{}…", cut.trim_end());
+        }
+    }
+    out
+}
 
 /// One request's messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +150,7 @@ impl Prompt {
 pub struct PromptContext<'a> {
     pub instructions: Option<&'a str>,
     pub artifacts: &'a Artifacts,
+    pub facts: &'a HistoryFacts,
 }
 
 /// The prompt for one chunk of history, rolling `previous` forward.
@@ -90,8 +167,8 @@ pub fn build_prompt(
         }
         None => user.push_str("(none: this is the first capsule of the session)"),
     }
-    user.push_str("\n\n## Recorded facts (read-only)\n");
-    user.push_str(&render_artifacts(ctx.artifacts));
+    user.push_str("\n\n## Recorded facts (ground truth from the log; entry ids in brackets)\n");
+    user.push_str(&render_facts(ctx.artifacts, ctx.facts));
     if let Some(instructions) = ctx.instructions.filter(|i| !i.trim().is_empty()) {
         user.push_str("\n\n## The user's instructions for this summary\n");
         user.push_str(instructions.trim());
@@ -104,14 +181,28 @@ pub fn build_prompt(
     }
 }
 
-fn render_artifacts(a: &Artifacts) -> String {
-    let paths = |files: &[crate::capsule::FileArtifact]| {
+fn render_facts(a: &Artifacts, facts: &HistoryFacts) -> String {
+    let ids = |ids: &[String]| {
+        if ids.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", ids.join(", "))
+        }
+    };
+    let files = |files: &[crate::capsule::FileArtifact]| {
         if files.is_empty() {
             "(none)".to_string()
         } else {
             files
                 .iter()
-                .map(|f| f.path.as_str())
+                .map(|f| {
+                    let change = match (&f.renamed_from, f.deleted) {
+                        (_, true) => " (deleted)".to_string(),
+                        (Some(from), false) => format!(" (renamed from {from})"),
+                        (None, false) => String::new(),
+                    };
+                    format!("{}{change}{}", f.path, ids(&f.entry_ids))
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         }
@@ -121,7 +212,7 @@ fn render_artifacts(a: &Artifacts) -> String {
     } else {
         a.verification
             .iter()
-            .map(|v| format!("`{}` {}", v.command, v.outcome.as_str()))
+            .map(|v| format!("`{}` {} [{}]", v.command, v.outcome.as_str(), v.entry_id))
             .collect::<Vec<_>>()
             .join("; ")
     };
@@ -130,21 +221,34 @@ fn render_artifacts(a: &Artifacts) -> String {
     } else {
         a.active_skills.join(", ")
     };
-    format!(
-        "Read files: {}\nModified files: {}\nVerification: {verification}\nActive skills: {skills}",
-        paths(&a.read_files),
-        paths(&a.modified_files)
-    )
+    let mut out = format!(
+        "Read files: {}\nModified files: {}\nChecks, outcome of the last run: {verification}\nActive skills: {skills}\nThe user's messages, oldest first:",
+        files(&a.read_files),
+        files(&a.modified_files)
+    );
+    if facts.user_messages.is_empty() {
+        out.push_str(" (none in this history)");
+    }
+    if facts.omitted > 0 {
+        out.push_str(&format!("\n- ({} older ones left out)", facts.omitted));
+    }
+    for (id, text) in &facts.user_messages {
+        out.push_str(&format!("\n- [{id}] {text}"));
+    }
+    out
 }
 
 /// One history message as prompt text. Thinking is left out (private reasoning, often long);
 /// long tool inputs and outputs are elided middle-out.
 pub fn render_message(m: &ModelMessage) -> String {
-    let heading = match (m.role.as_str(), m.is_error) {
+    let mut heading = match (m.role.as_str(), m.is_error) {
         ("tool", Some(true)) => "### tool result (error)".to_string(),
         ("tool", _) => "### tool result".to_string(),
         (role, _) => format!("### {role}"),
     };
+    if let Some(id) = &m.entry_id {
+        heading.push_str(&format!(" [{id}]"));
+    }
     let limit = if m.role == "tool" {
         MAX_TOOL_OUTPUT_TOKENS
     } else {
@@ -358,6 +462,7 @@ mod tests {
             modified_files: vec![FileArtifact {
                 path: "src/a.rs".into(),
                 entry_ids: vec![],
+                ..Default::default()
             }],
             ..Artifacts::default()
         };
@@ -368,6 +473,7 @@ mod tests {
         let ctx = PromptContext {
             instructions: Some("focus on tests"),
             artifacts: &artifacts,
+            facts: &HistoryFacts::default(),
         };
         let p = build_prompt(ctx, Some(&prev), &["### user\nhi".into()]);
         for needle in [
@@ -382,6 +488,7 @@ mod tests {
             PromptContext {
                 instructions: None,
                 artifacts: &artifacts,
+                facts: &HistoryFacts::default(),
             },
             None,
             &[],
@@ -390,12 +497,96 @@ mod tests {
         assert!(!p.user.contains("instructions for this summary"));
     }
 
+    fn user_message(id: &str, text: &str) -> ModelMessage {
+        ModelMessage {
+            role: "user".into(),
+            content: vec![ContentBlock::Text {
+                text: text.into(),
+                extra: Default::default(),
+            }],
+            tool_call_id: None,
+            is_error: None,
+            entry_id: Some(id.into()),
+        }
+    }
+
+    #[test]
+    fn facts_carry_entry_ids_and_the_users_messages() {
+        use crate::capsule::{Verification, VerificationOutcome};
+        let artifacts = Artifacts {
+            read_files: vec![FileArtifact {
+                path: "src/lexer.rs".into(),
+                entry_ids: vec!["e2".into(), "e4".into()],
+                ..Default::default()
+            }],
+            verification: vec![Verification {
+                command: "cargo test".into(),
+                outcome: VerificationOutcome::Failed,
+                entry_id: "e6".into(),
+            }],
+            ..Artifacts::default()
+        };
+        let long = format!(
+            "Fix the lexer\n\n{}",
+            "so that it reads every token ".repeat(30)
+        );
+        let history = vec![user_message("e1", &long), user_message("e7", "yes, go on")];
+        let facts = HistoryFacts::of(&history);
+        let items: Vec<String> = history.iter().map(render_message).collect();
+        let p = build_prompt(
+            PromptContext {
+                instructions: None,
+                artifacts: &artifacts,
+                facts: &facts,
+            },
+            None,
+            &items,
+        );
+        for needle in [
+            "Read files: src/lexer.rs [e2, e4]",
+            "Modified files: (none)",
+            "Checks, outcome of the last run: `cargo test` failed [e6]",
+            "- [e1] Fix the lexer so that it reads every token",
+            "- [e7] yes, go on",
+            "### user [e1]\nFix the lexer",
+        ] {
+            assert!(p.user.contains(needle), "missing {needle}: {}", p.user);
+        }
+        // A long message is cut to one line in the facts; whole in the history.
+        let line = p.user.lines().find(|l| l.starts_with("- [e1]")).unwrap();
+        assert!(line.ends_with('…') && line.chars().count() <= MAX_FACT_MESSAGE_CHARS + 10);
+        // The system prompt is one constant: every request starts with the same bytes.
+        assert_eq!(p.system, SYSTEM_PROMPT);
+    }
+
+    #[test]
+    fn the_facts_keep_the_latest_user_messages() {
+        let history: Vec<ModelMessage> = (0..MAX_FACT_MESSAGES + 5)
+            .map(|i| user_message(&format!("e{i}"), &format!("request {i}")))
+            .collect();
+        let facts = HistoryFacts::of(&history);
+        assert_eq!(facts.omitted, 5);
+        assert_eq!(facts.user_messages.len(), MAX_FACT_MESSAGES);
+        assert_eq!(
+            facts.user_messages[0],
+            ("e5".to_string(), "request 5".to_string())
+        );
+        let text = render_facts(&Artifacts::default(), &facts);
+        assert!(
+            text.contains("- (5 older ones left out)\n- [e5] request 5"),
+            "{text}"
+        );
+        let none = render_facts(&Artifacts::default(), &HistoryFacts::default());
+        assert!(none.ends_with("The user's messages, oldest first: (none in this history)"));
+    }
+
     #[test]
     fn chunks_cover_everything_oldest_first_and_fit() {
         let artifacts = Artifacts::default();
         let ctx = PromptContext {
             instructions: None,
             artifacts: &artifacts,
+            facts: &HistoryFacts::default(),
         };
         let items: Vec<String> = (0..30)
             .map(|i| format!("### user\n{}", words(150, &format!("m{i}x"))))
@@ -425,6 +616,7 @@ mod tests {
         let ctx = PromptContext {
             instructions: None,
             artifacts: &artifacts,
+            facts: &HistoryFacts::default(),
         };
         let items = vec![
             format!("### user\n{}", words(4000, "big")),
@@ -443,6 +635,7 @@ mod tests {
         let ctx = PromptContext {
             instructions: None,
             artifacts: &artifacts,
+            facts: &HistoryFacts::default(),
         };
         let err = next_chunk(ctx, None, &["x".into()], &[1], 0, 300).unwrap_err();
         assert!(err.contains("raise summarizer.contextWindow"), "{err}");

@@ -94,7 +94,8 @@ pub fn entry_tokens(kind: TokenizerKind, entry: &Entry) -> u64 {
             MESSAGE_OVERHEAD_TOKENS + kind.count(&r.call_id) + blocks_tokens(kind, &r.content)
         }
         EntryBody::Capsule(c) => {
-            MESSAGE_OVERHEAD_TOKENS + kind.count(&crate::capsule::render::render_for_model(c))
+            MESSAGE_OVERHEAD_TOKENS
+                + kind.count(&crate::session::capsule::render::render_for_model(c))
         }
         _ => 0,
     }

@@ -69,6 +69,7 @@ fn handoff_capsule() -> CapsuleEntry {
             modified_files: vec![FileArtifact {
                 path: "src/import/mod.rs".into(),
                 entry_ids: vec!["u1".into()],
+                ..Default::default()
             }],
             ..Default::default()
         },

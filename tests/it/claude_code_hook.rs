@@ -156,7 +156,14 @@ fn session_start_after_a_compaction_returns_sobas_capsule_of_the_transcript_befo
         .as_str()
         .expect("additionalContext");
     assert!(context.chars().count() <= 9_000, "{} chars", context.len());
-    assert!(context.contains("# Context Capsule"), "{context}");
+    assert!(context.starts_with("# Context Capsule"), "{context}");
+    // Claude Code's summary follows, not a verbatim tail of SOBA's: the opening says so.
+    let opening = context.lines().nth(1).unwrap_or_default();
+    assert!(
+        opening.starts_with("Claude Code compacted this conversation into its own summary."),
+        "{opening}"
+    );
+    assert!(!context.contains("verbatim"), "{context}");
     // What Claude Code's summary is weakest at: the files changed before the compaction.
     let modified = modified_files(first);
     let latest = modified
@@ -299,7 +306,7 @@ fn bad_hook_input_exits_1_with_one_stderr_line_never_2() {
         assert!(out.stdout.is_empty());
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.trim().lines().count(), 1, "{err}");
-        assert!(err.contains("soba hook:"), "{err}");
+        assert!(err.starts_with("soba hook: "), "{err}");
     }
 }
 
@@ -316,9 +323,10 @@ fn a_missing_transcript_exits_1_with_a_clear_line() {
         assert!(out.stdout.is_empty());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
-            err.contains("cannot read the transcript") && err.contains("gone.jsonl"),
+            err.starts_with("soba hook: cannot read the transcript") && err.contains("gone.jsonl"),
             "{err}"
         );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
 }
 
@@ -464,4 +472,118 @@ fn claude_config_dir_and_project_choose_the_settings_file() {
     );
     let v = read_json(&project.join(".claude/settings.json"));
     assert_eq!(sobas_command(&v, "SessionStart").len(), 1);
+}
+
+/// A Claude Code 1.0.x transcript: the compaction is marked only by the summary record
+/// (`isCompactSummary`, `parentUuid: null`), with no `compact_boundary` before it.
+fn transcript_1_0_x(home: &Home) -> PathBuf {
+    let base = |kind: &str, uuid: &str, parent: Option<&str>, message: Value| {
+        json!({"type": kind, "uuid": uuid, "parentUuid": parent, "isSidechain": false,
+               "sessionId": "s-1-0-x", "cwd": "/home/dev/lexer", "version": "1.0.44",
+               "timestamp": "2025-07-01T10:00:00Z", "message": message})
+    };
+    let mut summary = base(
+        "user",
+        "s1",
+        None,
+        json!({"role": "user", "content": "This session is being continued from a previous conversation. Summary: the lexer work."}),
+    );
+    summary["isCompactSummary"] = json!(true);
+    let records = [
+        base(
+            "user",
+            "u1",
+            None,
+            json!({"role": "user", "content": "Make the lexer keep the last token"}),
+        ),
+        base(
+            "assistant",
+            "a1",
+            Some("u1"),
+            json!({"id": "m1", "role": "assistant", "model": "claude-sonnet-4-20250514", "content": [
+                {"type": "tool_use", "id": "t1", "name": "Edit",
+                 "input": {"file_path": "/home/dev/lexer/src/lexer_core.rs", "old_string": "a", "new_string": "b"}}]}),
+        ),
+        base(
+            "user",
+            "r1",
+            Some("a1"),
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "edited"}]}),
+        ),
+        base(
+            "assistant",
+            "a2",
+            Some("r1"),
+            json!({"id": "m2", "role": "assistant", "model": "claude-sonnet-4-20250514",
+                   "content": [{"type": "text", "text": "The lexer keeps its last token now."}]}),
+        ),
+        summary,
+    ];
+    let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+    let path = home.path().join("transcript-1.0.x.jsonl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn session_start_after_a_1_0_x_compaction_returns_the_capsule_of_the_conversation_before_it() {
+    let home = Home::new();
+    let transcript = transcript_1_0_x(&home);
+    let out = home.hook(
+        &json!({"session_id": "s-1-0-x", "transcript_path": transcript, "cwd": "/home/dev/lexer",
+                "hook_event_name": "SessionStart", "source": "compact"})
+        .to_string(),
+    );
+    let v = stdout_json(&out);
+    let context = v["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .expect("additionalContext");
+    assert!(context.starts_with("# Context Capsule"), "{context}");
+    assert!(context.contains("lexer_core.rs"), "{context}");
+}
+
+#[test]
+fn a_relative_cwd_is_refused_with_one_documented_line() {
+    let home = Home::new();
+    let transcript = transcript_1_0_x(&home);
+    for event in [
+        json!({"hook_event_name": "SessionStart", "source": "compact"}),
+        json!({"hook_event_name": "PreCompact", "trigger": "auto"}),
+    ] {
+        let mut p =
+            json!({"session_id": "s-1-0-x", "transcript_path": transcript, "cwd": "dev/lexer"});
+        for (k, v) in event.as_object().unwrap() {
+            p[k] = v.clone();
+        }
+        let out = home.hook(&p.to_string());
+        assert_eq!(out.status.code(), Some(1), "{event}");
+        assert!(out.stdout.is_empty());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with(
+                "soba hook: the hook input's `cwd` (\"dev/lexer\") is not an absolute path"
+            ),
+            "{err}"
+        );
+    }
+    assert!(
+        !home.path().join("soba-data").exists(),
+        "nothing was written for a refused hook"
+    );
+}
+
+#[test]
+fn install_into_a_fresh_home_says_the_file_is_new_then_names_the_backup() {
+    let home = Home::new();
+    let out = home.run(&["hook", "install", "claude-code"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.trim_end().ends_with("(a new file)"), "{said}");
+    assert!(!said.contains('—'), "{said}");
+    let out = home.run(&["hook", "install", "claude-code", "--uninstall"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("removed from") && said.contains("settings.json.soba-backup"),
+        "{said}"
+    );
 }

@@ -365,6 +365,53 @@ fn workspace_config_is_layered_under_flags() {
     assert_eq!(v["hardLimit"], 100000 - 8000 - 1000);
 }
 
+/// Issue 28: a small window works with the default keepRecentTokens, capped to half the hard
+/// limit, and `soba budget` says so; an explicit value that does not fit is refused.
+#[test]
+fn budget_notes_the_default_keep_recent_tokens_capped_for_a_small_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 1);
+    // 24000 − 8000 output − 8192 reserve = 7808.
+    let small = ["budget", p.to_str().unwrap(), "--context-window", "24000"];
+    let (ok, v, err) = soba(&[&small[..], &["--json"]].concat(), dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(v["hardLimit"], 7808);
+    assert_eq!(v["keepRecentTokens"], 3904);
+    assert_eq!(
+        v["keepRecentNote"],
+        "keepRecentTokens 3.9k (default 20.0k capped to 50% of the 7.8k hard limit)"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(small)
+        .current_dir(dir.path())
+        .env("SOBA_CONFIG", dir.path().join("no-user-config.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "note: keepRecentTokens 3.9k (default 20.0k capped to 50% of the 7.8k hard limit)"
+        ),
+        "{text}"
+    );
+    // The default fits a large window: no note.
+    let (_, v, _) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
+    assert_eq!(v["keepRecentTokens"], 20000);
+    assert!(v.get("keepRecentNote").is_none(), "{v}");
+    // An explicit value that does not fit is an error saying what to do.
+    let cfg = dir.path().join("keep.json");
+    std::fs::write(&cfg, r#"{"compaction":{"keepRecentTokens":20000}}"#).unwrap();
+    let (ok, _, err) = soba(
+        &[&small[..], &["--config", cfg.to_str().unwrap()]].concat(),
+        dir.path(),
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("`compaction.keepRecentTokens` = 20000 is invalid: must be below the hard limit (7808): set it lower (e.g. 3904"),
+        "{err}"
+    );
+}
+
 #[test]
 fn compact_with_an_unreachable_model_falls_back_to_the_local_capsule_and_says_so() {
     let dir = tempfile::tempdir().unwrap();

@@ -50,6 +50,7 @@ impl Summarizer for GatedSummarizer {
                 None => Ok(CapsuleState {
                     goal: "Fix the failing auth test".into(),
                     next_steps: vec!["run the suite".into()],
+                    sources: Default::default(),
                     ..CapsuleState::default()
                 }),
             }

@@ -727,6 +727,7 @@ fn protocol_doc_and_handlers_agree() {
     let handled: std::collections::BTreeSet<String> = soba::daemon::server::HANDLED
         .iter()
         .chain(soba::daemon::protocol::NOTIFICATIONS)
+        .chain(soba::daemon::protocol::CLIENT_METHODS)
         .map(|s| s.to_string())
         .collect();
     let missing_in_doc: Vec<_> = handled.difference(&documented).collect();

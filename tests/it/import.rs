@@ -327,10 +327,14 @@ fn every_real_transcript_imports_and_its_log_works() {
             assert_eq!(factor, configured, "{name}");
         }
         let (mut reopened, _) = soba::session::log::read_session(&log).unwrap();
-        soba::config::Config::resolve(&[], reopened.header.model.as_ref(), &Default::default())
-            .unwrap()
-            .model
-            .configure_counting(&mut reopened);
+        let model = soba::config::Config::resolve(
+            &[],
+            reopened.header.model_config().as_ref(),
+            &Default::default(),
+        )
+        .unwrap()
+        .model;
+        reopened.configure_counting(&model);
         assert_eq!(
             *calibration,
             serde_json::to_value(reopened.calibration()).unwrap(),

@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::proxy::{DaemonTarget, Proxy, ProxyConfig};
+use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 use soba::tokens::TokenizerKind;
 
 /// Context window of the test model: hard limit 20000 − 2000 − the safety reserve.
@@ -67,6 +67,8 @@ struct UpstreamState {
     whole_prefix: Vec<bool>,
     /// Call a tool in the next answers (OpenAI): tool call ids to use, one per answer.
     tool_calls: VecDeque<String>,
+    /// How long to wait before answering a summarization request.
+    summary_delay: Option<std::time::Duration>,
 }
 
 #[derive(Clone)]
@@ -79,10 +81,18 @@ impl Upstream {
     fn seen(&self) -> Vec<Seen> {
         self.state.lock().unwrap().seen.clone()
     }
+    /// The agent's chat requests (not SOBA's summarization requests).
     fn chats(&self) -> Vec<Seen> {
         self.seen()
             .into_iter()
-            .filter(|s| s.method == "POST")
+            .filter(|s| s.method == "POST" && !is_summary(&s.body()))
+            .collect()
+    }
+    /// SOBA's summarization requests.
+    fn summaries(&self) -> Vec<Seen> {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.method == "POST" && is_summary(&s.body()))
             .collect()
     }
     fn script(&self, c: Canned) {
@@ -122,7 +132,90 @@ fn sse(events: &[(Option<&str>, Value)], done: bool) -> String {
     s
 }
 
+/// A request SOBA sends to summarize: its system prompt, byte for byte.
+fn is_summary(body: &Value) -> bool {
+    let system = &soba::summarize::prompt::SYSTEM_PROMPT;
+    body["system"].as_str() == Some(system)
+        || body["messages"][0]["content"].as_str() == Some(system)
+}
+
+/// What the fake model writes as a capsule state. One item names a file the conversation never
+/// touched; SOBA drops it.
+fn summary_state() -> Value {
+    json!({
+        "goal": "Walk through every module step by step",
+        "constraints": ["Keep each answer short"],
+        "completed": ["Checked the first modules", "Rewrote src/imaginary_module.rs"],
+        "active": ["Checking the next module"],
+        "pending": [],
+        "decisions": [{"decision": "Go module by module", "rationale": ""}],
+        "blockers": [],
+        "nextSteps": ["Check the next module"]
+    })
+}
+
+fn summary_answer(body: &Value) -> Canned {
+    let text = summary_state().to_string();
+    let (first, second) = text.split_at(text.len() / 2);
+    if body["system"].is_string() {
+        let delta = |t: &str| {
+            (
+                Some("content_block_delta"),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}),
+            )
+        };
+        let events = vec![
+            (
+                Some("message_start"),
+                json!({"type": "message_start", "message": {"id": "msg_s", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+            ),
+            (
+                Some("content_block_start"),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            ),
+            delta(first),
+            delta(second),
+            (
+                Some("content_block_stop"),
+                json!({"type": "content_block_stop", "index": 0}),
+            ),
+            (
+                Some("message_delta"),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 50}}),
+            ),
+            (Some("message_stop"), json!({"type": "message_stop"})),
+        ];
+        return Canned {
+            status: 200,
+            content_type: "text/event-stream",
+            body: sse(&events, false),
+        };
+    }
+    let chunk = |t: &str| {
+        (
+            None,
+            json!({"id": "s", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": t}}]}),
+        )
+    };
+    let events = vec![
+        chunk(first),
+        chunk(second),
+        (
+            None,
+            json!({"id": "s", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        ),
+    ];
+    Canned {
+        status: 200,
+        content_type: "text/event-stream",
+        body: sse(&events, true),
+    }
+}
+
 fn answer(state: &mut UpstreamState, path: &str, body: &Value) -> Canned {
+    if is_summary(body) {
+        return summary_answer(body);
+    }
     if let Some(c) = state.script.pop_front() {
         return c;
     }
@@ -249,6 +342,17 @@ async fn start_upstream() -> Upstream {
                             let (parts, body) = req.into_parts();
                             let raw = body.collect().await.unwrap().to_bytes();
                             let value: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+                            let delay = st.lock().unwrap().summary_delay;
+                            if let (true, Some(d)) = (is_summary(&value), delay) {
+                                st.lock().unwrap().seen.push(Seen {
+                                    method: parts.method.to_string(),
+                                    path: parts.uri.path().to_string(),
+                                    headers: Vec::new(),
+                                    raw: raw.clone(),
+                                });
+                                // Never answered in time: the proxy drops the request first.
+                                tokio::time::sleep(d).await;
+                            }
                             let mut s = st.lock().unwrap();
                             s.seen.push(Seen {
                                 method: parts.method.to_string(),
@@ -304,24 +408,33 @@ struct Env {
     log: Arc<Mutex<Vec<String>>>,
 }
 
-fn workspace(base: &std::path::Path) -> PathBuf {
+/// The tests' workspace config: small limits, and the local builder unless a test says
+/// otherwise.
+fn config() -> Value {
+    json!({
+        "compaction": {"keepRecentTokens": 1500, "minTokensForAutoCompact": 3000, "minReclaimableTokens": 500},
+        "summarizer": {"provider": "local"}
+    })
+}
+
+fn workspace(base: &std::path::Path, config: &Value) -> PathBuf {
     let ws = std::fs::canonicalize(base).unwrap().join("project");
     std::fs::create_dir_all(ws.join(".soba")).unwrap();
-    std::fs::write(
-        ws.join(".soba/config.json"),
-        json!({
-            "compaction": {"keepRecentTokens": 1500, "minTokensForAutoCompact": 3000, "minReclaimableTokens": 500},
-            "summarizer": {"provider": "local"}
-        })
-        .to_string(),
-    )
-    .unwrap();
+    std::fs::write(ws.join(".soba/config.json"), config.to_string()).unwrap();
     ws
 }
 
 async fn start_proxy(target: impl FnOnce(&std::path::Path) -> DaemonTarget) -> Env {
+    start_proxy_with(target, &config(), ProxySummarizer::default()).await
+}
+
+async fn start_proxy_with(
+    target: impl FnOnce(&std::path::Path) -> DaemonTarget,
+    config: &Value,
+    summarizer: ProxySummarizer,
+) -> Env {
     let base = tempfile::tempdir().unwrap();
-    let ws = workspace(base.path());
+    let ws = workspace(base.path(), config);
     let upstream = start_upstream().await;
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let l = log.clone();
@@ -330,6 +443,7 @@ async fn start_proxy(target: impl FnOnce(&std::path::Path) -> DaemonTarget) -> E
         workspace: ws.display().to_string(),
         context_window: Some(WINDOW),
         max_output_tokens: Some(MAX_OUTPUT),
+        summarizer,
         daemon: target(base.path()),
         log: Arc::new(move |line: &str| l.lock().unwrap().push(line.to_string())),
     })
@@ -346,19 +460,20 @@ async fn start_proxy(target: impl FnOnce(&std::path::Path) -> DaemonTarget) -> E
     }
 }
 
+fn in_process(base: &std::path::Path) -> DaemonTarget {
+    DaemonTarget::InProcess(Daemon::new(
+        Paths::under(&base.join("soba")),
+        DaemonOptions {
+            watch: None,
+            extra_config: None,
+            summarizer: None,
+            ..DaemonOptions::default()
+        },
+    ))
+}
+
 async fn env() -> Env {
-    start_proxy(|base| {
-        DaemonTarget::InProcess(Daemon::new(
-            Paths::under(&base.join("soba")),
-            DaemonOptions {
-                watch: None,
-                extra_config: None,
-                summarizer: None,
-                ..DaemonOptions::default()
-            },
-        ))
-    })
-    .await
+    start_proxy(in_process).await
 }
 
 impl Env {
@@ -922,4 +1037,267 @@ async fn a_daemon_client_sees_the_proxied_sessions_budget() {
         "{budget}"
     );
     assert_eq!(budget["hardLimit"].as_u64().unwrap(), hard_limit());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Capsules written by the conversation's own model
+
+/// Workspace config with no summarizer block: the proxy's upstream writes the capsules.
+fn config_without_summarizer(timeout_ms: Option<u64>) -> Value {
+    let mut c = config();
+    c.as_object_mut().unwrap().remove("summarizer");
+    if let Some(t) = timeout_ms {
+        c["compaction"]["timeoutMs"] = json!(t);
+    }
+    c
+}
+
+/// Send turns of a conversation in `api`'s shape until the proxy has compacted once.
+async fn converse_until_compacted(env: &Env, api: &str) {
+    converse_until_compacted_with(env, api, json!({})).await
+}
+
+/// [`converse_until_compacted`] with `extra` fields in every OpenAI request body.
+async fn converse_until_compacted_with(env: &Env, api: &str, extra: Value) {
+    let mut messages: Vec<Value> = Vec::new();
+    for turn in 0..30 {
+        let user = filler(turn, 700);
+        let r = if api == "openai" {
+            messages.push(json!({"role": "user", "content": user}));
+            let mut body = json!({"model": "gpt-4o", "messages": messages});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            env.post("/v1/chat/completions", &body).await
+        } else {
+            messages.push(json!({"role": "user", "content": [{"type": "text", "text": user}]}));
+            env.post(
+                "/v1/messages",
+                &json!({"model": "claude-sonnet-4-5", "max_tokens": 1000, "messages": messages}),
+            )
+            .await
+        };
+        assert_eq!(r.status(), 200, "turn {turn}");
+        let reply: Value = r.json().await.unwrap();
+        if api == "openai" {
+            messages.push(reply["choices"][0]["message"].clone());
+        } else {
+            messages.push(json!({"role": "assistant", "content": reply["content"]}));
+        }
+        let compacted = env
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("compaction completed"));
+        if compacted {
+            return;
+        }
+    }
+    panic!("no compaction in 30 turns: {:?}", env.log.lock().unwrap());
+}
+
+/// The session's capsule entries.
+fn capsules(env: &Env) -> Vec<soba::capsule::CapsuleEntry> {
+    let logs = env.session_logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let (session, _) = soba::session::log::read_session(&logs[0]).unwrap();
+    session
+        .entries()
+        .iter()
+        .filter_map(|e| e.as_capsule().cloned())
+        .collect()
+}
+
+/// Everything the proxy and the daemon wrote: log lines, session logs, flight records.
+fn everything_written(env: &Env) -> String {
+    let mut all = env.log.lock().unwrap().join("\n");
+    for entry in walk(env.base.path()) {
+        if let Ok(text) = std::fs::read_to_string(&entry) {
+            all.push_str(&text);
+        }
+    }
+    all
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_default_the_conversations_own_upstream_model_writes_the_capsule_with_its_credentials() {
+    for api in ["openai", "anthropic"] {
+        let env = start_proxy_with(
+            in_process,
+            &config_without_summarizer(None),
+            ProxySummarizer::default(),
+        )
+        .await;
+        converse_until_compacted(&env, api).await;
+
+        // The summarization went to the same upstream, in the conversation's API shape, with
+        // the served request's credentials and model.
+        let summaries = env.upstream.summaries();
+        assert!(!summaries.is_empty(), "{api}: no summarization request");
+        for s in &summaries {
+            if api == "openai" {
+                assert_eq!(s.path, "/v1/chat/completions");
+                assert_eq!(
+                    s.header("authorization"),
+                    Some(format!("Bearer {KEY}").as_str())
+                );
+                assert_eq!(s.body()["model"], "gpt-4o");
+                assert!(s.body()["max_tokens"].is_u64());
+            } else {
+                assert_eq!(s.path, "/v1/messages");
+                assert_eq!(s.header("x-api-key"), Some(KEY));
+                assert_eq!(s.header("anthropic-version"), Some("2023-06-01"));
+                assert_eq!(s.body()["model"], "claude-sonnet-4-5");
+            }
+            let user = if api == "openai" {
+                s.body()["messages"][1]["content"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            } else {
+                s.body()["messages"][0]["content"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            };
+            assert!(
+                user.contains("## Recorded facts (ground truth from the log"),
+                "the facts are in the request: {user:.300}"
+            );
+        }
+
+        // The capsule is the model's, validated: the invented file is gone.
+        let caps = capsules(&env);
+        let cap = caps.last().expect("a capsule");
+        assert_eq!(cap.quality, soba::capsule::Quality::Model, "{api}");
+        assert_eq!(cap.state.goal, "Walk through every module step by step");
+        assert_eq!(cap.state.completed, vec!["Checked the first modules"]);
+        assert_eq!(cap.state.constraints, vec!["Keep each answer short"]);
+
+        // The next chat request carries it.
+        let last = env.upstream.chats().last().unwrap().body();
+        assert!(
+            last.to_string()
+                .contains("Walk through every module step by step"),
+            "{api}: the capsule goes upstream"
+        );
+        let written = everything_written(&env);
+        assert!(
+            !written.contains(KEY),
+            "{api}: the key is never logged nor stored"
+        );
+        assert!(
+            written.contains(", model)"),
+            "{api}: the request line names the capsule's quality: {:?}",
+            env.log.lock().unwrap()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summarizer_model_flag_names_the_model_the_upstream_summarizes_with() {
+    let env = start_proxy_with(
+        in_process,
+        &config_without_summarizer(None),
+        ProxySummarizer::Upstream {
+            model: Some("gpt-4o-mini".into()),
+        },
+    )
+    .await;
+    // An agent that limits its output with `max_completion_tokens` (OpenAI's reasoning models
+    // refuse `max_tokens`): the summarization request does the same.
+    converse_until_compacted_with(&env, "openai", json!({"max_completion_tokens": 900})).await;
+    let summaries = env.upstream.summaries();
+    assert!(!summaries.is_empty());
+    assert!(summaries.iter().all(|s| s.body()["model"] == "gpt-4o-mini"));
+    for s in &summaries {
+        assert!(s.body()["max_completion_tokens"].is_u64(), "{}", s.body());
+        assert!(s.body().get("max_tokens").is_none());
+    }
+    assert!(env
+        .upstream
+        .chats()
+        .iter()
+        .all(|c| c.body()["model"] == "gpt-4o"));
+    assert_eq!(
+        capsules(&env).last().unwrap().quality,
+        soba::capsule::Quality::Model
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summarization_past_the_timeout_is_aborted_and_the_local_capsule_is_marked_degraded() {
+    // Soft triggers off: the hard limit starts the compaction, which then reclaims enough
+    // with the local capsule to complete.
+    let mut config = config_without_summarizer(Some(300));
+    config["compaction"]["auto"] = json!(false);
+    let env = start_proxy_with(in_process, &config, ProxySummarizer::default()).await;
+    env.upstream.state.lock().unwrap().summary_delay = Some(std::time::Duration::from_secs(30));
+    converse_until_compacted(&env, "openai").await;
+    assert!(!env.upstream.summaries().is_empty(), "the model was asked");
+    let cap = capsules(&env).last().cloned().unwrap();
+    assert_eq!(cap.quality, soba::capsule::Quality::Degraded);
+    assert_ne!(cap.state.goal, "Walk through every module step by step");
+    // The flight record says why.
+    let flight = walk(env.base.path())
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("flight"))
+        .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+        .collect::<String>();
+    assert!(
+        flight.contains("did not finish within 300 ms")
+            && flight.contains("the local capsule was used"),
+        "{flight}"
+    );
+    // So does the proxy's request line.
+    let lines = env.log.lock().unwrap().clone();
+    assert!(
+        lines.iter().any(|l| l.contains(
+            "compaction completed (hard_limit, degraded): the summarization model did not finish within 300 ms"
+        )),
+        "{lines:?}"
+    );
+    assert!(!everything_written(&env).contains(KEY));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_capsules_keep_summarization_off_the_upstream() {
+    let env = start_proxy_with(
+        in_process,
+        &config_without_summarizer(None),
+        ProxySummarizer::Local,
+    )
+    .await;
+    converse_until_compacted(&env, "openai").await;
+    assert!(
+        env.upstream.summaries().is_empty(),
+        "nothing was summarized upstream"
+    );
+    assert_eq!(
+        capsules(&env).last().unwrap().quality,
+        soba::capsule::Quality::Degraded
+    );
+
+    // An explicit `summarizer` block wins over the upstream too.
+    let env = start_proxy(in_process).await;
+    converse_until_compacted(&env, "openai").await;
+    assert!(env.upstream.summaries().is_empty());
+    assert_eq!(
+        capsules(&env).last().unwrap().quality,
+        soba::capsule::Quality::Degraded
+    );
 }

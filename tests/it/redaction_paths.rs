@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use soba::config::{Provider, SummarizerConfig};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::proxy::{DaemonTarget, Proxy, ProxyConfig};
+use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 use soba::session::entry::ContentBlock;
 use soba::session::view::ModelMessage;
 use soba::summarize::{ModelSummarizer, Summarizer, SummaryRequest};
@@ -251,7 +251,7 @@ async fn upstream() -> SocketAddr {
 
 /// Leaks of the summarizer requests of a proxied session: an agent's chat request carries the
 /// whole corpus as tool calls and results, and is long enough that the proxy's preflight
-/// compacts it.
+/// compacts it with the configured remote summarizer (`--local-capsules`, `redactInput`).
 async fn proxy_summarizer_calls(corpus: &[Planted]) -> Vec<usize> {
     let server = Loopback::start(|_, _| summarizer_reply()).await;
     let s: Arc<dyn Summarizer> = Arc::new(summarizer(&server));
@@ -271,6 +271,9 @@ async fn proxy_summarizer_calls(corpus: &[Planted]) -> Vec<usize> {
         workspace: ws.display().to_string(),
         context_window: Some(40_000),
         max_output_tokens: Some(2_000),
+        // A summarizer of its own, not the upstream: capsules written by the agent's model
+        // through the proxy get the history unredacted by design (that model was sent it).
+        summarizer: ProxySummarizer::Local,
         daemon: DaemonTarget::InProcess(Daemon::new(
             Paths::under(&base.path().join("soba")),
             DaemonOptions {

@@ -43,7 +43,7 @@ fn checked_in_schemas_match_the_types() {
         }
     }
     // A schema of a method that no longer exists is stale too.
-    for folder in ["protocol", "protocol/handshake"] {
+    for folder in ["protocol", "protocol/handshake", "protocol/client"] {
         for entry in std::fs::read_dir(schemas_dir().join(folder))
             .into_iter()
             .flatten()
@@ -103,15 +103,18 @@ fn capsule() -> CapsuleEntry {
             }],
             blockers: vec!["b".into()],
             next_steps: vec!["n".into()],
+            sources: Default::default(),
         },
         artifacts: Artifacts {
             read_files: vec![FileArtifact {
                 path: "a.rs".into(),
                 entry_ids: vec!["e1".into()],
+                ..Default::default()
             }],
             modified_files: vec![FileArtifact {
                 path: "b.rs".into(),
                 entry_ids: vec![],
+                ..Default::default()
             }],
             verification: vec![Verification {
                 command: "cargo test".into(),

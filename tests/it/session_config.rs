@@ -683,3 +683,59 @@ async fn a_daemon_older_than_the_handshake_refuses_it_with_a_warning_and_still_s
     c.request("soba/session/open", json!({"workspace": e.workspace}))
         .await;
 }
+
+/// Issue 28, item 4, and the spec's "Do not reduce keepRecentTokens so far that the agent
+/// loses the current tool batch or immediate task details": a session of a local model with a
+/// 24k window opens with the default configuration (the default keepRecentTokens is capped to
+/// half the hard limit), compacts at the hard limit, and keeps the current tool batch and
+/// the task after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_window_session_opens_and_compacts_with_the_default_config_keeping_the_current_tool_batch(
+) {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let opened = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": e.workspace, "model": {"name": "local-24k", "contextWindow": 24000}}),
+        )
+        .await;
+    // 24000 − 6000 output (a quarter of the window) − 8192 reserve.
+    assert_eq!(opened["budget"]["hardLimit"], 9808, "{opened}");
+    let id = opened["sessionId"].as_str().unwrap().to_string();
+    let mut entries: Vec<Value> = (0..12)
+        .map(|i| message(if i % 2 == 0 { "user" } else { "assistant" }, &chunk(i)))
+        .collect();
+    entries.extend([
+        json!({"type": "message", "role": "assistant", "content": [
+            {"type": "tool_call", "id": "c-now", "name": "Bash", "input": {"command": "cargo test -p lexer"}}
+        ]}),
+        json!({"type": "tool_result", "callId": "c-now", "content": [{"type": "text", "text": "test lexer::keeps_last_token ... FAILED"}]}),
+        message("user", "Make the lexer keep the last token, then rerun cargo test -p lexer"),
+    ]);
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": id, "entries": entries}),
+    )
+    .await;
+    let r = c.request("soba/preflight", json!({"sessionId": id})).await;
+    assert_eq!(r["compaction"]["outcome"], "completed", "{r}");
+    assert_eq!(r["compaction"]["trigger"], "hard_limit", "{r}");
+    let sent = r["messages"].to_string();
+    for kept in [
+        "cargo test -p lexer",
+        "keeps_last_token ... FAILED",
+        "Make the lexer keep the last token",
+    ] {
+        assert!(
+            sent.contains(kept),
+            "{kept:?} is kept after the capsule: {sent}"
+        );
+    }
+    let budget = c.request("soba/budget", json!({"sessionId": id})).await;
+    assert!(
+        budget["effectiveTokens"].as_u64().unwrap() < 9808,
+        "{budget}"
+    );
+}

@@ -145,6 +145,7 @@ fn request() -> SummaryRequest {
             modified_files: vec![FileArtifact {
                 path: "src/summarize/sse.rs".into(),
                 entry_ids: vec![],
+                ..Default::default()
             }],
             ..Artifacts::default()
         },

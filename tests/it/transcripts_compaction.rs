@@ -20,10 +20,42 @@ use soba::session::log::SessionLog;
 /// headers, and test/build commands in shell calls.
 #[derive(Debug, Default)]
 struct Seen {
-    modified: BTreeSet<String>,
-    read: BTreeSet<String>,
+    /// Oldest first; a file touched again moves to the end.
+    modified: Newest,
+    read: Newest,
     checks: Vec<String>,
 }
+
+#[derive(Debug, Default)]
+struct Newest(Vec<String>);
+
+impl Newest {
+    fn insert(&mut self, p: String) {
+        self.0.retain(|x| x != &p);
+        self.0.push(p);
+    }
+
+    fn extend(&mut self, p: Option<String>) {
+        if let Some(p) = p {
+            self.insert(p);
+        }
+    }
+
+    fn newest(&self, n: usize) -> &[String] {
+        &self.0[self.0.len().saturating_sub(n)..]
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// How many of the newest facts of each kind the capsule must hold: its lists are bounded
+/// (40 modified, 30 read, 15 checks), and a file touched again moves up, so a margin below
+/// the bounds.
+const NEWEST_MODIFIED: usize = 20;
+const NEWEST_READ: usize = 12;
+const NEWEST_CHECKS: usize = 8;
 
 fn observe(seen: &mut Seen, workspace: &str, e: &Entry) {
     let rel = |p: &str| {
@@ -108,13 +140,14 @@ fn compact_at_several_points(path: &Path) {
         keep_recent_tokens: Some(4000),
         ..Overrides::default()
     };
-    let config = Config::resolve(&[], imported.header.model.as_ref(), &overrides).expect("config");
+    let config =
+        Config::resolve(&[], imported.header.model_config().as_ref(), &overrides).expect("config");
     let dir = tempfile::tempdir().unwrap();
     let log_path = dir.path().join("s.jsonl");
     let mut header = imported.header.clone();
     header.model = None;
     let mut log = SessionLog::create(&log_path, header, Durability::Flush).unwrap();
-    config.model.configure_counting(log.session_mut());
+    log.session_mut().configure_counting(&config.model);
     let mapping = ToolMapping::default();
     let barrier = Barrier {
         config: &config,
@@ -175,21 +208,56 @@ fn compact_at_several_points(path: &Path) {
                 .iter()
                 .map(|f| f.path.as_str())
                 .collect();
-            for m in &seen.modified {
+            let renamed_from: BTreeSet<&str> = cap
+                .artifacts
+                .modified_files
+                .iter()
+                .filter_map(|f| f.renamed_from.as_deref())
+                .collect();
+            // A path outside the workspace (a scratch clone, a file in the home folder) is not
+            // the project's work, and is not listed as modified.
+            let outside = |p: &str| p.starts_with('/') || p.starts_with('~');
+            // A list at its bound holds the newest files by any touch (a bulk `mv` of forty
+            // files is newer than an edit before it); below the bound it holds every one.
+            let modified_full =
+                cap.artifacts.modified_files.len() == soba::capsule::artifacts::MAX_MODIFIED_FILES;
+            for m in seen
+                .modified
+                .newest(NEWEST_MODIFIED)
+                .iter()
+                .filter(|m| !outside(m) && !modified_full)
+            {
                 assert!(
-                    modified.contains(m.as_str()),
+                    modified.contains(m.as_str()) || renamed_from.contains(m.as_str()),
                     "{}: modified file {m} missing from the capsule",
                     path.display()
                 );
             }
-            for f in &seen.read {
+            // A file read and then modified is listed once, as modified.
+            let read_full =
+                cap.artifacts.read_files.len() == soba::capsule::artifacts::MAX_READ_FILES;
+            // A file read and modified competes among the modified ones.
+            for f in seen
+                .read
+                .newest(NEWEST_READ)
+                .iter()
+                .filter(|_| !read_full && !modified_full)
+            {
                 assert!(
-                    read.contains(f.as_str()),
+                    read.contains(f.as_str())
+                        || modified.contains(f.as_str())
+                        || renamed_from.contains(f.as_str()),
                     "{}: read file {f} missing from the capsule",
                     path.display()
                 );
             }
-            for c in &seen.checks {
+            let mut newest_checks: Vec<&String> = Vec::new();
+            for c in seen.checks.iter().rev() {
+                if newest_checks.len() < NEWEST_CHECKS && !newest_checks.contains(&c) {
+                    newest_checks.push(c);
+                }
+            }
+            for c in newest_checks {
                 // The capsule keeps the command as the shell runs it: quotes removed.
                 let unquoted = c.replace(['"', '\''], "");
                 assert!(

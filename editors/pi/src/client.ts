@@ -18,6 +18,30 @@ export class SobaError extends Error {
   }
 }
 
+/** Params of the daemon's `soba/summarize` request (schemas/protocol/client/). */
+export interface SummarizeParams {
+  sessionId: string;
+  operationId: string;
+  system: string;
+  user: string;
+  maxOutputTokens: number;
+  model?: string;
+}
+
+/** The answer to `soba/summarize`. */
+export interface SummarizeResult {
+  text: string;
+  hitOutputLimit?: boolean;
+}
+
+/**
+ * Runs the daemon's summarization prompts on the agent's own model. `signal` aborts when the
+ * daemon stops waiting (`$/cancelRequest`: its compaction timed out or was cancelled). A thrown
+ * error's message is sent back (never put a key in it); a numeric `status` on it is the
+ * provider's HTTP status.
+ */
+export type Summarize = (params: SummarizeParams, signal: AbortSignal) => Promise<SummarizeResult>;
+
 export interface ConnectOptions {
   /** The `soba` executable. */
   bin: string;
@@ -26,6 +50,8 @@ export interface ConnectOptions {
   /** Deadline of each request, in milliseconds. */
   timeoutMs: number;
   env?: NodeJS.ProcessEnv;
+  /** Offer the daemon the agent's model for capsules (docs/protocol.md, `soba/summarize`). */
+  summarize?: Summarize;
 }
 
 interface Pending {
@@ -35,23 +61,27 @@ interface Pending {
 
 const STDERR_KEPT = 2000;
 const METHOD_NOT_FOUND = -32601;
+const REQUEST_FAILED = -32803;
 
 export class SobaConnection {
   private closed: string | undefined;
   private stderr = '';
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
+  /** The daemon's requests being answered, by id, to abort on `$/cancelRequest`. */
+  private readonly serving = new Map<string, AbortController>();
 
   private constructor(
     private readonly child: ChildProcess,
     private readonly bin: string,
     private readonly timeoutMs: number,
+    private readonly summarize: Summarize | undefined,
   ) {}
 
   /** Start `soba serve` and initialize the connection, or throw SobaUnavailable saying why. */
   static async connect(o: ConnectOptions): Promise<SobaConnection> {
     const child = spawn(o.bin, ['serve'], { env: o.env ?? process.env, stdio: ['pipe', 'pipe', 'pipe'] });
-    const c = new SobaConnection(child, o.bin, o.timeoutMs);
+    const c = new SobaConnection(child, o.bin, o.timeoutMs, o.summarize);
     const reader = new FrameReader(
       (m) => c.dispatch(m),
       (why) => c.fail(`the SOBA daemon sent ${why}`),
@@ -78,7 +108,8 @@ export class SobaConnection {
     await c.request('initialize', {
       processId: process.pid,
       rootUri: root,
-      capabilities: {},
+      capabilities: o.summarize ? { experimental: { soba: { summarize: {} } } } : {},
+      clientInfo: { name: 'pi' },
       workspaceFolders: [{ uri: root, name: 'pi' }],
     });
     c.send({ jsonrpc: '2.0', method: 'initialized', params: {} });
@@ -96,12 +127,28 @@ export class SobaConnection {
 
   private dispatch(m: unknown): void {
     if (typeof m !== 'object' || m === null) return;
-    const msg = m as { id?: number | string | null; method?: string; result?: unknown; error?: { code: number; message: string } };
+    const msg = m as {
+      id?: number | string | null;
+      method?: string;
+      params?: unknown;
+      result?: unknown;
+      error?: { code: number; message: string };
+    };
     if (typeof msg.method === 'string') {
-      // Notifications are of no use here; requests get a polite refusal.
-      if (msg.id !== undefined && msg.id !== null) {
-        this.send({ jsonrpc: '2.0', id: msg.id, error: { code: METHOD_NOT_FOUND, message: `not handled: ${msg.method}` } });
+      if (msg.id === undefined || msg.id === null) {
+        if (msg.method === '$/cancelRequest') {
+          const id = (msg.params as { id?: unknown } | undefined)?.id;
+          this.serving.get(String(id))?.abort();
+        }
+        // Other notifications are of no use here.
+        return;
       }
+      if (msg.method === 'soba/summarize' && this.summarize) {
+        this.serve(msg.id, msg.params as SummarizeParams, this.summarize);
+        return;
+      }
+      // Requests we do not take get a polite refusal.
+      this.send({ jsonrpc: '2.0', id: msg.id, error: { code: METHOD_NOT_FOUND, message: `not handled: ${msg.method}` } });
       return;
     }
     if (typeof msg.id !== 'number') return;
@@ -112,11 +159,36 @@ export class SobaConnection {
     else p.resolve(msg.result ?? null);
   }
 
+  /** Answer the daemon's `soba/summarize` with the agent's model. */
+  private serve(id: number | string, params: SummarizeParams, summarize: Summarize): void {
+    const key = String(id);
+    const abort = new AbortController();
+    this.serving.set(key, abort);
+    summarize(params, abort.signal).then(
+      (result) => this.send({ jsonrpc: '2.0', id, result }),
+      (e: unknown) => {
+        const err = e as { message?: string; status?: unknown };
+        const status = typeof err?.status === 'number' ? err.status : undefined;
+        this.send({
+          jsonrpc: '2.0',
+          id,
+          error: {
+            code: REQUEST_FAILED,
+            message: err?.message ?? String(e),
+            ...(status !== undefined ? { data: { status } } : {}),
+          },
+        });
+      },
+    ).finally(() => this.serving.delete(key));
+  }
+
   private fail(why: string): void {
     if (this.closed !== undefined) return;
     this.closed = why;
     for (const p of this.pending.values()) p.reject(new SobaUnavailable(why));
     this.pending.clear();
+    for (const a of this.serving.values()) a.abort();
+    this.serving.clear();
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill();
   }
 

@@ -1,14 +1,19 @@
 // pi extension: SOBA does pi's compactions. SOBA's capsule becomes pi's compaction summary and
-// SOBA's cut its firstKeptEntryId. When SOBA cannot answer, pi compacts on its own and says why.
+// SOBA's cut its firstKeptEntryId; unless SOBA's config names a summarizer, pi's own model writes
+// the capsule from SOBA's prompt and facts. When SOBA cannot answer, pi compacts on its own and
+// says why.
 import type { ExtensionAPI, ExtensionContext } from '@mariozechner/pi-coding-agent';
 import { SobaConnection, SobaUnavailable } from './client.js';
 import { compactWithSoba, SobaDeclined, SyncMemory } from './compact.js';
 import type { PiEntry } from './entries.js';
+import { summarizeWithPi, type Compacting } from './summarize.js';
 
 /** Settings, from the environment pi runs in. */
 export interface Settings {
   bin: string;
   timeoutMs: number;
+  /** Offer pi's model to write SOBA's capsules (off with SOBA_PI_LOCAL_CAPSULES=1). */
+  piModel: boolean;
 }
 
 const DEFAULT_TIMEOUT_MS = 60_000;
@@ -18,6 +23,7 @@ export function settingsFrom(env: NodeJS.ProcessEnv): Settings {
   return {
     bin: env.SOBA_BIN || 'soba',
     timeoutMs: Number.isFinite(timeout) && timeout > 0 ? timeout : DEFAULT_TIMEOUT_MS,
+    piModel: !['1', 'true', 'yes'].includes((env.SOBA_PI_LOCAL_CAPSULES ?? '').toLowerCase()),
   };
 }
 
@@ -26,11 +32,18 @@ export default function soba(pi: ExtensionAPI): void {
   let connection: SobaConnection | undefined;
   const sessions = new Set<string>();
   const memory = new SyncMemory();
+  /** The compaction waiting for SOBA: the daemon's summarization prompts run on its model. */
+  let compacting: Compacting | undefined;
 
   async function daemon(cwd: string): Promise<SobaConnection> {
     if (connection?.alive) return connection;
     connection = undefined;
-    const c = await SobaConnection.connect({ bin: settings.bin, workspace: cwd, timeoutMs: settings.timeoutMs });
+    const c = await SobaConnection.connect({
+      bin: settings.bin,
+      workspace: cwd,
+      timeoutMs: settings.timeoutMs,
+      ...(settings.piModel ? { summarize: (params, signal) => summarizeWithPi(compacting, params, signal) } : {}),
+    });
     connection = c;
     return c;
   }
@@ -52,6 +65,7 @@ export default function soba(pi: ExtensionAPI): void {
       if (sessionId) c.fireAndForget('soba/cancel', { sessionId });
     };
     event.signal.addEventListener('abort', cancel, { once: true });
+    compacting = { ctx, signal: event.signal };
     try {
       const model = ctx.model;
       const result = await compactWithSoba(
@@ -82,6 +96,7 @@ export default function soba(pi: ExtensionAPI): void {
       const err = e as { code?: number; message?: string };
       return fallBack(ctx, `the SOBA daemon answered ${err.code ?? 'an error'}: ${err.message ?? String(e)}`);
     } finally {
+      compacting = undefined;
       event.signal.removeEventListener('abort', cancel);
     }
   });

@@ -85,3 +85,67 @@ test('the real daemon: requests answer, errors arrive as SobaError with their co
   assert.equal(c.alive, false);
   await assert.rejects(c.request('soba/sessions', {}), SobaUnavailable);
 });
+
+test("the daemon's soba/summarize runs on the offered model; $/cancelRequest aborts it", async () => {
+  // A daemon that offers two prompts once initialized, cancels the second, and reports what it
+  // got back when asked.
+  const framing = path.resolve('dist/framing.js');
+  const fake = path.join(dir, 'summarizing-daemon.mjs');
+  fs.writeFileSync(
+    fake,
+    `#!/usr/bin/env node
+import { encode, FrameReader } from ${JSON.stringify(framing)};
+const send = (m) => process.stdout.write(encode(m));
+const answers = {};
+let offer;
+let report;
+const flush = () => {
+  if (report !== undefined && answers[7] && answers[8]) send({ jsonrpc: '2.0', id: report, result: { offer, answers } });
+};
+const reader = new FrameReader((m) => {
+  if (m.method === 'initialize') {
+    offer = m.params.capabilities?.experimental?.soba?.summarize ?? null;
+    send({ jsonrpc: '2.0', id: m.id, result: { capabilities: {} } });
+    const p = { sessionId: 's_1', operationId: 'op_1', system: 'sys', maxOutputTokens: 100 };
+    send({ jsonrpc: '2.0', id: 7, method: 'soba/summarize', params: { ...p, user: 'quick' } });
+    send({ jsonrpc: '2.0', id: 8, method: 'soba/summarize', params: { ...p, user: 'slow' } });
+    send({ jsonrpc: '2.0', method: '$/cancelRequest', params: { id: 8 } });
+  } else if (m.method === 'shutdown') {
+    send({ jsonrpc: '2.0', id: m.id, result: null });
+  } else if (m.method === 'exit') {
+    process.exit(0);
+  } else if (m.method === 'test/report') {
+    report = m.id;
+  } else if (m.method === undefined) {
+    answers[m.id] = m;
+  }
+  flush();
+}, () => {});
+process.stdin.on('data', (d) => reader.push(d));
+`,
+    { mode: 0o755 },
+  );
+  const seen = [];
+  const c = await SobaConnection.connect({
+    bin: fake,
+    workspace: dir,
+    timeoutMs: 5000,
+    summarize: (params, signal) => {
+      seen.push(params);
+      if (params.user === 'quick') return Promise.resolve({ text: `summary of ${params.user}`, hitOutputLimit: false });
+      return new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('aborted: the daemon stopped waiting'))));
+    },
+  });
+  const { offer, answers } = await c.request('test/report', {});
+  assert.deepEqual(offer, {}, 'the offer is declared at initialize');
+  assert.deepEqual(answers[7].result, { text: 'summary of quick', hitOutputLimit: false });
+  assert.equal(answers[8].error.message, 'aborted: the daemon stopped waiting');
+  assert.deepEqual(
+    seen.map((p) => [p.sessionId, p.system, p.user, p.maxOutputTokens]),
+    [
+      ['s_1', 'sys', 'quick', 100],
+      ['s_1', 'sys', 'slow', 100],
+    ],
+  );
+  await c.close();
+});

@@ -5,6 +5,24 @@ import http from 'node:http';
 
 export const PI_SUMMARY = '## Goal\npi summarized this itself (fallback).';
 
+/** What the model writes when SOBA asks it for a capsule state (through the pi extension). */
+export const SOBA_STATE = {
+  goal: 'Work through the numbered steps and fix the flaky auth_retry test',
+  constraints: ['Keep answers short'],
+  completed: ['Read notes.txt: the flaky test is auth_retry', 'Rewrote src/invented_module.ts'],
+  active: ['Working through the numbered steps'],
+  pending: [],
+  decisions: [],
+  blockers: [],
+  nextSteps: ['Continue with the next step'],
+};
+
+/** A request SOBA sends to summarize (its system prompt opens so). */
+export function isSobaSummary(body) {
+  const first = (body.messages ?? [])[0];
+  return first?.role === 'system' && text(first.content).startsWith('You write the Context Capsule');
+}
+
 function text(content) {
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) return content.map((b) => b.text ?? '').join('\n');
@@ -20,6 +38,7 @@ function reply(body) {
   const messages = body.messages ?? [];
   const last = messages[messages.length - 1] ?? {};
   const all = messages.map((m) => text(m.content)).join('\n');
+  if (isSobaSummary(body)) return { content: JSON.stringify(SOBA_STATE) };
   if (all.includes('<conversation>')) return { content: PI_SUMMARY };
   if (last.role === 'tool') {
     return { content: `The notes say: ${text(last.content).slice(0, 60)}. ${filler(messages.length, 900)}` };
@@ -33,12 +52,16 @@ function reply(body) {
 
 export async function startFakeModel() {
   const requests = [];
-  /** Usage reported for each request, in order: what pi measures its context by. */
+  /** The headers of each request, in order. */
+  const headers = [];
+  /** Usage reported for each of pi's requests, in order: what pi measures its context by. */
   const usage = [];
-  /** What the model answered to each request, in order ({ content } or { toolCall }). */
+  /** What the model answered to each of pi's requests, in order ({ content } or { toolCall }). */
   const replies = [];
   /** Answers given before the normal ones: { status, body } (an upstream error). */
   const script = [];
+  /** Answers to SOBA's summarization requests given before the normal one: { status, body }. */
+  const summaryScript = [];
   const server = http.createServer((req, res) => {
     let raw = '';
     req.setEncoding('utf8');
@@ -50,13 +73,16 @@ export async function startFakeModel() {
       }
       const body = JSON.parse(raw);
       requests.push(body);
-      const scripted = script.shift();
+      headers.push(req.headers);
+      const scripted = isSobaSummary(body) ? summaryScript.shift() : script.shift();
       if (scripted) {
         res.writeHead(scripted.status, { 'content-type': 'application/json' }).end(scripted.body);
         return;
       }
       const r = reply(body);
-      replies.push(r);
+      // pi's context is measured by its own requests; SOBA's summarization is not part of it.
+      const agent = !isSobaSummary(body);
+      if (agent) replies.push(r);
       const promptTokens = Math.ceil(raw.length / 4);
       const id = `chatcmpl-${requests.length}`;
       const chunk = (delta, finish, usage) =>
@@ -77,7 +103,7 @@ export async function startFakeModel() {
         res.write(chunk({}, 'stop'));
       }
       const completion = Math.ceil((r.content ?? r.toolCall.arguments).length / 4);
-      usage.push(promptTokens + completion);
+      if (agent) usage.push(promptTokens + completion);
       res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: 0, model: body.model, choices: [], usage: { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion } })}\n\n`);
       res.end('data: [DONE]\n\n');
     });
@@ -87,9 +113,11 @@ export async function startFakeModel() {
   return {
     baseUrl: `http://127.0.0.1:${port}/v1`,
     requests,
+    headers,
     usage,
     replies,
     script,
+    summaryScript,
     close: () => new Promise((resolve) => server.close(resolve)),
   };
 }

@@ -7,7 +7,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startFakeModel, filler, messageText, PI_SUMMARY } from './fake-model.mjs';
+import { startFakeModel, filler, messageText, isSobaSummary, PI_SUMMARY, SOBA_STATE } from './fake-model.mjs';
 import { makeHome, Pi, readJsonl, MODEL, PI_RESERVE_TOKENS } from './pi-harness.mjs';
 
 const SOBA_BIN = process.env.SOBA_BIN;
@@ -73,14 +73,20 @@ function sessionFile(state) {
   return state.sessionFile;
 }
 
+/** Indexes of SOBA's summarization requests to the model from `from` on. */
+function sobaSummaries(from = 0) {
+  return model.requests.map((r, i) => (i >= from && isSobaSummary(r) ? i : -1)).filter((i) => i >= 0);
+}
+
 function notices(pi) {
   return pi.events.filter((e) => e.type === 'extension_ui_request' && e.method === 'notify');
 }
 
-test("pi's compactions (automatic and /compact) are SOBA's: capsule as summary, SOBA's cut, the next request starts with it, across a restart", async () => {
+test("pi's compactions (automatic and /compact) are SOBA's, written by pi's model: capsule as summary, SOBA's cut, the next request starts with it, across a restart", async () => {
   const h = home();
   let pi = new Pi(h);
   try {
+    const summariesBefore = model.requests.length;
     const end = await talkUntilCompaction(pi);
     assert.equal(end.aborted, false, JSON.stringify(end));
     assert.ok(end.result, `compaction_end has a result: ${JSON.stringify(end)}\n${pi.stderr}`);
@@ -93,6 +99,22 @@ test("pi's compactions (automatic and /compact) are SOBA's: capsule as summary, 
     const { sessionId, checkpointId } = compaction.details.soba;
     assert.match(checkpointId, /^ck_/);
     assert.equal(compaction.summary, end.result.summary);
+
+    // pi's model wrote the capsule, from SOBA's prompt and facts, with pi's key; SOBA checked it.
+    const asked = sobaSummaries(summariesBefore);
+    assert.ok(asked.length > 0, "SOBA's prompt went to pi's model");
+    for (const i of asked) {
+      assert.equal(model.headers[i].authorization, 'Bearer test-key');
+      assert.equal(model.requests[i].model, MODEL.id);
+      const user = messageText(model.requests[i].messages[1].content);
+      assert.match(user, /## Recorded facts \(ground truth from the log/);
+      assert.match(user, /Read files: notes\.txt/);
+    }
+    assert.ok(!model.requests.slice(summariesBefore).some((r) => messageText(r.messages.at(-1)?.content).includes('<conversation>')), 'pi wrote no summary of its own');
+    assert.equal(compaction.details.soba.quality, 'model');
+    assert.ok(compaction.summary.includes(SOBA_STATE.goal), compaction.summary);
+    assert.ok(compaction.summary.includes('Read notes.txt: the flaky test is auth_retry'));
+    assert.ok(!compaction.summary.includes('src/invented_module.ts'), 'an invented file is dropped');
 
     // The cut: a pi entry before the compaction that pi can start from (not a tool result).
     const kept = entries.find((e) => e.id === compaction.firstKeptEntryId);
@@ -136,7 +158,11 @@ test("pi's compactions (automatic and /compact) are SOBA's: capsule as summary, 
     const manual = await pi.command({ type: 'compact', customInstructions: 'keep the flaky test name' });
     assert.equal(manual.details.soba.sessionId, sessionId);
     assert.match(manual.summary, /^# Context Capsule ck_/);
-    assert.equal(model.requests.length, requestsBefore, 'pi asked no model for a summary');
+    assert.equal(manual.details.soba.quality, 'model');
+    const manualAsks = sobaSummaries(requestsBefore);
+    assert.equal(manualAsks.length, model.requests.length - requestsBefore, "the only model requests were SOBA's prompts");
+    assert.ok(manualAsks.length > 0);
+    assert.match(messageText(model.requests[manualAsks[0]].messages[1].content), /keep the flaky test name/);
     const last = readJsonl(file).findLast((e) => e.type === 'compaction');
     assert.equal(last.details.soba.checkpointId, manual.details.soba.checkpointId);
     await pi.quit();
@@ -161,6 +187,45 @@ test("pi's compactions (automatic and /compact) are SOBA's: capsule as summary, 
     assert.equal(capsule.entryId, undefined);
     assert.equal(messageText(capsule.content), last.summary);
     assert.equal(context.messages[1].entryId, last.firstKeptEntryId, "SOBA's first kept entry is pi's");
+  } finally {
+    if (pi.child.exitCode === null) pi.child.kill();
+  }
+});
+
+test("when pi's model fails to summarize, SOBA's local capsule stands in (degraded) and pi keeps SOBA's compaction", async () => {
+  const h = home();
+  const pi = new Pi(h);
+  try {
+    model.summaryScript.push({ status: 500, body: JSON.stringify({ error: { message: 'the model is overloaded', type: 'server_error' } }) });
+    const end = await talkUntilCompaction(pi, { seed: 400 });
+    assert.ok(end.result, JSON.stringify(end));
+    const state = await pi.command({ type: 'get_state' });
+    const compaction = readJsonl(sessionFile(state)).findLast((e) => e.type === 'compaction');
+    assert.equal(compaction.fromHook, true);
+    assert.equal(compaction.details.soba.quality, 'degraded');
+    assert.match(compaction.summary, /^# Context Capsule ck_/);
+    assert.ok(!compaction.summary.includes(SOBA_STATE.goal));
+    assert.equal(model.summaryScript.length, 0, "SOBA asked pi's model first");
+    assert.ok(notices(pi).some((n) => n.notifyType === 'info' && n.message.includes('degraded')), JSON.stringify(notices(pi)));
+    await pi.quit();
+  } finally {
+    if (pi.child.exitCode === null) pi.child.kill();
+  }
+});
+
+test("SOBA_PI_LOCAL_CAPSULES=1 keeps pi's model out: SOBA builds its capsule locally", async () => {
+  const h = home({ env: { SOBA_PI_LOCAL_CAPSULES: '1' } });
+  const pi = new Pi(h);
+  try {
+    const from = model.requests.length;
+    const end = await talkUntilCompaction(pi, { seed: 500 });
+    assert.ok(end.result, JSON.stringify(end));
+    assert.deepEqual(sobaSummaries(from), [], "no SOBA prompt reached pi's model");
+    const state = await pi.command({ type: 'get_state' });
+    const compaction = readJsonl(sessionFile(state)).findLast((e) => e.type === 'compaction');
+    assert.equal(compaction.fromHook, true);
+    assert.equal(compaction.details.soba.quality, 'degraded');
+    await pi.quit();
   } finally {
     if (pi.child.exitCode === null) pi.child.kill();
   }

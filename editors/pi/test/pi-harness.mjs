@@ -15,7 +15,7 @@ export const MODEL = { id: 'fake-coder', contextWindow: 16000, maxTokens: 1000 }
 /** pi compacts when its context passes contextWindow - reserveTokens. */
 export const PI_RESERVE_TOKENS = 4000;
 
-export function makeHome({ baseUrl, sobaBin, timeoutMs }) {
+export function makeHome({ baseUrl, sobaBin, timeoutMs, env: extraEnv = {} }) {
   const root = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'soba-pi-')));
   const agentDir = path.join(root, 'agent');
   const workspace = path.join(root, 'work');
@@ -62,6 +62,7 @@ export function makeHome({ baseUrl, sobaBin, timeoutMs }) {
     SOBA_CONFIG: path.join(root, 'no-user-config.json'),
     SOBA_DAEMON_IDLE_SECS: '5',
     ...(timeoutMs ? { SOBA_PI_TIMEOUT_MS: String(timeoutMs) } : {}),
+    ...extraEnv,
   };
   execFileSync(process.execPath, [PI_CLI, 'install', PACKAGE], { env, cwd: workspace, stdio: 'pipe' });
   return { root, agentDir, workspace, env, remove: () => fs.rmSync(root, { recursive: true, force: true }) };

@@ -1,7 +1,8 @@
 // Real pi (the pinned npm release, without the SOBA extension and with its own compaction off)
 // pointed at `soba proxy --standalone`, whose upstream is the loopback fake model: SOBA's proxy
-// alone keeps pi's requests under the hard limit, compacts, passes the streams through
-// unchanged, and hands an upstream error to pi as the same error.
+// alone keeps pi's requests under the hard limit, compacts (the capsule written by the same
+// model, through the same upstream, with pi's key), passes the streams through unchanged, and
+// hands an upstream error to pi as the same error.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -9,7 +10,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { startFakeModel, filler } from './fake-model.mjs';
+import { startFakeModel, filler, isSobaSummary, messageText, SOBA_STATE } from './fake-model.mjs';
 import { Pi, readJsonl, MODEL } from './pi-harness.mjs';
 
 const SOBA_BIN = process.env.SOBA_BIN;
@@ -55,7 +56,6 @@ async function setUp() {
     path.join(workspace, '.soba', 'config.json'),
     JSON.stringify({
       compaction: { keepRecentTokens: 2000, safetyReserveTokens: SAFETY_RESERVE, minTokensForAutoCompact: 3000 },
-      summarizer: { provider: 'local' },
     }),
   );
   const port = await freePort();
@@ -118,7 +118,7 @@ function assistantText(message) {
   return message.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
 }
 
-test('pi through soba proxy: requests stay under the hard limit, the upstream sees the capsule, streams reach pi unchanged, an upstream error reaches pi as the same error', async () => {
+test("pi through soba proxy: requests stay under the hard limit, the upstream's model writes the capsule with pi's key, streams reach pi unchanged, an upstream error reaches pi as the same error", async () => {
   const home = await setUp();
   const pi = new Pi(home);
   try {
@@ -129,19 +129,30 @@ test('pi through soba proxy: requests stay under the hard limit, the upstream se
       await pi.waitFor((e) => e.type === 'agent_end', { from, what: 'agent_end' });
     }
 
+    // pi's requests and SOBA's summarization requests, which went to the same upstream with
+    // pi's key and model.
+    const chats = model.requests.filter((r) => !isSobaSummary(r));
+    const summaries = model.requests.map((r, i) => [r, model.headers[i]]).filter(([r]) => isSobaSummary(r));
+    assert.ok(summaries.length > 0, 'the proxy summarized through the upstream');
+    for (const [body, headers] of summaries) {
+      assert.equal(headers.authorization, 'Bearer test-key');
+      assert.equal(body.model, MODEL.id);
+    }
     // Never over the hard limit (about four characters of JSON per token, an overestimate).
-    for (const [i, body] of model.requests.entries()) {
+    for (const [i, body] of chats.entries()) {
       const estimate = Math.ceil(JSON.stringify(body.messages).length / 4);
       assert.ok(estimate <= HARD_LIMIT, `upstream request ${i} is ~${estimate} tokens, over the hard limit ${HARD_LIMIT}`);
     }
     // pi sent everything it had; the upstream saw SOBA's capsule instead of the old turns.
-    const last = model.requests.at(-1).messages;
+    const last = chats.at(-1).messages;
     assert.equal(last[0].role, 'system', 'the system prompt goes as sent');
     assert.match(JSON.stringify(last[1].content), /Context Capsule/, 'the upstream saw the capsule');
+    assert.ok(messageText(last[1].content).includes(SOBA_STATE.goal), "the capsule is the model's");
+    assert.match(proxyLog, /compaction completed \([a-z_]+, model\)/, 'the proxy says who wrote it');
     assert.ok(!model.requests.some((r) => JSON.stringify(r.messages).includes('"pi summarized')), 'pi never compacted itself');
     // The real read tool ran in the workspace, and its output went upstream.
     assert.ok(
-      model.requests.some((r) => r.messages.some((m) => m.role === 'tool' && JSON.stringify(m.content).includes('auth_retry'))),
+      chats.some((r) => r.messages.some((m) => m.role === 'tool' && JSON.stringify(m.content).includes('auth_retry'))),
       "pi's read tool result went upstream",
     );
 

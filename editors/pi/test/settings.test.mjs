@@ -3,9 +3,13 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { settingsFrom } from '../dist/index.js';
 
-test('soba from PATH and a 60 s deadline unless the environment says otherwise', () => {
-  assert.deepEqual(settingsFrom({}), { bin: 'soba', timeoutMs: 60000 });
-  assert.deepEqual(settingsFrom({ SOBA_BIN: '/opt/soba', SOBA_PI_TIMEOUT_MS: '2500' }), { bin: '/opt/soba', timeoutMs: 2500 });
+test("soba from PATH, a 60 s deadline and pi's model for capsules unless the environment says otherwise", () => {
+  assert.deepEqual(settingsFrom({}), { bin: 'soba', timeoutMs: 60000, piModel: true });
+  assert.deepEqual(settingsFrom({ SOBA_BIN: '/opt/soba', SOBA_PI_TIMEOUT_MS: '2500', SOBA_PI_LOCAL_CAPSULES: '1' }), {
+    bin: '/opt/soba',
+    timeoutMs: 2500,
+    piModel: false,
+  });
 });
 
 test('a deadline that is not a positive number is ignored', () => {

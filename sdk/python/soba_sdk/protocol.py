@@ -804,7 +804,8 @@ class SummarizerConfig(TypedDict):
 
 
 class SummarizerStatus(TypedDict):
-    # `local`, or the model and server (never the key).
+    # `local`; the configured model and server (never the key); or the agent's own model and
+    # the client it is reached through (`the agent's model (gpt-4o) through soba proxy`).
     uses: str
     # The model path's circuit breaker; absent for the local builder.
     breaker: NotRequired[Optional[BreakerState]]

@@ -7,7 +7,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const schemaDir = path.resolve(here, '../../../schemas/protocol');
+// In the SOBA repository the schemas are at its root; in a packed copy of this package
+// (`npm pack`), scripts/copy-schemas.mjs put them in the package's own schemas/protocol/.
+const repoSchemas = path.resolve(here, '../../../schemas/protocol');
+const schemaDir = fs.existsSync(repoSchemas) ? repoSchemas : path.resolve(here, '../schemas/protocol');
+if (!fs.existsSync(schemaDir)) {
+  console.error(`no protocol schemas at ${repoSchemas} or ${schemaDir}: run \`node scripts/copy-schemas.mjs\` in the SOBA repository's sdk/ts`);
+  process.exit(1);
+}
 const outFile = path.resolve(here, '../src/protocol.ts');
 
 const pascal = (s) =>

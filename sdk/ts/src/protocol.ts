@@ -464,7 +464,10 @@ export type SummarizerConfig = {
 };
 
 export type SummarizerStatus = {
-  /** `local`, or the model and server (never the key). */
+  /**
+   * `local`; the configured model and server (never the key); or the agent's own model and
+   * the client it is reached through (`the agent's model (gpt-4o) through soba proxy`).
+   */
   uses: string;
   /** The model path's circuit breaker; absent for the local builder. */
   breaker?: BreakerState | null;

@@ -1,5 +1,6 @@
 //! A minimal LSP-base-protocol client for tests: `Content-Length` framing, request/response
-//! matching by id, notifications collected in order, server requests answered with `null`.
+//! matching by id, notifications collected in order, server requests answered with `null` or
+//! the answer a test set for their method.
 
 #![allow(dead_code)]
 
@@ -21,6 +22,10 @@ pub struct LspClient {
     pub seen: Arc<std::sync::Mutex<Vec<Value>>>,
     /// Requests the server sent us (method names), e.g. `window/workDoneProgress/create`.
     pub server_requests: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The whole requests the server sent us, in order.
+    pub server_request_log: Arc<std::sync::Mutex<Vec<Value>>>,
+    /// The answer (`{"result": …}` or `{"error": …}`) to give to a server request, by method.
+    pub answers: Arc<std::sync::Mutex<HashMap<String, Value>>>,
     next_id: std::sync::atomic::AtomicI64,
 }
 
@@ -64,6 +69,8 @@ impl LspClient {
         let pending: Arc<std::sync::Mutex<HashMap<i64, oneshot::Sender<Value>>>> =
             Default::default();
         let server_requests: Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let server_request_log: Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
+        let answers: Arc<std::sync::Mutex<HashMap<String, Value>>> = Default::default();
         let (tx, notifications) = mpsc::unbounded_channel();
         let seen: Arc<std::sync::Mutex<Vec<Value>>> = Default::default();
         let seen_by_reader = seen.clone();
@@ -73,6 +80,7 @@ impl LspClient {
             Arc::downgrade(&writer),
             server_requests.clone(),
         );
+        let (log, canned) = (server_request_log.clone(), answers.clone());
         tokio::spawn(async move {
             let mut r = BufReader::new(reader);
             while let Some(msg) = read_frame(&mut r).await {
@@ -84,15 +92,19 @@ impl LspClient {
                         }
                     }
                 } else if msg.get("id").is_some() {
-                    sr.lock()
+                    let method = msg["method"].as_str().unwrap_or("").to_string();
+                    sr.lock().unwrap().push(method.clone());
+                    log.lock().unwrap().push(msg.clone());
+                    let mut answer = canned
+                        .lock()
                         .unwrap()
-                        .push(msg["method"].as_str().unwrap_or("").to_string());
+                        .get(&method)
+                        .cloned()
+                        .unwrap_or_else(|| json!({"result": null}));
+                    answer["jsonrpc"] = json!("2.0");
+                    answer["id"] = msg["id"].clone();
                     if let Some(w) = w.upgrade() {
-                        write_frame(
-                            &w,
-                            &json!({"jsonrpc": "2.0", "id": msg["id"], "result": null}),
-                        )
-                        .await;
+                        write_frame(&w, &answer).await;
                     }
                 } else {
                     seen_by_reader.lock().unwrap().push(msg.clone());
@@ -106,6 +118,8 @@ impl LspClient {
             notifications: Mutex::new(notifications),
             seen,
             server_requests,
+            server_request_log,
+            answers,
             next_id: 1.into(),
         }
     }

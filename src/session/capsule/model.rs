@@ -1,5 +1,7 @@
 //! The Context Capsule: narrative state (goal, decisions, …) plus artifacts that are facts.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +59,10 @@ pub struct CapsuleState {
     pub blockers: Vec<String>,
     #[serde(default)]
     pub next_steps: Vec<String>,
+    /// The entries each item above came from, by the item's text (the goal's too): where a
+    /// reader of the capsule can check it in the log.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -89,6 +95,12 @@ pub struct FileArtifact {
     /// Entries this fact came from.
     #[serde(default)]
     pub entry_ids: Vec<String>,
+    /// A modified file that was deleted last (and not written again since).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// A modified file that got its name by a rename (`mv`, `git mv`, a patch's move).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renamed_from: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]

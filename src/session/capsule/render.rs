@@ -5,8 +5,11 @@
 
 use std::fmt::Write;
 
-use super::decisions::DECISIONS_NEED_A_MODEL;
 use super::model::{CapsuleEntry, Quality};
+
+/// Shown where the local builder found no explicit decision: an empty section would read as
+/// "no decisions were made".
+pub const DECISIONS_NEED_A_MODEL: &str = "None stated explicitly in the conversation. This capsule was built without a summarization model; finding implicit decisions and their reasons needs one (see docs/compaction.md).";
 
 fn list(out: &mut String, title: &str, items: &[String]) {
     if items.is_empty() {
@@ -23,8 +26,25 @@ fn one_line(s: &str) -> String {
     s.trim().replace("\r\n", "\n").replace('\n', " ⏎ ")
 }
 
-/// The capsule as the model reads it.
+/// What the model reads after the capsule. The capsule's opening says it, so that the model
+/// knows how the capsule and what follows fit together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Followed {
+    /// SOBA compacted: the messages after the capsule are the retained tail, verbatim.
+    ByRetainedTail,
+    /// The agent compacted on its own and SOBA adds its capsule of the same history (the
+    /// Claude Code hook): the agent's summary and the messages after its compaction are there,
+    /// not SOBA's retained tail.
+    ByAgentSummary { agent: &'static str },
+}
+
+/// The capsule as the model reads it after SOBA's own compaction.
 pub fn render_for_model(c: &CapsuleEntry) -> String {
+    render_followed_by(c, Followed::ByRetainedTail)
+}
+
+/// The capsule as the model reads it, opening with what `next` says follows it.
+pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -33,10 +53,23 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
         c.trigger.as_str(),
         c.quality.as_str()
     );
-    out.push_str(
-        "Earlier conversation was compacted into this capsule. Continue from it; the messages \
-         after it are the most recent history, verbatim.\n",
-    );
+    match next {
+        Followed::ByRetainedTail => out.push_str(
+            "Earlier conversation was compacted into this capsule. Continue from it; the messages \
+             after it are the most recent history, verbatim.\n",
+        ),
+        Followed::ByAgentSummary { agent } => {
+            let _ = writeln!(
+                out,
+                "{agent} compacted this conversation into its own summary. This capsule is \
+                 SOBA's record of the conversation up to that compaction, built from the full \
+                 transcript: what the summary may have dropped (files read and modified, \
+                 verification, blockers, the user's requests). Where the two differ about that \
+                 history, trust this capsule; {agent}'s summary and the messages after the \
+                 compaction are the more recent context."
+            );
+        }
+    }
     if let Some(t) = &c.title {
         let _ = writeln!(out, "Title: {}", one_line(t));
     }
@@ -77,11 +110,17 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
     let paths =
         |v: &[super::model::FileArtifact]| v.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
     list(&mut out, "Files read", &paths(&c.artifacts.read_files));
-    list(
-        &mut out,
-        "Files modified",
-        &paths(&c.artifacts.modified_files),
-    );
+    let changes: Vec<String> = c
+        .artifacts
+        .modified_files
+        .iter()
+        .map(|f| match (&f.renamed_from, f.deleted) {
+            (_, true) => format!("{} (deleted)", f.path),
+            (Some(from), false) => format!("{} (renamed from {from})", f.path),
+            (None, false) => f.path.clone(),
+        })
+        .collect();
+    list(&mut out, "Files modified", &changes);
     if !c.artifacts.verification.is_empty() {
         out.push_str("\n## Verification\n");
         for v in &c.artifacts.verification {
@@ -95,7 +134,7 @@ pub fn render_for_model(c: &CapsuleEntry) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::capsule::model::*;
+    use crate::session::capsule::model::*;
     use crate::session::entry::Trigger;
 
     pub(crate) fn full_capsule() -> CapsuleEntry {
@@ -135,15 +174,18 @@ pub(crate) mod tests {
                 ],
                 blockers: vec!["`cargo test -p auth` fails: assertion failed: expired".into()],
                 next_steps: vec!["Make `cargo test -p auth` pass".into()],
+                sources: Default::default(),
             },
             artifacts: Artifacts {
                 read_files: vec![FileArtifact {
                     path: "src/auth/session.rs".into(),
                     entry_ids: vec!["e3".into()],
+                    ..Default::default()
                 }],
                 modified_files: vec![FileArtifact {
                     path: "src/auth/clock.rs".into(),
                     entry_ids: vec!["e9".into()],
+                    ..Default::default()
                 }],
                 verification: vec![Verification {
                     command: "cargo test -p auth".into(),
@@ -195,6 +237,21 @@ pub(crate) mod tests {
             assert!(text.contains(section), "{section} missing");
         }
         assert!(text.contains("inject a Clock trait — because tests need a fixed time"));
+        let mut c = full_capsule();
+        c.artifacts.modified_files = vec![
+            FileArtifact {
+                path: "out.html".into(),
+                deleted: true,
+                ..Default::default()
+            },
+            FileArtifact {
+                path: "src/b.rs".into(),
+                renamed_from: Some("src/a.rs".into()),
+                ..Default::default()
+            },
+        ];
+        let text = render_for_model(&c);
+        assert!(text.contains("- out.html (deleted)\n- src/b.rs (renamed from src/a.rs)\n"));
     }
 
     #[test]
@@ -216,5 +273,36 @@ pub(crate) mod tests {
         );
         c.quality = Quality::Model;
         assert!(!render_for_model(&c).contains("## Decisions"));
+    }
+
+    /// After the agent's own compaction, no retained tail follows the capsule: its opening says
+    /// what does, and the rest is the same capsule.
+    #[test]
+    fn after_an_agents_summary_the_opening_says_so_and_the_rest_is_unchanged() {
+        let c = full_capsule();
+        let ours = render_followed_by(&c, Followed::ByRetainedTail);
+        assert_eq!(ours, render_for_model(&c));
+        let theirs = render_followed_by(
+            &c,
+            Followed::ByAgentSummary {
+                agent: "Claude Code",
+            },
+        );
+        let opening = theirs.lines().nth(1).unwrap();
+        assert!(
+            opening.starts_with("Claude Code compacted this conversation into its own summary."),
+            "{opening}"
+        );
+        assert!(
+            opening.contains("built from the full transcript"),
+            "{opening}"
+        );
+        assert!(!theirs.contains("verbatim"), "{theirs}");
+        let without_opening = |t: &str| {
+            let mut lines: Vec<&str> = t.lines().collect();
+            lines.remove(1);
+            lines.join("\n")
+        };
+        assert_eq!(without_opening(&theirs), without_opening(&ours));
     }
 }
