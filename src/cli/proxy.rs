@@ -43,14 +43,6 @@ pub struct ProxyArgs {
     /// them).
     #[arg(long)]
     pub standalone: bool,
-    /// Summarize with this model of the upstream instead of the conversation's own model (a
-    /// cheaper one), with the same credentials.
-    #[arg(long, value_name = "NAME", conflicts_with = "local_capsules")]
-    pub summarizer_model: Option<String>,
-    /// Never summarize through the upstream: capsules come from the configured summarizer, or
-    /// are built locally from the log.
-    #[arg(long)]
-    pub local_capsules: bool,
     /// Connections served at once; more are answered 503 (default: 256, or fewer when the
     /// file-descriptor limit is lower).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -66,6 +58,14 @@ pub struct ProxyArgs {
     /// Largest request body taken (e.g. 32MiB, 512KiB); larger ones are answered 413.
     #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = service::parse_size)]
     pub max_body: u64,
+    /// Summarize with this model of the upstream instead of the conversation's own model (a
+    /// cheaper one), with the same credentials.
+    #[arg(long, value_name = "NAME", conflicts_with = "local_capsules")]
+    pub summarizer_model: Option<String>,
+    /// Never summarize through the upstream: capsules come from the configured summarizer, or
+    /// are built locally from the log.
+    #[arg(long)]
+    pub local_capsules: bool,
 }
 
 fn upstream(args: &ProxyArgs) -> anyhow::Result<reqwest::Url> {

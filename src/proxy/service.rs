@@ -62,6 +62,8 @@ const RESERVED_FDS: u64 = 32;
 const MAX_SHEDDING: usize = 32;
 /// How long a refused connection is given to read its `503`.
 const SHED_LINGER: Duration = Duration::from_secs(1);
+/// How long a closing connection's unread input is drained (see [`linger`]).
+const LINGER: Duration = Duration::from_secs(2);
 
 /// A value that is never printed.
 #[derive(Clone, PartialEq, Eq)]
@@ -420,11 +422,34 @@ async fn serve_connection(
         let opts = opts.clone();
         async move { Ok::<_, Infallible>(admit_and_handle(proxy, req, &opts).await) }
     });
-    let _ = hyper::server::conn::http1::Builder::new()
+    let served = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(options.header_timeout)
         .serve_connection(io, service)
+        .without_shutdown()
         .await;
+    if let Ok(parts) = served {
+        linger(parts.io.into_inner().inner).await;
+    }
+}
+
+/// Close a connection whose last answer is written: end the sending side, then read and drop
+/// what the client still sends for a moment. A client still writing a body the proxy refused
+/// (`413`) would otherwise meet a reset and lose the answer.
+async fn linger(mut stream: TcpStream) {
+    use tokio::io::AsyncReadExt;
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut sink = vec![0u8; 64 << 10];
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// A request refused before the proxy handled it.

@@ -34,6 +34,7 @@ mod proxy;
 mod proxy_service;
 mod redaction;
 mod redaction_corpus;
+mod redaction_paths;
 mod replay;
 mod report_render;
 mod rewind;

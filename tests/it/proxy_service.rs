@@ -14,7 +14,7 @@ use serde_json::Value;
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::proxy::service::{Access, Secret, ServiceOptions, TOKEN_HEADER};
-use soba::proxy::{DaemonTarget, Proxy, ProxyConfig};
+use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -109,8 +109,7 @@ async fn start(options: ServiceOptions, upstream_url: impl FnOnce(SocketAddr) ->
         workspace: ws.display().to_string(),
         context_window: Some(20_000),
         max_output_tokens: Some(2_000),
-        // These tests are about connections; capsules stay local.
-        summarizer: soba::proxy::ProxySummarizer::Local,
+        summarizer: ProxySummarizer::Local,
         daemon: DaemonTarget::InProcess(Daemon::new(
             Paths::under(&base.path().join("soba")),
             DaemonOptions {

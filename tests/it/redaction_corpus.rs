@@ -169,6 +169,488 @@ fn contexts() -> Vec<fn(&str, &str) -> String> {
     ]
 }
 
+/// Where an attack-corpus text appears in a session: in what a tool showed (a file read, a
+/// command's output), or in the command an agent ran (a tool call's argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    Output,
+    Command,
+}
+
+/// One planted secret of the attack corpus.
+#[derive(Debug, Clone)]
+pub struct Planted {
+    pub form: &'static str,
+    pub secret: String,
+    pub text: String,
+    pub shown: Shown,
+}
+
+/// A text built around a secret.
+type Form = fn(&str) -> String;
+
+/// Claude Code's Read output: every line prefixed with its number and an arrow.
+fn read_output(first_line: usize, lines: &[String]) -> String {
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("{:>6}\u{2192}{l}", first_line + i))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The attack corpus: 130 secrets in the shapes agents show them, each shape the attack round
+/// found leaking (line-numbered Read output, values followed by comments, subscripted config
+/// keys, credential flags of common CLIs, netrc / pgpass / cookie / Authorization lines, a bare
+/// AWS secret key, a positional Twilio token) and the vendor prefixes that were missing (Slack
+/// `xapp-`, Vault `hvs.`, Sentry DSNs, Databricks `dapi`, and more from gitleaks' rules).
+pub fn attack_secrets() -> Vec<Planted> {
+    use Shown::{Command, Output};
+    let mut v: Vec<Planted> = Vec::new();
+    let mut seed = 90_000u64;
+    let mut next = || {
+        seed += 11;
+        seed
+    };
+    let mut add = |form: &'static str, secret: String, text: String, shown: Shown| {
+        v.push(Planted {
+            form,
+            secret,
+            text,
+            shown,
+        });
+    };
+    // Line-numbered file views: Claude Code's `N→`, `grep -n`'s `file:N:`, `cat -n`'s tab,
+    // `bat`'s `N │`, and indentation before the assignment.
+    for k in 0..4 {
+        let p = password(next());
+        add(
+            "read-arrow-env",
+            p.clone(),
+            read_output(
+                10 + k,
+                &[
+                    "# database".into(),
+                    format!("DB_PASSWORD={p}"),
+                    "DB_HOST=db.internal".into(),
+                ],
+            ),
+            Output,
+        );
+    }
+    for k in 0..3 {
+        let p = password(next());
+        add(
+            "read-arrow-yaml",
+            p.clone(),
+            read_output(
+                3 + k,
+                &[
+                    "database:".into(),
+                    "  user: app".into(),
+                    format!("  password: {p}"),
+                ],
+            ),
+            Output,
+        );
+    }
+    for k in 0..3 {
+        let key = rnd(next(), 32, ALNUM);
+        add(
+            "read-arrow-json",
+            key.clone(),
+            read_output(
+                40 + k,
+                &[
+                    "{".into(),
+                    format!("    \"api_key\": \"{key}\","),
+                    "}".into(),
+                ],
+            ),
+            Output,
+        );
+    }
+    for k in 0..2 {
+        let key = rnd(next(), 50, PASSWORDISH);
+        add(
+            "read-arrow-django",
+            key.clone(),
+            read_output(88 + k, &[format!("SECRET_KEY = '{key}'")]),
+            Output,
+        );
+    }
+    for k in 0..3 {
+        let t = rnd(next(), 40, ALNUM);
+        let text = match k {
+            0 => format!("config/.env:4:API_TOKEN={t}"),
+            1 => format!("settings.py:23:SECRET_KEY = \"{t}\""),
+            _ => format!("deploy/values.yaml:12:  auth_token: {t}"),
+        };
+        add("grep-n", t, text, Output);
+    }
+    for k in 0..3 {
+        let p = password(next());
+        let text = match k {
+            0 => format!("     9\tDB_PASS={p}\n    10\tDB_PORT=5432"),
+            1 => format!("  12 │ REDIS_PASSWORD={p}"),
+            _ => format!("  7 | SMTP_PASSWORD={p}"),
+        };
+        add("line-numbered", p, text, Output);
+    }
+    for _ in 0..2 {
+        let p = password(next());
+        add(
+            "indented-assignment",
+            p.clone(),
+            format!("def connect():\n        DB_PASSWORD={p}\n        return db(DB_PASSWORD)"),
+            Output,
+        );
+    }
+    // YAML / TOML / INI / .env values followed by a comment.
+    for k in 0..8 {
+        let p = password(next());
+        let t = rnd(next(), 36, ALNUM);
+        let (secret, text) = match k {
+            0 => (p.clone(), format!("  password: {p}  # prod db")),
+            1 => (p.clone(), format!("db_password = {p} ; staging")),
+            2 => (t.clone(), format!("api_key = \"{t}\" # rotated 2024")),
+            3 => (t.clone(), format!("SECRET_TOKEN={t} # do not commit")),
+            4 => (t.clone(), format!("token: {t} # expires monthly")),
+            5 => (
+                p.clone(),
+                format!("[database]\nhost = db.internal\npassword = {p}"),
+            ),
+            6 => (
+                t.clone(),
+                format!("client_secret: '{t}' # from the console"),
+            ),
+            _ => (p.clone(), format!("ADMIN_PASSWORD = {p}  # TODO rotate")),
+        };
+        add("value-with-comment", secret, text, Output);
+    }
+    // Subscripted configuration keys.
+    for k in 0..8 {
+        let t = rnd(next(), 40, B64URL) + "9";
+        let p = password(next());
+        let (secret, text) = match k {
+            0 => (t.clone(), format!("app.config['SECRET_KEY'] = '{t}'")),
+            1 => (
+                t.clone(),
+                format!("app.config[\"JWT_SECRET_KEY\"] = \"{t}\""),
+            ),
+            2 => (
+                t.clone(),
+                format!("os.environ[\"SERVICE_API_KEY\"] = \"{t}\""),
+            ),
+            3 => (p.clone(), format!("settings['db_password'] = '{p}'")),
+            4 => (t.clone(), format!("ENV['STRIPE_API_KEY'] = '{t}'")),
+            5 => (t.clone(), format!("config[:api_token] = \"{t}\"")),
+            6 => (p.clone(), format!("$config['password'] = '{p}';")),
+            _ => (
+                t.clone(),
+                format!("process.env[\"AUTH_SECRET\"] = \"{t}\";"),
+            ),
+        };
+        add("subscripted-key", secret, text, Output);
+    }
+    // Vendor prefixes the rules missed.
+    for k in 0..4 {
+        let t = format!(
+            "xapp-1-A{}-{}-{}",
+            rnd(next(), 10, UPPER_DIGITS),
+            rnd(next(), 13, DIGITS),
+            rnd(next(), 64, HEX)
+        );
+        let text = match k {
+            0 => format!("SLACK_APP_TOKEN={t}"),
+            1 => format!("  app_token: \"{t}\""),
+            2 => format!("socket mode connected with {t}"),
+            _ => format!("App(token=\"{t}\")"),
+        };
+        add("slack-app", t, text, Output);
+    }
+    for k in 0..4 {
+        let t = format!("hvs.CAESI{}", rnd(next(), 86, B64URL));
+        let text = match k {
+            0 => format!("VAULT_TOKEN={t}"),
+            1 => format!("vault login {t}"),
+            2 => format!("Key     Value\n---     -----\ntoken   {t}\ntoken_accessor  x"),
+            _ => format!("client = hvac.Client(url=url, token='{t}')"),
+        };
+        add("vault", t, text, if k == 1 { Command } else { Output });
+    }
+    for k in 0..4 {
+        let key = rnd(next(), 32, HEX);
+        let dsn = format!(
+            "https://{key}@o{}.ingest.sentry.io/{}",
+            rnd(next(), 6, DIGITS),
+            rnd(next(), 7, DIGITS)
+        );
+        let text = match k {
+            0 => format!("SENTRY_DSN={dsn}"),
+            1 => format!("Sentry.init({{ dsn: \"{dsn}\", tracesSampleRate: 0.2 }})"),
+            2 => format!("sentry:\n  dsn: {dsn}"),
+            _ => format!("[sentry] sending event to {dsn}"),
+        };
+        add("sentry-dsn", key, text, Output);
+    }
+    for k in 0..4 {
+        let t = format!("dapi{}", rnd(next(), 32, HEX));
+        let text = match k {
+            0 => format!("DATABRICKS_TOKEN={t}"),
+            1 => format!("databricks configure --token <<< {t}"),
+            2 => format!("[DEFAULT]\nhost = https://adb-1234.azuredatabricks.net\ntoken = {t}"),
+            _ => format!("headers = {{\"Authorization\": \"Bearer {t}\"}}"),
+        };
+        add("databricks", t, text, if k == 1 { Command } else { Output });
+    }
+    let more: Vec<(&'static str, String)> = vec![
+        (
+            "vault-batch",
+            format!("hvb.AAAAAQ{}", rnd(next(), 140, B64URL)),
+        ),
+        (
+            "sentry-user-token",
+            format!("sntryu_{}", rnd(next(), 64, HEX)),
+        ),
+        ("linear", format!("lin_api_{}", rnd(next(), 40, ALNUM))),
+        ("pulumi", format!("pul-{}", rnd(next(), 40, HEX))),
+        ("doppler", format!("dp.pt.{}", rnd(next(), 43, ALNUM))),
+        (
+            "postman",
+            format!("PMAK-{}-{}", rnd(next(), 24, HEX), rnd(next(), 34, HEX)),
+        ),
+        (
+            "planetscale",
+            format!("pscale_pw_{}", rnd(next(), 43, B64URL)),
+        ),
+        (
+            "grafana",
+            format!("glsa_{}_{}", rnd(next(), 32, ALNUM), rnd(next(), 8, HEX)),
+        ),
+        (
+            "terraform",
+            format!(
+                "{}.atlasv1.{}",
+                rnd(next(), 14, "abcdefghijklmnopqrstuvwxyz0123456789"),
+                rnd(next(), 67, "abcdefghijklmnopqrstuvwxyz0123456789")
+            ),
+        ),
+        (
+            "age",
+            format!(
+                "AGE-SECRET-KEY-1{}",
+                rnd(next(), 58, "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L")
+            ),
+        ),
+    ];
+    for (i, (form, t)) in more.into_iter().enumerate() {
+        let text = match i % 3 {
+            0 => format!(
+                "export {}_TOKEN={t}",
+                form.to_ascii_uppercase().replace('-', "_")
+            ),
+            1 => format!("using credential {t} for the deploy"),
+            _ => format!("  token: \"{t}\""),
+        };
+        add(form, t, text, Output);
+    }
+    // Files that hold credentials by position.
+    for k in 0..4 {
+        let p = password(next());
+        let text = match k {
+            0 => format!("machine api.heroku.com login ops@acme.dev password {p}"),
+            1 => format!("machine github.com\n  login deploy-bot\n  password {p}"),
+            2 => format!("$ cat ~/.netrc\nmachine pypi.org login __token__ password {p}"),
+            _ => format!("default login anonymous password {p}"),
+        };
+        add("netrc", p, text, Output);
+    }
+    for k in 0..4 {
+        let p = password(next());
+        let text = match k {
+            0 => format!("db.internal:5432:app:appuser:{p}"),
+            1 => format!("$ cat ~/.pgpass\n*:*:*:postgres:{p}"),
+            2 => format!("localhost:5432:*:replicator:{p}\nlocalhost:5433:*:admin:{p}x"),
+            _ => format!("echo 'prod-db.acme.dev:6432:billing:billing_rw:{p}' >> ~/.pgpass"),
+        };
+        add("pgpass", p, text, if k == 3 { Command } else { Output });
+    }
+    for k in 0..6 {
+        let s = rnd(next(), 32, "abcdefghijklmnopqrstuvwxyz0123456789");
+        let text = match k {
+            0 => format!("Set-Cookie: sessionid={s}; expires=Tue, 01 Jul 2025 10:00:00 GMT; HttpOnly; Path=/"),
+            1 => format!("< set-cookie: connect.sid=s%3A{s}.{}; Path=/; HttpOnly", rnd(next(), 43, B64)),
+            2 => format!("Set-Cookie: laravel_session={s}; path=/; secure; httponly"),
+            3 => format!("Cookie: _ga=GA1.2.1234.5678; PHPSESSID={s}"),
+            4 => format!("< Set-Cookie: JSESSIONID={}; Path=/; Secure", s.to_ascii_uppercase()),
+            _ => format!("headers: {{'Cookie': 'auth_token={s}'}}"),
+        };
+        let secret = if k == 4 { s.to_ascii_uppercase() } else { s };
+        add("session-cookie", secret, text, Output);
+    }
+    for k in 0..4 {
+        let t = rnd(next(), 40, ALNUM);
+        let text = match k {
+            0 => format!("Authorization: token {t}"),
+            1 => format!("-H 'Authorization: Token {t}'"),
+            2 => format!("{{\"Authorization\": \"{t}\"}}"),
+            _ => format!("authorization: ApiKey {t}"),
+        };
+        add("authorization", t, text, Output);
+    }
+    // Credential flags of common command-line tools.
+    let clis: Vec<(&'static str, Form)> = vec![
+        ("curl-u", |p| {
+            format!("curl -u admin:{p} https://ci.acme.dev/api/json")
+        }),
+        ("curl-u", |p| {
+            format!("curl -s --user 'deploy:{p}' -X POST https://nexus.acme.dev/upload")
+        }),
+        ("curl-u", |p| {
+            format!("curl -fsSL -u \"jenkins:{p}\" \"$JENKINS_URL/crumbIssuer\"")
+        }),
+        ("mysql-p", |p| format!("mysql -uroot -p{p} app < dump.sql")),
+        ("mysql-p", |p| {
+            format!("mysqldump -h db -u backup -p'{p}' --all-databases > all.sql")
+        }),
+        ("mysql-p", |p| {
+            format!("mysql --host=127.0.0.1 --user=app --password {p} app")
+        }),
+        ("docker-login", |p| {
+            format!("docker login -u bob -p {p} registry.acme.dev")
+        }),
+        ("docker-login", |p| {
+            format!("docker login registry.gitlab.com --username ci --password {p}")
+        }),
+        ("docker-login", |p| {
+            format!("echo \"{p}\" | docker login -u ci --password-stdin ghcr.io")
+        }),
+        ("az-login", |p| format!("az login -u ops@acme.dev -p {p}")),
+        ("az-login", |p| {
+            format!("az login --service-principal -u 5f0c2a8e-1b2c-4d3e-9f8a-7b6c5d4e3f2a -p {p} --tenant acme.onmicrosoft.com")
+        }),
+        ("token-flag", |p| {
+            format!("kubectl --server https://k8s.acme.dev --token {p} get pods")
+        }),
+        ("token-flag", |p| {
+            format!("gitlab-runner register --url https://gitlab.acme.dev --registration-token {p}")
+        }),
+        ("token-flag", |p| {
+            format!("npx vercel deploy --prod --token {p}")
+        }),
+        ("sshpass", |p| {
+            format!("sshpass -p '{p}' ssh deploy@10.0.0.5 uptime")
+        }),
+        ("redis-cli", |p| {
+            format!("redis-cli -h cache.acme.dev -a {p} ping")
+        }),
+        ("password-flag", |p| {
+            format!("psql --host db --username app --password {p}")
+        }),
+        ("api-key-flag", |p| {
+            format!("datadog-ci sourcemaps upload ./dist --api-key {p}")
+        }),
+    ];
+    for (i, (form, f)) in clis.into_iter().enumerate() {
+        let p = if form.ends_with("flag") || form == "az-login" {
+            rnd(next(), 32 + i % 8, ALNUM)
+        } else {
+            password(next())
+        };
+        add(form, p.clone(), f(&p), Command);
+    }
+    // Configuration formats that hold a password by position or element.
+    for k in 0..16 {
+        let p = password(next());
+        let t = rnd(next(), 36, ALNUM);
+        let (secret, text, shown) = match k {
+            0 => (p.clone(), format!("\"ConnectionStrings\": {{\"Default\": \"Server=db;Database=app;User Id=sa;Password={p};\"}}"), Output),
+            1 => (p.clone(), format!("Driver={{ODBC Driver 18}};Server=tcp:acme.database.windows.net;Uid=app;Pwd={p};Encrypt=yes"), Output),
+            2 => (p.clone(), format!("jdbc:sqlserver://db:1433;databaseName=app;user=sa;password={p}"), Output),
+            3 => (p.clone(), format!("<server>\n  <id>nexus</id>\n  <username>deploy</username>\n  <password>{p}</password>\n</server>"), Output),
+            4 => (t.clone(), format!("<add key=\"ApiKey\" value=\"{t}\" />"), Output),
+            5 => (p.clone(), format!("<user username=\"admin\" password=\"{p}\" roles=\"manager-gui\"/>"), Output),
+            6 => (p.clone(), format!("<Password>{p}</Password>"), Output),
+            7 => (t.clone(), format!("ENV API_TOKEN {t}"), Output),
+            8 => (p.clone(), format!("FROM node:20\nENV DB_PASSWORD {p}\nRUN npm ci"), Output),
+            9 => (p.clone(), read_output(14, &[format!("spring.datasource.password={p}")]), Output),
+            10 => (t.clone(), read_output(3, &[format!("mail.smtp.auth.token: {t}")]), Output),
+            11 => (p.clone(), read_output(27, &[format!("  \"password\": \"{p}\",")]), Output),
+            13 => (t.clone(), read_output(5, &[format!("WEBHOOK_SECRET={t}")]), Output),
+            14 => (p.clone(), format!("        env:\n          - name: DB_PASSWORD\n            value: \"{p}\""), Output),
+            15 => (p.clone(), format!("    'password' => '{p}',"), Output),
+            _ => (p.clone(), read_output(61, &[format!("        'PASSWORD': '{p}',")]), Output),
+        };
+        add("config-format", secret, text, shown);
+    }
+    let more_clis: Vec<(&'static str, Form)> = vec![
+        ("openssl-pass", |p| {
+            format!("openssl pkcs12 -export -in cert.pem -inkey key.pem -out cert.p12 -passout pass:{p}")
+        }),
+        ("openssl-pass", |p| {
+            format!("openssl rsa -in enc.key -passin pass:'{p}' -out plain.key")
+        }),
+        ("archive-password", |p| {
+            format!("zip -r -P {p} backup.zip ./data")
+        }),
+        ("archive-password", |p| {
+            format!("7z a -p{p} -mhe=on secrets.7z secrets/")
+        }),
+        ("mongo-p", |p| {
+            format!("mongosh --host db -u admin -p {p} --authenticationDatabase admin")
+        }),
+        ("ldap-w", |p| {
+            format!("ldapsearch -x -H ldap://ldap.acme.dev -D cn=admin,dc=acme,dc=dev -w {p} -b dc=acme,dc=dev")
+        }),
+        ("smbclient-u", |p| {
+            format!("smbclient //fs.acme.dev/share -U ops%{p} -c ls")
+        }),
+        ("htpasswd-b", |p| {
+            format!("htpasswd -b -c /etc/nginx/.htpasswd admin {p}")
+        }),
+        ("helm-repo", |p| {
+            format!("helm repo add acme https://charts.acme.dev --username ci --password {p}")
+        }),
+    ];
+    for (form, f) in more_clis {
+        let p = password(next());
+        add(form, p.clone(), f(&p), Command);
+    }
+    // A bare AWS secret key, beside its key id or on its own.
+    for k in 0..4 {
+        let s = loop {
+            let s = rnd(next(), 40, B64);
+            // A real key mixes the classes; skip the rare draw that does not.
+            if s.bytes().filter(u8::is_ascii_digit).count() >= 3 {
+                break s;
+            }
+        };
+        let id = format!("AKIA{}", rnd(next(), 16, UPPER_DIGITS));
+        let text = match k {
+            0 => format!("User name,Access key ID,Secret access key\nci-bot,{id},{s}"),
+            1 => format!("Access key ID: {id}\nSecret access key: {s}"),
+            2 => format!("creds = (\"{id}\", \"{s}\")"),
+            _ => format!(
+                "aws configure\nAWS Access Key ID [None]: {id}\nAWS Secret Access Key [None]: {s}"
+            ),
+        };
+        add("aws-secret-bare", s, text, Output);
+    }
+    // A Twilio auth token passed positionally after its account SID.
+    for k in 0..3 {
+        let sid = format!("AC{}", rnd(next(), 32, HEX));
+        let t = rnd(next(), 32, HEX);
+        let text = match k {
+            0 => format!("client = Client(\"{sid}\", \"{t}\")"),
+            1 => format!("twilio = require('twilio')('{sid}', '{t}');"),
+            _ => format!("new Twilio(\"{sid}\", \"{t}\")"),
+        };
+        add("twilio-positional", t, text, Output);
+    }
+    v
+}
+
 /// (form, secret, text that contains it)
 fn secrets() -> Vec<(String, String, String)> {
     let mut v = Vec::new();
@@ -350,6 +832,11 @@ fn secrets() -> Vec<(String, String, String)> {
         };
         v.push(("django-secret".into(), key, text));
     }
+    v.extend(
+        attack_secrets()
+            .into_iter()
+            .map(|p| (p.form.to_string(), p.secret, p.text)),
+    );
     v
 }
 
@@ -483,6 +970,72 @@ fn ordinary_lines() -> Vec<String> {
         |_, n| format!("see https://docs.acme.dev/auth?page={n}"),
         |_, n| format!("assert!(secret_count({n}) == 0);"),
         |_, n| format!("keepRecentTokens: {}", n * 10),
+        // Look-alikes of the structural shapes: line-numbered views of references, commands
+        // without their secret, cookies and headers that hold none, code that names one.
+        |_, n| format!("{:>6}\u{2192}DB_PASSWORD=${{DB_PASSWORD}}", n % 90 + 1),
+        |_, n| {
+            format!(
+                "{:>6}\u{2192}  password: ${{{{ secrets.DB_PASSWORD }}}}",
+                n % 90 + 1
+            )
+        },
+        |_, n| format!("{:>6}\u{2192}SORT_KEY=created_at", n % 90 + 1),
+        |_, n| format!("{:>6}\u{2192}MAX_TOKENS={}", n % 90 + 1, 512 * (n % 8 + 1)),
+        |_, n| format!("src/auth.py:{n}:    token = request.headers.get(\"Authorization\")"),
+        |_, _| "machine github.com login deploy-bot".to_string(),
+        |_, _| "localhost:5432:*:postgres:*".to_string(),
+        |_, n| format!("12:30:{:02}:INFO:worker:ready", n % 60),
+        |_, _| "Set-Cookie: theme=dark; Path=/; Max-Age=31536000".to_string(),
+        |_, n| format!("Set-Cookie: session_count={}; Path=/", n % 9),
+        |_, _| "curl -u admin https://ci.acme.dev/api/json".to_string(),
+        |_, _| "curl -u \"$CI_USER:$CI_TOKEN\" https://ci.acme.dev/api".to_string(),
+        |_, _| "curl --user-agent \"Mozilla/5.0 (X11; Linux x86_64)\" https://acme.dev".to_string(),
+        |_, _| "mysql -u root -p app < dump.sql".to_string(),
+        |_, n| format!("ps -p {n} -o pid,cmd"),
+        |_, n| format!("ssh -p {} deploy@10.0.0.5", 2000 + n % 1000),
+        |_, _| "mkdir -p ~/.config/soba && git add -p src/main.rs".to_string(),
+        |_, n| format!("docker run -p {}:80 nginx", 8000 + n % 1000),
+        |_, _| "docker login -u ci --password-stdin ghcr.io < token.txt".to_string(),
+        |_, _| "az login --use-device-code".to_string(),
+        |_, _| "kubectl --token \"$K8S_TOKEN\" get pods".to_string(),
+        |_, _| "npx vercel deploy --prod --token $VERCEL_TOKEN".to_string(),
+        |_, _| "pip: the --username and --password options can't be used here".to_string(),
+        |_, _| "app.config['DEBUG'] = True".to_string(),
+        |_, _| "app.config['SECRET_KEY'] = os.environ['SECRET_KEY']".to_string(),
+        |_, _| "config[:api_token] = ENV.fetch(\"API_TOKEN\")".to_string(),
+        |_, _| "settings['db_password'] = get_secret('db')".to_string(),
+        |_, _| "  password: ${DB_PASSWORD}  # from the environment".to_string(),
+        |_, _| "token: null # set at deploy time".to_string(),
+        |_, n| format!("max_tokens: {n} # per request"),
+        |_, _| "api_key = None  # filled in at runtime".to_string(),
+        |_, _| "Authorization: token ${GITHUB_TOKEN}".to_string(),
+        |_, _| "authorization = base64.decodebytes(authorization)".to_string(),
+        |_, _| "self.username, self.password = credentials".to_string(),
+        |_, _| "const apiKey = process.env.OPENROUTER_API_KEY;".to_string(),
+        |_, _| "let mut token = self.next_token?;".to_string(),
+        |_, _| "type Token = private::IdentAny;".to_string(),
+        |_, _| "fn append(&mut self, token: TokenTree);".to_string(),
+        |_, _| "def __init__(self, password: bytes):".to_string(),
+        |_, _| "Error::Token => \"invalid token\",".to_string(),
+        |_, _| "_normalized_key = _pep_440_key".to_string(),
+        |_, _| "RegEnumKey = win32api.RegEnumKey".to_string(),
+        |_, _| "ENV NODE_ENV production".to_string(),
+        |_, _| "ENV API_TOKEN_FILE /run/secrets/api_token".to_string(),
+        |_, _| {
+            "- name: DB_PASSWORD\n  valueFrom:\n    secretKeyRef: {name: db, key: password}"
+                .to_string()
+        },
+        |_, _| "<password>${env.NEXUS_PASSWORD}</password>".to_string(),
+        |_, _| "sshpass -f ~/.sshpass ssh deploy@10.0.0.5".to_string(),
+        |_, _| "openssl rsa -in enc.key -passin env:KEY_PASS -out plain.key".to_string(),
+        |_, _| "htpasswd -c /etc/nginx/.htpasswd admin".to_string(),
+        |_, _| "the password combination.".to_string(),
+        |_, _| "code-grader:test-pass\": \"Tests pass but the cache is cold\"".to_string(),
+        |_, _| "management.ssl.need.client.auth=true|false".to_string(),
+        |_, _| "getUserProfileSettingsForAccountIdV20241".to_string(),
+        |_, _| "src/components/Dashboard/UserSettings2.tsx".to_string(),
+        |_, _| "the dapi prefix marks Databricks tokens; xapp- marks Slack app tokens".to_string(),
+        |_, _| "client = Client(account_sid, auth_token)".to_string(),
     ];
     for (i, t) in templates.iter().enumerate() {
         for r in 0..4u64 {
@@ -514,6 +1067,20 @@ fn uuid(n: u64) -> String {
 fn caught(secret: &str, out: &str) -> bool {
     let tail = &secret[secret.len().saturating_sub(12)..];
     !out.contains(tail) && out.contains("[redacted:")
+}
+
+#[test]
+fn the_attack_corpus_has_130_secrets_each_in_its_text() {
+    let a = attack_secrets();
+    assert_eq!(a.len(), 130);
+    for p in &a {
+        assert!(
+            p.text.contains(&p.secret),
+            "corpus bug in {}: {}",
+            p.form,
+            p.text
+        );
+    }
 }
 
 #[test]
