@@ -54,16 +54,6 @@ const MAX_DONE_CHARS: usize = 240;
 pub const AWAIT_NEXT_REQUEST: &str =
     "The latest request is done (see Completed); wait for the user's next request.";
 
-/// The requests a person typed among `entries`, oldest first, boilerplate cut and pasted
-/// material described.
-pub fn user_prompts<'a>(entries: impl IntoIterator<Item = &'a Entry>) -> Vec<String> {
-    entries
-        .into_iter()
-        .filter_map(user_message)
-        .map(|m| m.text)
-        .collect()
-}
-
 fn user_message(e: &Entry) -> Option<UserMessage> {
     match &e.body {
         EntryBody::Message(m) if m.role == Role::User && !m.synthetic => {
@@ -123,17 +113,6 @@ fn task_list(name: &str, input: &Value) -> Option<TaskList> {
         }
     }
     Some(list)
-}
-
-/// The newest task list among `entries`.
-pub fn latest_task_list<'a>(
-    entries: impl DoubleEndedIterator<Item = &'a Entry>,
-) -> Option<TaskList> {
-    entries.rev().find_map(|e| {
-        e.tool_calls()
-            .filter_map(|(_, name, input)| task_list(name, input))
-            .last()
-    })
 }
 
 /// The shell script of a call, from the arguments shell tools use.
