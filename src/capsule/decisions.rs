@@ -99,7 +99,7 @@ pub fn stated_decisions(text: &str) -> Vec<Decision> {
 }
 
 /// Sentences of one line: split after `.`, `!` or `?` followed by a space.
-fn sentences(line: &str) -> Vec<&str> {
+pub(crate) fn sentences(line: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let bytes = line.as_bytes();
     let mut start = 0;

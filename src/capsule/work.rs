@@ -7,6 +7,8 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::decisions::sentences;
+
 /// Longest item kept whole.
 const MAX_ITEM_CHARS: usize = 200;
 /// Items taken from one summary section.
@@ -186,7 +188,7 @@ pub fn reported_done(text: &str) -> Vec<String> {
 pub fn stated_next_steps(text: &str) -> Vec<String> {
     let mut out = section_items(text, &NEXT_HEADING);
     for line in prose_lines(text) {
-        for sentence in split_sentences(line) {
+        for sentence in sentences(line) {
             let s = sentence
                 .trim()
                 .trim_start_matches(['-', '*', '•', '>'])
@@ -206,7 +208,7 @@ pub fn stated_next_steps(text: &str) -> Vec<String> {
 pub fn offers(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     for line in prose_lines(text) {
-        for sentence in split_sentences(line) {
+        for sentence in sentences(line) {
             let s = sentence.trim().trim_start_matches(['-', '*', '•']).trim();
             if let Some(c) = OFFER.captures(s) {
                 let what = clean(&c["what"]);
@@ -225,22 +227,6 @@ fn capitalise(s: &str) -> String {
         Some(f) => f.to_uppercase().chain(c).collect(),
         None => String::new(),
     }
-}
-
-fn split_sentences(line: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let bytes = line.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if matches!(b, b'.' | b'!' | b'?') && bytes.get(i + 1) == Some(&b' ') {
-            out.push(&line[start..=i]);
-            start = i + 1;
-        }
-    }
-    if start < line.len() {
-        out.push(&line[start..]);
-    }
-    out
 }
 
 /// Content words of a step, for telling whether later work covered it.
