@@ -1148,7 +1148,7 @@ fn redaction_of_the_corpus_is_idempotent() {
 
 /// A model capsule whose goal is `text` and whose `completed` list holds `text` one line per
 /// item, as a model writes it.
-fn capsule_holding(text: &str, n: usize) -> soba::capsule::CapsuleEntry {
+pub(crate) fn capsule_holding(text: &str, n: usize) -> soba::capsule::CapsuleEntry {
     use soba::capsule::*;
     use soba::session::entry::Trigger;
     CapsuleEntry {

@@ -9,7 +9,7 @@
 //! named in [`KNOWN_LEAKS`] (each one explained in docs/reliability.md).
 
 use crate::loopback::{sse, Loopback};
-use crate::redaction_corpus::{attack_secrets, Planted, Shown};
+use crate::redaction_corpus::{attack_secrets, capsule_holding, Planted, Shown};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -45,35 +45,6 @@ fn holds(out: &str, secret: &str) -> bool {
     let html = soba::report::html::escape(t);
     let json = serde_json::to_string(t).unwrap();
     out.contains(t) || out.contains(&html) || out.contains(json.trim_matches('"'))
-}
-
-fn capsule_holding(text: &str, n: usize) -> soba::capsule::CapsuleEntry {
-    use soba::capsule::*;
-    use soba::session::entry::Trigger;
-    CapsuleEntry {
-        checkpoint_id: format!("ck_{n:012x}"),
-        trigger: Trigger::User,
-        quality: Quality::Model,
-        first_kept_entry_id: None,
-        previous_checkpoint_id: None,
-        state: CapsuleState {
-            goal: text.to_string(),
-            completed: text.lines().map(str::to_string).collect(),
-            ..Default::default()
-        },
-        artifacts: Artifacts::default(),
-        tokens: CapsuleTokens {
-            before: 90_000,
-            after: 12_000,
-        },
-        origin: Origin::Session,
-        mirrored: false,
-        title: Some("corpus".into()),
-        degraded_reason: None,
-        instructions: None,
-        elide_tool_results_over: None,
-        loaded_from: None,
-    }
 }
 
 /// Leaks of the files SOBA writes: export, Project Memory (capsule and index), report.
