@@ -10,9 +10,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use soba::budget::Budget;
 use soba::capsule::artifacts::ToolMapping;
 use soba::compaction::run::Barrier;
-use soba::compaction::{plan, PlanRequest};
 use soba::config::Config;
-use soba::session::entry::{Entry, Trigger};
+use soba::session::entry::Entry;
 use soba::session::view::ModelView;
 
 #[path = "support.rs"]
@@ -79,32 +78,5 @@ fn budget_flat(c: &mut Criterion) {
     g.finish();
 }
 
-fn plan_over_long_history(c: &mut Criterion) {
-    // A history of about 200k tokens with no capsule yet: plan + deterministic capsule.
-    let n = if support::measuring() { 6_000 } else { 2_000 };
-    let s = support::compacted_session(n, usize::MAX);
-    let config = Config::default();
-    let mapping = ToolMapping::default();
-    let view = ModelView::build(&s, s.leaf());
-    eprintln!(
-        "plan bench history: {} entries, {} tokens",
-        n,
-        view.breakdown(&s).total()
-    );
-    c.bench_function("plan_and_local_capsule", |b| {
-        b.iter(|| {
-            let req = PlanRequest {
-                trigger: Trigger::User,
-                instructions: None,
-                title: None,
-                config: &config,
-                mapping: &mapping,
-                operation_id: "op_bench".into(),
-            };
-            plan(&s, s.leaf(), &req).expect("a plan")
-        })
-    });
-}
-
-criterion_group!(benches, budget_flat, plan_over_long_history);
+criterion_group!(benches, budget_flat);
 criterion_main!(benches);

@@ -3,7 +3,7 @@
 //! answer, and falls back to the local capsule when it fails. Another client's compactions and
 //! a configured summarizer never use it.
 
-use crate::common::user;
+use crate::common::append_parser_turns;
 use crate::support::lsp_client::{connect, LspClient};
 
 use std::path::{Path, PathBuf};
@@ -78,28 +78,8 @@ async fn session_with_history(c: &LspClient, ws: &Path) -> String {
         .as_str()
         .unwrap()
         .to_string();
-    append_turns(c, &id, 0).await;
+    append_parser_turns(c, &id, 0).await;
     id
-}
-
-async fn append_turns(c: &LspClient, id: &str, from: usize) {
-    let words = "the parser reads each token from the input stream and builds a syntax tree that \
-                 the checker walks twice to resolve every reference against scopes";
-    let turns: Vec<Value> = (from..from + 12)
-        .map(|i| {
-            let text = format!("Turn {i}: {}", words.repeat(8));
-            if i % 2 == 0 {
-                user(&text)
-            } else {
-                json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": text}]})
-            }
-        })
-        .collect();
-    c.request(
-        "soba/session/append",
-        json!({"sessionId": id, "entries": turns}),
-    )
-    .await;
 }
 
 fn summarize_requests(c: &LspClient) -> Vec<Value> {
@@ -177,7 +157,7 @@ async fn the_offering_clients_model_writes_its_compactions_and_no_one_elses() {
     // An editor that offered nothing compacts with what the config says: the local builder.
     let editor = connect(&e.daemon);
     editor.initialize(&[&e.workspace], false).await;
-    append_turns(&a, &id, 12).await;
+    append_parser_turns(&a, &id, 12).await;
     let asked_before = summarize_requests(&a).len();
     let by_editor = editor
         .request("soba/compact", json!({"sessionId": id}))

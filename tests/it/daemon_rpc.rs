@@ -1,6 +1,6 @@
 //! End-to-end tests of the daemon over an in-memory, `Content-Length`-framed duplex stream.
 
-use crate::common::user;
+use crate::common::{append_parser_turns, user};
 use crate::support::lsp_client::{self, connect};
 
 use std::path::{Path, PathBuf};
@@ -840,23 +840,7 @@ async fn context_shows_what_fills_the_window_by_part_and_largest_entries() {
     assert!(ctx["capsule"].is_null(), "no capsule before a compaction");
 
     // After a compaction the capsule in force is there to view, as the model reads it.
-    let words = "the parser reads each token from the input stream and builds a syntax tree that \
-                 the checker walks twice to resolve every reference against scopes";
-    let turns: Vec<Value> = (0..12)
-        .map(|i| {
-            let text = format!("Turn {i}: {}", words.repeat(8));
-            if i % 2 == 0 {
-                user(&text)
-            } else {
-                json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": text}]})
-            }
-        })
-        .collect();
-    c.request(
-        "soba/session/append",
-        json!({"sessionId": id, "entries": turns}),
-    )
-    .await;
+    append_parser_turns(&c, &id, 0).await;
     let compacted = c.request("soba/compact", json!({"sessionId": id})).await;
     assert_eq!(compacted["outcome"], "completed", "{compacted}");
     let ctx = c.request("soba/context", json!({"sessionId": id})).await;

@@ -28,3 +28,25 @@ pub fn transcripts_dir() -> Option<PathBuf> {
 pub fn user(text: &str) -> serde_json::Value {
     serde_json::json!({"type": "message", "role": "user", "content": [{"type": "text", "text": text}]})
 }
+
+/// Twelve long turns (user, assistant, …) numbered from `from`, appended to session `id`:
+/// enough history over a small `keepRecentTokens` for a compaction to fold.
+pub async fn append_parser_turns(c: &crate::support::lsp_client::LspClient, id: &str, from: usize) {
+    let words = "the parser reads each token from the input stream and builds a syntax tree that \
+                 the checker walks twice to resolve every reference against scopes";
+    let turns: Vec<serde_json::Value> = (from..from + 12)
+        .map(|i| {
+            let text = format!("Turn {i}: {}", words.repeat(8));
+            if i % 2 == 0 {
+                user(&text)
+            } else {
+                serde_json::json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": text}]})
+            }
+        })
+        .collect();
+    c.request(
+        "soba/session/append",
+        serde_json::json!({"sessionId": id, "entries": turns}),
+    )
+    .await;
+}
