@@ -222,6 +222,14 @@ fn print_text(args: &ImportArgs, result: &ImportResult) {
         Some(name) => outln!("model {name} (not in the built-in catalog: pass --model or --context-window to set its limits)"),
         None => outln!("no model named in the transcript (pass --model to set one)"),
     }
+    if !r.opaque_records.is_empty() {
+        let kept: Vec<String> = r
+            .opaque_records
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        outln!("kept whole (opaque, counted): {}", kept.join(", "));
+    }
     if !r.skipped_records.is_empty() {
         let skipped: Vec<String> = r
             .skipped_records

@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{
-    message, nonzero, read_jsonl, str_field, u64_field, value_text, EntryBuilder, Format,
-    HeaderInfo, ImportError, ImportOptions, ImportResult,
+    message, nonzero, opaque_block, read_jsonl, str_field, u64_field, value_text, EntryBuilder,
+    Format, HeaderInfo, ImportError, ImportOptions, ImportResult,
 };
 use crate::session::entry::{
     ContentBlock, EntryBody, ForeignCompactionEntry, Role, SettingEntry, ToolResultEntry, Usage,
@@ -246,9 +246,47 @@ impl Reader {
                 };
                 self.push(ts, source_id, EntryBody::ToolResult(result));
             }
-            Some(other) => self.builder.unknown(format!("response_item:{other}")),
+            Some("tool_search_call") if p.get("call_id").is_some_and(|c| !c.is_null()) => {
+                let input = p.get("arguments").cloned().unwrap_or(Value::Null);
+                self.push_call(ts, source_id, call_id(p), "tool_search".into(), input);
+            }
+            Some(other) => self.opaque_item(other, p, ts, source_id),
             None => self.builder.unknown("response_item without type"),
         }
+    }
+
+    /// A conversation item this reader does not read into its own shape (`tool_search_output`,
+    /// `web_search_call`, `image_generation_call`, a type newer than this reader, …). The
+    /// provider counts it as input, and the `token_count` after it measures a response that may
+    /// hold nothing else, so it is kept whole, counted as its JSON, and reported by type.
+    fn opaque_item(&mut self, kind: &str, p: &Value, ts: Option<&str>, source_id: &str) {
+        let Some(block) = opaque_block(p) else {
+            self.builder.unknown(format!("response_item:{kind}"));
+            return;
+        };
+        self.builder.kept_opaque(format!("response_item:{kind}"));
+        let call = str_field(p, "call_id").map(str::to_string);
+        if kind.ends_with("_output") {
+            // The answer to a call the model made: a tool result when its call is known.
+            if let Some(call) = call.filter(|c| self.tool_names.contains_key(c)) {
+                let result = ToolResultEntry {
+                    tool_name: self.tool_name(&call),
+                    call_id: call,
+                    content: vec![block],
+                    is_error: false,
+                    exit_code: None,
+                };
+                self.push(ts, source_id, EntryBody::ToolResult(result));
+                return;
+            }
+            // Otherwise input the harness supplied (a server-side search's tools).
+            let mut m = message(Role::User, vec![block]);
+            m.synthetic = true;
+            self.push(ts, source_id, EntryBody::Message(m));
+            return;
+        }
+        // What the model produced (a web search, an image, a server-side tool search).
+        self.push_assistant(ts, source_id, vec![block]);
     }
 
     fn tool_name(&self, call_id: &str) -> Option<String> {
@@ -278,7 +316,8 @@ impl Reader {
 
     fn event(&mut self, p: &Value) {
         let kind = str_field(p, "type").unwrap_or("(none)");
-        if kind == "token_count" {
+        // By content as well as by name: a usage report is what anchors the budget.
+        if kind == "token_count" || p.pointer("/info/last_token_usage").is_some() {
             self.token_count(p);
         } else if kind == "task_started" {
             if let Some(w) = p.get("model_context_window").and_then(Value::as_u64) {
@@ -726,5 +765,119 @@ mod tests {
         let model = r.header.model.unwrap();
         assert_eq!(model.context_window, Some(121_600));
         assert_eq!(model.max_output_tokens, Some(30_400));
+    }
+    #[test]
+    fn search_items_are_kept_and_the_usage_after_them_lands() {
+        let tools = json!([{"type": "function", "name": "mcp__docs__search", "description": "x".repeat(400), "parameters": {"type": "object"}}]);
+        let r = import(&[
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "find the docs tool"}]}),
+            ),
+            item(
+                json!({"type": "tool_search_call", "call_id": "ts1", "execution": "client", "arguments": {"query": "docs"}}),
+            ),
+            item(
+                json!({"type": "tool_search_output", "call_id": "ts1", "status": "completed", "execution": "client", "tools": tools}),
+            ),
+            item(
+                json!({"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "tokio select"}}),
+            ),
+            token_count(30_000, 0, 40),
+            item(
+                json!({"type": "tool_search_output", "status": "completed", "execution": "server", "tools": []}),
+            ),
+            item(
+                json!({"type": "image_generation_call", "id": "ig_1", "status": "completed", "result": ""}),
+            ),
+            token_count(31_000, 0, 10),
+        ]);
+        loads(&r);
+        assert!(is_one_line(&r));
+        assert!(
+            r.report.unknown_records.is_empty(),
+            "{:?}",
+            r.report.unknown_records
+        );
+        let opaque = &r.report.opaque_records;
+        assert_eq!(opaque.get("response_item:tool_search_output"), Some(&2));
+        assert_eq!(opaque.get("response_item:web_search_call"), Some(&1));
+        assert_eq!(opaque.get("response_item:image_generation_call"), Some(&1));
+        // The client-side search is a call and its result, the tools whole in the result.
+        let result = r
+            .entries
+            .iter()
+            .find_map(|e| match &e.body {
+                EntryBody::ToolResult(t) if t.call_id == "ts1" => Some(t),
+                _ => None,
+            })
+            .expect("the search output answers its call");
+        assert_eq!(result.tool_name.as_deref(), Some("tool_search"));
+        let ContentBlock::Opaque(block) = &result.content[0] else {
+            panic!("kept whole: {:?}", result.content)
+        };
+        assert_eq!(block.fields().get("tools"), Some(&tools));
+        // Both usage reports land: on the web search, and on the image generation.
+        let usages: Vec<(usize, u64)> = r
+            .entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| match &e.body {
+                EntryBody::Message(m) => m.usage.map(|u| (i, u.input)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(usages.len(), 2, "{usages:?}");
+        assert_eq!(usages[0].1, 30_000);
+        assert_eq!(usages[1].1, 31_000);
+        assert!(matches!(&r.entries[usages[1].0].body,
+            EntryBody::Message(m) if matches!(&m.content[0], ContentBlock::Opaque(o) if o.block_type() == "image_generation_call")));
+        // The server-side search output is input the harness supplied.
+        assert!(r.entries.iter().any(|e| matches!(&e.body,
+            EntryBody::Message(m) if m.role == Role::User && m.synthetic
+                && matches!(&m.content[0], ContentBlock::Opaque(_)))));
+    }
+
+    #[test]
+    fn kept_items_count_in_the_budget_as_their_json() {
+        let big = "schema ".repeat(3000);
+        let with = import(&[
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}),
+            ),
+            item(
+                json!({"type": "tool_search_output", "status": "completed", "execution": "server", "tools": [{"description": big}]}),
+            ),
+        ]);
+        let tokens: u64 = with
+            .entries
+            .iter()
+            .map(|e| crate::tokens::entry_tokens(crate::tokens::TokenizerKind::O200kBase, e))
+            .sum();
+        assert!(tokens > 3000, "the 21 KB of tools count: {tokens}");
+    }
+
+    #[test]
+    fn a_usage_report_under_another_event_name_still_anchors() {
+        let r = import(&[
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}),
+            ),
+            item(
+                json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}),
+            ),
+            line(
+                "event_msg",
+                json!({"type": "token_usage", "info": {"last_token_usage": {"input_tokens": 900, "output_tokens": 5}}}),
+            ),
+        ]);
+        let m = r
+            .entries
+            .iter()
+            .find_map(|e| match &e.body {
+                EntryBody::Message(m) if m.role == Role::Assistant => Some(m),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(m.usage.map(|u| u.input), Some(900));
     }
 }

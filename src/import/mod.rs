@@ -199,8 +199,12 @@ pub struct ImportReport {
     pub model: Option<String>,
     /// Records of types this reader knows and leaves out on purpose (by type).
     pub skipped_records: BTreeMap<String, usize>,
-    /// Records of types this reader does not know (by type).
+    /// Records of types this reader does not know (by type), left out: they hold nothing the
+    /// model sees.
     pub unknown_records: BTreeMap<String, usize>,
+    /// Conversation items of types this reader does not read into its own shape, kept whole as
+    /// opaque content and counted as their JSON (by type).
+    pub opaque_records: BTreeMap<String, usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -391,6 +395,7 @@ impl EntryBuilder {
                 model: None,
                 skipped_records: BTreeMap::new(),
                 unknown_records: BTreeMap::new(),
+                opaque_records: BTreeMap::new(),
             },
             fallback_ts: fallback_ts.to_string(),
         }
@@ -464,6 +469,10 @@ impl EntryBuilder {
 
     pub fn unknown(&mut self, kind: impl Into<String>) {
         *self.report.unknown_records.entry(kind.into()).or_default() += 1;
+    }
+
+    pub fn kept_opaque(&mut self, kind: impl Into<String>) {
+        *self.report.opaque_records.entry(kind.into()).or_default() += 1;
     }
 
     /// Make `leaf` (an entry id) the session's leaf: when the last entry written is elsewhere

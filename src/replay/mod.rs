@@ -276,6 +276,7 @@ mod tests {
                 model: None,
                 skipped_records: Default::default(),
                 unknown_records: Default::default(),
+                opaque_records: Default::default(),
             },
         }
     }

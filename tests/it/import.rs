@@ -654,3 +654,89 @@ fn a_transcript_with_an_invalid_utf8_byte_is_imported_with_a_warning_naming_the_
     whole.note_lossy_lines(bad);
     assert_eq!(streamed, whole);
 }
+
+/// A Codex rollout whose responses hold only items the reader keeps whole: a search of the
+/// tool catalog (its output carries the tool schemas) and a web search.
+fn codex_rollout_with_search_items() -> String {
+    let schemas: Vec<Value> = (0..40)
+        .map(|i| {
+            json!({"type": "function", "name": format!("mcp__docs__tool_{i}"),
+            "description": "Looks up one page of the project's documentation by its title.",
+            "parameters": {"type": "object", "properties": {"title": {"type": "string"}}}})
+        })
+        .collect();
+    let records = [
+        json!({"type": "session_meta", "payload": {"id": "0199-codex", "cwd": "/work/app"}}),
+        json!({"type": "turn_context", "payload": {"model": "gpt-5-codex"}}),
+        json!({"type": "response_item", "payload": {"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "find the docs tool and look up tokio"}]}}),
+        json!({"type": "response_item", "payload": {"type": "tool_search_call", "call_id": "ts1",
+            "execution": "client", "arguments": {"query": "docs"}}}),
+        json!({"type": "event_msg", "payload": {"type": "token_count", "info": {
+            "last_token_usage": {"input_tokens": 9000, "cached_input_tokens": 0, "output_tokens": 20},
+            "model_context_window": 272000}}}),
+        json!({"type": "response_item", "payload": {"type": "tool_search_output", "call_id": "ts1",
+            "status": "completed", "execution": "client", "tools": schemas}}),
+        json!({"type": "response_item", "payload": {"type": "web_search_call", "id": "ws_1",
+            "status": "completed", "action": {"type": "search", "query": "tokio select"}}}),
+        json!({"type": "event_msg", "payload": {"type": "token_count", "info": {
+            "last_token_usage": {"input_tokens": 14000, "cached_input_tokens": 9000, "output_tokens": 30},
+            "model_context_window": 272000}}}),
+    ];
+    records
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r["timestamp"] = json!("2026-11-30T10:00:00Z");
+            format!("{r}\n")
+        })
+        .collect()
+}
+
+#[test]
+fn codex_search_items_are_kept_counted_and_listed_and_their_usage_anchors() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("rollout.jsonl");
+    std::fs::write(&input, codex_rollout_with_search_items()).unwrap();
+    let log = dir.path().join("s.jsonl");
+    let out = soba(&[
+        "import",
+        input.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("kept whole (opaque, counted): response_item:tool_search_output 1, response_item:web_search_call 1"),
+        "{text}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("unknown type"),
+        "nothing is left out: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let json_log = dir.path().join("j.jsonl");
+    let report = stdout_json(
+        &soba(&[
+            "import",
+            input.to_str().unwrap(),
+            "-o",
+            json_log.to_str().unwrap(),
+            "--json",
+        ]),
+        "import --json",
+    );
+    assert_eq!(report["opaqueRecords"]["response_item:web_search_call"], 1);
+    assert_eq!(report["unknownRecords"], json!({}));
+    assert_eq!(report["usageRecords"], 2);
+
+    // The budget anchors on the last report (14,000 input, 9,000 of them cached, + 30 output),
+    // not on the first: nothing comes after it.
+    let budget = stdout_json(
+        &soba(&["budget", log.to_str().unwrap(), "--json"]),
+        "budget",
+    );
+    assert_eq!(budget["effectiveTokens"], 14_030, "{budget}");
+}
