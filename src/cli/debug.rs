@@ -95,8 +95,10 @@ pub fn run(command: &DebugCommand) -> anyhow::Result<()> {
 }
 
 /// A small window, so that compactions happen every few operations.
-const LOOP_CONFIG: &str = r#"{"model":{"name":"append-loop","contextWindow":65000,"maxOutputTokens":8000},
-    "compaction":{"keepRecentTokens":8000,"minReclaimableTokens":4000}}"#;
+const LOOP_MODEL: &str =
+    r#"{"model":{"name":"append-loop","contextWindow":65000,"maxOutputTokens":8000}}"#;
+const LOOP_COMPACTION: &str =
+    r#"{"compaction":{"keepRecentTokens":8000,"minReclaimableTokens":4000}}"#;
 
 fn open_or_create(path: &Path, durability: Durability) -> anyhow::Result<SessionLog> {
     if path.exists() {
@@ -146,8 +148,24 @@ fn append_loop(
     durability: Durability,
 ) -> anyhow::Result<()> {
     let mut log = open_or_create(path, durability)?;
-    let file = ConfigFile::parse("append-loop", LOOP_CONFIG)?;
-    let config: Config = Config::resolve(&[file], None, &Overrides::default())?;
+    // The loop's small window makes its own logs compact often; a log that names its model
+    // keeps that model's limits, or the first barrier would compact a session its own
+    // window still holds.
+    let own_model = log.session().header.model_config();
+    let mut files = vec![ConfigFile::parse("append-loop", LOOP_COMPACTION)?];
+    if own_model.is_none() {
+        files.push(ConfigFile::parse("append-loop", LOOP_MODEL)?);
+    }
+    let config: Config = Config::resolve(&files, own_model.as_ref(), &Overrides::default())?;
+    log.session_mut().configure_counting(&config.model);
+    if own_model.is_some() {
+        errln!(
+            "append-loop: {} keeps its model {} (hard limit {})",
+            path.display(),
+            config.model.name,
+            crate::util::human_tokens(config.limits().hard_limit)
+        );
+    }
     let mapping = ToolMapping::default();
     let barrier = Barrier {
         config: &config,

@@ -264,3 +264,91 @@ fn every_acknowledged_entry_survives_sigkill() {
     assert!(tally.acknowledged > 0);
     assert!(tally.cut_torn_tails > 0, "torn tails were exercised");
 }
+
+/// A long log built from a real transcript: the imported session chained `copies` times, each
+/// copy continuing from the previous one's last entry (its latest usage is the budget's anchor).
+fn chained_real_log(dir: &Path, copies: usize) -> Option<std::path::PathBuf> {
+    let transcript = crate::common::transcripts_dir()?.join("claude-code/dmux-hook-array.json");
+    let imported = dir.join("imported.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .arg("import")
+        .arg(&transcript)
+        .arg("-o")
+        .arg(&imported)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(&imported).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let entries: Vec<serde_json::Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut log = format!("{header}\n");
+    let mut last: Option<String> = None;
+    for copy in 0..copies {
+        let rename = |id: &str| format!("c{copy}-{id}");
+        for e in &entries {
+            let mut e = e.clone();
+            e["id"] = rename(e["id"].as_str().unwrap()).into();
+            e["parentId"] = match e["parentId"].as_str() {
+                Some(p) => rename(p).into(),
+                None => last.clone().map_or(serde_json::Value::Null, Into::into),
+            };
+            for key in ["to", "firstKeptEntryId"] {
+                if let Some(id) = e[key].as_str().map(rename) {
+                    e[key] = id.into();
+                }
+            }
+            if let Some(ids) = e["keptEntryIds"].as_array_mut() {
+                for id in ids {
+                    *id = rename(id.as_str().unwrap()).into();
+                }
+            }
+            log.push_str(&e.to_string());
+            log.push('\n');
+        }
+        last = Some(rename(entries.last().unwrap()["id"].as_str().unwrap()));
+    }
+    let path = dir.join("long.jsonl");
+    std::fs::write(&path, log).unwrap();
+    Some(path)
+}
+
+#[test]
+fn a_writer_opening_a_long_real_log_compacts_only_past_the_logs_own_hard_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(log) = chained_real_log(dir.path(), 6) else {
+        return;
+    };
+    let (before, _) = read_session(&log).unwrap();
+    let hard_limit = 200_000 - 64_000 - 8_192;
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["debug", "append-loop"])
+        .arg(&log)
+        .args(["--seed", "1", "--ops", "12"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let (after, _) = read_session(&log).unwrap();
+    let mut barriers = 0;
+    for e in after.entries().iter().skip(before.len()) {
+        let (trigger, tokens_before) = match &e.body {
+            EntryBody::Capsule(c) => (c.trigger, c.tokens.before),
+            EntryBody::Compaction(r) => (r.trigger, r.tokens_before),
+            _ => continue,
+        };
+        barriers += 1;
+        if trigger == soba::session::entry::Trigger::HardLimit {
+            assert!(
+                tokens_before > hard_limit,
+                "a hard-limit compaction at {tokens_before} tokens, under the log's own \
+                 hard limit {hard_limit}: {e:?}"
+            );
+        }
+    }
+    eprintln!("{barriers} compaction record(s) appended");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("keeps its model claude-sonnet-4-5-20250929 (hard limit 127.8k)"),
+        "{stderr}"
+    );
+}
