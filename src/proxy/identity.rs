@@ -358,10 +358,16 @@ impl Registry {
                 id,
                 by: AssignedBy::Retry,
             },
-            None => Assignment {
-                id: self.create(sig.api),
-                by: AssignedBy::New,
-            },
+            None => {
+                let id = self.create(sig.api);
+                // Its opening counts from now: a retry finds it even if this request never
+                // reaches its session (the daemon refused it).
+                self.synced(id, sig);
+                Assignment {
+                    id,
+                    by: AssignedBy::New,
+                }
+            }
         }
     }
 
@@ -409,7 +415,7 @@ pub fn session_header(value: Option<&http::HeaderValue>) -> Result<Option<String
         return Ok(None);
     };
     let usage = format!(
-        "give each conversation its own name of 1 to {MAX_NAME_LEN} visible characters, e.g. `{SESSION_HEADER}: refactor-parser-1`"
+        "give each conversation its own name of 1 to {MAX_NAME_LEN} bytes without control characters, e.g. `{SESSION_HEADER}: refactor-parser-1`"
     );
     let text = std::str::from_utf8(v.as_bytes())
         .map_err(|_| format!("the {SESSION_HEADER} header is not UTF-8 text; {usage}"))?
@@ -539,6 +545,16 @@ mod tests {
             "a second conversation opening alike"
         );
         assert_ne!(again.id, a.id);
+    }
+
+    #[test]
+    fn a_retry_after_a_first_request_that_never_reached_its_session_continues_it() {
+        let mut r = Registry::new();
+        let first = openai(json!([{"role": "user", "content": "hi"}]));
+        let a = r.assign(&first, None);
+        r.finished(a.id); // refused before the session was synced
+        assert_eq!(r.assign(&first, None).id, a.id);
+        assert_eq!(r.len(), 1);
     }
 
     #[test]

@@ -1291,6 +1291,31 @@ async fn a_stream_without_its_terminal_event_is_logged_as_malformed_and_not_reco
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_answer_that_is_not_a_chat_reply_is_passed_on_and_logged_as_not_recorded() {
+    let env = env().await;
+    env.upstream.script(Canned {
+        status: 200,
+        content_type: "application/json",
+        body: "<html>gateway page</html>".into(),
+    });
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "<html>gateway page</html>");
+    let line = log_line(&env, "/v1/chat/completions", 1).await;
+    assert!(
+        line.contains("→ 200 in ")
+            && line.contains(", reply not recorded: the answer is not a chat reply (session "),
+        "{line}"
+    );
+    assert_eq!(assistant_entries(&env.session_logs()[0]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_history_over_the_budget_gets_openais_own_overflow_error() {
     let env = env().await;
     let r = env
