@@ -37,11 +37,12 @@ pub type ConversationId = u64;
 enum ReplyKey {
     /// The reply's content exactly as the session holds it.
     Content(u64),
-    /// A tool call id the provider generated: unique to the reply even when the agent resends
-    /// it changed (thinking dropped, arguments re-serialized).
+    /// A tool call id the provider generated, for a reply the agent resends changed (thinking
+    /// dropped). Some servers number calls `call_0`, `call_1`… in every conversation, so it
+    /// counts only for conversations that opened the same way.
     ToolCall(u64),
-    /// The reply's text alone. Short texts ("Done.") recur across conversations, so it counts
-    /// only for conversations that opened the same way.
+    /// The reply's text alone, for the same. Short texts ("Done.") recur across conversations,
+    /// so it too counts only for conversations that opened the same way.
     Text(u64),
 }
 
@@ -384,8 +385,8 @@ impl Registry {
                     let Some(k) = self.known.get(&id) else {
                         continue;
                     };
-                    let text_only = matches!(key, ReplyKey::Text(_));
-                    if k.api != sig.api || (text_only && k.opening() != sig.opening()) {
+                    let weak = !matches!(key, ReplyKey::Content(_));
+                    if k.api != sig.api || (weak && k.opening() != sig.opening()) {
                         continue;
                     }
                     if !holders.contains(&id) {
@@ -697,6 +698,31 @@ mod tests {
             {"role": "user", "content": "next"},
         ]));
         assert_ne!(r.assign(&other, None).id, a.id);
+    }
+
+    #[test]
+    fn a_tool_call_id_another_server_reuses_does_not_pull_a_request_elsewhere() {
+        let mut r = Registry::new();
+        let call = |opening: &str| {
+            openai(json!([
+                {"role": "user", "content": opening},
+                {"role": "assistant", "content": null, "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_0", "content": "src"},
+            ]))
+        };
+        let first = openai(json!([{"role": "user", "content": "list the files"}]));
+        let a = r.assign(&first, None);
+        r.synced(a.id, &first);
+        r.replied(
+            a.id,
+            &[json!({"type": "message", "role": "assistant", "content": [
+                {"type": "tool_call", "id": "call_0", "name": "ls", "input": {"all": true}},
+            ]})],
+        );
+        r.finished(a.id);
+        // Another conversation whose reply, with the same id, was never recorded (its stream
+        // broke): not a's.
+        assert_ne!(r.assign(&call("count the lines"), None).id, a.id);
     }
 
     #[test]
