@@ -229,21 +229,17 @@ impl Registry {
     /// Give conversation `id` another name, so a later request naming it (a response id the
     /// next request refers to) is assigned to it.
     pub fn name(&mut self, id: ConversationId, name: &str) {
-        let Some(known) = self.known.get_mut(&id) else {
+        let Some(api) = self.known.get(&id).map(|k| k.api.as_str()) else {
             return;
         };
-        let key = (known.api.as_str(), name.to_string());
+        let key = (api, name.to_string());
         if let Some(previous) = self.named.insert(key.clone(), id) {
-            if previous != id {
-                if let Some(p) = self.known.get_mut(&previous) {
-                    p.names.retain(|n| n != &key);
-                }
+            if let Some(p) = self.known.get_mut(&previous) {
+                p.names.retain(|n| n != &key);
             }
         }
         if let Some(known) = self.known.get_mut(&id) {
-            if !known.names.contains(&key) {
-                known.names.push(key);
-            }
+            known.names.push(key);
         }
     }
 
@@ -255,7 +251,8 @@ impl Registry {
         }
     }
 
-    /// The reply with `entries` was forwarded to conversation `id` and recorded in its session.
+    /// The reply with `entries` was forwarded to conversation `id` (and goes into its session):
+    /// from now on a request carrying it belongs to `id`.
     pub fn replied(&mut self, id: ConversationId, entries: &[Value]) {
         let Some(k) = self.known.get_mut(&id) else {
             return;
@@ -751,7 +748,16 @@ mod tests {
         let a = answered(&mut r, &first, None, "hello");
         r.name(a.id, "resp_123");
         assert_eq!(r.lookup(Api::OpenAiChat, "resp_123"), Some(a.id));
+        // A name given again moves to its new holder; forgetting that holder drops it.
+        let b = answered(&mut r, &first, None, "hello again");
+        r.name(b.id, "resp_moved");
+        r.name(a.id, "resp_moved");
+        assert_eq!(r.lookup(Api::OpenAiChat, "resp_moved"), Some(a.id));
+        r.name(b.id, "resp_moved");
         r.forget(a.id);
+        assert_eq!(r.lookup(Api::OpenAiChat, "resp_moved"), Some(b.id));
+        r.forget(b.id);
+        assert_eq!(r.lookup(Api::OpenAiChat, "resp_moved"), None);
         assert!(r.is_empty());
         assert_eq!(r.lookup(Api::OpenAiChat, "resp_123"), None);
         let next = openai(json!([
@@ -760,7 +766,10 @@ mod tests {
             {"role": "user", "content": "more"},
         ]));
         assert_eq!(r.assign(&next, None).by, AssignedBy::New);
-        assert!(r.owners.is_empty() || r.owners.values().all(|o| !o.contains(&a.id)));
+        assert!(
+            r.owners.is_empty(),
+            "no reply points to a forgotten conversation"
+        );
     }
 
     #[test]
