@@ -735,10 +735,6 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let api = chat.api;
         note.received = chat.messages.len();
-        let (rpc, generation) = match self.rpc().await {
-            Ok(c) => c,
-            Err(e) => return daemon_error(api, &e),
-        };
         let name = match identity::session_header(parts.headers.get(identity::SESSION_HEADER)) {
             Ok(n) => n,
             Err(e) => {
@@ -749,6 +745,10 @@ impl Proxy {
                     &format!("soba proxy: {e}"),
                 )
             }
+        };
+        let (rpc, generation) = match self.rpc().await {
+            Ok(c) => c,
+            Err(e) => return daemon_error(api, &e),
         };
         let sig = Signature::of(&chat);
         let (claim, live) = self.claim(&sig, name.as_deref());
