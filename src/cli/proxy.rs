@@ -23,9 +23,10 @@ pub enum ApiFlavor {
 
 #[derive(Debug, Clone, Args)]
 pub struct ProxyArgs {
-    /// Address to listen on (loopback unless --allow-remote).
+    /// Address to listen on, HOST:PORT (loopback unless --allow-remote); a host name such as
+    /// localhost is resolved.
     #[arg(long, default_value = "127.0.0.1:4860", value_name = "ADDR")]
-    pub listen: SocketAddr,
+    pub listen: String,
     /// Base URL of the provider API the requests go to.
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
@@ -120,8 +121,32 @@ fn service_options(args: &ProxyArgs) -> anyhow::Result<ServiceOptions> {
     })
 }
 
+/// The addresses `--listen` names: an IP address and port, or a host name resolved here.
+fn listen_addrs(listen: &str) -> anyhow::Result<Vec<SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = listen.parse::<SocketAddr>() {
+        return Ok(vec![addr]);
+    }
+    let usage = "give HOST:PORT, e.g. --listen 127.0.0.1:4860 or --listen localhost:4860";
+    let Some((host, port)) = listen.rsplit_once(':') else {
+        anyhow::bail!("--listen {listen} has no port; {usage}");
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        anyhow::bail!("--listen {listen} is not HOST:PORT; {usage}");
+    }
+    let addrs: Vec<SocketAddr> = listen
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve --listen {listen}; {usage}"))?
+        .collect();
+    if addrs.is_empty() {
+        anyhow::bail!("--listen {listen} resolves to no address; {usage}");
+    }
+    Ok(addrs)
+}
+
 pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
-    check_listen(&args.listen, args.allow_remote)?;
+    let listen = listen_addrs(&args.listen)?;
+    check_listen(&args.listen, &listen, args.allow_remote)?;
     if args
         .summarizer_model
         .as_deref()
@@ -197,7 +222,7 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
             daemon,
             log: Arc::new(|line: &str| eprintln!("{line}")),
         })?;
-        let listener = tokio::net::TcpListener::bind(args.listen)
+        let listener = tokio::net::TcpListener::bind(&listen[..])
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         errln!(

@@ -4,6 +4,8 @@
 //! request carries the model input instead of the full history. Provider formats stop here.
 //!
 //! - [`wire`]: provider requests, replies and errors ↔ session entries and the model input.
+//! - [`identity`]: which conversation a request belongs to: the replies it carries, its
+//!   opening, or the name it gives.
 //! - [`conversation`]: which incoming message became which entries; what to append, where to
 //!   rewind, which messages go out as the agent sent them.
 //! - [`rpc`]: the proxy as an agent client of the daemon (the one writer of every log).
@@ -11,6 +13,7 @@
 //! - [`service`]: connection handling for a proxy left running: limits, timeouts, the token.
 
 pub mod conversation;
+pub mod identity;
 pub mod rpc;
 pub mod server;
 pub mod service;

@@ -19,16 +19,16 @@ use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 use super::conversation::{provider_messages, Conversation};
+use super::identity::{self, ConversationId, Registry, Signature};
 use super::rpc::{ClientSetup, RequestHandler, RpcClient};
 use super::service::{shown_url, ServiceOptions};
-use super::wire::{self, Api, ChatRequest, Reply, StreamTap};
+use super::wire::{self, Api, ChatRequest, Reply, StreamEnd, StreamTap};
 use crate::daemon::paths::Paths;
 use crate::daemon::protocol::{
     client_method, code, method, RpcError, SummarizeParams, SummarizeResult,
 };
 use crate::daemon::registry::Daemon;
 use crate::session::view::ModelMessage;
-use crate::summarize::sse::SseParser;
 
 pub(crate) type ProxyBody = BoxBody<Bytes, std::io::Error>;
 
@@ -80,10 +80,36 @@ pub struct ProxyConfig {
     pub log: Arc<dyn Fn(&str) + Send + Sync>,
 }
 
-/// A conversation and the daemon connection it was last opened on.
+/// A conversation and the daemon connection it was last opened on; `conv` is `None` until the
+/// first request assigned to it opens its session.
+#[derive(Default)]
 struct Live {
-    conv: Conversation,
+    conv: Option<Conversation>,
     generation: u64,
+}
+
+impl Live {
+    fn conv(&self) -> &Conversation {
+        self.conv.as_ref().expect("opened before use")
+    }
+}
+
+/// A request's hold on its conversation in the registry: in flight until dropped.
+struct Claim {
+    registry: Arc<std::sync::Mutex<Registry>>,
+    id: ConversationId,
+}
+
+impl Claim {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.registry().finished(self.id);
+    }
 }
 
 /// The upstream and credentials of a request being served, lent to the compaction it starts
@@ -120,7 +146,10 @@ pub struct Proxy {
     http: reqwest::Client,
     lent: LentMap,
     link: Mutex<Option<(Arc<RpcClient>, u64)>>,
-    conversations: Mutex<HashMap<u64, Arc<Mutex<Live>>>>,
+    /// Which conversation each request belongs to ([`identity`]); held only briefly, apart
+    /// from the conversations, which a request holds while its reply streams.
+    registry: Arc<std::sync::Mutex<Registry>>,
+    conversations: std::sync::Mutex<HashMap<ConversationId, Arc<Mutex<Live>>>>,
 }
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1), and those the
@@ -148,7 +177,10 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 pub fn upstream_headers(headers: &HeaderMap, rewritten: bool) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
-        if is_hop_by_hop(name) || (rewritten && name == http::header::ACCEPT_ENCODING) {
+        if is_hop_by_hop(name)
+            || name == identity::SESSION_HEADER
+            || (rewritten && name == http::header::ACCEPT_ENCODING)
+        {
             continue;
         }
         out.append(name.clone(), value.clone());
@@ -207,14 +239,24 @@ pub fn upstream_url(base: &reqwest::Url, path_and_query: &str) -> reqwest::Url {
 }
 
 /// Refuse an address other machines can reach unless the user asked for it: whoever reaches
-/// the proxy spends the key the agent sends through it.
-pub fn check_listen(addr: &SocketAddr, allow_remote: bool) -> anyhow::Result<()> {
-    if addr.ip().is_loopback() || allow_remote {
+/// the proxy spends the key the agent sends through it. `listen` is what the user gave (a host
+/// name such as `localhost` is fine when every address it resolves to is loopback); `addrs`
+/// what it resolved to.
+pub fn check_listen(listen: &str, addrs: &[SocketAddr], allow_remote: bool) -> anyhow::Result<()> {
+    if allow_remote {
         return Ok(());
     }
-    anyhow::bail!(
-        "refusing to listen on {addr}: other machines could send requests through the proxy with your API key; listen on 127.0.0.1 (the default) or pass --allow-remote"
-    )
+    if let Some(remote) = addrs.iter().find(|a| !a.ip().is_loopback()) {
+        let shown = if remote.to_string() == listen {
+            listen.to_string()
+        } else {
+            format!("{listen} ({remote})")
+        };
+        anyhow::bail!(
+            "refusing to listen on {shown}: other machines could send requests through the proxy with your API key; listen on 127.0.0.1 (the default) or localhost, or pass --allow-remote"
+        )
+    }
+    Ok(())
 }
 
 pub(crate) fn full(bytes: impl Into<Bytes>) -> ProxyBody {
@@ -241,19 +283,21 @@ fn proxy_error(api: Api, status: StatusCode, kind: &str, message: &str) -> Respo
 /// The budget could not be met even after compaction: answered as the provider answers a
 /// prompt that is too long, so the agent's own recovery runs.
 fn too_long(api: Api, e: &RpcError) -> Response<ProxyBody> {
-    let message = format!("prompt is too long: {}", e.message);
-    match api {
-        Api::OpenAiChat => json_response(
-            StatusCode::BAD_REQUEST,
-            &json!({"error": {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}}),
-        ),
-        Api::Anthropic => proxy_error(
-            api,
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            &message,
-        ),
-    }
+    let figure = |key: &str| {
+        e.data
+            .as_ref()
+            .and_then(|d| d.pointer(&format!("/compaction/{key}")))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    // What the history still holds: after the compaction that ran, else as it came.
+    let tokens = Some(figure("tokensAfter"))
+        .filter(|&t| t > 0)
+        .unwrap_or_else(|| figure("tokensBefore"));
+    json_response(
+        StatusCode::BAD_REQUEST,
+        &wire::overflow_body(api, tokens, figure("hardLimit"), &e.message),
+    )
 }
 
 fn daemon_error(api: Api, e: &RpcError) -> Response<ProxyBody> {
@@ -273,7 +317,15 @@ struct Note {
     received: usize,
     compaction: Option<String>,
     retried: bool,
+    /// Why a whole answer's reply was not recorded.
+    unrecorded: Option<&'static str>,
+    /// A streamed answer's line is written when the stream ends, saying how it ended.
+    stream_line: Option<StreamLine>,
 }
+
+/// The request line of a streamed answer: the part before where the stream's end is told,
+/// and the part after.
+type StreamLine = tokio::sync::oneshot::Sender<(String, String)>;
 
 impl Proxy {
     pub fn new(config: ProxyConfig) -> anyhow::Result<Arc<Proxy>> {
@@ -286,7 +338,8 @@ impl Proxy {
             http,
             lent: LentMap::default(),
             link: Mutex::new(None),
-            conversations: Mutex::new(HashMap::new()),
+            registry: Arc::default(),
+            conversations: std::sync::Mutex::default(),
         }))
     }
 
@@ -454,29 +507,42 @@ impl Proxy {
                     &format!("soba proxy: {e}"),
                 ),
             },
-            None => self.pass_through(&parts, &path_and_query, body).await,
+            None => {
+                self.pass_through(&parts, &path_and_query, body, &mut note)
+                    .await
+            }
         };
-        let mut line = format!(
+        let head = format!(
             "soba proxy: {} {} → {} in {} ms",
             parts.method,
             parts.uri.path(),
             response.status().as_u16(),
             started.elapsed().as_millis()
         );
+        let mut tail = String::new();
+        if let Some(why) = note.unrecorded {
+            tail.push_str(&format!(", reply not recorded: {why}"));
+        }
         if !note.session.is_empty() {
-            line.push_str(&format!(
+            tail.push_str(&format!(
                 " (session {}, {} messages in, {} sent",
                 note.session, note.received, note.sent
             ));
             if let Some(c) = &note.compaction {
-                line.push_str(&format!(", compaction {c}"));
+                tail.push_str(&format!(", compaction {c}"));
             }
             if note.retried {
-                line.push_str(", retried after overflow");
+                tail.push_str(", retried after overflow");
             }
-            line.push(')');
+            tail.push(')');
         }
-        (self.config.log)(&line);
+        match note.stream_line.take() {
+            Some(stream) => {
+                // Written by the stream when it ends; a stream already gone has nothing to say.
+                let _ = stream.send((head, tail));
+            }
+            None => (self.config.log)(&format!("{head}{tail}")),
+        }
         response
     }
 
@@ -514,36 +580,61 @@ impl Proxy {
         parts: &http::request::Parts,
         path_and_query: &str,
         body: Bytes,
+        note: &mut Note,
     ) -> Response<ProxyBody> {
         match self.send_upstream(parts, path_and_query, body, false).await {
-            Ok(up) => stream_back(up, None),
+            Ok(up) => {
+                let (response, line) = stream_back(up, None, self.config.log.clone());
+                note.stream_line = Some(line);
+                response
+            }
             Err(r) => r,
         }
     }
 
-    /// The conversation a request belongs to, opened on the current daemon connection.
-    async fn conversation(
+    /// The conversation a request belongs to ([`identity`]), claimed until the request is done.
+    fn claim(&self, sig: &Signature, name: Option<&str>) -> (Claim, Arc<Mutex<Live>>) {
+        let id = self
+            .registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .assign(sig, name)
+            .id;
+        let live = self
+            .conversations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id)
+            .or_default()
+            .clone();
+        let claim = Claim {
+            registry: self.registry.clone(),
+            id,
+        };
+        (claim, live)
+    }
+
+    /// Open the conversation's session on the current daemon connection: a new one the first
+    /// time and when `fresh` (its history started over), the same one again after the daemon
+    /// connection was made anew (loaded from its log).
+    async fn open(
         &self,
         chat: &ChatRequest,
         rpc: &RpcClient,
         generation: u64,
-        restart: bool,
-    ) -> Result<Arc<Mutex<Live>>, RpcError> {
-        let key = chat.conversation_key();
-        let existing = self.conversations.lock().await.get(&key).cloned();
-        if let Some(live) = existing.filter(|_| !restart) {
-            let stale = live.lock().await.generation != generation;
-            if stale {
-                // A new daemon connection: the session is loaded again from its log.
-                let id = live.lock().await.conv.session_id.clone();
+        live: &mut Live,
+        fresh: bool,
+    ) -> Result<(), RpcError> {
+        if let Some(conv) = live.conv.as_ref().filter(|_| !fresh) {
+            if live.generation != generation {
                 rpc.request(
                     method::SESSION_OPEN,
-                    json!({"workspace": self.config.workspace, "sessionId": id, "create": false}),
+                    json!({"workspace": self.config.workspace, "sessionId": conv.session_id, "create": false}),
                 )
                 .await?;
-                live.lock().await.generation = generation;
+                live.generation = generation;
             }
-            return Ok(live);
+            return Ok(());
         }
         let opened = rpc
             .request(
@@ -560,12 +651,9 @@ impl Proxy {
             .and_then(Value::as_str)
             .ok_or_else(|| RpcError::internal("soba/session/open answered without a sessionId"))?
             .to_string();
-        let live = Arc::new(Mutex::new(Live {
-            conv: Conversation::new(id),
-            generation,
-        }));
-        self.conversations.lock().await.insert(key, live.clone());
-        Ok(live)
+        live.conv = Some(Conversation::new(id));
+        live.generation = generation;
+        Ok(())
     }
 
     /// Bring the session in step with the request; the model input to send.
@@ -573,9 +661,8 @@ impl Proxy {
         &self,
         chat: &ChatRequest,
         rpc: &RpcClient,
-        live: &mut Live,
+        conv: &mut Conversation,
     ) -> Result<Option<Value>, RpcError> {
-        let conv = &mut live.conv;
         let plan = conv.plan(&chat.messages);
         if plan.restart {
             return Ok(None);
@@ -648,22 +735,38 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let api = chat.api;
         note.received = chat.messages.len();
+        let name = match identity::session_header(parts.headers.get(identity::SESSION_HEADER)) {
+            Ok(n) => n,
+            Err(e) => {
+                return proxy_error(
+                    api,
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    &format!("soba proxy: {e}"),
+                )
+            }
+        };
         let (rpc, generation) = match self.rpc().await {
             Ok(c) => c,
             Err(e) => return daemon_error(api, &e),
         };
+        let sig = Signature::of(&chat);
+        let (claim, live) = self.claim(&sig, name.as_deref());
         let mut restart = false;
         let mut lending: Option<Lending> = None;
         let (live, input) = loop {
-            let live = match self.conversation(&chat, &rpc, generation, restart).await {
-                Ok(l) => l,
-                Err(e) => return daemon_error(api, &e),
-            };
             let mut guard = live.clone().lock_owned().await;
+            if let Err(e) = self
+                .open(&chat, &rpc, generation, &mut guard, restart)
+                .await
+            {
+                return daemon_error(api, &e);
+            }
             // A restarted conversation's earlier session gives its credentials back first.
             drop(lending.take());
-            lending = self.lend(&guard.conv.session_id, parts, &chat);
-            match self.sync(&chat, &rpc, &mut guard).await {
+            lending = self.lend(&guard.conv().session_id, parts, &chat);
+            let conv = guard.conv.as_mut().expect("opened above");
+            match self.sync(&chat, &rpc, conv).await {
                 Ok(Some(input)) => break (guard, input),
                 Ok(None) if !restart => restart = true,
                 Ok(None) => {
@@ -676,14 +779,15 @@ impl Proxy {
                 Err(e) => return daemon_error(api, &e),
             }
         };
-        note.session = live.conv.session_id.clone();
+        claim.registry().synced(claim.id, &sig);
+        note.session = live.conv().session_id.clone();
         note.compaction = compaction_outcome(&input);
         let path = parts
             .uri
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_string();
-        let (body, sent) = self.upstream_body(&chat, &live.conv, &input);
+        let (body, sent) = self.upstream_body(&chat, live.conv(), &input);
         note.sent = sent;
         let mut up = match self.send_upstream(parts, &path, body, true).await {
             Ok(up) => up,
@@ -698,7 +802,7 @@ impl Proxy {
             }
             // The provider counted more than SOBA did: recover once, then retry.
             note.retried = true;
-            let session = live.conv.session_id.clone();
+            let session = live.conv().session_id.clone();
             let recovered = async {
                 let r = rpc
                     .request(method::OVERFLOW, json!({"sessionId": session}))
@@ -735,7 +839,7 @@ impl Proxy {
                     return buffered(status, &headers, bytes);
                 }
             };
-            let (body, sent) = self.upstream_body(&chat, &live.conv, &input);
+            let (body, sent) = self.upstream_body(&chat, live.conv(), &input);
             note.sent = sent;
             up = match self.send_upstream(parts, &path, body, true).await {
                 Ok(up) => up,
@@ -750,14 +854,21 @@ impl Proxy {
         }
         // Compactions run at preflight and overflow only; the credentials go back now.
         drop(lending);
-        let recorder = Recorder { rpc, live, api };
+        let recorder = Recorder {
+            rpc,
+            live,
+            api,
+            claim,
+        };
         let is_stream = up
             .headers()
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if is_stream {
-            return stream_back(up, Some(recorder));
+            let (response, line) = stream_back(up, Some(recorder), self.config.log.clone());
+            note.stream_line = Some(line);
+            return response;
         }
         let status = up.status();
         let headers = up.headers().clone();
@@ -775,7 +886,12 @@ impl Proxy {
                 )
             }
         };
-        recorder.record(wire::parse_reply(api, &bytes)).await;
+        let reply = wire::parse_reply(api, &bytes);
+        if reply.entry.is_none() {
+            note.unrecorded = Some("the answer is not a chat reply");
+        }
+        recorder.announce(&reply);
+        recorder.record(reply).await;
         buffered(status, &headers, bytes)
     }
 }
@@ -908,12 +1024,23 @@ struct Recorder {
     rpc: Arc<RpcClient>,
     live: tokio::sync::OwnedMutexGuard<Live>,
     api: Api,
+    claim: Claim,
 }
 
 impl Recorder {
+    /// Make the reply known as this conversation's before the agent has all of it: the agent
+    /// may send its next request, carrying the reply, the moment it has.
+    fn announce(&self, reply: &Reply) {
+        if let Some(entry) = &reply.entry {
+            self.claim
+                .registry()
+                .replied(self.claim.id, std::slice::from_ref(entry));
+        }
+    }
+
     async fn record(mut self, reply: Reply) {
         let Some(mut entry) = reply.entry else { return };
-        let session = self.live.conv.session_id.clone();
+        let session = self.live.conv().session_id.clone();
         let plain = entry.clone();
         if let Some(u) = reply.usage {
             entry["usage"] = serde_json::to_value(u).unwrap_or(Value::Null);
@@ -932,7 +1059,9 @@ impl Recorder {
         }) else {
             return;
         };
-        self.live.conv.replied(plain, id);
+        if let Some(conv) = self.live.conv.as_mut() {
+            conv.replied(plain, id);
+        }
         if !reply.wants_tools {
             let _ = self
                 .rpc
@@ -953,47 +1082,81 @@ fn buffered(status: StatusCode, headers: &HeaderMap, bytes: Bytes) -> Response<P
 }
 
 /// Pass the upstream's answer through as it arrives; with a recorder, read the events on the
-/// way and record the reply when the stream has ended.
-fn stream_back(up: reqwest::Response, recorder: Option<Recorder>) -> Response<ProxyBody> {
+/// way and record the reply when the stream has ended whole. The request line, sent on the
+/// returned channel, is written when the stream ends, with how it ended.
+fn stream_back(
+    up: reqwest::Response,
+    recorder: Option<Recorder>,
+    log: Arc<dyn Fn(&str) + Send + Sync>,
+) -> (Response<ProxyBody>, StreamLine) {
     let status = up.status();
     let headers = response_headers(up.headers());
     let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(16);
-    let api = recorder.as_ref().map(|r| r.api);
+    let (line_tx, line_rx) = tokio::sync::oneshot::channel::<(String, String)>();
+    let mut tap = recorder.as_ref().map(|r| StreamTap::new(r.api));
     tokio::spawn(async move {
         let mut chunks = up.bytes_stream();
-        let mut parser = SseParser::new();
-        let mut tap = api.map(StreamTap::new);
-        let mut complete = true;
+        let mut passed: u64 = 0;
+        let mut end = StreamEnd::Complete;
         while let Some(chunk) = chunks.next().await {
             match chunk {
                 Ok(bytes) => {
                     if let Some(t) = tap.as_mut() {
-                        for e in parser.feed(&bytes) {
-                            t.event(&e);
-                        }
+                        t.feed(&bytes);
                     }
+                    let n = bytes.len() as u64;
                     if tx.send(Ok(Frame::data(bytes))).await.is_err() {
                         // The agent went away: it never saw this reply and will not resend it.
-                        complete = false;
+                        end = StreamEnd::ClientGone { bytes: passed };
                         break;
                     }
+                    passed += n;
                 }
                 Err(e) => {
-                    complete = false;
-                    let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                    let reason = without_url(e);
+                    let _ = tx.send(Err(std::io::Error::other(reason.clone()))).await;
+                    end = StreamEnd::Broke {
+                        bytes: passed,
+                        reason,
+                    };
                     break;
                 }
             }
         }
+        let reply = match tap
+            .filter(|_| end == StreamEnd::Complete)
+            .map(StreamTap::finish)
+        {
+            Some(Ok(reply)) => Some(reply),
+            Some(Err(reason)) => {
+                end = StreamEnd::Malformed {
+                    bytes: passed,
+                    reason,
+                };
+                None
+            }
+            None => None,
+        };
+        if let (Some(r), Some(reply)) = (&recorder, &reply) {
+            r.announce(reply);
+        }
+        // Logged before the client sees the end, so the line is there once it has the answer.
+        if let Ok((head, tail)) = line_rx.await {
+            let told = end
+                .describe(recorder.is_some())
+                .map(|d| format!(", {d}"))
+                .unwrap_or_default();
+            log(&format!("{head}{told}{tail}"));
+        }
         drop(tx);
-        if let (Some(r), Some(t), true) = (recorder, tap, complete) {
-            r.record(t.finish()).await;
+        if let (Some(r), Some(reply)) = (recorder, reply) {
+            r.record(reply).await;
         }
     });
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(rx)));
     *r.status_mut() = status;
     *r.headers_mut() = headers;
-    r
+    (r, line_tx)
 }
 
 #[cfg(test)]
@@ -1002,12 +1165,33 @@ mod tests {
 
     #[test]
     fn a_remote_listen_address_is_refused_without_allow_remote() {
-        let remote: SocketAddr = "0.0.0.0:4860".parse().unwrap();
-        let err = check_listen(&remote, false).unwrap_err().to_string();
+        let at = |s: &str| -> Vec<SocketAddr> { vec![s.parse().unwrap()] };
+        let err = check_listen("0.0.0.0:4860", &at("0.0.0.0:4860"), false)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--allow-remote"), "{err}");
-        assert!(check_listen(&remote, true).is_ok());
-        assert!(check_listen(&"127.0.0.1:4860".parse().unwrap(), false).is_ok());
-        assert!(check_listen(&"[::1]:4860".parse().unwrap(), false).is_ok());
+        assert!(err.contains("on 0.0.0.0:4860:"), "{err}");
+        assert!(check_listen("0.0.0.0:4860", &at("0.0.0.0:4860"), true).is_ok());
+        assert!(check_listen("127.0.0.1:4860", &at("127.0.0.1:4860"), false).is_ok());
+        assert!(check_listen("[::1]:4860", &at("[::1]:4860"), false).is_ok());
+    }
+
+    #[test]
+    fn a_host_name_is_taken_when_everything_it_resolves_to_is_loopback() {
+        let local: Vec<SocketAddr> = vec![
+            "[::1]:4860".parse().unwrap(),
+            "127.0.0.1:4860".parse().unwrap(),
+        ];
+        assert!(check_listen("localhost:4860", &local, false).is_ok());
+        let mixed: Vec<SocketAddr> = vec![
+            "127.0.0.1:4860".parse().unwrap(),
+            "192.168.1.7:4860".parse().unwrap(),
+        ];
+        let err = check_listen("devbox:4860", &mixed, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("devbox:4860 (192.168.1.7:4860)"), "{err}");
+        assert!(check_listen("devbox:4860", &mixed, true).is_ok());
     }
 
     #[test]

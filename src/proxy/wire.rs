@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use crate::session::entry::{ContentBlock, Usage};
 use crate::session::view::ModelMessage;
-use crate::summarize::sse::SseEvent;
+use crate::summarize::sse::{SseEvent, SseParser};
 
 /// The chat APIs whose requests the proxy rewrites.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,18 +142,6 @@ impl ChatRequest {
             messages: out,
             body,
         })
-    }
-
-    /// What identifies the conversation across requests: its system prompt and its first user
-    /// message (agents resend both unchanged with every request).
-    pub fn conversation_key(&self) -> u64 {
-        let first_user = self
-            .messages
-            .iter()
-            .find(|m| m.raw.get("role").and_then(Value::as_str) == Some("user"))
-            .map(|m| serde_json::to_string(&m.entries).unwrap_or_default())
-            .unwrap_or_default();
-        fingerprint(&[self.api.as_str(), &self.system, &first_user])
     }
 
     /// The upstream body: everything as sent, with `messages` replaced.
@@ -674,10 +662,18 @@ pub fn parse_reply(api: Api, body: &[u8]) -> Reply {
     }
 }
 
-/// Rebuilds the reply from a stream's events as they pass through to the client.
+/// Rebuilds the reply from a stream's bytes as they pass through to the client, and tells
+/// whether the stream carried a whole reply.
 #[derive(Debug)]
 pub struct StreamTap {
     api: Api,
+    parser: SseParser,
+    /// The provider's end of a reply was seen: `[DONE]` or a `finish_reason` (OpenAI),
+    /// `message_stop` (Anthropic).
+    ended: bool,
+    /// Why the events do not make a whole reply, first problem first.
+    fault: Option<String>,
+    events: usize,
     /// Content blocks by index (Anthropic) or text + tool calls by index (OpenAI), in order.
     blocks: Vec<Value>,
     /// Tool-call input JSON text being streamed, by block index.
@@ -693,6 +689,10 @@ impl StreamTap {
     pub fn new(api: Api) -> Self {
         StreamTap {
             api,
+            parser: SseParser::new(),
+            ended: false,
+            fault: None,
+            events: 0,
             blocks: Vec::new(),
             partial_json: Vec::new(),
             text: String::new(),
@@ -711,10 +711,30 @@ impl StreamTap {
         &mut self.blocks[index]
     }
 
+    /// The next bytes of the stream, as they arrived.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        for e in self.parser.feed(bytes) {
+            self.event(&e);
+        }
+    }
+
     pub fn event(&mut self, e: &SseEvent) {
+        self.events += 1;
+        if self.api == Api::OpenAiChat && e.data.trim() == "[DONE]" {
+            self.ended = true;
+            return;
+        }
         let Ok(v) = serde_json::from_str::<Value>(&e.data) else {
-            return; // `[DONE]` and keep-alives
+            self.fault.get_or_insert_with(|| {
+                format!("event {} is not JSON ({} bytes)", self.events, e.data.len())
+            });
+            return;
         };
+        if let Some(kind) = stream_error(&v) {
+            self.fault
+                .get_or_insert_with(|| format!("the upstream sent an error event ({kind})"));
+            return;
+        }
         self.saw_any = true;
         match self.api {
             Api::OpenAiChat => self.openai_chunk(&v),
@@ -723,6 +743,12 @@ impl StreamTap {
     }
 
     fn openai_chunk(&mut self, v: &Value) {
+        // Servers that leave out `[DONE]` still end a reply with a finish reason.
+        if v.pointer("/choices/0/finish_reason")
+            .is_some_and(|r| !r.is_null())
+        {
+            self.ended = true;
+        }
         if let Some(u) = v.get("usage").and_then(openai_usage) {
             self.usage = u;
             self.has_usage = true;
@@ -805,6 +831,7 @@ impl StreamTap {
                     _ => {}
                 }
             }
+            Some("message_stop") => self.ended = true,
             Some("message_delta") => {
                 if let Some(u) = v.get("usage") {
                     self.has_usage |= anthropic_usage(u, &mut self.usage);
@@ -817,10 +844,26 @@ impl StreamTap {
         }
     }
 
-    /// The reply the stream carried.
-    pub fn finish(mut self) -> Reply {
+    /// The reply the stream carried, or why it carried no whole reply (the stream ended early,
+    /// or its events were malformed): such a reply is not recorded.
+    pub fn finish(mut self) -> Result<Reply, String> {
+        if let Some(fault) = self.fault.take() {
+            return Err(fault);
+        }
+        if self.parser.has_partial_event() {
+            return Err("the stream ended in the middle of an event".into());
+        }
+        if !self.ended {
+            return Err(format!(
+                "the stream ended without {}",
+                match self.api {
+                    Api::OpenAiChat => "`[DONE]`",
+                    Api::Anthropic => "`message_stop`",
+                }
+            ));
+        }
         if !self.saw_any {
-            return Reply::default();
+            return Ok(Reply::default());
         }
         for (i, json) in self.partial_json.iter().enumerate() {
             if !json.is_empty() {
@@ -838,10 +881,65 @@ impl StreamTap {
             }
             Api::Anthropic => anthropic_blocks(&self.blocks),
         };
-        Reply {
+        Ok(Reply {
             entry: Some(message_entry("assistant", content)),
             usage: self.has_usage.then_some(self.usage),
             wants_tools: self.wants_tools,
+        })
+    }
+}
+
+/// The kind of an error a stream carries as an event (Anthropic `event: error`; OpenAI-style
+/// servers put an `error` object in a chunk).
+fn stream_error(v: &Value) -> Option<String> {
+    let error = if v.get("type").and_then(Value::as_str) == Some("error") {
+        v.get("error")?
+    } else {
+        v.get("error").filter(|e| e.is_object())?
+    };
+    Some(
+        error
+            .get("type")
+            .or_else(|| error.get("code"))
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string(),
+    )
+}
+
+/// How a stream passed on to the client ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// Every byte reached the client and the events made a whole reply.
+    Complete,
+    /// Every byte reached the client, but the events were not a whole reply.
+    Malformed { bytes: u64, reason: String },
+    /// The upstream connection failed mid-way.
+    Broke { bytes: u64, reason: String },
+    /// The client stopped reading.
+    ClientGone { bytes: u64 },
+}
+
+impl StreamEnd {
+    /// What the request line says of it (nothing for a complete stream). `recording`: the
+    /// stream's reply is recorded when whole.
+    pub fn describe(&self, recording: bool) -> Option<String> {
+        let not_recorded = if recording {
+            "; reply not recorded"
+        } else {
+            ""
+        };
+        match self {
+            StreamEnd::Complete => None,
+            StreamEnd::Malformed { bytes, reason } => Some(format!(
+                "stream malformed after {bytes} bytes: {reason}{not_recorded}"
+            )),
+            StreamEnd::Broke { bytes, reason } => Some(format!(
+                "stream broke after {bytes} bytes: {reason}{not_recorded}"
+            )),
+            StreamEnd::ClientGone { bytes } => Some(format!(
+                "the client stopped reading after {bytes} bytes{not_recorded}"
+            )),
         }
     }
 }
@@ -858,6 +956,28 @@ pub fn is_context_overflow(status: u16, body: &[u8]) -> bool {
     text.contains("context_length_exceeded")
         || text.contains("prompt is too long")
         || text.contains("maximum context length")
+}
+
+/// The answer to a history that does not fit the budget even after compaction, worded as the
+/// provider words its own overflow, so the agent's recovery (which often reads the figures)
+/// runs: `tokens` of the history against `limit`, the most SOBA lets through. `detail` says
+/// why no compaction made it fit.
+pub fn overflow_body(api: Api, tokens: u64, limit: u64, detail: &str) -> Value {
+    match api {
+        Api::OpenAiChat => json!({"error": {
+            "message": format!("This model's maximum context length is {limit} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages. (soba proxy: {detail})"),
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }}),
+        Api::Anthropic => error_body(
+            api,
+            "invalid_request_error",
+            &format!(
+                "prompt is too long: {tokens} tokens > {limit} maximum (soba proxy: {detail})"
+            ),
+        ),
+    }
 }
 
 /// An error body in the provider's own shape, so the agent reports it as it would a
@@ -905,5 +1025,123 @@ mod tests {
             json!({"type": "redacted_thinking", "data": "opaque=="})
         );
         assert_eq!(out["content"][2]["text"], "ok");
+    }
+
+    fn tapped(api: Api, stream: &str) -> Result<Reply, String> {
+        let mut tap = StreamTap::new(api);
+        // Split mid-event: the tap reads bytes as they arrive.
+        let (a, b) = stream.split_at(stream.len() / 2);
+        tap.feed(a.as_bytes());
+        tap.feed(b.as_bytes());
+        tap.finish()
+    }
+
+    const OPENAI_CHUNK: &str = r#"data: {"choices":[{"index":0,"delta":{"content":"hello"}}]}
+
+"#;
+
+    #[test]
+    fn an_openai_stream_is_whole_only_with_its_end() {
+        let whole = format!("{OPENAI_CHUNK}data: [DONE]\n\n");
+        let reply = tapped(Api::OpenAiChat, &whole).unwrap();
+        assert_eq!(reply.entry.unwrap()["content"][0]["text"], "hello");
+        // A server that leaves out `[DONE]` still ends with a finish reason.
+        let finished = r#"data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}
+
+"#;
+        assert!(tapped(Api::OpenAiChat, finished).is_ok());
+        assert_eq!(
+            tapped(Api::OpenAiChat, OPENAI_CHUNK).unwrap_err(),
+            "the stream ended without `[DONE]`"
+        );
+        let cut = format!("{OPENAI_CHUNK}data: {{\"choices\":[");
+        assert_eq!(
+            tapped(Api::OpenAiChat, &cut).unwrap_err(),
+            "the stream ended in the middle of an event"
+        );
+        let garbled = format!("{OPENAI_CHUNK}data: <html>bad gateway</html>\n\ndata: [DONE]\n\n");
+        assert_eq!(
+            tapped(Api::OpenAiChat, &garbled).unwrap_err(),
+            "event 2 is not JSON (24 bytes)"
+        );
+        let error = format!("{OPENAI_CHUNK}data: {{\"error\":{{\"code\":\"server_error\",\"message\":\"x\"}}}}\n\ndata: [DONE]\n\n");
+        assert_eq!(
+            tapped(Api::OpenAiChat, &error).unwrap_err(),
+            "the upstream sent an error event (server_error)"
+        );
+    }
+
+    #[test]
+    fn an_anthropic_stream_is_whole_only_with_message_stop() {
+        let events = [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":5}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2}}"#,
+        ];
+        let body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        assert_eq!(
+            tapped(Api::Anthropic, &body).unwrap_err(),
+            "the stream ended without `message_stop`"
+        );
+        let whole = format!("{body}event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n");
+        let reply = tapped(Api::Anthropic, &whole).unwrap();
+        assert_eq!(reply.entry.unwrap()["content"][0]["text"], "hi");
+        assert_eq!(reply.usage.unwrap().output, 2);
+        let overloaded = format!("{body}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}}}\n\n");
+        assert_eq!(
+            tapped(Api::Anthropic, &overloaded).unwrap_err(),
+            "the upstream sent an error event (overloaded_error)"
+        );
+    }
+
+    #[test]
+    fn how_a_stream_ended_is_told_and_a_complete_one_says_nothing() {
+        assert_eq!(StreamEnd::Complete.describe(true), None);
+        let broke = StreamEnd::Broke {
+            bytes: 512,
+            reason: "connection reset".into(),
+        };
+        assert_eq!(
+            broke.describe(true).unwrap(),
+            "stream broke after 512 bytes: connection reset; reply not recorded"
+        );
+        assert_eq!(
+            broke.describe(false).unwrap(),
+            "stream broke after 512 bytes: connection reset"
+        );
+        let malformed = StreamEnd::Malformed {
+            bytes: 90,
+            reason: "the stream ended without `[DONE]`".into(),
+        };
+        assert_eq!(
+            malformed.describe(true).unwrap(),
+            "stream malformed after 90 bytes: the stream ended without `[DONE]`; reply not recorded"
+        );
+        assert_eq!(
+            StreamEnd::ClientGone { bytes: 7 }.describe(true).unwrap(),
+            "the client stopped reading after 7 bytes; reply not recorded"
+        );
+    }
+
+    #[test]
+    fn an_overflow_is_worded_as_each_provider_words_it() {
+        let openai = overflow_body(Api::OpenAiChat, 12000, 9808, "context budget exceeded");
+        assert_eq!(openai["error"]["code"], "context_length_exceeded");
+        assert_eq!(openai["error"]["type"], "invalid_request_error");
+        assert_eq!(openai["error"]["param"], "messages");
+        let message = openai["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("This model's maximum context length is 9808 tokens. However, your messages resulted in 12000 tokens."),
+            "{message}"
+        );
+        assert!(!message.contains("prompt is too long"), "{message}");
+        assert!(is_context_overflow(400, openai.to_string().as_bytes()));
+        let anthropic = overflow_body(Api::Anthropic, 12000, 9808, "context budget exceeded");
+        assert_eq!(anthropic["type"], "error");
+        assert!(anthropic["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("prompt is too long: 12000 tokens > 9808 maximum"));
     }
 }

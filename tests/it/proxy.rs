@@ -69,6 +69,8 @@ struct UpstreamState {
     tool_calls: VecDeque<String>,
     /// How long to wait before answering a summarization request.
     summary_delay: Option<std::time::Duration>,
+    /// Break the connection after this many bytes of the next streamed answer.
+    cut_next_stream: Option<usize>,
 }
 
 #[derive(Clone)]
@@ -375,14 +377,38 @@ async fn start_upstream() -> Upstream {
                             } else {
                                 answer(&mut s, parts.uri.path(), &value)
                             };
+                            let mut cut = None;
                             if canned.content_type == "text/event-stream" {
                                 s.streamed.push(canned.body.clone().into_bytes());
+                                cut = s.cut_next_stream.take();
                             }
+                            let body = match cut {
+                                // The first bytes, then the connection fails mid-body.
+                                Some(n) => {
+                                    use futures::StreamExt;
+                                    let head = Bytes::from(canned.body[..n].to_string());
+                                    let first = futures::stream::once(async move {
+                                        Ok(hyper::body::Frame::data(head))
+                                    });
+                                    let lost = futures::stream::once(async {
+                                        // After the head has reached the proxy.
+                                        tokio::time::sleep(std::time::Duration::from_millis(100))
+                                            .await;
+                                        Err(std::io::Error::other("upstream connection lost"))
+                                    });
+                                    BodyExt::boxed(http_body_util::StreamBody::new(
+                                        first.chain(lost),
+                                    ))
+                                }
+                                None => Full::new(Bytes::from(canned.body))
+                                    .map_err(|never| match never {})
+                                    .boxed(),
+                            };
                             let r = http::Response::builder()
                                 .status(canned.status)
                                 .header("content-type", canned.content_type)
                                 .header("x-request-id", "req_upstream_7")
-                                .body(Full::new(Bytes::from(canned.body)))
+                                .body(body)
                                 .unwrap();
                             Ok::<_, std::convert::Infallible>(r)
                         }
@@ -478,8 +504,21 @@ async fn env() -> Env {
 
 impl Env {
     async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
-        reqwest::Client::new()
-            .post(format!("http://{}{path}", self.proxy))
+        self.post_with(path, body, &[]).await
+    }
+
+    /// [`Env::post`] with extra headers.
+    async fn post_with(
+        &self,
+        path: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut request = reqwest::Client::new().post(format!("http://{}{path}", self.proxy));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request
             .header("authorization", format!("Bearer {KEY}"))
             .header("x-api-key", KEY)
             .header("anthropic-version", "2023-06-01")
@@ -906,53 +945,459 @@ async fn other_paths_pass_through_unchanged_and_the_key_goes_upstream_but_never_
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retried_request_rewinds_instead_of_duplicating_the_turn() {
-    let env = env().await;
-    let first = json!([{"role": "user", "content": "write the parser"}]);
-    let r = env
-        .post(
-            "/v1/chat/completions",
-            &json!({"model": "gpt-4o", "messages": first}),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    // The agent lost the answer and sends the same request again, then edits its question.
-    let r = env
-        .post(
-            "/v1/chat/completions",
-            &json!({"model": "gpt-4o", "messages": first}),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    let reply: Value = r.json().await.unwrap();
-    let r = env
-        .post(
-            "/v1/chat/completions",
-            &json!({"model": "gpt-4o", "messages": [
-                {"role": "user", "content": "write the parser"},
-                reply["choices"][0]["message"],
-                {"role": "user", "content": "now the tests"},
-            ]}),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    let last = env.upstream.chats().last().unwrap().body();
-    assert_eq!(last["messages"].as_array().unwrap().len(), 3, "{last}");
-    let (session, _) = soba::session::log::read_session(&env.session_logs()[0]).unwrap();
+/// The `type` of every entry in a session log, in order.
+fn entry_types(log: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| e["type"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn count(types: &[String], kind: &str) -> usize {
+    types.iter().filter(|t| *t == kind).count()
+}
+
+/// The texts of the model view of a session log's current branch.
+fn view_texts(log: &std::path::Path) -> Vec<String> {
+    let (session, _) = soba::session::log::read_session(log).unwrap();
     let view = soba::session::view::ModelView::build(&session, session.leaf());
-    let texts: Vec<String> = view
-        .messages(&session)
+    view.messages(&session)
         .iter()
         .map(|m| soba::session::entry::blocks_text(&m.content))
-        .collect();
-    assert_eq!(
-        texts.len(),
-        4,
-        "user, the second answer, user, the last answer: {texts:?}"
+        .collect()
+}
+
+/// Send an OpenAI chat request and return the assistant message to resend.
+async fn openai_turn(env: &Env, messages: &[Value], headers: &[(&str, &str)]) -> Value {
+    let r = env
+        .post_with(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": messages}),
+            headers,
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{:?}", env.log.lock().unwrap());
+    let reply: Value = r.json().await.unwrap();
+    reply["choices"][0]["message"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_interleaved_conversations_with_the_same_opening_get_two_sessions_and_never_rewind() {
+    let env = env().await;
+    // Two copies of an agent given one task: the same system prompt and first message.
+    let opening = vec![
+        json!({"role": "system", "content": "You are a careful coding agent."}),
+        json!({"role": "user", "content": "Repository map: src/main.rs src/lib.rs src/parser.rs"}),
+    ];
+    let mut histories = [opening.clone(), opening];
+    let turns = 12;
+    for turn in 0..turns {
+        for (k, history) in histories.iter_mut().enumerate() {
+            let text = format!("copy-{k} turn {turn}: {}", filler(turn, 700));
+            history.push(json!({"role": "user", "content": text}));
+            let reply = openai_turn(&env, history, &[]).await;
+            history.push(reply);
+        }
+    }
+    let logs = env.session_logs();
+    assert_eq!(logs.len(), 2, "one session per conversation: {logs:?}");
+    let lines = env.log.lock().unwrap().clone();
+    let mut capsules = Vec::new();
+    for log in &logs {
+        let types = entry_types(log);
+        assert_eq!(count(&types, "rewind"), 0, "{}: no rewinds", log.display());
+        let text = std::fs::read_to_string(log).unwrap();
+        let own = usize::from(text.contains("copy-1 turn"));
+        assert!(
+            !text.contains(&format!("copy-{} turn", 1 - own)),
+            "a session holds one conversation"
+        );
+        let users = count(&types, "message");
+        assert_eq!(users, 1 + 2 * turns, "each message once: {types:?}");
+        capsules.push(count(&types, "capsule"));
+    }
+    // Each conversation compacts as it would alone: a few times over twelve long turns (not at
+    // every request, as when they shared a session), and once per log line that says so.
+    let logged = lines
+        .iter()
+        .filter(|l| l.contains("compaction completed"))
+        .count();
+    assert_eq!(capsules.iter().sum::<usize>(), logged, "{lines:?}");
+    assert!(
+        capsules.iter().all(|&c| (1..=4).contains(&c)),
+        "{capsules:?} compactions in {turns} turns each"
     );
-    assert_eq!(texts[0], "write the parser");
-    assert_eq!(texts[2], "now the tests");
+    assert_eq!(capsules[0], capsules[1], "the two grow alike");
+    // Every upstream request carries one conversation only.
+    for chat in env.upstream.chats() {
+        let body = String::from_utf8_lossy(&chat.raw).to_string();
+        assert!(
+            !(body.contains("copy-0 turn") && body.contains("copy-1 turn")),
+            "a request mixed the two conversations"
+        );
+    }
+    eprintln!(
+        "two interleaved conversations: {} requests, sessions {}, compactions {capsules:?}, log bytes {:?}",
+        env.upstream.chats().len(),
+        logs.len(),
+        logs.iter()
+            .map(|l| std::fs::metadata(l).unwrap().len())
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_in_the_system_prompt_keeps_one_session_and_records_each_change() {
+    let env = env().await;
+    let mut messages: Vec<Value> = Vec::new();
+    let turns = 6;
+    for turn in 0..turns {
+        messages.push(
+            json!({"role": "user", "content": format!("step {turn}: {}", filler(turn, 200))}),
+        );
+        let r = env
+            .post(
+                "/v1/messages",
+                &json!({"model": "claude-sonnet-4-5", "max_tokens": 100,
+                        "system": format!("You are a coding agent. The time is 10:0{turn}:00."),
+                        "messages": messages}),
+            )
+            .await;
+        assert_eq!(r.status(), 200);
+        let reply: Value = r.json().await.unwrap();
+        messages.push(json!({"role": "assistant", "content": reply["content"]}));
+    }
+    let logs = env.session_logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let types = entry_types(&logs[0]);
+    assert_eq!(count(&types, "rewind"), 0);
+    assert_eq!(
+        count(&types, "setting"),
+        turns,
+        "each new system prompt is a setting change: {types:?}"
+    );
+    assert_eq!(count(&types, "message"), 2 * turns);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regenerate_edit_and_drop_last_turn_rewind_within_the_conversation() {
+    let env = env().await;
+    let ask = |text: &str| json!({"role": "user", "content": text});
+    // The first request fails upstream; the agent's retry continues the same conversation.
+    env.upstream.script(Canned {
+        status: 500,
+        content_type: "application/json",
+        body: json!({"error": {"message": "boom", "type": "server_error"}}).to_string(),
+    });
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": [ask("write the parser")]}),
+        )
+        .await;
+    assert_eq!(r.status(), 500);
+    let r1 = openai_turn(&env, &[ask("write the parser")], &[]).await;
+    let base = [ask("write the parser"), r1.clone()];
+    let with = |last: &str| {
+        let mut m = base.to_vec();
+        m.push(ask(last));
+        m
+    };
+    openai_turn(&env, &with("now the tests"), &[]).await;
+    // Regenerate the last answer, edit the last question, drop the last turn for another.
+    openai_turn(&env, &with("now the tests"), &[]).await;
+    openai_turn(&env, &with("now the benchmarks"), &[]).await;
+    let last = openai_turn(&env, &with("document the parser"), &[]).await;
+
+    let logs = env.session_logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(count(&entry_types(&logs[0]), "rewind"), 3);
+    assert_eq!(
+        view_texts(&logs[0]),
+        vec![
+            "write the parser".to_string(),
+            r1["content"].as_str().unwrap().to_string(),
+            "document the parser".to_string(),
+            last["content"].as_str().unwrap().to_string(),
+        ]
+    );
+    let sent = env.upstream.chats().last().unwrap().body();
+    assert_eq!(sent["messages"].as_array().unwrap().len(), 3, "{sent}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x_soba_session_separates_otherwise_identical_conversations() {
+    let env = env().await;
+    let hi = json!({"role": "user", "content": "hi"});
+    let one = [("x-soba-session", "task-one")];
+    let two = [("x-soba-session", "task-two")];
+    let r1 = openai_turn(&env, std::slice::from_ref(&hi), &one).await;
+    openai_turn(&env, std::slice::from_ref(&hi), &two).await;
+    // A request carrying task-one's reply, named task-two, goes to task-two.
+    let more = [
+        hi.clone(),
+        r1,
+        json!({"role": "user", "content": "more please"}),
+    ];
+    openai_turn(&env, &more, &two).await;
+    let logs = env.session_logs();
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    let holding_more: Vec<_> = logs
+        .iter()
+        .filter(|l| std::fs::read_to_string(l).unwrap().contains("more please"))
+        .collect();
+    assert_eq!(holding_more.len(), 1);
+    let types = entry_types(holding_more[0]);
+    assert_eq!(
+        count(&types, "rewind"),
+        1,
+        "task-two took the other history: {types:?}"
+    );
+    // The name is SOBA's: it never goes upstream.
+    assert!(env
+        .upstream
+        .chats()
+        .iter()
+        .all(|c| c.header("x-soba-session").is_none()));
+    // A name that is not one gets a clear error, and nothing goes upstream.
+    let before = env.upstream.chats().len();
+    let r = env
+        .post_with(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": [hi]}),
+            &[("x-soba-session", "  ")],
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("x-soba-session header is empty"),
+        "{message}"
+    );
+    assert_eq!(env.upstream.chats().len(), before);
+}
+
+/// The log line of the last request to `path`, once it is written (a stream's is written
+/// when the stream ends).
+async fn log_line(env: &Env, path: &str, n: usize) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let lines: Vec<String> = env
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(path))
+            .cloned()
+            .collect();
+        if lines.len() >= n || std::time::Instant::now() > deadline {
+            return lines.get(n - 1).cloned().unwrap_or_default();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+fn assistant_entries(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "message" && e["role"] == "assistant")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_breaks_midway_is_logged_as_broken_and_its_reply_is_not_recorded() {
+    let env = env().await;
+    env.upstream.state.lock().unwrap().cut_next_stream = Some(60);
+    let body =
+        json!({"model": "gpt-4o", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let r = env.post("/v1/chat/completions", &body).await;
+    assert_eq!(r.status(), 200, "the status went out before the break");
+    assert!(r.bytes().await.is_err(), "the client sees the break too");
+    let line = log_line(&env, "/v1/chat/completions", 1).await;
+    assert!(
+        line.contains("→ 200 in ")
+            && line.contains(", stream broke after 60 bytes: ")
+            && line.contains("; reply not recorded"),
+        "{line}"
+    );
+    let logs = env.session_logs();
+    assert_eq!(assistant_entries(&logs[0]), 0);
+    // The agent retries: the same conversation, since it never got a reply.
+    let r = env.post("/v1/chat/completions", &body).await;
+    let _ = r.bytes().await.unwrap();
+    let line = log_line(&env, "/v1/chat/completions", 2).await;
+    assert!(
+        !line.contains("stream"),
+        "a whole stream is not remarked on: {line}"
+    );
+    assert_eq!(env.session_logs().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_its_terminal_event_is_logged_as_malformed_and_not_recorded() {
+    let env = env().await;
+    let events = [
+        (
+            Some("message_start"),
+            json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+        ),
+        (
+            Some("content_block_start"),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            Some("content_block_delta"),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "half an ans"}}),
+        ),
+    ];
+    env.upstream.script(Canned {
+        status: 200,
+        content_type: "text/event-stream",
+        body: sse(&events, false),
+    });
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let r = env.post("/v1/messages", &body).await;
+    assert_eq!(r.status(), 200);
+    let got = r.bytes().await.unwrap();
+    assert_eq!(
+        got.as_ref(),
+        sse(&events, false).as_bytes(),
+        "passed on as it came"
+    );
+    let line = log_line(&env, "/v1/messages", 1).await;
+    assert!(
+        line.contains(&format!(
+            ", stream malformed after {} bytes: the stream ended without `message_stop`; reply not recorded",
+            got.len()
+        )),
+        "{line}"
+    );
+    // The half answer is not in the session: the agent, which could not use it, asks again.
+    let r = env.post("/v1/messages", &body).await;
+    let _ = r.bytes().await.unwrap();
+    log_line(&env, "/v1/messages", 2).await;
+    let logs = env.session_logs();
+    assert_eq!(logs.len(), 1);
+    let texts = view_texts(&logs[0]);
+    assert!(
+        !texts.iter().any(|t| t.contains("half an ans")),
+        "{texts:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_answer_that_is_not_a_chat_reply_is_passed_on_and_logged_as_not_recorded() {
+    let env = env().await;
+    env.upstream.script(Canned {
+        status: 200,
+        content_type: "application/json",
+        body: "<html>gateway page</html>".into(),
+    });
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "<html>gateway page</html>");
+    let line = log_line(&env, "/v1/chat/completions", 1).await;
+    assert!(
+        line.contains("→ 200 in ")
+            && line.contains(", reply not recorded: the answer is not a chat reply (session "),
+        "{line}"
+    );
+    assert_eq!(assistant_entries(&env.session_logs()[0]), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_over_the_budget_gets_openais_own_overflow_error() {
+    let env = env().await;
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": [{"role": "user", "content": filler(0, 16000)}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "context_length_exceeded", "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    let message = body["error"]["message"].as_str().unwrap();
+    let expected = format!(
+        "This model's maximum context length is {} tokens. However, your messages resulted in ",
+        hard_limit()
+    );
+    assert!(message.starts_with(&expected), "{message}");
+    assert!(!message.contains("prompt is too long"), "{message}");
+    assert!(env.upstream.chats().is_empty(), "nothing went upstream");
+}
+
+/// `soba proxy --listen ADDR` as a process: the start-up line, or the error it exits with.
+fn proxy_listening_on(listen: &str) -> Result<String, String> {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args([
+            "proxy",
+            "--standalone",
+            "--listen",
+            listen,
+            "--upstream",
+            "http://127.0.0.1:9",
+        ])
+        .current_dir(dir.path())
+        .env("SOBA_DATA_DIR", dir.path().join("data"))
+        .env("SOBA_RUNTIME_DIR", dir.path().join("run"))
+        .env("SOBA_CONFIG", dir.path().join("none.json"))
+        .env_remove("SOBA_PROXY_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let status = child.wait().unwrap();
+    if first.contains("listening on") {
+        Ok(first)
+    } else {
+        assert!(!running || !status.success(), "{first}");
+        Err(first)
+    }
+}
+
+#[test]
+fn listen_takes_localhost_and_still_refuses_a_remote_address() {
+    let started = proxy_listening_on("localhost:0").unwrap();
+    assert!(
+        started.contains("listening on http://127.0.0.1:")
+            || started.contains("listening on http://[::1]:"),
+        "{started}"
+    );
+    let refused = proxy_listening_on("0.0.0.0:0").unwrap_err();
+    assert!(
+        refused.contains("refusing to listen on 0.0.0.0:0") && refused.contains("--allow-remote"),
+        "{refused}"
+    );
+    let unknown = proxy_listening_on("no-such-host.invalid:4860").unwrap_err();
+    assert!(
+        unknown.contains("cannot resolve --listen no-such-host.invalid:4860"),
+        "{unknown}"
+    );
+    let portless = proxy_listening_on("localhost").unwrap_err();
+    assert!(
+        portless.contains("has no port; give HOST:PORT"),
+        "{portless}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,9 @@
-"""The official openai and anthropic Python SDKs through `soba proxy` to a loopback fake
-upstream: conversations are compacted and stay under the hard limit, streams reach the client
-byte for byte, and upstream errors reach it as the same error."""
+"""The official openai and anthropic Python SDKs, and aider, through `soba proxy` to a loopback
+fake upstream: conversations are compacted and stay under the hard limit, streams reach the client
+byte for byte, upstream errors reach it as the same error, and conversations that open alike keep
+sessions of their own."""
 
+import glob
 import json
 import os
 import re
@@ -78,6 +80,17 @@ class ProxyCase(unittest.TestCase):
     def anthropic(self):
         return anthropic.Anthropic(base_url=self.base, api_key=KEY, max_retries=0)
 
+    def session_logs(self):
+        return glob.glob(os.path.join(self.tmp.name, "data", "workspaces", "*", "sessions", "*.jsonl"))
+
+    def assert_sessions_without_rewinds(self, n):
+        logs = self.session_logs()
+        self.assertEqual(len(logs), n, "one session per conversation")
+        for log in logs:
+            with open(log) as f:
+                types = [json.loads(line)["type"] for line in f if line.strip()]
+            self.assertNotIn("rewind", types, f"{log} was rewound: {types}")
+
     def assert_under_hard_limit(self):
         for i, body in enumerate(self.upstream.chats()):
             # A conservative count: about four characters of JSON per token, an overestimate.
@@ -123,6 +136,19 @@ class OpenAISdk(ProxyCase):
         self.assertEqual(caught.exception.body, body["error"])
         self.assertEqual(caught.exception.response.headers["x-request-id"], "req_fake_1")
 
+    def test_two_interleaved_conversations_that_open_alike_get_two_sessions(self):
+        client = self.openai()
+        opening = [{"role": "system", "content": "You are a careful coding agent."},
+                   {"role": "user", "content": "Fix the failing test in src/parser.rs"}]
+        histories = [list(opening), list(opening)]
+        for turn in range(4):
+            for k, messages in enumerate(histories):
+                if turn:
+                    messages.append({"role": "user", "content": f"copy {k}, step {turn}"})
+                r = client.chat.completions.create(model="gpt-4o", messages=messages)
+                messages.append({"role": "assistant", "content": r.choices[0].message.content})
+        self.assert_sessions_without_rewinds(2)
+
     def test_models_are_listed_through_the_proxy(self):
         self.assertEqual([m.id for m in self.openai().models.list()], ["gpt-4o"])
 
@@ -145,6 +171,19 @@ class AnthropicSdk(ProxyCase):
         self.assertIn("Context Capsule", first_text)
         roles = [m["role"] for m in chats[-1]["messages"]]
         self.assertTrue(all(a != b for a, b in zip(roles, roles[1:])), f"turns alternate: {roles}")
+
+    def test_two_interleaved_streamed_conversations_that_open_alike_get_two_sessions(self):
+        client = self.anthropic()
+        histories = [[], []]
+        for turn in range(4):
+            for k, messages in enumerate(histories):
+                ask = "Fix the failing test in src/parser.rs" if turn == 0 else f"copy {k}, step {turn}"
+                messages.append({"role": "user", "content": ask})
+                with client.messages.stream(model="claude-sonnet-4-5", max_tokens=100,
+                                            system="Be brief.", messages=messages) as s:
+                    text = s.get_final_text()
+                messages.append({"role": "assistant", "content": text})
+        self.assert_sessions_without_rewinds(2)
 
     def test_a_stream_reaches_the_client_byte_identical(self):
         with self.anthropic().messages.with_streaming_response.create(
@@ -190,6 +229,34 @@ class AnthropicSdk(ProxyCase):
                         prev = msgs[i - 1]["content"]
                         ids = [c["id"] for c in prev if isinstance(prev, list) and c.get("type") == "tool_use"]
                         self.assertIn(b["tool_use_id"], ids)
+
+
+class Aider(ProxyCase):
+    """Aider opens every run with the same messages (its rules, the files in the chat, an
+    "Ok" of its own as the assistant): two runs in one repository are two conversations."""
+
+    def aider(self, task):
+        home = os.path.join(self.tmp.name, "home")
+        os.makedirs(home, exist_ok=True)
+        done = subprocess.run(
+            [os.environ["AIDER_BIN"], "--message", task, "--yes-always", "--no-git",
+             "--model", "gpt-4o", "--openai-api-base", self.base + "/v1", "--openai-api-key", KEY,
+             "--no-check-update", "--analytics-disable", "--no-show-model-warnings", "--no-pretty",
+             "hello.py"],
+            cwd=self.workspace, env=dict(os.environ, HOME=home), capture_output=True, text=True,
+            timeout=300)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn("answer number", done.stdout)
+
+    def test_two_runs_in_one_repository_get_two_sessions(self):
+        with open(os.path.join(self.workspace, "hello.py"), "w") as f:
+            f.write("print('hi')\n")
+        self.aider("add a docstring")
+        self.aider("rename the function")
+        chats = self.upstream.chats()
+        self.assertEqual(len(chats), 2)
+        self.assertEqual(chats[0]["messages"][:3], chats[1]["messages"][:3], "the runs open alike")
+        self.assert_sessions_without_rewinds(2)
 
 
 class RunScript(unittest.TestCase):

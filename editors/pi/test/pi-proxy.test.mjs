@@ -190,6 +190,16 @@ test("pi through soba proxy: requests stay under the hard limit, the upstream's 
     assert.ok(failed.errorMessage.includes(error.error.message), `pi got the upstream's error: ${failed.errorMessage}`);
     assert.match(proxyLog, /→ 401/, 'the proxy answered pi with the upstream status');
     assert.ok(!proxyLog.includes('test-key'), 'the key is never logged');
+
+    // pi's conversation is one session: every request carried the replies the proxy forwarded,
+    // and pi resent them as they came, so nothing was rewound.
+    const sessionsDir = path.join(root, 'soba-data', 'workspaces');
+    const logs = fs.readdirSync(sessionsDir).flatMap((w) => {
+      const dir = path.join(sessionsDir, w, 'sessions');
+      return fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.jsonl')).map((f) => path.join(dir, f)) : [];
+    });
+    assert.equal(logs.length, 1, `one session for pi's conversation: ${logs}`);
+    assert.ok(!readJsonl(logs[0]).some((e) => e.type === 'rewind'), 'no rewind');
   } finally {
     await pi.quit();
   }
