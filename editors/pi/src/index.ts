@@ -1,8 +1,8 @@
 // pi extension: SOBA does pi's compactions. SOBA's capsule becomes pi's compaction summary and
 // SOBA's cut its firstKeptEntryId; unless SOBA's config names a summarizer, pi's own model writes
 // the capsule from SOBA's prompt and facts. When SOBA cannot answer, pi compacts on its own and
-// says why.
-import type { ExtensionAPI, ExtensionContext } from '@mariozechner/pi-coding-agent';
+// says why: in pi's UI (interactive, RPC), else on stderr (`pi -p`, `--mode json`).
+import type { ExtensionAPI, ExtensionContext, ExtensionUIContext } from '@mariozechner/pi-coding-agent';
 import { SobaConnection, SobaUnavailable } from './client.js';
 import { compactWithSoba, SobaDeclined, SyncMemory } from './compact.js';
 import type { PiEntry } from './entries.js';
@@ -27,6 +27,35 @@ export function settingsFrom(env: NodeJS.ProcessEnv): Settings {
   };
 }
 
+/**
+ * What a compaction needs from pi. pi's extension context throws on every read once pi has
+ * disposed its session: at the end of a `pi -p` run (while the compaction pi started after the
+ * last turn is still running), and on /new, /resume, /fork and /reload. So each compaction reads
+ * these once, and the last reading taken while the context was live stands in for a stale one.
+ */
+export interface PiView {
+  cwd: string;
+  model: ExtensionContext['model'];
+  modelRegistry: ExtensionContext['modelRegistry'];
+  /** pi's UI; absent in print mode (`pi -p`, `--mode json`), where notices go to stderr. */
+  ui: ExtensionUIContext | undefined;
+}
+
+/** pi's context read once, or undefined when pi has already disposed the session. */
+export function readView(ctx: ExtensionContext): PiView | undefined {
+  try {
+    return { cwd: ctx.cwd, model: ctx.model, modelRegistry: ctx.modelRegistry, ui: ctx.hasUI ? ctx.ui : undefined };
+  } catch {
+    return undefined;
+  }
+}
+
+/** A notice the user sees in every mode: pi's UI when it has one, else stderr. */
+export function notify(ui: ExtensionUIContext | undefined, message: string, level: 'info' | 'warning'): void {
+  if (ui) ui.notify(message, level);
+  else process.stderr.write(`${message}\n`);
+}
+
 export default function soba(pi: ExtensionAPI): void {
   const settings = settingsFrom(process.env);
   let connection: SobaConnection | undefined;
@@ -34,6 +63,16 @@ export default function soba(pi: ExtensionAPI): void {
   const memory = new SyncMemory();
   /** The compaction waiting for SOBA: the daemon's summarization prompts run on its model. */
   let compacting: Compacting | undefined;
+  /** pi's context as last read while it was live. */
+  let lastView: PiView | undefined;
+  /** Compactions under way; the connection closes only once none is left. */
+  let running = 0;
+  /** pi has shut this session down (the end of a run, or a session replacement). */
+  let ended = false;
+
+  function remember(ctx: ExtensionContext): void {
+    lastView = readView(ctx) ?? lastView;
+  }
 
   async function daemon(cwd: string): Promise<SobaConnection> {
     if (connection?.alive) return connection;
@@ -48,30 +87,57 @@ export default function soba(pi: ExtensionAPI): void {
     return c;
   }
 
-  function fallBack(ctx: ExtensionContext, why: string): undefined {
-    ctx.ui.notify(`SOBA did not compact (${why}); pi compacts on its own.`, 'warning');
+  /** Close this run's SOBA sessions and end the daemon connection (and its `soba serve`). */
+  async function release(): Promise<void> {
+    const c = connection;
+    connection = undefined;
+    const open = [...sessions];
+    sessions.clear();
+    if (!c?.alive) return;
+    for (const sessionId of open) {
+      await c.request('soba/session/close', { sessionId }).catch(() => {});
+    }
+    await c.close();
+  }
+
+  function fallBack(ui: ExtensionUIContext | undefined, why: string): undefined {
+    notify(ui, `SOBA did not compact (${why}); pi compacts on its own.`, 'warning');
     return undefined;
   }
 
+  pi.on('session_start', (_event, ctx) => {
+    ended = false;
+    remember(ctx);
+  });
+
+  pi.on('model_select', (event, ctx) => {
+    remember(ctx);
+    if (lastView) lastView = { ...lastView, model: event.model };
+  });
+
   pi.on('session_before_compact', async (event, ctx) => {
-    let c: SobaConnection;
-    try {
-      c = await daemon(ctx.cwd);
-    } catch (e) {
-      return fallBack(ctx, (e as Error).message);
-    }
+    const view = readView(ctx) ?? lastView;
+    if (!view) return fallBack(undefined, 'pi ended the session before the extension saw it start');
+    lastView = view;
+    running++;
+    let c: SobaConnection | undefined;
     let sessionId: string | undefined;
     const cancel = () => {
-      if (sessionId) c.fireAndForget('soba/cancel', { sessionId });
+      if (sessionId) c?.fireAndForget('soba/cancel', { sessionId });
     };
     event.signal.addEventListener('abort', cancel, { once: true });
-    compacting = { ctx, signal: event.signal };
     try {
-      const model = ctx.model;
+      try {
+        c = await daemon(view.cwd);
+      } catch (e) {
+        return fallBack(view.ui, (e as Error).message);
+      }
+      compacting = { model: view.model, modelRegistry: view.modelRegistry, signal: event.signal };
+      const model = view.model;
       const result = await compactWithSoba(
         c,
         {
-          workspace: ctx.cwd,
+          workspace: view.cwd,
           branch: event.branchEntries as unknown as PiEntry[],
           instructions: event.customInstructions,
           tokensBefore: event.preparation.tokensBefore,
@@ -87,29 +153,27 @@ export default function soba(pi: ExtensionAPI): void {
       );
       const { tokensBefore, tokensAfter, quality, checkpointId } = result.details.soba;
       if (tokensBefore !== undefined && tokensAfter !== undefined) {
-        ctx.ui.notify(`SOBA compacted ${tokensBefore} → ${tokensAfter} tokens (${checkpointId}, ${quality}).`, 'info');
+        notify(view.ui, `SOBA compacted ${tokensBefore} → ${tokensAfter} tokens (${checkpointId}, ${quality}).`, 'info');
       }
       return { compaction: result };
     } catch (e) {
       if (event.signal.aborted) return undefined;
-      if (e instanceof SobaUnavailable || e instanceof SobaDeclined) return fallBack(ctx, e.message);
+      if (e instanceof SobaUnavailable || e instanceof SobaDeclined) return fallBack(view.ui, e.message);
       const err = e as { code?: number; message?: string };
-      return fallBack(ctx, `the SOBA daemon answered ${err.code ?? 'an error'}: ${err.message ?? String(e)}`);
+      return fallBack(view.ui, `the SOBA daemon answered ${err.code ?? 'an error'}: ${err.message ?? String(e)}`);
     } finally {
       compacting = undefined;
       event.signal.removeEventListener('abort', cancel);
+      running--;
+      // The session ended while this compaction ran (the last turn of a `pi -p` run): pi still
+      // records the compaction, and the daemon connection goes once it is no longer needed.
+      if (ended && running === 0) void release();
     }
   });
 
   pi.on('session_shutdown', async () => {
-    const c = connection;
-    connection = undefined;
-    if (!c?.alive) return;
-    // The run is over: the daemon frees the sessions it held for it.
-    for (const sessionId of sessions) {
-      await c.request('soba/session/close', { sessionId }).catch(() => {});
-    }
-    sessions.clear();
-    await c.close();
+    ended = true;
+    // A compaction under way finishes first and releases the connection itself.
+    if (running === 0) await release();
   });
 }
