@@ -136,6 +136,11 @@ export class SobaConnection {
     return this.closed === undefined;
   }
 
+  /** The process id of `soba serve`, once started. */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
   private send(message: object): void {
     if (this.closed !== undefined || !this.child.stdin?.writable) return;
     this.child.stdin.write(encode(message));

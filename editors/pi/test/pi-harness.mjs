@@ -151,3 +151,93 @@ export function readJsonl(file) {
     .filter((l) => l.trim())
     .map((l) => JSON.parse(l));
 }
+
+/**
+ * pi in print mode (`pi -p …`, `pi -c -p …`): runs to its end. `onStart(child)` may signal it.
+ * Resolves with its exit code or signal and what it wrote.
+ */
+export function runPi(home, args, { onStart } = {}) {
+  const child = spawn(process.execPath, [PI_CLI, ...args], {
+    cwd: home.workspace,
+    env: home.env,
+    // Print mode reads a prompt from a piped stdin until it ends: give it none.
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8');
+  child.stderr.setEncoding('utf8');
+  child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  onStart?.(child);
+  return new Promise((resolve) => {
+    child.once('exit', (code, signal) => resolve({ code, signal, stdout, stderr, pid: child.pid }));
+  });
+}
+
+/** The pi session file of `home` (the runs here continue one session). */
+export function piSessionFile(home) {
+  const dir = path.join(home.agentDir, 'sessions');
+  const files = fs
+    .readdirSync(dir, { recursive: true })
+    .filter((f) => f.endsWith('.jsonl'))
+    .map((f) => path.join(dir, f));
+  if (files.length !== 1) throw new Error(`expected one pi session file under ${dir}, found ${JSON.stringify(files)}`);
+  return files[0];
+}
+
+/** SOBA's session log `sessionId` of `home`. */
+export function sobaLog(home, sessionId) {
+  const logs = path.join(home.env.SOBA_DATA_DIR, 'workspaces');
+  const file = fs
+    .readdirSync(logs, { recursive: true })
+    .map((f) => path.join(logs, f))
+    .find((f) => f.endsWith(`${sessionId}.jsonl`));
+  if (!file) throw new Error(`SOBA's session log ${sessionId} is not under ${logs}`);
+  return file;
+}
+
+/**
+ * The live processes started for `home` other than `except`: each inherits (or, for the
+ * shared daemon, is given) this home's SOBA_RUNTIME_DIR, so /proc tells them apart from any
+ * other test's. Zombies (already dead, waiting to be reaped) do not count.
+ */
+export function processesOf(home, except = []) {
+  const marker = Buffer.from(`SOBA_RUNTIME_DIR=${home.env.SOBA_RUNTIME_DIR}\0`);
+  const found = [];
+  for (const name of fs.readdirSync('/proc')) {
+    const pid = Number(name);
+    if (!Number.isInteger(pid) || except.includes(pid)) continue;
+    try {
+      const environ = fs.readFileSync(`/proc/${pid}/environ`);
+      if (!environ.includes(marker)) continue;
+      const state = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0];
+      if (state === 'Z') continue;
+      const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean).join(' ');
+      found.push({ pid, cmd });
+    } catch {
+      // Gone meanwhile, or not ours to read.
+    }
+  }
+  return found;
+}
+
+/**
+ * Once pi has exited nothing it started is left: its `soba serve` within `relayMs` (0: pi
+ * waited for it), and the shared daemon (`soba serve --daemon`) within its idle time
+ * (SOBA_DAEMON_IDLE_SECS) and `graceMs`.
+ */
+export async function assertNothingLeft(home, { relayMs = 0, graceMs = 4000 } = {}) {
+  const relays = () => processesOf(home).filter((p) => !p.cmd.includes('--daemon'));
+  await until(() => relays().length === 0, relayMs, () => `still running ${relayMs} ms after pi exited: ${JSON.stringify(relays())}`);
+  const idleMs = Number(home.env.SOBA_DAEMON_IDLE_SECS) * 1000;
+  await until(() => processesOf(home).length === 0, idleMs + graceMs, () => `still running ${idleMs + graceMs} ms after pi exited: ${JSON.stringify(processesOf(home))}`);
+}
+
+async function until(done, ms, why) {
+  const deadline = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() >= deadline) throw new Error(why());
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
