@@ -33,7 +33,7 @@ export function settingsFrom(env: NodeJS.ProcessEnv): Settings {
  * last turn is still running), and on /new, /resume, /fork and /reload. So each compaction reads
  * these once, and the last reading taken while the context was live stands in for a stale one.
  */
-export interface PiView {
+interface PiView {
   cwd: string;
   model: ExtensionContext['model'];
   modelRegistry: ExtensionContext['modelRegistry'];
@@ -42,7 +42,7 @@ export interface PiView {
 }
 
 /** pi's context read once, or undefined when pi has already disposed the session. */
-export function readView(ctx: ExtensionContext): PiView | undefined {
+function readView(ctx: ExtensionContext): PiView | undefined {
   try {
     return { cwd: ctx.cwd, model: ctx.model, modelRegistry: ctx.modelRegistry, ui: ctx.hasUI ? ctx.ui : undefined };
   } catch {
@@ -51,7 +51,7 @@ export function readView(ctx: ExtensionContext): PiView | undefined {
 }
 
 /** A notice the user sees in every mode: pi's UI when it has one, else stderr. */
-export function notify(ui: ExtensionUIContext | undefined, message: string, level: 'info' | 'warning'): void {
+function notify(ui: ExtensionUIContext | undefined, message: string, level: 'info' | 'warning'): void {
   if (ui) ui.notify(message, level);
   else process.stderr.write(`${message}\n`);
 }
@@ -67,7 +67,7 @@ export default function soba(pi: ExtensionAPI): void {
   let lastView: PiView | undefined;
   /** Compactions under way; the connection closes only once none is left. */
   let running = 0;
-  /** pi has shut this session down (the end of a run, or a session replacement). */
+  /** pi has shut this session down (the end of a run, a session replacement, a reload). */
   let ended = false;
 
   function remember(ctx: ExtensionContext): void {
@@ -105,15 +105,9 @@ export default function soba(pi: ExtensionAPI): void {
     return undefined;
   }
 
-  pi.on('session_start', (_event, ctx) => {
-    ended = false;
-    remember(ctx);
-  });
-
-  pi.on('model_select', (event, ctx) => {
-    remember(ctx);
-    if (lastView) lastView = { ...lastView, model: event.model };
-  });
+  // pi sets the new model before it tells extensions, so the context read here holds it.
+  pi.on('session_start', (_event, ctx) => remember(ctx));
+  pi.on('model_select', (_event, ctx) => remember(ctx));
 
   pi.on('session_before_compact', async (event, ctx) => {
     const view = readView(ctx) ?? lastView;
