@@ -50,10 +50,10 @@ function readView(ctx: ExtensionContext): PiView | undefined {
   }
 }
 
-/** A notice the user sees in every mode: pi's UI when it has one, else stderr. */
-function notify(ui: ExtensionUIContext | undefined, message: string, level: 'info' | 'warning'): void {
-  if (ui) ui.notify(message, level);
-  else process.stderr.write(`${message}\n`);
+interface Notice {
+  ui: ExtensionUIContext;
+  message: string;
+  level: 'info' | 'warning';
 }
 
 export default function soba(pi: ExtensionAPI): void {
@@ -69,6 +69,23 @@ export default function soba(pi: ExtensionAPI): void {
   let running = 0;
   /** pi has shut this session down (the end of a run, a session replacement, a reload). */
   let ended = false;
+  /**
+   * The notice of the compaction under way, shown once pi has recorded it: pi's interactive UI
+   * redraws its chat from the session then, which would erase a notice shown before.
+   */
+  let pending: Notice | undefined;
+
+  /** A notice the user sees in every mode: pi's UI when it has one, else stderr. */
+  function notify(ui: ExtensionUIContext | undefined, message: string, level: Notice['level']): void {
+    if (ui) pending = { ui, message, level };
+    else process.stderr.write(`${message}\n`);
+  }
+
+  function showPending(): void {
+    const notice = pending;
+    pending = undefined;
+    notice?.ui.notify(notice.message, notice.level);
+  }
 
   function remember(ctx: ExtensionContext): void {
     lastView = readView(ctx) ?? lastView;
@@ -165,7 +182,16 @@ export default function soba(pi: ExtensionAPI): void {
     }
   });
 
+  // pi tells its UI that the compaction ended right after this event: the notice follows that.
+  pi.on('session_compact', () => {
+    setTimeout(showPending, 0);
+  });
+  // A compaction pi did not record (its own summary failed or was cancelled) leaves the notice
+  // for the next turn, or the end of the session.
+  pi.on('agent_start', showPending);
+
   pi.on('session_shutdown', async () => {
+    showPending();
     ended = true;
     // A compaction under way finishes first and releases the connection itself.
     if (running === 0) await release();

@@ -241,3 +241,66 @@ async function until(done, ms, why) {
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+/**
+ * pi interactive, in a terminal: script(1) gives it a pseudo-terminal of 120×40, `type` sends
+ * keys, `screen()` is what it drew so far with the escape sequences taken out.
+ */
+export class InteractivePi {
+  constructor(home) {
+    this.home = home;
+    this.output = '';
+    this.child = spawn('script', ['-qfec', `stty cols 120 rows 40; exec '${process.execPath}' '${PI_CLI}'`, '/dev/null'], {
+      cwd: home.workspace,
+      env: { ...home.env, TERM: 'xterm-256color' },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    this.child.stdout.setEncoding('utf8');
+    this.child.stdout.on('data', (d) => (this.output += d));
+    this.child.stderr.on('data', (d) => (this.output += d));
+    this.exited = new Promise((resolve) => this.child.once('exit', resolve));
+  }
+
+  screen() {
+    // eslint-disable-next-line no-control-regex
+    return this.output.replace(/\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-_]/g, '');
+  }
+
+  /** Wait until the screen shows `pattern`, with lines wrapped by the terminal joined up. */
+  async waitForScreen(pattern, ms = 30000) {
+    const deadline = Date.now() + ms;
+    while (!pattern.test(this.screen().replace(/\s+/g, ' '))) {
+      if (Date.now() > deadline || this.child.exitCode !== null) {
+        throw new Error(`pi's screen never showed ${pattern}; it ends with:\n${this.screen().slice(-2000)}`);
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /** Type `text` into pi's editor and press Enter. */
+  async submit(text) {
+    this.child.stdin.write(text);
+    await new Promise((r) => setTimeout(r, 200));
+    this.child.stdin.write('\r');
+  }
+}
+
+/** Wait until pi's session in `home` holds `users` user messages and its last turn has ended. */
+export async function waitForTurn(home, users, ms = 60000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    let entries = [];
+    try {
+      entries = readJsonl(piSessionFile(home));
+    } catch {
+      // No session file before pi's first answer.
+    }
+    const messages = entries.filter((e) => e.type === 'message');
+    const last = messages.at(-1)?.message;
+    if (messages.filter((e) => e.message.role === 'user').length === users && last?.role === 'assistant' && last.stopReason === 'stop') {
+      return entries;
+    }
+    if (Date.now() > deadline) throw new Error(`pi did not finish turn ${users}: ${JSON.stringify(messages.map((e) => e.message.role))}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

@@ -1,14 +1,27 @@
-// pi's other modes with the extension and the real daemon, against the fake model: print mode
+// pi's modes with the extension and the real daemon, against the fake model: print mode
 // (`pi -p`, `pi -c -p`), whose last turn is followed by a compaction that runs while pi ends the
-// run; RPC mode driven by its commands; SOBA failing or timing out in print mode; pi stopped by
-// a signal during SOBA's compaction. After each run nothing pi started is left running.
+// run; RPC mode driven by its commands; interactive pi in a terminal; SOBA failing or timing out
+// in print mode; pi stopped by a signal during SOBA's compaction. After each run nothing pi
+// started is left running.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { startFakeModel, filler, messageText, isSobaSummary, PI_SUMMARY } from './fake-model.mjs';
-import { makeHome, Pi, runPi, piSessionFile, sobaLog, readJsonl, processesOf, assertNothingLeft } from './pi-harness.mjs';
+import { execFileSync } from 'node:child_process';
+import {
+  makeHome,
+  Pi,
+  InteractivePi,
+  runPi,
+  waitForTurn,
+  piSessionFile,
+  sobaLog,
+  readJsonl,
+  processesOf,
+  assertNothingLeft,
+} from './pi-harness.mjs';
 
 const SOBA_BIN = process.env.SOBA_BIN;
 const COMPACTION_PREFIX = 'The conversation history before this point was compacted into the following summary:\n\n<summary>\n';
@@ -124,8 +137,10 @@ test('pi --mode rpc: a prompt and the compact command go through SOBA; closing i
     const compaction = readJsonl(state.sessionFile).findLast((e) => e.type === 'compaction');
     assert.equal(compaction.fromHook, true);
     assert.equal(compaction.details.soba.checkpointId, result.details.soba.checkpointId);
-    const notice = pi.events.find((e) => e.type === 'extension_ui_request' && e.method === 'notify' && SOBA_NOTICE.test(e.message));
-    assert.ok(notice, 'pi shows the SOBA compaction through its UI');
+    await pi.waitFor((e) => e.type === 'extension_ui_request' && e.method === 'notify' && SOBA_NOTICE.test(e.message), {
+      ms: 10000,
+      what: 'the notice of the SOBA compaction',
+    });
     const soba = readJsonl(sobaLog(h, result.details.soba.sessionId));
     assert.ok(soba.some((e) => e.type === 'capsule' && e.checkpointId === result.details.soba.checkpointId));
     assert.ok(processesOf(h, [pi.child.pid]).some((p) => !p.cmd.includes('--daemon')), 'soba serve runs while pi does');
@@ -187,5 +202,54 @@ for (const signal of ['SIGTERM', 'SIGINT']) {
     assert.ok(run.code === 143 || run.signal === signal, `pi ended by ${signal}: ${JSON.stringify({ code: run.code, signal: run.signal })}`);
     assert.ok(Date.now() - started < 30000, 'pi did not wait for the compaction');
     await assertNothingLeft(h, { relayMs: 2000 });
+  });
+}
+
+function hasScript() {
+  try {
+    execFileSync('script', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+const NO_TERMINAL = !hasScript() && 'needs script(1) (util-linux) to give pi a terminal';
+
+const INTERACTIVE = [
+  {
+    name: "SOBA's compaction and its notice",
+    options: {},
+    notice: SOBA_NOTICE,
+    check: (compaction) => assert.equal(compaction.fromHook, true),
+  },
+  {
+    name: "the fallback warning when soba is missing, after pi's own compaction",
+    options: { sobaBin: '/nonexistent/soba' },
+    notice: /SOBA did not compact \(cannot start `\/nonexistent\/soba serve`: spawn \/nonexistent\/soba ENOENT\); pi compacts on its own\./,
+    check: (compaction) => assert.ok(compaction.summary.startsWith(PI_SUMMARY) && !compaction.fromHook),
+  },
+];
+
+for (const c of INTERACTIVE) {
+  test(`interactive pi shows ${c.name} once it has redrawn the chat; /quit ends pi and soba serve`, { skip: NO_TERMINAL }, async () => {
+    const h = home(c.options);
+    const pi = new InteractivePi(h);
+    try {
+      await pi.waitForScreen(/fake-coder/);
+      for (const [i, message] of FIRST_RUN.entries()) {
+        await pi.submit(message);
+        await waitForTurn(h, i + 1);
+      }
+      await pi.waitForScreen(/Compacted from/);
+      await pi.waitForScreen(c.notice, 10000);
+      const compaction = readJsonl(piSessionFile(h)).at(-1);
+      assert.equal(compaction.type, 'compaction');
+      c.check(compaction);
+      await pi.submit('/quit');
+      assert.equal(await pi.exited, 0);
+      await assertNothingLeft(h);
+    } finally {
+      if (pi.child.exitCode === null) pi.child.kill();
+    }
   });
 }

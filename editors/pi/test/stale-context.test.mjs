@@ -68,12 +68,17 @@ async function stderrOf(f) {
   return written;
 }
 
-test("a compaction that starts after pi invalidated its context warns in pi's UI as read while live", async () => {
+test("a compaction that starts after pi invalidated its context warns in pi's UI as read while live, once pi has recorded it", async () => {
   const handlers = load();
   const notices = [];
   await handlers.session_start({ type: 'session_start', reason: 'startup' }, liveContext(notices));
   const result = await handlers.session_before_compact(compaction(), staleContext());
   assert.equal(result, undefined, 'pi compacts on its own');
+  // pi's interactive UI redraws its chat when the compaction ends: the warning comes after.
+  assert.deepEqual(notices, []);
+  await handlers.session_compact({ type: 'session_compact', fromExtension: false }, staleContext());
+  assert.deepEqual(notices, []);
+  await new Promise((r) => setTimeout(r, 0));
   assert.equal(notices.length, 1);
   assert.equal(notices[0].level, 'warning');
   assert.match(notices[0].message, /^SOBA did not compact \(cannot start `.*no-such-soba serve`: spawn .*ENOENT\); pi compacts on its own\.$/);
@@ -84,6 +89,17 @@ test('in print mode (no UI) the warning goes to stderr, also when the context is
   await handlers.session_start({ type: 'session_start', reason: 'startup' }, liveContext(undefined));
   const written = await stderrOf(() => handlers.session_before_compact(compaction(), staleContext()));
   assert.match(written, /^SOBA did not compact \(cannot start `.*no-such-soba serve`: spawn .*ENOENT\); pi compacts on its own\.\n$/);
+});
+
+test("a warning of a compaction pi did not record shows at the next turn", async () => {
+  const handlers = load();
+  const notices = [];
+  await handlers.session_start({ type: 'session_start', reason: 'startup' }, liveContext(notices));
+  await handlers.session_before_compact(compaction(), liveContext(notices));
+  assert.deepEqual(notices, []);
+  await handlers.agent_start({ type: 'agent_start' }, liveContext(notices));
+  assert.equal(notices.length, 1);
+  assert.match(notices[0].message, /^SOBA did not compact \(cannot start/);
 });
 
 test('a stale context with nothing read before it: pi compacts on its own, and stderr says why', async () => {
