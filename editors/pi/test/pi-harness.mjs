@@ -262,7 +262,6 @@ export class InteractivePi {
   }
 
   screen() {
-    // eslint-disable-next-line no-control-regex
     return this.output.replace(/\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)|\x1b[@-_]/g, '');
   }
 
