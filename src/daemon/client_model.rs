@@ -37,6 +37,8 @@ pub struct ClientModel {
     capability: SummarizeCapability,
     /// The client's name from `initialize` (`clientInfo.name`), for status lines.
     client_name: String,
+    /// Cancelled when the client's input ends: no answer of its can arrive after that.
+    input_ended: CancellationToken,
 }
 
 impl std::fmt::Debug for ClientModel {
@@ -49,11 +51,17 @@ impl std::fmt::Debug for ClientModel {
 }
 
 impl ClientModel {
-    pub fn new(client: Client, capability: SummarizeCapability, client_name: String) -> Self {
+    pub fn new(
+        client: Client,
+        capability: SummarizeCapability,
+        client_name: String,
+        input_ended: CancellationToken,
+    ) -> Self {
         ClientModel {
             client,
             capability,
             client_name,
+            input_ended,
         }
     }
 
@@ -172,20 +180,21 @@ impl PromptSender for ClientSummarizer {
                 id: Some(id),
             };
             let call = tower_service::Service::call(&mut client, request);
+            let gone = || {
+                SummaryError::Transport(format!(
+                    "{} closed its connection before it answered",
+                    self.model.client_name
+                ))
+            };
             let answer = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return Err(SummaryError::Cancelled),
+                _ = self.model.input_ended.cancelled() => return Err(gone()),
                 a = call => a,
             };
             guard.id = None;
-            let response = match answer {
-                Ok(Some(response)) => response,
-                _ => {
-                    return Err(SummaryError::Transport(format!(
-                        "{} closed its connection before it answered",
-                        self.model.client_name
-                    )))
-                }
+            let Ok(Some(response)) = answer else {
+                return Err(gone());
             };
             match response.into_parts().1 {
                 Ok(result) => {

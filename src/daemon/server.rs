@@ -49,10 +49,14 @@ where
     W: AsyncWrite,
 {
     let hello = Arc::new(OnceLock::new());
-    let (service, socket) = build_service_with(daemon, hello.clone());
+    let input_ended = CancellationToken::new();
+    let (service, socket) = build_service_with(daemon, hello.clone(), input_ended.clone());
     let mut handshake = Handshake::new(hello);
     framing::relay_frames_with(
-        input,
+        EndNotice {
+            inner: input,
+            ended: input_ended,
+        },
         output,
         |body| handshake.answer(body),
         |service_input, service_output| {
@@ -65,17 +69,49 @@ where
 }
 
 /// The service of one connection (no `soba/client/hello`: the daemon's own config applies).
+/// Its caller owns the transport, so the end of the client's input is not watched here.
 pub fn build_service(daemon: Arc<Daemon>) -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
-    build_service_with(daemon, Arc::new(OnceLock::new()))
+    build_service_with(daemon, Arc::new(OnceLock::new()), CancellationToken::new())
 }
 
-/// The service of one connection whose hello, if any, lands in `hello`.
+/// The service of one connection whose hello, if any, lands in `hello`; `input_ended` is
+/// cancelled when the client's input ends.
 fn build_service_with(
     daemon: Arc<Daemon>,
     hello: Arc<OnceLock<Arc<ConnectionConfig>>>,
+    input_ended: CancellationToken,
 ) -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
-    let builder = LspService::build(|client| Backend::new(client, daemon, hello));
+    let builder = LspService::build(|client| Backend::new(client, daemon, hello, input_ended));
     register(builder).finish()
+}
+
+/// The client's input, cancelling `ended` when it ends (or fails): from then on no answer of
+/// the client can arrive, so the daemon stops waiting for the ones it asked for (a summary from
+/// the client's model) instead of holding the connection open until they time out.
+struct EndNotice<R> {
+    inner: R,
+    ended: CancellationToken,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for EndNotice<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &polled {
+            std::task::Poll::Ready(Ok(()))
+                if buf.filled().len() == before && buf.remaining() > 0 =>
+            {
+                self.ended.cancel()
+            }
+            std::task::Poll::Ready(Err(_)) => self.ended.cancel(),
+            _ => {}
+        }
+        polled
+    }
 }
 
 /// Per-connection state.
@@ -96,6 +132,8 @@ pub struct Backend {
     /// The config files and keys of the relay that opened this connection, once its
     /// `soba/client/hello` is in; dropped with the connection.
     hello: Arc<OnceLock<Arc<ConnectionConfig>>>,
+    /// Cancelled when the client's input ends.
+    input_ended: CancellationToken,
 }
 
 impl Drop for Backend {
@@ -171,6 +209,7 @@ impl Backend {
         client: Client,
         daemon: Arc<Daemon>,
         hello: Arc<OnceLock<Arc<ConnectionConfig>>>,
+        input_ended: CancellationToken,
     ) -> Backend {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -185,6 +224,7 @@ impl Backend {
             summarize_offer: OnceLock::new(),
             stop: CancellationToken::new(),
             hello,
+            input_ended,
         }
     }
 
@@ -645,9 +685,12 @@ impl LanguageServer for Backend {
                 .client_info
                 .as_ref()
                 .map_or_else(|| "the client".to_string(), |c| c.name.clone());
-            let _ =
-                self.summarize_offer
-                    .set(ClientModel::new(self.client.clone(), capability, name));
+            let _ = self.summarize_offer.set(ClientModel::new(
+                self.client.clone(),
+                capability,
+                name,
+                self.input_ended.clone(),
+            ));
         }
         Ok(InitializeResult {
             capabilities: ServerCapabilities {

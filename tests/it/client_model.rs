@@ -196,6 +196,40 @@ async fn a_failing_client_model_gives_the_local_capsule_with_the_reason() {
     );
 }
 
+/// A client that exits while the daemon waits for its model's summary (pi stopped during a
+/// compaction) can never answer: the daemon stops waiting as soon as the client's input ends
+/// and builds the local capsule, rather than holding the connection, and the `soba serve`
+/// relaying it, open until the compaction's 15 s timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_whose_input_ends_while_it_owes_a_summary_gets_the_local_capsule_at_once() {
+    let e = env(None);
+    let a = Arc::new(agent(&e, Value::Null).await);
+    let id = session_with_history(&a, &e.workspace).await;
+    let compacting = tokio::spawn({
+        let a = a.clone();
+        async move { a.request("soba/compact", json!({"sessionId": id})).await }
+    });
+    let asked = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while summarize_requests(&a).is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(asked.is_ok(), "the daemon asked the client's model");
+    a.close_input().await;
+    let compacted = tokio::time::timeout(std::time::Duration::from_secs(5), compacting)
+        .await
+        .expect("answered long before the compaction's 15 s timeout")
+        .unwrap();
+    assert_eq!(compacted["outcome"], "completed", "{compacted}");
+    assert_eq!(compacted["quality"], "degraded");
+    let reason = compacted["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("test agent closed its connection before it answered"),
+        "{reason}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_summarizer_block_in_the_config_wins_over_the_offer() {
     let e = env(Some(json!({"provider": "local"})));

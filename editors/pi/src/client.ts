@@ -60,6 +60,10 @@ interface Pending {
 }
 
 const STDERR_KEPT = 2000;
+/** How long a closing daemon connection may take to exit by itself once its stdin is closed. */
+const EXIT_GRACE_MS = 1000;
+/** How long a stopped daemon connection has between SIGTERM and SIGKILL. */
+const KILL_GRACE_MS = 2000;
 const METHOD_NOT_FOUND = -32601;
 const REQUEST_FAILED = -32803;
 
@@ -70,13 +74,25 @@ export class SobaConnection {
   private readonly pending = new Map<number, Pending>();
   /** The daemon's requests being answered, by id, to abort on `$/cancelRequest`. */
   private readonly serving = new Map<string, AbortController>();
+  /** Settles once the child has exited (or could not start). */
+  private readonly exited: Promise<void>;
 
   private constructor(
     private readonly child: ChildProcess,
     private readonly bin: string,
     private readonly timeoutMs: number,
     private readonly summarize: Summarize | undefined,
-  ) {}
+  ) {
+    this.exited = new Promise((resolve) => {
+      child.once('exit', () => resolve());
+      child.once('error', () => resolve());
+    });
+    // pi may end its process without a word to its extensions (process.exit after an error, a
+    // second Ctrl+C): the child goes with it rather than outliving pi.
+    const stopWithPi = () => this.stop();
+    process.once('exit', stopWithPi);
+    void this.exited.then(() => process.off('exit', stopWithPi));
+  }
 
   /** Start `soba serve` and initialize the connection, or throw SobaUnavailable saying why. */
   static async connect(o: ConnectOptions): Promise<SobaConnection> {
@@ -118,6 +134,11 @@ export class SobaConnection {
 
   get alive(): boolean {
     return this.closed === undefined;
+  }
+
+  /** The process id of `soba serve`, once started. */
+  get pid(): number | undefined {
+    return this.child.pid;
   }
 
   private send(message: object): void {
@@ -189,7 +210,36 @@ export class SobaConnection {
     this.pending.clear();
     for (const a of this.serving.values()) a.abort();
     this.serving.clear();
-    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill();
+    this.stop();
+  }
+
+  private get running(): boolean {
+    return this.child.pid !== undefined && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  /** SIGTERM the child, and SIGKILL it when it is still there after KILL_GRACE_MS. */
+  private stop(): void {
+    if (!this.running) return;
+    this.child.kill('SIGTERM');
+    const escalate = setTimeout(() => {
+      if (this.running) this.child.kill('SIGKILL');
+    }, KILL_GRACE_MS);
+    // A pi run that is over does not wait for it: the child also ends on its stdin closing.
+    escalate.unref();
+    void this.exited.then(() => clearTimeout(escalate));
+  }
+
+  /** Wait for the child to exit, at most `ms`; true when it did. */
+  private async waitForExit(ms: number): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), ms);
+    });
+    try {
+      return await Promise.race([this.exited.then(() => true as const), late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /**
@@ -223,12 +273,19 @@ export class SobaConnection {
     this.request(method, params).catch(() => {});
   }
 
-  /** Shut down politely (so the shared daemon lets this client go), then end the child. */
+  /**
+   * Shut down politely (so the shared daemon lets this client go) and close the child's stdin,
+   * on which `soba serve` exits; a child still there after EXIT_GRACE_MS is killed. Resolves
+   * once the child has exited (SIGKILL included).
+   */
   async close(): Promise<void> {
     if (this.closed === undefined) {
       await this.request('shutdown').catch(() => {});
       this.send({ jsonrpc: '2.0', method: 'exit' });
+      this.child.stdin?.end();
+      await this.waitForExit(EXIT_GRACE_MS);
     }
     this.fail('the connection to the SOBA daemon was closed');
+    await this.waitForExit(KILL_GRACE_MS + EXIT_GRACE_MS);
   }
 }

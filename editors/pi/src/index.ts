@@ -1,8 +1,8 @@
 // pi extension: SOBA does pi's compactions. SOBA's capsule becomes pi's compaction summary and
 // SOBA's cut its firstKeptEntryId; unless SOBA's config names a summarizer, pi's own model writes
 // the capsule from SOBA's prompt and facts. When SOBA cannot answer, pi compacts on its own and
-// says why.
-import type { ExtensionAPI, ExtensionContext } from '@mariozechner/pi-coding-agent';
+// says why: in pi's UI (interactive, RPC), else on stderr (`pi -p`, `--mode json`).
+import type { ExtensionAPI, ExtensionContext, ExtensionUIContext } from '@mariozechner/pi-coding-agent';
 import { SobaConnection, SobaUnavailable } from './client.js';
 import { compactWithSoba, SobaDeclined, SyncMemory } from './compact.js';
 import type { PiEntry } from './entries.js';
@@ -27,6 +27,35 @@ export function settingsFrom(env: NodeJS.ProcessEnv): Settings {
   };
 }
 
+/**
+ * What a compaction needs from pi. pi's extension context throws on every read once pi has
+ * disposed its session: at the end of a `pi -p` run (while the compaction pi started after the
+ * last turn is still running), and on /new, /resume, /fork and /reload. So each compaction reads
+ * these once, and the last reading taken while the context was live stands in for a stale one.
+ */
+interface PiView {
+  cwd: string;
+  model: ExtensionContext['model'];
+  modelRegistry: ExtensionContext['modelRegistry'];
+  /** pi's UI; absent in print mode (`pi -p`, `--mode json`), where notices go to stderr. */
+  ui: ExtensionUIContext | undefined;
+}
+
+/** pi's context read once, or undefined when pi has already disposed the session. */
+function readView(ctx: ExtensionContext): PiView | undefined {
+  try {
+    return { cwd: ctx.cwd, model: ctx.model, modelRegistry: ctx.modelRegistry, ui: ctx.hasUI ? ctx.ui : undefined };
+  } catch {
+    return undefined;
+  }
+}
+
+interface Notice {
+  ui: ExtensionUIContext;
+  message: string;
+  level: 'info' | 'warning';
+}
+
 export default function soba(pi: ExtensionAPI): void {
   const settings = settingsFrom(process.env);
   let connection: SobaConnection | undefined;
@@ -34,6 +63,33 @@ export default function soba(pi: ExtensionAPI): void {
   const memory = new SyncMemory();
   /** The compaction waiting for SOBA: the daemon's summarization prompts run on its model. */
   let compacting: Compacting | undefined;
+  /** pi's context as last read while it was live. */
+  let lastView: PiView | undefined;
+  /** Compactions under way; the connection closes only once none is left. */
+  let running = 0;
+  /** pi has shut this session down (the end of a run, a session replacement, a reload). */
+  let ended = false;
+  /**
+   * The notice of the compaction under way, shown once pi has recorded it: pi's interactive UI
+   * redraws its chat from the session then, which would erase a notice shown before.
+   */
+  let pending: Notice | undefined;
+
+  /** A notice the user sees in every mode: pi's UI when it has one, else stderr. */
+  function notify(ui: ExtensionUIContext | undefined, message: string, level: Notice['level']): void {
+    if (ui) pending = { ui, message, level };
+    else process.stderr.write(`${message}\n`);
+  }
+
+  function showPending(): void {
+    const notice = pending;
+    pending = undefined;
+    notice?.ui.notify(notice.message, notice.level);
+  }
+
+  function remember(ctx: ExtensionContext): void {
+    lastView = readView(ctx) ?? lastView;
+  }
 
   async function daemon(cwd: string): Promise<SobaConnection> {
     if (connection?.alive) return connection;
@@ -48,30 +104,51 @@ export default function soba(pi: ExtensionAPI): void {
     return c;
   }
 
-  function fallBack(ctx: ExtensionContext, why: string): undefined {
-    ctx.ui.notify(`SOBA did not compact (${why}); pi compacts on its own.`, 'warning');
+  /** Close this run's SOBA sessions and end the daemon connection (and its `soba serve`). */
+  async function release(): Promise<void> {
+    const c = connection;
+    connection = undefined;
+    const open = [...sessions];
+    sessions.clear();
+    if (!c?.alive) return;
+    for (const sessionId of open) {
+      await c.request('soba/session/close', { sessionId }).catch(() => {});
+    }
+    await c.close();
+  }
+
+  function fallBack(ui: ExtensionUIContext | undefined, why: string): undefined {
+    notify(ui, `SOBA did not compact (${why}); pi compacts on its own.`, 'warning');
     return undefined;
   }
 
+  // pi sets the new model before it tells extensions, so the context read here holds it.
+  pi.on('session_start', (_event, ctx) => remember(ctx));
+  pi.on('model_select', (_event, ctx) => remember(ctx));
+
   pi.on('session_before_compact', async (event, ctx) => {
-    let c: SobaConnection;
-    try {
-      c = await daemon(ctx.cwd);
-    } catch (e) {
-      return fallBack(ctx, (e as Error).message);
-    }
+    const view = readView(ctx) ?? lastView;
+    if (!view) return fallBack(undefined, 'pi ended the session before the extension saw it start');
+    lastView = view;
+    running++;
+    let c: SobaConnection | undefined;
     let sessionId: string | undefined;
     const cancel = () => {
-      if (sessionId) c.fireAndForget('soba/cancel', { sessionId });
+      if (sessionId) c?.fireAndForget('soba/cancel', { sessionId });
     };
     event.signal.addEventListener('abort', cancel, { once: true });
-    compacting = { ctx, signal: event.signal };
     try {
-      const model = ctx.model;
+      try {
+        c = await daemon(view.cwd);
+      } catch (e) {
+        return fallBack(view.ui, (e as Error).message);
+      }
+      compacting = { model: view.model, modelRegistry: view.modelRegistry, signal: event.signal };
+      const model = view.model;
       const result = await compactWithSoba(
         c,
         {
-          workspace: ctx.cwd,
+          workspace: view.cwd,
           branch: event.branchEntries as unknown as PiEntry[],
           instructions: event.customInstructions,
           tokensBefore: event.preparation.tokensBefore,
@@ -87,29 +164,36 @@ export default function soba(pi: ExtensionAPI): void {
       );
       const { tokensBefore, tokensAfter, quality, checkpointId } = result.details.soba;
       if (tokensBefore !== undefined && tokensAfter !== undefined) {
-        ctx.ui.notify(`SOBA compacted ${tokensBefore} → ${tokensAfter} tokens (${checkpointId}, ${quality}).`, 'info');
+        notify(view.ui, `SOBA compacted ${tokensBefore} → ${tokensAfter} tokens (${checkpointId}, ${quality}).`, 'info');
       }
       return { compaction: result };
     } catch (e) {
       if (event.signal.aborted) return undefined;
-      if (e instanceof SobaUnavailable || e instanceof SobaDeclined) return fallBack(ctx, e.message);
+      if (e instanceof SobaUnavailable || e instanceof SobaDeclined) return fallBack(view.ui, e.message);
       const err = e as { code?: number; message?: string };
-      return fallBack(ctx, `the SOBA daemon answered ${err.code ?? 'an error'}: ${err.message ?? String(e)}`);
+      return fallBack(view.ui, `the SOBA daemon answered ${err.code ?? 'an error'}: ${err.message ?? String(e)}`);
     } finally {
       compacting = undefined;
       event.signal.removeEventListener('abort', cancel);
+      running--;
+      // The session ended while this compaction ran (the last turn of a `pi -p` run): pi still
+      // records the compaction, and the daemon connection goes once it is no longer needed.
+      if (ended && running === 0) void release();
     }
   });
 
+  // pi tells its UI that the compaction ended right after this event: the notice follows that.
+  pi.on('session_compact', () => {
+    setTimeout(showPending, 0);
+  });
+  // A compaction pi did not record (its own summary failed or was cancelled) leaves the notice
+  // for the next turn, or the end of the session.
+  pi.on('agent_start', showPending);
+
   pi.on('session_shutdown', async () => {
-    const c = connection;
-    connection = undefined;
-    if (!c?.alive) return;
-    // The run is over: the daemon frees the sessions it held for it.
-    for (const sessionId of sessions) {
-      await c.request('soba/session/close', { sessionId }).catch(() => {});
-    }
-    sessions.clear();
-    await c.close();
+    showPending();
+    ended = true;
+    // A compaction under way finishes first and releases the connection itself.
+    if (running === 0) await release();
   });
 }

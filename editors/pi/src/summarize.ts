@@ -6,9 +6,15 @@ import { completeSimple } from '@mariozechner/pi-ai';
 import type { ExtensionContext } from '@mariozechner/pi-coding-agent';
 import type { SummarizeParams, SummarizeResult } from './client.js';
 
-/** The pi compaction in progress: its context (model, keys) and its abort signal. */
+/**
+ * The pi compaction in progress: the model pi uses, the registry that resolves its key, and the
+ * compaction's abort signal. Held as objects, not through pi's extension context, which pi
+ * invalidates when it disposes the session (at the end of a `pi -p` run) while the compaction
+ * may still be waiting for SOBA.
+ */
 export interface Compacting {
-  ctx: Pick<ExtensionContext, 'model' | 'modelRegistry'>;
+  model: ExtensionContext['model'];
+  modelRegistry: ExtensionContext['modelRegistry'];
   signal: AbortSignal;
 }
 
@@ -25,9 +31,9 @@ export async function summarizeWithPi(
   signal: AbortSignal,
 ): Promise<SummarizeResult> {
   if (!compacting) throw new ModelFailed('pi is not compacting now, so it has no model request to serve');
-  const model = compacting.ctx.model;
+  const model = compacting.model;
   if (!model) throw new ModelFailed('pi has no model selected');
-  const auth = await compacting.ctx.modelRegistry.getApiKeyAndHeaders(model);
+  const auth = await compacting.modelRegistry.getApiKeyAndHeaders(model);
   if (!auth.ok) throw new ModelFailed(auth.error);
   const response = await completeSimple(
     model,

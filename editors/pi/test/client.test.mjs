@@ -149,3 +149,88 @@ process.stdin.on('data', (d) => reader.push(d));
   );
   await c.close();
 });
+
+/** Whether process `pid` is gone (or a zombie waiting to be reaped). */
+function gone(pid) {
+  try {
+    return fs.readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /, '')[0] === 'Z';
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * A daemon that answers initialize and shutdown but ignores `exit` and the end of its stdin;
+ * with `ignoreTerm` it ignores SIGTERM too. It writes its pid to `pidFile`.
+ */
+function stubbornDaemon(name, pidFile, { ignoreTerm = false } = {}) {
+  const framing = path.resolve('dist/framing.js');
+  const file = path.join(dir, name);
+  fs.writeFileSync(
+    file,
+    `#!/usr/bin/env node
+import fs from 'node:fs';
+import { encode, FrameReader } from ${JSON.stringify(framing)};
+fs.writeFileSync(${JSON.stringify(pidFile)}, String(process.pid));
+${ignoreTerm ? "process.on('SIGTERM', () => {});" : ''}
+const reader = new FrameReader((m) => {
+  if (m.method === 'initialize' || m.method === 'shutdown') process.stdout.write(encode({ jsonrpc: '2.0', id: m.id, result: {} }));
+}, () => {});
+process.stdin.on('data', (d) => reader.push(d));
+setInterval(() => {}, 1000);
+`,
+    { mode: 0o755 },
+  );
+  return file;
+}
+
+test('close() resolves once soba serve has exited: the real daemon on its closed stdin', { skip: !process.env.SOBA_BIN }, async () => {
+  const env = {
+    ...process.env,
+    SOBA_DATA_DIR: path.join(dir, 'data-close'),
+    SOBA_RUNTIME_DIR: path.join(dir, 'run-close'),
+    SOBA_CONFIG: path.join(dir, 'none.json'),
+    SOBA_DAEMON_IDLE_SECS: '1',
+  };
+  const c = await SobaConnection.connect({ bin: process.env.SOBA_BIN, workspace: dir, timeoutMs: 10000, env });
+  const pid = c.pid;
+  assert.ok(pid && !gone(pid));
+  const started = Date.now();
+  await c.close();
+  assert.ok(gone(pid), 'soba serve has exited');
+  assert.ok(Date.now() - started < 1000, `it exited on its own, within ${Date.now() - started} ms`);
+});
+
+test('close() kills a daemon that ignores its closed stdin and SIGTERM', async () => {
+  const pidFile = path.join(dir, 'stubborn.pid');
+  const c = await connect(stubbornDaemon('stubborn', pidFile, { ignoreTerm: true }));
+  const pid = Number(fs.readFileSync(pidFile, 'utf8'));
+  const started = Date.now();
+  await c.close();
+  assert.ok(gone(pid), 'the daemon was killed');
+  assert.ok(Date.now() - started >= 1000, 'it had its grace period first');
+});
+
+test('the daemon is stopped when the process that started it exits without closing it', async () => {
+  const pidFile = path.join(dir, 'orphan.pid');
+  const bin = stubbornDaemon('orphan', pidFile);
+  const client = path.resolve('dist/client.js');
+  const { execFileSync } = await import('node:child_process');
+  execFileSync(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      `import { SobaConnection } from ${JSON.stringify(client)};
+await SobaConnection.connect({ bin: ${JSON.stringify(bin)}, workspace: ${JSON.stringify(dir)}, timeoutMs: 5000 });
+process.exit(0);`,
+    ],
+    { stdio: 'pipe' },
+  );
+  const pid = Number(fs.readFileSync(pidFile, 'utf8'));
+  const start = Date.now();
+  while (!gone(pid)) {
+    assert.ok(Date.now() - start < 3000, 'the daemon was left running');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+});

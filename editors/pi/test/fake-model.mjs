@@ -60,7 +60,10 @@ export async function startFakeModel() {
   const replies = [];
   /** Answers given before the normal ones: { status, body } (an upstream error). */
   const script = [];
-  /** Answers to SOBA's summarization requests given before the normal one: { status, body }. */
+  /**
+   * Answers to SOBA's summarization requests given before the normal one: { status, body } (an
+   * error), or { delayMs } (the normal answer, that long after the request).
+   */
   const summaryScript = [];
   const server = http.createServer((req, res) => {
     let raw = '';
@@ -75,39 +78,49 @@ export async function startFakeModel() {
       requests.push(body);
       headers.push(req.headers);
       const scripted = isSobaSummary(body) ? summaryScript.shift() : script.shift();
+      if (scripted?.delayMs) {
+        const timer = setTimeout(() => answer(body, raw, res), scripted.delayMs);
+        res.on('close', () => clearTimeout(timer));
+        return;
+      }
       if (scripted) {
         res.writeHead(scripted.status, { 'content-type': 'application/json' }).end(scripted.body);
         return;
       }
-      const r = reply(body);
-      // pi's context is measured by its own requests; SOBA's summarization is not part of it.
-      const agent = !isSobaSummary(body);
-      if (agent) replies.push(r);
-      const promptTokens = Math.ceil(raw.length / 4);
-      const id = `chatcmpl-${requests.length}`;
-      const chunk = (delta, finish, usage) =>
-        `data: ${JSON.stringify({
-          id,
-          object: 'chat.completion.chunk',
-          created: 0,
-          model: body.model,
-          choices: [{ index: 0, delta, finish_reason: finish }],
-          ...(usage ? { usage } : {}),
-        })}\n\n`;
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      if (r.toolCall) {
-        res.write(chunk({ role: 'assistant', tool_calls: [{ index: 0, id: r.toolCall.id, type: 'function', function: { name: r.toolCall.name, arguments: r.toolCall.arguments } }] }, null));
-        res.write(chunk({}, 'tool_calls'));
-      } else {
-        res.write(chunk({ role: 'assistant', content: r.content }, null));
-        res.write(chunk({}, 'stop'));
-      }
-      const completion = Math.ceil((r.content ?? r.toolCall.arguments).length / 4);
-      if (agent) usage.push(promptTokens + completion);
-      res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: 0, model: body.model, choices: [], usage: { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion } })}\n\n`);
-      res.end('data: [DONE]\n\n');
+      answer(body, raw, res);
     });
   });
+  /** The normal streamed answer to `body`. */
+  const answer = (body, raw, res) => {
+    if (res.destroyed) return;
+    const r = reply(body);
+    // pi's context is measured by its own requests; SOBA's summarization is not part of it.
+    const agent = !isSobaSummary(body);
+    if (agent) replies.push(r);
+    const promptTokens = Math.ceil(raw.length / 4);
+    const id = `chatcmpl-${requests.length}`;
+    const chunk = (delta, finish, usage) =>
+      `data: ${JSON.stringify({
+        id,
+        object: 'chat.completion.chunk',
+        created: 0,
+        model: body.model,
+        choices: [{ index: 0, delta, finish_reason: finish }],
+        ...(usage ? { usage } : {}),
+      })}\n\n`;
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    if (r.toolCall) {
+      res.write(chunk({ role: 'assistant', tool_calls: [{ index: 0, id: r.toolCall.id, type: 'function', function: { name: r.toolCall.name, arguments: r.toolCall.arguments } }] }, null));
+      res.write(chunk({}, 'tool_calls'));
+    } else {
+      res.write(chunk({ role: 'assistant', content: r.content }, null));
+      res.write(chunk({}, 'stop'));
+    }
+    const completion = Math.ceil((r.content ?? r.toolCall.arguments).length / 4);
+    if (agent) usage.push(promptTokens + completion);
+    res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: 0, model: body.model, choices: [], usage: { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion } })}\n\n`);
+    res.end('data: [DONE]\n\n');
+  };
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address();
   return {

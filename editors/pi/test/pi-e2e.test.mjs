@@ -78,8 +78,9 @@ function sobaSummaries(from = 0) {
   return model.requests.map((r, i) => (i >= from && isSobaSummary(r) ? i : -1)).filter((i) => i >= 0);
 }
 
-function notices(pi) {
-  return pi.events.filter((e) => e.type === 'extension_ui_request' && e.method === 'notify');
+/** The first notice pi's UI got that satisfies `pred` (it comes just after compaction_end). */
+function notice(pi, pred, what) {
+  return pi.waitFor((e) => e.type === 'extension_ui_request' && e.method === 'notify' && pred(e), { ms: 10000, what });
 }
 
 test("pi's compactions (automatic and /compact) are SOBA's, written by pi's model: capsule as summary, SOBA's cut, the next request starts with it, across a restart", async () => {
@@ -123,10 +124,7 @@ test("pi's compactions (automatic and /compact) are SOBA's, written by pi's mode
     assert.notEqual(kept.message.role, 'toolResult');
     assert.ok(entries.indexOf(kept) < entries.indexOf(compaction));
     assert.ok(entries.indexOf(kept) > entries.findIndex((e) => e.type === 'message'), 'something was summarized');
-    assert.ok(
-      notices(pi).some((n) => n.notifyType === 'info' && n.message.includes(checkpointId)),
-      'pi shows the SOBA compaction',
-    );
+    await notice(pi, (n) => n.notifyType === 'info' && n.message.includes(checkpointId), 'the notice of the SOBA compaction');
 
     // The next request pi sends starts with the capsule, then the retained entries.
     const before = model.requests.length;
@@ -206,7 +204,7 @@ test("when pi's model fails to summarize, SOBA's local capsule stands in (degrad
     assert.match(compaction.summary, /^# Context Capsule ck_/);
     assert.ok(!compaction.summary.includes(SOBA_STATE.goal));
     assert.equal(model.summaryScript.length, 0, "SOBA asked pi's model first");
-    assert.ok(notices(pi).some((n) => n.notifyType === 'info' && n.message.includes('degraded')), JSON.stringify(notices(pi)));
+    await notice(pi, (n) => n.notifyType === 'info' && n.message.includes('degraded'), 'the notice of a degraded SOBA compaction');
     await pi.quit();
   } finally {
     if (pi.child.exitCode === null) pi.child.kill();
@@ -264,8 +262,7 @@ for (const down of SOBA_DOWN) {
     try {
       const end = await talkUntilCompaction(pi);
       assert.ok(end.result, `pi compacted: ${JSON.stringify(end)}\n${pi.stderr}`);
-      const warning = notices(pi).find((n) => n.notifyType === 'warning');
-      assert.ok(warning, `a warning: ${JSON.stringify(notices(pi))}`);
+      const warning = await notice(pi, (n) => n.notifyType === 'warning', 'the fallback warning');
       assert.match(warning.message, /^SOBA did not compact \(/);
       assert.match(warning.message, down.reason);
       assert.match(warning.message, /pi compacts on its own\.$/);

@@ -24,7 +24,8 @@ pub struct LspClient {
     pub server_requests: Arc<std::sync::Mutex<Vec<String>>>,
     /// The whole requests the server sent us, in order.
     pub server_request_log: Arc<std::sync::Mutex<Vec<Value>>>,
-    /// The answer (`{"result": …}` or `{"error": …}`) to give to a server request, by method.
+    /// The answer (`{"result": …}` or `{"error": …}`) to give to a server request, by method;
+    /// `null`: leave it unanswered.
     pub answers: Arc<std::sync::Mutex<HashMap<String, Value>>>,
     next_id: std::sync::atomic::AtomicI64,
 }
@@ -101,6 +102,9 @@ impl LspClient {
                         .get(&method)
                         .cloned()
                         .unwrap_or_else(|| json!({"result": null}));
+                    if answer.is_null() {
+                        continue;
+                    }
                     answer["jsonrpc"] = json!("2.0");
                     answer["id"] = msg["id"].clone();
                     if let Some(w) = w.upgrade() {
@@ -172,6 +176,12 @@ impl LspClient {
     }
 
     pub async fn close(self) {
+        let _ = self.writer.lock().await.shutdown().await;
+    }
+
+    /// End the input of the server (as a client process that exits does) while still reading
+    /// what the server sends.
+    pub async fn close_input(&self) {
         let _ = self.writer.lock().await.shutdown().await;
     }
 
