@@ -170,6 +170,11 @@ fn main() -> anyhow::Result<()> {
             view.breakdown(&session),
             view.usage_anchor(&session),
             session.calibration(),
+            session.unseen_at(
+                session.leaf(),
+                &view.breakdown(&session),
+                view.usage_anchor(&session)
+            ),
         ),
         "the kept tally measures what the view does"
     );

@@ -93,6 +93,7 @@ pub fn budget_report(
         tally.breakdown(),
         tally.usage_anchor(),
         session.calibration(),
+        session.unseen_at(session.leaf(), &tally.breakdown(), tally.usage_anchor()),
     );
     let last_compaction = tally.capsule().map(|c| {
         let e = session.entry(c);
