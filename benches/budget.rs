@@ -40,7 +40,7 @@ fn budget_flat(c: &mut Criterion) {
                     breakdown,
                     anchor,
                     s.calibration(),
-                    s.unseen_at(s.leaf(), &breakdown, anchor),
+                    s.unseen_at(s.leaf(), anchor),
                 )
                 .effective_tokens
             })

@@ -123,7 +123,7 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
         // What the live budget applied then: the factor as learned from the reports before.
         let cal = session.calibration_at(request_leaf);
         let breakdown: Breakdown = view.breakdown(session);
-        let unseen = session.unseen_at(request_leaf, &breakdown, anchor);
+        let unseen = session.unseen_at(request_leaf, anchor);
         let soba = unseen.tokens
             + match anchor {
                 Some(a) => a.usage.context_tokens() + cal.apply(a.tokens_after),

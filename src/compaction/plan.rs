@@ -217,7 +217,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         breakdown,
         anchor,
         session.calibration(),
-        session.unseen_at(leaf, &breakdown, anchor),
+        session.unseen_at(leaf, anchor),
     );
     let tokens_before = budget.effective_tokens;
     let no_plan = |outcome, reason: &str| NoPlan {

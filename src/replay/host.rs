@@ -176,7 +176,7 @@ impl<'a> SimulatedHost<'a> {
             breakdown,
             anchor,
             s.calibration(),
-            s.unseen_at(s.leaf(), &breakdown, anchor),
+            s.unseen_at(s.leaf(), anchor),
         )
         .effective_tokens
     }
@@ -264,7 +264,7 @@ impl<'a> SimulatedHost<'a> {
                         breakdown,
                         anchor,
                         s.calibration(),
-                        s.unseen_at(s.leaf(), &breakdown, anchor),
+                        s.unseen_at(s.leaf(), anchor),
                     );
                     let step = Step {
                         index: self.timeline.steps.len(),

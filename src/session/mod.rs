@@ -267,6 +267,8 @@ pub struct Session {
     /// What this machine learned about the agent's unseen context; `None`: the agent's
     /// defaults (see [`Session::unseen_prior`]).
     unseen_prior: Option<crate::budget::UnseenPrior>,
+    /// Whether budgets add the allowances for what the provider counts beyond the log.
+    allow_for_unseen: bool,
 }
 
 impl Session {
@@ -293,6 +295,7 @@ impl Session {
             calibration: OnceLock::new(),
             foreign_compactions: view::ForeignCompactions::default(),
             unseen_prior: None,
+            allow_for_unseen: true,
         }
     }
 

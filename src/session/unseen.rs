@@ -4,9 +4,7 @@
 use super::entry::{EntryBody, Role};
 use super::view::{replacing_compaction, ForeignCompactions, ModelView};
 use super::Session;
-use crate::budget::{
-    Agent, Breakdown, Fresh, Unseen, UnseenPrior, UsageAnchor, LEARN_GROWTH_FROM_REPORTS,
-};
+use crate::budget::{Agent, Fresh, Unseen, UnseenPrior, UsageAnchor, LEARN_GROWTH_FROM_REPORTS};
 
 /// What a session's reports showed beyond its counted log, for the requests that had no earlier
 /// report to stand on: the tokens a later session's first request should allow for.
@@ -42,16 +40,23 @@ impl Session {
         self.unseen_prior = Some(prior);
     }
 
+    /// Measure the log alone, with no allowance for what the provider counts beyond it: for a
+    /// replay, whose input is SOBA's own and whose report accounts for what the transcript
+    /// does not hold beside it.
+    pub fn set_allow_for_unseen(&mut self, allow: bool) {
+        self.allow_for_unseen = allow;
+    }
+
     /// The allowance for what the request at `leaf` holds beyond the log, given the view's
-    /// counted `breakdown` and usage `anchor` there: over an anchored budget the session's
-    /// unseen growth; otherwise its unseen context, unless the log records a system prompt or
-    /// tools (then it holds what an allowance would stand for).
-    pub fn unseen_at(
-        &self,
-        leaf: Option<usize>,
-        breakdown: &Breakdown,
-        anchor: Option<UsageAnchor>,
-    ) -> Unseen {
+    /// usage `anchor` there: over an anchored budget the session's
+    /// unseen growth; otherwise its unseen context. A log that records the system prompt or
+    /// tools still gets the allowance: the gaps it is learned from were measured against the
+    /// same kind of log (Codex records its base instructions and still sends 5k tokens more),
+    /// and a session of no known agent gets none.
+    pub fn unseen_at(&self, leaf: Option<usize>, anchor: Option<UsageAnchor>) -> Unseen {
+        if !self.allow_for_unseen {
+            return Unseen::NONE;
+        }
         if let Some(a) = anchor.filter(|a| a.usage.context_tokens() > 0) {
             let calibration = self.calibration_at(leaf);
             let residuals: Vec<i64> = self
@@ -60,9 +65,6 @@ impl Session {
                 .map(|s| s.provider as i64 - calibration.apply(s.counted) as i64)
                 .collect();
             return Unseen::growth(&residuals, a.usage.context_tokens(), self.agent());
-        }
-        if breakdown.system + breakdown.tools > 0 {
-            return Unseen::NONE;
         }
         let fresh = match self.starts_from_agent_compaction(leaf) {
             true => Fresh::AfterAgentCompaction,
@@ -104,8 +106,7 @@ impl Session {
     }
 
     /// The report of entry `idx` set against SOBA's count of its request, when that request had
-    /// no earlier report to stand on and the log recorded no system prompt or tools: what the
-    /// request held beyond the log.
+    /// no earlier report to stand on: what the request held beyond the log.
     fn fresh_gap(&self, idx: usize) -> Option<u64> {
         let usage = match &self.entry(idx).body {
             EntryBody::Message(m) if m.role == Role::Assistant => m.usage?,
@@ -120,9 +121,6 @@ impl Session {
             return None;
         }
         let breakdown = view.breakdown(self);
-        if breakdown.system + breakdown.tools > 0 {
-            return None;
-        }
         let counted = self.calibration_at(request_leaf).apply(breakdown.total());
         Some(usage.prompt_tokens().saturating_sub(counted))
     }
@@ -189,7 +187,7 @@ mod tests {
     fn unseen(b: &Builder) -> crate::budget::Unseen {
         let s = &b.session;
         let t = s.tally();
-        s.unseen_at(s.leaf(), &t.breakdown(), t.usage_anchor())
+        s.unseen_at(s.leaf(), t.usage_anchor())
     }
 
     fn summary() -> EntryBody {
@@ -235,17 +233,10 @@ mod tests {
     }
 
     #[test]
-    fn a_log_of_no_known_agent_or_with_its_system_prompt_gets_no_context_allowance() {
+    fn a_log_of_no_known_agent_gets_no_context_allowance() {
         let mut b = Builder::new();
         b.user("hello");
-        assert_eq!(unseen(&b).tokens, 0, "no agent named");
-        let mut b = claude_code();
-        b.push(EntryBody::Setting(SettingEntry {
-            system_prompt: Some("You are a careful engineer.".into()),
-            ..SettingEntry::default()
-        }));
-        b.user("hello");
-        assert_eq!(unseen(&b).tokens, 0, "the log records the system prompt");
+        assert_eq!(unseen(&b), crate::budget::Unseen::NONE, "no agent named");
     }
 
     #[test]
@@ -288,6 +279,16 @@ mod tests {
         assert_eq!(seen.start, Some(start_gap));
         let after = seen.after_agent_compaction.unwrap();
         assert!((30_000..=31_000).contains(&after), "{after}");
+    }
+
+    #[test]
+    fn a_replay_measures_the_log_alone() {
+        let mut b = claude_code();
+        b.user("start");
+        b.session.set_allow_for_unseen(false);
+        assert_eq!(unseen(&b), crate::budget::Unseen::NONE);
+        b.session.set_allow_for_unseen(true);
+        assert_eq!(unseen(&b).kind, UnseenKind::Context);
     }
 
     #[test]

@@ -175,7 +175,8 @@ impl UnseenStore {
 
 /// Learn from `session` (run on `model`) into the store at `path`: read the file fresh (another
 /// SOBA process may have written it since), record, write when that changed anything. Returns
-/// what went wrong, in words, for the caller to show as a warning; never fails.
+/// a write that failed, in words, for the caller to show as a warning; never fails. (A file
+/// that could not be read is the caller's to report, when it loads the prior.)
 pub fn learn_from_session(path: &Path, session: &super::Session, model: &str) -> Option<String> {
     let agent = session.agent()?;
     let seen = session.unseen_observations();
@@ -183,12 +184,11 @@ pub fn learn_from_session(path: &Path, session: &super::Session, model: &str) ->
         return None;
     }
     let mut store = UnseenStore::load(path);
-    let problem = store.problem().map(str::to_string);
     if !store.learn(agent, model, &session.header.id, seen) {
-        return problem;
+        return None;
     }
     match store.save() {
-        Ok(()) => problem,
+        Ok(()) => None,
         Err(e) => Some(format!(
             "cannot record what this session showed beyond its log in {}: {e}",
             path.display()

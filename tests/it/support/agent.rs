@@ -198,7 +198,7 @@ impl Agent {
             breakdown,
             anchor,
             s.calibration(),
-            s.unseen_at(s.leaf(), &breakdown, anchor),
+            s.unseen_at(s.leaf(), anchor),
         )
         .effective_tokens
     }
