@@ -272,7 +272,7 @@ mod tests {
         );
         let start_gap = b.session.start_gap_at(b.session.leaf()).unwrap();
         assert_eq!(u.tokens, start_gap);
-        assert!(start_gap >= 24_000 && start_gap <= 25_000, "{start_gap}");
+        assert!((24_000..=25_000).contains(&start_gap), "{start_gap}");
         let after_count = b.session.tally().breakdown().total();
         reply(&mut b, "continuing", after_count + 31_000);
         let seen = b.session.unseen_observations();
