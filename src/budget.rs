@@ -105,8 +105,9 @@ impl Budget {
 pub fn not_in_log_note(tokens: u64) -> Option<String> {
     (tokens > 0).then(|| {
         format!(
-            "{tokens} tokens of the provider's count are not in the log (a system prompt and tool \
-             schemas the session never recorded, as in an imported transcript); no compaction can \
+            "{tokens} tokens of the provider's count (or of the allowance kept for it until the \
+             session's usage reports it) are not in the log (a system prompt and tool schemas the \
+             session never recorded, as in a followed or imported transcript); no compaction can \
              reclaim them. Record them (a `setting` entry with `systemPrompt` and `tools`) so the \
              budget counts them, or give the model a larger window (`--context-window`)"
         )
