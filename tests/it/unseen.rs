@@ -155,3 +155,86 @@ fn a_corrupt_store_is_a_warning_and_the_budget_still_reads() {
     let fresh: Value = serde_json::from_str(&std::fs::read_to_string(&store).unwrap()).unwrap();
     assert!(fresh["agents"]["claude-code"]["claude-opus-4-1"].is_array());
 }
+
+/// The daemon opens a followed agent's session with what this machine learned for its agent and
+/// model, and learns from the session's own first report as it arrives.
+#[tokio::test]
+async fn the_daemon_starts_from_what_the_machine_learned_and_learns_from_the_session() {
+    use crate::support::lsp_client::connect;
+    use soba::daemon::paths::Paths;
+    use soba::daemon::registry::{Daemon, DaemonOptions};
+
+    let base = tempfile::tempdir().unwrap();
+    let workspace = std::fs::canonicalize(base.path()).unwrap().join("project");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let paths = Paths::under(&base.path().join("soba"));
+    // What an earlier session of Claude Code on this model showed beyond its log.
+    std::fs::create_dir_all(&paths.data_dir).unwrap();
+    let store = paths.data_dir.join("unseen-context.json");
+    std::fs::write(
+        &store,
+        json!({"version": 1, "agents": {"claude-code": {"claude-opus-4-1": [
+            {"session": "earlier", "start": 23_000}]}}})
+        .to_string(),
+    )
+    .unwrap();
+    // A followed Claude Code session with one prompt and no report yet.
+    let sessions = paths.sessions_dir(&workspace);
+    std::fs::create_dir_all(&sessions).unwrap();
+    let log = sessions.join("followed.jsonl");
+    write_log(
+        &log,
+        "followed",
+        "claude-opus-4-1",
+        &[user("fix the parser")],
+    );
+    let text = std::fs::read_to_string(&log)
+        .unwrap()
+        .replace("\"/w\"", &serde_json::to_string(&workspace).unwrap());
+    std::fs::write(&log, text).unwrap();
+
+    let d = Daemon::new(
+        paths,
+        DaemonOptions {
+            watch: None,
+            extra_config: None,
+            summarizer: None,
+            ..DaemonOptions::default()
+        },
+    );
+    let c = connect(&d);
+    c.initialize(&[&workspace], false).await;
+    let opened = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": workspace, "sessionId": "followed"}),
+        )
+        .await;
+    let budget = &opened["budget"];
+    assert_eq!(unseen(budget), (23_000, "learned".into(), 1), "{budget}");
+    assert_eq!(
+        budget["breakdown"]["unseenText"],
+        "not in the log: ~23.0k, learned from 1 Claude Code session"
+    );
+    let counted = budget["effectiveTokens"].as_u64().unwrap() - 23_000;
+
+    // The session's first report: 19,000 tokens beyond its log. The store learns it.
+    c.request(
+        "soba/session/append",
+        json!({"sessionId": "followed", "entries": [
+            {"type": "message", "role": "assistant", "content": [{"type": "text", "text": "on it"}],
+             "usage": {"input": counted + 19_000, "output": 20}}]}),
+    )
+    .await;
+    let learned: Value = serde_json::from_str(&std::fs::read_to_string(&store).unwrap()).unwrap();
+    let records = learned["agents"]["claude-code"]["claude-opus-4-1"]
+        .as_array()
+        .unwrap();
+    let this = records
+        .iter()
+        .find(|r| r["session"] == "followed")
+        .expect("the session's gap is recorded");
+    let gap = this["start"].as_u64().unwrap();
+    assert!((18_900..=19_000).contains(&gap), "{gap}");
+    assert_eq!(records.len(), 2, "the earlier session is kept");
+}
