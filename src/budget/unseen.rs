@@ -263,7 +263,8 @@ impl Unseen {
             return Unseen::NONE;
         }
         sorted.sort_unstable();
-        let at = ((sorted.len() - 1) as f64 * GROWTH_PERCENTILE).round() as usize;
+        // Rounded down: among ten reports a single one-off jump is left out, not taken.
+        let at = ((sorted.len() - 1) as f64 * GROWTH_PERCENTILE).floor() as usize;
         let cap = (anchor_context as f64 * MAX_GROWTH_SHARE).floor() as u64;
         let tokens = u64::try_from(sorted[at]).unwrap_or(0).min(cap);
         if tokens == 0 {
@@ -451,6 +452,12 @@ mod tests {
         // Recurring large growth on a small context: capped at the share of the usage.
         let g = Unseen::growth(&[2_000; 10], 10_000, None);
         assert_eq!(g.tokens, (10_000.0 * MAX_GROWTH_SHARE) as u64);
+        // One jump among ten reports is a one-off; two are a habit.
+        let mut once = vec![30; 9];
+        once.push(900);
+        assert_eq!(Unseen::growth(&once, 100_000, None).tokens, 30);
+        once[0] = 900;
+        assert_eq!(Unseen::growth(&once, 100_000, None).tokens, 900);
         // Reports at or below the count, or none at all: nothing to add.
         assert_eq!(Unseen::growth(&[-5, 0, -1], 10_000, None), Unseen::NONE);
         assert_eq!(Unseen::growth(&[], 10_000, None), Unseen::NONE);
