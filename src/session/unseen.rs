@@ -48,11 +48,11 @@ impl Session {
     }
 
     /// The allowance for what the request at `leaf` holds beyond the log, given the view's
-    /// usage `anchor` there: over an anchored budget the session's
-    /// unseen growth; otherwise its unseen context. A log that records the system prompt or
-    /// tools still gets the allowance: the gaps it is learned from were measured against the
-    /// same kind of log (Codex records its base instructions and still sends 5k tokens more),
-    /// and a session of no known agent gets none.
+    /// usage `anchor` there: over an anchored budget the session's unseen growth; otherwise its
+    /// unseen context (none for a session of no known agent). A log that records a system
+    /// prompt still gets the context allowance: the gaps it is learned from were measured
+    /// against the same kind of log (Codex records its 4.4k-token base instructions and still
+    /// sends 5.3k more: its tools).
     pub fn unseen_at(&self, leaf: Option<usize>, anchor: Option<UsageAnchor>) -> Unseen {
         if !self.allow_for_unseen {
             return Unseen::NONE;
