@@ -66,6 +66,11 @@ impl Session {
                 .collect();
             return Unseen::growth(&residuals, a.usage.context_tokens(), self.agent());
         }
+        // Only a followed or imported agent's log leaves out what its requests hold; no walk of
+        // the branch is spent on the others.
+        if self.agent().is_none() {
+            return Unseen::NONE;
+        }
         let fresh = match self.starts_from_agent_compaction(leaf) {
             true => Fresh::AfterAgentCompaction,
             false => Fresh::Start,
