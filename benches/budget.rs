@@ -34,11 +34,13 @@ fn budget_flat(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::from_parameter(n), &s, |b, s| {
             b.iter(|| {
                 let view = ModelView::build(s, s.leaf());
+                let (breakdown, anchor) = (view.breakdown(s), view.usage_anchor(s));
                 Budget::measure(
                     limits,
-                    view.breakdown(s),
-                    view.usage_anchor(s),
+                    breakdown,
+                    anchor,
                     s.calibration(),
+                    s.unseen_at(s.leaf(), anchor),
                 )
                 .effective_tokens
             })

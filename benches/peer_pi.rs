@@ -170,6 +170,7 @@ fn main() -> anyhow::Result<()> {
             view.breakdown(&session),
             view.usage_anchor(&session),
             session.calibration(),
+            session.unseen_at(session.leaf(), view.usage_anchor(&session)),
         ),
         "the kept tally measures what the view does"
     );

@@ -42,6 +42,10 @@ pub struct Pair {
     /// The source agent compacted its own context earlier on this branch: the view starts from
     /// its summary and what it kept, as the agent's request did.
     pub after_foreign_compaction: bool,
+    /// What the estimate added for content the provider counts beyond the log (included in
+    /// `soba`): the unseen-context allowance of an unanchored request, the unseen-growth
+    /// allowance of an anchored one.
+    pub unseen: crate::budget::Unseen,
 }
 
 impl Pair {
@@ -49,6 +53,12 @@ impl Pair {
     /// applies to these.
     pub fn comparable(&self) -> bool {
         self.anchored
+    }
+
+    /// A request with no earlier report to stand on: the first of the session, or the first
+    /// after the agent's own compaction. Its estimate rests on the unseen-context allowance.
+    pub fn fresh(&self) -> bool {
+        !self.anchored
     }
 
     /// `(estimate - reported) / reported`: negative when the estimate is low.
@@ -113,10 +123,12 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
         // What the live budget applied then: the factor as learned from the reports before.
         let cal = session.calibration_at(request_leaf);
         let breakdown: Breakdown = view.breakdown(session);
-        let soba = match anchor {
-            Some(a) => a.usage.context_tokens() + cal.apply(a.tokens_after),
-            None => cal.apply(breakdown.total()),
-        };
+        let unseen = session.unseen_at(request_leaf, anchor);
+        let soba = unseen.tokens
+            + match anchor {
+                Some(a) => a.usage.context_tokens() + cal.apply(a.tokens_after),
+                None => cal.apply(breakdown.total()),
+            };
         out.push(Pair {
             entry_id: e.id.clone(),
             reported: usage.prompt_tokens(),
@@ -128,6 +140,7 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
             factor: cal.factor,
             factor_source: cal.source,
             after_foreign_compaction: view.foreign.is_some(),
+            unseen,
         });
     }
     out

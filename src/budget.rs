@@ -7,6 +7,11 @@ use crate::config::CompactionConfig;
 use crate::session::entry::Usage;
 use crate::tokens::TokenizerKind;
 
+pub mod unseen;
+pub use unseen::{
+    Agent, Fresh, Learned, Unseen, UnseenKind, UnseenPrior, UnseenSource, LEARN_GROWTH_FROM_REPORTS,
+};
+
 /// The hard and soft limits of one model under one configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -82,15 +87,16 @@ impl Breakdown {
 }
 
 impl Budget {
-    /// Tokens the provider counted that none of the log's parts accounts for: an imported
-    /// session whose system prompt and tool schemas were never recorded. No compaction can
-    /// reclaim them. Zero for an estimate.
+    /// Tokens the provider counted (or, for an estimate, is expected to count) that none of
+    /// the log's parts accounts for: a system prompt and tool schemas the transcript never
+    /// recorded, and what the agent adds without recording it. No compaction can reclaim them.
+    /// For an estimate, the unseen-context allowance.
     pub fn not_in_log(&self) -> u64 {
         match self.source {
             MeasurementSource::ProviderUsage => {
                 self.effective_tokens.saturating_sub(self.breakdown.total())
             }
-            MeasurementSource::Estimated => 0,
+            MeasurementSource::Estimated => self.unseen.tokens,
         }
     }
 }
@@ -99,8 +105,9 @@ impl Budget {
 pub fn not_in_log_note(tokens: u64) -> Option<String> {
     (tokens > 0).then(|| {
         format!(
-            "{tokens} tokens of the provider's count are not in the log (a system prompt and tool \
-             schemas the session never recorded, as in an imported transcript); no compaction can \
+            "{tokens} tokens of the provider's count (or of the allowance kept for it until the \
+             session's usage reports it) are not in the log (a system prompt and tool schemas the \
+             session never recorded, as in a followed or imported transcript); no compaction can \
              reclaim them. Record them (a `setting` entry with `systemPrompt` and `tools`) so the \
              budget counts them, or give the model a larger window (`--context-window`)"
         )
@@ -250,33 +257,43 @@ pub struct Budget {
     /// applied to it. With `source: provider_usage` only the tokens after the anchor are
     /// counted; with `estimated`, all of them.
     pub calibration: Calibration,
+    /// What was added for content the provider counts beyond the log (included in
+    /// `effectiveTokens`): the unseen-context allowance of an estimate, the unseen-growth
+    /// allowance over provider usage.
+    #[serde(default)]
+    pub unseen: Unseen,
 }
 
 impl Budget {
-    /// Effective tokens: provider usage when a valid anchor exists, else the counted breakdown.
-    /// Usage recorded before the latest capsule must not be passed as an anchor (stale-usage
-    /// guard); the view only offers usage from entries after the capsule.
+    /// Effective tokens: provider usage when a valid anchor exists, else the counted breakdown;
+    /// plus `unseen`, the allowance for what the provider counts beyond the log
+    /// (`Session::unseen_at` gives the one that fits the anchor: growth over usage, context
+    /// over an estimate). Usage recorded before the latest capsule must not be passed as an
+    /// anchor (stale-usage guard); the view only offers usage from entries after the capsule.
     pub fn measure(
         limits: Limits,
         breakdown: Breakdown,
         anchor: Option<UsageAnchor>,
         calibration: Calibration,
+        unseen: Unseen,
     ) -> Budget {
-        match anchor {
-            Some(a) if a.usage.context_tokens() > 0 => Budget {
-                effective_tokens: a.usage.context_tokens() + calibration.apply(a.tokens_after),
-                source: MeasurementSource::ProviderUsage,
-                breakdown,
-                limits,
-                calibration,
-            },
-            _ => Budget {
-                effective_tokens: calibration.apply(breakdown.total()),
-                source: MeasurementSource::Estimated,
-                breakdown,
-                limits,
-                calibration,
-            },
+        let (counted, source) = match anchor {
+            Some(a) if a.usage.context_tokens() > 0 => (
+                a.usage.context_tokens() + calibration.apply(a.tokens_after),
+                MeasurementSource::ProviderUsage,
+            ),
+            _ => (
+                calibration.apply(breakdown.total()),
+                MeasurementSource::Estimated,
+            ),
+        };
+        Budget {
+            effective_tokens: counted + unseen.tokens,
+            source,
+            breakdown,
+            limits,
+            calibration,
+            unseen,
         }
     }
 
@@ -354,10 +371,10 @@ mod tests {
             tokens_after: 30,
         };
         let exact = Calibration::exact(TokenizerKind::O200kBase);
-        let m = Budget::measure(spec_limits(), b, Some(anchor), exact);
+        let m = Budget::measure(spec_limits(), b, Some(anchor), exact, Unseen::NONE);
         assert_eq!(m.source, MeasurementSource::ProviderUsage);
         assert_eq!(m.effective_tokens, 580);
-        let e = Budget::measure(spec_limits(), b, None, exact);
+        let e = Budget::measure(spec_limits(), b, None, exact, Unseen::NONE);
         assert_eq!(e.source, MeasurementSource::Estimated);
         assert_eq!(e.effective_tokens, 530);
     }
@@ -380,10 +397,10 @@ mod tests {
             factor: 1.15,
             source: CalibrationSource::Catalog,
         };
-        let m = Budget::measure(spec_limits(), b, Some(anchor), claude);
+        let m = Budget::measure(spec_limits(), b, Some(anchor), claude, Unseen::NONE);
         assert_eq!(m.effective_tokens, 50_000 + 1150, "usage kept, tail scaled");
         assert_eq!(m.calibration, claude);
-        let e = Budget::measure(spec_limits(), b, None, claude);
+        let e = Budget::measure(spec_limits(), b, None, claude, Unseen::NONE);
         assert_eq!(e.effective_tokens, 1150);
         for low in [0.5, 0.0, -1.0, f64::NAN] {
             let c = Calibration {

@@ -56,13 +56,23 @@ impl SummarizerStatus {
 }
 
 /// The parts of the model input, and what the provider counted beyond them.
-#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportBreakdown {
     #[serde(flatten)]
     pub parts: Breakdown,
-    /// Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`).
+    /// Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`); for
+    /// an estimate, the unseen-context allowance.
     pub not_in_log: u64,
+    /// The allowance `effectiveTokens` includes for what the provider counts beyond the log:
+    /// before the session's usage anchors the budget, the agent's unseen context (system
+    /// prompt, tool schemas), learned on this machine or the agent's default; after, the
+    /// growth its reports showed beyond the log.
+    pub unseen: crate::budget::Unseen,
+    /// `unseen` in words, e.g. `not in the log: ~39.9k, learned from 12 Claude Code sessions`;
+    /// absent when there is no allowance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen_text: Option<String>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -93,6 +103,7 @@ pub fn budget_report(
         tally.breakdown(),
         tally.usage_anchor(),
         session.calibration(),
+        session.unseen_at(session.leaf(), tally.usage_anchor()),
     );
     let last_compaction = tally.capsule().map(|c| {
         let e = session.entry(c);
@@ -118,6 +129,8 @@ pub fn budget_report(
         breakdown: ReportBreakdown {
             parts: budget.breakdown,
             not_in_log: budget.not_in_log(),
+            unseen: budget.unseen,
+            unseen_text: budget.unseen.describe(),
         },
         model: model.to_string(),
         tokenizer: session.tokenizer().as_str(),

@@ -45,7 +45,10 @@ pub enum DebugCommand {
     },
     /// Replay the request pairs of agent transcripts (files, or folders searched for
     /// `.jsonl`/`.json`) and print how far SOBA's budget and pi's chars/4 method fall from the
-    /// input the provider reported: median, p90, share under-estimated by more than 2%.
+    /// input the provider reported: median, p90, share under-estimated by more than 2%, over
+    /// the anchored requests, over the first requests (of the session, and after the agent's
+    /// own compaction), and over all of them. Each transcript is replayed as on a machine that
+    /// learned nothing: the agents' default unseen-context allowances.
     Accuracy {
         /// Transcripts, or folders to search for them.
         #[arg(required = true)]
@@ -309,16 +312,17 @@ fn accuracy(paths: &[PathBuf], print_pairs: bool) -> anyhow::Result<()> {
     let pct = |x: f64| format!("{:+.2}%", x * 100.0);
     let line = |name: &str, d: Option<Distribution>| match d {
         Some(d) => println!(
-            "  {name:<9} median {:>8}  p90 {:>8}  worst low {:>8}  under by >2%: {:.1}% of {}",
+            "  {name:<10} median {:>8}  p90 {:>8}  worst low {:>8}  under by >2%: {:.1}% of {}",
             pct(d.median),
             pct(d.p90),
             pct(d.worst_low),
             d.share_low_over_2pct * 100.0,
             d.pairs
         ),
-        None => println!("  {name:<9} no comparable requests"),
+        None => println!("  {name:<10} no comparable requests"),
     };
     let (mut soba_all, mut pi_all) = (Vec::new(), Vec::new());
+    let (mut soba_fresh, mut soba_every) = (Vec::new(), Vec::new());
     for path in transcript_files(paths)? {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
@@ -363,13 +367,32 @@ fn accuracy(paths: &[PathBuf], print_pairs: bool) -> anyhow::Result<()> {
             "pi chars/4",
             Distribution::of(comparable.iter().map(|p| p.pi_error())),
         );
+        let fresh: Vec<f64> = pairs
+            .iter()
+            .filter(|p| p.fresh())
+            .map(|p| p.soba_error())
+            .collect();
+        line("SOBA first", Distribution::of(fresh.iter().copied()));
+        line(
+            "SOBA every",
+            Distribution::of(pairs.iter().map(|p| p.soba_error())),
+        );
         soba_all.extend(comparable.iter().map(|p| p.soba_error()));
         pi_all.extend(comparable.iter().map(|p| p.pi_error()));
+        soba_fresh.extend(fresh);
+        soba_every.extend(pairs.iter().map(|p| p.soba_error()));
     }
     if !print_pairs {
         println!("all transcripts:");
         line("SOBA", Distribution::of(soba_all));
         line("pi chars/4", Distribution::of(pi_all));
+        line("SOBA first", Distribution::of(soba_fresh));
+        line("SOBA every", Distribution::of(soba_every));
+        println!(
+            "  (SOBA and pi: anchored requests; first: the first request of a session and the \
+             first after the agent's own compaction, with the agent's default unseen-context \
+             allowance; every: both)"
+        );
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 use super::{print_json, warn_load, CommonArgs};
 use crate::inspect::{budget_report, context_report, preflight_outlook};
 use crate::session::log::read_session;
+use crate::session::unseen_store::{learn_from_session, UnseenStore};
 use crate::util::human_tokens;
 
 pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
@@ -12,6 +13,15 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
     session.configure_counting(&config.model);
+    let learned = unseen_store_path();
+    if let Some(store) = &learned {
+        let store = UnseenStore::load(store);
+        if let Some(problem) = store.problem() {
+            errln!("warning: {problem}");
+        }
+        let prior = store.prior(session.agent(), &config.model.name, &session.header.id);
+        session.set_unseen_prior(prior);
+    }
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let r = budget_report(
         &session,
@@ -20,6 +30,13 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         &config.model.name,
         summarizer.as_deref(),
     );
+    // What this log showed beyond itself teaches the next session of its agent and model; the
+    // budget above used only what earlier sessions taught.
+    if let Some(store) = &learned {
+        if let Some(problem) = learn_from_session(store, &session, &config.model.name) {
+            errln!("warning: {problem}");
+        }
+    }
     let warning = report.summary(path);
     let keep_note = config.keep_recent_capped.map(|c| c.note());
     if common.json {
@@ -97,8 +114,13 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             n => format!("  ·  not in the log {n}"),
         }
     );
-    if let Some(note) = crate::budget::not_in_log_note(r.breakdown.not_in_log) {
-        outln!("note: {note}");
+    if let Some(unseen) = &r.breakdown.unseen_text {
+        outln!("{unseen}");
+    }
+    if r.source == crate::budget::MeasurementSource::ProviderUsage {
+        if let Some(note) = crate::budget::not_in_log_note(r.breakdown.not_in_log) {
+            outln!("note: {note}");
+        }
     }
     match &keep_note {
         Some(note) => outln!("note: {note}"),
@@ -124,6 +146,14 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         outln!("warning: {w}");
     }
     Ok(())
+}
+
+/// Where this machine keeps what it learned about agents' unseen context: SOBA's data folder
+/// (`SOBA_DATA_DIR`, or the per-user default). `None` where there is no home folder: the
+/// budget then uses the agents' defaults.
+fn unseen_store_path() -> Option<std::path::PathBuf> {
+    let paths = crate::daemon::paths::Paths::from_env().ok()?;
+    Some(UnseenStore::path_in(&paths.data_dir))
 }
 
 pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {

@@ -211,11 +211,13 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
     let limits = config.limits();
     let c = &config.compaction;
     let view = ModelView::build(session, leaf);
+    let (breakdown, anchor) = (view.breakdown(session), view.usage_anchor(session));
     let budget = Budget::measure(
         limits,
-        view.breakdown(session),
-        view.usage_anchor(session),
+        breakdown,
+        anchor,
         session.calibration(),
+        session.unseen_at(leaf, anchor),
     );
     let tokens_before = budget.effective_tokens;
     let no_plan = |outcome, reason: &str| NoPlan {

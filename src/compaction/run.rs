@@ -300,6 +300,7 @@ impl Barrier<'_> {
             t.breakdown(),
             t.usage_anchor(),
             s.calibration(),
+            s.unseen_at(s.leaf(), t.usage_anchor()),
         )
     }
 

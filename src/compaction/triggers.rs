@@ -105,6 +105,7 @@ mod tests {
             },
             None,
             crate::budget::Calibration::exact(crate::tokens::TokenizerKind::O200kBase),
+            crate::budget::Unseen::NONE,
         )
     }
 

@@ -398,6 +398,9 @@ struct Actor {
     /// Set by `Close`: whoever waits for the log to be released.
     closing: Option<Reply<()>>,
     activity: Arc<Activity>,
+    unseen_store: Option<PathBuf>,
+    /// What the session last taught the store, so that only a change is written.
+    unseen_taught: crate::session::unseen::UnseenObservations,
 }
 
 /// One connection to the daemon (an agent, an editor), as the session actor tells them apart.
@@ -436,6 +439,9 @@ pub struct ActorSetup {
     pub summarizer: Option<Arc<dyn Summarizer>>,
     pub flight: FlightLog,
     pub events: broadcast::Sender<Event>,
+    /// Where this machine keeps what it learned about agents' unseen context
+    /// ([`crate::session::unseen_store`]); `None`: the agents' defaults, nothing learned.
+    pub unseen_store: Option<PathBuf>,
 }
 
 /// Start the actor of an opened log.
@@ -446,6 +452,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         summarizer,
         flight,
         events,
+        unseen_store,
     } = setup;
     let id = log.session().header.id.clone();
     let workspace = PathBuf::from(&log.session().header.workspace);
@@ -470,11 +477,15 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         queued_compact: None,
         closing: None,
         activity: Arc::new(Activity::default()),
+        unseen_store,
+        unseen_taught: Default::default(),
     };
     actor
         .log
         .session_mut()
         .configure_counting(&actor.config.model);
+    actor.load_unseen_prior();
+    actor.learn_unseen();
     // Before the first budget: entries the side file did not hold are counted here, on
     // several threads, and recorded for the next open.
     actor.log.save_token_counts();
@@ -1226,7 +1237,50 @@ impl Actor {
     }
 
     fn write(&mut self, entries: Vec<Entry>) -> Result<(), RpcError> {
-        self.log.append_all(entries).map_err(log_failure)
+        let reports = entries.iter().any(|e| {
+            matches!(&e.body, EntryBody::Message(m) if m.role == crate::session::entry::Role::Assistant && m.usage.is_some())
+        });
+        self.log.append_all(entries).map_err(log_failure)?;
+        if reports {
+            self.learn_unseen();
+        }
+        Ok(())
+    }
+
+    /// Start from what earlier sessions of this agent and model taught this machine about the
+    /// context the agent sends beyond its transcript.
+    fn load_unseen_prior(&mut self) {
+        let Some(path) = &self.unseen_store else {
+            return;
+        };
+        let store = crate::session::unseen_store::UnseenStore::load(path);
+        if let Some(problem) = store.problem() {
+            eprintln!("soba: warning: {problem}");
+        }
+        let s = self.log.session();
+        let prior = store.prior(s.agent(), &self.config.model.name, &s.header.id);
+        self.log.session_mut().set_unseen_prior(prior);
+    }
+
+    /// Teach the store what this session's reports showed beyond its log, when that changed.
+    fn learn_unseen(&mut self) {
+        let Some(path) = &self.unseen_store else {
+            return;
+        };
+        let s = self.log.session();
+        if s.agent().is_none() {
+            return;
+        }
+        let seen = s.unseen_observations();
+        if seen == self.unseen_taught {
+            return;
+        }
+        if let Some(problem) =
+            crate::session::unseen_store::learn_from_session(path, s, &self.config.model.name)
+        {
+            eprintln!("soba: session {}: warning: {problem}", self.session_id());
+        }
+        self.unseen_taught = seen;
     }
 
     fn append(&mut self, raw: Vec<Value>) -> Result<AppendResult, RpcError> {

@@ -380,6 +380,9 @@ impl Daemon {
             summarizer,
             flight: FlightLog::new(&self.paths.workspace_dir(workspace)),
             events: self.events.clone(),
+            unseen_store: Some(crate::session::unseen_store::UnseenStore::path_in(
+                &self.paths.data_dir,
+            )),
         });
         handle.warnings = warnings;
         handle.keyed_summarizer = keyed_summarizer;

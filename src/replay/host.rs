@@ -170,11 +170,13 @@ impl<'a> SimulatedHost<'a> {
     pub fn effective_tokens(&self) -> u64 {
         let s = self.log.session();
         let view = ModelView::build(s, s.leaf());
+        let (breakdown, anchor) = (view.breakdown(s), view.usage_anchor(s));
         crate::budget::Budget::measure(
             self.config.limits(),
-            view.breakdown(s),
-            view.usage_anchor(s),
+            breakdown,
+            anchor,
             s.calibration(),
+            s.unseen_at(s.leaf(), anchor),
         )
         .effective_tokens
     }
@@ -256,11 +258,13 @@ impl<'a> SimulatedHost<'a> {
                     }
                     let s = self.log.session();
                     let view = ModelView::build(s, s.leaf());
+                    let (breakdown, anchor) = (view.breakdown(s), view.usage_anchor(s));
                     let budget = crate::budget::Budget::measure(
                         self.config.limits(),
-                        view.breakdown(s),
-                        view.usage_anchor(s),
+                        breakdown,
+                        anchor,
                         s.calibration(),
+                        s.unseen_at(s.leaf(), anchor),
                     );
                     let step = Step {
                         index: self.timeline.steps.len(),

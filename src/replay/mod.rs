@@ -67,6 +67,9 @@ pub fn replay<'a>(
     } = observers;
     let mut log = SessionLog::create(log_path, import.header.clone(), Durability::Flush)?;
     log.session_mut().configure_counting(&config.model);
+    // The replay measures SOBA's own input; the report sets what the transcript does not hold
+    // beside it, so no allowance for it is added here.
+    log.session_mut().set_allow_for_unseen(false);
     // SOBA in the source agent's place: the agent's own compactions are marks on the
     // timeline, not cuts of the input SOBA would have sent.
     log.session_mut()

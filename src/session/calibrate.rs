@@ -34,9 +34,15 @@ impl Session {
     /// report and stops after that many, taught or not: the cost is a few reports', never the
     /// branch's, even where no report teaches.
     pub fn count_samples_at(&self, leaf: Option<usize>) -> Vec<CountSample> {
-        let mut out = Vec::with_capacity(LEARN_FROM_REPORTS);
+        self.newest_samples_at(leaf, LEARN_FROM_REPORTS)
+    }
+
+    /// The samples of the newest `reports` usage reports on the branch ending at `leaf`, newest
+    /// first (see [`Session::count_samples_at`]).
+    pub fn newest_samples_at(&self, leaf: Option<usize>, reports: usize) -> Vec<CountSample> {
+        let mut out = Vec::with_capacity(reports);
         let mut cur = leaf.and_then(|i| self.usage_on_path.at(i));
-        for _ in 0..LEARN_FROM_REPORTS {
+        for _ in 0..reports {
             let Some(u) = cur else { break };
             let u = u as usize;
             out.extend(self.count_sample(u));
@@ -197,7 +203,13 @@ mod tests {
         let tally = b.session.tally();
         let anchor = tally.usage_anchor().unwrap();
         let limits = Limits::compute(200_000, 8_000, &CompactionConfig::default()).unwrap();
-        let budget = Budget::measure(limits, tally.breakdown(), Some(anchor), c);
+        let budget = Budget::measure(
+            limits,
+            tally.breakdown(),
+            Some(anchor),
+            c,
+            crate::budget::Unseen::NONE,
+        );
         assert_eq!(anchor.usage.context_tokens(), prompt + 100);
         assert_eq!(
             budget.effective_tokens,

@@ -12,6 +12,8 @@ mod store;
 pub mod tally;
 pub mod token_file;
 pub mod turn;
+pub mod unseen;
+pub mod unseen_store;
 pub mod view;
 
 use std::collections::HashMap;
@@ -262,6 +264,11 @@ pub struct Session {
     /// configured factor stay the same: a preflight asks for it before every inference.
     calibration: OnceLock<Calibration>,
     foreign_compactions: view::ForeignCompactions,
+    /// What this machine learned about the agent's unseen context; `None`: the agent's
+    /// defaults (see [`Session::unseen_prior`]).
+    unseen_prior: Option<crate::budget::UnseenPrior>,
+    /// Whether budgets add the allowances for what the provider counts beyond the log.
+    allow_for_unseen: bool,
 }
 
 impl Session {
@@ -287,6 +294,8 @@ impl Session {
             tally: OnceLock::new(),
             calibration: OnceLock::new(),
             foreign_compactions: view::ForeignCompactions::default(),
+            unseen_prior: None,
+            allow_for_unseen: true,
         }
     }
 

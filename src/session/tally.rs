@@ -592,6 +592,7 @@ mod tests {
                     tally.breakdown(),
                     tally.usage_anchor(),
                     b.session.calibration(),
+                    crate::budget::Unseen::NONE,
                 );
                 if anchor.usage.context_tokens() > 0 {
                     prop_assert!(

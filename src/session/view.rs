@@ -480,7 +480,10 @@ fn kept_run(session: &Session, first_kept: usize, compaction: usize) -> Vec<usiz
 
 /// The `foreign_compaction` at `idx`, when it replaced the source agent's context: it carries
 /// the summary the agent continued from or a record of what it kept.
-fn replacing_compaction(session: &Session, idx: usize) -> Option<&ForeignCompactionEntry> {
+pub(super) fn replacing_compaction(
+    session: &Session,
+    idx: usize,
+) -> Option<&ForeignCompactionEntry> {
     // Told by the index first: walks over a long history pass mostly other entries.
     if session.kind_of(idx) != EntryKind::ForeignCompaction {
         return None;

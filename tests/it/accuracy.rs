@@ -8,7 +8,11 @@ use std::path::Path;
 
 use serde_json::Value;
 use soba::accuracy::{self, model_of, pairs, session_of, Distribution, Pair};
-use soba::budget::{CalibrationSource, MAX_LEARNED_FACTOR, PROVISIONAL_MARGIN};
+use soba::budget::unseen::MAX_GROWTH_SHARE;
+use soba::budget::{
+    Agent, CalibrationSource, Learned, UnseenKind, UnseenPrior, UnseenSource, MAX_LEARNED_FACTOR,
+    PROVISIONAL_MARGIN,
+};
 use soba::import::{import_str, ImportOptions, ImportResult};
 use soba::session::entry::{EntryBody, Role};
 use soba::session::view::{ModelView, ViewItem, ViewPart};
@@ -47,15 +51,15 @@ fn transcripts() -> Vec<std::path::PathBuf> {
 /// Requests whose transcript does not hold what the agent sent, so no estimate from the log can
 /// reach the bill. Listed so that any new under-estimate fails this test, and any fixed one too
 /// (drop it). The test checks each one's claim: the provider's count grew by more than
-/// [`MAX_LEARNED_FACTOR`] times SOBA's count of everything the transcript recorded in between.
+/// [`MAX_LEARNED_FACTOR`] times SOBA's count of everything the transcript recorded in between,
+/// and by more than the unseen-growth allowance's cap ([`MAX_GROWTH_SHARE`] of the usage).
 ///
-/// - session four e11: 13k tokens of this request are in no record of the transcript;
-/// - interrupted calls e14: two short tool results (82 tokens) that the provider billed as 439:
-///   Claude Code adds reminders to tool results that its transcript does not record.
-const CONTENT_NOT_HELD_LOW: &[&str] = &[
-    "agentcmd-interrupted-calls.jsonl e14",
-    "agentcmd-session-four.jsonl e11",
-];
+/// - session four e11: 13k tokens of this request are in no record of the transcript.
+///
+/// (Interrupted calls e14, two short tool results of 82 tokens billed as 439 because Claude Code
+/// adds reminders its transcript does not record, was listed here until the unseen-growth
+/// allowance covered it.)
+const CONTENT_NOT_HELD_LOW: &[&str] = &["agentcmd-session-four.jsonl e11"];
 
 /// The first measured request of a session, which once read up to 5.7% low: no report before
 /// it has a tail to learn the session's factor from, so the factor is still provisional (the
@@ -120,6 +124,12 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
                         low.last().unwrap(),
                         p.counted_tail
                     );
+                    let unexplained = grew as f64 - p.counted_tail as f64 * p.factor;
+                    assert!(
+                        unexplained > p.anchor_context.unwrap() as f64 * MAX_GROWTH_SHARE,
+                        "{}: {unexplained} tokens unexplained, within the growth allowance's cap",
+                        low.last().unwrap()
+                    );
                 }
                 eprintln!(
                     "{}: reported {}, SOBA {} ({:+.1}%)",
@@ -158,6 +168,87 @@ fn requests_the_transcript_holds_are_not_under_estimated_by_more_than_2_percent(
     assert!(
         fixed.is_empty(),
         "no longer under-estimated, drop from the known lists: {fixed:?}"
+    );
+}
+
+/// The first request of each session and the first after each of the agent's own compactions:
+/// nothing before them anchors the budget, and the transcript never records the system prompt
+/// and tools the agent sent. On a machine that has learned nothing, the agent's default
+/// unseen-context allowance stands in for them: none may read low by more than 2% (they read
+/// 82–100% low without it, median −92.1%), and the median may not read more than 50% high.
+/// Beside it, what a machine that had seen the other transcripts of the same agent would
+/// allow for (printed: each transcript's own set-up differs, so some of those read low).
+#[test]
+fn first_requests_and_the_first_after_an_agents_compaction_are_not_under_estimated() {
+    let mut fresh = Vec::new();
+    let mut starts: Vec<(Agent, String, u64)> = Vec::new();
+    let mut imports = Vec::new();
+    for path in transcripts() {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let import = import(&path);
+        let model = model_of(&import).unwrap();
+        let session = session_of(&import, &model);
+        let agent = session.agent().expect("every fixture names its agent");
+        for p in pairs(&session).iter().filter(|p| p.fresh()) {
+            let label = format!("{name} {}", p.entry_id);
+            assert_eq!(
+                (p.unseen.kind, p.unseen.source),
+                (UnseenKind::Context, UnseenSource::Default),
+                "{label}"
+            );
+            eprintln!(
+                "{label}{}: reported {}, SOBA {} ({:+.1}%)",
+                if p.after_foreign_compaction {
+                    " (after the agent's compaction)"
+                } else {
+                    ""
+                },
+                p.reported,
+                p.soba,
+                p.soba_error() * 100.0
+            );
+            assert!(
+                p.soba_error() >= -0.02,
+                "{label}: {:+.2}%",
+                p.soba_error() * 100.0
+            );
+            fresh.push(p.soba_error());
+        }
+        if let Some(gap) = session.start_gap_at(session.leaf()) {
+            starts.push((agent, name.clone(), gap));
+        }
+        imports.push((name, agent, import, model));
+    }
+    let Some(d) = Distribution::of(fresh) else {
+        return;
+    };
+    eprintln!("first requests with the agents' defaults: {d:?}");
+    assert!(d.pairs >= 15, "{} first requests", d.pairs);
+    assert!(d.worst_low >= -0.02 && d.median <= 0.5, "{d:?}");
+
+    let mut learned = Vec::new();
+    for (name, agent, import, model) in &imports {
+        let others: Vec<u64> = starts
+            .iter()
+            .filter(|(a, n, _)| a == agent && n != name)
+            .map(|(_, _, gap)| *gap)
+            .collect();
+        let Some(start) = Learned::from_gaps(&others) else {
+            continue;
+        };
+        let mut session = session_of(import, model);
+        session.set_unseen_prior(UnseenPrior {
+            agent: Some(*agent),
+            start: Some(start),
+            after_agent_compaction: None,
+        });
+        let first = pairs(&session).into_iter().find(|p| p.fresh()).unwrap();
+        assert_eq!(first.unseen.source, UnseenSource::Learned, "{name}");
+        learned.push(first.soba_error());
+    }
+    eprintln!(
+        "first requests learned from the other transcripts of the same agent: {:?}",
+        Distribution::of(learned)
     );
 }
 

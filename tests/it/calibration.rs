@@ -135,10 +135,19 @@ async fn a_learned_factor_is_shown_applied_and_the_same_after_reopening() {
         calibration(&learned),
         ("session".into(), MAX_LEARNED_FACTOR)
     );
+    // What even the capped factor leaves of that report's growth is the session's unseen
+    // growth, added over the usage.
+    let growth = 2 * tail - (tail as f64 * MAX_LEARNED_FACTOR).ceil() as u64;
+    assert_eq!(learned["breakdown"]["unseen"]["kind"], "growth");
+    assert_eq!(learned["breakdown"]["unseen"]["tokens"], growth);
     assert_eq!(
         learned["effectiveTokens"],
-        10_050 + 2 * tail + 50 + (counted(&second_tail) as f64 * MAX_LEARNED_FACTOR).ceil() as u64,
-        "the report as it came, the tail after it at the learned factor"
+        10_050
+            + 2 * tail
+            + 50
+            + (counted(&second_tail) as f64 * MAX_LEARNED_FACTOR).ceil() as u64
+            + growth,
+        "the report as it came, the tail after it at the learned factor, the unseen growth"
     );
 
     // Closed and opened again from the log: the same figure, learned again from the reports.

@@ -823,11 +823,15 @@ async fn context_shows_what_fills_the_window_by_part_and_largest_entries() {
     assert_eq!(ctx["sessionId"], id.as_str());
     let budget = c.request("soba/budget", json!({"sessionId": id})).await;
     assert_eq!(ctx["effectiveTokens"], budget["effectiveTokens"]);
-    // The counted parts are the budget's; what the provider counted beyond the log is the
-    // budget's alone (none here).
+    // The counted parts are the budget's; what the provider counted beyond the log, and the
+    // allowance for it, are the budget's alone (none here).
     let mut counted = budget["breakdown"].clone();
     assert_eq!(counted["notInLog"].take(), 0);
-    counted.as_object_mut().unwrap().remove("notInLog");
+    assert_eq!(counted["unseen"]["tokens"], 0);
+    let parts = counted.as_object_mut().unwrap();
+    for beyond in ["notInLog", "unseen", "unseenText"] {
+        parts.remove(beyond);
+    }
     assert_eq!(ctx["breakdown"], counted);
     let largest = ctx["largest"].as_array().unwrap();
     assert_eq!(largest.len(), 2, "the limit is honoured: {ctx}");

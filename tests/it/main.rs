@@ -43,3 +43,4 @@ mod session_config;
 mod spec;
 mod summarize;
 mod transcripts_compaction;
+mod unseen;

@@ -71,6 +71,23 @@ describe('format', function()
     )
   end)
 
+  it('says where the allowance for what the log never holds comes from', function()
+    local r = report({
+      breakdown = {
+        system = 0,
+        tools = 0,
+        capsule = 0,
+        retainedTail = 0,
+        newEntries = 28000,
+        notInLog = 40500,
+        unseenText = 'not in the log: ~40.5k, default for Claude Code',
+      },
+    })
+    local lines = format.budget_lines(r)
+    assert.are.equal('Allowance: not in the log: ~40.5k, default for Claude Code', lines[5])
+    assert.are.equal('Auto-compact: on', lines[6])
+  end)
+
   it('names the count factor and where it comes from', function()
     local learned = report({ calibration = { tokenizer = 'o200k_base', factor = 1.234, source = 'session' } })
     assert.are.equal(

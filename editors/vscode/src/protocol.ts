@@ -31,6 +31,9 @@ export interface BudgetBreakdown {
   newEntries: number;
   /** Provider-counted tokens no part of the log accounts for (an imported session's prompt and tools). */
   notInLog?: number;
+  /** The allowance for what the provider counts beyond the log, in words
+   * (`not in the log: ~39.9k, learned from 12 Claude Code sessions`); absent when there is none. */
+  unseenText?: string;
 }
 
 export interface BudgetReport {

@@ -39,7 +39,8 @@ export function sessionNodes(sessions: readonly SessionSummary[]): TreeNode[] {
 
 export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
   if (!report) return [{ id: 'budget:none', label: 'No active session', icon: 'info' }];
-  const part = (key: keyof BudgetReport['breakdown'], label: string): TreeNode => ({
+  type Part = 'system' | 'tools' | 'capsule' | 'retainedTail' | 'newEntries' | 'notInLog';
+  const part = (key: Part, label: string): TreeNode => ({
     id: `budget:${key}`,
     label,
     description: formatTokens(report.breakdown[key] ?? 0),
@@ -61,7 +62,11 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
     part('retainedTail', 'Retained tail'),
     part('newEntries', 'New entries'),
     // Counted by the provider but absent from the log: no compaction can reclaim it.
-    ...(notInLog > 0 ? [part('notInLog', 'Not in the log')] : []),
+    // Before the session's usage anchors the budget, an allowance for the agent's system prompt
+    // and tools; the tooltip says where it comes from.
+    ...(notInLog > 0
+      ? [{ ...part('notInLog', 'Not in the log'), tooltip: report.breakdown.unseenText }]
+      : []),
     {
       id: 'budget:auto',
       label: 'Auto-compact',

@@ -645,8 +645,17 @@ class ReportBreakdown(TypedDict):
     capsule: int
     retainedTail: int
     newEntries: int
-    # Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`).
+    # Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`); for
+    # an estimate, the unseen-context allowance.
     notInLog: int
+    # The allowance `effectiveTokens` includes for what the provider counts beyond the log:
+    # before the session's usage anchors the budget, the agent's unseen context (system
+    # prompt, tool schemas), learned on this machine or the agent's default; after, the
+    # growth its reports showed beyond the log.
+    unseen: Unseen
+    # `unseen` in words, e.g. `not in the log: ~39.9k, learned from 12 Claude Code sessions`;
+    # absent when there is no allowance.
+    unseenText: NotRequired[Optional[str]]
 
 
 class RewindParams(TypedDict):
@@ -838,6 +847,18 @@ class TurnCompleteResult(TypedDict):
     intentRecorded: bool
 
 
+class Unseen(TypedDict):
+    """Tokens added to the budget for what the provider counts beyond the log."""
+
+    tokens: int
+    kind: UnseenKind
+    source: UnseenSource
+    # With `source: learned`: how many earlier sessions taught it.
+    learnedFrom: int
+    # The agent whose requests it stands for.
+    agent: NotRequired[Optional[Agent]]
+
+
 class Usage(TypedDict):
     """Provider-reported usage of one inference."""
 
@@ -881,6 +902,11 @@ class AppendedEntryTurnComplete(AppendedEntryFields, TurnCompleteEntry):
     """The end of an agent turn, as reported by the agent."""
 
     type: Literal["turn_complete"]
+
+
+Agent = Literal["claude-code", "codex", "pi", "openai-chat", "swe-agent", "aider", "copilot-cli"]
+"""The agents whose transcripts SOBA imports and follows, named as a session header's
+`source.format` names them."""
 
 
 AppendedEntry = Union[AppendedEntryMessage, AppendedEntryToolResult, AppendedEntryCheckpoint, AppendedEntryFile, AppendedEntrySetting, AppendedEntrySkill, AppendedEntryTurnComplete, AppendedEntryForeignCompaction]
@@ -950,6 +976,12 @@ TokenizerKind = Union[Literal["o200k_base"], Literal["cl100k_base"]]
 Trigger = Literal["hard_limit", "milestone", "plan_pivot", "turn_complete", "auto_threshold", "user", "context_overflow", "handoff"]
 """What starts a compaction. The first seven are the spec's triggers; `handoff` is an
 intentional `/capsule create`."""
+
+
+UnseenKind = Union[Literal["none"], Literal["context"], Literal["growth"]]
+
+
+UnseenSource = Union[Literal["none"], Literal["session"], Literal["learned"], Literal["default"]]
 
 
 ViewPart = Literal["capsule", "retained_tail", "new"]

@@ -3,6 +3,12 @@
 /* eslint-disable */
 
 /**
+ * The agents whose transcripts SOBA imports and follows, named as a session header's
+ * `source.format` names them.
+ */
+export type Agent = "claude-code" | "codex" | "pi" | "openai-chat" | "swe-agent" | "aider" | "copilot-cli";
+
+/**
  * An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
  * `ts` may be left out. Entry types the daemon alone writes are not accepted.
  */
@@ -378,8 +384,23 @@ export type ReportBreakdown = {
   capsule: number;
   retainedTail: number;
   newEntries: number;
-  /** Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`). */
+  /**
+   * Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`); for
+   * an estimate, the unseen-context allowance.
+   */
   notInLog: number;
+  /**
+   * The allowance `effectiveTokens` includes for what the provider counts beyond the log:
+   * before the session's usage anchors the budget, the agent's unseen context (system
+   * prompt, tool schemas), learned on this machine or the agent's default; after, the
+   * growth its reports showed beyond the log.
+   */
+  unseen: Unseen;
+  /**
+   * `unseen` in words, e.g. `not in the log: ~39.9k, learned from 12 Claude Code sessions`;
+   * absent when there is no allowance.
+   */
+  unseenText?: string | null;
 };
 
 export type Role = "user" | "assistant" | "system";
@@ -494,6 +515,21 @@ export type TurnCompleteEntry = {
   /** Provider usage of the turn's last inference, when the agent reports it here. */
   usage?: Usage | null;
 };
+
+/** Tokens added to the budget for what the provider counts beyond the log. */
+export type Unseen = {
+  tokens: number;
+  kind: UnseenKind;
+  source: UnseenSource;
+  /** With `source: learned`: how many earlier sessions taught it. */
+  learnedFrom: number;
+  /** The agent whose requests it stands for. */
+  agent?: Agent | null;
+};
+
+export type UnseenKind = "none" | "context" | "growth";
+
+export type UnseenSource = "none" | "session" | "learned" | "default";
 
 /** Provider-reported usage of one inference. */
 export type Usage = {

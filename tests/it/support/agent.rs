@@ -192,11 +192,13 @@ impl Agent {
     pub fn effective(&self) -> u64 {
         let s = self.log.session();
         let view = ModelView::build(s, s.leaf());
+        let (breakdown, anchor) = (view.breakdown(s), view.usage_anchor(s));
         Budget::measure(
             self.config.limits(),
-            view.breakdown(s),
-            view.usage_anchor(s),
+            breakdown,
+            anchor,
             s.calibration(),
+            s.unseen_at(s.leaf(), anchor),
         )
         .effective_tokens
     }

@@ -96,7 +96,7 @@ end
 function M.budget_lines(report)
   local pct = report.hardLimit > 0 and math.floor(report.effectiveTokens / report.hardLimit * 100 + 0.5) or 0
   local b = report.breakdown or {}
-  return {
+  local lines = {
     string.format('Context budget: %s tokens (%d%% of the hard limit)', M.status_text(report), pct),
     string.format('Soft limit: %s (auto-compaction starts past it)', M.tokens(report.softLimit)),
     string.format('Measured: %s (%s, %s)', M.source_label(report.source), report.model, M.counted_with(report)),
@@ -111,6 +111,11 @@ function M.budget_lines(report)
     'Auto-compact: ' .. (report.autoCompact and 'on' or 'off'),
     'Last compaction: ' .. M.last_compaction(report.lastCompaction),
   }
+  -- Where the allowance for the agent's unseen system prompt and tools comes from.
+  if type(b.unseenText) == 'string' then
+    table.insert(lines, 5, 'Allowance: ' .. b.unseenText)
+  end
+  return lines
 end
 
 --- The line a finished compaction leaves when the daemon sent none.
