@@ -4,6 +4,7 @@
 //! request carries the model input instead of the full history. Provider formats stop here.
 //!
 //! - [`wire`]: provider requests, replies and errors ↔ session entries and the model input.
+//! - [`overflow`]: which upstream errors are context overflows, and the figures they give.
 //! - [`conversation`]: which incoming message became which entries; what to append, where to
 //!   rewind, which messages go out as the agent sent them.
 //! - [`rpc`]: the proxy as an agent client of the daemon (the one writer of every log).
@@ -11,6 +12,7 @@
 //! - [`service`]: connection handling for a proxy left running: limits, timeouts, the token.
 
 pub mod conversation;
+pub mod overflow;
 pub mod rpc;
 pub mod server;
 pub mod service;

@@ -849,17 +849,6 @@ impl StreamTap {
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-/// Whether an upstream error says the prompt did not fit the model's context window.
-pub fn is_context_overflow(status: u16, body: &[u8]) -> bool {
-    if !(status == 400 || status == 413) {
-        return false;
-    }
-    let text = String::from_utf8_lossy(body).to_ascii_lowercase();
-    text.contains("context_length_exceeded")
-        || text.contains("prompt is too long")
-        || text.contains("maximum context length")
-}
-
 /// An error body in the provider's own shape, so the agent reports it as it would a
 /// provider's.
 pub fn error_body(api: Api, kind: &str, message: &str) -> Value {

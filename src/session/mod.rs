@@ -262,6 +262,8 @@ pub struct Session {
     /// configured factor stay the same: a preflight asks for it before every inference.
     calibration: OnceLock<Calibration>,
     foreign_compactions: view::ForeignCompactions,
+    /// The newest window setting in file order (see [`SettingEntry::window`]).
+    window: Option<crate::window::WindowSetting>,
 }
 
 impl Session {
@@ -287,7 +289,13 @@ impl Session {
             tally: OnceLock::new(),
             calibration: OnceLock::new(),
             foreign_compactions: view::ForeignCompactions::default(),
+            window: None,
         }
+    }
+
+    /// The window setting in force: the newest in the log, on whatever branch.
+    pub fn window_setting(&self) -> Option<&crate::window::WindowSetting> {
+        self.window.as_ref()
     }
 
     /// What the model view makes of the source agent's own compactions.
@@ -555,8 +563,13 @@ impl Session {
             }
             _ => inherited_capsule,
         };
-        let setting = match entry.body {
-            EntryBody::Setting(_) => Some(idx),
+        let setting = match &entry.body {
+            EntryBody::Setting(s) => {
+                if let Some(w) = s.window {
+                    self.window = Some(w);
+                }
+                Some(idx)
+            }
             _ => inherited_setting,
         };
         let usage = match &entry.body {

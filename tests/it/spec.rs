@@ -584,7 +584,7 @@ fn context_overflow_gets_one_recovery_compact_and_at_most_one_retry_per_turn() {
     let settings = h.settings();
     let b = settings.barrier();
     let plan = b
-        .overflow(&mut h.log)
+        .overflow(&mut h.log, Default::default())
         .unwrap()
         .expect("first overflow plans a recovery");
     assert_eq!(plan.trigger, Trigger::ContextOverflow);
@@ -596,7 +596,10 @@ fn context_overflow_gets_one_recovery_compact_and_at_most_one_retry_per_turn() {
         "the one retry gets input"
     );
     // The retry overflows too: failed, and the same input is never handed out again.
-    let second = b.overflow(&mut h.log).unwrap().unwrap_err();
+    let second = b
+        .overflow(&mut h.log, Default::default())
+        .unwrap()
+        .unwrap_err();
     assert_eq!(second.outcome, Outcome::Failed);
     assert_eq!(second.reason, reasons::OVERFLOW_RETRY_USED);
     assert!(matches!(
@@ -686,7 +689,9 @@ fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation
                 Preflight::Compact(p) => *p,
                 other => panic!("{other:?}"),
             },
-            Trigger::ContextOverflow => b.overflow(&mut h.log).unwrap().unwrap(),
+            Trigger::ContextOverflow => {
+                b.overflow(&mut h.log, Default::default()).unwrap().unwrap()
+            }
             _ => b.explicit(&mut h.log, None).unwrap().unwrap(),
         };
         assert_eq!(plan.trigger, trigger);
