@@ -57,15 +57,25 @@ fn an_overflow_lowers_the_window_the_recovery_fits_it_and_a_reload_keeps_it() {
     let r = b.run_local(&mut h.log, &plan).unwrap();
     assert_eq!(r.outcome, Outcome::Completed, "{r:?}");
     assert_eq!(r.context_window, learned);
-    assert!(r.reason.contains("below keepRecentTokens 20000"), "{}", r.reason);
+    assert!(
+        r.reason.contains("below keepRecentTokens 20000"),
+        "{}",
+        r.reason
+    );
     let Preflight::Ready { tokens, .. } = b.preflight(&mut h.log).unwrap() else {
         panic!("the retry gets input");
     };
-    assert!(tokens <= plan.limits.hard_limit, "{tokens} > {}", plan.limits.hard_limit);
+    assert!(
+        tokens <= plan.limits.hard_limit,
+        "{tokens} > {}",
+        plan.limits.hard_limit
+    );
 
     // The log holds the setting and the capsule says how short its tail is.
     let (session, _) = read_session(&h.path).unwrap();
-    let w = session.window_setting().expect("the window survives a reload");
+    let w = session
+        .window_setting()
+        .expect("the window survives a reload");
     assert_eq!(w.context_window, Some(learned));
     assert_eq!(w.source, WindowSource::ProviderError);
     assert_eq!(w.figures, figures(24_000, before + 500));
@@ -75,7 +85,10 @@ fn an_overflow_lowers_the_window_the_recovery_fits_it_and_a_reload_keeps_it() {
         .iter()
         .find_map(|e| e.as_capsule().cloned())
         .unwrap();
-    let short = capsule.tokens.short_tail.expect("the tail is below keepRecentTokens");
+    let short = capsule
+        .tokens
+        .short_tail
+        .expect("the tail is below keepRecentTokens");
     assert_eq!(short.keep_recent_tokens, 20_000);
     assert_eq!(short.context_window, learned);
     assert_eq!(short.learned_from, Some(WindowSource::ProviderError));
@@ -102,12 +115,19 @@ fn the_next_step_of_the_turn_stays_under_the_learned_window() {
     // The agent's turn goes on: tool calls and results, each followed by a preflight.
     for step in 0..6 {
         let id = format!("step{step}");
-        h.call(&[(id.as_str(), "read_file", serde_json::json!({"path": "a.rs"}))]);
+        h.call(&[(
+            id.as_str(),
+            "read_file",
+            serde_json::json!({"path": "a.rs"}),
+        )]);
         h.result(&id, "read_file", 1500);
         match b.preflight(&mut h.log).unwrap() {
             Preflight::Ready { tokens, .. } => assert!(tokens <= hard, "{tokens} > {hard}"),
             Preflight::Compact(p) => {
-                assert_eq!(p.limits.hard_limit, hard, "compacts against the learned limit");
+                assert_eq!(
+                    p.limits.hard_limit, hard,
+                    "compacts against the learned limit"
+                );
                 b.run_local(&mut h.log, &p).unwrap();
             }
             Preflight::Failed(r) => panic!("step {step} failed: {r:?}"),
@@ -189,7 +209,10 @@ fn a_provider_window_with_no_room_for_input_fails_the_recovery_and_says_what_to_
     assert_eq!(r.outcome, Outcome::Failed);
     assert!(r.reason.contains("8192"), "{}", r.reason);
     assert!(r.reason.contains("model.maxOutputTokens"), "{}", r.reason);
-    assert!(h.log.session().window_setting().is_none(), "nothing learned");
+    assert!(
+        h.log.session().window_setting().is_none(),
+        "nothing learned"
+    );
     assert!(matches!(
         b.preflight(&mut h.log).unwrap(),
         Preflight::Failed(_)

@@ -678,7 +678,15 @@ fn a_soft_capsule_that_misses_a_minimum_after_generation_is_skipped_and_not_appe
 fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation_roi_gate() {
     for trigger in [Trigger::HardLimit, Trigger::ContextOverflow, Trigger::User] {
         let mut h = Agent::new();
-        for _ in 0..14 {
+        // An overflow lowers the window below the refused request (by a fifth without
+        // figures), so its recovery always reclaims a fifth: its exemption shows on a session
+        // small enough that what it reclaims is under minReclaimableTokens.
+        let turns = if trigger == Trigger::ContextOverflow {
+            5
+        } else {
+            14
+        };
+        for _ in 0..turns {
             h.turn(4000);
         }
         h.user(10);
@@ -718,9 +726,12 @@ fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation
         )
         .unwrap();
         assert_eq!(r.outcome, Outcome::Completed, "{trigger}: {r:?}");
+        let c = &settings.config.compaction;
+        let reclaimed = r.tokens_before - r.tokens_after;
         assert!(
-            r.reclaimed_percent < 25.0,
-            "{trigger}: {}",
+            r.reclaimed_percent < 100.0 * c.min_savings_ratio
+                || reclaimed < c.min_reclaimable_tokens,
+            "{trigger}: {} % ({reclaimed} tokens) passes the soft gate anyway",
             r.reclaimed_percent
         );
     }
