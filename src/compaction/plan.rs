@@ -49,6 +49,9 @@ pub struct Plan {
     pub mirror_requested: bool,
     /// The window setting the limits come from, when a provider's overflow lowered them.
     pub learned_window: Option<crate::window::WindowSetting>,
+    /// How counts become the budget's estimate: the continuation is measured as the next
+    /// preflight will measure it.
+    pub calibration: crate::budget::Calibration,
 }
 
 impl Plan {
@@ -103,7 +106,8 @@ impl Plan {
             + self
                 .tokenizer
                 .count(&crate::capsule::render::render_for_model(capsule));
-        self.overhead_tokens + capsule_tokens + self.tail_tokens
+        self.calibration
+            .apply(self.overhead_tokens + capsule_tokens + self.tail_tokens)
     }
 }
 
@@ -355,7 +359,11 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
                 previous.as_ref(),
                 req,
             );
-            let room = limits.hard_limit.saturating_sub(overhead_tokens + capsule);
+            // Counted tokens, which the next preflight raises by the calibration factor.
+            let room = budget
+                .calibration
+                .counted_within(limits.hard_limit)
+                .saturating_sub(overhead_tokens + capsule);
             if tail_tokens <= room {
                 break;
             }
@@ -455,6 +463,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         tokenizer: session.tokenizer(),
         roi: c.clone(),
         mirror_requested: false,
+        calibration: budget.calibration,
         learned_window: session
             .window_setting()
             .filter(|w| w.context_window == Some(limits.context_window))
