@@ -11,7 +11,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::budget::Limits;
+use crate::budget::{Limits, MAX_LEARNED_FACTOR};
 use crate::config::CompactionConfig;
 
 /// With no figures in the provider's error, the hard limit becomes this share of the refused
@@ -165,13 +165,17 @@ pub fn learn(
     counted: u64,
     c: &CompactionConfig,
 ) -> Result<WindowSetting, NoRoom> {
-    let named = figures.provider_window.map(|w| {
-        let scale = match figures.provider_tokens {
-            Some(theirs) if theirs > counted && counted > 0 => counted as f64 / theirs as f64,
-            _ => 1.0,
-        };
-        (w as f64 * scale).floor() as u64
-    });
+    let scale = match figures.provider_tokens {
+        Some(theirs) if theirs > counted && counted > 0 => counted as f64 / theirs as f64,
+        _ => 1.0,
+    };
+    // A provider counting far more than SOBA did (more than any tokenizer difference explains)
+    // counted content the log never held, or figures of another request: its window says
+    // nothing about SOBA's count.
+    let named = figures
+        .provider_window
+        .filter(|_| scale >= 1.0 / MAX_LEARNED_FACTOR)
+        .map(|w| (w as f64 * scale).floor() as u64);
     let setting = |context_window, source| WindowSetting {
         context_window: Some(context_window),
         source,
@@ -261,6 +265,22 @@ mod tests {
         };
         let s = learn(&limits(64_000), figures, 20_000, &config()).unwrap();
         assert_eq!(s.context_window, Some(16_000));
+    }
+
+    #[test]
+    fn figures_far_above_sobas_count_are_not_scaled_into_it() {
+        // The provider counted 35 times what SOBA sent: not a tokenizer's difference.
+        let figures = OverflowFigures {
+            provider_window: Some(200_000),
+            provider_tokens: Some(210_000),
+        };
+        let s = learn(&limits(20_000), figures, 6000, &config()).unwrap();
+        assert_eq!(s.source, WindowSource::RefusedRequest);
+        assert_eq!(
+            limits_under(limits(20_000), Some(&s), &config()).hard_limit,
+            4800
+        );
+        assert_eq!(s.figures, figures, "what the provider said stays on record");
     }
 
     #[test]

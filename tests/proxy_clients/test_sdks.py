@@ -233,6 +233,7 @@ class SmallerRealWindow(ProxyCase):
 
     def test_openai_learns_the_window_from_its_error(self):
         client = self.openai()
+        self.addCleanup(client.close)
         messages = []
         for turn in range(12):
             messages.append({"role": "user", "content": filler(turn, 550)})
@@ -251,6 +252,7 @@ class SmallerRealWindow(ProxyCase):
 
     def test_anthropic_learns_the_window_from_its_error(self):
         client = self.anthropic()
+        self.addCleanup(client.close)
         messages = []
         for turn in range(12):
             messages.append({"role": "user", "content": filler(turn, 550)})
