@@ -41,7 +41,8 @@ pub enum Event {
     BudgetChanged(BudgetReport),
     Compaction {
         workspace: String,
-        notice: CompactionNotice,
+        /// Boxed: a notice with its result is several times the size of the other events.
+        notice: Box<CompactionNotice>,
     },
     /// A degraded fallback was used; the text says why.
     Degraded {
@@ -1029,7 +1030,7 @@ impl Actor {
                     };
                     let _ = events.send(Event::Compaction {
                         workspace: workspace.clone(),
-                        notice,
+                        notice: Box::new(notice),
                     });
                 }
             };
@@ -1176,7 +1177,7 @@ impl Actor {
         };
         let _ = self.events.send(Event::Compaction {
             workspace: self.workspace.clone(),
-            notice,
+            notice: Box::new(notice),
         });
     }
 

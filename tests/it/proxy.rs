@@ -963,7 +963,7 @@ async fn an_overflow_without_a_retry_is_logged_as_such() {
     let log = env.log.lock().unwrap().clone();
     assert!(!log[0].contains("retried"), "{log:?}");
     assert!(
-        log[0].contains(&format!("overflow: could not shrink below")),
+        log[0].contains("overflow: could not shrink below"),
         "{log:?}"
     );
     assert!(log[0].contains(&format!("(window {WINDOW})")), "{log:?}");
