@@ -188,7 +188,7 @@ pub fn learn(
             let fits = Limits::compute(window, current.max_output_tokens, c).is_some();
             if !fits {
                 return Err(NoRoom {
-                    window,
+                    window: figures.provider_window.unwrap_or(window),
                     max_output_tokens: current.max_output_tokens,
                     safety_reserve_tokens: c.safety_reserve_tokens,
                 });

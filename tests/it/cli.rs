@@ -166,7 +166,9 @@ fn compact_then_context_shows_the_capsule_and_the_retained_tail() {
     let (ok, c, err) = soba(&["context", p.to_str().unwrap(), "--json"], dir.path());
     assert!(ok, "{err}");
     assert_eq!(c["firstKeptEntryId"], r["firstKeptEntryId"]);
-    assert_eq!(c["tokens"], r["tokensAfter"]);
+    // `tokensAfter` is the continuation as the budget measures it: the counted input raised by
+    // the model's calibration factor (this model's tokenizer only estimates its own).
+    assert!(c["tokens"].as_u64() <= r["tokensAfter"].as_u64(), "{c} {r}");
     let first = c["messages"][0]["content"][0]["text"].as_str().unwrap();
     assert!(first.starts_with("# Context Capsule"), "{first}");
     assert!(
@@ -175,6 +177,7 @@ fn compact_then_context_shows_the_capsule_and_the_retained_tail() {
     );
     let (_, b, _) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
     assert_eq!(b["lastCompaction"]["checkpointId"], r["checkpointId"]);
+    assert_eq!(b["effectiveTokens"], r["tokensAfter"]);
 }
 
 #[test]

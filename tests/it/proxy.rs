@@ -940,7 +940,7 @@ async fn a_provider_window_below_the_configured_one_is_learned_once_and_the_turn
 async fn an_overflow_without_a_retry_is_logged_as_such() {
     let env = env().await;
     // A window that leaves no room after the output and the safety reserve.
-    let overflow = json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 9000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string();
+    let overflow = json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 3100 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string();
     env.upstream.script(Canned {
         status: 400,
         content_type: "application/json",
