@@ -859,7 +859,6 @@ async fn summarize_upstream(
     }
 }
 
-/// `completed (hard_limit, model)`; a fallback also says why the model was not used.
 /// Tell the daemon about an upstream overflow, with the figures the provider gave: the
 /// compaction's outcome and the model input to retry with, or the log text saying why there is
 /// no retry.
@@ -899,6 +898,7 @@ async fn recover_from_overflow(
     Ok((format!("{outcome} (overflow)"), input))
 }
 
+/// `completed (hard_limit, model)`; a fallback also says why the model was not used.
 fn compaction_outcome(input: &Value) -> Option<String> {
     let c = input.get("compaction").filter(|c| !c.is_null())?;
     let mut line = format!(

@@ -841,6 +841,11 @@ async fn a_context_overflow_from_upstream_compacts_and_retries_once() {
     assert_eq!(r.status(), 400);
     assert_eq!(r.text().await.unwrap(), overflow);
     assert_eq!(env.upstream.chats().len(), 4, "never more than one retry");
+    let log = env.log.lock().unwrap().clone();
+    assert!(
+        log[1].contains("retried after overflow; the retry overflowed too"),
+        "{log:?}"
+    );
 }
 
 /// Issue 28: a provider whose real window is below SOBA's configured one. The first request of
