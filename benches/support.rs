@@ -135,6 +135,7 @@ pub fn capsule(n: usize, first_kept: Option<String>) -> EntryBody {
         tokens: CapsuleTokens {
             before: 40000,
             after: 12000,
+            short_tail: None,
         },
         origin: Origin::Session,
         mirrored: false,

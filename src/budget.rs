@@ -175,6 +175,21 @@ impl Calibration {
     }
 }
 
+impl Calibration {
+    /// The most counted tokens whose estimate stays within `estimate`: what fits under a
+    /// limit once the factor is applied.
+    pub fn counted_within(&self, estimate: u64) -> u64 {
+        if !(self.factor.is_finite() && self.factor > 1.0) {
+            return estimate;
+        }
+        let mut counted = (estimate as f64 / self.factor).floor() as u64;
+        while counted > 0 && self.apply(counted) > estimate {
+            counted -= 1;
+        }
+        counted
+    }
+}
+
 /// One usage report set against SOBA's count of the same content: the provider's input grew
 /// by `provider` tokens since the previous report, over entries SOBA counted as `counted`
 /// (uncalibrated, with the session's tokenizer).
@@ -316,6 +331,19 @@ mod tests {
 
     /// Spec §4: "For contextWindow=65000, maxOutputTokens=8000, and safetyReserveTokens=8192,
     /// the hard limit is 48808."
+    #[test]
+    fn counted_within_is_the_most_a_factor_keeps_under_a_limit() {
+        let c = Calibration {
+            tokenizer: TokenizerKind::O200kBase,
+            factor: 1.2,
+            source: CalibrationSource::Provisional,
+        };
+        let n = c.counted_within(13_808);
+        assert!(c.apply(n) <= 13_808 && c.apply(n + 1) > 13_808, "{n}");
+        let exact = Calibration::exact(TokenizerKind::O200kBase);
+        assert_eq!(exact.counted_within(13_808), 13_808);
+    }
+
     #[test]
     fn for_context_window_65000_the_hard_limit_is_48808() {
         assert_eq!(spec_limits().hard_limit, 48808);

@@ -1197,6 +1197,12 @@ impl Config {
         .expect("validated configuration has a positive hard limit")
     }
 
+    /// The limits of a session whose window a provider's overflow lowered (see
+    /// [`crate::window`]); the configured ones without such a setting.
+    pub fn limits_under(&self, window: Option<&crate::window::WindowSetting>) -> Limits {
+        crate::window::limits_under(self.limits(), window, &self.compaction)
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let c = &self.compaction;
         let m = &self.model;

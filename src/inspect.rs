@@ -16,6 +16,13 @@ pub struct BudgetReport {
     pub soft_limit: u64,
     pub source: MeasurementSource,
     pub context_window: u64,
+    /// Where `contextWindow` comes from: `configured`, or `provider_error` / `refused_request`
+    /// when a provider's context-overflow error lowered it for this session.
+    pub window_source: &'static str,
+    /// The lowered window's setting from the session log, while one is in force: what the
+    /// provider's error said and SOBA's count of the refused request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned_window: Option<crate::window::WindowSetting>,
     pub max_output_tokens: u64,
     pub auto_compact: bool,
     pub last_compaction: Option<LastCompaction>,
@@ -117,7 +124,15 @@ pub fn budget_report(
             ts: e.ts.clone(),
         }
     });
+    // The limits the caller passes are the session's (`Config::limits_under`): a setting is in
+    // force when they use its window.
+    let learned_window = session
+        .window_setting()
+        .filter(|w| w.context_window == Some(limits.context_window))
+        .copied();
     BudgetReport {
+        window_source: learned_window.map_or("configured", |w| w.source.as_str()),
+        learned_window,
         effective_tokens: budget.effective_tokens,
         hard_limit: limits.hard_limit,
         soft_limit: limits.soft_limit,

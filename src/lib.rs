@@ -29,3 +29,4 @@ pub mod tokens;
 pub mod tool_mapping;
 pub mod trust;
 pub mod util;
+pub mod window;

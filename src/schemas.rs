@@ -177,7 +177,7 @@ pub const PROTOCOL_METHODS: &[MethodSchemas] = &[
     ),
     m(
         method::OVERFLOW,
-        params_schema::<rpc::SessionParams>,
+        params_schema::<rpc::OverflowParams>,
         result_schema::<rpc::OverflowResult>,
     ),
     m(

@@ -303,6 +303,7 @@ mod tests {
             tokens: CapsuleTokens {
                 before: 90_000,
                 after: 12_000,
+                short_tail: None,
             },
             origin: Origin::Session,
             mirrored: false,

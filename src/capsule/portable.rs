@@ -1018,6 +1018,7 @@ pub fn parse_at(text: &str, now: std::time::SystemTime) -> Result<Parsed, Format
         tokens: CapsuleTokens {
             before: fm.number("tokens_before")?,
             after: fm.number("tokens_after")?,
+            short_tail: None,
         },
         previous_checkpoint_id: fm.optional("previous_checkpoint"),
         degraded_reason: fm.optional("degraded_reason"),
@@ -1242,7 +1243,7 @@ mod tests {
             session: Some("d703a1a9".into()),
             trigger: Trigger::Handoff,
             quality: Quality::Model,
-            tokens: CapsuleTokens { before: 151_000, after: 9_800 },
+            tokens: CapsuleTokens { before: 151_000, after: 9_800, short_tail: None },
             previous_checkpoint_id: Some("ck_aaaaaaaaaaaa".into()),
             degraded_reason: None,
             state: CapsuleState {
@@ -1738,7 +1739,8 @@ tokens_before: 40000\r\ntokens_after:  3000\r\n---\r\n# Hand-off\r\nA note.\r\n\
             parsed.capsule.tokens,
             CapsuleTokens {
                 before: 40_000,
-                after: 3_000
+                after: 3_000,
+                short_tail: None,
             }
         );
         assert_eq!(parsed.ignored.len(), 1);

@@ -25,7 +25,7 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let r = budget_report(
         &session,
-        config.limits(),
+        config.limits_under(session.window_setting()),
         config.compaction.auto,
         &config.model.name,
         summarizer.as_deref(),
@@ -67,6 +67,12 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         r.model,
         r.tokenizer
     );
+    if let Some(w) = &r.learned_window {
+        outln!(
+            "note: {}",
+            crate::window::describe(w, config.limits().context_window)
+        );
+    }
     let c = r.calibration;
     let counted = match r.source {
         crate::budget::MeasurementSource::ProviderUsage => {

@@ -64,18 +64,16 @@ pub fn choose_cut(items: &[CutItem], keep_recent: u64) -> Option<usize> {
         .filter(|&p| p > 0)
 }
 
-/// The earliest valid start at or after `from` whose tail fits in `room` tokens; else the
-/// last valid start (the smallest tail a cut can give).
-pub fn fit_cut(items: &[CutItem], from: usize, room: u64) -> (usize, bool) {
+/// The earliest valid start in `from..until` whose tail fits in `room` tokens; else the last
+/// valid start there (the smallest tail a cut can give without passing `until`).
+pub fn fit_cut(items: &[CutItem], from: usize, until: usize, room: u64) -> (usize, bool) {
     let valid = valid_starts(items);
     let suffix = suffix_tokens(items);
-    if let Some(p) = (from..items.len()).find(|&p| valid[p] && suffix[p] <= room) {
+    let until = until.min(items.len());
+    if let Some(p) = (from..until).find(|&p| valid[p] && suffix[p] <= room) {
         return (p, true);
     }
-    let last = (from..items.len())
-        .rev()
-        .find(|&p| valid[p])
-        .unwrap_or(from);
+    let last = (from..until).rev().find(|&p| valid[p]).unwrap_or(from);
     (last, false)
 }
 
@@ -158,8 +156,15 @@ mod tests {
     #[test]
     fn fit_cut_moves_later_to_fit_or_reports_no_fit() {
         let items = [msg(100), msg(100), msg(5000), msg(100)];
-        assert_eq!(fit_cut(&items, 1, 200), (3, true));
-        assert_eq!(fit_cut(&items, 1, 50), (3, false));
+        assert_eq!(fit_cut(&items, 1, items.len(), 200), (3, true));
+        assert_eq!(fit_cut(&items, 1, items.len(), 50), (3, false));
+    }
+
+    #[test]
+    fn fit_cut_stops_at_its_bound_even_when_a_later_start_would_fit() {
+        let items = [msg(100), msg(100), msg(5000), msg(100)];
+        assert_eq!(fit_cut(&items, 0, 3, 200), (2, false));
+        assert_eq!(fit_cut(&items, 0, 3, 5100), (2, true));
     }
 
     proptest! {

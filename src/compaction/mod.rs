@@ -55,6 +55,10 @@ pub struct CompactionResult {
     pub fallback: bool,
     pub hard_limit: u64,
     pub soft_limit: u64,
+    /// The context window the limits came from: the configured one, or the one a provider's
+    /// overflow taught the session.
+    #[serde(default)]
+    pub context_window: u64,
     /// Path of the Project Memory copy, when the capsule was mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirrored_to: Option<String>,
@@ -104,6 +108,7 @@ impl CompactionResult {
             fallback: false,
             hard_limit: limits.hard_limit,
             soft_limit: limits.soft_limit,
+            context_window: limits.context_window,
             mirrored_to: None,
             mirror_note: None,
         }

@@ -47,6 +47,11 @@ pub struct Plan {
     pub roi: crate::config::CompactionConfig,
     /// Mirror the capsule into the workspace's Project Memory, where the rules allow it.
     pub mirror_requested: bool,
+    /// The window setting the limits come from, when a provider's overflow lowered them.
+    pub learned_window: Option<crate::window::WindowSetting>,
+    /// How counts become the budget's estimate: the continuation is measured as the next
+    /// preflight will measure it.
+    pub calibration: crate::budget::Calibration,
 }
 
 impl Plan {
@@ -81,13 +86,28 @@ impl Plan {
         }
     }
 
+    /// The retained tail when it is below keepRecentTokens (a hand-off keeps none).
+    pub fn short_tail(&self) -> Option<crate::capsule::ShortTail> {
+        let keep = self.roi.keep_recent_tokens;
+        (self.trigger != Trigger::Handoff && self.tail_tokens < keep).then(|| {
+            crate::capsule::ShortTail {
+                retained_tail_tokens: self.tail_tokens,
+                keep_recent_tokens: keep,
+                context_window: self.limits.context_window,
+                learned_from: self.learned_window.map(|w| w.source),
+                hard_limit: self.limits.hard_limit,
+            }
+        })
+    }
+
     /// Exact tokens of the continuation with this capsule: overhead + capsule + retained tail.
     pub fn continuation_tokens(&self, capsule: &CapsuleEntry) -> u64 {
         let capsule_tokens = MESSAGE_OVERHEAD_TOKENS
             + self
                 .tokenizer
                 .count(&crate::capsule::render::render_for_model(capsule));
-        self.overhead_tokens + capsule_tokens + self.tail_tokens
+        self.calibration
+            .apply(self.overhead_tokens + capsule_tokens + self.tail_tokens)
     }
 }
 
@@ -208,7 +228,7 @@ fn elision_threshold(
 /// Make the plan for compacting `session` at `leaf`. Pure.
 pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Result<Plan, NoPlan> {
     let config = req.config;
-    let limits = config.limits();
+    let limits = config.limits_under(session.window_setting());
     let c = &config.compaction;
     let view = ModelView::build(session, leaf);
     let (breakdown, anchor) = (view.breakdown(session), view.usage_anchor(session));
@@ -247,9 +267,21 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
     } else {
         choose_cut(&items, c.keep_recent_tokens)
     };
+    // The spec's safe minimum of a retained tail: the latest user message and everything after
+    // it (the current request and the tool batches answering it). A mandatory compaction cuts
+    // into keepRecentTokens down to it before anything else, and past it only when even that
+    // tail, elided, cannot fit.
+    let latest_request = (0..items.len()).rev().find(|&p| {
+        items[p].is_message
+            && matches!(&session.entry(order[p]).body,
+                        EntryBody::Message(m) if m.role == Role::User && !m.synthetic)
+    });
     if cut.is_none() && mandatory && !items.is_empty() {
-        // Nothing older than the window: cut as late as possible and rely on elision.
-        cut = Some(fit_cut(&items, 0, 0).0);
+        // Nothing older than the window: cut as late as the safe minimum allows.
+        cut = Some(match latest_request {
+            Some(p) if p > 0 => fit_cut(&items, 0, p + 1, 0).0,
+            _ => fit_cut(&items, 0, items.len(), 0).0,
+        });
     }
     let Some(mut cut) = cut else {
         return Err(no_plan(
@@ -317,6 +349,10 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         // Fit capsule + tail under the hard limit. Moving the cut later grows the capsule, so
         // re-measure after every move; as a last resort shorten the capsule's prose.
         let mut trimmed = false;
+        let mut until = match latest_request {
+            Some(p) if p >= cut => p + 1,
+            _ => items.len(),
+        };
         loop {
             let capsule = capsule_tokens(
                 session.tokenizer(),
@@ -325,11 +361,15 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
                 previous.as_ref(),
                 req,
             );
-            let room = limits.hard_limit.saturating_sub(overhead_tokens + capsule);
+            // Counted tokens, which the next preflight raises by the calibration factor.
+            let room = budget
+                .calibration
+                .counted_within(limits.hard_limit)
+                .saturating_sub(overhead_tokens + capsule);
             if tail_tokens <= room {
                 break;
             }
-            let (later, fits) = fit_cut(&items, cut, room);
+            let (later, fits) = fit_cut(&items, cut, until, room);
             if later != cut {
                 cut = later;
                 local_state = build(cut);
@@ -346,6 +386,11 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
                     elide_over = Some(threshold);
                     tail_tokens = tail;
                     break;
+                }
+                if until < items.len() {
+                    // Even the latest request's turn, elided, does not fit: cut into it.
+                    until = items.len();
+                    continue;
                 }
             }
             if trimmed {
@@ -420,6 +465,11 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         tokenizer: session.tokenizer(),
         roi: c.clone(),
         mirror_requested: false,
+        calibration: budget.calibration,
+        learned_window: session
+            .window_setting()
+            .filter(|w| w.context_window == Some(limits.context_window))
+            .copied(),
     })
 }
 
@@ -457,6 +507,123 @@ mod tests {
     use crate::config::Overrides;
     use crate::session::entry::ForeignCompactionEntry;
     use crate::session::testing::Builder;
+
+    /// A session whose window a provider's overflow lowered to `window` tokens, under a
+    /// configured window of 64000 with keepRecentTokens 20000.
+    fn lowered(window: u64) -> (Builder, Config) {
+        let overrides = Overrides {
+            context_window: Some(64_000),
+            max_output_tokens: Some(2000),
+            keep_recent_tokens: Some(20_000),
+            ..Overrides::default()
+        };
+        let config = Config::resolve(&[], None, &overrides).unwrap();
+        let mut b = Builder::new();
+        b.push(EntryBody::Setting(crate::session::entry::SettingEntry {
+            window: Some(crate::window::WindowSetting {
+                context_window: Some(window),
+                source: crate::window::WindowSource::ProviderError,
+                figures: crate::window::OverflowFigures {
+                    provider_window: Some(window),
+                    provider_tokens: None,
+                },
+                counted_tokens: Some(30_000),
+                reported_input: None,
+            }),
+            ..Default::default()
+        }));
+        (b, config)
+    }
+
+    /// About `n` tokens of prose.
+    fn words(n: usize, seed: &str) -> String {
+        (0..n).map(|i| format!(" {seed}{}", i % 7)).collect()
+    }
+
+    fn overflow_plan(b: &Builder, config: &Config) -> Plan {
+        let req = PlanRequest {
+            trigger: Trigger::ContextOverflow,
+            instructions: None,
+            title: None,
+            config,
+            mapping: &config.tool_mapping,
+            operation_id: "op_1".into(),
+        };
+        plan(&b.session, b.session.leaf(), &req).expect("a recovery plan")
+    }
+
+    #[test]
+    fn an_overflow_recovery_cuts_into_keep_recent_tokens_to_fit_the_learned_window() {
+        let (mut b, config) = lowered(24_000);
+        for turn in 0..6 {
+            b.user(&words(900, &format!("ask{turn}x")));
+            b.assistant(&words(900, &format!("did{turn}y")));
+        }
+        let p = overflow_plan(&b, &config);
+        assert_eq!(
+            p.limits.context_window, 24_000,
+            "the learned window's limits"
+        );
+        assert!(p.tail_tokens < 20_000, "{}", p.tail_tokens);
+        assert!(
+            p.overhead_tokens + p.tail_tokens <= p.limits.hard_limit,
+            "the tail fits the lowered hard limit {}: {}",
+            p.limits.hard_limit,
+            p.tail_tokens
+        );
+        let short = p.short_tail().expect("the tail is below keepRecentTokens");
+        assert_eq!(short.keep_recent_tokens, 20_000);
+        assert_eq!(short.retained_tail_tokens, p.tail_tokens);
+        assert_eq!(short.context_window, 24_000);
+        assert_eq!(
+            short.learned_from,
+            Some(crate::window::WindowSource::ProviderError)
+        );
+        let note = crate::compaction::run::short_tail_note(&short);
+        assert!(note.contains("below keepRecentTokens 20000"), "{note}");
+        assert!(
+            note.contains("24000 tokens learned from the provider"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn the_latest_request_stays_in_the_tail_and_its_tool_output_is_elided_first() {
+        let (mut b, config) = lowered(24_000);
+        for turn in 0..3 {
+            b.user(&words(900, &format!("ask{turn}x")));
+            b.assistant(&words(900, &format!("did{turn}y")));
+        }
+        let request = b.user("now read the big log");
+        b.call("c1", "read_file", serde_json::json!({"path": "big.log"}));
+        b.result("c1", &words(9000, "log"));
+        b.assistant("read it");
+        let p = overflow_plan(&b, &config);
+        assert_eq!(
+            p.first_kept_entry_id.as_deref(),
+            Some(request.as_str()),
+            "the tail starts at the latest user message"
+        );
+        assert!(
+            p.elide_tool_results_over.is_some(),
+            "the big result is elided"
+        );
+        assert!(p.overhead_tokens + p.tail_tokens <= p.limits.hard_limit);
+    }
+
+    #[test]
+    fn the_cut_passes_the_latest_request_only_when_its_turn_cannot_fit_even_elided() {
+        let (mut b, config) = lowered(24_000);
+        b.user(&words(900, "first"));
+        b.assistant(&words(900, "reply"));
+        let request = b.user("write the whole report");
+        b.assistant(&words(9000, "report"));
+        let last = b.assistant("done");
+        let p = overflow_plan(&b, &config);
+        assert_ne!(p.first_kept_entry_id.as_deref(), Some(request.as_str()));
+        assert_eq!(p.first_kept_entry_id.as_deref(), Some(last.as_str()));
+        assert!(p.overhead_tokens + p.tail_tokens <= p.limits.hard_limit);
+    }
 
     /// A capsule made after a source agent's own compaction still holds the facts of the
     /// history that compaction took out of the input.

@@ -8,12 +8,13 @@ use crate::capsule::{CapsuleState, Quality};
 use crate::config::Config;
 use crate::session::entry::{
     CheckpointEntry, CheckpointKind, CompactionRecord, Entry, EntryBody, IntentAction, IntentEntry,
-    Outcome, Trigger, TurnCompleteEntry, Usage,
+    Outcome, SettingEntry, Trigger, TurnCompleteEntry, Usage,
 };
 use crate::session::log::{LogError, SessionLog};
 use crate::session::view::{ModelMessage, ModelView};
 use crate::session::Session;
 use crate::util::new_id;
+use crate::window::OverflowFigures;
 
 use super::plan::{plan, NoPlan, Plan, PlanRequest};
 use super::triggers::{decide, records_intent, Decision};
@@ -183,9 +184,11 @@ pub fn commit(
         }
     }
 
+    let short_tail = plan.short_tail();
     capsule.tokens = crate::capsule::CapsuleTokens {
         before: plan.tokens_before,
         after,
+        short_tail,
     };
     result.fallback = capsule.quality == Quality::Degraded
         && capsule.degraded_reason.as_deref() != Some(NO_MODEL_CONFIGURED);
@@ -194,6 +197,9 @@ pub fn commit(
         .degraded_reason
         .clone()
         .unwrap_or_else(|| "capsule written by the summarization model".into());
+    if let Some(short) = short_tail {
+        result.reason = format!("{}; {}", result.reason, short_tail_note(&short));
+    }
     result.first_kept_entry_id = capsule.first_kept_entry_id.clone();
     result.checkpoint_id = Some(checkpoint_id);
     result.outcome = Outcome::Completed;
@@ -219,6 +225,23 @@ pub fn commit(
         return Err(e);
     }
     Ok(result)
+}
+
+/// What a compaction that cut into keepRecentTokens did, for its outcome's reason.
+pub fn short_tail_note(t: &crate::capsule::ShortTail) -> String {
+    let window = match t.learned_from {
+        None => format!("the configured window of {} tokens", t.context_window),
+        Some(source) => format!(
+            "the window of {} tokens learned from the provider ({})",
+            t.context_window,
+            source.as_str()
+        ),
+    };
+    format!(
+        "kept a retained tail of {} tokens, below keepRecentTokens {}, to fit the hard limit of {} \
+         tokens under {window}",
+        t.retained_tail_tokens, t.keep_recent_tokens, t.hard_limit
+    )
 }
 
 /// Write the Project Memory copy of an explicit compaction's capsule before it is appended,
@@ -296,7 +319,7 @@ impl Barrier<'_> {
     pub fn measure(&self, s: &Session) -> Budget {
         let t = s.tally();
         Budget::measure(
-            self.config.limits(),
+            self.config.limits_under(s.window_setting()),
             t.breakdown(),
             t.usage_anchor(),
             s.calibration(),
@@ -397,6 +420,7 @@ impl Barrier<'_> {
 
     /// Ask before an inference. Appends only bookkeeping (consumed intents, skipped attempts).
     pub fn preflight(&self, log: &mut SessionLog) -> Result<Preflight, LogError> {
+        self.restore_window_if_disproved(log)?;
         let Check {
             budget,
             decision,
@@ -462,7 +486,7 @@ impl Barrier<'_> {
         match self.plan(log, trigger, instructions, title) {
             Ok(p) => Ok(Preflight::Compact(Box::new(p))),
             Err(no) => {
-                let limits = self.config.limits();
+                let limits = self.config.limits_under(log.session().window_setting());
                 let mut reason = no.reason;
                 if trigger == Trigger::User {
                     // An explicit /compact that cannot help: say what holds the tokens.
@@ -524,26 +548,72 @@ impl Barrier<'_> {
         self.planned(log, Trigger::Handoff, None, Some(title))
     }
 
-    /// The provider reported a real context overflow: one mandatory recovery compact per
-    /// turn; a second overflow in the turn fails and nothing is handed out again.
+    /// The provider reported a real context overflow: the session's window is lowered to what
+    /// the provider's figures say (or below the refused request), then one mandatory recovery
+    /// compact per turn; a second overflow in the turn fails and nothing is handed out again.
     pub fn overflow(
         &self,
         log: &mut SessionLog,
+        figures: OverflowFigures,
     ) -> Result<Result<Plan, CompactionResult>, LogError> {
-        if log.session().tally().facts().overflow_recoveries >= 1 {
-            let budget = self.measure(log.session());
+        // The request just refused is the input at the leaf: nothing is appended in between.
+        let budget = self.measure(log.session());
+        let fail = |log: &mut SessionLog, reason: String, limits| {
             let r = CompactionResult::ended(
                 &new_id("op_"),
                 Trigger::ContextOverflow,
                 Outcome::Failed,
-                reasons::OVERFLOW_RETRY_USED,
+                reason,
                 budget.effective_tokens,
-                budget.limits,
+                limits,
             );
             record(log, &r)?;
-            return Ok(Err(r));
+            Ok(Err(r))
+        };
+        let learned = crate::window::learn(
+            &budget.limits,
+            figures,
+            budget.effective_tokens,
+            &self.config.compaction,
+        );
+        let limits = match learned {
+            Ok(window) => {
+                append_child(
+                    log,
+                    EntryBody::Setting(SettingEntry {
+                        window: Some(window),
+                        ..SettingEntry::default()
+                    }),
+                )?;
+                self.measure(log.session()).limits
+            }
+            Err(no_room) => return fail(log, no_room.to_string(), budget.limits),
+        };
+        if log.session().tally().facts().overflow_recoveries >= 1 {
+            return fail(log, reasons::OVERFLOW_RETRY_USED.to_string(), limits);
         }
         self.planned(log, Trigger::ContextOverflow, None, None)
+    }
+
+    /// A usage report after a lowered window showed the provider accepting a larger input:
+    /// record that the configured window holds again. Returns whether it did.
+    fn restore_window_if_disproved(&self, log: &mut SessionLog) -> Result<bool, LogError> {
+        let s = log.session();
+        let (Some(window), Some(anchor)) = (s.window_setting(), s.tally().usage_anchor()) else {
+            return Ok(false);
+        };
+        let reported = anchor.usage.prompt_tokens();
+        if !window.disproved_by(reported) {
+            return Ok(false);
+        }
+        append_child(
+            log,
+            EntryBody::Setting(SettingEntry {
+                window: Some(crate::window::WindowSetting::restored(reported)),
+                ..SettingEntry::default()
+            }),
+        )?;
+        Ok(true)
     }
 
     fn planned(

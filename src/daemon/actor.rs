@@ -33,6 +33,7 @@ use crate::session::entry::{
 };
 use crate::session::log::{LogError, SessionLog};
 use crate::summarize::{Breaker, Summarizer};
+use crate::window::OverflowFigures;
 
 /// What the actor tells every interested client.
 #[derive(Debug, Clone)]
@@ -40,7 +41,8 @@ pub enum Event {
     BudgetChanged(BudgetReport),
     Compaction {
         workspace: String,
-        notice: CompactionNotice,
+        /// Boxed: a notice with its result is several times the size of the other events.
+        notice: Box<CompactionNotice>,
     },
     /// A degraded fallback was used; the text says why.
     Degraded {
@@ -103,6 +105,7 @@ enum Command {
         reply: Reply<CheckpointResult>,
     },
     Overflow {
+        figures: OverflowFigures,
         model: Option<ClientModel>,
         reply: Reply<OverflowResult>,
     },
@@ -279,9 +282,17 @@ impl SessionHandle {
             .await
     }
 
-    pub async fn overflow(&self, model: Option<ClientModel>) -> Result<OverflowResult, RpcError> {
-        self.request(|reply| Command::Overflow { model, reply })
-            .await
+    pub async fn overflow(
+        &self,
+        figures: OverflowFigures,
+        model: Option<ClientModel>,
+    ) -> Result<OverflowResult, RpcError> {
+        self.request(|reply| Command::Overflow {
+            figures,
+            model,
+            reply,
+        })
+        .await
     }
 
     pub async fn compact(
@@ -768,26 +779,28 @@ impl Actor {
                 model,
                 reply,
             } => self.preflight(client, model, reply),
-            Command::Overflow { model, reply } => {
-                match self.engine_step(|e, log| e.overflow(log)) {
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                    Ok(Ok(plan)) => self.start(plan, Waiter::Overflow(reply), model),
-                    Ok(Err(ended)) => {
-                        self.record_flight(&ended);
-                        let r = if ended.reason == reasons::OVERFLOW_RETRY_USED {
-                            Err(budget_exceeded(ended))
-                        } else {
-                            Ok(OverflowResult {
-                                compaction: ended,
-                                retry_allowed: false,
-                            })
-                        };
-                        let _ = reply.send(r);
-                    }
+            Command::Overflow {
+                figures,
+                model,
+                reply,
+            } => match self.engine_step(|e, log| e.overflow(log, figures)) {
+                Err(e) => {
+                    let _ = reply.send(Err(e));
                 }
-            }
+                Ok(Ok(plan)) => self.start(plan, Waiter::Overflow(reply), model),
+                Ok(Err(ended)) => {
+                    self.record_flight(&ended);
+                    let r = if ended.reason == reasons::OVERFLOW_RETRY_USED {
+                        Err(budget_exceeded(ended))
+                    } else {
+                        Ok(OverflowResult {
+                            compaction: ended,
+                            retry_allowed: false,
+                        })
+                    };
+                    let _ = reply.send(r);
+                }
+            },
             Command::Compact {
                 client,
                 model,
@@ -1028,7 +1041,7 @@ impl Actor {
                     };
                     let _ = events.send(Event::Compaction {
                         workspace: workspace.clone(),
-                        notice,
+                        notice: Box::new(notice),
                     });
                 }
             };
@@ -1175,7 +1188,7 @@ impl Actor {
         };
         let _ = self.events.send(Event::Compaction {
             workspace: self.workspace.clone(),
-            notice,
+            notice: Box::new(notice),
         });
     }
 
@@ -1204,7 +1217,7 @@ impl Actor {
         let s = self.log.session();
         let mut core = budget_report(
             s,
-            self.config.limits(),
+            self.config.limits_under(s.window_setting()),
             self.config.compaction.auto,
             &self.config.model.name,
             self.summarizer.as_deref(),

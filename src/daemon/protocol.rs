@@ -296,6 +296,20 @@ pub struct TurnCompleteParams {
     pub usage: Option<Usage>,
 }
 
+/// `soba/overflow`: the provider refused the last request as too long. The figures its error
+/// gave, when it gave them, lower the session's window to what the provider accepts.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OverflowParams {
+    pub session_id: String,
+    /// The context window (or maximum input) the provider's error named, in its tokens.
+    #[serde(default)]
+    pub provider_window: Option<u64>,
+    /// The input tokens the provider's error said the refused request had.
+    #[serde(default)]
+    pub provider_tokens: Option<u64>,
+}
+
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointParams {

@@ -345,11 +345,15 @@ impl Backend {
                 )
             }
             method::OVERFLOW => {
-                let p: SessionParams = parse_params(method, params)?;
+                let p: OverflowParams = parse_params(method, params)?;
+                let figures = crate::window::OverflowFigures {
+                    provider_window: p.provider_window,
+                    provider_tokens: p.provider_tokens,
+                };
                 to_value(
                     self.session(&p.session_id)
                         .await?
-                        .overflow(self.client_model())
+                        .overflow(figures, self.client_model())
                         .await?,
                 )
             }

@@ -6,6 +6,7 @@
 //! - [`wire`]: provider requests, replies and errors ↔ session entries and the model input.
 //! - [`identity`]: which conversation a request belongs to: the replies it carries, its
 //!   opening, or the name it gives.
+//! - [`overflow`]: which upstream errors are context overflows, and the figures they give.
 //! - [`conversation`]: which incoming message became which entries; what to append, where to
 //!   rewind, which messages go out as the agent sent them.
 //! - [`rpc`]: the proxy as an agent client of the daemon (the one writer of every log).
@@ -14,6 +15,7 @@
 
 pub mod conversation;
 pub mod identity;
+pub mod overflow;
 pub mod rpc;
 pub mod server;
 pub mod service;

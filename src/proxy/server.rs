@@ -20,6 +20,7 @@ use tokio::sync::Mutex;
 
 use super::conversation::{provider_messages, Conversation};
 use super::identity::{self, ConversationId, Registry, Signature};
+use super::overflow;
 use super::rpc::{ClientSetup, RequestHandler, RpcClient};
 use super::service::{shown_url, ServiceOptions};
 use super::wire::{self, Api, ChatRequest, Reply, StreamEnd, StreamTap};
@@ -316,7 +317,8 @@ struct Note {
     sent: usize,
     received: usize,
     compaction: Option<String>,
-    retried: bool,
+    /// What a context overflow from the upstream led to.
+    overflow: Option<String>,
     /// Why a whole answer's reply was not recorded.
     unrecorded: Option<&'static str>,
     /// A streamed answer's line is written when the stream ends, saying how it ended.
@@ -531,8 +533,8 @@ impl Proxy {
             if let Some(c) = &note.compaction {
                 tail.push_str(&format!(", compaction {c}"));
             }
-            if note.retried {
-                tail.push_str(", retried after overflow");
+            if let Some(o) = &note.overflow {
+                tail.push_str(&format!(", {o}"));
             }
             tail.push(')');
         }
@@ -797,48 +799,23 @@ impl Proxy {
             let status = up.status();
             let headers = up.headers().clone();
             let bytes = up.bytes().await.unwrap_or_default();
-            if !wire::is_context_overflow(status.as_u16(), &bytes) {
+            let Some(figures) = overflow::parse(status.as_u16(), &bytes) else {
                 return buffered(status, &headers, bytes);
-            }
-            // The provider counted more than SOBA did: recover once, then retry.
-            note.retried = true;
+            };
+            // The provider counted more than SOBA did: learn its window, recover once, retry.
             let session = live.conv().session_id.clone();
-            let recovered = async {
-                let r = rpc
-                    .request(method::OVERFLOW, json!({"sessionId": session}))
-                    .await?;
-                let input = rpc
-                    .request(method::PREFLIGHT, json!({"sessionId": session}))
-                    .await?;
-                Ok::<_, RpcError>((r, input))
-            }
-            .await;
-            let input = match recovered {
-                Ok((r, input)) if r.get("retryAllowed").and_then(Value::as_bool) != Some(false) => {
-                    note.compaction = r
-                        .pointer("/compaction/outcome")
-                        .and_then(Value::as_str)
-                        .map(|o| format!("{o} (overflow)"));
+            let input = match recover_from_overflow(&rpc, &session, figures).await {
+                Ok((compaction, input)) => {
+                    note.compaction = Some(compaction);
                     input
                 }
                 // No recovery possible: the agent gets the provider's own answer.
-                Ok((r, _)) => {
-                    note.compaction = Some(format!(
-                        "{} (overflow): {}",
-                        r.pointer("/compaction/outcome")
-                            .and_then(Value::as_str)
-                            .unwrap_or("?"),
-                        r.pointer("/compaction/reason")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                    ));
-                    return buffered(status, &headers, bytes);
-                }
-                Err(e) => {
-                    note.compaction = Some(format!("failed (overflow): {}", e.message));
+                Err(why) => {
+                    note.overflow = Some(why);
                     return buffered(status, &headers, bytes);
                 }
             };
+            note.overflow = Some("retried after overflow".into());
             let (body, sent) = self.upstream_body(&chat, live.conv(), &input);
             note.sent = sent;
             up = match self.send_upstream(parts, &path, body, true).await {
@@ -849,6 +826,17 @@ impl Proxy {
                 let status = up.status();
                 let headers = up.headers().clone();
                 let bytes = up.bytes().await.unwrap_or_default();
+                if let Some(figures) = overflow::parse(status.as_u16(), &bytes) {
+                    // The turn's one retry is spent; what the provider said still lowers the
+                    // window for the turns after it.
+                    let why = recover_from_overflow(&rpc, &session, figures)
+                        .await
+                        .err()
+                        .unwrap_or_default();
+                    note.overflow = Some(format!(
+                        "retried after overflow; the retry overflowed too ({why})"
+                    ));
+                }
                 return buffered(status, &headers, bytes);
             }
         }
@@ -985,6 +973,45 @@ async fn summarize_upstream(
         }),
         Err(e) => Err(RpcError::internal(clean(e.to_string()))),
     }
+}
+
+/// Tell the daemon about an upstream overflow, with the figures the provider gave: the
+/// compaction's outcome and the model input to retry with, or the log text saying why there is
+/// no retry.
+async fn recover_from_overflow(
+    rpc: &RpcClient,
+    session: &str,
+    figures: crate::window::OverflowFigures,
+) -> Result<(String, Value), String> {
+    let mut params = json!({"sessionId": session});
+    if let Some(w) = figures.provider_window {
+        params["providerWindow"] = w.into();
+    }
+    if let Some(t) = figures.provider_tokens {
+        params["providerTokens"] = t.into();
+    }
+    let r = match rpc.request(method::OVERFLOW, params).await {
+        Ok(r) => r,
+        Err(e) => {
+            return Err(match e.data.as_ref().and_then(|d| d.get("compaction")) {
+                Some(c) => overflow::not_recovered(c),
+                None => format!("overflow: the recovery failed: {}", e.message),
+            })
+        }
+    };
+    let compaction = r.get("compaction").cloned().unwrap_or(Value::Null);
+    if r.get("retryAllowed").and_then(Value::as_bool) != Some(true) {
+        return Err(overflow::not_recovered(&compaction));
+    }
+    let input = rpc
+        .request(method::PREFLIGHT, json!({"sessionId": session}))
+        .await
+        .map_err(|e| format!("overflow: no input after the recovery: {}", e.message))?;
+    let outcome = compaction
+        .get("outcome")
+        .and_then(Value::as_str)
+        .unwrap_or("?");
+    Ok((format!("{outcome} (overflow)"), input))
 }
 
 /// `completed (hard_limit, model)`; a fallback also says why the model was not used.

@@ -947,17 +947,6 @@ impl StreamEnd {
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-/// Whether an upstream error says the prompt did not fit the model's context window.
-pub fn is_context_overflow(status: u16, body: &[u8]) -> bool {
-    if !(status == 400 || status == 413) {
-        return false;
-    }
-    let text = String::from_utf8_lossy(body).to_ascii_lowercase();
-    text.contains("context_length_exceeded")
-        || text.contains("prompt is too long")
-        || text.contains("maximum context length")
-}
-
 /// The answer to a history that does not fit the budget even after compaction, worded as the
 /// provider words its own overflow, so the agent's recovery (which often reads the figures)
 /// runs: `tokens` of the history against `limit`, the most SOBA lets through. `detail` says
@@ -1136,7 +1125,7 @@ mod tests {
             "{message}"
         );
         assert!(!message.contains("prompt is too long"), "{message}");
-        assert!(is_context_overflow(400, openai.to_string().as_bytes()));
+        assert!(crate::proxy::overflow::parse(400, openai.to_string().as_bytes()).is_some());
         let anthropic = overflow_body(Api::Anthropic, 12000, 9808, "context budget exceeded");
         assert_eq!(anthropic["type"], "error");
         assert!(anthropic["error"]["message"]

@@ -302,9 +302,18 @@ impl<'a> SimulatedHost<'a> {
         }
     }
 
-    /// The provider rejected the input as too long: the recovery compaction.
+    /// The provider rejected the input as too long, without figures: the recovery compaction.
     pub fn overflow(&mut self) -> Result<CompactionResult, LogError> {
-        match barrier!(self).overflow(&mut self.log)? {
+        self.overflow_with(crate::window::OverflowFigures::default())
+    }
+
+    /// The provider rejected the input as too long and said by how much: the window is lowered
+    /// to its figures, then the recovery compaction.
+    pub fn overflow_with(
+        &mut self,
+        figures: crate::window::OverflowFigures,
+    ) -> Result<CompactionResult, LogError> {
+        match barrier!(self).overflow(&mut self.log, figures)? {
             Ok(plan) => self.run_plan(&plan),
             Err(ended) => Ok(self.record(ended)),
         }

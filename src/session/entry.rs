@@ -484,6 +484,11 @@ pub struct SettingEntry {
     pub tool_schemas: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_tokens: Option<u64>,
+    /// The context window the limits use, learned from a provider's overflow error or restored
+    /// by a usage report. Session-wide: the newest one in the log holds on every branch, since
+    /// it is a fact about the provider, not about the conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::window::WindowSetting>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -848,6 +853,7 @@ pub(crate) mod tests {
                 system_tokens: Some(10),
                 tool_schemas: Some("[]".into()),
                 tool_tokens: Some(20),
+                window: None,
             }),
             EntryBody::Rewind(RewindEntry { to: "e1".into() }),
             EntryBody::Skill(SkillEntry {

@@ -269,6 +269,8 @@ pub struct Session {
     unseen_prior: Option<crate::budget::UnseenPrior>,
     /// Whether budgets add the allowances for what the provider counts beyond the log.
     allow_for_unseen: bool,
+    /// The newest window setting in file order (see [`SettingEntry::window`]).
+    window: Option<crate::window::WindowSetting>,
 }
 
 impl Session {
@@ -296,7 +298,13 @@ impl Session {
             foreign_compactions: view::ForeignCompactions::default(),
             unseen_prior: None,
             allow_for_unseen: true,
+            window: None,
         }
+    }
+
+    /// The window setting in force: the newest in the log, on whatever branch.
+    pub fn window_setting(&self) -> Option<&crate::window::WindowSetting> {
+        self.window.as_ref()
     }
 
     /// What the model view makes of the source agent's own compactions.
@@ -564,8 +572,13 @@ impl Session {
             }
             _ => inherited_capsule,
         };
-        let setting = match entry.body {
-            EntryBody::Setting(_) => Some(idx),
+        let setting = match &entry.body {
+            EntryBody::Setting(s) => {
+                if let Some(w) = s.window {
+                    self.window = Some(w);
+                }
+                Some(idx)
+            }
             _ => inherited_setting,
         };
         let usage = match &entry.body {

@@ -76,6 +76,7 @@ fn handoff_capsule() -> CapsuleEntry {
         tokens: CapsuleTokens {
             before: 120_000,
             after: 8_000,
+            short_tail: None,
         },
         origin: Origin::Session,
         mirrored: false,

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "session::capsule",
             "tokens",
             "budget",
+            "window",
             "config",
             "trust",
         ],

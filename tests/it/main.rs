@@ -25,6 +25,7 @@ mod fuzz_regressions;
 mod idle_sessions;
 mod import;
 mod layering;
+mod learned_window;
 mod lossless;
 mod peer_failures;
 mod protocol_schemas;

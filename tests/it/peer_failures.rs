@@ -184,7 +184,10 @@ fn opencode_27924_provider_overflow_on_every_request_ends_after_one_recovery() {
             }
         }
         // The provider rejects every request as too long.
-        match barrier.overflow(&mut agent.log).unwrap() {
+        match barrier
+            .overflow(&mut agent.log, Default::default())
+            .unwrap()
+        {
             Ok(plan) => {
                 recoveries += 1;
                 let r = barrier.run_local(&mut agent.log, &plan).unwrap();
@@ -425,7 +428,7 @@ fn pi_1764_no_orphan_tool_result_after_chained_compactions() {
             }
             _ => {
                 let plan = barrier
-                    .overflow(&mut agent.log)
+                    .overflow(&mut agent.log, Default::default())
                     .unwrap()
                     .expect("a recovery plan");
                 barrier.run_local(&mut agent.log, &plan).unwrap()

@@ -71,6 +71,11 @@ struct UpstreamState {
     summary_delay: Option<std::time::Duration>,
     /// Break the connection after this many bytes of the next streamed answer.
     cut_next_stream: Option<usize>,
+    /// The model's real context window, in the fake's count (a quarter of the body's bytes): a
+    /// chat request above it is refused with the provider's own overflow error.
+    window: Option<u64>,
+    /// Chat requests refused as too long.
+    overflows: usize,
 }
 
 #[derive(Clone)]
@@ -223,6 +228,10 @@ fn answer(state: &mut UpstreamState, path: &str, body: &Value) -> Canned {
     }
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let prompt = (body.to_string().len() / 4) as u64;
+    if let Some(window) = state.window.filter(|&w| prompt > w) {
+        state.overflows += 1;
+        return overflow_answer(path, window, prompt);
+    }
     let cached = cached_tokens(state, &messages).min(prompt);
     state.cache_reads.push(cached);
     let n = state.seen.len();
@@ -322,6 +331,20 @@ fn answer(state: &mut UpstreamState, path: &str, body: &Value) -> Canned {
                      "content": [{"type": "text", "text": format!("answer number {n}")}],
                      "stop_reason": "end_turn", "usage": usage})
         .to_string(),
+    }
+}
+
+/// The error a provider answers a prompt of `prompt` tokens with, over a window of `window`.
+fn overflow_answer(path: &str, window: u64, prompt: u64) -> Canned {
+    let body = if path.ends_with("/chat/completions") {
+        json!({"error": {"message": format!("This model's maximum context length is {window} tokens. However, your messages resulted in {prompt} tokens. Please reduce the length of the messages."), "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+    } else {
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": format!("prompt is too long: {prompt} tokens > {window} maximum")}})
+    };
+    Canned {
+        status: 400,
+        content_type: "application/json",
+        body: body.to_string(),
     }
 }
 
@@ -459,6 +482,16 @@ async fn start_proxy_with(
     config: &Value,
     summarizer: ProxySummarizer,
 ) -> Env {
+    start_proxy_sized(target, config, summarizer, WINDOW).await
+}
+
+/// A proxy whose model has a context window of `window` tokens.
+async fn start_proxy_sized(
+    target: impl FnOnce(&std::path::Path) -> DaemonTarget,
+    config: &Value,
+    summarizer: ProxySummarizer,
+    window: u64,
+) -> Env {
     let base = tempfile::tempdir().unwrap();
     let ws = workspace(base.path(), config);
     let upstream = start_upstream().await;
@@ -467,7 +500,7 @@ async fn start_proxy_with(
     let proxy = Proxy::new(ProxyConfig {
         upstream: format!("http://{}", upstream.addr).parse().unwrap(),
         workspace: ws.display().to_string(),
-        context_window: Some(WINDOW),
+        context_window: Some(window),
         max_output_tokens: Some(MAX_OUTPUT),
         summarizer,
         daemon: target(base.path()),
@@ -786,7 +819,7 @@ async fn a_context_overflow_from_upstream_compacts_and_retries_once() {
         messages.push(json!({"role": "assistant", "content": format!("done with {turn}")}));
     }
     messages.push(json!({"role": "user", "content": "and now?"}));
-    let overflow = json!({"error": {"message": "This model's maximum context length is 8192 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string();
+    let overflow = json!({"error": {"message": "This model's maximum context length is 16000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string();
     env.upstream.script(Canned {
         status: 400,
         content_type: "application/json",
@@ -847,6 +880,138 @@ async fn a_context_overflow_from_upstream_compacts_and_retries_once() {
     assert_eq!(r.status(), 400);
     assert_eq!(r.text().await.unwrap(), overflow);
     assert_eq!(env.upstream.chats().len(), 4, "never more than one retry");
+    let log = env.log.lock().unwrap().clone();
+    assert!(
+        log[1].contains("retried after overflow; the retry overflowed too"),
+        "{log:?}"
+    );
+}
+
+/// Issue 28: a provider whose real window is below SOBA's configured one. The first request of
+/// a ~25k history overflows once; SOBA learns the provider's window, the recovery cuts into
+/// keepRecentTokens so the retry fits, and the rest of the turn stays under the learned window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_window_below_the_configured_one_is_learned_once_and_the_turn_goes_on() {
+    let config =
+        json!({"compaction": {"keepRecentTokens": 20000}, "summarizer": {"provider": "local"}});
+    let env = start_proxy_sized(in_process, &config, ProxySummarizer::default(), 64_000).await;
+    env.upstream.state.lock().unwrap().window = Some(24_000);
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are a careful coding agent."})];
+    for turn in 0..12 {
+        let id = format!("call_{turn}");
+        messages.push(json!({"role": "user", "content": filler(turn, 1000)}));
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": "read_file", "arguments": format!("{{\"path\": \"src/part{turn}.rs\"}}")}}]}));
+        messages
+            .push(json!({"role": "tool", "tool_call_id": id, "content": filler(100 + turn, 1000)}));
+        messages.push(json!({"role": "assistant", "content": format!("done with {turn}")}));
+    }
+    messages.push(json!({"role": "user", "content": "now read the remaining modules one by one"}));
+    assert!(
+        message_tokens(&json!({"messages": messages})) > 20_000,
+        "a history above keepRecentTokens"
+    );
+    // The agent's turn: each answer calls a tool, whose result the next request carries.
+    let steps = 5;
+    env.upstream
+        .state
+        .lock()
+        .unwrap()
+        .tool_calls
+        .extend((0..steps).map(|i| format!("read_{i}")));
+    for step in 0..steps {
+        let r = env
+            .post(
+                "/v1/chat/completions",
+                &json!({"model": "gpt-4o", "messages": messages}),
+            )
+            .await;
+        assert_eq!(
+            r.status(),
+            200,
+            "step {step}: {:?}",
+            env.log.lock().unwrap()
+        );
+        let reply: Value = r.json().await.unwrap();
+        let message = reply["choices"][0]["message"].clone();
+        let id = message["tool_calls"][0]["id"].as_str().unwrap().to_string();
+        messages.push(message);
+        messages
+            .push(json!({"role": "tool", "tool_call_id": id, "content": filler(200 + step, 1500)}));
+    }
+    assert_eq!(
+        env.upstream.state.lock().unwrap().overflows,
+        1,
+        "only the first request overflowed: {:?}",
+        env.log.lock().unwrap()
+    );
+    let log = env.log.lock().unwrap().clone();
+    assert!(
+        log[0].contains("compaction completed (overflow)"),
+        "{log:?}"
+    );
+    assert!(log[0].contains("retried after overflow"), "{log:?}");
+    assert!(log[1..].iter().all(|l| !l.contains("overflow")), "{log:?}");
+
+    // The session log records the learned window and the shortened tail.
+    let (session, _) = soba::session::log::read_session(&env.session_logs()[0]).unwrap();
+    let window = *session.window_setting().expect("a learned window");
+    assert_eq!(window.source, soba::window::WindowSource::ProviderError);
+    assert_eq!(window.figures.provider_window, Some(24_000));
+    let learned = window.context_window.unwrap();
+    assert!(learned <= 24_000, "{window:?}");
+    let first = session
+        .entries()
+        .iter()
+        .find_map(|e| e.as_capsule().cloned())
+        .expect("the recovery's capsule");
+    assert_eq!(
+        first.trigger,
+        soba::session::entry::Trigger::ContextOverflow
+    );
+    let short = first
+        .tokens
+        .short_tail
+        .expect("the tail was cut below keepRecentTokens");
+    assert_eq!(short.keep_recent_tokens, 20_000);
+    assert!(short.retained_tail_tokens < 20_000, "{short:?}");
+    assert_eq!(short.context_window, learned);
+}
+
+/// An overflow the recovery cannot help is passed through, and the log says so instead of
+/// claiming a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overflow_without_a_retry_is_logged_as_such() {
+    let env = env().await;
+    // A window that leaves no room after the output and the safety reserve.
+    let overflow = json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 3100 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string();
+    env.upstream.script(Canned {
+        status: 400,
+        content_type: "application/json",
+        body: overflow.clone(),
+    });
+    let messages = json!([{"role": "user", "content": filler(1, 3000)}]);
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": messages}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        r.text().await.unwrap(),
+        overflow,
+        "the provider's own answer"
+    );
+    assert_eq!(env.upstream.chats().len(), 1, "no retry was sent");
+    let log = env.log.lock().unwrap().clone();
+    assert!(!log[0].contains("retried"), "{log:?}");
+    assert!(
+        log[0].contains("overflow: could not shrink below"),
+        "{log:?}"
+    );
+    assert!(log[0].contains(&format!("(window {WINDOW})")), "{log:?}");
+    assert!(log[0].contains("8192"), "{log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1166,6 +1166,7 @@ pub(crate) fn capsule_holding(text: &str, n: usize) -> soba::capsule::CapsuleEnt
         tokens: CapsuleTokens {
             before: 90_000,
             after: 12_000,
+            short_tail: None,
         },
         origin: Origin::Session,
         mirrored: false,

@@ -60,6 +60,7 @@ fn capsule(checkpoint: &str, first_kept: Option<&str>) -> EntryBody {
         tokens: CapsuleTokens {
             before: 1000,
             after: 100,
+            short_tail: None,
         },
         origin: Origin::Session,
         mirrored: false,

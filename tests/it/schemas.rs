@@ -126,6 +126,7 @@ fn capsule() -> CapsuleEntry {
         tokens: CapsuleTokens {
             before: 10,
             after: 5,
+            short_tail: None,
         },
         origin: Origin::Loaded,
         mirrored: false,

@@ -584,7 +584,7 @@ fn context_overflow_gets_one_recovery_compact_and_at_most_one_retry_per_turn() {
     let settings = h.settings();
     let b = settings.barrier();
     let plan = b
-        .overflow(&mut h.log)
+        .overflow(&mut h.log, Default::default())
         .unwrap()
         .expect("first overflow plans a recovery");
     assert_eq!(plan.trigger, Trigger::ContextOverflow);
@@ -596,7 +596,10 @@ fn context_overflow_gets_one_recovery_compact_and_at_most_one_retry_per_turn() {
         "the one retry gets input"
     );
     // The retry overflows too: failed, and the same input is never handed out again.
-    let second = b.overflow(&mut h.log).unwrap().unwrap_err();
+    let second = b
+        .overflow(&mut h.log, Default::default())
+        .unwrap()
+        .unwrap_err();
     assert_eq!(second.outcome, Outcome::Failed);
     assert_eq!(second.reason, reasons::OVERFLOW_RETRY_USED);
     assert!(matches!(
@@ -675,7 +678,15 @@ fn a_soft_capsule_that_misses_a_minimum_after_generation_is_skipped_and_not_appe
 fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation_roi_gate() {
     for trigger in [Trigger::HardLimit, Trigger::ContextOverflow, Trigger::User] {
         let mut h = Agent::new();
-        for _ in 0..14 {
+        // An overflow lowers the window below the refused request (by a fifth without
+        // figures), so its recovery always reclaims a fifth: its exemption shows on a session
+        // small enough that what it reclaims is under minReclaimableTokens.
+        let turns = if trigger == Trigger::ContextOverflow {
+            5
+        } else {
+            14
+        };
+        for _ in 0..turns {
             h.turn(4000);
         }
         h.user(10);
@@ -686,7 +697,9 @@ fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation
                 Preflight::Compact(p) => *p,
                 other => panic!("{other:?}"),
             },
-            Trigger::ContextOverflow => b.overflow(&mut h.log).unwrap().unwrap(),
+            Trigger::ContextOverflow => {
+                b.overflow(&mut h.log, Default::default()).unwrap().unwrap()
+            }
             _ => b.explicit(&mut h.log, None).unwrap().unwrap(),
         };
         assert_eq!(plan.trigger, trigger);
@@ -713,9 +726,12 @@ fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation
         )
         .unwrap();
         assert_eq!(r.outcome, Outcome::Completed, "{trigger}: {r:?}");
+        let c = &settings.config.compaction;
+        let reclaimed = r.tokens_before - r.tokens_after;
         assert!(
-            r.reclaimed_percent < 25.0,
-            "{trigger}: {}",
+            r.reclaimed_percent < 100.0 * c.min_savings_ratio
+                || reclaimed < c.min_reclaimable_tokens,
+            "{trigger}: {} % ({reclaimed} tokens) passes the soft gate anyway",
             r.reclaimed_percent
         );
     }

@@ -1,7 +1,10 @@
 """A loopback fake of the OpenAI and Anthropic chat APIs for the proxy suite.
 
 It answers like the provider (whole and streamed), records every request body it gets, reports
-usage, and gives scripted answers (errors) first when a test queued some.
+usage, and gives scripted answers (errors) first when a test queued some. With `window` set it
+refuses a chat request larger than that (a quarter of the body's bytes) with the provider's own
+overflow error, as a model whose real window is smaller than the one the proxy was given; with
+`tool_calls` queued, whole answers call a tool.
 """
 
 import json
@@ -9,11 +12,25 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def overflow_error(path, window, prompt):
+    """The error body OpenAI or Anthropic answers a prompt over the window with."""
+    if path.endswith("/chat/completions"):
+        return json.dumps({"error": {
+            "message": f"This model's maximum context length is {window} tokens. However, your messages "
+                       f"resulted in {prompt} tokens. Please reduce the length of the messages.",
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}).encode()
+    return json.dumps({"type": "error", "error": {
+        "type": "invalid_request_error", "message": f"prompt is too long: {prompt} tokens > {window} maximum"}}).encode()
+
+
 class Upstream:
     def __init__(self):
         self.requests = []  # (method, path, headers dict, body bytes)
         self.streamed = []  # raw bytes of every streamed answer
         self.script = []  # (status, body str) answered before the normal ones
+        self.window = None  # the model's real context window, in this fake's count
+        self.overflows = 0  # chat requests refused as too long
+        self.tool_calls = []  # tool call ids the next whole answers call a tool with
         self.lock = threading.Lock()
         upstream = self
 
@@ -37,6 +54,13 @@ class Upstream:
                 body = json.loads(raw or b"{}")
                 prompt = len(raw) // 4
                 stream = bool(body.get("stream"))
+                with upstream.lock:
+                    too_long = upstream.window is not None and prompt > upstream.window
+                    if too_long:
+                        upstream.overflows += 1
+                    tool = upstream.tool_calls.pop(0) if upstream.tool_calls and not (stream or too_long) else None
+                if too_long:
+                    return self._send(400, "application/json", overflow_error(self.path, upstream.window, prompt))
                 if self.path.endswith("/chat/completions"):
                     usage = {"prompt_tokens": prompt, "completion_tokens": 5}
                     if stream:
@@ -48,8 +72,12 @@ class Upstream:
                         ]
                         data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
                         return self._stream(data.encode())
+                    message = {"role": "assistant", "content": f"answer number {n}"}
+                    if tool:
+                        message["tool_calls"] = [{"id": tool, "type": "function", "function": {
+                            "name": "read_file", "arguments": json.dumps({"path": "src/main.rs"})}}]
                     answer = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o",
-                              "choices": [{"index": 0, "message": {"role": "assistant", "content": f"answer number {n}"}, "finish_reason": "stop"}],
+                              "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool else "stop"}],
                               "usage": {**usage, "total_tokens": prompt + 5}}
                     return self._send(200, "application/json", json.dumps(answer).encode())
                 usage = {"input_tokens": prompt, "output_tokens": 7}
@@ -64,9 +92,12 @@ class Upstream:
                     ]
                     data = "".join(f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events)
                     return self._stream(data.encode())
+                content = [{"type": "text", "text": f"answer number {n}"}]
+                if tool:
+                    content.append({"type": "tool_use", "id": tool, "name": "read_file", "input": {"path": "src/main.rs"}})
                 answer = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                          "content": [{"type": "text", "text": f"answer number {n}"}],
-                          "stop_reason": "end_turn", "stop_sequence": None, "usage": usage}
+                          "content": content, "stop_reason": "tool_use" if tool else "end_turn",
+                          "stop_sequence": None, "usage": usage}
                 return self._send(200, "application/json", json.dumps(answer).encode())
 
             def _send(self, status, ctype, data):

@@ -35,14 +35,18 @@ def filler(turn, words):
 
 
 class ProxyCase(unittest.TestCase):
+    # The window the proxy is told, and the workspace's configuration.
+    window = WINDOW
+    config = {"compaction": {"keepRecentTokens": 1500, "minTokensForAutoCompact": 3000,
+                             "minReclaimableTokens": 500},
+              "summarizer": {"provider": "local"}}
+
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.workspace = os.path.join(self.tmp.name, "project")
         os.makedirs(os.path.join(self.workspace, ".soba"))
         with open(os.path.join(self.workspace, ".soba", "config.json"), "w") as f:
-            json.dump({"compaction": {"keepRecentTokens": 1500, "minTokensForAutoCompact": 3000,
-                                      "minReclaimableTokens": 500},
-                       "summarizer": {"provider": "local"}}, f)
+            json.dump(self.config, f)
         self.upstream = Upstream()
         port = free_port()
         env = dict(os.environ, SOBA_DATA_DIR=os.path.join(self.tmp.name, "data"),
@@ -51,7 +55,7 @@ class ProxyCase(unittest.TestCase):
         self.proxy = subprocess.Popen(
             [os.environ["SOBA_BIN"], "proxy", "--standalone", "--listen", f"127.0.0.1:{port}",
              "--upstream", f"http://127.0.0.1:{self.upstream.port}",
-             "--context-window", str(WINDOW), "--max-output-tokens", str(MAX_OUTPUT)],
+             "--context-window", str(self.window), "--max-output-tokens", str(MAX_OUTPUT)],
             cwd=self.workspace, env=env, stderr=subprocess.PIPE, text=True)
         self.stderr = []
         deadline = time.time() + 20
@@ -66,13 +70,23 @@ class ProxyCase(unittest.TestCase):
                 self.fail("the proxy exited: " + "".join(self.stderr))
         self.base = f"http://127.0.0.1:{port}"
 
+    def stop(self):
+        """Stop the proxy; everything it logged."""
+        if self.proxy.returncode is None:
+            self.proxy.terminate()
+            self.stderr.append(self.proxy.communicate(timeout=10)[1])
+            self.proxy.stderr.close()
+        return "".join(self.stderr)
+
     def tearDown(self):
-        self.proxy.terminate()
-        out = self.proxy.communicate(timeout=10)[1]
-        self.proxy.stderr.close()
+        log = self.stop()
         self.upstream.close()
         self.tmp.cleanup()
-        self.assertNotIn(KEY, out + "".join(self.stderr), "the key is never logged")
+        self.assertNotIn(KEY, log, "the key is never logged")
+
+    def request_lines(self):
+        """The proxy's request log lines, once it has stopped."""
+        return [line for line in self.stop().splitlines() if " → " in line and "POST" in line]
 
     def openai(self):
         return openai.OpenAI(base_url=self.base + "/v1", api_key=KEY, max_retries=0)
@@ -257,6 +271,71 @@ class Aider(ProxyCase):
         self.assertEqual(len(chats), 2)
         self.assertEqual(chats[0]["messages"][:3], chats[1]["messages"][:3], "the runs open alike")
         self.assert_sessions_without_rewinds(2)
+
+
+class SmallerRealWindow(ProxyCase):
+    """A model whose real window (24000 in the fake's count) is below the one the proxy is told
+    (64000), with the default keepRecentTokens: a ~27k history overflows once, SOBA learns the
+    provider's window from its error, the retry fits, and the rest of the turn does not overflow."""
+
+    window = 64000
+    config = {"compaction": {"keepRecentTokens": 20000}, "summarizer": {"provider": "local"}}
+    steps = 4
+
+    def setUp(self):
+        super().setUp()
+        self.upstream.window = 24000
+        self.upstream.tool_calls = [f"read_{i}" for i in range(self.steps)]
+
+    def assert_learned_once(self):
+        self.assertEqual(self.upstream.overflows, 1, "".join(self.stderr))
+        lines = self.request_lines()
+        self.assertEqual(len(lines), self.steps, lines)
+        self.assertIn("compaction completed (overflow)", lines[0])
+        self.assertIn("retried after overflow", lines[0])
+        for line in lines[1:]:
+            self.assertNotIn("overflow", line)
+        for body in self.upstream.chats()[1:]:
+            self.assertLessEqual(len(json.dumps(body)) // 4, 24000)
+
+    def test_openai_learns_the_window_from_its_error(self):
+        client = self.openai()
+        self.addCleanup(client.close)
+        messages = []
+        for turn in range(12):
+            messages.append({"role": "user", "content": filler(turn, 550)})
+            messages.append({"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"c{turn}", "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/p{turn}.rs"})}}]})
+            messages.append({"role": "tool", "tool_call_id": f"c{turn}", "content": filler(100 + turn, 550)})
+            messages.append({"role": "assistant", "content": f"done with {turn}"})
+        messages.append({"role": "user", "content": "now read the remaining modules"})
+        for step in range(self.steps):
+            r = client.chat.completions.create(model="gpt-4o", messages=messages)
+            call = r.choices[0].message.tool_calls[0]
+            messages.append(r.choices[0].message.model_dump(exclude_none=True))
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": filler(200 + step, 1000)})
+        self.assert_learned_once()
+
+    def test_anthropic_learns_the_window_from_its_error(self):
+        client = self.anthropic()
+        self.addCleanup(client.close)
+        messages = []
+        for turn in range(12):
+            messages.append({"role": "user", "content": filler(turn, 550)})
+            messages.append({"role": "assistant", "content": [
+                {"type": "tool_use", "id": f"t{turn}", "name": "read_file", "input": {"path": f"src/p{turn}.rs"}}]})
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": f"t{turn}", "content": filler(100 + turn, 550)}]})
+            messages.append({"role": "assistant", "content": f"done with {turn}"})
+        messages.append({"role": "user", "content": "now read the remaining modules"})
+        for step in range(self.steps):
+            r = client.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=messages)
+            use = next(b for b in r.content if b.type == "tool_use")
+            messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r.content]})
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": use.id, "content": filler(200 + step, 1000)}]})
+        self.assert_learned_once()
 
 
 class RunScript(unittest.TestCase):

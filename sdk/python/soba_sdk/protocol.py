@@ -109,6 +109,12 @@ class BudgetChangedNotification(TypedDict):
     softLimit: int
     source: MeasurementSource
     contextWindow: int
+    # Where `contextWindow` comes from: `configured`, or `provider_error` / `refused_request`
+    # when a provider's context-overflow error lowered it for this session.
+    windowSource: str
+    # The lowered window's setting from the session log, while one is in force: what the
+    # provider's error said and SOBA's count of the refused request.
+    learnedWindow: NotRequired[Optional[WindowSetting]]
     maxOutputTokens: int
     autoCompact: bool
     lastCompaction: Optional[LastCompaction]
@@ -142,6 +148,12 @@ class BudgetReport(TypedDict):
     softLimit: int
     source: MeasurementSource
     contextWindow: int
+    # Where `contextWindow` comes from: `configured`, or `provider_error` / `refused_request`
+    # when a provider's context-overflow error lowered it for this session.
+    windowSource: str
+    # The lowered window's setting from the session log, while one is in force: what the
+    # provider's error said and SOBA's count of the refused request.
+    learnedWindow: NotRequired[Optional[WindowSetting]]
     maxOutputTokens: int
     autoCompact: bool
     lastCompaction: Optional[LastCompaction]
@@ -170,6 +182,12 @@ class BudgetResult(TypedDict):
     softLimit: int
     source: MeasurementSource
     contextWindow: int
+    # Where `contextWindow` comes from: `configured`, or `provider_error` / `refused_request`
+    # when a provider's context-overflow error lowered it for this session.
+    windowSource: str
+    # The lowered window's setting from the session log, while one is in force: what the
+    # provider's error said and SOBA's count of the refused request.
+    learnedWindow: NotRequired[Optional[WindowSetting]]
     maxOutputTokens: int
     autoCompact: bool
     lastCompaction: Optional[LastCompaction]
@@ -340,6 +358,9 @@ class CompactResult(TypedDict):
     fallback: bool
     hardLimit: int
     softLimit: int
+    # The context window the limits came from: the configured one, or the one a provider's
+    # overflow taught the session.
+    contextWindow: int
     # Path of the Project Memory copy, when the capsule was mirrored.
     mirroredTo: NotRequired[Optional[str]]
     # Why a requested mirror was not written.
@@ -403,6 +424,9 @@ class CompactionResult(TypedDict):
     fallback: bool
     hardLimit: int
     softLimit: int
+    # The context window the limits came from: the configured one, or the one a provider's
+    # overflow taught the session.
+    contextWindow: int
     # Path of the Project Memory copy, when the capsule was mirrored.
     mirroredTo: NotRequired[Optional[str]]
     # Why a requested mirror was not written.
@@ -611,9 +635,16 @@ class ModelParams(TypedDict):
 
 
 class OverflowParams(TypedDict):
-    """soba/overflow params."""
+    """soba/overflow params.
+    
+    `soba/overflow`: the provider refused the last request as too long. The figures its error
+    gave, when it gave them, lower the session's window to what the provider accepts."""
 
     sessionId: str
+    # The context window (or maximum input) the provider's error named, in its tokens.
+    providerWindow: NotRequired[Optional[int]]
+    # The input tokens the provider's error said the refused request had.
+    providerTokens: NotRequired[Optional[int]]
 
 
 class OverflowResult(TypedDict):
@@ -775,6 +806,10 @@ class SettingEntry(TypedDict):
     # Tool schemas (JSON text) the agent sends with every request.
     toolSchemas: NotRequired[Optional[str]]
     toolTokens: NotRequired[Optional[int]]
+    # The context window the limits use, learned from a provider's overflow error or restored
+    # by a usage report. Session-wide: the newest one in the log holds on every branch, since
+    # it is a fact about the provider, not about the conversation.
+    window: NotRequired[Optional[WindowSetting]]
 
 
 class SkillEntry(TypedDict):
@@ -866,6 +901,23 @@ class Usage(TypedDict):
     cacheRead: NotRequired[int]
     cacheWrite: NotRequired[int]
     output: NotRequired[int]
+
+
+class WindowSetting(TypedDict):
+    """A change of the window a session's limits use (a `window` field of a `setting` entry)."""
+
+    # The window the limits use from here on, in SOBA's counted tokens; absent: the configured
+    # window again.
+    contextWindow: NotRequired[Optional[int]]
+    source: WindowSource
+    # The window (or maximum input) the provider named.
+    providerWindow: NotRequired[Optional[int]]
+    # The input tokens the provider counted in the refused request.
+    providerTokens: NotRequired[Optional[int]]
+    # SOBA's effective tokens of the refused request.
+    countedTokens: NotRequired[Optional[int]]
+    # The reported input that showed the lowered window too small (`source: usage`).
+    reportedInput: NotRequired[Optional[int]]
 
 
 class AppendedEntryCheckpoint(AppendedEntryFields, CheckpointEntry):
@@ -985,6 +1037,10 @@ UnseenSource = Union[Literal["none"], Literal["session"], Literal["learned"], Li
 
 
 ViewPart = Literal["capsule", "retained_tail", "new"]
+
+
+WindowSource = Union[Literal["provider_error"], Literal["refused_request"], Literal["usage"]]
+"""Where a session's window setting comes from."""
 
 
 # Every request method: (params type, result type).

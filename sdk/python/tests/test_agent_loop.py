@@ -84,7 +84,8 @@ class AgentLoopTest(DaemonTestCase):
     def test_an_overflow_that_no_compaction_can_fix_stops_the_loop_with_the_reason(self) -> None:
         ws = self.workspace("overflow-small")
         c = self.connect(ws)
-        model, _ = reading_model(1, lambda n: "overflow")
+        # The task alone overflows: no history to summarize, no tool output to elide.
+        model, _ = reading_model(0, lambda n: "overflow")
         with self.assertRaisesRegex(RuntimeError, r"^the input does not fit the model: "):
             run_agent(c, workspace=ws, task="Read the chunk.", call_model=model, tools={"read_chunk": read_chunk})
 

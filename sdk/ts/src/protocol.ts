@@ -84,6 +84,16 @@ export type BudgetReport = {
   softLimit: number;
   source: MeasurementSource;
   contextWindow: number;
+  /**
+   * Where `contextWindow` comes from: `configured`, or `provider_error` / `refused_request`
+   * when a provider's context-overflow error lowered it for this session.
+   */
+  windowSource: string;
+  /**
+   * The lowered window's setting from the session log, while one is in force: what the
+   * provider's error said and SOBA's count of the refused request.
+   */
+  learnedWindow?: WindowSetting | null;
   maxOutputTokens: number;
   autoCompact: boolean;
   lastCompaction: LastCompaction | null;
@@ -188,6 +198,11 @@ export type CompactionResult = {
   fallback: boolean;
   hardLimit: number;
   softLimit: number;
+  /**
+   * The context window the limits came from: the configured one, or the one a provider's
+   * overflow taught the session.
+   */
+  contextWindow: number;
   /** Path of the Project Memory copy, when the capsule was mirrored. */
   mirroredTo?: string | null;
   /** Why a requested mirror was not written. */
@@ -434,6 +449,12 @@ export type SettingEntry = {
   /** Tool schemas (JSON text) the agent sends with every request. */
   toolSchemas?: string | null;
   toolTokens?: number | null;
+  /**
+   * The context window the limits use, learned from a provider's overflow error or restored
+   * by a usage report. Session-wide: the newest one in the log holds on every branch, since
+   * it is a fact about the provider, not about the conversation.
+   */
+  window?: WindowSetting | null;
 };
 
 export type SkillEntry = {
@@ -541,6 +562,27 @@ export type Usage = {
 
 export type ViewPart = "capsule" | "retained_tail" | "new";
 
+/** A change of the window a session's limits use (a `window` field of a `setting` entry). */
+export type WindowSetting = {
+  /**
+   * The window the limits use from here on, in SOBA's counted tokens; absent: the configured
+   * window again.
+   */
+  contextWindow?: number | null;
+  source: WindowSource;
+  /** The window (or maximum input) the provider named. */
+  providerWindow?: number | null;
+  /** The input tokens the provider counted in the refused request. */
+  providerTokens?: number | null;
+  /** SOBA's effective tokens of the refused request. */
+  countedTokens?: number | null;
+  /** The reported input that showed the lowered window too small (`source: usage`). */
+  reportedInput?: number | null;
+};
+
+/** Where a session's window setting comes from. */
+export type WindowSource = "provider_error" | "refused_request" | "usage";
+
 /**
  * soba/attach params.
  *
@@ -609,6 +651,16 @@ export type BudgetResult = {
   softLimit: number;
   source: MeasurementSource;
   contextWindow: number;
+  /**
+   * Where `contextWindow` comes from: `configured`, or `provider_error` / `refused_request`
+   * when a provider's context-overflow error lowered it for this session.
+   */
+  windowSource: string;
+  /**
+   * The lowered window's setting from the session log, while one is in force: what the
+   * provider's error said and SOBA's count of the refused request.
+   */
+  learnedWindow?: WindowSetting | null;
   maxOutputTokens: number;
   autoCompact: boolean;
   lastCompaction: LastCompaction | null;
@@ -640,6 +692,16 @@ export type BudgetChangedNotification = {
   softLimit: number;
   source: MeasurementSource;
   contextWindow: number;
+  /**
+   * Where `contextWindow` comes from: `configured`, or `provider_error` / `refused_request`
+   * when a provider's context-overflow error lowered it for this session.
+   */
+  windowSource: string;
+  /**
+   * The lowered window's setting from the session log, while one is in force: what the
+   * provider's error said and SOBA's count of the refused request.
+   */
+  learnedWindow?: WindowSetting | null;
   maxOutputTokens: number;
   autoCompact: boolean;
   lastCompaction: LastCompaction | null;
@@ -768,6 +830,11 @@ export type CompactResult = {
   fallback: boolean;
   hardLimit: number;
   softLimit: number;
+  /**
+   * The context window the limits came from: the configured one, or the one a provider's
+   * overflow taught the session.
+   */
+  contextWindow: number;
   /** Path of the Project Memory copy, when the capsule was mirrored. */
   mirroredTo?: string | null;
   /** Why a requested mirror was not written. */
@@ -833,9 +900,18 @@ export type FlightResult = {
   records: Array<FlightRecord>;
 };
 
-/** soba/overflow params. */
+/**
+ * soba/overflow params.
+ *
+ * `soba/overflow`: the provider refused the last request as too long. The figures its error
+ * gave, when it gave them, lower the session's window to what the provider accepts.
+ */
 export type OverflowParams = {
   sessionId: string;
+  /** The context window (or maximum input) the provider's error named, in its tokens. */
+  providerWindow?: number | null;
+  /** The input tokens the provider's error said the refused request had. */
+  providerTokens?: number | null;
 };
 
 /** soba/overflow result. */

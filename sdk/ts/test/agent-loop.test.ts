@@ -84,7 +84,8 @@ test('a second overflow in one turn stops the loop with OverflowRetryUsed', asyn
 test('an overflow that no compaction can fix stops the loop with the reason', async () => {
   const ws = box.workspace('overflow-small');
   const c = await box.connect(ws);
-  const { model } = readingModel(1, () => 'overflow');
+  // The task alone overflows: no history to summarize, no tool output to elide.
+  const { model } = readingModel(0, () => 'overflow');
   await assert.rejects(
     runAgent(c, { workspace: ws, task: 'Read the chunk.', callModel: model, tools: { read_chunk: readChunk } }),
     /^Error: the input does not fit the model: /,

@@ -138,6 +138,26 @@ pub struct CapsuleTokens {
     pub before: u64,
     /// Effective tokens of the continuation (capsule + retained tail + overhead).
     pub after: u64,
+    /// Set when the retained tail is smaller than keepRecentTokens: a mandatory compaction cut
+    /// into it to fit the limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_tail: Option<ShortTail>,
+}
+
+/// A retained tail kept below keepRecentTokens, and the limits it was cut to fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShortTail {
+    /// Tokens of the retained tail as sent (after elision).
+    pub retained_tail_tokens: u64,
+    /// The configured keepRecentTokens.
+    pub keep_recent_tokens: u64,
+    /// The context window the limits used: the configured one, or one a provider's overflow
+    /// lowered (then `learnedFrom` says how).
+    pub context_window: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned_from: Option<crate::window::WindowSource>,
+    pub hard_limit: u64,
 }
 
 /// A `capsule` entry of the session log.

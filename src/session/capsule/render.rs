@@ -197,6 +197,7 @@ pub(crate) mod tests {
             tokens: CapsuleTokens {
                 before: 41000,
                 after: 18000,
+                short_tail: None,
             },
             origin: Origin::Session,
             mirrored: false,
