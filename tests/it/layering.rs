@@ -34,6 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "flight",
             "accuracy",
             "inspect",
+            "preview",
             "replay",
             "hook",
             "demo",

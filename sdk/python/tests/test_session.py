@@ -151,6 +151,7 @@ class SessionTest(DaemonTestCase):
             "soba/capsule/export": "capsule_export",
             "soba/capsule/load": "capsule_load",
             "soba/capsule/list": "capsule_list",
+            "soba/preview": "preview",
         }
         self.assertEqual(sorted(wrappers), sorted(protocol.METHODS))
         for method, name in wrappers.items():
