@@ -1235,6 +1235,7 @@ impl Actor {
             effective_tokens: budget.effective_tokens(),
             hard_limit: budget.hard_limit(),
             soft_limit: budget.budget["softLimit"].as_u64().unwrap_or(0),
+            control: self.control.clone(),
             usage: crate::inspect::context_usage(self.log.session(), limit),
         }
     }

@@ -577,6 +577,9 @@ pub struct ContextResult {
     pub effective_tokens: u64,
     pub hard_limit: u64,
     pub soft_limit: u64,
+    /// Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
+    /// where SOBA compacts.
+    pub control: Control,
     #[serde(flatten)]
     pub usage: crate::inspect::ContextUsage,
 }

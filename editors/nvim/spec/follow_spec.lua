@@ -332,6 +332,14 @@ describe('a running agent in the statusline', function()
     )
     assert.are.equal(report.effectiveTokens, soba.report().effectiveTokens)
     vim.cmd('bwipeout! soba://preview')
+    -- What fills the window says who compacts, not where SOBA would start.
+    vim.cmd('Soba context')
+    wait_for('the context buffer', function()
+      return vim.fn.bufnr('soba://context') ~= -1
+    end)
+    local first = vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://context'), 0, 1, false)[1]
+    assert.matches(vim.pesc(report.control.note) .. '$', first)
+    vim.cmd('bwipeout! soba://context')
     running:close()
   end)
 

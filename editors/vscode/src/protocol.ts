@@ -160,6 +160,8 @@ export interface ContextResult {
   effectiveTokens: number;
   hardLimit: number;
   softLimit: number;
+  /** Absent from daemons that only knew sessions SOBA compacts. */
+  control?: Control;
   tokens: number;
   breakdown: BudgetReport['breakdown'];
   byKind: {

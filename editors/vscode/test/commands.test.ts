@@ -354,6 +354,13 @@ describe('commands', () => {
     assert.equal(checkpointItem({ ...capsule('ck_4', ''), trigger: 'user' }, now).label, 'Compaction (/compact)');
   });
 
+  it('says who compacts in the context of a followed agent, not where SOBA would', async () => {
+    const h = new Harness({ 'soba/context': () => contextResult({ control: followedControl }) });
+    await h.run('soba.showContext');
+    assert.match(h.shown[0][1], /17\.6k free; Claude Code compacts this session itself; SOBA follows it/);
+    assert.doesNotMatch(h.shown[0][1], /auto-compaction starts past/);
+  });
+
   it('says there is no capsule to view before the first compaction', async () => {
     const h = new Harness({ 'soba/context': () => contextResult({ capsule: null }) });
     await h.run('soba.viewCapsule');

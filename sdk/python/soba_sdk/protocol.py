@@ -470,6 +470,9 @@ class ContextResult(TypedDict):
     effectiveTokens: int
     hardLimit: int
     softLimit: int
+    # Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
+    # where SOBA compacts.
+    control: Control
     # Counted tokens of the model input at the leaf (system and tool schemas included).
     tokens: int
     # By part of the view: system, tools, capsule, retained tail, new entries.

@@ -806,6 +806,11 @@ export type ContextResult = {
   effectiveTokens: number;
   hardLimit: number;
   softLimit: number;
+  /**
+   * Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
+   * where SOBA compacts.
+   */
+  control: Control;
   /** Counted tokens of the model input at the leaf (system and tool schemas included). */
   tokens: number;
   /** By part of the view: system, tools, capsule, retained tail, new entries. */

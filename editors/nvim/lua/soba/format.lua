@@ -268,13 +268,14 @@ function M.context_lines(ctx)
   local b, k = ctx.breakdown, ctx.byKind
   local lines = {
     string.format(
-      'Context of session %s: %s / %s tokens (%d%% of the hard limit), %s free; auto-compaction past %s',
+      'Context of session %s: %s / %s tokens (%d%% of the hard limit), %s free; %s',
       ctx.sessionId,
       M.tokens(ctx.effectiveTokens),
       M.tokens(limit),
       pct(ctx.effectiveTokens),
       M.tokens(free),
-      M.tokens(ctx.softLimit)
+      -- For a followed agent, who compacts; the soft limit is SOBA's promise only where it compacts.
+      M.followed(ctx) and ctx.control.note or ('auto-compaction past ' .. M.tokens(ctx.softLimit))
     ),
     '',
     'By part',
