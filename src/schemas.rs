@@ -250,6 +250,11 @@ pub const PROTOCOL_METHODS: &[MethodSchemas] = &[
         params_schema::<rpc::AttachParams>,
         result_schema::<rpc::AttachResult>,
     ),
+    m(
+        method::PREVIEW,
+        params_schema::<rpc::PreviewParams>,
+        result_schema::<rpc::PreviewResult>,
+    ),
 ];
 
 /// The connection handshake, answered by the frame reader before `initialize` rather than by

@@ -179,55 +179,39 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     }
     let k = crate::util::human_tokens;
     let said = match preflight.decision {
-        "send" => None,
-        "compact_first" => Some(format!(
+        "send" => format!(
+            "the next preflight sends this input as shown: {} tokens, hard limit {}; {}",
+            k(preflight.effective_tokens),
+            k(preflight.hard_limit),
+            preflight.reason
+        ),
+        "compact_first" => format!(
             "the next preflight would not send this input: {} ({} tokens; hard limit {}); after it the input would be about {} tokens. Run `soba compact {}` to see it",
             preflight.reason,
             k(preflight.effective_tokens),
             k(preflight.hard_limit),
             k(preflight.tokens_after.unwrap_or(0)),
             path.display()
-        )),
-        "skip_then_send" => Some(format!(
+        ),
+        "skip_then_send" => format!(
             "a soft compaction is due but would be skipped ({}); this input is sent as shown",
             preflight.reason
-        )),
-        _ => Some(format!(
+        ),
+        _ => format!(
             "the next preflight would refuse to send anything: {}",
             preflight.reason
-        )),
+        ),
     };
-    if let Some(said) = &said {
+    if preflight.decision != "send" {
+        // Before the input too: a terminal showing the end of a long one must not hide it.
         errln!("note: {said}");
     }
-    for m in &r.messages {
-        let text: Vec<String> = m
-            .content
-            .iter()
-            .map(|b| match b {
-                crate::session::entry::ContentBlock::Text { text, .. } => text.clone(),
-                crate::session::entry::ContentBlock::Thinking { thinking, .. } => {
-                    format!("(thinking) {thinking}")
-                }
-                crate::session::entry::ContentBlock::ToolCall {
-                    id, name, input, ..
-                } => {
-                    format!("→ {name} [{id}] {input}")
-                }
-                crate::session::entry::ContentBlock::Image { .. } => "[image]".into(),
-                crate::session::entry::ContentBlock::Opaque(o) => format!("[{}]", o.block_type()),
-            })
-            .collect();
-        let who = match &m.tool_call_id {
-            Some(id) => format!("tool [{id}]"),
-            None => m.role.clone(),
-        };
-        outln!("── {who}\n{}", text.join("\n"));
-    }
+    outln!(
+        "{}",
+        crate::preview::messages_text(&r.messages).trim_end_matches('\n')
+    );
     outln!("── {} messages, {} tokens", r.messages.len(), r.tokens);
-    if let Some(said) = said {
-        // Again after the input, where a reader of a long transcript ends up.
-        outln!("── {said}");
-    }
+    // After the input, where a reader of a long transcript ends up.
+    outln!("── {said}");
     Ok(())
 }

@@ -19,8 +19,9 @@ use super::client_model::ClientModel;
 use super::protocol::{
     code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CapsuleCreateResult,
     CapsuleExportResult, CapsuleListResult, CapsuleLoadResult, CapsuleSummary, CapsuleTokensView,
-    CheckpointResult, CompactionNotice, CompactionPhase, ContextResult, OverflowResult,
-    PreflightResult, RewindResult, RpcError, SessionClosedNotice, TurnCompleteResult,
+    CheckpointResult, CompactionNotice, CompactionPhase, ContextResult, Control, OverflowResult,
+    PreflightResult, PreviewAction, PreviewResult, RewindResult, RpcError, SessionClosedNotice,
+    TurnCompleteResult,
 };
 use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::{Barrier as Engine, Preflight};
@@ -141,6 +142,16 @@ enum Command {
         limit: usize,
         reply: Reply<ContextResult>,
     },
+    /// SOBA follows the agent's transcript into this session: the agent compacts itself.
+    Follow {
+        control: Control,
+        reply: Reply<BudgetReport>,
+    },
+    /// What an action would send, changing nothing.
+    Preview {
+        action: PreviewAction,
+        reply: Reply<PreviewResult>,
+    },
     /// Stop taking input and release the log once everything before this is done.
     Close {
         reply: Reply<()>,
@@ -200,6 +211,8 @@ impl std::fmt::Debug for Command {
             Command::CapsuleLoad { .. } => "CapsuleLoad",
             Command::CapsuleList { .. } => "CapsuleList",
             Command::Context { .. } => "Context",
+            Command::Follow { .. } => "Follow",
+            Command::Preview { .. } => "Preview",
             Command::Close { .. } => "Close",
             Command::Generated { .. } => "Generated",
         })
@@ -349,6 +362,18 @@ impl SessionHandle {
             .await
     }
 
+    /// Mark the session as one SOBA follows (see [`Control`]); the budget says so from now on.
+    pub async fn follow(&self, control: Control) -> Result<BudgetReport, RpcError> {
+        self.request(|reply| Command::Follow { control, reply })
+            .await
+    }
+
+    /// What compact, capsule load or rewind would send, without doing it.
+    pub async fn preview(&self, action: PreviewAction) -> Result<PreviewResult, RpcError> {
+        self.request(|reply| Command::Preview { action, reply })
+            .await
+    }
+
     /// Finish what was asked before, end a running compaction as `soba/cancel` does, then stop
     /// and release the log; returns once the log is free for another writer.
     pub async fn close(&self) -> Result<(), RpcError> {
@@ -412,6 +437,8 @@ struct Actor {
     unseen_store: Option<PathBuf>,
     /// What the session last taught the store, so that only a change is written.
     unseen_taught: crate::session::unseen::UnseenObservations,
+    /// Who compacts this session: SOBA, or the followed agent itself.
+    control: Control,
 }
 
 /// One connection to the daemon (an agent, an editor), as the session actor tells them apart.
@@ -490,6 +517,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         activity: Arc::new(Activity::default()),
         unseen_store,
         unseen_taught: Default::default(),
+        control: Control::driven(),
     };
     actor
         .log
@@ -525,6 +553,7 @@ fn placeholder_status() -> Status {
             budget: Value::Null,
             compacting: false,
             compact_queued: false,
+            control: Control::driven(),
         },
         entries: 0,
         leaf_id: None,
@@ -612,6 +641,9 @@ impl Actor {
     }
 
     fn capsule_load(&mut self, path: &Path) -> Result<CapsuleLoadResult, RpcError> {
+        if let Some(refused) = self.control.refusal("soba/capsule/load") {
+            return Err(refused);
+        }
         let parsed = crate::capsule::portable::read_capsule_file(path)
             .map_err(|e| RpcError::invalid_params(format!("`path`: {e}")))?;
         let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -680,6 +712,9 @@ impl Actor {
                     let r = self.rewind(&entry_id);
                     let _ = reply.send(r);
                 }
+                Command::Preview { action, reply } => {
+                    let _ = reply.send(self.preview(action));
+                }
                 Command::Cancel { reply } => {
                     running.cancel.cancel();
                     let _ = reply.send(Ok(CancelResult { cancelled: true }));
@@ -746,6 +781,13 @@ impl Actor {
                 let r = self.rewind(&entry_id);
                 let _ = reply.send(r);
             }
+            Command::Follow { control, reply } => {
+                self.control = control;
+                let _ = reply.send(Ok(self.publish()));
+            }
+            Command::Preview { action, reply } => {
+                let _ = reply.send(self.preview(action));
+            }
             Command::Cancel { reply } => {
                 let cancelled = self.queued_compact.take().map(|q| {
                     let _ = q.reply.send(Ok(self.not_run(reasons::CANCELLED)));
@@ -808,6 +850,10 @@ impl Actor {
                 mirror,
                 reply,
             } => {
+                if let Some(refused) = self.control.refusal("soba/compact") {
+                    let _ = reply.send(Err(refused));
+                    return;
+                }
                 // The agent itself asking is between its inferences (pi's `/compact`); only
                 // another client's request would run beside the model's work.
                 if self.inference_in_flight == Some(client) {
@@ -1038,6 +1084,7 @@ impl Actor {
                         percent: Some(pct.min(100)),
                         result: None,
                         message: None,
+                        title: None,
                     };
                     let _ = events.send(Event::Compaction {
                         workspace: workspace.clone(),
@@ -1177,6 +1224,8 @@ impl Actor {
         result: Option<CompactionResult>,
         message: Option<String>,
     ) {
+        let title = matches!(phase, CompactionPhase::Start)
+            .then(|| super::protocol::progress_title(plan.trigger.as_str()));
         let notice = CompactionNotice {
             session_id: self.session_id().to_string(),
             operation_id: plan.operation_id.clone(),
@@ -1185,6 +1234,7 @@ impl Actor {
             percent,
             result,
             message,
+            title,
         };
         let _ = self.events.send(Event::Compaction {
             workspace: self.workspace.clone(),
@@ -1209,6 +1259,7 @@ impl Actor {
             effective_tokens: budget.effective_tokens(),
             hard_limit: budget.hard_limit(),
             soft_limit: budget.budget["softLimit"].as_u64().unwrap_or(0),
+            control: self.control.clone(),
             usage: crate::inspect::context_usage(self.log.session(), limit),
         }
     }
@@ -1230,6 +1281,53 @@ impl Actor {
         }
         BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
             .with_compact_queued(self.queued_compact.is_some())
+            .with_control(self.control.clone())
+    }
+
+    fn preview(&self, action: PreviewAction) -> Result<PreviewResult, RpcError> {
+        let session = self.log.session();
+        let (name, title, preview) = match action {
+            PreviewAction::Compact { instructions } => (
+                "compact",
+                "What SOBA would send after compacting",
+                crate::preview::compact(session, &self.config, &self.mapping, instructions)
+                    .map_err(|why| {
+                        RpcError::invalid_params(format!("nothing to compact: {why}"))
+                    })?,
+            ),
+            PreviewAction::CapsuleLoad { path } => {
+                let file = Path::new(&path);
+                let parsed = crate::capsule::portable::read_capsule_file(file)
+                    .map_err(|e| RpcError::invalid_params(format!("`path`: {e}")))?;
+                (
+                    "capsuleLoad",
+                    "What SOBA would send after loading the capsule",
+                    crate::preview::capsule_load(session, &parsed, &path),
+                )
+            }
+            PreviewAction::Rewind { entry_id } => (
+                "rewind",
+                "What SOBA would send after rewinding",
+                crate::preview::rewind(session, &entry_id)
+                    .map_err(|why| RpcError::invalid_params(format!("`entryId`: {why}")))?,
+            ),
+        };
+        let mut header =
+            vec!["Preview: nothing was changed, and the agent does not receive this.".to_string()];
+        header.extend([self.control.note.clone(), self.control.actions.clone()]);
+        if self.control.compacted_by == super::protocol::CompactedBy::Soba {
+            // A driven session may preview too; the note then says the action would apply.
+            header.truncate(1);
+            header.push(self.control.actions.clone());
+        }
+        Ok(PreviewResult {
+            session_id: self.session_id().to_string(),
+            action: name.to_string(),
+            control: self.control.clone(),
+            tokens_before: preview.tokens_before,
+            tokens_after: preview.tokens_after,
+            text: crate::preview::document(title, &header, &preview),
+        })
     }
 
     fn snapshot(&self) -> Status {
@@ -1317,6 +1415,9 @@ impl Actor {
     }
 
     fn rewind(&mut self, entry_id: &str) -> Result<RewindResult, RpcError> {
+        if let Some(refused) = self.control.refusal("soba/rewind") {
+            return Err(refused);
+        }
         if self.log.session().get(entry_id).is_none() {
             return Err(RpcError::invalid_params(format!(
                 "`entryId`: entry `{entry_id}` is not in session `{}`",

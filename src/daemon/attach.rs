@@ -15,10 +15,11 @@ use notify::Watcher;
 
 use super::actor::SessionHandle;
 use super::paths::workspace_path;
-use super::protocol::{code, AttachParams, AttachResult, ModelParams, RpcError};
+use super::protocol::{code, AttachParams, AttachResult, Control, ModelParams, RpcError};
 use super::registry::{Daemon, OpenRequest};
 use crate::attach::discover::{self, Agent, Homes};
 use crate::attach::follow::Follower;
+use crate::attach::integration;
 use crate::attach::liveness;
 use crate::attach::tail::{Growth, Tailer};
 use crate::import::ImportOptions;
@@ -278,6 +279,16 @@ impl Daemon {
                 settings: None,
                 connection,
             })
+            .await?;
+        // The agent compacts its own context; the budget says so, and how SOBA reaches it.
+        let followed_agent = Agent::parse(&agent_name).map_err(RpcError::internal)?;
+        let integration = integration::installed(
+            followed_agent,
+            &integration::SettingsHomes::from_env(),
+            &workspace,
+        );
+        handle
+            .follow(Control::followed(followed_agent, integration))
             .await?;
         // A session followed before (an earlier daemon): its records are not imported again.
         let log = handle.path.clone();

@@ -15,11 +15,13 @@
 //! - [`watcher`]: file changes under a workspace root, recorded as `file` entries.
 //! - [`flight`]: append-only per-workspace records of every compaction operation.
 //! - [`attach`]: `soba/attach` and discovery: live agent transcripts followed into sessions.
+//! - [`control`]: who compacts a session (SOBA, or the followed agent itself), in words.
 
 pub mod actor;
 pub mod attach;
 pub mod client_model;
 pub mod connection;
+pub mod control;
 pub mod framing;
 pub mod memory;
 pub mod paths;

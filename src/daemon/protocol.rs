@@ -32,6 +32,7 @@ pub mod method {
     pub const CAPSULE_LOAD: &str = "soba/capsule/load";
     pub const CAPSULE_LIST: &str = "soba/capsule/list";
     pub const ATTACH: &str = "soba/attach";
+    pub const PREVIEW: &str = "soba/preview";
 }
 
 /// The connection handshake `soba serve` sends before relaying its client: the relay's config
@@ -78,6 +79,7 @@ pub const METHODS: &[&str] = &[
     method::CAPSULE_LOAD,
     method::CAPSULE_LIST,
     method::ATTACH,
+    method::PREVIEW,
 ];
 
 /// Every request the daemon sends to clients (to those that offered it at `initialize`).
@@ -104,8 +106,16 @@ pub fn method_for_command(command: &str) -> Option<&'static str> {
     METHODS.iter().copied().find(|m| command_for(m) == command)
 }
 
-/// Title of the work-done progress shown while a compaction runs.
-pub const PROGRESS_TITLE: &str = "Compacting context before response";
+/// Title of the work-done progress shown while a compaction runs, worded by its trigger: only
+/// the barrier's own compactions hold a response back.
+pub fn progress_title(trigger: &str) -> String {
+    match trigger {
+        "user" => "Compacting context (/compact)".into(),
+        "handoff" => "Creating capsule".into(),
+        "context_overflow" => "Compacting context after a context overflow".into(),
+        other => format!("Compacting context before response ({other})"),
+    }
+}
 
 /// Stable JSON-RPC error codes beyond the standard ones.
 pub mod code {
@@ -116,6 +126,9 @@ pub mod code {
     pub const UNKNOWN_SESSION: i64 = -32002;
     pub const OVERFLOW_RETRY_USED: i64 = -32003;
     pub const SESSION_LOCKED: i64 = -32004;
+    /// Compact, capsule load or rewind asked of a session SOBA only follows: the agent owns its
+    /// context, so nothing was changed (`soba/preview` shows what SOBA would send).
+    pub const AGENT_COMPACTS: i64 = -32005;
     pub const INTERNAL: i64 = -32603;
 }
 
@@ -346,6 +359,30 @@ pub const CONTEXT_DEFAULT_LIMIT: usize = 10;
 /// The most `soba/context` lists, whatever the client asks.
 pub const CONTEXT_MAX_LIMIT: usize = 100;
 
+/// What `soba/preview` shows, as the request it stands for would do it.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", tag = "action")]
+pub enum PreviewAction {
+    /// `soba/compact`: the capsule and the retained tail.
+    Compact { instructions: Option<String> },
+    /// `soba/capsule/load`: the capsule of a `.capsule.md` file.
+    CapsuleLoad { path: String },
+    /// `soba/rewind`: the model input at an earlier entry.
+    Rewind {
+        #[serde(rename = "entryId")]
+        entry_id: String,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewParams {
+    pub session_id: Option<String>,
+    pub workspace: Option<String>,
+    #[serde(flatten)]
+    pub action: PreviewAction,
+}
+
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactParams {
@@ -453,6 +490,51 @@ pub struct BudgetReport {
     pub compacting: bool,
     /// An explicit `/compact` is queued until the agent's inference in flight ends.
     pub compact_queued: bool,
+    /// Who compacts this session's context, and what SOBA's actions do to it.
+    pub control: Control,
+}
+
+/// Who compacts a session: SOBA, for an agent that takes its model input from SOBA (the SDKs,
+/// `soba proxy`, the pi extension's own sessions), or the agent itself, for a transcript SOBA
+/// only follows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Control {
+    pub compacted_by: CompactedBy,
+    /// The followed agent: `claude-code`, `codex` or `pi`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// How the followed agent's own compactions reach SOBA, when installed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub integration: Option<crate::attach::integration::Integration>,
+    /// One sentence for a tooltip: who compacts, and when.
+    pub note: String,
+    /// What SOBA's compact, capsule load and rewind do for this session.
+    pub actions: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactedBy {
+    /// SOBA's capsule is the model input of the agent's next inference.
+    Soba,
+    /// The agent compacts its own context; SOBA's actions are previews.
+    Agent,
+}
+
+/// The answer to `soba/preview`: what SOBA would send after the action, changing nothing.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreviewResult {
+    pub session_id: String,
+    /// `compact`, `capsuleLoad` or `rewind`.
+    pub action: String,
+    pub control: Control,
+    pub tokens_before: u64,
+    /// The model input after the action, measured as a preflight would.
+    pub tokens_after: u64,
+    /// Markdown: a header saying that this is a preview and who compacts, then the model input.
+    pub text: String,
 }
 
 impl BudgetReport {
@@ -468,7 +550,13 @@ impl BudgetReport {
             budget: serde_json::to_value(core).expect("budget report serializes"),
             compacting,
             compact_queued: false,
+            control: Control::driven(),
         }
+    }
+
+    pub fn with_control(mut self, control: Control) -> Self {
+        self.control = control;
+        self
     }
 
     /// The report, saying whether an explicit `/compact` waits for an inference to end.
@@ -503,6 +591,9 @@ pub struct ContextResult {
     pub effective_tokens: u64,
     pub hard_limit: u64,
     pub soft_limit: u64,
+    /// Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
+    /// where SOBA compacts.
+    pub control: Control,
     #[serde(flatten)]
     pub usage: crate::inspect::ContextUsage,
 }
@@ -684,6 +775,10 @@ pub struct CompactionNotice {
     pub result: Option<CompactionResult>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// On `start`: what to call the operation while it runs, worded by its trigger
+    /// (`Compacting context (/compact)`, `Compacting context before response (hard_limit)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------

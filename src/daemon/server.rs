@@ -183,6 +183,7 @@ handlers! {
     capsule_load => method::CAPSULE_LOAD,
     capsule_list => method::CAPSULE_LIST,
     attach => method::ATTACH,
+    preview => method::PREVIEW,
 }
 
 /// `soba/budget` found no session and no agent to follow: what the user can do about it.
@@ -466,6 +467,13 @@ impl Backend {
                     .await?;
                 to_value(h.context(limit).await?)
             }
+            method::PREVIEW => {
+                let p: PreviewParams = parse_params(method, params)?;
+                let h = self
+                    .target(p.session_id.as_deref(), p.workspace.as_deref())
+                    .await?;
+                to_value(h.preview(p.action).await?)
+            }
             method::AUTO_COMPACT => {
                 let p: AutoCompactParams = parse_params(method, params)?;
                 let h = self
@@ -634,7 +642,7 @@ impl Forwarder {
                 if matches!(created, Ok(Ok(()))) {
                     let p = self
                         .client
-                        .progress(token, PROGRESS_TITLE)
+                        .progress(token, progress_title(&notice.trigger))
                         .with_percentage(0)
                         .with_message("0%")
                         .begin()

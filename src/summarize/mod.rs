@@ -145,6 +145,15 @@ pub async fn summarize_with_fallback(
 
     let run_cancel = cancel.child_token();
     let report = |pct: u8| progress.fraction(f64::from(pct) / 100.0);
+    // A provider that does not stream says nothing until its reply is complete: the time spent
+    // against the timeout moves the progress meanwhile (the larger of the two is shown).
+    let started = tokio::time::Instant::now();
+    let elapsed_ticks = async {
+        loop {
+            tokio::time::sleep(progress::elapsed_tick(timeout)).await;
+            progress.fraction(progress::elapsed_fraction(started.elapsed(), timeout));
+        }
+    };
     let outcome = {
         // The run future is dropped at the end of this block whichever branch wins, which
         // drops its HTTP response and so closes the connection.
@@ -156,6 +165,7 @@ pub async fn summarize_with_fallback(
             _ = tokio::time::sleep(timeout) => {
                 Err(SummaryError::Timeout { after_ms: timeout.as_millis() as u64 })
             }
+            () = elapsed_ticks => unreachable!("the elapsed-time ticks never end"),
         }
     };
     run_cancel.cancel();
@@ -327,6 +337,8 @@ mod tests {
         outcome: Result<CapsuleState, SummaryError>,
         calls: AtomicUsize,
         breaker: Option<Breaker>,
+        /// Reports progress as a streaming provider does; false: silent until the reply.
+        streams: bool,
     }
 
     impl Scripted {
@@ -336,6 +348,14 @@ mod tests {
                 outcome,
                 calls: AtomicUsize::new(0),
                 breaker: None,
+                streams: true,
+            }
+        }
+
+        fn not_streaming(delay_ms: u64) -> Self {
+            Scripted {
+                streams: false,
+                ..Scripted::new(delay_ms, Ok(model_state()))
             }
         }
     }
@@ -352,8 +372,10 @@ mod tests {
         ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>> {
             self.calls.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
-                progress(40);
-                progress(30);
+                if self.streams {
+                    progress(40);
+                    progress(30);
+                }
                 tokio::time::sleep(self.delay).await;
                 self.outcome.clone()
             })
@@ -403,6 +425,19 @@ mod tests {
         let (out, seen) = run(Some(&s), 1000, CancellationToken::new()).await;
         assert_eq!(out, Summarized::Model(model_state()));
         assert_eq!(seen, vec![40, 100]);
+    }
+
+    #[tokio::test]
+    async fn a_reply_that_does_not_stream_still_moves_the_progress_with_the_time_spent() {
+        let s = Scripted::not_streaming(700);
+        let (out, seen) = run(Some(&s), 1000, CancellationToken::new()).await;
+        assert_eq!(out, Summarized::Model(model_state()));
+        let before_done = &seen[..seen.len() - 1];
+        assert!(
+            before_done.len() >= 3 && before_done.iter().all(|p| (1..=70).contains(p)),
+            "{seen:?}"
+        );
+        assert_eq!(seen.last(), Some(&100));
     }
 
     #[tokio::test]

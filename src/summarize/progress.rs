@@ -48,6 +48,27 @@ pub fn stream_fraction(received_tokens: u64, expected_tokens: u64) -> f64 {
     (received_tokens as f64 / expected_tokens as f64).min(CEILING)
 }
 
+/// The share of a run the elapsed time stands for: time alone never claims the end, since a
+/// reply may come at any moment before the timeout or not at all.
+const ELAPSED_CEILING: f64 = 0.9;
+
+/// Progress from the time spent against the timeout, for a reply that does not stream.
+pub fn elapsed_fraction(elapsed: std::time::Duration, timeout: std::time::Duration) -> f64 {
+    if timeout.is_zero() {
+        return 0.0;
+    }
+    (elapsed.as_secs_f64() / timeout.as_secs_f64() * ELAPSED_CEILING).min(ELAPSED_CEILING)
+}
+
+/// How often the elapsed time is reported: some fifty steps over the timeout, at least every
+/// second and at most ten times a second.
+pub fn elapsed_tick(timeout: std::time::Duration) -> std::time::Duration {
+    (timeout / 50).clamp(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(1),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +85,28 @@ mod tests {
         progress.finish();
         progress.finish();
         assert_eq!(*seen.lock().unwrap(), vec![10, 50, 99, 100]);
+    }
+
+    #[test]
+    fn elapsed_time_moves_the_progress_but_never_to_the_end() {
+        use std::time::Duration;
+        let timeout = Duration::from_secs(15);
+        assert_eq!(elapsed_fraction(Duration::ZERO, timeout), 0.0);
+        assert!((elapsed_fraction(Duration::from_millis(7500), timeout) - 0.45).abs() < 1e-9);
+        assert_eq!(elapsed_fraction(Duration::from_secs(60), timeout), 0.9);
+        assert_eq!(
+            elapsed_fraction(Duration::from_secs(1), Duration::ZERO),
+            0.0
+        );
+        assert_eq!(elapsed_tick(timeout), Duration::from_millis(300));
+        assert_eq!(
+            elapsed_tick(Duration::from_secs(600)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            elapsed_tick(Duration::from_millis(50)),
+            Duration::from_millis(100)
+        );
     }
 
     #[test]

@@ -729,3 +729,177 @@ async fn when_the_followed_agent_compacts_its_own_context_the_budget_drops_to_it
     );
     let _ = child.kill().await;
 }
+
+/// A long Claude Code conversation: `turns` prompts and answers of some 400 tokens each.
+fn long_claude_conversation(cwd: &Path, turns: usize) -> String {
+    let mut text = String::new();
+    for i in 0..turns {
+        let parent = if i == 0 {
+            Value::Null
+        } else {
+            json!(format!("a{}", i - 1))
+        };
+        let user = json!({"type":"user","uuid":format!("u{i}"),"parentUuid":parent,"sessionId":"s1",
+            "cwd":cwd,"timestamp":"2026-12-01T10:00:00Z",
+            "message":{"role":"user","content":format!("request {i}: fix the parser's number handling")}});
+        let assistant = json!({"type":"assistant","uuid":format!("a{i}"),"parentUuid":format!("u{i}"),
+            "sessionId":"s1","cwd":cwd,"timestamp":"2026-12-01T10:00:01Z",
+            "message":{"id":format!("m{i}"),"model":"claude-sonnet-4-5","role":"assistant",
+                       "content":[{"type":"text","text":format!("answer {i}: {}", "the parser now reads exponents and reports a missing digit with its column. ".repeat(25))}],
+                       "usage":{"input_tokens":1000 + 450 * i as u64,"output_tokens":10}}});
+        text.push_str(&format!("{user}\n{assistant}\n"));
+    }
+    text
+}
+
+fn capsules_in(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "capsule")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_on_a_followed_agent_are_previews_and_the_budget_says_who_compacts() {
+    let h = homed();
+    std::fs::write(&h.transcript, long_claude_conversation(&h.workspace, 12)).unwrap();
+    std::fs::create_dir_all(h.workspace.join(".soba")).unwrap();
+    std::fs::write(
+        h.workspace.join(".soba/config.json"),
+        json!({"compaction": {"keepRecentTokens": 800}}).to_string(),
+    )
+    .unwrap();
+    // SOBA's Claude Code hook, installed in the user's settings.
+    std::fs::write(
+        h.root.join("claude/settings.json"),
+        json!({"hooks": {"SessionStart": [{"matcher": "compact", "hooks": [
+            {"type": "command", "command": "/usr/local/bin/soba hook claude-code"}]}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut child = soba_command(&h)
+        .args(["serve", "--standalone"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let c = LspClient::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
+    c.initialize(&[&h.workspace], false).await;
+    let before = budget_until(&c, &h.workspace, |b| effective(b) >= 5950).await;
+    let control = &before["control"];
+    assert_eq!(control["compactedBy"], "agent", "{before}");
+    assert_eq!(control["agent"], "claude-code");
+    assert_eq!(control["integration"], "claude-code-hook");
+    assert_eq!(
+        control["note"],
+        "Claude Code compacts this session itself; SOBA follows it, and SOBA's hook adds its capsule after each of Claude Code's compactions."
+    );
+    assert!(control["actions"]
+        .as_str()
+        .unwrap()
+        .contains("Run /compact in Claude Code"));
+    let sessions = c
+        .request("soba/sessions", json!({"workspace": h.workspace}))
+        .await;
+    let log = PathBuf::from(sessions["sessions"][0]["path"].as_str().unwrap());
+    let session_id = before["sessionId"].as_str().unwrap();
+
+    // Compact, capsule load and rewind change nothing and say why.
+    let compact = c
+        .raw("soba/compact", json!({"workspace": h.workspace}))
+        .await;
+    assert_eq!(compact["error"]["code"], -32005, "{compact}");
+    assert!(compact["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("soba/compact was not applied: Claude Code compacts this session itself"));
+    let load = c
+        .raw(
+            "soba/capsule/load",
+            json!({"workspace": h.workspace, "path": h.root.join("x.capsule.md")}),
+        )
+        .await;
+    assert_eq!(load["error"]["code"], -32005, "{load}");
+    let rewind = c
+        .raw(
+            "soba/rewind",
+            json!({"sessionId": session_id, "entryId": "missing"}),
+        )
+        .await;
+    assert_eq!(rewind["error"]["code"], -32005, "{rewind}");
+    assert_eq!(
+        capsules_in(&log),
+        0,
+        "nothing was appended as if the agent took it"
+    );
+
+    // The preview is what SOBA would send: its capsule, then the retained tail.
+    let preview = c
+        .request(
+            "soba/preview",
+            json!({"workspace": h.workspace, "action": "compact", "instructions": "keep the parser work"}),
+        )
+        .await;
+    assert_eq!(preview["action"], "compact");
+    assert_eq!(preview["control"]["compactedBy"], "agent");
+    let text = preview["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("# What SOBA would send after compacting\n\n> Preview: nothing was changed, and the agent does not receive this.\n> Claude Code compacts this session itself"),
+        "{text}"
+    );
+    assert!(text.contains("Context Capsule"), "{text}");
+    assert!(
+        text.contains("answer 11"),
+        "the retained tail follows: {text}"
+    );
+    assert!(
+        preview["tokensAfter"].as_u64() < preview["tokensBefore"].as_u64(),
+        "{preview}"
+    );
+    // Rewinding: the model input at an earlier entry, as it stood.
+    let entry = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["sourceId"] == "a2")
+        .unwrap();
+    let rewound = c
+        .request(
+            "soba/preview",
+            json!({"sessionId": session_id, "action": "rewind", "entryId": entry["id"]}),
+        )
+        .await;
+    let text = rewound["text"].as_str().unwrap();
+    assert!(
+        text.contains("answer 2") && !text.contains("answer 3"),
+        "{text}"
+    );
+    let missing = c
+        .raw(
+            "soba/preview",
+            json!({"sessionId": session_id, "action": "rewind", "entryId": "e_missing"}),
+        )
+        .await;
+    assert_eq!(missing["error"]["code"], -32602, "{missing}");
+    assert_eq!(capsules_in(&log), 0, "a preview appends nothing");
+    let after = c
+        .request("soba/budget", json!({"workspace": h.workspace}))
+        .await;
+    assert_eq!(effective(&after), effective(&before));
+
+    // A session an agent opens is SOBA's to compact.
+    let opened = c
+        .request(
+            "soba/session/open",
+            json!({"workspace": h.workspace, "create": true}),
+        )
+        .await;
+    assert_eq!(opened["budget"]["control"]["compactedBy"], "soba");
+    assert_eq!(
+        opened["budget"]["control"]["note"],
+        "SOBA compacts this session before the agent's next response."
+    );
+    let _ = child.kill().await;
+}

@@ -280,6 +280,24 @@ fn context_shows_the_preflights_decision_and_says_when_a_compaction_runs_first()
     let (ok, c, err) = soba(&["context", small.to_str().unwrap(), "--json"], dir.path());
     assert!(ok, "{err}");
     assert_eq!(c["preflight"]["decision"], "send", "{}", c["preflight"]);
+    // Plain text says it too, on the last line, where the README promises it.
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["context", small.to_str().unwrap()])
+        .current_dir(dir.path())
+        .env("SOBA_CONFIG", dir.path().join("no-user-config.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("── the next preflight sends this input as shown: ")
+            && last.contains("no compaction is due"),
+        "{last}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("note:"),
+        "a plain send is no warning"
+    );
     let big_dir = tempfile::tempdir().unwrap();
     let big = write_session(big_dir.path(), 14);
     let (ok, c, err) = soba(

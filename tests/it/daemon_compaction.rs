@@ -347,7 +347,7 @@ async fn preflight_compacts_with_progress_and_stays_responsive() {
     assert_eq!(progress.first().unwrap()["kind"], "begin");
     assert_eq!(
         progress.first().unwrap()["title"],
-        "Compacting context before response"
+        "Compacting context before response (hard_limit)"
     );
     assert!(
         progress

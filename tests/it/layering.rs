@@ -35,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "flight",
             "accuracy",
             "inspect",
+            "preview",
             "replay",
             "hook",
             "demo",

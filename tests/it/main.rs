@@ -33,6 +33,7 @@ mod protocol_stress;
 mod provider_data;
 mod proxy;
 mod proxy_service;
+mod readme;
 mod redaction;
 mod redaction_corpus;
 mod redaction_paths;

@@ -222,6 +222,14 @@ async fn a_whole_session_through_the_daemon_matches_the_schemas() {
         json!({"sessionId": sid, "entries": [message("user", &chunk(20)), message("assistant", &chunk(21))]}),
     )
     .await;
+    // A session an agent drives may be previewed too: the preview says the action would apply.
+    let preview = c
+        .call(
+            "soba/preview",
+            json!({"sessionId": sid, "action": "compact", "instructions": "keep the auth details"}),
+        )
+        .await;
+    assert_eq!(preview["control"]["compactedBy"], "soba");
     let compacted = c
         .call(
             "soba/compact",

@@ -161,7 +161,7 @@ test('open → append → preflight with compaction and progress → budget → 
   await until(() => c.seen.progress.some((p) => p.value.kind === 'end'));
   assert.equal(c.seen.created.length, 1);
   const begin = c.seen.progress.find((p) => p.value.kind === 'begin');
-  assert.equal(begin.value.title, 'Compacting context before response');
+  assert.equal(begin.value.title, 'Compacting context before response (hard_limit)');
 
   const budget = await c.conn.sendRequest('soba/budget', { sessionId });
   assert.equal(budget.lastCompaction.checkpointId, input.compaction.checkpointId);

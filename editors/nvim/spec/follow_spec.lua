@@ -266,6 +266,83 @@ describe('a running agent in the statusline', function()
     assert.are.equal('claude-code-b7710c', soba.report().sessionId)
   end)
 
+  it('previews what SOBA would send for an agent that compacts itself, and changes nothing', function()
+    local workspace = tmp .. '/followed_app'
+    vim.fn.mkdir(workspace .. '/.git', 'p')
+    vim.fn.mkdir(workspace .. '/.soba', 'p')
+    workspace = vim.uv.fs_realpath(workspace)
+    vim.fn.writefile({ vim.json.encode({ compaction = { keepRecentTokens = 600 } }) }, workspace .. '/.soba/config.json')
+    local agent = claude_session(workspace, 'f011ow')
+    for i = 1, 6 do
+      agent.tool_call('cat src/part' .. i .. '.rs', 1000 * i, 700)
+    end
+    agent.prompt('now fix the failing test', 9000)
+    -- Claude Code holds its transcript open while it runs: the session stays followed however
+    -- long the steps below take.
+    local running = assert(io.open(agent.file, 'r'))
+    open_workspace('followed_app')
+    statusline_shows(text_of(imported_budget(agent.file)), "the followed agent's budget")
+    local report = soba.report()
+    assert.are.equal('agent', report.control.compactedBy)
+    assert.are.equal('Claude Code compacts this session itself; SOBA follows it.', report.control.note)
+    assert.are.same(report.control.note, format.budget_lines(report)[5])
+    local log = vim.fn.glob(tmp .. '/data/workspaces/*/sessions/claude-code-f011ow.jsonl')
+    local function capsules()
+      return #vim.tbl_filter(function(line)
+        return line:find('"type":"capsule"', 1, true) ~= nil
+      end, vim.fn.readfile(log))
+    end
+
+    vim.cmd('Soba compact keep the parser work')
+    wait_for('the preview buffer', function()
+      return vim.fn.bufnr('soba://preview') ~= -1
+    end)
+    local lines = vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://preview'), 0, -1, false)
+    assert.are.equal('# What SOBA would send after compacting', lines[1])
+    assert.matches('^> Preview: nothing was changed', lines[3])
+    assert.are.equal('> ' .. report.control.note, lines[4])
+    assert.is_truthy(table.concat(lines, '\n'):find('Context Capsule', 1, true))
+    assert.are.equal('markdown', vim.bo[vim.fn.bufnr('soba://preview')].filetype)
+    assert.are.equal(0, capsules(), 'nothing appended as if Claude Code took it')
+
+    -- Back in the workspace's buffer (commands act on its workspace), a capsule may be created:
+    -- it changes no input. Rewinding to it is a preview too.
+    vim.cmd('bwipeout! soba://preview')
+    vim.cmd('Soba capsule create parser hand-off')
+    local ids
+    wait_for('the created capsule', function()
+      ids = require('soba.commands').checkpoint_ids()
+      return #ids == 1
+    end)
+    local original_confirm = require('soba.commands').confirm
+    local asked = false
+    require('soba.commands').confirm = function()
+      asked = true
+      return true
+    end
+    vim.cmd('Soba rewind ' .. ids[1])
+    wait_for('the rewind preview', function()
+      return vim.fn.bufnr('soba://preview') ~= -1
+    end)
+    require('soba.commands').confirm = original_confirm
+    assert.is_false(asked, 'nothing to confirm: nothing changes')
+    assert.are.equal(
+      '# What SOBA would send after rewinding',
+      vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://preview'), 0, 1, false)[1]
+    )
+    assert.are.equal(report.effectiveTokens, soba.report().effectiveTokens)
+    vim.cmd('bwipeout! soba://preview')
+    -- What fills the window says who compacts, not where SOBA would start.
+    vim.cmd('Soba context')
+    wait_for('the context buffer', function()
+      return vim.fn.bufnr('soba://context') ~= -1
+    end)
+    local first = vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://context'), 0, 1, false)[1]
+    assert.matches(vim.pesc(report.control.note) .. '$', first)
+    vim.cmd('bwipeout! soba://context')
+    running:close()
+  end)
+
   it("shows a real Claude Code session's budget as its transcript grows", function()
     local fixture = vim.env.SOBA_NVIM_ROOT .. '/../../../shared/fixtures/transcripts/claude-code/agentcmd-session-four.jsonl'
     if vim.fn.filereadable(fixture) == 0 then

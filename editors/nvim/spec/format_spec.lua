@@ -88,6 +88,43 @@ describe('format', function()
     assert.are.equal('Auto-compact: on', lines[6])
   end)
 
+  it('says who compacts a followed agent instead of promising SOBA compacts it', function()
+    local note = "Claude Code compacts this session itself; SOBA follows it."
+    local followed = report({ control = { compactedBy = 'agent', agent = 'claude-code', note = note, actions = 'preview' } })
+    assert.is_true(format.followed(followed))
+    local lines = format.budget_lines(followed)
+    assert.are.equal('Soft limit: 39k', lines[2])
+    assert.are.equal(note, lines[5])
+    for _, line in ipairs(lines) do
+      assert.is_nil(line:find('Auto%-compact'), line)
+    end
+    local driven = report({ control = { compactedBy = 'soba', note = 'SOBA compacts', actions = '' } })
+    assert.is_false(format.followed(driven))
+    assert.is_false(format.followed(report()))
+    assert.is_false(format.followed(nil))
+    assert.are.equal('Auto-compact: on', format.budget_lines(driven)[5])
+  end)
+
+  it('lists a checkpoint by title or by what made it, never as nil', function()
+    local c = {
+      checkpointId = 'ck_1',
+      title = vim.NIL,
+      trigger = 'auto_threshold',
+      quality = 'degraded',
+      origin = 'session',
+      tokens = { before = 41200, after = 2200 },
+    }
+    assert.are.equal('compaction (auto threshold)  ck_1 · degraded · 41.2k → 2.2k tokens', format.checkpoint_item(c))
+    c.title = nil
+    assert.is_nil(format.checkpoint_item(c):find('nil'))
+    c.trigger, c.title = 'handoff', 'Parser hand-off'
+    assert.are.equal('Parser hand-off  ck_1 · degraded · 41.2k → 2.2k tokens', format.checkpoint_item(c))
+    c.title, c.origin = '', 'loaded'
+    assert.matches('^loaded capsule  ck_1', format.checkpoint_item(c))
+    c.origin, c.trigger = 'session', 'user'
+    assert.matches('^compaction %(/compact%)  ck_1', format.checkpoint_item(c))
+  end)
+
   it('names the count factor and where it comes from', function()
     local learned = report({ calibration = { tokenizer = 'o200k_base', factor = 1.234, source = 'session' } })
     assert.are.equal(

@@ -411,3 +411,57 @@ test('a Claude Code running in the workspace shows its budget once the SOBA sess
   });
   await screenshot('followed-claude-code-grown');
 });
+
+/** Texts of the editor tabs, in every group. */
+async function tabs() {
+  return page.evaluate(() => [...document.querySelectorAll('.tabs-container .tab')].map((t) => t.innerText.trim()));
+}
+
+test('for the Claude Code SOBA follows, the tooltip says who compacts and Compact Context previews', async () => {
+  // A long answer before the latest exchange: history SOBA could fold into a capsule.
+  const project = path.join(tmp, 'claude', 'projects', workspace.replace(/[^A-Za-z0-9]/g, '-'));
+  const transcript = path.join(project, 'e2e0c1.jsonl');
+  const long = claudeExchange(workspace, 2, 63_000).replace('answer 2', `answer 2: ${'the parser reads exponents now. '.repeat(300)}`);
+  fs.appendFileSync(transcript, long + claudeExchange(workspace, 3, 64_000));
+  await until('the budget of the last response', async () => {
+    const s = await statusItem();
+    return s && /\b64k \/ \d/.test(s.text) ? s : undefined;
+  });
+  await page.mouse.move(700, 400);
+  await page.hover('.statusbar-item[id*="soba.budget"]');
+  const hover = await until('the status bar tooltip', () =>
+    page.evaluate(() =>
+      [...document.querySelectorAll('.monaco-hover, .workbench-hover, .custom-hover')].map((e) => e.innerText).find((t) => t.includes('SOBA context budget')),
+    ),
+  );
+  await screenshot('followed-tooltip');
+  assert.match(hover, /Claude Code compacts this session itself; SOBA follows it\./);
+  assert.doesNotMatch(hover, /compacts before the next response/);
+  await page.mouse.move(700, 400);
+
+  await palette('SOBA: Compact Context');
+  await quickInput(/Preview what SOBA would send/);
+  await page.keyboard.press('Enter');
+  const text = await until('the preview document', () =>
+    page.evaluate(() =>
+      [...document.querySelectorAll('.monaco-editor .view-lines')]
+        .map((e) => e.innerText.replace(/\u00a0/g, ' '))
+        .find((t) => t.includes('What SOBA would send')),
+    ),
+  );
+  await screenshot('followed-compact-preview');
+  assert.match(text, /Preview: nothing was changed/);
+  assert.deepEqual(await notifications(), [], 'no success toast for a compaction the agent never sees');
+  const item = await statusItem();
+  assert.match(item.text, /\b64k \//, 'the budget is unchanged');
+
+  // Show Context twice: one read-only tab, reused, beside the preview.
+  await palette('SOBA: Show Context');
+  await until('the context tab', async () => ((await tabs()).some((t) => t.includes('SOBA Context')) ? true : undefined));
+  await palette('SOBA: Show Context');
+  await new Promise((r) => setTimeout(r, 1500));
+  const open = await tabs();
+  await screenshot('followed-show-context');
+  assert.equal(open.filter((t) => t.includes('SOBA Context')).length, 1, `one context tab: ${open.join(' | ')}`);
+  assert.ok(!open.some((t) => /Untitled/.test(t)), `no Untitled document: ${open.join(' | ')}`);
+});

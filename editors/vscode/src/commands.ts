@@ -2,9 +2,18 @@
 // `EditorUi` and to the daemon through `SobaRequester`, so they are unit-tested with fakes, and
 // extension.ts registers exactly the handlers this module returns.
 
-import type { BudgetReport, CapsuleSummary, CompactionResult, SessionTarget, SobaRequester } from './protocol';
+import {
+  ErrorCodes,
+  type BudgetReport,
+  type CapsuleSummary,
+  type CompactionResult,
+  type Control,
+  type PreviewAction,
+  type SessionTarget,
+  type SobaRequester,
+} from './protocol';
 import type { Settings } from './settings';
-import { budgetSummary, completionLine, CompactionProgress, formatTokens } from './status';
+import { budgetSummary, completionLine, CompactionProgress, formatTokens, timeAgo } from './status';
 import { flightLines } from './views';
 import { capsuleDocument, contextMarkdown } from './context';
 
@@ -25,8 +34,11 @@ export interface EditorUi {
   /** File system path, or undefined when dismissed. */
   saveFile(defaultFileName: string): Promise<string | undefined>;
   openCapsuleFile(): Promise<string | undefined>;
-  /** Opens a read-only document beside the editor. */
-  showDocument(content: string, language: 'markdown'): void;
+  /**
+   * Shows a read-only Markdown document. `name` says which one: showing a name again replaces
+   * its content where it is open, so a view is never open twice.
+   */
+  showDocument(name: SobaDocument, content: string): void;
   /** A modal question; true only when the user chose `action`. */
   confirm(message: string, detail: string, action: string): Promise<boolean>;
   showLines(lines: string[]): void;
@@ -42,6 +54,8 @@ export interface CommandContext {
   progress: CompactionProgress;
   /** Refreshes the sidebar after a command changed the session. */
   refresh(): void;
+  /** The budget the status bar shows: the target's active session, when known. */
+  shownBudget(): BudgetReport | undefined;
 }
 
 export const COMMAND_IDS = [
@@ -67,7 +81,56 @@ export interface CheckpointArgument {
 
 export type CommandHandler = (arg?: unknown) => Promise<void>;
 
+/** The read-only documents the commands show. */
+export type SobaDocument = 'context' | 'capsule' | 'preview';
+
+/**
+ * A checkpoint in a picker: its title, or what made it; when, relative and in local time; its
+ * id and size below. `now` is passed in so the function stays pure.
+ */
+export function checkpointItem(c: CapsuleSummary, now: Date): PickItem<CapsuleSummary> {
+  const made =
+    c.origin === 'loaded'
+      ? 'Loaded capsule'
+      : c.trigger === 'handoff'
+        ? 'Capsule'
+        : `Compaction (${c.trigger === 'user' ? '/compact' : c.trigger.replace(/_/g, ' ')})`;
+  const at = new Date(c.ts);
+  const when = Number.isNaN(at.getTime())
+    ? c.ts
+    : `${timeAgo(c.ts, now)} · ${at.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'short' })}`;
+  return {
+    label: c.title || made,
+    description: when,
+    detail: `${c.checkpointId} · ${c.title ? `${made} · ` : ''}${c.quality} · ${formatTokens(c.tokens.before)} → ${formatTokens(c.tokens.after)} tokens`,
+    value: c,
+  };
+}
+
+/** The control of the shown session when the agent compacts it itself, else undefined. */
+function followedControl(ctx: CommandContext): Control | undefined {
+  const control = ctx.shownBudget()?.control;
+  return control?.compactedBy === 'agent' ? control : undefined;
+}
+
+/** The daemon refused to change a session its agent compacts (a budget not shown yet). */
+function agentCompacts(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === ErrorCodes.agentCompacts;
+}
+
+/** What SOBA would send after the action, as a preview document; the agent is not touched. */
+async function showPreview(
+  ctx: CommandContext,
+  client: SobaRequester,
+  action: PreviewAction,
+  target: SessionTarget = ctx.target(),
+): Promise<void> {
+  const preview = await client.request('soba/preview', { ...target, ...action });
+  ctx.ui.showDocument('preview', preview.text);
+}
+
 const COMPACT_NOW = 'Compact Now';
+const PREVIEW_COMPACTION = 'Preview Compaction';
 
 function requireClient(ctx: CommandContext): SobaRequester {
   const client = ctx.client();
@@ -88,26 +151,44 @@ export function reportCompaction(ctx: CommandContext, result: CompactionResult):
 
 export async function compact(ctx: CommandContext): Promise<void> {
   const client = requireClient(ctx);
+  const followed = followedControl(ctx);
   const instructions = await ctx.ui.input({
-    prompt: 'Compact the context of the active session',
+    prompt: followed
+      ? `Preview what SOBA would send after compacting: ${followed.note}`
+      : 'Compact the context of the active session',
     placeHolder: 'Optional instructions, e.g. "keep the failing test output"',
     required: false,
   });
   if (instructions === undefined) return;
   const trimmed = instructions.trim();
-  const result = await client.request('soba/compact', {
-    ...ctx.target(),
-    ...(trimmed ? { instructions: trimmed } : {}),
-    ...(ctx.settings().compactMirror ? { mirror: true } : {}),
-  });
+  const preview = { action: 'compact', ...(trimmed ? { instructions: trimmed } : {}) } as const;
+  if (followed) {
+    await showPreview(ctx, client, preview);
+    return;
+  }
+  let result: CompactionResult;
+  try {
+    result = await client.request('soba/compact', {
+      ...ctx.target(),
+      ...(trimmed ? { instructions: trimmed } : {}),
+      ...(ctx.settings().compactMirror ? { mirror: true } : {}),
+    });
+  } catch (err) {
+    if (!agentCompacts(err)) throw err;
+    await showPreview(ctx, client, preview);
+    return;
+  }
   reportCompaction(ctx, result);
   ctx.refresh();
 }
 
 export async function showBudget(ctx: CommandContext): Promise<void> {
   const report = await requireClient(ctx).request('soba/budget', ctx.target());
-  const choice = await ctx.ui.info(budgetSummary(report), COMPACT_NOW);
-  if (choice === COMPACT_NOW) await compact(ctx);
+  const followed = report.control?.compactedBy === 'agent';
+  const summary = followed && report.control ? `${budgetSummary(report)}. ${report.control.note}` : budgetSummary(report);
+  const action = followed ? PREVIEW_COMPACTION : COMPACT_NOW;
+  const choice = await ctx.ui.info(summary, action);
+  if (choice === action) await compact(ctx);
 }
 
 async function setAutoCompact(ctx: CommandContext, enabled: boolean): Promise<void> {
@@ -150,13 +231,9 @@ export async function exportCapsule(ctx: CommandContext, arg?: unknown): Promise
       void ctx.ui.info('The active session has no checkpoints yet: compact it or create a capsule first.');
       return;
     }
+    const now = new Date();
     chosen = await ctx.ui.pick(
-      [...capsules].reverse().map((c) => ({
-        label: c.title || c.checkpointId,
-        description: c.checkpointId,
-        detail: `${c.trigger} · ${c.quality} · ${formatTokens(c.tokens.after)} tokens · ${c.ts}`,
-        value: c,
-      })),
+      [...capsules].reverse().map((c) => checkpointItem(c, now)),
       'Checkpoint to export as a Portable Capsule',
     );
   }
@@ -182,6 +259,10 @@ export async function loadCapsule(ctx: CommandContext): Promise<void> {
   const client = requireClient(ctx);
   const path = await ctx.ui.openCapsuleFile();
   if (!path) return;
+  if (followedControl(ctx)) {
+    await showPreview(ctx, client, { action: 'capsuleLoad', path });
+    return;
+  }
   const live = await liveContext(client, ctx);
   if (live) {
     const ok = await ctx.ui.confirm(
@@ -192,7 +273,14 @@ export async function loadCapsule(ctx: CommandContext): Promise<void> {
     );
     if (!ok) return;
   }
-  const loaded = await client.request('soba/capsule/load', { ...ctx.target(), path });
+  let loaded: { checkpointId: string; sessionId: string };
+  try {
+    loaded = await client.request('soba/capsule/load', { ...ctx.target(), path });
+  } catch (err) {
+    if (!agentCompacts(err)) throw err;
+    await showPreview(ctx, client, { action: 'capsuleLoad', path });
+    return;
+  }
   void ctx.ui.info(`Capsule loaded into session ${loaded.sessionId} as ${loaded.checkpointId}.`);
   ctx.refresh();
 }
@@ -212,17 +300,17 @@ export async function rewind(ctx: CommandContext, arg?: unknown): Promise<void> 
       void ctx.ui.info('The active session has no checkpoints to rewind to: compact it or create a capsule first.');
       return;
     }
+    const now = new Date();
     chosen = await ctx.ui.pick(
-      [...capsules].reverse().map((c) => ({
-        label: c.title || c.checkpointId,
-        description: c.checkpointId,
-        detail: `${c.trigger} · ${formatTokens(c.tokens.after)} tokens · ${c.ts}`,
-        value: c,
-      })),
+      [...capsules].reverse().map((c) => checkpointItem(c, now)),
       `Checkpoint to rewind session ${report.sessionId} to (now ${formatTokens(report.effectiveTokens)} tokens)`,
     );
   }
   if (!chosen) return;
+  if (report.control?.compactedBy === 'agent') {
+    await showPreview(ctx, client, { action: 'rewind', entryId: chosen.entryId }, { sessionId: report.sessionId });
+    return;
+  }
   const ok = await ctx.ui.confirm(
     `Rewind the active session to ${chosen.title || chosen.checkpointId}?`,
     `The live context (${formatTokens(report.effectiveTokens)} tokens) becomes the checkpoint's ` +
@@ -240,7 +328,7 @@ export async function rewind(ctx: CommandContext, arg?: unknown): Promise<void> 
 /** "Show context": what fills the window, like Claude Code's `/context`. */
 export async function showContext(ctx: CommandContext): Promise<void> {
   const result = await requireClient(ctx).request('soba/context', { ...ctx.target(), limit: 15 });
-  ctx.ui.showDocument(contextMarkdown(result), 'markdown');
+  ctx.ui.showDocument('context', contextMarkdown(result));
 }
 
 /** The capsule in force, as the model reads it. */
@@ -251,7 +339,7 @@ export async function viewCapsule(ctx: CommandContext): Promise<void> {
     void ctx.ui.info('The active session has no capsule yet: it has not been compacted.');
     return;
   }
-  ctx.ui.showDocument(doc, 'markdown');
+  ctx.ui.showDocument('capsule', doc);
 }
 
 export async function showFlightRecords(ctx: CommandContext): Promise<void> {

@@ -28,7 +28,8 @@ export function contextMarkdown(ctx: ContextResult): string {
     `# Context of session ${ctx.sessionId}`,
     '',
     `**${formatTokens(ctx.effectiveTokens)} / ${formatTokens(limit)} tokens** (${percentOf(ctx.effectiveTokens, limit)}% of the hard limit), ` +
-      `${formatTokens(free)} free; auto-compaction starts past ${formatTokens(ctx.softLimit)}.`,
+      `${formatTokens(free)} free; ` +
+      (ctx.control?.compactedBy === 'agent' ? ctx.control.note : `auto-compaction starts past ${formatTokens(ctx.softLimit)}.`),
     '',
     '## By part',
     '',

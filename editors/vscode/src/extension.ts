@@ -5,7 +5,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as vscode from 'vscode';
 import { LanguageClient, type LanguageClientOptions, type ServerOptions } from 'vscode-languageclient/node';
-import { commandHandlers, type CommandContext, type EditorUi } from './commands';
+import { commandHandlers, type CommandContext, type EditorUi, type SobaDocument } from './commands';
 import {
   BUDGET_CHANGED,
   COMPACTION,
@@ -77,6 +77,47 @@ class NodeProvider implements vscode.TreeDataProvider<TreeNode> {
   }
 }
 
+/**
+ * SOBA's views as read-only `soba:` documents: never an unsaved Untitled buffer, one document
+ * per view, its content replaced when the view is shown again.
+ */
+class SobaDocuments implements vscode.TextDocumentContentProvider {
+  static readonly scheme = 'soba';
+  private readonly contents = new Map<string, string>();
+  private readonly changed = new vscode.EventEmitter<vscode.Uri>();
+  readonly onDidChange = this.changed.event;
+
+  static uri(name: SobaDocument): vscode.Uri {
+    const titles: Record<SobaDocument, string> = {
+      context: 'SOBA Context.md',
+      capsule: 'SOBA Capsule.md',
+      preview: 'What SOBA Would Send (preview).md',
+    };
+    return vscode.Uri.from({ scheme: SobaDocuments.scheme, path: `/${titles[name]}` });
+  }
+
+  provideTextDocumentContent(uri: vscode.Uri): string {
+    return this.contents.get(uri.toString()) ?? '';
+  }
+
+  async show(name: SobaDocument, content: string): Promise<void> {
+    const uri = SobaDocuments.uri(name);
+    this.contents.set(uri.toString(), content);
+    this.changed.fire(uri);
+    // In the group that already shows this view, else one showing another SOBA view, else
+    // beside the editor: SOBA's views stay together in one group. The `.md` name makes them
+    // Markdown.
+    const showing = (test: (other: vscode.Uri) => boolean) =>
+      vscode.window.tabGroups.all.find((group) =>
+        group.tabs.some((tab) => tab.input instanceof vscode.TabInputText && test(tab.input.uri)),
+      );
+    const group =
+      showing((other) => other.toString() === uri.toString()) ?? showing((other) => other.scheme === SobaDocuments.scheme);
+    const doc = await vscode.workspace.openTextDocument(uri);
+    await vscode.window.showTextDocument(doc, { preview: true, viewColumn: group?.viewColumn ?? vscode.ViewColumn.Beside });
+  }
+}
+
 class SobaExtension {
   private client: LanguageClient | undefined;
   private readonly output = vscode.window.createOutputChannel('SOBA');
@@ -99,18 +140,21 @@ class SobaExtension {
   constructor(context: vscode.ExtensionContext) {
     this.statusItem.name = 'SOBA context budget';
     this.statusItem.command = 'soba.showBudget';
+    const documents = new SobaDocuments();
     const ctx: CommandContext = {
-      ui: vscodeUi(this.flightOutput),
+      ui: vscodeUi(this.flightOutput, documents),
       client: () => this.requester(),
       target: () => this.target(),
       settings: () => this.settings,
       progress: this.progress,
       refresh: () => void this.refreshViews(),
+      shownBudget: () => this.tracker.report,
     };
     context.subscriptions.push(
       this.output,
       this.flightOutput,
       this.statusItem,
+      vscode.workspace.registerTextDocumentContentProvider(SobaDocuments.scheme, documents),
       ...Object.entries(commandHandlers(ctx)).map(([id, handler]) => vscode.commands.registerCommand(id, handler)),
       vscode.window.registerTreeDataProvider(VIEW_IDS.sessions, this.views.sessions),
       vscode.window.registerTreeDataProvider(VIEW_IDS.budget, this.views.budget),
@@ -300,7 +344,7 @@ class SobaExtension {
   }
 }
 
-function vscodeUi(flightOutput: vscode.OutputChannel): EditorUi {
+function vscodeUi(flightOutput: vscode.OutputChannel, documents: SobaDocuments): EditorUi {
   return {
     info: (message, ...actions) => Promise.resolve(vscode.window.showInformationMessage(message, ...actions)),
     warn: (message) => void vscode.window.showWarningMessage(message),
@@ -331,10 +375,7 @@ function vscodeUi(flightOutput: vscode.OutputChannel): EditorUi {
       });
       return uris?.[0]?.fsPath;
     },
-    showDocument: (content, language) =>
-      void vscode.workspace
-        .openTextDocument({ content, language })
-        .then((doc) => vscode.window.showTextDocument(doc, { preview: true, viewColumn: vscode.ViewColumn.Beside })),
+    showDocument: (name, content) => void documents.show(name, content),
     confirm: async (message, detail, action) => (await vscode.window.showWarningMessage(message, { modal: true, detail }, action)) === action,
     showLines: (lines) => {
       flightOutput.clear();

@@ -36,6 +36,19 @@ export interface BudgetBreakdown {
   unseenText?: string;
 }
 
+/** Who compacts a session: SOBA (an agent takes its input from SOBA) or the agent SOBA follows. */
+export interface Control {
+  compactedBy: 'soba' | 'agent';
+  /** The followed agent: `claude-code`, `codex` or `pi`. */
+  agent?: string;
+  /** How the followed agent's own compactions reach SOBA, when installed. */
+  integration?: 'claude-code-hook' | 'pi-extension';
+  /** One sentence: who compacts, and when. */
+  note: string;
+  /** What compact, capsule load and rewind do for this session. */
+  actions: string;
+}
+
 export interface BudgetReport {
   sessionId: string;
   workspace: string;
@@ -55,7 +68,25 @@ export interface BudgetReport {
   compacting: boolean;
   /** An explicit /compact waits for the agent's inference to end. */
   compactQueued?: boolean;
+  /** Absent from daemons that only knew sessions SOBA compacts. */
+  control?: Control;
 }
+
+/** `soba/preview`: what SOBA would send after an action, changing nothing. */
+export interface PreviewResult {
+  sessionId: string;
+  action: 'compact' | 'capsuleLoad' | 'rewind';
+  control: Control;
+  tokensBefore: number;
+  tokensAfter: number;
+  /** Markdown, headed by what it is and who compacts. */
+  text: string;
+}
+
+export type PreviewAction =
+  | { action: 'compact'; instructions?: string }
+  | { action: 'capsuleLoad'; path: string }
+  | { action: 'rewind'; entryId: string };
 
 export interface CompactionResult {
   operationId: string;
@@ -82,6 +113,8 @@ export interface CompactionEvent {
   result?: CompactionResult;
   /** On `end`: the persistent completion line. */
   message?: string;
+  /** On `start`: the operation's name while it runs, worded by its trigger. */
+  title?: string;
 }
 
 export interface SessionSummary {
@@ -130,6 +163,8 @@ export interface ContextResult {
   effectiveTokens: number;
   hardLimit: number;
   softLimit: number;
+  /** Absent from daemons that only knew sessions SOBA compacts. */
+  control?: Control;
   tokens: number;
   breakdown: BudgetReport['breakdown'];
   byKind: {
@@ -187,6 +222,7 @@ export interface Requests {
   'soba/capsule/list': [SessionTarget, { capsules: CapsuleSummary[] }];
   'soba/context': [SessionTarget & { limit?: number }, ContextResult];
   'soba/rewind': [{ sessionId: string; entryId: string }, { leafId: string | null; budget: BudgetReport }];
+  'soba/preview': [SessionTarget & PreviewAction, PreviewResult];
 }
 
 export type RequestMethod = keyof Requests;
@@ -212,6 +248,7 @@ export const ErrorCodes = {
   unknownSession: -32002,
   overflowRetryUsed: -32003,
   sessionLocked: -32004,
+  agentCompacts: -32005,
 } as const;
 
 /** Sends one typed request; implemented over vscode-languageclient or vscode-jsonrpc. */

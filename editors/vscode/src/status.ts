@@ -124,13 +124,23 @@ export function autoCompactLine(report: BudgetReport): string {
     : 'Auto-compact: on, 0% left: past the soft limit, it compacts before the next response';
 }
 
-/** Tooltip lines: soft limit, measurement source, auto-compact state, last compaction. */
+/** Whether the agent compacts the session itself and SOBA only follows it. */
+export function followed(report: BudgetReport): boolean {
+  return report.control?.compactedBy === 'agent';
+}
+
+/**
+ * Tooltip lines: soft limit, measurement source, who compacts, last compaction. For a session
+ * SOBA follows, the daemon's sentence says who compacts instead of SOBA's auto-compact promise.
+ */
 export function tooltipLines(report: BudgetReport, now: Date): string[] {
   return [
     `SOBA context budget: ${statusText(report)} tokens`,
-    `Soft limit: ${formatTokens(report.softLimit)} (auto-compaction starts past it)`,
+    followed(report)
+      ? `Soft limit: ${formatTokens(report.softLimit)}`
+      : `Soft limit: ${formatTokens(report.softLimit)} (auto-compaction starts past it)`,
     `Measured: ${sourceLabel(report.source)} (${report.model}, ${countedWith(report)})`,
-    autoCompactLine(report),
+    ...(followed(report) && report.control ? [report.control.note] : [autoCompactLine(report)]),
     `Last compaction: ${lastCompactionLine(report.lastCompaction, now)}`,
     ...(report.compacting ? ['Compacting now…'] : []),
     ...(report.compactQueued && !report.compacting
@@ -228,7 +238,7 @@ export class CompactionProgress {
     switch (event.phase) {
       case 'start':
         this.percentSoFar.set(id, 0);
-        return [{ kind: 'begin', operationId: id, title: `${PROGRESS_TITLE} (${event.trigger})` }];
+        return [{ kind: 'begin', operationId: id, title: event.title ?? `${PROGRESS_TITLE} (${event.trigger})` }];
       case 'progress': {
         const actions: ProgressAction[] = [];
         if (!this.percentSoFar.has(id)) {

@@ -67,12 +67,21 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
     ...(notInLog > 0
       ? [{ ...part('notInLog', 'Not in the log'), tooltip: report.breakdown.unseenText }]
       : []),
-    {
-      id: 'budget:auto',
-      label: 'Auto-compact',
-      description: report.autoCompact ? 'on' : 'off',
-      icon: report.autoCompact ? 'check' : 'circle-slash',
-    },
+    report.control?.compactedBy === 'agent'
+      ? {
+          // SOBA's auto-compact never runs for an agent it only follows: say who compacts.
+          id: 'budget:compactedBy',
+          label: 'Compacted by',
+          description: `${report.control.agent ?? 'the agent'} itself`,
+          tooltip: `${report.control.note}\n${report.control.actions}`,
+          icon: 'eye',
+        }
+      : {
+          id: 'budget:auto',
+          label: 'Auto-compact',
+          description: report.autoCompact ? 'on' : 'off',
+          icon: report.autoCompact ? 'check' : 'circle-slash',
+        },
   ];
 }
 

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { capsuleFileName, commandHandlers, type CommandContext, type EditorUi, type PickItem } from '../src/commands';
-import type { CapsuleSummary, ContextResult, ParamsOf, RequestMethod, ResultOf, SobaRequester } from '../src/protocol';
+import { capsuleFileName, checkpointItem, commandHandlers, type CommandContext, type EditorUi, type PickItem } from '../src/commands';
+import type { BudgetReport, CapsuleSummary, ContextResult, ParamsOf, RequestMethod, ResultOf, SobaRequester } from '../src/protocol';
 import { readSettings } from '../src/settings';
 import { CompactionProgress } from '../src/status';
-import { report, result } from './fixtures';
+import { drivenControl, followedControl, preview, report, result } from './fixtures';
 
 type Reply = { [M in RequestMethod]?: (params: ParamsOf<M>) => ResultOf<M> };
 
@@ -21,6 +21,10 @@ class Harness {
   confirms: boolean[] = [];
   refreshed = 0;
   running = true;
+  /** What the status bar shows. */
+  budget: BudgetReport | undefined;
+  /** Pickers offered, each as its items. */
+  readonly offered: Array<Array<PickItem<unknown>>> = [];
   readonly progress = new CompactionProgress();
 
   constructor(private readonly replies: Reply) {}
@@ -43,13 +47,14 @@ class Harness {
     error: (message) => void this.shown.push(['error', message]),
     input: async () => this.inputs.shift(),
     pick: async <T>(items: PickItem<T>[]) => {
+      this.offered.push(items as Array<PickItem<unknown>>);
       const index = this.picks.shift();
       return index === undefined ? undefined : items[index].value;
     },
     saveFile: async () => this.saveAs,
     openCapsuleFile: async () => this.openPath,
     showLines: (lines) => void this.shown.push(['lines', lines.join('\n')]),
-    showDocument: (content) => void this.shown.push(['document', content]),
+    showDocument: (name, content) => void this.shown.push([`document:${name}`, content]),
     confirm: async (message, _detail, action) => {
       this.shown.push(['confirm', `${message} [${action}]`]);
       return this.confirms.shift() ?? false;
@@ -64,6 +69,7 @@ class Harness {
       settings: () => readSettings((key) => (key === 'compact.mirror' ? true : key === 'flightRecords.limit' ? 7 : undefined)),
       progress: this.progress,
       refresh: () => void this.refreshed++,
+      shownBudget: () => this.budget,
     };
   }
 
@@ -259,15 +265,100 @@ describe('commands', () => {
     await h.run('soba.showContext');
     assert.deepEqual(h.sent, [['soba/context', { workspace: '/w', limit: 15 }]]);
     const [kind, doc] = h.shown[0];
-    assert.equal(kind, 'document');
+    assert.equal(kind, 'document:context');
     assert.match(doc, /\*\*31\.2k \/ 48\.8k tokens\*\* \(64% of the hard limit\), 17\.6k free; auto-compaction starts past 39k/);
     assert.match(doc, /\| File reads \| 12\.4k \| 25% \|/);
     assert.match(doc, /\| 12\.4k \| file \| Read src\/parser\.rs \| new · `e_3` \|/);
     assert.match(doc, /`ck_1` “Parser”: manual, model, 900 tokens/);
 
     await h.run('soba.viewCapsule');
-    assert.equal(h.shown[1][0], 'document');
+    assert.equal(h.shown[1][0], 'document:capsule');
     assert.match(h.shown[1][1], /^<!-- SOBA capsule ck_1 “Parser”: manual, model, 900 tokens -->\n\n## Goal/);
+  });
+
+  it('previews instead of compacting a session its agent compacts, with no success message', async () => {
+    const h = new Harness({ 'soba/preview': () => preview() });
+    h.budget = report({ control: followedControl });
+    h.inputs = [' keep the parser work '];
+    await h.run('soba.compact');
+    assert.deepEqual(h.sent, [['soba/preview', { workspace: '/w', action: 'compact', instructions: 'keep the parser work' }]]);
+    assert.deepEqual(h.shown.map(([kind]) => kind), ['document:preview']);
+    assert.match(h.shown[0][1], /^# What SOBA would send after compacting\n\n> Preview: nothing was changed/);
+    assert.equal(h.refreshed, 0, 'nothing changed');
+  });
+
+  it('compacts a session SOBA drives as before', async () => {
+    const h = new Harness({ 'soba/compact': () => result() });
+    h.budget = report({ control: drivenControl });
+    h.inputs = [''];
+    await h.run('soba.compact');
+    assert.deepEqual(h.sent.map(([m]) => m), ['soba/compact']);
+    assert.equal(h.shown[0][0], 'info');
+  });
+
+  it('falls back to the preview when the daemon refuses a compaction the bar did not know about', async () => {
+    const h = new Harness({
+      'soba/compact': () => {
+        throw Object.assign(new Error('soba/compact was not applied: Claude Code compacts this session itself'), { code: -32005 });
+      },
+      'soba/preview': () => preview(),
+    });
+    h.inputs = [''];
+    await h.run('soba.compact');
+    assert.deepEqual(h.sent.map(([m]) => m), ['soba/compact', 'soba/preview']);
+    assert.deepEqual(h.shown.map(([kind]) => kind), ['document:preview']);
+  });
+
+  it('previews a capsule load and a rewind of a followed session, asking nothing and changing nothing', async () => {
+    const load = new Harness({ 'soba/preview': () => preview({ action: 'capsuleLoad' }) });
+    load.budget = report({ control: followedControl });
+    await load.run('soba.loadCapsule');
+    assert.deepEqual(load.sent, [['soba/preview', { workspace: '/w', action: 'capsuleLoad', path: '/tmp/in.capsule.md' }]]);
+    assert.deepEqual(load.shown.map(([kind]) => kind), ['document:preview']);
+
+    const rewind = new Harness({
+      'soba/budget': () => report({ sessionId: 's_cc', control: followedControl }),
+      'soba/capsule/list': () => ({ capsules: [capsule('ck_1', 'First')] }),
+      'soba/preview': () => preview({ action: 'rewind' }),
+    });
+    rewind.picks = [0];
+    await rewind.run('soba.rewind');
+    assert.deepEqual(rewind.sent.at(-1), ['soba/preview', { sessionId: 's_cc', action: 'rewind', entryId: 'e_ck_1' }]);
+    assert.ok(!rewind.sent.some(([m]) => m === 'soba/rewind'));
+    assert.deepEqual(rewind.shown.map(([kind]) => kind), ['document:preview'], 'no confirmation, no success message');
+  });
+
+  it('offers a preview, not "Compact Now", from the budget of a followed session', async () => {
+    const h = new Harness({ 'soba/budget': () => report({ control: followedControl }), 'soba/preview': () => preview() });
+    h.budget = report({ control: followedControl });
+    h.infoChoice = 'Preview Compaction';
+    h.inputs = [''];
+    await h.run('soba.showBudget');
+    assert.match(h.shown[0][1], /auto-compact on\. Claude Code compacts this session itself/);
+    assert.deepEqual(h.sent.map(([m]) => m), ['soba/budget', 'soba/preview']);
+  });
+
+  it('lists checkpoints by title or by what made them, with a relative and local time, the id only once', () => {
+    const now = new Date('2026-11-29T12:30:00Z');
+    const titled = checkpointItem({ ...capsule('ck_1', 'Parser'), trigger: 'handoff' }, now);
+    assert.equal(titled.label, 'Parser');
+    assert.match(titled.description ?? '', /^30 min ago · /);
+    assert.doesNotMatch(titled.description ?? '', /2026-11-29T12:00:00Z/, 'no raw ISO time');
+    assert.equal(titled.detail, 'ck_1 · Capsule · model · 9k → 900 tokens');
+    const untitled = checkpointItem({ ...capsule('ck_2', ''), trigger: 'auto_threshold' }, now);
+    assert.equal(untitled.label, 'Compaction (auto threshold)');
+    const all = [untitled.label, untitled.description, untitled.detail].join(' ');
+    assert.equal(all.split('ck_2').length - 1, 1, `the id once: ${all}`);
+    const loaded = checkpointItem({ ...capsule('ck_3', ''), origin: 'loaded' }, now);
+    assert.equal(loaded.label, 'Loaded capsule');
+    assert.equal(checkpointItem({ ...capsule('ck_4', ''), trigger: 'user' }, now).label, 'Compaction (/compact)');
+  });
+
+  it('says who compacts in the context of a followed agent, not where SOBA would', async () => {
+    const h = new Harness({ 'soba/context': () => contextResult({ control: followedControl }) });
+    await h.run('soba.showContext');
+    assert.match(h.shown[0][1], /17\.6k free; Claude Code compacts this session itself; SOBA follows it/);
+    assert.doesNotMatch(h.shown[0][1], /auto-compaction starts past/);
   });
 
   it('says there is no capsule to view before the first compaction', async () => {

@@ -21,6 +21,7 @@ const fakeContext: CommandContext = {
   settings: () => readSettings(() => undefined),
   progress: new CompactionProgress(),
   refresh: () => undefined,
+  shownBudget: () => undefined,
 };
 
 describe('package.json contract', () => {

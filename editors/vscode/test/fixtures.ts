@@ -1,4 +1,4 @@
-import type { BudgetReport, CompactionResult } from '../src/protocol';
+import type { BudgetReport, CompactionResult, Control, PreviewResult } from '../src/protocol';
 
 export function report(overrides: Partial<BudgetReport> = {}): BudgetReport {
   return {
@@ -35,6 +35,34 @@ export function result(overrides: Partial<CompactionResult> = {}): CompactionRes
     firstKeptEntryId: 'e_9',
     durationMs: 1200,
     fallback: false,
+    ...overrides,
+  };
+}
+
+/** A Claude Code session SOBA follows, with SOBA's hook installed: the daemon's sentences. */
+export const followedControl: Control = {
+  compactedBy: 'agent',
+  agent: 'claude-code',
+  integration: 'claude-code-hook',
+  note: "Claude Code compacts this session itself; SOBA follows it, and SOBA's hook adds its capsule after each of Claude Code's compactions.",
+  actions:
+    "SOBA cannot change what Claude Code sends: compact, capsule load and rewind show what SOBA would send, as a preview. Run /compact in Claude Code: SOBA's hook adds SOBA's capsule to the new context.",
+};
+
+export const drivenControl: Control = {
+  compactedBy: 'soba',
+  note: "SOBA compacts this session before the agent's next response.",
+  actions: "Compact, capsule load and rewind change the model input of the agent's next response.",
+};
+
+export function preview(overrides: Partial<PreviewResult> = {}): PreviewResult {
+  return {
+    sessionId: 's_1',
+    action: 'compact',
+    control: followedControl,
+    tokensBefore: 130_600,
+    tokensAfter: 24_800,
+    text: '# What SOBA would send after compacting\n\n> Preview: nothing was changed, and the agent does not receive this.\n',
     ...overrides,
   };
 }

@@ -15,7 +15,7 @@ import {
   timeAgo,
   tooltipLines,
 } from '../src/status';
-import { report, result } from './fixtures';
+import { drivenControl, followedControl, report, result } from './fixtures';
 
 describe('formatTokens', () => {
   it('keeps small counts exact and abbreviates thousands and millions', () => {
@@ -70,6 +70,20 @@ describe('tooltip', () => {
       'Auto-compact: on, 20% left (7.8k tokens) until it starts',
       'Last compaction: none yet',
     ]);
+  });
+
+  it('says the followed agent compacts, never that SOBA compacts before the next response', () => {
+    const lines = tooltipLines(report({ effectiveTokens: 45_000, softLimit: 40_000, control: followedControl }), now);
+    assert.deepEqual(lines.slice(0, 4), [
+      'SOBA context budget: 45k / 48.8k tokens',
+      'Soft limit: 40k',
+      'Measured: estimated (test-model, o200k_base)',
+      "Claude Code compacts this session itself; SOBA follows it, and SOBA's hook adds its capsule after each of Claude Code's compactions.",
+    ]);
+    assert.ok(!lines.some((l) => /Auto-compact|compacts before the next response|auto-compaction starts/.test(l)), lines.join('\n'));
+    // A session SOBA drives keeps SOBA's promise.
+    const driven = tooltipLines(report({ effectiveTokens: 45_000, softLimit: 40_000, control: drivenControl }), now);
+    assert.ok(driven.includes('Auto-compact: on, 0% left: past the soft limit, it compacts before the next response'));
   });
 
   it('gives the percent left until auto-compact, and 0% past the soft limit', () => {
@@ -174,6 +188,15 @@ describe('BudgetTracker', () => {
 });
 
 describe('CompactionProgress', () => {
+  it("titles a compaction as the daemon words its trigger", () => {
+    const progress = new CompactionProgress();
+    assert.deepEqual(
+      progress.handle({ sessionId: 's_1', operationId: 'op_9', trigger: 'user', phase: 'start', title: 'Compacting context (/compact)' }),
+      [{ kind: 'begin', operationId: 'op_9', title: 'Compacting context (/compact)' }],
+    );
+  });
+
+
   it('turns absolute percents into increments and ends with the daemon line', () => {
     const progress = new CompactionProgress();
     const base = { sessionId: 's_1', operationId: 'op_1', trigger: 'auto_threshold' };

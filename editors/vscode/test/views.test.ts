@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { FlightRecord } from '../src/protocol';
 import { budgetNodes, capsuleNodes, compactionNodes, flightLines, sessionNodes } from '../src/views';
-import { report } from './fixtures';
+import { followedControl, report } from './fixtures';
 
 function record(overrides: Partial<FlightRecord>): FlightRecord {
   return {
@@ -36,6 +36,14 @@ describe('sidebar view models', () => {
         ['s_2', 'active · 31.2k / 48.8k · 40 entries', 'session.active'],
       ],
     );
+  });
+
+  it('says who compacts a followed session instead of an auto-compact that never runs for it', () => {
+    const nodes = budgetNodes(report({ control: followedControl }));
+    const last = nodes.at(-1);
+    assert.deepEqual([last?.label, last?.description], ['Compacted by', 'claude-code itself']);
+    assert.match(last?.tooltip ?? '', /^Claude Code compacts this session itself/);
+    assert.ok(!nodes.some((n) => n.label === 'Auto-compact'));
   });
 
   it('breaks the budget down and says when there is no session', () => {

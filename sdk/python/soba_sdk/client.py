@@ -188,6 +188,10 @@ class SobaClient:
         """Follow a live agent transcript (Claude Code, Codex, pi) into a session."""
         return self._send("soba/attach", params)
 
+    def preview(self, params: p.PreviewParams) -> p.PreviewResult:
+        """What SOBA would send after a compact, capsule load or rewind, changing nothing."""
+        return self._send("soba/preview", params)
+
     # Lifetime -----------------------------------------------------------------------------
 
     def close(self, timeout: float = 5.0) -> None:

@@ -129,6 +129,8 @@ class BudgetChangedNotification(TypedDict):
     compacting: bool
     # An explicit `/compact` is queued until the agent's inference in flight ends.
     compactQueued: bool
+    # Who compacts this session's context, and what SOBA's actions do to it.
+    control: Control
 
 
 class BudgetParams(TypedDict):
@@ -168,6 +170,8 @@ class BudgetReport(TypedDict):
     compacting: bool
     # An explicit `/compact` is queued until the agent's inference in flight ends.
     compactQueued: bool
+    # Who compacts this session's context, and what SOBA's actions do to it.
+    control: Control
 
 
 class BudgetResult(TypedDict):
@@ -202,6 +206,8 @@ class BudgetResult(TypedDict):
     compacting: bool
     # An explicit `/compact` is queued until the agent's inference in flight ends.
     compactQueued: bool
+    # Who compacts this session's context, and what SOBA's actions do to it.
+    control: Control
 
 
 class Calibration(TypedDict):
@@ -402,6 +408,9 @@ class CompactionNotification(TypedDict):
     percent: NotRequired[Optional[int]]
     result: NotRequired[Optional[CompactionResult]]
     message: NotRequired[Optional[str]]
+    # On `start`: what to call the operation while it runs, worded by its trigger
+    # (`Compacting context (/compact)`, `Compacting context before response (hard_limit)`).
+    title: NotRequired[Optional[str]]
 
 
 class CompactionResult(TypedDict):
@@ -485,6 +494,9 @@ class ContextResult(TypedDict):
     effectiveTokens: int
     hardLimit: int
     softLimit: int
+    # Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
+    # where SOBA compacts.
+    control: Control
     # Counted tokens of the model input at the leaf (system and tool schemas included).
     tokens: int
     # By part of the view: system, tools, capsule, retained tail, new entries.
@@ -495,6 +507,22 @@ class ContextResult(TypedDict):
     largest: List[LargestEntry]
     # The capsule the model input starts from; absent before the first compaction.
     capsule: Optional[CurrentCapsule]
+
+
+class Control(TypedDict):
+    """Who compacts a session: SOBA, for an agent that takes its model input from SOBA (the SDKs,
+    `soba proxy`, the pi extension's own sessions), or the agent itself, for a transcript SOBA
+    only follows."""
+
+    compactedBy: CompactedBy
+    # The followed agent: `claude-code`, `codex` or `pi`.
+    agent: NotRequired[Optional[str]]
+    # How the followed agent's own compactions reach SOBA, when installed.
+    integration: NotRequired[Optional[Integration]]
+    # One sentence for a tooltip: who compacts, and when.
+    note: str
+    # What SOBA's compact, capsule load and rewind do for this session.
+    actions: str
 
 
 class CurrentCapsule(TypedDict):
@@ -666,6 +694,31 @@ class PreflightResult(TypedDict):
     messages: List[ModelMessage]
     tokens: int
     compaction: Optional[CompactionResult]
+
+
+class PreviewParamsFields(TypedDict):
+    """soba/preview params.
+    
+    What `soba/preview` shows, as the request it stands for would do it."""
+
+    sessionId: NotRequired[Optional[str]]
+    workspace: NotRequired[Optional[str]]
+
+
+class PreviewResult(TypedDict):
+    """soba/preview result.
+    
+    The answer to `soba/preview`: what SOBA would send after the action, changing nothing."""
+
+    sessionId: str
+    # `compact`, `capsuleLoad` or `rewind`.
+    action: str
+    control: Control
+    tokensBefore: int
+    # The model input after the action, measured as a preflight would.
+    tokensAfter: int
+    # Markdown: a header saying that this is a preview and who compacts, then the model input.
+    text: str
 
 
 class ReportBreakdown(TypedDict):
@@ -956,6 +1009,27 @@ class AppendedEntryTurnComplete(AppendedEntryFields, TurnCompleteEntry):
     type: Literal["turn_complete"]
 
 
+class PreviewParamsCapsuleLoad(PreviewParamsFields):
+    """`soba/capsule/load`: the capsule of a `.capsule.md` file."""
+
+    action: Literal["capsuleLoad"]
+    path: str
+
+
+class PreviewParamsCompact(PreviewParamsFields):
+    """`soba/compact`: the capsule and the retained tail."""
+
+    action: Literal["compact"]
+    instructions: NotRequired[Optional[str]]
+
+
+class PreviewParamsRewind(PreviewParamsFields):
+    """`soba/rewind`: the model input at an earlier entry."""
+
+    action: Literal["rewind"]
+    entryId: str
+
+
 Agent = Literal["claude-code", "codex", "pi", "openai-chat", "swe-agent", "aider", "copilot-cli"]
 """The agents whose transcripts SOBA imports and follows, named as a session header's
 `source.format` names them."""
@@ -975,6 +1049,9 @@ CalibrationSource = Union[Literal["exact"], Literal["catalog"], Literal["config"
 
 
 CheckpointKind = Literal["milestone", "plan_pivot"]
+
+
+CompactedBy = Union[Literal["soba"], Literal["agent"]]
 
 
 CompactionPhase = Literal["start", "progress", "end"]
@@ -999,6 +1076,10 @@ FileOp = Literal["read", "modified", "created", "deleted"]
 FileSource = Literal["tool", "watcher", "agent"]
 
 
+Integration = Union[Literal["claude-code-hook"], Literal["pi-extension"]]
+"""An integration through which the agent's own compactions become SOBA's."""
+
+
 MeasurementSource = Union[Literal["provider_usage"], Literal["estimated"]]
 
 
@@ -1006,6 +1087,12 @@ Origin = Union[Literal["session"], Literal["loaded"]]
 
 
 Outcome = Literal["completed", "skipped", "cancelled", "stale", "failed"]
+
+
+PreviewParams = Union[PreviewParamsCompact, PreviewParamsCapsuleLoad, PreviewParamsRewind]
+"""soba/preview params.
+
+What `soba/preview` shows, as the request it stands for would do it."""
 
 
 Provider = Union[Literal["local"], Literal["openai"], Literal["anthropic"]]
@@ -1059,6 +1146,7 @@ METHODS = {
     "soba/flight": (FlightParams, FlightResult),
     "soba/overflow": (OverflowParams, OverflowResult),
     "soba/preflight": (PreflightParams, PreflightResult),
+    "soba/preview": (PreviewParams, PreviewResult),
     "soba/rewind": (RewindParams, RewindResult),
     "soba/session/append": (SessionAppendParams, SessionAppendResult),
     "soba/session/close": (SessionCloseParams, SessionCloseResult),

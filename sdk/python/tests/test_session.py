@@ -151,12 +151,15 @@ class SessionTest(DaemonTestCase):
             "soba/capsule/export": "capsule_export",
             "soba/capsule/load": "capsule_load",
             "soba/capsule/list": "capsule_list",
+            "soba/preview": "preview",
         }
         self.assertEqual(sorted(wrappers), sorted(protocol.METHODS))
         for method, name in wrappers.items():
             hints = getattr(SobaClient, name).__annotations__
             params_type, result_type = protocol.METHODS[method]
-            self.assertIn(params_type.__name__, str(hints.get("params")), name)
+            # A tagged union (soba/preview) is an alias: its name is the module's, not its own.
+            params_name = next(k for k, v in vars(protocol).items() if v is params_type)
+            self.assertIn(params_name, str(hints.get("params")), name)
             self.assertEqual(hints["return"], f"p.{result_type.__name__}", name)
         ws = self.workspace("wrappers")
         c = self.connect(ws)

@@ -213,6 +213,10 @@ export class SobaClient {
   attach(params: Methods['soba/attach']['params']) {
     return this.request('soba/attach', params);
   }
+  /** What SOBA would send after a compact, capsule load or rewind, changing nothing. */
+  preview(params: Methods['soba/preview']['params']) {
+    return this.request('soba/preview', params);
+  }
 
   /** `shutdown` and `exit`; waits for a spawned `soba serve` to end. */
   async close(): Promise<void> {

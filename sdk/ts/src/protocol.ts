@@ -110,6 +110,8 @@ export type BudgetReport = {
   compacting: boolean;
   /** An explicit `/compact` is queued until the agent's inference in flight ends. */
   compactQueued: boolean;
+  /** Who compacts this session's context, and what SOBA's actions do to it. */
+  control: Control;
 };
 
 /**
@@ -151,6 +153,8 @@ export type CheckpointEntry = {
 };
 
 export type CheckpointKind = "milestone" | "plan_pivot";
+
+export type CompactedBy = "soba" | "agent";
 
 export type CompactionFile = {
   /** Soft triggers on or off. Hard-limit and overflow compaction stay mandatory. */
@@ -244,6 +248,23 @@ export type ContentBlock = (
   } & Record<string, unknown>
 );
 
+/**
+ * Who compacts a session: SOBA, for an agent that takes its model input from SOBA (the SDKs,
+ * `soba proxy`, the pi extension's own sessions), or the agent itself, for a transcript SOBA
+ * only follows.
+ */
+export type Control = {
+  compactedBy: CompactedBy;
+  /** The followed agent: `claude-code`, `codex` or `pi`. */
+  agent?: string | null;
+  /** How the followed agent's own compactions reach SOBA, when installed. */
+  integration?: Integration | null;
+  /** One sentence for a tooltip: who compacts, and when. */
+  note: string;
+  /** What SOBA's compact, capsule load and rewind do for this session. */
+  actions: string;
+};
+
 export type CurrentCapsule = {
   checkpointId: string;
   entryId: string;
@@ -312,6 +333,9 @@ export type ForeignCompactionEntry = {
    */
   instructions?: string | null;
 };
+
+/** An integration through which the agent's own compactions become SOBA's. */
+export type Integration = "claude-code-hook" | "pi-extension";
 
 export type KindTokens = {
   system: number;
@@ -677,6 +701,8 @@ export type BudgetResult = {
   compacting: boolean;
   /** An explicit `/compact` is queued until the agent's inference in flight ends. */
   compactQueued: boolean;
+  /** Who compacts this session's context, and what SOBA's actions do to it. */
+  control: Control;
 };
 
 /**
@@ -718,6 +744,8 @@ export type BudgetChangedNotification = {
   compacting: boolean;
   /** An explicit `/compact` is queued until the agent's inference in flight ends. */
   compactQueued: boolean;
+  /** Who compacts this session's context, and what SOBA's actions do to it. */
+  control: Control;
 };
 
 /** soba/cancel params. */
@@ -854,6 +882,11 @@ export type CompactionNotification = {
   percent?: number | null;
   result?: CompactionResult | null;
   message?: string | null;
+  /**
+   * On `start`: what to call the operation while it runs, worded by its trigger
+   * (`Compacting context (/compact)`, `Compacting context before response (hard_limit)`).
+   */
+  title?: string | null;
 };
 
 /** soba/context params. */
@@ -876,6 +909,11 @@ export type ContextResult = {
   effectiveTokens: number;
   hardLimit: number;
   softLimit: number;
+  /**
+   * Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
+   * where SOBA compacts.
+   */
+  control: Control;
   /** Counted tokens of the model input at the leaf (system and tool schemas included). */
   tokens: number;
   /** By part of the view: system, tools, capsule, retained tail, new entries. */
@@ -930,6 +968,46 @@ export type PreflightResult = {
   messages: Array<ModelMessage>;
   tokens: number;
   compaction: CompactionResult | null;
+};
+
+/**
+ * soba/preview params.
+ *
+ * What `soba/preview` shows, as the request it stands for would do it.
+ */
+export type PreviewParams = ({
+  sessionId?: string | null;
+  workspace?: string | null;
+}) & (
+  | {
+    action: "compact";
+    instructions?: string | null;
+  }
+  | {
+    action: "capsuleLoad";
+    path: string;
+  }
+  | {
+    action: "rewind";
+    entryId: string;
+  }
+);
+
+/**
+ * soba/preview result.
+ *
+ * The answer to `soba/preview`: what SOBA would send after the action, changing nothing.
+ */
+export type PreviewResult = {
+  sessionId: string;
+  /** `compact`, `capsuleLoad` or `rewind`. */
+  action: string;
+  control: Control;
+  tokensBefore: number;
+  /** The model input after the action, measured as a preflight would. */
+  tokensAfter: number;
+  /** Markdown: a header saying that this is a preview and who compacts, then the model input. */
+  text: string;
 };
 
 /** soba/rewind params. */
@@ -1048,6 +1126,7 @@ export interface Methods {
   "soba/flight": { params: FlightParams; result: FlightResult };
   "soba/overflow": { params: OverflowParams; result: OverflowResult };
   "soba/preflight": { params: PreflightParams; result: PreflightResult };
+  "soba/preview": { params: PreviewParams; result: PreviewResult };
   "soba/rewind": { params: RewindParams; result: RewindResult };
   "soba/session/append": { params: SessionAppendParams; result: SessionAppendResult };
   "soba/session/close": { params: SessionCloseParams; result: SessionCloseResult };
@@ -1067,7 +1146,7 @@ export type MethodName = keyof Methods;
 export type NotificationName = keyof Notifications;
 
 /** Every request method, in name order. */
-export const METHODS: readonly MethodName[] = ["soba/attach","soba/autoCompact","soba/budget","soba/cancel","soba/capsule/create","soba/capsule/export","soba/capsule/list","soba/capsule/load","soba/checkpoint","soba/compact","soba/context","soba/flight","soba/overflow","soba/preflight","soba/rewind","soba/session/append","soba/session/close","soba/session/open","soba/sessions","soba/turn/complete"];
+export const METHODS: readonly MethodName[] = ["soba/attach","soba/autoCompact","soba/budget","soba/cancel","soba/capsule/create","soba/capsule/export","soba/capsule/list","soba/capsule/load","soba/checkpoint","soba/compact","soba/context","soba/flight","soba/overflow","soba/preflight","soba/preview","soba/rewind","soba/session/append","soba/session/close","soba/session/open","soba/sessions","soba/turn/complete"];
 
 /** Every notification, in name order. */
 export const NOTIFICATIONS: readonly NotificationName[] = ["soba/budgetChanged","soba/compaction","soba/session/closed"];

@@ -184,6 +184,7 @@ test('every method has a typed wrapper on the client', async () => {
     'soba/capsule/export': 'capsuleExport',
     'soba/capsule/load': 'capsuleLoad',
     'soba/capsule/list': 'capsuleList',
+    'soba/preview': 'preview',
   };
   assert.deepEqual(Object.keys(wrappers).sort(), [...METHODS].sort());
   const ws = box.workspace('wrappers');

@@ -6,9 +6,12 @@ local M = {}
 
 local levels = vim.log.levels
 local METHOD_NOT_FOUND = -32601
+--- The daemon refused to change a session whose agent compacts it itself.
+local AGENT_COMPACTS = -32005
 
---- Sends `method` with the workspace filled in; `on_result(result)` runs on success, errors notify.
-local function request(method, params, on_result)
+--- Sends `method` with the workspace filled in; `on_result(result)` runs on success, errors
+--- notify unless `on_error(err)` returns true (it handled them).
+local function request(method, params, on_result, on_error)
   local client = soba.client()
   if not client then
     soba.notify('the daemon is not running: open a file in a workspace, or check `:checkhealth soba`', levels.ERROR)
@@ -17,6 +20,9 @@ local function request(method, params, on_result)
   params = vim.tbl_extend('keep', params or {}, { workspace = soba.workspace(client) })
   client:request(method, params, function(err, result)
     if err then
+      if on_error and on_error(err) then
+        return
+      end
       if err.code == METHOD_NOT_FOUND then
         soba.notify(method .. ' is not supported by this soba daemon: update soba', levels.ERROR)
       else
@@ -40,9 +46,43 @@ function M.budget()
   end)
 end
 
+--- Shows `lines` in the scratch buffer `name` (reused), in a split.
+local function scratch(name, lines, filetype)
+  local existing = vim.fn.bufnr(name)
+  local buf = existing ~= -1 and existing or vim.api.nvim_create_buf(false, true)
+  if existing == -1 then
+    vim.api.nvim_buf_set_name(buf, name)
+    vim.bo[buf].bufhidden = 'wipe'
+  end
+  vim.bo[buf].modifiable = true
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  if filetype then
+    vim.bo[buf].filetype = filetype
+  end
+  if vim.fn.bufwinid(buf) == -1 then
+    vim.cmd('botright sbuffer ' .. buf)
+  end
+  return buf
+end
+
+--- What SOBA would send after `params.action`, in `soba://preview`: the agent is not touched.
+local function preview(params)
+  request('soba/preview', params, function(result)
+    scratch('soba://preview', vim.split(result.text, '\n', { plain = true }), 'markdown')
+  end)
+end
+
+local function agent_compacts(err)
+  return err.code == AGENT_COMPACTS
+end
+
 function M.compact(args)
   local instructions = vim.trim(table.concat(args, ' '))
   local params = instructions ~= '' and { instructions = instructions } or {}
+  if format.followed(soba.report()) then
+    return preview(vim.tbl_extend('force', params, { action = 'compact' }))
+  end
   request('soba/compact', params, function(result)
     if not soba.claim(result.operationId) then
       return
@@ -51,6 +91,12 @@ function M.compact(args)
     local line = format.completion_line(result)
     -- The same notice as the daemon's end notification, whichever arrives first.
     soba.notice(result.fallback and format.fallback_line(result, line) or line, level)
+  end, function(err)
+    -- A followed session the statusline had not shown yet: the daemon changed nothing.
+    if agent_compacts(err) then
+      preview(vim.tbl_extend('force', params, { action = 'compact' }))
+      return true
+    end
   end)
 end
 
@@ -113,9 +159,7 @@ local function capsule_export(args)
     end
     vim.ui.select(newest_first, {
       prompt = 'Checkpoint to export as a Portable Capsule',
-      format_item = function(c)
-        return string.format('%s  %s (%s, %s)', c.checkpointId, c.title, c.trigger, c.quality)
-      end,
+      format_item = format.checkpoint_item,
     }, function(choice)
       if choice then
         export_to(choice.checkpointId, choice.title, nil)
@@ -146,6 +190,9 @@ local function capsule_load(args)
     end
     -- Loading replaces what the model sees: ask first when there is a live context to replace.
     client:request('soba/budget', { workspace = soba.workspace(client) }, function(err, report)
+      if not err and format.followed(report) then
+        return preview({ action = 'capsuleLoad', path = path })
+      end
       if not err and report and (report.effectiveTokens or 0) > 0 then
         local question = string.format(
           'Replace the live context (%s tokens, session %s) with %s?\n'
@@ -173,26 +220,6 @@ local function capsule_list()
   request('soba/capsule/list', {}, function(result)
     show_lines(format.capsule_lines(result.capsules))
   end)
-end
-
---- Shows `lines` in the scratch buffer `name` (reused), in a split.
-local function scratch(name, lines, filetype)
-  local existing = vim.fn.bufnr(name)
-  local buf = existing ~= -1 and existing or vim.api.nvim_create_buf(false, true)
-  if existing == -1 then
-    vim.api.nvim_buf_set_name(buf, name)
-    vim.bo[buf].bufhidden = 'wipe'
-  end
-  vim.bo[buf].modifiable = true
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-  vim.bo[buf].modifiable = false
-  if filetype then
-    vim.bo[buf].filetype = filetype
-  end
-  if vim.fn.bufwinid(buf) == -1 then
-    vim.cmd('botright sbuffer ' .. buf)
-  end
-  return buf
 end
 
 --- `:Soba context`: what fills the window, in `soba://context`.
@@ -251,6 +278,9 @@ function M.rewind(args)
         if not chosen then
           return
         end
+        if format.followed(report) then
+          return preview({ action = 'rewind', sessionId = report.sessionId, entryId = chosen.entryId })
+        end
         local question = string.format(
           'Rewind session %s (%s tokens) to %s %s (%s tokens)?',
           report.sessionId,
@@ -282,9 +312,7 @@ function M.rewind(args)
       end
       vim.ui.select(newest_first(result.capsules), {
         prompt = 'Checkpoint to rewind to',
-        format_item = function(c)
-          return string.format('%s  %s (%s, %s tokens)', c.checkpointId, c.title ~= vim.NIL and c.title or '', c.trigger, format.tokens(c.tokens.after))
-        end,
+        format_item = format.checkpoint_item,
       }, go)
     end)
   end)

@@ -92,13 +92,37 @@ function M.statusline(report, compacting_percent)
   return text
 end
 
+--- Whether the agent compacts the session itself and SOBA only follows it: SOBA's compact,
+--- capsule load and rewind are then previews.
+function M.followed(report)
+  local control = report and report.control
+  return type(control) == 'table' and control.compactedBy == 'agent'
+end
+
+--- A checkpoint in a picker: its title or what made it, then its id, quality and size.
+function M.checkpoint_item(c)
+  local title = type(c.title) == 'string' and c.title ~= '' and c.title or nil
+  local made = c.origin == 'loaded' and 'loaded capsule'
+    or c.trigger == 'handoff' and 'capsule'
+    or ('compaction (' .. (c.trigger == 'user' and '/compact' or tostring(c.trigger):gsub('_', ' ')) .. ')')
+  return string.format(
+    '%s  %s · %s · %s → %s tokens',
+    title or made,
+    c.checkpointId,
+    c.quality,
+    M.tokens(c.tokens and c.tokens.before),
+    M.tokens(c.tokens and c.tokens.after)
+  )
+end
+
 --- `:Soba budget`: the statusline's tooltip, as lines.
 function M.budget_lines(report)
   local pct = report.hardLimit > 0 and math.floor(report.effectiveTokens / report.hardLimit * 100 + 0.5) or 0
   local b = report.breakdown or {}
   local lines = {
     string.format('Context budget: %s tokens (%d%% of the hard limit)', M.status_text(report), pct),
-    string.format('Soft limit: %s (auto-compaction starts past it)', M.tokens(report.softLimit)),
+    M.followed(report) and string.format('Soft limit: %s', M.tokens(report.softLimit))
+      or string.format('Soft limit: %s (auto-compaction starts past it)', M.tokens(report.softLimit)),
     string.format('Measured: %s (%s, %s)', M.source_label(report.source), report.model, M.counted_with(report)),
     string.format(
       'Breakdown: system %s, tools %s, capsule %s, retained tail %s, new entries %s',
@@ -108,7 +132,8 @@ function M.budget_lines(report)
       M.tokens(b.retainedTail),
       M.tokens(b.newEntries)
     ) .. ((b.notInLog or 0) > 0 and string.format(', not in the log %s', M.tokens(b.notInLog)) or ''),
-    'Auto-compact: ' .. (report.autoCompact and 'on' or 'off'),
+    -- For a followed agent, who compacts; SOBA's auto-compact never runs there.
+    M.followed(report) and report.control.note or ('Auto-compact: ' .. (report.autoCompact and 'on' or 'off')),
     'Last compaction: ' .. M.last_compaction(report.lastCompaction),
   }
   -- Where the allowance for the agent's unseen system prompt and tools comes from.
@@ -248,13 +273,14 @@ function M.context_lines(ctx)
   local b, k = ctx.breakdown, ctx.byKind
   local lines = {
     string.format(
-      'Context of session %s: %s / %s tokens (%d%% of the hard limit), %s free; auto-compaction past %s',
+      'Context of session %s: %s / %s tokens (%d%% of the hard limit), %s free; %s',
       ctx.sessionId,
       M.tokens(ctx.effectiveTokens),
       M.tokens(limit),
       pct(ctx.effectiveTokens),
       M.tokens(free),
-      M.tokens(ctx.softLimit)
+      -- For a followed agent, who compacts; the soft limit is SOBA's promise only where it compacts.
+      M.followed(ctx) and ctx.control.note or ('auto-compaction past ' .. M.tokens(ctx.softLimit))
     ),
     '',
     'By part',
