@@ -1,9 +1,10 @@
-//! `soba proxy`: SOBA's compaction for any agent that talks to an OpenAI- or Anthropic-style
-//! API. An incoming chat request is mapped onto its conversation's session (the resent history
+//! `soba proxy`: SOBA's compaction for any agent that talks to an OpenAI- (Chat Completions or
+//! Responses) or Anthropic-style API. An incoming chat request is mapped onto its conversation's session (the resent history
 //! matched by content, what is new appended), the preflight barrier runs, and the upstream
 //! request carries the model input instead of the full history. Provider formats stop here.
 //!
 //! - [`wire`]: provider requests, replies and errors ↔ session entries and the model input.
+//! - [`responses`]: the same for OpenAI's Responses API (input items, output items, events).
 //! - [`conversation`]: which incoming message became which entries; what to append, where to
 //!   rewind, which messages go out as the agent sent them.
 //! - [`rpc`]: the proxy as an agent client of the daemon (the one writer of every log).
@@ -11,6 +12,7 @@
 //! - [`service`]: connection handling for a proxy left running: limits, timeouts, the token.
 
 pub mod conversation;
+pub mod responses;
 pub mod rpc;
 pub mod server;
 pub mod service;

@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 use super::conversation::{provider_messages, Conversation};
+use super::responses;
 use super::rpc::{ClientSetup, RequestHandler, RpcClient};
 use super::service::{shown_url, ServiceOptions};
 use super::wire::{self, Api, ChatRequest, Reply, StreamTap};
@@ -121,7 +122,12 @@ pub struct Proxy {
     lent: LentMap,
     link: Mutex<Option<(Arc<RpcClient>, u64)>>,
     conversations: Mutex<HashMap<u64, Arc<Mutex<Live>>>>,
+    responses: ResponseIndex,
 }
+
+/// The conversation each Responses API reply this proxy forwarded belongs to, by the
+/// provider's response id (what `previous_response_id` names).
+type ResponseIndex = Arc<std::sync::Mutex<HashMap<String, Arc<Mutex<Live>>>>>;
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1), and those the
 /// proxy recomputes.
@@ -243,7 +249,7 @@ fn proxy_error(api: Api, status: StatusCode, kind: &str, message: &str) -> Respo
 fn too_long(api: Api, e: &RpcError) -> Response<ProxyBody> {
     let message = format!("prompt is too long: {}", e.message);
     match api {
-        Api::OpenAiChat => json_response(
+        Api::OpenAiChat | Api::OpenAiResponses => json_response(
             StatusCode::BAD_REQUEST,
             &json!({"error": {"message": message, "type": "invalid_request_error", "code": "context_length_exceeded"}}),
         ),
@@ -273,6 +279,9 @@ struct Note {
     received: usize,
     compaction: Option<String>,
     retried: bool,
+    /// The provider holds the history the request continues: what SOBA did instead of
+    /// compacting.
+    held_upstream: Option<&'static str>,
 }
 
 impl Proxy {
@@ -287,6 +296,7 @@ impl Proxy {
             lent: LentMap::default(),
             link: Mutex::new(None),
             conversations: Mutex::new(HashMap::new()),
+            responses: ResponseIndex::default(),
         }))
     }
 
@@ -446,6 +456,13 @@ impl Proxy {
         let mut note = Note::default();
         let response = match api {
             Some(api) => match ChatRequest::parse(api, &body) {
+                Ok(chat)
+                    if api == Api::OpenAiResponses
+                        && responses::history_held_upstream(&chat.body) =>
+                {
+                    self.continue_held(&parts, chat, body.clone(), &mut note)
+                        .await
+                }
                 Ok(chat) => self.chat(&parts, chat, &mut note).await,
                 Err(e) => proxy_error(
                     api,
@@ -475,6 +492,9 @@ impl Proxy {
                 line.push_str(", retried after overflow");
             }
             line.push(')');
+        }
+        if let Some(held) = note.held_upstream {
+            line.push_str(&format!(" ({held})"));
         }
         (self.config.log)(&line);
         response
@@ -750,34 +770,177 @@ impl Proxy {
         }
         // Compactions run at preflight and overflow only; the credentials go back now.
         drop(lending);
-        let recorder = Recorder { rpc, live, api };
-        let is_stream = up
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if is_stream {
-            return stream_back(up, Some(recorder));
-        }
-        let status = up.status();
-        let headers = up.headers().clone();
-        let bytes = match up.bytes().await {
-            Ok(b) => b,
-            Err(e) => {
-                return proxy_error(
-                    api,
-                    StatusCode::BAD_GATEWAY,
-                    "api_error",
-                    &format!(
-                        "soba proxy: the upstream answer broke off: {}",
-                        without_url(e)
-                    ),
-                )
-            }
+        let recorder = Recorder {
+            rpc,
+            live,
+            api,
+            responses: self.responses.clone(),
         };
-        recorder.record(wire::parse_reply(api, &bytes)).await;
-        buffered(status, &headers, bytes)
+        deliver(up, recorder).await
     }
+
+    /// The conversation whose reply was the provider's response `response_id`.
+    fn conversation_for_response(&self, response_id: &str) -> Option<Arc<Mutex<Live>>> {
+        self.responses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(response_id)
+            .cloned()
+    }
+
+    /// A Responses request whose earlier history the provider holds (`previous_response_id`,
+    /// `conversation`). SOBA cannot compact what it is not sent, so the request goes upstream
+    /// as it came. When it continues a response this proxy forwarded, its items and the reply
+    /// are recorded in that conversation's session, so the session and its budget follow the
+    /// conversation; the model input is the provider's to manage.
+    async fn continue_held(
+        self: &Arc<Self>,
+        parts: &http::request::Parts,
+        chat: ChatRequest,
+        body: Bytes,
+        note: &mut Note,
+    ) -> Response<ProxyBody> {
+        let api = chat.api;
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        note.received = chat.messages.len();
+        note.sent = chat.messages.len();
+        let live = responses::previous_response_id(&chat.body)
+            .and_then(|id| Some((id, self.conversation_for_response(id)?)));
+        let Some((response_id, live)) = live else {
+            note.held_upstream = Some("the provider holds the history, which this proxy did not forward: passed through, not recorded");
+            return self.pass_through(parts, &path, body).await;
+        };
+        let (rpc, generation) = match self.rpc().await {
+            Ok(c) => c,
+            Err(e) => return daemon_error(api, &e),
+        };
+        let mut guard = live.clone().lock_owned().await;
+        let Some(plan) = guard.conv.continuation(response_id) else {
+            note.held_upstream = Some("previous_response_id names a reply whose history was since replaced: passed through, not recorded");
+            return self.pass_through(parts, &path, body).await;
+        };
+        if let Err(e) = self
+            .record_continuation(&chat, &rpc, generation, &mut guard, plan)
+            .await
+        {
+            return daemon_error(api, &e);
+        }
+        note.session = guard.conv.session_id.clone();
+        note.held_upstream =
+            Some("previous_response_id: the provider holds the history; recorded, not compacted");
+        let up = match self.send_upstream(parts, &path, body, true).await {
+            Ok(up) => up,
+            Err(r) => return r,
+        };
+        if !up.status().is_success() {
+            // An overflow cannot be recovered from here: the history is the provider's.
+            let status = up.status();
+            let headers = up.headers().clone();
+            let bytes = up.bytes().await.unwrap_or_default();
+            return buffered(status, &headers, bytes);
+        }
+        let recorder = Recorder {
+            rpc,
+            live: guard,
+            api,
+            responses: self.responses.clone(),
+        };
+        deliver(up, recorder).await
+    }
+
+    /// Append a continuing request's items to its conversation's session after the response
+    /// it continues.
+    async fn record_continuation(
+        &self,
+        chat: &ChatRequest,
+        rpc: &RpcClient,
+        generation: u64,
+        live: &mut Live,
+        plan: super::conversation::Continuation,
+    ) -> Result<(), RpcError> {
+        let session = live.conv.session_id.clone();
+        if live.generation != generation {
+            // A new daemon connection: the session is loaded again from its log.
+            rpc.request(
+                method::SESSION_OPEN,
+                json!({"workspace": self.config.workspace, "sessionId": session, "create": false}),
+            )
+            .await?;
+            live.generation = generation;
+        }
+        if let Some(to) = &plan.rewind_to {
+            rpc.request(method::REWIND, json!({"sessionId": session, "entryId": to}))
+                .await?;
+        }
+        let conv = &mut live.conv;
+        let setting = conv.overhead_change(&chat.system, chat.tools.as_deref());
+        let entries: Vec<Value> = setting
+            .iter()
+            .cloned()
+            .chain(chat.messages.iter().flat_map(|m| m.entries.iter().cloned()))
+            .collect();
+        let mut appended = Vec::with_capacity(chat.messages.len());
+        if !entries.is_empty() {
+            let result = rpc
+                .request(
+                    method::SESSION_APPEND,
+                    json!({"sessionId": session, "entries": entries}),
+                )
+                .await?;
+            let mut ids = result
+                .get("entryIds")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|v| v.as_str().map(str::to_string));
+            if setting.is_some() {
+                ids.next();
+                conv.overhead_recorded(&chat.system, chat.tools.as_deref());
+            }
+            for m in &chat.messages {
+                appended.push(ids.by_ref().take(m.entries.len()).collect());
+            }
+        }
+        conv.continued(plan.keep, &chat.messages, appended);
+        Ok(())
+    }
+}
+
+/// The upstream's successful answer, passed back to the agent and recorded in the session
+/// once the agent has it.
+async fn deliver(up: reqwest::Response, recorder: Recorder) -> Response<ProxyBody> {
+    let api = recorder.api;
+    let is_stream = up
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if is_stream {
+        return stream_back(up, Some(recorder));
+    }
+    let status = up.status();
+    let headers = up.headers().clone();
+    let bytes = match up.bytes().await {
+        Ok(b) => b,
+        Err(e) => {
+            return proxy_error(
+                api,
+                StatusCode::BAD_GATEWAY,
+                "api_error",
+                &format!(
+                    "soba proxy: the upstream answer broke off: {}",
+                    without_url(e)
+                ),
+            )
+        }
+    };
+    recorder.record(wire::parse_reply(api, &bytes)).await;
+    buffered(status, &headers, bytes)
 }
 
 /// Answer the daemon's `soba/summarize` with the upstream and credentials lent by the request
@@ -834,6 +997,7 @@ async fn summarize_upstream(
     let wire_api = match api {
         Api::OpenAiChat => crate::summarize::client::Api::OpenAi,
         Api::Anthropic => crate::summarize::client::Api::Anthropic,
+        Api::OpenAiResponses => crate::summarize::client::Api::OpenAiResponses,
     };
     let prompt = crate::summarize::prompt::Prompt {
         system: p.system,
@@ -908,31 +1072,51 @@ struct Recorder {
     rpc: Arc<RpcClient>,
     live: tokio::sync::OwnedMutexGuard<Live>,
     api: Api,
+    responses: ResponseIndex,
 }
 
 impl Recorder {
     async fn record(mut self, reply: Reply) {
-        let Some(mut entry) = reply.entry else { return };
+        if reply.entries.is_empty() {
+            return;
+        }
         let session = self.live.conv.session_id.clone();
-        let plain = entry.clone();
-        if let Some(u) = reply.usage {
-            entry["usage"] = serde_json::to_value(u).unwrap_or(Value::Null);
+        let mut entries = reply.entries.clone();
+        // The usage measures the whole reply: it goes on its last entry, where the budget's
+        // anchor looks for it.
+        if let (Some(u), Some(last)) = (reply.usage, entries.last_mut()) {
+            last["usage"] = serde_json::to_value(u).unwrap_or(Value::Null);
         }
         let appended = self
             .rpc
             .request(
                 method::SESSION_APPEND,
-                json!({"sessionId": session, "entries": [entry]}),
+                json!({"sessionId": session, "entries": entries}),
             )
             .await;
-        let Some(id) = appended.ok().and_then(|r| {
-            r.pointer("/entryIds/0")
-                .and_then(Value::as_str)
-                .map(str::to_string)
+        let Some(ids) = appended.ok().and_then(|r| {
+            r.get("entryIds").and_then(Value::as_array).map(|ids| {
+                ids.iter()
+                    .filter_map(|id| id.as_str().map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
         }) else {
             return;
         };
-        self.live.conv.replied(plain, id);
+        if ids.len() != reply.entries.len() {
+            return;
+        }
+        for (entry, id) in reply.entries.into_iter().zip(ids) {
+            self.live.conv.replied(entry, id);
+        }
+        if let Some(response_id) = reply.response_id {
+            self.live.conv.response_recorded(response_id.clone());
+            let live = tokio::sync::OwnedMutexGuard::mutex(&self.live).clone();
+            self.responses
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(response_id, live);
+        }
         if !reply.wants_tools {
             let _ = self
                 .rpc

@@ -18,6 +18,8 @@ pub enum Api {
     OpenAiChat,
     /// `POST /v1/messages`.
     Anthropic,
+    /// `POST /v1/responses` (OpenAI's Responses API, Codex's wire format).
+    OpenAiResponses,
 }
 
 impl Api {
@@ -28,6 +30,8 @@ impl Api {
             Some(Api::OpenAiChat)
         } else if p == "/v1/messages" || p == "/messages" {
             Some(Api::Anthropic)
+        } else if p.ends_with("/responses") {
+            Some(Api::OpenAiResponses)
         } else {
             None
         }
@@ -37,6 +41,7 @@ impl Api {
         match self {
             Api::OpenAiChat => "openai",
             Api::Anthropic => "anthropic",
+            Api::OpenAiResponses => "openai-responses",
         }
     }
 }
@@ -68,7 +73,7 @@ pub struct ChatRequest {
     pub system: String,
     /// Tool schemas as JSON text (counted by the budget, sent as is).
     pub tools: Option<String>,
-    /// OpenAI's leading system messages, sent first as they came.
+    /// OpenAI's leading system messages (Responses: developer items), sent first as they came.
     pub preamble: Vec<Value>,
     pub messages: Vec<Incoming>,
 }
@@ -80,51 +85,14 @@ impl ChatRequest {
         let Value::Object(body) = value else {
             return Err(BadRequest("the request body must be a JSON object".into()));
         };
-        let Some(Value::Array(messages)) = body.get("messages") else {
-            return Err(BadRequest(
-                "the request has no `messages` array; send a chat request".into(),
-            ));
+        let (system, preamble, messages) = match api {
+            Api::OpenAiChat => openai_messages(&body)?,
+            Api::Anthropic => anthropic_messages(&body)?,
+            Api::OpenAiResponses => {
+                let input = super::responses::parse_input(&body)?;
+                (input.system, input.preamble, input.messages)
+            }
         };
-        let mut preamble = Vec::new();
-        let mut system = String::new();
-        let mut out = Vec::with_capacity(messages.len());
-        match api {
-            Api::OpenAiChat => {
-                let mut leading = true;
-                for (i, m) in messages.iter().enumerate() {
-                    let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-                    if leading && (role == "system" || role == "developer") {
-                        push_line(&mut system, &openai_text(m.get("content")));
-                        preamble.push(m.clone());
-                        continue;
-                    }
-                    leading = false;
-                    out.push(Incoming {
-                        raw: m.clone(),
-                        entries: openai_entries(m).map_err(|e| at(i, e))?,
-                    });
-                }
-            }
-            Api::Anthropic => {
-                match body.get("system") {
-                    Some(Value::String(s)) => system.push_str(s),
-                    Some(Value::Array(blocks)) => {
-                        for b in blocks {
-                            if let Some(t) = b.get("text").and_then(Value::as_str) {
-                                push_line(&mut system, t);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                for (i, m) in messages.iter().enumerate() {
-                    out.push(Incoming {
-                        raw: m.clone(),
-                        entries: anthropic_entries(m).map_err(|e| at(i, e))?,
-                    });
-                }
-            }
-        }
         let tools = body
             .get("tools")
             .filter(|t| !t.is_null())
@@ -139,7 +107,7 @@ impl ChatRequest {
             system,
             tools,
             preamble,
-            messages: out,
+            messages,
             body,
         })
     }
@@ -156,16 +124,80 @@ impl ChatRequest {
         fingerprint(&[self.api.as_str(), &self.system, &first_user])
     }
 
-    /// The upstream body: everything as sent, with `messages` replaced.
+    /// The upstream body: everything as sent, with `messages` (Responses: `input`) replaced.
     pub fn with_messages(&self, messages: Vec<Value>) -> Value {
         let mut body = self.body.clone();
         let all = match self.api {
-            Api::OpenAiChat => self.preamble.iter().cloned().chain(messages).collect(),
+            Api::OpenAiChat | Api::OpenAiResponses => {
+                self.preamble.iter().cloned().chain(messages).collect()
+            }
             Api::Anthropic => messages,
         };
-        body.insert("messages".into(), Value::Array(all));
+        let field = match self.api {
+            Api::OpenAiResponses => "input",
+            Api::OpenAiChat | Api::Anthropic => "messages",
+        };
+        body.insert(field.into(), Value::Array(all));
         Value::Object(body)
     }
+}
+
+/// System prompt, preamble and messages of a request.
+type Split = (String, Vec<Value>, Vec<Incoming>);
+
+fn messages_array(body: &Map<String, Value>) -> Result<&Vec<Value>, BadRequest> {
+    match body.get("messages") {
+        Some(Value::Array(messages)) => Ok(messages),
+        _ => Err(BadRequest(
+            "the request has no `messages` array; send a chat request".into(),
+        )),
+    }
+}
+
+fn openai_messages(body: &Map<String, Value>) -> Result<Split, BadRequest> {
+    let messages = messages_array(body)?;
+    let mut preamble = Vec::new();
+    let mut system = String::new();
+    let mut out = Vec::with_capacity(messages.len());
+    let mut leading = true;
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        if leading && (role == "system" || role == "developer") {
+            push_line(&mut system, &openai_text(m.get("content")));
+            preamble.push(m.clone());
+            continue;
+        }
+        leading = false;
+        out.push(Incoming {
+            raw: m.clone(),
+            entries: openai_entries(m).map_err(|e| at(i, e))?,
+        });
+    }
+    Ok((system, preamble, out))
+}
+
+fn anthropic_messages(body: &Map<String, Value>) -> Result<Split, BadRequest> {
+    let messages = messages_array(body)?;
+    let mut system = String::new();
+    match body.get("system") {
+        Some(Value::String(s)) => system.push_str(s),
+        Some(Value::Array(blocks)) => {
+            for b in blocks {
+                if let Some(t) = b.get("text").and_then(Value::as_str) {
+                    push_line(&mut system, t);
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        out.push(Incoming {
+            raw: m.clone(),
+            entries: anthropic_entries(m).map_err(|e| at(i, e))?,
+        });
+    }
+    Ok((system, Vec::new(), out))
 }
 
 fn at(i: usize, e: BadRequest) -> BadRequest {
@@ -196,15 +228,15 @@ pub fn content_fingerprint(entries: &[Value]) -> u64 {
     fingerprint(&[&serde_json::to_string(entries).unwrap_or_default()])
 }
 
-fn text_block(text: &str) -> Value {
+pub(super) fn text_block(text: &str) -> Value {
     json!({"type": "text", "text": text})
 }
 
-fn message_entry(role: &str, content: Vec<Value>) -> Value {
+pub(super) fn message_entry(role: &str, content: Vec<Value>) -> Value {
     json!({"type": "message", "role": role, "content": content})
 }
 
-fn tool_result_entry(call_id: &str, content: Vec<Value>, is_error: bool) -> Value {
+pub(super) fn tool_result_entry(call_id: &str, content: Vec<Value>, is_error: bool) -> Value {
     json!({"type": "tool_result", "callId": call_id, "content": content, "isError": is_error})
 }
 
@@ -256,7 +288,7 @@ fn openai_blocks(content: Option<&Value>) -> Vec<Value> {
 }
 
 /// `input` of a tool call from OpenAI's `arguments` text (kept as a string when not JSON).
-fn parse_arguments(arguments: &str) -> Value {
+pub(super) fn parse_arguments(arguments: &str) -> Value {
     if arguments.trim().is_empty() {
         return json!({});
     }
@@ -308,7 +340,7 @@ fn openai_assistant_entry(m: &Value) -> Value {
     message_entry("assistant", content)
 }
 
-fn image_url(media_type: Option<&str>, data: Option<&str>) -> String {
+pub(super) fn image_url(media_type: Option<&str>, data: Option<&str>) -> String {
     let data = data.unwrap_or("");
     if data.starts_with("data:") || data.starts_with("http://") || data.starts_with("https://") {
         data.to_string()
@@ -403,7 +435,7 @@ pub fn render_openai(messages: &[ModelMessage]) -> Vec<Value> {
     out
 }
 
-fn arguments_text(input: &Value) -> String {
+pub(super) fn arguments_text(input: &Value) -> String {
     match input {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -596,13 +628,18 @@ fn content_as_blocks(content: Option<&Value>) -> Vec<Value> {
 // ---------------------------------------------------------------------------------------------
 // Replies
 
-/// What the proxy keeps of a reply: the assistant entry (without usage), the provider usage,
-/// and whether the model asked for tools (the turn goes on) or finished.
+/// What the proxy keeps of a reply: its assistant entries (without usage; one per message the
+/// agent will resend: one for a chat reply, one per output item for a response), the provider
+/// usage, and whether the model asked for tools (the turn goes on) or finished. No entries: no
+/// complete reply to record.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Reply {
-    pub entry: Option<Value>,
+    pub entries: Vec<Value>,
     pub usage: Option<Usage>,
     pub wants_tools: bool,
+    /// The provider's id of the response (Responses API), which a later request may continue
+    /// with `previous_response_id`.
+    pub response_id: Option<String>,
 }
 
 fn openai_usage(u: &Value) -> Option<Usage> {
@@ -645,14 +682,14 @@ pub fn parse_reply(api: Api, body: &[u8]) -> Reply {
     match api {
         Api::OpenAiChat => {
             let msg = v.pointer("/choices/0/message");
-            let entry = msg.map(openai_assistant_entry);
             Reply {
                 wants_tools: msg
                     .and_then(|m| m.get("tool_calls"))
                     .and_then(Value::as_array)
                     .is_some_and(|c| !c.is_empty()),
-                entry,
+                entries: msg.map(openai_assistant_entry).into_iter().collect(),
                 usage: v.get("usage").and_then(openai_usage),
+                response_id: None,
             }
         }
         Api::Anthropic => {
@@ -667,10 +704,12 @@ pub fn parse_reply(api: Api, body: &[u8]) -> Reply {
                 .is_some_and(|u| anthropic_usage(u, &mut usage));
             Reply {
                 wants_tools: v.get("stop_reason").and_then(Value::as_str) == Some("tool_use"),
-                entry: Some(message_entry("assistant", anthropic_blocks(&blocks))),
+                entries: vec![message_entry("assistant", anthropic_blocks(&blocks))],
                 usage: has_usage.then_some(usage),
+                response_id: None,
             }
         }
+        Api::OpenAiResponses => super::responses::parse_reply(&v),
     }
 }
 
@@ -687,6 +726,7 @@ pub struct StreamTap {
     has_usage: bool,
     wants_tools: bool,
     saw_any: bool,
+    responses: super::responses::ResponsesTap,
 }
 
 impl StreamTap {
@@ -700,6 +740,7 @@ impl StreamTap {
             has_usage: false,
             wants_tools: false,
             saw_any: false,
+            responses: Default::default(),
         }
     }
 
@@ -719,6 +760,7 @@ impl StreamTap {
         match self.api {
             Api::OpenAiChat => self.openai_chunk(&v),
             Api::Anthropic => self.anthropic_event(&v),
+            Api::OpenAiResponses => self.responses.event(&v),
         }
     }
 
@@ -837,11 +879,13 @@ impl StreamTap {
                 content
             }
             Api::Anthropic => anthropic_blocks(&self.blocks),
+            Api::OpenAiResponses => return self.responses.finish(),
         };
         Reply {
-            entry: Some(message_entry("assistant", content)),
+            entries: vec![message_entry("assistant", content)],
             usage: self.has_usage.then_some(self.usage),
             wants_tools: self.wants_tools,
+            response_id: None,
         }
     }
 }
@@ -864,7 +908,9 @@ pub fn is_context_overflow(status: u16, body: &[u8]) -> bool {
 /// provider's.
 pub fn error_body(api: Api, kind: &str, message: &str) -> Value {
     match api {
-        Api::OpenAiChat => json!({"error": {"message": message, "type": kind, "code": kind}}),
+        Api::OpenAiChat | Api::OpenAiResponses => {
+            json!({"error": {"message": message, "type": kind, "code": kind}})
+        }
         Api::Anthropic => json!({"type": "error", "error": {"type": kind, "message": message}}),
     }
 }
