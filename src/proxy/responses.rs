@@ -184,9 +184,11 @@ pub fn item_entries(item: &Value) -> Result<Vec<Value>, BadRequest> {
                 Some("user") => "user",
                 Some("assistant") => "assistant",
                 Some("developer" | "system") => "system",
-                Some(other) => return Err(BadRequest(format!(
+                Some(other) => {
+                    return Err(BadRequest(format!(
                     "unknown message role `{other}`; expected user, assistant, developer or system"
-                ))),
+                )))
+                }
                 None => return Err(BadRequest("a `message` item has no `role`".into())),
             };
             vec![message_entry(role, content_blocks(item.get("content")))]
@@ -540,10 +542,18 @@ pub struct ResponsesTap {
     /// Finished output items by `output_index`.
     items: BTreeMap<u64, Value>,
     completed: Option<Value>,
+    /// The response's id, from its first event.
+    response_id: Option<String>,
 }
 
 impl ResponsesTap {
     pub fn event(&mut self, v: &Value) {
+        if self.response_id.is_none() {
+            self.response_id = v
+                .pointer("/response/id")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+        }
         match v.get("type").and_then(Value::as_str) {
             Some("response.output_item.done") => {
                 let Some(item) = v.get("item") else { return };
@@ -558,6 +568,10 @@ impl ResponsesTap {
             }
             _ => {}
         }
+    }
+
+    pub fn response_id(&self) -> Option<&str> {
+        self.response_id.as_deref()
     }
 
     pub fn finish(self) -> Reply {
@@ -770,8 +784,15 @@ mod tests {
     #[test]
     fn a_stream_is_a_reply_once_it_completes_and_reasoning_keeps_its_encrypted_content() {
         let mut tap = ResponsesTap::default();
-        for e in stream_events(true) {
-            tap.event(&e);
+        for (i, e) in stream_events(true).iter().enumerate() {
+            tap.event(e);
+            if i == 0 {
+                assert_eq!(
+                    tap.response_id(),
+                    Some("resp_9"),
+                    "named by its first event"
+                );
+            }
         }
         let reply = tap.finish();
         assert_eq!(reply.entries.len(), 2);

@@ -775,6 +775,7 @@ impl Proxy {
             live,
             api,
             responses: self.responses.clone(),
+            announced: false,
         };
         deliver(up, recorder).await
     }
@@ -848,6 +849,7 @@ impl Proxy {
             live: guard,
             api,
             responses: self.responses.clone(),
+            announced: false,
         };
         deliver(up, recorder).await
     }
@@ -1073,9 +1075,27 @@ struct Recorder {
     live: tokio::sync::OwnedMutexGuard<Live>,
     api: Api,
     responses: ResponseIndex,
+    /// The response's id is in `responses`.
+    announced: bool,
 }
 
 impl Recorder {
+    /// The reply being streamed is response `response_id`: a request continuing it
+    /// (`previous_response_id`) finds its conversation from now on, and waits there until the
+    /// reply is recorded. Streaming clients may send it the moment the last event arrives,
+    /// before the stream's end has been seen here.
+    fn announce(&mut self, response_id: &str) {
+        if self.announced {
+            return;
+        }
+        self.announced = true;
+        let live = tokio::sync::OwnedMutexGuard::mutex(&self.live).clone();
+        self.responses
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(response_id.to_string(), live);
+    }
+
     async fn record(mut self, reply: Reply) {
         if reply.entries.is_empty() {
             return;
@@ -1110,12 +1130,8 @@ impl Recorder {
             self.live.conv.replied(entry, id);
         }
         if let Some(response_id) = reply.response_id {
-            self.live.conv.response_recorded(response_id.clone());
-            let live = tokio::sync::OwnedMutexGuard::mutex(&self.live).clone();
-            self.responses
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(response_id, live);
+            self.announce(&response_id);
+            self.live.conv.response_recorded(response_id);
         }
         if !reply.wants_tools {
             let _ = self
@@ -1138,7 +1154,7 @@ fn buffered(status: StatusCode, headers: &HeaderMap, bytes: Bytes) -> Response<P
 
 /// Pass the upstream's answer through as it arrives; with a recorder, read the events on the
 /// way and record the reply when the stream has ended.
-fn stream_back(up: reqwest::Response, recorder: Option<Recorder>) -> Response<ProxyBody> {
+fn stream_back(up: reqwest::Response, mut recorder: Option<Recorder>) -> Response<ProxyBody> {
     let status = up.status();
     let headers = response_headers(up.headers());
     let (mut tx, rx) = futures::channel::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(16);
@@ -1155,6 +1171,12 @@ fn stream_back(up: reqwest::Response, recorder: Option<Recorder>) -> Response<Pr
                         for e in parser.feed(&bytes) {
                             t.event(&e);
                         }
+                    }
+                    if let (Some(r), Some(id)) = (
+                        recorder.as_mut(),
+                        tap.as_ref().and_then(StreamTap::response_id),
+                    ) {
+                        r.announce(id);
                     }
                     if tx.send(Ok(Frame::data(bytes))).await.is_err() {
                         // The agent went away: it never saw this reply and will not resend it.

@@ -859,6 +859,15 @@ impl StreamTap {
         }
     }
 
+    /// The provider's id of the response being streamed, once the stream has named it
+    /// (Responses API).
+    pub fn response_id(&self) -> Option<&str> {
+        match self.api {
+            Api::OpenAiResponses => self.responses.response_id(),
+            Api::OpenAiChat | Api::Anthropic => None,
+        }
+    }
+
     /// The reply the stream carried.
     pub fn finish(mut self) -> Reply {
         if !self.saw_any {
