@@ -1,7 +1,8 @@
 //! `soba proxy`: SOBA's compaction for any agent that talks to an OpenAI- (Chat Completions or
-//! Responses) or Anthropic-style API. An incoming chat request is mapped onto its conversation's session (the resent history
-//! matched by content, what is new appended), the preflight barrier runs, and the upstream
-//! request carries the model input instead of the full history. Provider formats stop here.
+//! Responses) or Anthropic-style API. An incoming chat request is mapped onto its conversation's
+//! session (the resent history matched by content, what is new appended), the preflight barrier
+//! runs, and the upstream request carries the model input instead of the full history. Provider
+//! formats stop here.
 //!
 //! - [`wire`]: provider requests, replies and errors ↔ session entries and the model input.
 //! - [`responses`]: the same for OpenAI's Responses API (input items, output items, events).

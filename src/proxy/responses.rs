@@ -343,11 +343,8 @@ fn render_message(m: &ModelMessage, calls: &mut HashMap<String, String>, out: &m
             out.push(json!({"type": kind, "call_id": id, "output": output}));
         }
         role => {
-            let role = if role == "system" {
-                "developer"
-            } else {
-                "user"
-            };
+            // As docs/protocol.md maps a system message (Codex's own go out raw, as `developer`).
+            let role = if role == "system" { "system" } else { "user" };
             let mut parts = Vec::new();
             let mut whole_items = 0;
             for b in &m.content {
@@ -673,6 +670,25 @@ mod tests {
                 serde_json::from_value::<crate::session::entry::Entry>(e.clone())
                     .unwrap_or_else(|err| panic!("{e}: {err}"));
             }
+        }
+    }
+
+    #[test]
+    fn only_creating_a_response_is_rewritten() {
+        assert_eq!(Api::for_path("/v1/responses"), Some(Api::OpenAiResponses));
+        assert_eq!(
+            Api::for_path("/openai/v1/responses/"),
+            Some(Api::OpenAiResponses)
+        );
+        // Reading, cancelling, compacting a stored response and counting input tokens pass
+        // through.
+        for path in [
+            "/v1/responses/resp_1",
+            "/v1/responses/resp_1/cancel",
+            "/v1/responses/compact",
+            "/v1/responses/input_tokens",
+        ] {
+            assert_eq!(Api::for_path(path), None, "{path}");
         }
     }
 
