@@ -694,3 +694,111 @@ async fn a_stream_without_response_completed_is_not_recorded_and_bad_input_is_re
         "{message}"
     );
 }
+
+/// The response items of a real Codex rollout, as Codex sends them (it never sends the
+/// provider's item ids back, nor its own bookkeeping).
+fn rollout_items(file: &str) -> Option<Vec<Value>> {
+    let path = crate::common::transcripts_dir()?.join("codex").join(file);
+    let text = std::fs::read_to_string(path).unwrap();
+    Some(
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .take_while(|r| r["type"] != "compacted")
+            .filter(|r| r["type"] == "response_item")
+            .map(|r| {
+                let mut item = r["payload"].clone();
+                let o = item.as_object_mut().unwrap();
+                o.remove("id");
+                o.remove("internal_chat_message_metadata_passthrough");
+                item
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn every_item_of_real_codex_rollouts_reads_and_renders_back_to_the_same_entries() {
+    use soba::proxy::conversation::Outgoing;
+    use soba::proxy::responses::{item_entries, render_items};
+    for file in [
+        "agentv-two-compactions.jsonl",
+        "agentcmd-rollout-v0.40.jsonl",
+    ] {
+        let Some(items) = rollout_items(file) else {
+            return;
+        };
+        assert!(items.len() > 170, "{file}: {}", items.len());
+        for item in &items {
+            let entries = item_entries(item).unwrap_or_else(|e| panic!("{file}: {e}: {item}"));
+            // Rendered from the log (as when the model input does not keep it whole), the item
+            // reads as the same entries, encrypted reasoning included.
+            let messages: Vec<soba::session::view::ModelMessage> = entries
+                .iter()
+                .map(|e| {
+                    let role = if e["type"] == "tool_result" {
+                        "tool"
+                    } else {
+                        e["role"].as_str().unwrap()
+                    };
+                    serde_json::from_value(
+                        json!({"role": role, "content": e["content"], "toolCallId": e["callId"]}),
+                    )
+                    .unwrap()
+                })
+                .collect();
+            let mut outgoing: Vec<Outgoing> = Vec::new();
+            if item["type"] == "custom_tool_call_output" {
+                // Its call went out before it, as in the conversation.
+                outgoing.push(Outgoing::Raw(json!({"type": "custom_tool_call", "call_id": item["call_id"], "name": "apply_patch", "input": ""})));
+            }
+            outgoing.extend(messages.into_iter().map(Outgoing::Rendered));
+            let rendered = render_items(outgoing);
+            let back = item_entries(rendered.last().unwrap()).unwrap();
+            assert_eq!(back, entries, "{file}: {item:.300}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_codex_history_is_compacted_to_fit_in_one_request() {
+    for (file, last_user) in [
+        ("agentv-two-compactions.jsonl", 169),
+        ("agentcmd-rollout-v0.40.jsonl", 174),
+    ] {
+        let Some(items) = rollout_items(file) else {
+            return;
+        };
+        let env = start(config(false)).await;
+        let input = &items[..=last_user];
+        assert_eq!(input.last().unwrap()["role"], "user", "{file}");
+        let body = codex_request(input, true);
+        let r = env.post(&body).await;
+        assert_eq!(r.status(), 200, "{file}: {:?}", env.log.lock().unwrap());
+        output_items(r).await;
+        let got = &env.requests()[0];
+        let hard = hard_limit();
+        let t = input_tokens(&got.body);
+        assert!(t <= hard, "{file}: {t} tokens over the hard limit {hard}");
+        let sent = got.body["input"].as_array().unwrap();
+        let capsule = sent
+            .iter()
+            .filter_map(|i| i["content"][0]["text"].as_str())
+            .find(|t| t.contains("Context Capsule"));
+        assert!(
+            capsule.is_some(),
+            "{file}: no capsule in {} items",
+            sent.len()
+        );
+        let agent: Vec<String> = input.iter().map(Value::to_string).collect();
+        for item in sent.iter().filter(|i| i["type"] == "reasoning") {
+            assert!(agent.contains(&item.to_string()), "{file}: {item:.200}");
+        }
+        assert_eq!(sent.last().unwrap(), input.last().unwrap(), "{file}");
+        eprintln!(
+            "{file}: {} items, {} tokens of text in; {} items, {t} tokens sent",
+            input.len(),
+            input_tokens(&body),
+            sent.len()
+        );
+    }
+}
