@@ -616,6 +616,46 @@ async fn a_previous_response_id_request_goes_upstream_as_sent_and_is_recorded_in
         .filter(|m| m.role == soba::session::entry::Role::User)
         .count();
     assert_eq!(users, 3, "the stranger's input is in no session");
+
+    // A provider-side conversation is the provider's too.
+    let stored = json!({"model": "gpt-5", "conversation": "conv_68af", "input": "hi"});
+    let r = env.post(&stored).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(env.requests()[4].body, stored);
+
+    // The agent sends its whole history again, changed: the second response's history is
+    // replaced, so a request continuing it is passed through and recorded nowhere.
+    let r = env
+        .post(&json!({"model": "gpt-5", "input": [
+            {"role": "user", "content": "list the modules"},
+            {"role": "assistant", "content": "answer number 0"},
+            {"role": "user", "content": "and the docs?"},
+        ]}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = env
+        .post(&json!({"model": "gpt-5", "previous_response_id": "resp_1", "input": "x"}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(env.logged("names a reply whose history was since replaced"));
+
+    // An upstream error reaches the client as it came.
+    let limited = json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}).to_string();
+    env.script
+        .lock()
+        .unwrap()
+        .canned
+        .push(loopback::json(429, &limited));
+    let r = env
+        .post(&json!({"model": "gpt-5", "previous_response_id": "resp_5", "input": "y"}))
+        .await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.text().await.unwrap(), limited);
+    let line = env.log.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        line.contains("→ 429") && line.contains("recorded, not compacted"),
+        "{line}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
