@@ -40,6 +40,20 @@ pub struct Conversation {
     mapped: Vec<Mapped>,
     /// System prompt and tool schemas last recorded in the session.
     overhead: Option<(String, Option<String>)>,
+    /// Responses API replies by the provider's response id: how many messages the conversation
+    /// held once the reply was recorded, and the reply's last entry id.
+    responses: HashMap<String, (usize, String)>,
+}
+
+/// Where a request that continues a stored response (`previous_response_id`) picks up: its
+/// input holds only what follows that response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Continuation {
+    /// Move the session's leaf back to the response's last entry first (the request continues
+    /// an earlier response than the latest).
+    pub rewind_to: Option<String>,
+    /// Messages of the conversation up to and including the response.
+    pub keep: usize,
 }
 
 /// One message of the upstream request, before it is put into the provider's shape.
@@ -58,6 +72,7 @@ impl Conversation {
             session_id,
             mapped: Vec::new(),
             overhead: None,
+            responses: HashMap::new(),
         }
     }
 
@@ -145,6 +160,43 @@ impl Conversation {
         });
     }
 
+    /// The reply just recorded (its entries passed to [`Conversation::replied`]) is the
+    /// provider's response `response_id`.
+    pub fn response_recorded(&mut self, response_id: String) {
+        if let Some(last) = self.mapped.last().and_then(|m| m.entry_ids.last()) {
+            let at = (self.mapped.len(), last.clone());
+            self.responses.insert(response_id, at);
+        }
+    }
+
+    /// Where a request continuing response `response_id` picks up; `None` when the response
+    /// is not one of this conversation's, or the history it ended has since been replaced.
+    pub fn continuation(&self, response_id: &str) -> Option<Continuation> {
+        let (keep, entry) = self.responses.get(response_id)?;
+        let at = self.mapped.get(keep.checked_sub(1)?)?;
+        if at.entry_ids.last() != Some(entry) {
+            return None;
+        }
+        Some(Continuation {
+            rewind_to: (*keep < self.mapped.len()).then(|| entry.clone()),
+            keep: *keep,
+        })
+    }
+
+    /// The continuation was carried out: messages after `keep` are gone from the session's
+    /// branch, and all of `incoming` (each with the ids the session gave its entries) follows.
+    pub fn continued(&mut self, keep: usize, incoming: &[Incoming], appended: Vec<Vec<String>>) {
+        self.mapped.truncate(keep);
+        for (msg, ids) in incoming.iter().zip(appended) {
+            self.mapped.push(Mapped {
+                fingerprint: content_fingerprint(&msg.entries),
+                raw: Some(msg.raw.clone()),
+                entries: msg.entries.clone(),
+                entry_ids: ids,
+            });
+        }
+    }
+
     /// Lay out the model input: every run of messages that is one of the agent's messages,
     /// whole and unchanged, goes out as the agent sent it; the rest is rendered.
     pub fn compose(&self, input: &[ModelMessage]) -> Vec<Outgoing> {
@@ -220,6 +272,7 @@ pub fn provider_messages(api: Api, outgoing: Vec<Outgoing>) -> Vec<Value> {
             out.extend(super::wire::render_openai(&rendered));
             out
         }
+        Api::OpenAiResponses => super::responses::render_items(outgoing),
         Api::Anthropic => super::wire::merge_anthropic_turns(
             outgoing
                 .into_iter()
@@ -343,6 +396,82 @@ mod tests {
         result.tool_call_id = Some("c1".into());
         let out = c.compose(&[result.clone()]);
         assert_eq!(out, vec![Outgoing::Rendered(result)]);
+    }
+
+    fn responses_request(input: Value) -> ChatRequest {
+        let body = json!({"model": "gpt-5", "input": input});
+        ChatRequest::parse(Api::OpenAiResponses, body.to_string().as_bytes()).unwrap()
+    }
+
+    fn reply_entry(text: &str) -> Value {
+        json!({"type": "message", "role": "assistant", "content": [{"type": "text", "text": text}]})
+    }
+
+    #[test]
+    fn a_stored_response_is_continued_from_where_it_ended() {
+        let mut c = Conversation::new("s".into());
+        let r1 = responses_request(json!("hi"));
+        c.applied(&r1.messages, 0, vec![ids("a", 1)]);
+        c.replied(reply_entry("hello"), "b0".into());
+        c.response_recorded("resp_1".into());
+        let next = responses_request(json!([{"role": "user", "content": "go on"}]));
+        let plan = c.continuation("resp_1").unwrap();
+        assert_eq!(
+            plan,
+            Continuation {
+                rewind_to: None,
+                keep: 2
+            }
+        );
+        c.continued(plan.keep, &next.messages, vec![ids("c", 1)]);
+        c.replied(reply_entry("going"), "d0".into());
+        c.response_recorded("resp_2".into());
+        assert_eq!(c.len(), 4);
+        // Continuing the first response again (a fork): back to its last entry.
+        let plan = c.continuation("resp_1").unwrap();
+        assert_eq!(
+            plan,
+            Continuation {
+                rewind_to: Some("b0".into()),
+                keep: 2
+            }
+        );
+        c.continued(plan.keep, &next.messages, vec![ids("e", 1)]);
+        assert_eq!(c.len(), 3);
+        // The second response's history was replaced: it cannot be continued any more.
+        assert_eq!(c.continuation("resp_2"), None);
+        assert_eq!(c.continuation("resp_unknown"), None);
+    }
+
+    #[test]
+    fn responses_items_kept_whole_go_out_as_sent_after_the_capsule() {
+        let mut c = Conversation::new("s".into());
+        let reasoning = json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAAA=="});
+        let r = responses_request(json!([
+            {"role": "user", "content": "old"},
+            reasoning,
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "kept"}]},
+        ]));
+        c.applied(&r.messages, 0, vec![ids("a", 1), ids("b", 1), ids("c", 1)]);
+        let capsule = ModelMessage {
+            entry_id: None,
+            ..shown("", "user", "# Context Capsule")
+        };
+        let mut thinking: ModelMessage = serde_json::from_value(json!({
+            "role": "assistant", "entryId": "b0",
+            "content": [{"type": "thinking", "thinking": "", "encrypted_content": "gAAAA=="}]}))
+        .unwrap();
+        thinking.entry_id = Some("b0".into());
+        let out = c.compose(&[capsule, thinking, shown("c0", "user", "kept")]);
+        let items = provider_messages(Api::OpenAiResponses, out);
+        assert_eq!(
+            items,
+            vec![
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "# Context Capsule"}]}),
+                reasoning,
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "kept"}]}),
+            ]
+        );
     }
 
     #[test]

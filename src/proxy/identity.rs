@@ -251,6 +251,16 @@ impl Registry {
         }
     }
 
+    /// The session of `id` was rewound to its first `keep` messages and the request's messages
+    /// followed (a request continuing a response the provider holds, which sends only what
+    /// follows it).
+    pub fn continued(&mut self, id: ConversationId, keep: usize, sig: &Signature) {
+        if let Some(k) = self.known.get_mut(&id) {
+            k.trail.truncate(keep);
+            k.trail.extend_from_slice(&sig.messages);
+        }
+    }
+
     /// The reply with `entries` was forwarded to conversation `id` (and goes into its session):
     /// from now on a request carrying it belongs to `id`.
     pub fn replied(&mut self, id: ConversationId, entries: &[Value]) {
@@ -447,6 +457,9 @@ mod tests {
             }
             Api::Anthropic => {
                 json!({"model": "claude", "max_tokens": 9, "system": system, "messages": messages})
+            }
+            Api::OpenAiResponses => {
+                json!({"model": "gpt-5", "instructions": system, "input": messages})
             }
         };
         Signature::of(&ChatRequest::parse(api, body.to_string().as_bytes()).unwrap())
@@ -770,6 +783,43 @@ mod tests {
             r.owners.is_empty(),
             "no reply points to a forgotten conversation"
         );
+    }
+
+    #[test]
+    fn a_response_is_known_by_its_items_and_its_id() {
+        let mut r = Registry::new();
+        let responses = |input: Value| request(Api::OpenAiResponses, "You are Codex.", input);
+        let opening = json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]});
+        let reasoning = json!({"type": "reasoning", "summary": [], "encrypted_content": "enc=="});
+        let call = json!({"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "call_1"});
+        let first = responses(json!([opening]));
+        let a = r.assign(&first, None);
+        r.synced(a.id, &first);
+        // One reply, one message per output item, as the server announces it.
+        for item in [&reasoning, &call] {
+            r.replied(a.id, &super::super::responses::item_entries(item).unwrap());
+        }
+        r.name(a.id, "resp_1");
+        r.finished(a.id);
+        // Another conversation opening the same way.
+        let b = r.assign(&first, None);
+        assert_eq!(b.by, AssignedBy::New);
+        r.finished(b.id);
+        // Codex resends the whole input: the items it received tell the conversation.
+        let output = json!({"type": "function_call_output", "call_id": "call_1", "output": "ok"});
+        let resent = responses(json!([opening, reasoning, call, output]));
+        let again = r.assign(&resent, None);
+        assert_eq!((again.id, again.by), (a.id, AssignedBy::Reply));
+        r.finished(a.id);
+        // A request continuing the response names it; only the new items come.
+        assert_eq!(r.lookup(Api::OpenAiResponses, "resp_1"), Some(a.id));
+        assert_eq!(r.lookup(Api::OpenAiChat, "resp_1"), None);
+        let continuing = responses(json!([output]));
+        let by_id = r.assign(&continuing, Some("resp_1"));
+        assert_eq!((by_id.id, by_id.by), (a.id, AssignedBy::Name));
+        r.continued(a.id, 3, &continuing);
+        assert_eq!(r.known[&a.id].trail.len(), 4);
+        assert_eq!(r.known[&a.id].common(&resent), 4);
     }
 
     #[test]

@@ -1,11 +1,13 @@
-//! `soba proxy`: SOBA's compaction for any agent that talks to an OpenAI- or Anthropic-style
-//! API. An incoming chat request is mapped onto its conversation's session (the resent history
-//! matched by content, what is new appended), the preflight barrier runs, and the upstream
-//! request carries the model input instead of the full history. Provider formats stop here.
+//! `soba proxy`: SOBA's compaction for any agent that talks to an OpenAI- (Chat Completions or
+//! Responses) or Anthropic-style API. An incoming chat request is mapped onto its conversation's
+//! session (the resent history matched by content, what is new appended), the preflight barrier
+//! runs, and the upstream request carries the model input instead of the full history. Provider
+//! formats stop here.
 //!
 //! - [`wire`]: provider requests, replies and errors ↔ session entries and the model input.
+//! - [`responses`]: the same for OpenAI's Responses API (input items, output items, events).
 //! - [`identity`]: which conversation a request belongs to: the replies it carries, its
-//!   opening, or the name it gives.
+//!   opening, or the name it gives (`X-Soba-Session`, or the response id it continues).
 //! - [`overflow`]: which upstream errors are context overflows, and the figures they give.
 //! - [`conversation`]: which incoming message became which entries; what to append, where to
 //!   rewind, which messages go out as the agent sent them.
@@ -16,6 +18,7 @@
 pub mod conversation;
 pub mod identity;
 pub mod overflow;
+pub mod responses;
 pub mod rpc;
 pub mod server;
 pub mod service;

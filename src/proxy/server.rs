@@ -21,6 +21,7 @@ use tokio::sync::Mutex;
 use super::conversation::{provider_messages, Conversation};
 use super::identity::{self, ConversationId, Registry, Signature};
 use super::overflow;
+use super::responses;
 use super::rpc::{ClientSetup, RequestHandler, RpcClient};
 use super::service::{shown_url, ServiceOptions};
 use super::wire::{self, Api, ChatRequest, Reply, StreamEnd, StreamTap};
@@ -149,6 +150,8 @@ pub struct Proxy {
     link: Mutex<Option<(Arc<RpcClient>, u64)>>,
     /// Which conversation each request belongs to ([`identity`]); held only briefly, apart
     /// from the conversations, which a request holds while its reply streams.
+    /// Responses API replies are known in it by their response id too ([`Registry::name`]),
+    /// which a later request's `previous_response_id` names.
     registry: Arc<std::sync::Mutex<Registry>>,
     conversations: std::sync::Mutex<HashMap<ConversationId, Arc<Mutex<Live>>>>,
 }
@@ -323,6 +326,9 @@ struct Note {
     unrecorded: Option<&'static str>,
     /// A streamed answer's line is written when the stream ends, saying how it ended.
     stream_line: Option<StreamLine>,
+    /// The provider holds the history the request continues: what SOBA did instead of
+    /// compacting.
+    held_upstream: Option<&'static str>,
 }
 
 /// The request line of a streamed answer: the part before where the stream's end is told,
@@ -501,6 +507,13 @@ impl Proxy {
         let mut note = Note::default();
         let response = match api {
             Some(api) => match ChatRequest::parse(api, &body) {
+                Ok(chat)
+                    if api == Api::OpenAiResponses
+                        && responses::history_held_upstream(&chat.body) =>
+                {
+                    self.continue_held(&parts, chat, body.clone(), &mut note)
+                        .await
+                }
                 Ok(chat) => self.chat(&parts, chat, &mut note).await,
                 Err(e) => proxy_error(
                     api,
@@ -537,6 +550,9 @@ impl Proxy {
                 tail.push_str(&format!(", {o}"));
             }
             tail.push(')');
+        }
+        if let Some(held) = note.held_upstream {
+            tail.push_str(&format!(" ({held})"));
         }
         match note.stream_line.take() {
             Some(stream) => {
@@ -602,6 +618,35 @@ impl Proxy {
             .unwrap_or_else(|p| p.into_inner())
             .assign(sig, name)
             .id;
+        self.claimed(id)
+    }
+
+    /// The conversation of a Responses request that continues response `response_id`
+    /// (`previous_response_id`), claimed until the request is done: the one `X-Soba-Session`
+    /// names when given, else the one whose reply that response was. `None`: this proxy
+    /// forwarded no such response.
+    fn claim_continued(
+        &self,
+        sig: &Signature,
+        name: Option<&str>,
+        response_id: Option<&str>,
+    ) -> Option<(Claim, Arc<Mutex<Live>>)> {
+        let id = {
+            let mut registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+            let name = match name {
+                Some(n) => n,
+                None => {
+                    let r = response_id?;
+                    registry.lookup(Api::OpenAiResponses, r)?;
+                    r
+                }
+            };
+            registry.assign(sig, Some(name)).id
+        };
+        Some(self.claimed(id))
+    }
+
+    fn claimed(&self, id: ConversationId) -> (Claim, Arc<Mutex<Live>>) {
         let live = self
             .conversations
             .lock()
@@ -847,7 +892,161 @@ impl Proxy {
             live,
             api,
             claim,
+            named: false,
         };
+        self.deliver(up, recorder, note).await
+    }
+
+    /// A Responses request whose earlier history the provider holds (`previous_response_id`,
+    /// `conversation`). SOBA cannot compact what it is not sent, so the request goes upstream
+    /// as it came. When it continues a response this proxy forwarded (or `X-Soba-Session`
+    /// names a conversation that holds it), its items and the reply are recorded in that
+    /// conversation's session, so the session and its budget follow the conversation; the
+    /// model input is the provider's to manage.
+    async fn continue_held(
+        self: &Arc<Self>,
+        parts: &http::request::Parts,
+        chat: ChatRequest,
+        body: Bytes,
+        note: &mut Note,
+    ) -> Response<ProxyBody> {
+        let api = chat.api;
+        let path = parts
+            .uri
+            .path_and_query()
+            .map_or("/", |p| p.as_str())
+            .to_string();
+        note.received = chat.messages.len();
+        note.sent = chat.messages.len();
+        let name = match identity::session_header(parts.headers.get(identity::SESSION_HEADER)) {
+            Ok(n) => n,
+            Err(e) => {
+                return proxy_error(
+                    api,
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    &format!("soba proxy: {e}"),
+                )
+            }
+        };
+        let previous = responses::previous_response_id(&chat.body);
+        let sig = Signature::of(&chat);
+        let Some((claim, live)) = self.claim_continued(&sig, name.as_deref(), previous) else {
+            note.held_upstream = Some("the provider holds the history, which this proxy did not forward: passed through, not recorded");
+            return self.pass_through(parts, &path, body, note).await;
+        };
+        let (rpc, generation) = match self.rpc().await {
+            Ok(c) => c,
+            Err(e) => return daemon_error(api, &e),
+        };
+        let mut guard = live.lock_owned().await;
+        let plan = guard
+            .conv
+            .as_ref()
+            .zip(previous)
+            .and_then(|(conv, id)| conv.continuation(id));
+        let Some(plan) = plan else {
+            note.held_upstream = Some("previous_response_id names a reply whose history was since replaced, or that this conversation never recorded: passed through, not recorded");
+            return self.pass_through(parts, &path, body, note).await;
+        };
+        if let Err(e) = self
+            .record_continuation(&chat, &rpc, generation, &mut guard, plan.clone())
+            .await
+        {
+            return daemon_error(api, &e);
+        }
+        claim.registry().continued(claim.id, plan.keep, &sig);
+        note.session = guard.conv().session_id.clone();
+        note.held_upstream =
+            Some("previous_response_id: the provider holds the history; recorded, not compacted");
+        let up = match self.send_upstream(parts, &path, body, true).await {
+            Ok(up) => up,
+            Err(r) => return r,
+        };
+        if !up.status().is_success() {
+            // An overflow cannot be recovered from here: the history is the provider's.
+            let status = up.status();
+            let headers = up.headers().clone();
+            let bytes = up.bytes().await.unwrap_or_default();
+            return buffered(status, &headers, bytes);
+        }
+        let recorder = Recorder {
+            rpc,
+            live: guard,
+            api,
+            claim,
+            named: false,
+        };
+        self.deliver(up, recorder, note).await
+    }
+
+    /// Append a continuing request's items to its conversation's session after the response
+    /// it continues.
+    async fn record_continuation(
+        &self,
+        chat: &ChatRequest,
+        rpc: &RpcClient,
+        generation: u64,
+        live: &mut Live,
+        plan: super::conversation::Continuation,
+    ) -> Result<(), RpcError> {
+        let session = live.conv().session_id.clone();
+        if live.generation != generation {
+            // A new daemon connection: the session is loaded again from its log.
+            rpc.request(
+                method::SESSION_OPEN,
+                json!({"workspace": self.config.workspace, "sessionId": session, "create": false}),
+            )
+            .await?;
+            live.generation = generation;
+        }
+        if let Some(to) = &plan.rewind_to {
+            rpc.request(method::REWIND, json!({"sessionId": session, "entryId": to}))
+                .await?;
+        }
+        let conv = live.conv.as_mut().expect("checked by the caller");
+        let setting = conv.overhead_change(&chat.system, chat.tools.as_deref());
+        let entries: Vec<Value> = setting
+            .iter()
+            .cloned()
+            .chain(chat.messages.iter().flat_map(|m| m.entries.iter().cloned()))
+            .collect();
+        let mut appended = Vec::with_capacity(chat.messages.len());
+        if !entries.is_empty() {
+            let result = rpc
+                .request(
+                    method::SESSION_APPEND,
+                    json!({"sessionId": session, "entries": entries}),
+                )
+                .await?;
+            let mut ids = result
+                .get("entryIds")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|v| v.as_str().map(str::to_string));
+            if setting.is_some() {
+                ids.next();
+                conv.overhead_recorded(&chat.system, chat.tools.as_deref());
+            }
+            for m in &chat.messages {
+                appended.push(ids.by_ref().take(m.entries.len()).collect());
+            }
+        }
+        conv.continued(plan.keep, &chat.messages, appended);
+        Ok(())
+    }
+
+    /// The upstream's successful answer, passed back to the agent and recorded in the session
+    /// once the agent has it (a streamed one once it has ended whole).
+    async fn deliver(
+        &self,
+        up: reqwest::Response,
+        recorder: Recorder,
+        note: &mut Note,
+    ) -> Response<ProxyBody> {
+        let api = recorder.api;
         let is_stream = up
             .headers()
             .get(http::header::CONTENT_TYPE)
@@ -875,9 +1074,13 @@ impl Proxy {
             }
         };
         let reply = wire::parse_reply(api, &bytes);
-        if reply.entry.is_none() {
-            note.unrecorded = Some("the answer is not a chat reply");
+        if reply.entries.is_empty() {
+            note.unrecorded = Some(match api {
+                Api::OpenAiResponses => "the answer is not a completed response",
+                Api::OpenAiChat | Api::Anthropic => "the answer is not a chat reply",
+            });
         }
+        let mut recorder = recorder;
         recorder.announce(&reply);
         recorder.record(reply).await;
         buffered(status, &headers, bytes)
@@ -938,6 +1141,7 @@ async fn summarize_upstream(
     let wire_api = match api {
         Api::OpenAiChat => crate::summarize::client::Api::OpenAi,
         Api::Anthropic => crate::summarize::client::Api::Anthropic,
+        Api::OpenAiResponses => crate::summarize::client::Api::OpenAiResponses,
     };
     let prompt = crate::summarize::prompt::Prompt {
         system: p.system,
@@ -1052,42 +1256,77 @@ struct Recorder {
     live: tokio::sync::OwnedMutexGuard<Live>,
     api: Api,
     claim: Claim,
+    /// The response's id names the conversation in the registry.
+    named: bool,
 }
 
 impl Recorder {
+    /// The reply being streamed is response `response_id`: a request continuing it
+    /// (`previous_response_id`) finds its conversation in the registry from now on, and waits
+    /// there until the reply is recorded. Streaming clients may send it the moment the last
+    /// event arrives, before the stream's end has been seen here.
+    fn announce_response(&mut self, response_id: &str) {
+        if self.named {
+            return;
+        }
+        self.named = true;
+        self.claim.registry().name(self.claim.id, response_id);
+    }
+
     /// Make the reply known as this conversation's before the agent has all of it: the agent
-    /// may send its next request, carrying the reply, the moment it has.
-    fn announce(&self, reply: &Reply) {
-        if let Some(entry) = &reply.entry {
-            self.claim
-                .registry()
-                .replied(self.claim.id, std::slice::from_ref(entry));
+    /// may send its next request, carrying the reply (each of its messages: one per output
+    /// item of a response) or naming it, the moment it has.
+    fn announce(&mut self, reply: &Reply) {
+        {
+            let mut registry = self.claim.registry();
+            for entry in &reply.entries {
+                registry.replied(self.claim.id, std::slice::from_ref(entry));
+            }
+        }
+        if let Some(id) = &reply.response_id {
+            self.announce_response(id);
         }
     }
 
     async fn record(mut self, reply: Reply) {
-        let Some(mut entry) = reply.entry else { return };
-        let session = self.live.conv().session_id.clone();
-        let plain = entry.clone();
-        if let Some(u) = reply.usage {
-            entry["usage"] = serde_json::to_value(u).unwrap_or(Value::Null);
+        if reply.entries.is_empty() {
+            return;
+        }
+        let Some(session) = self.live.conv.as_ref().map(|c| c.session_id.clone()) else {
+            return;
+        };
+        let mut entries = reply.entries.clone();
+        // The usage measures the whole reply: it goes on its last entry, where the budget's
+        // anchor looks for it.
+        if let (Some(u), Some(last)) = (reply.usage, entries.last_mut()) {
+            last["usage"] = serde_json::to_value(u).unwrap_or(Value::Null);
         }
         let appended = self
             .rpc
             .request(
                 method::SESSION_APPEND,
-                json!({"sessionId": session, "entries": [entry]}),
+                json!({"sessionId": session, "entries": entries}),
             )
             .await;
-        let Some(id) = appended.ok().and_then(|r| {
-            r.pointer("/entryIds/0")
-                .and_then(Value::as_str)
-                .map(str::to_string)
+        let Some(ids) = appended.ok().and_then(|r| {
+            r.get("entryIds").and_then(Value::as_array).map(|ids| {
+                ids.iter()
+                    .filter_map(|id| id.as_str().map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
         }) else {
             return;
         };
+        if ids.len() != reply.entries.len() {
+            return;
+        }
         if let Some(conv) = self.live.conv.as_mut() {
-            conv.replied(plain, id);
+            for (entry, id) in reply.entries.into_iter().zip(ids) {
+                conv.replied(entry, id);
+            }
+            if let Some(response_id) = reply.response_id {
+                conv.response_recorded(response_id);
+            }
         }
         if !reply.wants_tools {
             let _ = self
@@ -1113,7 +1352,7 @@ fn buffered(status: StatusCode, headers: &HeaderMap, bytes: Bytes) -> Response<P
 /// returned channel, is written when the stream ends, with how it ended.
 fn stream_back(
     up: reqwest::Response,
-    recorder: Option<Recorder>,
+    mut recorder: Option<Recorder>,
     log: Arc<dyn Fn(&str) + Send + Sync>,
 ) -> (Response<ProxyBody>, StreamLine) {
     let status = up.status();
@@ -1130,6 +1369,12 @@ fn stream_back(
                 Ok(bytes) => {
                     if let Some(t) = tap.as_mut() {
                         t.feed(&bytes);
+                    }
+                    if let (Some(r), Some(id)) = (
+                        recorder.as_mut(),
+                        tap.as_ref().and_then(StreamTap::response_id),
+                    ) {
+                        r.announce_response(id);
                     }
                     let n = bytes.len() as u64;
                     if tx.send(Ok(Frame::data(bytes))).await.is_err() {
@@ -1164,7 +1409,7 @@ fn stream_back(
             }
             None => None,
         };
-        if let (Some(r), Some(reply)) = (&recorder, &reply) {
+        if let (Some(r), Some(reply)) = (recorder.as_mut(), &reply) {
             r.announce(reply);
         }
         // Logged before the client sees the end, so the line is there once it has the answer.

@@ -18,6 +18,8 @@ pub enum Api {
     OpenAiChat,
     /// `POST /v1/messages`.
     Anthropic,
+    /// `POST /v1/responses` (OpenAI's Responses API, Codex's wire format).
+    OpenAiResponses,
 }
 
 impl Api {
@@ -28,6 +30,8 @@ impl Api {
             Some(Api::OpenAiChat)
         } else if p == "/v1/messages" || p == "/messages" {
             Some(Api::Anthropic)
+        } else if p.ends_with("/responses") {
+            Some(Api::OpenAiResponses)
         } else {
             None
         }
@@ -37,6 +41,7 @@ impl Api {
         match self {
             Api::OpenAiChat => "openai",
             Api::Anthropic => "anthropic",
+            Api::OpenAiResponses => "openai-responses",
         }
     }
 }
@@ -68,7 +73,7 @@ pub struct ChatRequest {
     pub system: String,
     /// Tool schemas as JSON text (counted by the budget, sent as is).
     pub tools: Option<String>,
-    /// OpenAI's leading system messages, sent first as they came.
+    /// OpenAI's leading system messages (Responses: developer items), sent first as they came.
     pub preamble: Vec<Value>,
     pub messages: Vec<Incoming>,
 }
@@ -80,51 +85,14 @@ impl ChatRequest {
         let Value::Object(body) = value else {
             return Err(BadRequest("the request body must be a JSON object".into()));
         };
-        let Some(Value::Array(messages)) = body.get("messages") else {
-            return Err(BadRequest(
-                "the request has no `messages` array; send a chat request".into(),
-            ));
+        let (system, preamble, messages) = match api {
+            Api::OpenAiChat => openai_messages(&body)?,
+            Api::Anthropic => anthropic_messages(&body)?,
+            Api::OpenAiResponses => {
+                let input = super::responses::parse_input(&body)?;
+                (input.system, input.preamble, input.messages)
+            }
         };
-        let mut preamble = Vec::new();
-        let mut system = String::new();
-        let mut out = Vec::with_capacity(messages.len());
-        match api {
-            Api::OpenAiChat => {
-                let mut leading = true;
-                for (i, m) in messages.iter().enumerate() {
-                    let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-                    if leading && (role == "system" || role == "developer") {
-                        push_line(&mut system, &openai_text(m.get("content")));
-                        preamble.push(m.clone());
-                        continue;
-                    }
-                    leading = false;
-                    out.push(Incoming {
-                        raw: m.clone(),
-                        entries: openai_entries(m).map_err(|e| at(i, e))?,
-                    });
-                }
-            }
-            Api::Anthropic => {
-                match body.get("system") {
-                    Some(Value::String(s)) => system.push_str(s),
-                    Some(Value::Array(blocks)) => {
-                        for b in blocks {
-                            if let Some(t) = b.get("text").and_then(Value::as_str) {
-                                push_line(&mut system, t);
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                for (i, m) in messages.iter().enumerate() {
-                    out.push(Incoming {
-                        raw: m.clone(),
-                        entries: anthropic_entries(m).map_err(|e| at(i, e))?,
-                    });
-                }
-            }
-        }
         let tools = body
             .get("tools")
             .filter(|t| !t.is_null())
@@ -139,21 +107,85 @@ impl ChatRequest {
             system,
             tools,
             preamble,
-            messages: out,
+            messages,
             body,
         })
     }
 
-    /// The upstream body: everything as sent, with `messages` replaced.
+    /// The upstream body: everything as sent, with `messages` (Responses: `input`) replaced.
     pub fn with_messages(&self, messages: Vec<Value>) -> Value {
         let mut body = self.body.clone();
         let all = match self.api {
-            Api::OpenAiChat => self.preamble.iter().cloned().chain(messages).collect(),
+            Api::OpenAiChat | Api::OpenAiResponses => {
+                self.preamble.iter().cloned().chain(messages).collect()
+            }
             Api::Anthropic => messages,
         };
-        body.insert("messages".into(), Value::Array(all));
+        let field = match self.api {
+            Api::OpenAiResponses => "input",
+            Api::OpenAiChat | Api::Anthropic => "messages",
+        };
+        body.insert(field.into(), Value::Array(all));
         Value::Object(body)
     }
+}
+
+/// System prompt, preamble and messages of a request.
+type Split = (String, Vec<Value>, Vec<Incoming>);
+
+fn messages_array(body: &Map<String, Value>) -> Result<&Vec<Value>, BadRequest> {
+    match body.get("messages") {
+        Some(Value::Array(messages)) => Ok(messages),
+        _ => Err(BadRequest(
+            "the request has no `messages` array; send a chat request".into(),
+        )),
+    }
+}
+
+fn openai_messages(body: &Map<String, Value>) -> Result<Split, BadRequest> {
+    let messages = messages_array(body)?;
+    let mut preamble = Vec::new();
+    let mut system = String::new();
+    let mut out = Vec::with_capacity(messages.len());
+    let mut leading = true;
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        if leading && (role == "system" || role == "developer") {
+            push_line(&mut system, &openai_text(m.get("content")));
+            preamble.push(m.clone());
+            continue;
+        }
+        leading = false;
+        out.push(Incoming {
+            raw: m.clone(),
+            entries: openai_entries(m).map_err(|e| at(i, e))?,
+        });
+    }
+    Ok((system, preamble, out))
+}
+
+fn anthropic_messages(body: &Map<String, Value>) -> Result<Split, BadRequest> {
+    let messages = messages_array(body)?;
+    let mut system = String::new();
+    match body.get("system") {
+        Some(Value::String(s)) => system.push_str(s),
+        Some(Value::Array(blocks)) => {
+            for b in blocks {
+                if let Some(t) = b.get("text").and_then(Value::as_str) {
+                    push_line(&mut system, t);
+                }
+            }
+        }
+        _ => {}
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        out.push(Incoming {
+            raw: m.clone(),
+            entries: anthropic_entries(m).map_err(|e| at(i, e))?,
+        });
+    }
+    Ok((system, Vec::new(), out))
 }
 
 fn at(i: usize, e: BadRequest) -> BadRequest {
@@ -184,15 +216,15 @@ pub fn content_fingerprint(entries: &[Value]) -> u64 {
     fingerprint(&[&serde_json::to_string(entries).unwrap_or_default()])
 }
 
-fn text_block(text: &str) -> Value {
+pub(super) fn text_block(text: &str) -> Value {
     json!({"type": "text", "text": text})
 }
 
-fn message_entry(role: &str, content: Vec<Value>) -> Value {
+pub(super) fn message_entry(role: &str, content: Vec<Value>) -> Value {
     json!({"type": "message", "role": role, "content": content})
 }
 
-fn tool_result_entry(call_id: &str, content: Vec<Value>, is_error: bool) -> Value {
+pub(super) fn tool_result_entry(call_id: &str, content: Vec<Value>, is_error: bool) -> Value {
     json!({"type": "tool_result", "callId": call_id, "content": content, "isError": is_error})
 }
 
@@ -244,7 +276,7 @@ fn openai_blocks(content: Option<&Value>) -> Vec<Value> {
 }
 
 /// `input` of a tool call from OpenAI's `arguments` text (kept as a string when not JSON).
-fn parse_arguments(arguments: &str) -> Value {
+pub(super) fn parse_arguments(arguments: &str) -> Value {
     if arguments.trim().is_empty() {
         return json!({});
     }
@@ -296,7 +328,7 @@ fn openai_assistant_entry(m: &Value) -> Value {
     message_entry("assistant", content)
 }
 
-fn image_url(media_type: Option<&str>, data: Option<&str>) -> String {
+pub(super) fn image_url(media_type: Option<&str>, data: Option<&str>) -> String {
     let data = data.unwrap_or("");
     if data.starts_with("data:") || data.starts_with("http://") || data.starts_with("https://") {
         data.to_string()
@@ -391,7 +423,7 @@ pub fn render_openai(messages: &[ModelMessage]) -> Vec<Value> {
     out
 }
 
-fn arguments_text(input: &Value) -> String {
+pub(super) fn arguments_text(input: &Value) -> String {
     match input {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -584,13 +616,18 @@ fn content_as_blocks(content: Option<&Value>) -> Vec<Value> {
 // ---------------------------------------------------------------------------------------------
 // Replies
 
-/// What the proxy keeps of a reply: the assistant entry (without usage), the provider usage,
-/// and whether the model asked for tools (the turn goes on) or finished.
+/// What the proxy keeps of a reply: its assistant entries (without usage; one per message the
+/// agent will resend: one for a chat reply, one per output item for a response), the provider
+/// usage, and whether the model asked for tools (the turn goes on) or finished. No entries: no
+/// complete reply to record.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Reply {
-    pub entry: Option<Value>,
+    pub entries: Vec<Value>,
     pub usage: Option<Usage>,
     pub wants_tools: bool,
+    /// The provider's id of the response (Responses API), which a later request may continue
+    /// with `previous_response_id`.
+    pub response_id: Option<String>,
 }
 
 fn openai_usage(u: &Value) -> Option<Usage> {
@@ -633,14 +670,14 @@ pub fn parse_reply(api: Api, body: &[u8]) -> Reply {
     match api {
         Api::OpenAiChat => {
             let msg = v.pointer("/choices/0/message");
-            let entry = msg.map(openai_assistant_entry);
             Reply {
                 wants_tools: msg
                     .and_then(|m| m.get("tool_calls"))
                     .and_then(Value::as_array)
                     .is_some_and(|c| !c.is_empty()),
-                entry,
+                entries: msg.map(openai_assistant_entry).into_iter().collect(),
                 usage: v.get("usage").and_then(openai_usage),
+                response_id: None,
             }
         }
         Api::Anthropic => {
@@ -655,10 +692,12 @@ pub fn parse_reply(api: Api, body: &[u8]) -> Reply {
                 .is_some_and(|u| anthropic_usage(u, &mut usage));
             Reply {
                 wants_tools: v.get("stop_reason").and_then(Value::as_str) == Some("tool_use"),
-                entry: Some(message_entry("assistant", anthropic_blocks(&blocks))),
+                entries: vec![message_entry("assistant", anthropic_blocks(&blocks))],
                 usage: has_usage.then_some(usage),
+                response_id: None,
             }
         }
+        Api::OpenAiResponses => super::responses::parse_reply(&v),
     }
 }
 
@@ -669,7 +708,7 @@ pub struct StreamTap {
     api: Api,
     parser: SseParser,
     /// The provider's end of a reply was seen: `[DONE]` or a `finish_reason` (OpenAI),
-    /// `message_stop` (Anthropic).
+    /// `message_stop` (Anthropic), `response.completed` (Responses).
     ended: bool,
     /// Why the events do not make a whole reply, first problem first.
     fault: Option<String>,
@@ -683,6 +722,7 @@ pub struct StreamTap {
     has_usage: bool,
     wants_tools: bool,
     saw_any: bool,
+    responses: super::responses::ResponsesTap,
 }
 
 impl StreamTap {
@@ -700,6 +740,7 @@ impl StreamTap {
             has_usage: false,
             wants_tools: false,
             saw_any: false,
+            responses: Default::default(),
         }
     }
 
@@ -720,8 +761,10 @@ impl StreamTap {
 
     pub fn event(&mut self, e: &SseEvent) {
         self.events += 1;
-        if self.api == Api::OpenAiChat && e.data.trim() == "[DONE]" {
-            self.ended = true;
+        if self.api != Api::Anthropic && e.data.trim() == "[DONE]" {
+            // Some OpenAI-compatible servers close a response stream with `[DONE]` too; there
+            // it ends nothing: only `response.completed` does.
+            self.ended |= self.api == Api::OpenAiChat;
             return;
         }
         let Ok(v) = serde_json::from_str::<Value>(&e.data) else {
@@ -739,7 +782,26 @@ impl StreamTap {
         match self.api {
             Api::OpenAiChat => self.openai_chunk(&v),
             Api::Anthropic => self.anthropic_event(&v),
+            Api::OpenAiResponses => self.responses_event(&v),
         }
+    }
+
+    fn responses_event(&mut self, v: &Value) {
+        match v.get("type").and_then(Value::as_str) {
+            Some("response.completed") => self.ended = true,
+            // The response ended short of its output limit or filtered: what was streamed is
+            // not the whole reply.
+            Some("response.incomplete") => {
+                let why = v
+                    .pointer("/response/incomplete_details/reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no reason given");
+                self.fault
+                    .get_or_insert_with(|| format!("the response ended incomplete ({why})"));
+            }
+            _ => {}
+        }
+        self.responses.event(v);
     }
 
     fn openai_chunk(&mut self, v: &Value) {
@@ -844,6 +906,15 @@ impl StreamTap {
         }
     }
 
+    /// The provider's id of the response being streamed, once the stream has named it
+    /// (Responses API).
+    pub fn response_id(&self) -> Option<&str> {
+        match self.api {
+            Api::OpenAiResponses => self.responses.response_id(),
+            Api::OpenAiChat | Api::Anthropic => None,
+        }
+    }
+
     /// The reply the stream carried, or why it carried no whole reply (the stream ended early,
     /// or its events were malformed): such a reply is not recorded.
     pub fn finish(mut self) -> Result<Reply, String> {
@@ -859,6 +930,7 @@ impl StreamTap {
                 match self.api {
                     Api::OpenAiChat => "`[DONE]`",
                     Api::Anthropic => "`message_stop`",
+                    Api::OpenAiResponses => "`response.completed`",
                 }
             ));
         }
@@ -880,31 +952,42 @@ impl StreamTap {
                 content
             }
             Api::Anthropic => anthropic_blocks(&self.blocks),
+            Api::OpenAiResponses => return Ok(self.responses.finish()),
         };
         Ok(Reply {
-            entry: Some(message_entry("assistant", content)),
+            entries: vec![message_entry("assistant", content)],
             usage: self.has_usage.then_some(self.usage),
             wants_tools: self.wants_tools,
+            response_id: None,
         })
     }
 }
 
 /// The kind of an error a stream carries as an event (Anthropic `event: error`; OpenAI-style
-/// servers put an `error` object in a chunk).
+/// servers put an `error` object in a chunk; the Responses API sends an `error` event with its
+/// `code` at the top, or `response.failed` with the response's `error`).
 fn stream_error(v: &Value) -> Option<String> {
-    let error = if v.get("type").and_then(Value::as_str) == Some("error") {
-        v.get("error")?
-    } else {
-        v.get("error").filter(|e| e.is_object())?
-    };
-    Some(
-        error
-            .get("type")
-            .or_else(|| error.get("code"))
-            .and_then(Value::as_str)
+    let kind = |e: &Value, keys: &[&str]| {
+        keys.iter()
+            .find_map(|k| e.get(*k).and_then(Value::as_str))
             .unwrap_or("unknown")
-            .to_string(),
-    )
+            .to_string()
+    };
+    match v.get("type").and_then(Value::as_str) {
+        Some("error") => Some(match v.get("error").filter(|e| e.is_object()) {
+            Some(error) => kind(error, &["type", "code"]),
+            None => kind(v, &["code"]),
+        }),
+        Some("response.failed") => Some(format!(
+            "response.failed: {}",
+            v.pointer("/response/error")
+                .map_or_else(|| "unknown".to_string(), |e| kind(e, &["code", "type"]))
+        )),
+        _ => v
+            .get("error")
+            .filter(|e| e.is_object())
+            .map(|error| kind(error, &["type", "code"])),
+    }
 }
 
 /// How a stream passed on to the client ended.
@@ -959,6 +1042,12 @@ pub fn overflow_body(api: Api, tokens: u64, limit: u64, detail: &str) -> Value {
             "param": "messages",
             "code": "context_length_exceeded",
         }}),
+        Api::OpenAiResponses => json!({"error": {
+            "message": format!("This model's maximum context length is {limit} tokens. However, your input resulted in {tokens} tokens. Please reduce the length of the input. (soba proxy: {detail})"),
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+            "param": "input",
+        }}),
         Api::Anthropic => error_body(
             api,
             "invalid_request_error",
@@ -973,7 +1062,9 @@ pub fn overflow_body(api: Api, tokens: u64, limit: u64, detail: &str) -> Value {
 /// provider's.
 pub fn error_body(api: Api, kind: &str, message: &str) -> Value {
     match api {
-        Api::OpenAiChat => json!({"error": {"message": message, "type": kind, "code": kind}}),
+        Api::OpenAiChat | Api::OpenAiResponses => {
+            json!({"error": {"message": message, "type": kind, "code": kind}})
+        }
         Api::Anthropic => json!({"type": "error", "error": {"type": kind, "message": message}}),
     }
 }
@@ -1033,7 +1124,7 @@ mod tests {
     fn an_openai_stream_is_whole_only_with_its_end() {
         let whole = format!("{OPENAI_CHUNK}data: [DONE]\n\n");
         let reply = tapped(Api::OpenAiChat, &whole).unwrap();
-        assert_eq!(reply.entry.unwrap()["content"][0]["text"], "hello");
+        assert_eq!(reply.entries[0]["content"][0]["text"], "hello");
         // A server that leaves out `[DONE]` still ends with a finish reason.
         let finished = r#"data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}
 
@@ -1075,7 +1166,7 @@ mod tests {
         );
         let whole = format!("{body}event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n");
         let reply = tapped(Api::Anthropic, &whole).unwrap();
-        assert_eq!(reply.entry.unwrap()["content"][0]["text"], "hi");
+        assert_eq!(reply.entries[0]["content"][0]["text"], "hi");
         assert_eq!(reply.usage.unwrap().output, 2);
         let overloaded = format!("{body}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}}}\n\n");
         assert_eq!(
@@ -1132,5 +1223,83 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("prompt is too long: 12000 tokens > 9808 maximum"));
+        let responses = overflow_body(Api::OpenAiResponses, 12000, 9808, "context budget exceeded");
+        assert_eq!(
+            (
+                &responses["error"]["code"],
+                &responses["error"]["type"],
+                &responses["error"]["param"]
+            ),
+            (
+                &json!("context_length_exceeded"),
+                &json!("invalid_request_error"),
+                &json!("input")
+            )
+        );
+        assert!(responses["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("This model's maximum context length is 9808 tokens. However, your input resulted in 12000 tokens."));
+        assert!(crate::proxy::overflow::parse(400, responses.to_string().as_bytes()).is_some());
+    }
+
+    fn responses_stream(end: &str) -> String {
+        let item = json!({"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+            "content": [{"type": "output_text", "text": "hi", "annotations": []}]});
+        let events = [
+            json!({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "output": []}}),
+            json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
+        ];
+        let mut body: String = events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect();
+        body.push_str(end);
+        body
+    }
+
+    #[test]
+    fn a_responses_stream_is_whole_only_with_response_completed() {
+        let completed = json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed",
+            "output": [], "usage": {"input_tokens": 5, "output_tokens": 2}}});
+        let whole = responses_stream(&format!("event: response.completed\ndata: {completed}\n\n"));
+        let reply = tapped(Api::OpenAiResponses, &whole).unwrap();
+        assert_eq!(reply.entries.len(), 1);
+        assert_eq!(reply.response_id.as_deref(), Some("resp_1"));
+        // `[DONE]` after the end is tolerated; it ends nothing by itself.
+        assert!(tapped(Api::OpenAiResponses, &format!("{whole}data: [DONE]\n\n")).is_ok());
+        assert_eq!(
+            tapped(Api::OpenAiResponses, &responses_stream("data: [DONE]\n\n")).unwrap_err(),
+            "the stream ended without `response.completed`"
+        );
+        let failed = json!({"type": "response.failed", "response": {"id": "resp_1", "status": "failed",
+            "error": {"code": "server_error", "message": "x"}}});
+        assert_eq!(
+            tapped(
+                Api::OpenAiResponses,
+                &responses_stream(&format!("data: {failed}\n\n"))
+            )
+            .unwrap_err(),
+            "the upstream sent an error event (response.failed: server_error)"
+        );
+        let error = json!({"type": "error", "code": "rate_limit_exceeded", "message": "slow down", "param": null});
+        assert_eq!(
+            tapped(
+                Api::OpenAiResponses,
+                &responses_stream(&format!("event: error\ndata: {error}\n\n"))
+            )
+            .unwrap_err(),
+            "the upstream sent an error event (rate_limit_exceeded)"
+        );
+        let incomplete = json!({"type": "response.incomplete", "response": {"id": "resp_1", "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"}}});
+        assert_eq!(
+            tapped(
+                Api::OpenAiResponses,
+                &responses_stream(&format!("data: {incomplete}\n\n"))
+            )
+            .unwrap_err(),
+            "the response ended incomplete (max_output_tokens)"
+        );
     }
 }

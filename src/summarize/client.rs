@@ -43,6 +43,8 @@ pub enum Api {
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
+    /// OpenAI Responses (the proxy summarizing for an agent that talks it).
+    OpenAiResponses,
 }
 
 /// One summarization request's transport: sends a prompt, returns the whole reply text. The
@@ -159,6 +161,7 @@ pub fn request_body(api: Api, model: &str, prompt: &Prompt, max_output_tokens: u
     match api {
         Api::OpenAi => wire::openai::request_body(model, prompt, max_output_tokens),
         Api::Anthropic => wire::anthropic::request_body(model, prompt, max_output_tokens),
+        Api::OpenAiResponses => wire::responses::request_body(model, prompt, max_output_tokens),
     }
 }
 
@@ -175,6 +178,7 @@ pub async fn send_body(
     let decode: wire::EventDecoder = match api {
         Api::OpenAi => wire::openai::event,
         Api::Anthropic => wire::anthropic::event,
+        Api::OpenAiResponses => wire::responses::event,
     };
     let mut request = http
         .post(url)
@@ -218,6 +222,7 @@ pub async fn send_body(
         let complete = match api {
             Api::OpenAi => wire::openai::complete_reply(&body),
             Api::Anthropic => wire::anthropic::complete_reply(&body),
+            Api::OpenAiResponses => wire::responses::complete_reply(&body),
         };
         let reply = complete.map_err(|e| match e {
             EventError::Provider(m) => SummaryError::Provider(m),
@@ -331,7 +336,7 @@ impl ModelSummarizer {
                 None => return Err(SummarizerConfigError::MissingApiKey { var: var.clone() }),
             },
             (None, Api::Anthropic) => return Err(SummarizerConfigError::MissingApiKeyEnv),
-            (None, Api::OpenAi) => None,
+            (None, Api::OpenAi | Api::OpenAiResponses) => None,
         };
 
         let base_url = cfg
@@ -369,6 +374,7 @@ impl ModelSummarizer {
         let endpoint = match api {
             Api::OpenAi => format!("{base_url}/chat/completions"),
             Api::Anthropic => format!("{base_url}/v1/messages"),
+            Api::OpenAiResponses => format!("{base_url}/responses"),
         };
 
         let catalog = catalog_lookup(&model);
@@ -441,7 +447,9 @@ impl ModelSummarizer {
             return headers;
         };
         let (name, value) = match self.api {
-            Api::OpenAi => (reqwest::header::AUTHORIZATION, format!("Bearer {}", key.0)),
+            Api::OpenAi | Api::OpenAiResponses => {
+                (reqwest::header::AUTHORIZATION, format!("Bearer {}", key.0))
+            }
             Api::Anthropic => (
                 reqwest::header::HeaderName::from_static("x-api-key"),
                 key.0.clone(),
@@ -523,7 +531,7 @@ impl PromptSender for ModelSummarizer {
 impl Summarizer for ModelSummarizer {
     fn describe(&self) -> String {
         let provider = match self.api {
-            Api::OpenAi => "openai",
+            Api::OpenAi | Api::OpenAiResponses => "openai",
             Api::Anthropic => "anthropic",
         };
         format!("{provider} {} @ {}", self.model, self.shown_url)

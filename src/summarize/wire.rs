@@ -213,6 +213,102 @@ pub mod anthropic {
     }
 }
 
+/// OpenAI's Responses API: what the proxy summarizes with when the agent it serves talks it
+/// (Codex).
+pub mod responses {
+    use super::*;
+
+    /// `POST {baseUrl}/responses`, streaming, stored nowhere.
+    pub fn request_body(model: &str, prompt: &Prompt, max_output_tokens: u64) -> Value {
+        json!({
+            "model": model,
+            "instructions": prompt.system,
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": prompt.user}]}],
+            "max_output_tokens": max_output_tokens,
+            "store": false,
+            "stream": true,
+        })
+    }
+
+    fn stopped_at_output_limit(response: &Value) -> bool {
+        response.get("status").and_then(Value::as_str) == Some("incomplete")
+            && response
+                .pointer("/incomplete_details/reason")
+                .and_then(Value::as_str)
+                == Some("max_output_tokens")
+    }
+
+    fn failure(response: &Value) -> String {
+        response
+            .get("error")
+            .filter(|e| !e.is_null())
+            .map(error_message)
+            .unwrap_or_else(|| {
+                let status = response
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("?");
+                format!("the response ended {status}")
+            })
+    }
+
+    /// The reply text of a complete, non-streamed response.
+    pub fn complete_reply(body: &[u8]) -> Result<Reply, EventError> {
+        let v = parse_body(body)?;
+        if let Some(error) = v.get("error").filter(|e| !e.is_null()) {
+            return Err(EventError::Provider(error_message(error)));
+        }
+        let hit_output_limit = stopped_at_output_limit(&v);
+        if v.get("status").and_then(Value::as_str) != Some("completed") && !hit_output_limit {
+            return Err(EventError::Provider(failure(&v)));
+        }
+        let output = v
+            .get("output")
+            .and_then(Value::as_array)
+            .ok_or_else(|| EventError::Malformed("response has no output items".into()))?;
+        let text = output
+            .iter()
+            .filter(|i| i.get("type").and_then(Value::as_str) == Some("message"))
+            .filter_map(|i| i.get("content").and_then(Value::as_array))
+            .flatten()
+            .filter(|c| c.get("type").and_then(Value::as_str) == Some("output_text"))
+            .filter_map(|c| c.get("text").and_then(Value::as_str))
+            .collect();
+        Ok(Reply {
+            text,
+            hit_output_limit,
+        })
+    }
+
+    pub fn event(event: &SseEvent) -> Result<StreamItem, EventError> {
+        let v = parse_data(event)?;
+        let kind = v
+            .get("type")
+            .and_then(Value::as_str)
+            .or(event.event.as_deref())
+            .unwrap_or("");
+        let response = v.get("response").unwrap_or(&Value::Null);
+        match kind {
+            "response.output_text.delta" => Ok(v
+                .get("delta")
+                .and_then(Value::as_str)
+                .map(|t| StreamItem::Text(t.to_string()))
+                .unwrap_or(StreamItem::Nothing)),
+            "response.completed" => Ok(StreamItem::Done),
+            "response.incomplete" if stopped_at_output_limit(response) => {
+                Ok(StreamItem::Finished {
+                    hit_output_limit: true,
+                })
+            }
+            "response.incomplete" | "response.failed" => {
+                Err(EventError::Provider(failure(response)))
+            }
+            "error" => Err(EventError::Provider(error_message(&v))),
+            _ => Ok(StreamItem::Nothing),
+        }
+    }
+}
+
 /// The message of an HTTP error body: the provider's `error.message` when it is JSON,
 /// otherwise the start of the body.
 pub fn http_error_message(body: &str) -> String {
@@ -362,6 +458,74 @@ mod tests {
         assert_eq!(a["system"], "S");
         assert_eq!(a["messages"][0]["role"], "user");
         assert_eq!(a["stream"], true);
+    }
+
+    #[test]
+    fn responses_events_and_bodies() {
+        let p = Prompt {
+            system: "S".into(),
+            user: "U".into(),
+        };
+        let b = responses::request_body("gpt-5", &p, 2048);
+        assert_eq!(b["instructions"], "S");
+        assert_eq!(b["input"][0]["content"][0]["text"], "U");
+        assert_eq!(
+            (b["stream"].clone(), b["store"].clone()),
+            (json!(true), json!(false))
+        );
+        let event = |v: Value| responses::event(&data(&v.to_string()));
+        assert_eq!(
+            event(
+                json!({"type": "response.created", "response": {"id": "r", "status": "in_progress"}})
+            ),
+            Ok(StreamItem::Nothing)
+        );
+        assert_eq!(
+            event(
+                json!({"type": "response.output_text.delta", "item_id": "m", "delta": "{\"goal\""})
+            ),
+            Ok(StreamItem::Text("{\"goal\"".into()))
+        );
+        assert_eq!(
+            event(json!({"type": "response.completed", "response": {"status": "completed"}})),
+            Ok(StreamItem::Done)
+        );
+        assert_eq!(
+            event(
+                json!({"type": "response.incomplete", "response": {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}})
+            ),
+            Ok(StreamItem::Finished {
+                hit_output_limit: true
+            })
+        );
+        assert_eq!(
+            event(
+                json!({"type": "response.failed", "response": {"status": "failed", "error": {"type": "server_error", "message": "boom"}}})
+            ),
+            Err(EventError::Provider("server_error: boom".into()))
+        );
+        assert_eq!(
+            event(
+                json!({"type": "response.incomplete", "response": {"status": "incomplete", "incomplete_details": {"reason": "content_filter"}}})
+            ),
+            Err(EventError::Provider("the response ended incomplete".into()))
+        );
+        let whole = json!({"id": "r", "status": "completed", "output": [
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "{}", "annotations": []}]},
+        ]});
+        assert_eq!(
+            responses::complete_reply(whole.to_string().as_bytes()),
+            Ok(Reply {
+                text: "{}".into(),
+                hit_output_limit: false
+            })
+        );
+        let failed = json!({"id": "r", "status": "failed", "error": {"message": "overloaded"}, "output": []});
+        assert_eq!(
+            responses::complete_reply(failed.to_string().as_bytes()),
+            Err(EventError::Provider("overloaded".into()))
+        );
     }
 
     #[test]

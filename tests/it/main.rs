@@ -32,6 +32,7 @@ mod protocol_schemas;
 mod protocol_stress;
 mod provider_data;
 mod proxy;
+mod proxy_responses;
 mod proxy_service;
 mod readme;
 mod redaction;

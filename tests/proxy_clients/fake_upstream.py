@@ -1,4 +1,5 @@
-"""A loopback fake of the OpenAI and Anthropic chat APIs for the proxy suite.
+"""A loopback fake of the OpenAI (Chat Completions and Responses) and Anthropic chat APIs for
+the proxy suite.
 
 It answers like the provider (whole and streamed), records every request body it gets, reports
 usage, and gives scripted answers (errors) first when a test queued some. With `window` set it
@@ -14,13 +15,63 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 def overflow_error(path, window, prompt):
     """The error body OpenAI or Anthropic answers a prompt over the window with."""
-    if path.endswith("/chat/completions"):
+    if path.endswith("/chat/completions") or path.endswith("/responses"):
         return json.dumps({"error": {
             "message": f"This model's maximum context length is {window} tokens. However, your messages "
                        f"resulted in {prompt} tokens. Please reduce the length of the messages.",
             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}).encode()
     return json.dumps({"type": "error", "error": {
         "type": "invalid_request_error", "message": f"prompt is too long: {prompt} tokens > {window} maximum"}}).encode()
+
+
+def responses_answer(n, body, prompt):
+    """A completed Responses API response: reasoning (encrypted when the request asks for it, as
+    Codex and `store: false` clients do), then the answer."""
+    reasoning = {"id": f"rs_{n}", "type": "reasoning",
+                 "summary": [{"type": "summary_text", "text": f"**Planning step {n}**"}]}
+    if "reasoning.encrypted_content" in (body.get("include") or []):
+        reasoning["encrypted_content"] = f"gAAAAABo{n}-" + "Qk7" * 120
+    message = {"id": f"msg_{n}", "type": "message", "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": f"answer number {n}"}]}
+    return {"id": f"resp_{n}", "object": "response", "created_at": 1767225600, "status": "completed",
+            "background": False, "error": None, "incomplete_details": None,
+            "instructions": body.get("instructions"), "max_output_tokens": None, "model": body.get("model"),
+            "output": [reasoning, message], "parallel_tool_calls": True,
+            "previous_response_id": body.get("previous_response_id"), "reasoning": {"effort": "medium", "summary": None},
+            "store": body.get("store", True), "temperature": 1.0, "text": {"format": {"type": "text"}},
+            "tool_choice": "auto", "tools": body.get("tools") or [], "top_p": 1.0, "truncation": "disabled",
+            "usage": {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens": 9, "output_tokens_details": {"reasoning_tokens": 4},
+                      "total_tokens": prompt + 9},
+            "metadata": {}}
+
+
+def responses_events(response):
+    """The events of a streamed response, named and ordered as the Responses API sends them."""
+    pending = {**response, "status": "in_progress", "output": [], "usage": None}
+    events = [{"type": "response.created", "response": pending},
+              {"type": "response.in_progress", "response": pending}]
+    for i, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            events.append({"type": "response.output_item.added", "output_index": i,
+                           "item": {**item, "status": "in_progress", "content": []}})
+            part = item["content"][0]
+            at = {"item_id": item["id"], "output_index": i, "content_index": 0}
+            events.append({"type": "response.content_part.added", **at,
+                           "part": {"type": "output_text", "annotations": [], "text": ""}})
+            half = len(part["text"]) // 2
+            for delta in (part["text"][:half], part["text"][half:]):
+                events.append({"type": "response.output_text.delta", **at, "delta": delta, "logprobs": []})
+            events.append({"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []})
+            events.append({"type": "response.content_part.done", **at, "part": part})
+        else:
+            events.append({"type": "response.output_item.added", "output_index": i,
+                           "item": {**item, "summary": []}})
+        events.append({"type": "response.output_item.done", "output_index": i, "item": item})
+    events.append({"type": "response.completed", "response": response})
+    for seq, e in enumerate(events):
+        e["sequence_number"] = seq
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
 
 
 class Upstream:
@@ -61,6 +112,11 @@ class Upstream:
                     tool = upstream.tool_calls.pop(0) if upstream.tool_calls and not (stream or too_long) else None
                 if too_long:
                     return self._send(400, "application/json", overflow_error(self.path, upstream.window, prompt))
+                if self.path.endswith("/responses"):
+                    response = responses_answer(n, body, prompt)
+                    if stream:
+                        return self._stream(responses_events(response).encode())
+                    return self._send(200, "application/json", json.dumps(response).encode())
                 if self.path.endswith("/chat/completions"):
                     usage = {"prompt_tokens": prompt, "completion_tokens": 5}
                     if stream:
@@ -136,6 +192,10 @@ class Upstream:
     def chats(self):
         with self.lock:
             return [json.loads(r[3]) for r in self.requests if r[0] == "POST"]
+
+    def raw_bodies(self):
+        with self.lock:
+            return [r[3] for r in self.requests if r[0] == "POST"]
 
     def close(self):
         self.server.shutdown()

@@ -1,7 +1,7 @@
 """The official openai and anthropic Python SDKs, and aider, through `soba proxy` to a loopback
-fake upstream: conversations are compacted and stay under the hard limit, streams reach the client
-byte for byte, upstream errors reach it as the same error, and conversations that open alike keep
-sessions of their own."""
+fake upstream: conversations are compacted and stay under the hard limit (Chat Completions, the
+Responses API and Anthropic Messages), streams reach the client byte for byte, upstream errors
+reach it as the same error, and conversations that open alike keep sessions of their own."""
 
 import glob
 import json
@@ -105,6 +105,19 @@ class ProxyCase(unittest.TestCase):
                 types = [json.loads(line)["type"] for line in f if line.strip()]
             self.assertNotIn("rewind", types, f"{log} was rewound: {types}")
 
+    def wait_for_log(self, needle, timeout=10):
+        """The proxy's log line holding `needle`."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            found = [line for line in "".join(self.stderr).splitlines() if needle in line]
+            if found:
+                return found[0]
+            ready, _, _ = select.select([self.proxy.stderr], [], [], 0.2)
+            if ready:
+                # Unbuffered: a buffered readline would hide lines from the next select.
+                self.stderr.append(os.read(self.proxy.stderr.fileno(), 65536).decode())
+        self.fail(f"no log line with {needle!r}: " + "".join(self.stderr))
+
     def assert_under_hard_limit(self):
         for i, body in enumerate(self.upstream.chats()):
             # A conservative count: about four characters of JSON per token, an overestimate.
@@ -165,6 +178,63 @@ class OpenAISdk(ProxyCase):
 
     def test_models_are_listed_through_the_proxy(self):
         self.assertEqual([m.id for m in self.openai().models.list()], ["gpt-4o"])
+
+
+class OpenAIResponsesSdk(ProxyCase):
+    def test_a_long_conversation_whole_and_streamed_is_compacted_with_reasoning_byte_identical(self):
+        client = self.openai()
+        items = []
+        sent = []  # each request's input as the SDK serialized it
+        for turn in range(24):
+            items.append({"role": "user", "content": filler(turn, 520)})
+            sent.append([dict(i) for i in items])
+            kwargs = dict(model="gpt-5", instructions="You are a careful coding agent.", input=items,
+                          store=False, include=["reasoning.encrypted_content"])
+            if turn % 2:
+                output = [e.item for e in client.responses.create(stream=True, **kwargs)
+                          if e.type == "response.output_item.done"]
+            else:
+                r = client.responses.create(**kwargs)
+                self.assertEqual(r.output_text, f"answer number {len(sent)}")
+                output = r.output
+            items.extend(o.model_dump(exclude_none=True) for o in output)
+        chats = self.upstream.chats()
+        self.assertEqual(len(chats), 24)
+        for i, body in enumerate(chats):
+            estimate = len(json.dumps(body["input"])) // 4
+            self.assertLessEqual(estimate, HARD_LIMIT, f"request {i} is over the hard limit")
+            self.assertEqual(body["instructions"], "You are a careful coding agent.")
+            self.assertEqual(body["include"], ["reasoning.encrypted_content"])
+        last = chats[-1]["input"]
+        self.assertEqual(last[0]["role"], "user")
+        self.assertIn("Context Capsule", last[0]["content"][0]["text"])
+        self.assertLess(len(last), len(items))
+        # Every reasoning item upstream is one the SDK sent, its encrypted content byte for byte.
+        raw = self.upstream.raw_bodies()
+        reasoning = [(i, item) for i, body in enumerate(chats) for item in body["input"]
+                     if item.get("type") == "reasoning"]
+        self.assertTrue(any(item.get("type") == "reasoning" for item in last),
+                        "the retained tail keeps its reasoning")
+        for i, item in reasoning:
+            self.assertIn(item, sent[i])
+            self.assertIn(json.dumps(item["encrypted_content"]).encode(), raw[i])
+
+    def test_a_stream_reaches_the_client_byte_identical(self):
+        with self.openai().responses.with_streaming_response.create(
+                model="gpt-5", input="hi", stream=True) as r:
+            self.assertEqual(r.headers["content-type"], "text/event-stream")
+            got = b"".join(r.iter_bytes())
+        self.assertEqual(got, self.upstream.streamed[-1])
+
+    def test_previous_response_id_goes_upstream_as_sent_and_is_recorded(self):
+        client = self.openai()
+        first = client.responses.create(model="gpt-5", input="list the modules")
+        second = client.responses.create(model="gpt-5", previous_response_id=first.id, input="and the tests?")
+        self.assertEqual(second.output_text, "answer number 2")
+        self.assertEqual(self.upstream.chats()[1],
+                         {"model": "gpt-5", "previous_response_id": "resp_1", "input": "and the tests?"})
+        line = self.wait_for_log("recorded, not compacted")
+        self.assertIn("previous_response_id", line)
 
 
 class AnthropicSdk(ProxyCase):
