@@ -111,6 +111,7 @@ fn main() {
             summarizer: ProxySummarizer::Local,
             daemon: DaemonTarget::InProcess(daemon),
             log: Arc::new(|_: &str| {}),
+            max_conversations: soba::proxy::DEFAULT_MAX_CONVERSATIONS,
         })
         .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

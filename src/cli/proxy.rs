@@ -67,6 +67,10 @@ pub struct ProxyArgs {
     /// are built locally from the log.
     #[arg(long)]
     pub local_capsules: bool,
+    /// Conversations remembered at once; past it, the least recently used idle one is
+    /// forgotten (its session stays in its log; if it comes back it starts a new session).
+    #[arg(long, value_name = "N", default_value_t = crate::proxy::DEFAULT_MAX_CONVERSATIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_conversations: usize,
 }
 
 fn upstream(args: &ProxyArgs) -> anyhow::Result<reqwest::Url> {
@@ -221,6 +225,7 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
             },
             daemon,
             log: Arc::new(|line: &str| eprintln!("{line}")),
+            max_conversations: args.max_conversations,
         })?;
         let listener = tokio::net::TcpListener::bind(&listen[..])
             .await

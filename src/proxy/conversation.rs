@@ -11,15 +11,76 @@ use serde_json::Value;
 use super::wire::{content_fingerprint, Api, Incoming};
 use crate::session::view::ModelMessage;
 
-/// One message of the conversation as the session holds it.
+/// One message of the conversation as the session holds it. Only fingerprints and ids: the
+/// agent resends every message with each request, so the message itself is read from the
+/// request being answered, and a long conversation costs its proxy a few dozen bytes a message
+/// rather than a copy of its history.
 #[derive(Debug, Clone)]
 struct Mapped {
     /// Content fingerprint: the entries the message stands for.
     fingerprint: u64,
-    /// The message as the agent last sent it; `None` for a reply the agent has not resent yet.
-    raw: Option<Value>,
-    entries: Vec<Value>,
+    /// Whether the agent has sent this message (a reply it has not resent yet has not).
+    sent_by_agent: bool,
+    /// Each entry's content, fingerprinted key order aside: whether the model input still
+    /// shows it unchanged.
+    contents: Vec<u64>,
     entry_ids: Vec<String>,
+}
+
+impl Mapped {
+    fn of(entries: &[Value], entry_ids: Vec<String>, sent_by_agent: bool) -> Mapped {
+        Mapped {
+            fingerprint: content_fingerprint(entries),
+            sent_by_agent,
+            contents: entries
+                .iter()
+                .map(|e| value_fingerprint(e.get("content").unwrap_or(&Value::Null)))
+                .collect(),
+            entry_ids,
+        }
+    }
+}
+
+/// A fingerprint of a JSON value that does not depend on the order of object keys: the
+/// session renders an entry's content with its own key order.
+fn value_fingerprint(v: &Value) -> u64 {
+    fn eat(h: &mut u64, bytes: &[u8]) {
+        for b in bytes.iter().chain(std::iter::once(&0xff)) {
+            *h ^= u64::from(*b);
+            *h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn feed(v: &Value, h: &mut u64) {
+        match v {
+            Value::Null => eat(h, b"n"),
+            Value::Bool(b) => eat(h, if *b { b"t" } else { b"f" }),
+            Value::Number(n) => eat(h, n.to_string().as_bytes()),
+            Value::String(s) => {
+                eat(h, b"s");
+                eat(h, s.as_bytes());
+            }
+            Value::Array(items) => {
+                eat(h, b"[");
+                for i in items {
+                    feed(i, h);
+                }
+                eat(h, b"]");
+            }
+            Value::Object(map) => {
+                eat(h, b"{");
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                for k in keys {
+                    eat(h, k.as_bytes());
+                    feed(&map[k], h);
+                }
+                eat(h, b"}");
+            }
+        }
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    feed(v, &mut h);
+    h
 }
 
 /// What to do to bring the session in step with an incoming history.
@@ -135,16 +196,11 @@ impl Conversation {
     /// sides agree on take the agent's latest wording.
     pub fn applied(&mut self, incoming: &[Incoming], keep: usize, appended: Vec<Vec<String>>) {
         self.mapped.truncate(keep);
-        for (m, i) in self.mapped.iter_mut().zip(incoming) {
-            m.raw = Some(i.raw.clone());
+        for m in self.mapped.iter_mut().take(incoming.len()) {
+            m.sent_by_agent = true;
         }
         for (msg, ids) in incoming[keep..].iter().zip(appended) {
-            self.mapped.push(Mapped {
-                fingerprint: content_fingerprint(&msg.entries),
-                raw: Some(msg.raw.clone()),
-                entries: msg.entries.clone(),
-                entry_ids: ids,
-            });
+            self.mapped.push(Mapped::of(&msg.entries, ids, true));
         }
     }
 
@@ -152,12 +208,8 @@ impl Conversation {
     /// message of its history.
     pub fn replied(&mut self, entry: Value, entry_id: String) {
         let entries = vec![without_usage(entry)];
-        self.mapped.push(Mapped {
-            fingerprint: content_fingerprint(&entries),
-            raw: None,
-            entries,
-            entry_ids: vec![entry_id],
-        });
+        self.mapped
+            .push(Mapped::of(&entries, vec![entry_id], false));
     }
 
     /// The reply just recorded (its entries passed to [`Conversation::replied`]) is the
@@ -188,18 +240,14 @@ impl Conversation {
     pub fn continued(&mut self, keep: usize, incoming: &[Incoming], appended: Vec<Vec<String>>) {
         self.mapped.truncate(keep);
         for (msg, ids) in incoming.iter().zip(appended) {
-            self.mapped.push(Mapped {
-                fingerprint: content_fingerprint(&msg.entries),
-                raw: Some(msg.raw.clone()),
-                entries: msg.entries.clone(),
-                entry_ids: ids,
-            });
+            self.mapped.push(Mapped::of(&msg.entries, ids, true));
         }
     }
 
     /// Lay out the model input: every run of messages that is one of the agent's messages,
-    /// whole and unchanged, goes out as the agent sent it; the rest is rendered.
-    pub fn compose(&self, input: &[ModelMessage]) -> Vec<Outgoing> {
+    /// whole and unchanged, goes out as the agent sent it in `incoming` (the request the
+    /// conversation was just brought in step with); the rest is rendered.
+    pub fn compose(&self, input: &[ModelMessage], incoming: &[Incoming]) -> Vec<Outgoing> {
         let mut first_entry: HashMap<&str, usize> = HashMap::new();
         for (i, m) in self.mapped.iter().enumerate() {
             if let Some(first) = m.entry_ids.first() {
@@ -214,12 +262,14 @@ impl Conversation {
                 .entry_id
                 .as_deref()
                 .and_then(|id| first_entry.get(id))
-                .map(|&i| &self.mapped[i])
-                .filter(|m| m.raw.is_some() && kept_whole(m, &input[pos..]));
+                .filter(|&&i| {
+                    let m = &self.mapped[i];
+                    m.sent_by_agent && i < incoming.len() && kept_whole(m, &input[pos..])
+                });
             match whole {
-                Some(m) => {
-                    out.push(Outgoing::Raw(m.raw.clone().expect("filtered on raw")));
-                    pos += m.entry_ids.len();
+                Some(&i) => {
+                    out.push(Outgoing::Raw(incoming[i].raw.clone()));
+                    pos += self.mapped[i].entry_ids.len();
                 }
                 None => {
                     out.push(Outgoing::Rendered(msg.clone()));
@@ -246,11 +296,12 @@ fn kept_whole(m: &Mapped, input: &[ModelMessage]) -> bool {
     }
     m.entry_ids
         .iter()
-        .zip(&m.entries)
+        .zip(&m.contents)
         .zip(input)
-        .all(|((id, entry), shown)| {
+        .all(|((id, content), shown)| {
             shown.entry_id.as_deref() == Some(id.as_str())
-                && serde_json::to_value(&shown.content).ok().as_ref() == entry.get("content")
+                && serde_json::to_value(&shown.content)
+                    .is_ok_and(|c| value_fingerprint(&c) == *content)
         })
 }
 
@@ -373,7 +424,7 @@ mod tests {
             entry_id: None,
             ..shown("", "user", "# Context Capsule")
         };
-        let out = c.compose(&[capsule.clone(), shown("b0", "user", "kept")]);
+        let out = c.compose(&[capsule.clone(), shown("b0", "user", "kept")], &r.messages);
         assert_eq!(
             out,
             vec![
@@ -394,7 +445,7 @@ mod tests {
         c.applied(&r.messages, 0, vec![ids("a", 1), ids("b", 1), ids("c", 1)]);
         let mut result = shown("c0", "tool", "long … [elided]");
         result.tool_call_id = Some("c1".into());
-        let out = c.compose(&[result.clone()]);
+        let out = c.compose(&[result.clone()], &r.messages);
         assert_eq!(out, vec![Outgoing::Rendered(result)]);
     }
 
@@ -462,7 +513,10 @@ mod tests {
             "content": [{"type": "thinking", "thinking": "", "encrypted_content": "gAAAA=="}]}))
         .unwrap();
         thinking.entry_id = Some("b0".into());
-        let out = c.compose(&[capsule, thinking, shown("c0", "user", "kept")]);
+        let out = c.compose(
+            &[capsule, thinking, shown("c0", "user", "kept")],
+            &r.messages,
+        );
         let items = provider_messages(Api::OpenAiResponses, out);
         assert_eq!(
             items,
@@ -491,10 +545,46 @@ mod tests {
             entry_id: None,
             ..shown("", "user", "capsule")
         };
-        let out = c.compose(&[capsule, shown("a1", "user", "and now")]);
+        let out = c.compose(&[capsule, shown("a1", "user", "and now")], &r.messages);
         assert!(matches!(out[1], Outgoing::Rendered(_)));
         let msgs = provider_messages(Api::Anthropic, out);
         assert_eq!(msgs.len(), 1, "two user messages share one turn: {msgs:?}");
         assert_eq!(msgs[0]["content"][1]["text"], "and now");
+    }
+    #[test]
+    fn content_fingerprints_do_not_depend_on_key_order() {
+        let a = json!([{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]);
+        let b = json!([{"cache_control": {"type": "ephemeral"}, "text": "x", "type": "text"}]);
+        assert_eq!(value_fingerprint(&a), value_fingerprint(&b));
+        let c = json!([{"type": "text", "text": "y", "cache_control": {"type": "ephemeral"}}]);
+        assert_ne!(value_fingerprint(&a), value_fingerprint(&c));
+        assert_ne!(value_fingerprint(&json!("1")), value_fingerprint(&json!(1)));
+        assert_ne!(
+            value_fingerprint(&json!(["ab"])),
+            value_fingerprint(&json!(["a", "b"]))
+        );
+    }
+
+    #[test]
+    fn a_message_goes_out_as_the_latest_request_sent_it() {
+        // The conversation keeps no copy of a message: the request being answered supplies
+        // it, with the agent's latest wording (key order, spacing) of content both agree on.
+        let mut c = Conversation::new("s".into());
+        let r1 = request(json!([{"role": "user", "content": "kept"}]));
+        c.applied(&r1.messages, 0, vec![ids("a", 1)]);
+        let r2 = request(json!([{"content": "kept", "role": "user"}]));
+        let plan = c.plan(&r2.messages);
+        assert_eq!(plan.append_from, 1);
+        c.applied(&r2.messages, plan.append_from, vec![]);
+        let out = c.compose(&[shown("a0", "user", "kept")], &r2.messages);
+        assert_eq!(
+            out,
+            vec![Outgoing::Raw(json!({"content": "kept", "role": "user"}))]
+        );
+        // A reply the agent has not resent is rendered, never taken from another request.
+        c.replied(reply_entry("hello"), "b0".into());
+        let reply = shown("b0", "assistant", "hello");
+        let out = c.compose(&[shown("a0", "user", "kept"), reply.clone()], &r2.messages);
+        assert_eq!(out[1], Outgoing::Rendered(reply));
     }
 }

@@ -24,5 +24,7 @@ pub mod server;
 pub mod service;
 pub mod wire;
 
-pub use server::{check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
+pub use server::{
+    check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer, DEFAULT_MAX_CONVERSATIONS,
+};
 pub use service::{Access, ServiceOptions};

@@ -80,7 +80,15 @@ pub struct ProxyConfig {
     pub daemon: DaemonTarget,
     /// Where request lines go (stderr from the CLI). Never given headers or bodies.
     pub log: Arc<dyn Fn(&str) + Send + Sync>,
+    /// Conversations remembered at once: past it, the one used least recently that no request
+    /// holds is forgotten (its session log stays; see [`Proxy::claimed`]).
+    pub max_conversations: usize,
 }
+
+/// Conversations a proxy remembers by default. Each costs a few dozen bytes a message (ids and
+/// fingerprints, never the messages), so this bounds a proxy left running for months at a few
+/// megabytes for typical conversations.
+pub const DEFAULT_MAX_CONVERSATIONS: usize = 256;
 
 /// A conversation and the daemon connection it was last opened on; `conv` is `None` until the
 /// first request assigned to it opens its session.
@@ -153,7 +161,43 @@ pub struct Proxy {
     /// Responses API replies are known in it by their response id too ([`Registry::name`]),
     /// which a later request's `previous_response_id` names.
     registry: Arc<std::sync::Mutex<Registry>>,
-    conversations: std::sync::Mutex<HashMap<ConversationId, Arc<Mutex<Live>>>>,
+    conversations: std::sync::Mutex<Remembered>,
+}
+
+/// The conversations the proxy remembers, each with when a request last claimed it.
+#[derive(Default)]
+struct Remembered {
+    by_id: HashMap<ConversationId, (Arc<Mutex<Live>>, u64)>,
+    clock: u64,
+}
+
+impl Remembered {
+    /// The conversation `id`, claimed now.
+    fn claim(&mut self, id: ConversationId) -> Arc<Mutex<Live>> {
+        self.clock += 1;
+        let clock = self.clock;
+        let (live, used) = self.by_id.entry(id).or_default();
+        *used = clock;
+        live.clone()
+    }
+
+    /// Forget the least recently claimed conversations no request holds until at most `max`
+    /// remain; the ids forgotten.
+    fn bound(&mut self, max: usize) -> Vec<ConversationId> {
+        let mut forgotten = Vec::new();
+        while self.by_id.len() > max {
+            let idle = self
+                .by_id
+                .iter()
+                .filter(|(_, (live, _))| Arc::strong_count(live) == 1)
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(id, _)| *id);
+            let Some(id) = idle else { break };
+            self.by_id.remove(&id);
+            forgotten.push(id);
+        }
+        forgotten
+    }
 }
 
 /// Headers that belong to one connection, not to the request (RFC 9110 §7.6.1), and those the
@@ -646,14 +690,23 @@ impl Proxy {
         Some(self.claimed(id))
     }
 
+    /// Claim conversation `id`. A proxy left running must not grow with every conversation it
+    /// ever saw: past `max_conversations`, the least recently used idle ones are forgotten here
+    /// and in the registry. Their sessions stay in their logs; a forgotten conversation that
+    /// comes back is not recognized and starts a new session (its history is appended to it
+    /// again and compacted as any long history is).
     fn claimed(&self, id: ConversationId) -> (Claim, Arc<Mutex<Live>>) {
-        let live = self
-            .conversations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(id)
-            .or_default()
-            .clone();
+        let (live, forgotten) = {
+            let mut remembered = self.conversations.lock().unwrap_or_else(|p| p.into_inner());
+            let live = remembered.claim(id);
+            (live, remembered.bound(self.config.max_conversations.max(1)))
+        };
+        if !forgotten.is_empty() {
+            let mut registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+            for id in forgotten {
+                registry.forget(id);
+            }
+        }
         let claim = Claim {
             registry: self.registry.clone(),
             id,
@@ -769,7 +822,7 @@ impl Proxy {
             .cloned()
             .and_then(|m| serde_json::from_value(m).ok())
             .unwrap_or_default();
-        let outgoing = provider_messages(chat.api, conv.compose(&messages));
+        let outgoing = provider_messages(chat.api, conv.compose(&messages, &chat.messages));
         let n = outgoing.len();
         (Bytes::from(chat.with_messages(outgoing).to_string()), n)
     }
@@ -1433,6 +1486,27 @@ fn stream_back(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_least_recently_claimed_idle_conversation_is_forgotten_first() {
+        let mut r = Remembered::default();
+        for id in [1, 2, 3] {
+            r.claim(id);
+        }
+        r.claim(1);
+        assert_eq!(r.bound(2), vec![2]);
+        // One a request holds is never forgotten, however old.
+        let held = r.claim(3);
+        r.claim(1);
+        r.claim(4);
+        assert_eq!(r.bound(2), vec![1]);
+        assert_eq!(r.bound(1), vec![4], "3 is held");
+        assert!(r.bound(0).is_empty(), "nothing idle is left to forget");
+        drop(held);
+        r.claim(5);
+        assert_eq!(r.bound(1), vec![3]);
+        assert!(r.by_id.contains_key(&5));
+    }
+
     use super::*;
 
     #[test]

@@ -492,6 +492,24 @@ async fn start_proxy_sized(
     summarizer: ProxySummarizer,
     window: u64,
 ) -> Env {
+    start_proxy_remembering(
+        target,
+        config,
+        summarizer,
+        window,
+        soba::proxy::DEFAULT_MAX_CONVERSATIONS,
+    )
+    .await
+}
+
+/// [`start_proxy_sized`], remembering at most `max_conversations` conversations.
+async fn start_proxy_remembering(
+    target: impl FnOnce(&std::path::Path) -> DaemonTarget,
+    config: &Value,
+    summarizer: ProxySummarizer,
+    window: u64,
+    max_conversations: usize,
+) -> Env {
     let base = tempfile::tempdir().unwrap();
     let ws = workspace(base.path(), config);
     let upstream = start_upstream().await;
@@ -505,6 +523,7 @@ async fn start_proxy_sized(
         summarizer,
         daemon: target(base.path()),
         log: Arc::new(move |line: &str| l.lock().unwrap().push(line.to_string())),
+        max_conversations,
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1910,4 +1929,43 @@ async fn local_capsules_keep_summarization_off_the_upstream() {
         capsules(&env).last().unwrap().quality,
         soba::capsule::Quality::Degraded
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_remembers_a_bounded_number_of_conversations_and_forgets_the_least_recent() {
+    let env =
+        start_proxy_remembering(in_process, &config(), ProxySummarizer::default(), WINDOW, 2).await;
+    let opening = |k: usize| {
+        vec![
+            json!({"role": "system", "content": "You are a careful coding agent."}),
+            json!({"role": "user", "content": format!("task {k}: tidy the parser")}),
+        ]
+    };
+    let mut histories: Vec<Vec<Value>> = (0..3).map(opening).collect();
+    // Conversations 0 and 1, then 0 again: 1 is now the least recently used.
+    for k in [0, 1, 0] {
+        let reply = openai_turn(&env, &histories[k], &[]).await;
+        histories[k].push(reply);
+        histories[k].push(json!({"role": "user", "content": format!("and then {k}")}));
+    }
+    assert_eq!(env.session_logs().len(), 2);
+    // A third conversation: the proxy forgets conversation 1, not 0.
+    let reply = openai_turn(&env, &histories[2], &[]).await;
+    histories[2].push(reply);
+    assert_eq!(env.session_logs().len(), 3);
+    // Conversation 0 is still known: it continues its session.
+    openai_turn(&env, &histories[0], &[]).await;
+    assert_eq!(env.session_logs().len(), 3, "conversation 0 was remembered");
+    // Conversation 1 was forgotten: it comes back as a new session; its first session stays.
+    openai_turn(&env, &histories[1], &[]).await;
+    let logs = env.session_logs();
+    assert_eq!(logs.len(), 4, "conversation 1 starts over: {logs:?}");
+    let holding_1: Vec<_> = logs
+        .iter()
+        .filter(|l| std::fs::read_to_string(l).unwrap().contains("task 1: tidy"))
+        .collect();
+    assert_eq!(holding_1.len(), 2, "the forgotten session's log is kept");
+    for log in &logs {
+        assert_eq!(count(&entry_types(log), "rewind"), 0, "{}", log.display());
+    }
 }

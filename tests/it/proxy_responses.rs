@@ -187,6 +187,7 @@ async fn start(config: Value) -> Env {
             DaemonOptions::default(),
         )),
         log: Arc::new(move |line: &str| l.lock().unwrap().push(line.to_string())),
+        max_conversations: soba::proxy::DEFAULT_MAX_CONVERSATIONS,
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

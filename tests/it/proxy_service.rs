@@ -118,6 +118,7 @@ async fn start(options: ServiceOptions, upstream_url: impl FnOnce(SocketAddr) ->
             },
         )),
         log: Arc::new(move |line: &str| l.lock().unwrap().push(line.to_string())),
+        max_conversations: soba::proxy::DEFAULT_MAX_CONVERSATIONS,
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -254,6 +254,7 @@ async fn proxy_summarizer_calls(corpus: &[Planted]) -> Vec<usize> {
             },
         )),
         log: Arc::new(|_: &str| {}),
+        max_conversations: soba::proxy::DEFAULT_MAX_CONVERSATIONS,
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
