@@ -2,10 +2,13 @@
 //! entry is tokenized) and warm (counts read from `<log>.tokens`), with peak memory; and
 //! parsing alone, for comparison.
 //!
-//! Two logs: the 1 MB pi fixture imported into a SOBA log, and a generated 100 MB log (2 MB
-//! under `cargo test --all-targets`), written once into `target/bench-data/`. Each
+//! Logs: the 1 MB pi fixture imported into a SOBA log; a 100 MB log of real entries (the
+//! Claude Code fixtures chained copy after copy, see `common/real_log.rs`); and generated 100 MB logs
+//! (2 MB each under `cargo test --all-targets`), written once into `target/bench-data/`. Each
 //! measurement runs in a child process, so its time includes what a fresh `soba` pays (the
-//! tokenizer's tables, when anything is counted) and its peak RSS is the open alone.
+//! tokenizer's tables, when anything is counted) and its peak RSS is the open alone. For the
+//! pi fixture and the real-entries log, `soba budget --json` itself is timed as a process too:
+//! what a CLI call or a freshly started editor pays, start-up and output included.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,6 +24,9 @@ use soba::session::token_file;
 
 #[path = "support.rs"]
 mod support;
+
+#[path = "common/real_log.rs"]
+mod real_log;
 
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -139,6 +145,9 @@ fn child(mode: &str, path: &Path) {
 struct Figures {
     entries: usize,
     median_s: f64,
+    /// User + system seconds, where measured: on a shared machine the wall clock also counts
+    /// the time spent waiting for a core.
+    cpu_s: Option<f64>,
     peak_kib: u64,
     tokens: u64,
 }
@@ -170,25 +179,32 @@ fn measure(exe: &str, mode: &str, path: &Path, runs: usize) -> Figures {
     Figures {
         entries,
         median_s: times[times.len() / 2],
+        cpu_s: None,
         peak_kib: peak,
         tokens,
     }
 }
 
-fn report(name: &str, exe: &str, path: &Path, runs: usize) -> serde_json::Value {
+/// `process`: also time `soba budget --json` as a process, warm (after the cold runs wrote
+/// the side file).
+fn report(name: &str, exe: &str, path: &Path, runs: usize, process: bool) -> serde_json::Value {
     let bytes = path.metadata().expect("log").len() as f64;
     let mb = bytes / (1 << 20) as f64;
     let parse = measure(exe, "parse", path, runs);
     let cold = measure(exe, "cold", path, runs);
     let warm = measure(exe, "warm", path, runs);
+    let budget = process.then(|| budget_process(path, runs));
     assert_eq!(
         cold.tokens, warm.tokens,
         "recorded counts give the budget that counting does"
     );
     assert_eq!(cold.entries, warm.entries);
     let line = |what: &str, f: &Figures| {
+        let cpu = f
+            .cpu_s
+            .map_or(String::new(), |c| format!(" (CPU {:.2} ms)", c * 1e3));
         println!(
-            "open_log {name}: {what}: median {:.2} ms, peak RSS {:.0} MB ({:.2}× the file)",
+            "open_log {name}: {what}: median {:.2} ms{cpu}, peak RSS {:.0} MB ({:.2}× the file)",
             f.median_s * 1e3,
             f.peak_kib as f64 / 1024.0,
             f.peak_kib as f64 * 1024.0 / bytes,
@@ -201,11 +217,20 @@ fn report(name: &str, exe: &str, path: &Path, runs: usize) -> serde_json::Value 
     line("parse only           ", &parse);
     line("open + budget, cold  ", &cold);
     line("open + budget, warm  ", &warm);
+    if let Some(budget) = &budget {
+        line("`soba budget`, warm  ", budget);
+    }
     println!(
         "open_log {name}: warm is {:.1}× faster than cold",
         cold.median_s / warm.median_s
     );
-    let figures = |f: &Figures| serde_json::json!({"medianMs": f.median_s * 1e3, "peakRssMiB": f.peak_kib as f64 / 1024.0});
+    let figures = |f: &Figures| {
+        serde_json::json!({
+            "medianMs": f.median_s * 1e3,
+            "cpuMs": f.cpu_s.map(|c| c * 1e3),
+            "peakRssMiB": f.peak_kib as f64 / 1024.0,
+        })
+    };
     serde_json::json!({
         "log": name,
         "bytes": bytes,
@@ -214,7 +239,20 @@ fn report(name: &str, exe: &str, path: &Path, runs: usize) -> serde_json::Value 
         "parse": figures(&parse),
         "cold": figures(&cold),
         "warm": figures(&warm),
+        "budgetProcess": budget.as_ref().map(figures),
     })
+}
+
+/// `soba budget --json LOG` as a process of its own (see [`support::budget_process`]).
+fn budget_process(path: &Path, runs: usize) -> Figures {
+    let p = support::budget_process(env!("CARGO_BIN_EXE_soba"), path, runs);
+    Figures {
+        entries: 0,
+        median_s: p.wall_s,
+        cpu_s: Some(p.cpu_s),
+        peak_kib: p.peak_rss_kib,
+        tokens: 0,
+    }
 }
 
 /// Median time of one append with `Durability::Flush` (one `write`; the default fsync would
@@ -249,6 +287,9 @@ fn append_micros(n: usize, side_file: bool) -> f64 {
 const COMPACT_EVERY: usize = 2000;
 
 fn main() {
+    if support::serve_budget_process() {
+        return;
+    }
     let args: Vec<String> = std::env::args().collect();
     if let Some(pos) = args.iter().position(|a| a == "--open-child") {
         child(&args[pos + 1], Path::new(&args[pos + 2]));
@@ -258,10 +299,29 @@ fn main() {
     let runs = if support::measuring() { 5 } else { 1 };
     let mut out = Vec::new();
     match imported_pi(&data) {
-        Some(pi) => out.push(report("pi fixture", &args[0], &pi, runs * 4)),
+        Some(pi) => out.push(report("pi fixture", &args[0], &pi, runs * 4, true)),
         None => eprintln!("SKIPPED: the pi fixture (../shared/fixtures/transcripts) is missing"),
     }
     let mb: u64 = if support::measuring() { 100 } else { 2 };
+    match real_log::claude_code_fixtures() {
+        Some((header, sources)) => {
+            let path = data.join(format!("session-{mb}mb-real.jsonl"));
+            real_log::write(&path, mb << 20, &header, &sources);
+            real_log::check(&path, &sources);
+            out.push(report(
+                &format!("real entries {mb} MB (Claude Code fixtures, chained)"),
+                &args[0],
+                &path,
+                runs,
+                true,
+            ));
+        }
+        None => eprintln!(
+            "FALLBACK: the Claude Code fixtures (../shared/fixtures/transcripts/claude-code) are \
+             missing: no real-entries log; the generated logs below are all that is measured, \
+             and their memory figures are NOT representative of real entries"
+        ),
+    }
     let path = data.join(format!("session-{mb}mb.jsonl"));
     generate(&path, mb << 20, None);
     out.push(report(
@@ -269,6 +329,7 @@ fn main() {
         &args[0],
         &path,
         runs,
+        false,
     ));
     // What a long session's log is: compacted whenever its input neared the window (about
     // 90k tokens of entries between two capsules here).
@@ -279,6 +340,7 @@ fn main() {
         &args[0],
         &path,
         runs,
+        false,
     ));
     let n = if support::measuring() { 5000 } else { 200 };
     // Both count each entry (the daemon's tally does): the difference is the record's write.

@@ -13,6 +13,9 @@
 //!   entry counted exactly (and the counts recorded in `<log>.tokens`), then the check.
 //! - `firstCheckWarm`: the same with the side file there, as at every resume after the first:
 //!   the counts are read, not tokenized again.
+//! - `firstCheckProcess`: `soba budget --json` on the same log, warm, as a process of its own
+//!   (start-up, config, open, budget, output): what a CLI call or a freshly started editor
+//!   pays. Median wall time, and its CPU time (`firstCheckProcessCpu`).
 //! - `plan`: the compaction plan (cut point, summary input, facts, local capsule).
 //!
 //! Usage: `cargo bench --bench peer_pi -- PI_SESSION.jsonl` (default: the fixture).
@@ -32,11 +35,10 @@ use soba::session::token_file;
 use soba::session::view::ModelView;
 use soba::session::Session;
 
-/// Whether this is a real measurement (`cargo bench`) rather than the smoke run of
-/// `cargo test --all-targets`, which times each operation only a few times.
-fn measuring() -> bool {
-    std::env::args().any(|a| a == "--bench")
-}
+#[path = "support.rs"]
+mod support;
+
+use support::measuring;
 
 /// Median wall time per call of `f`, timed in batches of `batch` calls (so that operations
 /// shorter than the clock's own cost are measured), over batches that together take about
@@ -87,6 +89,9 @@ fn micros(d: Duration) -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
+    if support::serve_budget_process() {
+        return Ok(());
+    }
     let input = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with("--"))
@@ -147,6 +152,8 @@ fn main() -> anyhow::Result<()> {
     };
     let first_check = first_check_at(true);
     let first_check_warm = first_check_at(false);
+    let process_runs = if measuring() { 41 } else { 1 };
+    let process = support::budget_process(env!("CARGO_BIN_EXE_soba"), &log_path, process_runs);
     // Warm: every entry's count is cached and the tally kept, as in a running daemon.
     let compact_due = check(&session, &barrier);
     let check_time = median(Duration::from_secs(2), 10_000, || check(&session, &barrier));
@@ -207,6 +214,8 @@ fn main() -> anyhow::Result<()> {
             "appendAndCheck": micros(append_and_check),
             "firstCheck": micros(first_check),
             "firstCheckWarm": micros(first_check_warm),
+            "firstCheckProcess": process.wall_s * 1e6,
+            "firstCheckProcessCpu": process.cpu_s * 1e6,
             "plan": micros(plan_time),
         }
     });

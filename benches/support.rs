@@ -14,6 +14,102 @@ pub fn measuring() -> bool {
     std::env::args().any(|a| a == "--bench")
 }
 
+/// A command timed as a process of its own: medians over the runs, and the largest peak RSS.
+pub struct ProcessFigures {
+    pub wall_s: f64,
+    /// User + system seconds: on a shared machine the wall clock also counts the time spent
+    /// waiting for a core.
+    pub cpu_s: f64,
+    pub peak_rss_kib: u64,
+}
+
+/// The argument that makes a bench binary serve [`budget_process`] (see
+/// [`serve_budget_process`]).
+const BUDGET_PROCESS_ARG: &str = "--budget-process";
+
+/// `soba budget --json LOG` (`exe` is the built `soba`) run `runs` times, each a process of
+/// its own, measured from the kernel's account of the child: what a CLI call or a freshly
+/// started editor pays to resume a session, start-up and output included.
+///
+/// The runs are spawned by a fresh copy of this bench binary, not by the bench itself: a
+/// child's peak RSS includes the memory of the process it was forked from, before its `exec`,
+/// and the bench holds whole logs.
+pub fn budget_process(exe: &str, log: &std::path::Path, runs: usize) -> ProcessFigures {
+    let out = std::process::Command::new(std::env::current_exe().expect("this bench"))
+        .arg(BUDGET_PROCESS_ARG)
+        .arg(exe)
+        .arg(log)
+        .arg(runs.max(1).to_string())
+        .output()
+        .expect("the bench starts again");
+    assert!(
+        out.status.success(),
+        "timing soba budget failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut runs: Vec<(f64, f64, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some((
+                f.next()?.parse().ok()?,
+                f.next()?.parse().ok()?,
+                f.next()?.parse().ok()?,
+            ))
+        })
+        .collect();
+    assert!(!runs.is_empty(), "no runs timed: {text}");
+    let peak_rss_kib = runs.iter().map(|r| r.2).max().unwrap_or(0);
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let wall_s = runs[runs.len() / 2].0;
+    runs.sort_by(|a, b| a.1.total_cmp(&b.1));
+    ProcessFigures {
+        wall_s,
+        cpu_s: runs[runs.len() / 2].1,
+        peak_rss_kib,
+    }
+}
+
+/// When this bench binary was started by [`budget_process`]: time the runs, print one line
+/// per run (wall seconds, CPU seconds, peak RSS in KiB) and return `true`.
+pub fn serve_budget_process() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(at) = args.iter().position(|a| a == BUDGET_PROCESS_ARG) else {
+        return false;
+    };
+    let (exe, log) = (&args[at + 1], &args[at + 2]);
+    let runs: usize = args[at + 3].parse().expect("runs");
+    for _ in 0..runs {
+        let start = std::time::Instant::now();
+        #[allow(
+            clippy::zombie_processes,
+            reason = "reaped by `wait4` below, which also reports what it used"
+        )]
+        let child = std::process::Command::new(exe)
+            .args(["budget", "--json", log.as_str()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("soba starts");
+        let mut status = 0;
+        // SAFETY: an all-zero `rusage` is a valid value.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waits for the child just spawned, which `Child` itself is never asked to
+        // wait for.
+        let waited = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+        let wall = start.elapsed().as_secs_f64();
+        assert!(
+            waited > 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "soba budget {log} failed"
+        );
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        let cpu = secs(usage.ru_utime) + secs(usage.ru_stime);
+        println!("{wall} {cpu} {}", usage.ru_maxrss);
+    }
+    true
+}
+
 pub fn transcripts_dir() -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/transcripts");
     dir.is_dir().then_some(dir)

@@ -4,12 +4,13 @@ use std::path::Path;
 
 use super::{print_json, warn_load, CommonArgs};
 use crate::inspect::{budget_report, context_report, preflight_outlook};
-use crate::session::log::read_session;
+use crate::session::log::{read_session, read_session_as_lines};
 use crate::session::unseen_store::{learn_from_session, UnseenStore};
 use crate::util::human_tokens;
 
 pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
-    let (mut session, report) = read_session(path)?;
+    // A budget reads the index and the current turn: no entry needs to stay parsed.
+    let (mut session, report) = read_session_as_lines(path)?;
     warn_load(path, &report);
     let config = common.config_for(Some(&session.header))?;
     session.configure_counting(&config.model);

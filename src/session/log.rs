@@ -419,10 +419,27 @@ fn split_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
     })
 }
 
+/// How a log's entries are held once indexed (see [`Session::entries`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holding {
+    /// As their lines when the log is longer than one block. A shorter log is held parsed:
+    /// holding its lines would save little, and a reader of its model input would parse most
+    /// of it again.
+    ParsedWhenShort,
+    /// As their lines however short the log: for a reader of the index and a few entries (a
+    /// budget), for which parsed entries are memory a fresh process must fault in and free.
+    Lines,
+}
+
 /// Parse a whole log, taking entry counts from its side file where they match. `repair`
 /// moves a torn final line to a side file (needs write access).
-fn load(path: &Path, tokenizer: Option<TokenizerKind>, repair: bool) -> Result<Loaded, LogError> {
-    load_in_blocks(path, tokenizer, repair, BLOCK)
+fn load(
+    path: &Path,
+    tokenizer: Option<TokenizerKind>,
+    repair: bool,
+    holding: Holding,
+) -> Result<Loaded, LogError> {
+    load_in_blocks(path, tokenizer, repair, holding, BLOCK)
 }
 
 /// [`load`], reading `block` bytes at a time.
@@ -430,6 +447,7 @@ fn load_in_blocks(
     path: &Path,
     tokenizer: Option<TokenizerKind>,
     repair: bool,
+    holding: Holding,
     block: usize,
 ) -> Result<Loaded, LogError> {
     let file = crate::files::open_regular(path).map_err(io_err(path))?;
@@ -472,9 +490,7 @@ fn load_in_blocks(
     // it (and hash every id read so far again) at each doubling.
     let expected_entries = (left / 256).min(1 << 24) as usize;
     session.reserve(expected_entries);
-    // A log that fits in one block is held parsed: holding its lines would save little, and
-    // its model input is most of it, which the first budget would parse again.
-    let hold_as_lines = left > blocks.size as u64;
+    let hold_as_lines = holding == Holding::Lines || left > blocks.size as u64;
     // The leaf before a damaged line whose entry id could not be read: the next entry that
     // names an unknown parent continues the chain from here.
     let mut gap: Option<Option<usize>> = None;
@@ -556,6 +572,7 @@ fn load_in_blocks(
             }
             offset += len as u64;
         }
+        session.free_lines_if_unneeded(held);
         if torn {
             break;
         }
@@ -565,7 +582,6 @@ fn load_in_blocks(
         }
         skip = 0;
     }
-    session.free_unneeded_lines();
     report.entries = session.len();
     let counts = match recorded {
         Some(side) => {
@@ -729,7 +745,13 @@ fn move_torn_tail(path: &Path, offset: u64, bytes: &[u8]) -> Result<String, LogE
 
 /// Read a log without taking the writer lock or changing the file (nor its side files).
 pub fn read_session(path: &Path) -> Result<(Session, LoadReport), LogError> {
-    load(path, None, false).map(|l| (l.session, l.report))
+    load(path, None, false, Holding::ParsedWhenShort).map(|l| (l.session, l.report))
+}
+
+/// [`read_session`] for a reader of the index and a few entries (`soba budget`): every entry
+/// is held as its line, however short the log, and parsed again only where it is read.
+pub fn read_session_as_lines(path: &Path) -> Result<(Session, LoadReport), LogError> {
+    load(path, None, false, Holding::Lines).map(|l| (l.session, l.report))
 }
 
 impl SessionLog {
@@ -783,7 +805,7 @@ impl SessionLog {
     pub fn open(path: &Path, durability: Durability) -> Result<(SessionLog, LoadReport), LogError> {
         let mut file = crate::files::open_regular_append(path).map_err(io_err(path))?;
         acquire_lock(path, &file)?;
-        let loaded = load(path, None, true)?;
+        let loaded = load(path, None, true, Holding::ParsedWhenShort)?;
         // A complete last entry written without its newline gets one, so the next append
         // starts on its own line.
         let mut len = file.metadata().map_err(io_err(path))?.len();
@@ -1283,10 +1305,11 @@ mod tests {
             let mut f = OpenOptions::new().append(true).open(&p).unwrap();
             write!(f, r#"{{"id":"t","parentId":"e","ts":"x","type":"mes"#).unwrap();
             drop(f);
-            let whole = load(&p, None, false).unwrap();
+            let whole = load(&p, None, false, Holding::ParsedWhenShort).unwrap();
             let entries = whole.session.entries().to_vec();
             for block in [1, 2, 7, 64, 300] {
-                let read = load_in_blocks(&p, None, false, block).unwrap();
+                let read =
+                    load_in_blocks(&p, None, false, Holding::ParsedWhenShort, block).unwrap();
                 assert_eq!(read.report, whole.report, "case {n}, blocks of {block}");
                 assert_eq!(read.session.entries().to_vec(), entries, "case {n}");
                 assert_eq!(branch_ids(&read.session), branch_ids(&whole.session));
@@ -1320,7 +1343,7 @@ mod tests {
         b.assistant("after the capsule");
         let p = written_log(dir.path(), &b.session);
         // Read in blocks smaller than the log, as a long log is.
-        let loaded = load_in_blocks(&p, None, true, 1024).unwrap();
+        let loaded = load_in_blocks(&p, None, true, Holding::ParsedWhenShort, 1024).unwrap();
         let s = &loaded.session;
         assert_eq!(s.len(), 123);
         assert_eq!(s.parsed_entries(), 0);
@@ -1366,11 +1389,146 @@ mod tests {
             b.assistant(&format!("answer {i}"));
         }
         let p = written_log(dir.path(), &b.session);
-        let loaded = load_in_blocks(&p, Some(b.session.tokenizer()), true, 512).unwrap();
+        let loaded = load_in_blocks(
+            &p,
+            Some(b.session.tokenizer()),
+            true,
+            Holding::ParsedWhenShort,
+            512,
+        )
+        .unwrap();
         let s = &loaded.session;
         assert_eq!(s.parsed_entries(), 0);
         assert_eq!(s.tally(), b.session.tally());
         assert!(s.parsed_entries() <= 4, "{} parsed", s.parsed_entries());
+    }
+
+    /// A long session as `soba budget` meets it: turns of calls and results, provider usage
+    /// on every reply, a capsule part-way. Returns the builder and the entries of its current
+    /// turn (from the last user message on).
+    fn long_session_with_usage() -> (crate::session::testing::Builder, usize) {
+        let mut b = crate::session::testing::Builder::new();
+        let reply = |b: &mut crate::session::testing::Builder, text: &str, prompt: u64| {
+            b.push(EntryBody::Message(MessageEntry {
+                role: Role::Assistant,
+                content: vec![ContentBlock::text(text)],
+                usage: Some(Usage {
+                    input: prompt,
+                    output: 50,
+                    ..Usage::default()
+                }),
+                model: None,
+                synthetic: false,
+            }))
+        };
+        for i in 0..60u64 {
+            b.user(&format!("question {i}"));
+            b.bash(&format!("c{i}"), "cargo test");
+            b.result(&format!("c{i}"), &"test result ok. ".repeat(8));
+            reply(&mut b, &format!("answer {i}"), 1_000 + 300 * i);
+            if i == 30 {
+                let kept = b.user("the tail starts here");
+                let mut cap = crate::session::capsule::render::tests::full_capsule();
+                cap.first_kept_entry_id = Some(kept);
+                b.push(EntryBody::Capsule(Box::new(cap)));
+            }
+        }
+        let turn_start = b.session.len();
+        b.user("the current turn");
+        b.bash("last", "ls");
+        let turn = b.session.len() - turn_start;
+        (b, turn)
+    }
+
+    /// The budget `soba budget` prints, of the log read as it reads it, leaves at most `most`
+    /// entries parsed.
+    fn parsed_after_budget(path: &Path, most: usize) {
+        let (mut s, report) = read_session_as_lines(path).unwrap();
+        assert!(report.is_clean());
+        s.set_tokenizer(crate::tokens::TokenizerKind::O200kBase);
+        let s = &s;
+        assert_eq!(
+            s.parsed_entries(),
+            0,
+            "opening parses each line to index it only"
+        );
+        let config =
+            crate::config::Config::resolve(&[], None, &crate::config::Overrides::default())
+                .unwrap();
+        let report = crate::inspect::budget_report(s, config.limits(), true, "m", None);
+        assert!(report.last_compaction.is_some());
+        let parsed = s.parsed_entries();
+        assert!(
+            parsed <= most,
+            "{parsed} entries parsed: {:?}",
+            s.parsed_entry_kinds()
+        );
+    }
+
+    /// A budget reads the index (types, call ids, usage, counts), not the history: what stays
+    /// parsed is the current turn, the capsule and the newest usage reports it learns from
+    /// (each with the entry its response starts at), never the view's hundreds of entries.
+    #[test]
+    fn a_budget_of_a_long_log_keeps_parsed_only_what_it_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, turn) = long_session_with_usage();
+        let p = written_log(dir.path(), &b.session);
+        assert_budget_reads_only_the_turn(&p, &b.session, turn);
+        // Without the side file the samples are measured, not read: still the same entries.
+        std::fs::remove_file(token_file::path_for(&p)).unwrap();
+        assert_budget_reads_only_the_turn(&p, &b.session, turn);
+    }
+
+    fn assert_budget_reads_only_the_turn(path: &Path, session: &Session, turn: usize) {
+        let view = crate::session::view::ModelView::build(session, session.leaf());
+        assert!(view.entry_indices().count() > 100);
+        parsed_after_budget(path, turn + 1 + 2 * crate::budget::LEARN_FROM_REPORTS);
+    }
+
+    /// Another JSON writer's spacing (`{"id": "…", "parentId": …}`, what Python's `json`
+    /// writes) does not make a log be held parsed: ids are still read from the lines.
+    #[test]
+    fn a_log_rewritten_with_spaces_after_its_keys_is_held_as_lines_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, turn) = long_session_with_usage();
+        let p = written_log(dir.path(), &b.session);
+        std::fs::remove_file(token_file::path_for(&p)).unwrap();
+        let spaced: String = std::fs::read_to_string(&p)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let mut out = Vec::new();
+                let mut ser = serde_json::Serializer::with_formatter(&mut out, SpacedFormatter);
+                serde::Serialize::serialize(&v, &mut ser).unwrap();
+                String::from_utf8(out).unwrap() + "\n"
+            })
+            .collect();
+        assert!(spaced.lines().nth(1).unwrap().starts_with(r#"{"id": ""#));
+        std::fs::write(&p, spaced).unwrap();
+        assert_budget_reads_only_the_turn(&p, &b.session, turn);
+        let (reread, _) = read_session(&p).unwrap();
+        assert_eq!(reread.entries().to_vec(), b.session.entries().to_vec());
+    }
+
+    /// `", "` between members and `": "` after keys, as Python's `json.dumps` writes.
+    struct SpacedFormatter;
+
+    impl serde_json::ser::Formatter for SpacedFormatter {
+        fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            w.write_all(b": ")
+        }
+        fn begin_object_key<W: ?Sized + Write>(
+            &mut self,
+            w: &mut W,
+            first: bool,
+        ) -> std::io::Result<()> {
+            if first {
+                Ok(())
+            } else {
+                w.write_all(b", ")
+            }
+        }
     }
 
     /// Logs written before failed appends were cut back: a partial entry with the next

@@ -680,9 +680,9 @@ impl Session {
         self.entries.shelve(idx, block, start, len)
     }
 
-    /// Free held lines no entry is still to be parsed from.
-    pub(crate) fn free_unneeded_lines(&mut self) {
-        self.entries.free_unneeded_blocks()
+    /// Free held lines `block` when no entry is still to be parsed from them.
+    pub(crate) fn free_lines_if_unneeded(&mut self, block: u32) {
+        self.entries.free_block_if_unneeded(block)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -764,6 +764,16 @@ impl Session {
     #[cfg(test)]
     pub(crate) fn parsed_entries(&self) -> usize {
         self.entries.held().0
+    }
+
+    /// Which entries are held parsed, with their types: what a test reports when too many are.
+    #[cfg(test)]
+    pub(crate) fn parsed_entry_kinds(&self) -> Vec<(usize, EntryKind)> {
+        self.entries
+            .parsed_indices()
+            .into_iter()
+            .map(|i| (i, self.kind_of(i)))
+            .collect()
     }
 
     /// Whether entry `idx` has its count with the session's tokenizer already.

@@ -80,9 +80,25 @@ pub(crate) fn parse_line(text: &[u8]) -> serde_json::Result<Entry> {
 }
 
 /// The id of the entry on `line`, read without parsing it: SOBA writes `id` first. `None` when
-/// the line does not start with it or the id has escapes.
+/// the line does not start with it or the id has escapes. Whitespace around the key and the
+/// colon is allowed: a log rewritten by another JSON writer (`{"id": "…"`) would otherwise be
+/// held parsed whole, at about two and a half times its size.
 fn raw_id(line: &[u8]) -> Option<&str> {
-    let rest = line.strip_prefix(br#"{"id":""#)?;
+    fn after_whitespace(b: &[u8]) -> &[u8] {
+        let start = b
+            .iter()
+            .position(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+            .unwrap_or(b.len());
+        &b[start..]
+    }
+    let rest = match line.strip_prefix(br#"{"id":""#) {
+        Some(rest) => rest,
+        None => {
+            let rest = after_whitespace(line.strip_prefix(b"{")?);
+            let rest = after_whitespace(rest.strip_prefix(br#""id""#)?);
+            after_whitespace(rest.strip_prefix(b":")?).strip_prefix(b"\"")?
+        }
+    };
     let end = memchr::memchr(b'"', rest)?;
     let id = &rest[..end];
     if id.contains(&b'\\') {
@@ -159,9 +175,11 @@ impl Store {
         true
     }
 
-    /// Free the blocks no unparsed entry lies in (those of only a header or damaged lines).
-    pub fn free_unneeded_blocks(&mut self) {
-        for b in &mut self.blocks {
+    /// Free block `block` when no unparsed entry lies in it (a header, damaged lines, or
+    /// entries whose id cannot be read from their line): called as soon as the block has been
+    /// read, so that such blocks are not all held until the whole log is.
+    pub fn free_block_if_unneeded(&mut self, block: u32) {
+        if let Some(b) = self.blocks.get_mut(block as usize) {
             if *b.unparsed.get_mut() == 0 {
                 *b.bytes.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
             }
@@ -243,6 +261,14 @@ impl Store {
                 f(&self.get(idx).id)
             }
         }
+    }
+
+    /// The indices of the entries parsed so far.
+    #[cfg(test)]
+    pub fn parsed_indices(&self) -> Vec<usize> {
+        (0..self.parsed.len())
+            .filter(|&i| self.parsed[i].get().is_some())
+            .collect()
     }
 
     /// Entries parsed so far, and the bytes held for those that are not.
@@ -385,7 +411,7 @@ mod tests {
                 store.shelve(i, block, spans[i].0, spans[i].1)
             })
             .collect();
-        store.free_unneeded_blocks();
+        store.free_block_if_unneeded(block);
         (store, shelved)
     }
 

@@ -338,12 +338,18 @@ impl ModelView {
     pub fn slot_tokens(session: &Session, slot: &ViewSlot) -> u64 {
         if slot.elided {
             if let ViewItem::Entry(i) = slot.item {
-                let i = i as usize;
-                if let Some(r) = session.entry(i).as_tool_result() {
-                    let kind = session.tokenizer();
-                    return MESSAGE_OVERHEAD_TOKENS
-                        + kind.count(&r.call_id)
-                        + kind.count(&elided_text(&session.entry(i).id, r));
+                // Read for this count only: a capsule that elides results would otherwise keep
+                // every large result of its retained tail parsed, the largest entries of all.
+                let elided = session.with_entry(i as usize, |e| {
+                    e.as_tool_result().map(|r| {
+                        let kind = session.tokenizer();
+                        MESSAGE_OVERHEAD_TOKENS
+                            + kind.count(&r.call_id)
+                            + kind.count(&elided_text(&e.id, r))
+                    })
+                });
+                if let Some(tokens) = elided {
+                    return tokens;
                 }
             }
         }
@@ -396,8 +402,10 @@ impl ModelView {
     /// budget counts the summary, the kept entries and what follows.
     pub fn usage_anchor_at(&self, session: &Session) -> Option<(usize, UsageAnchor)> {
         let ignored_from = self.usage_ignored_from(session);
-        // Parents precede children in the file, so on one branch a larger index is newer.
-        let anchor = self
+        // Parents precede children in the file, so on one branch a larger index is newer. The
+        // index says which entries carry usage: only the newest is read (reading each would
+        // keep every reply of a long view parsed).
+        let at = self
             .slots
             .iter()
             .filter(|s| s.part == ViewPart::New)
@@ -406,12 +414,11 @@ impl ModelView {
                 _ => None,
             })
             .filter(|&i| ignored_from.is_none_or(|fc| i < fc) && session.has_usage(i))
-            .filter_map(|i| match &session.entry(i).body {
-                EntryBody::Message(m) if m.role == Role::Assistant => m.usage.map(|u| (i, u)),
-                _ => None,
-            })
-            .max_by_key(|&(i, _)| i)?;
-        let (at, usage) = anchor;
+            .max()?;
+        let usage = session.with_entry(at, |e| match &e.body {
+            EntryBody::Message(m) if m.role == Role::Assistant => m.usage,
+            _ => None,
+        })?;
         let tokens_after = self
             .slots
             .iter()
