@@ -564,6 +564,84 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
 
 #[cfg(test)]
 mod tests {
+    /// The budget `soba budget` prints, of the log read as it reads it, leaves at most `most`
+    /// entries parsed.
+    fn parsed_after_budget(path: &std::path::Path, most: usize) {
+        let (mut s, report) = crate::session::log::read_session_as_lines(path).unwrap();
+        assert!(report.is_clean());
+        s.set_tokenizer(crate::tokens::TokenizerKind::O200kBase);
+        let s = &s;
+        assert_eq!(
+            s.parsed_entries(),
+            0,
+            "opening parses each line to index it only"
+        );
+        let config =
+            crate::config::Config::resolve(&[], None, &crate::config::Overrides::default())
+                .unwrap();
+        let report = super::budget_report(s, config.limits(), true, "m", None);
+        assert!(report.last_compaction.is_some());
+        let parsed = s.parsed_entries();
+        assert!(
+            parsed <= most,
+            "{parsed} entries parsed: {:?}",
+            s.parsed_entry_kinds()
+        );
+    }
+
+    /// A budget reads the index (types, call ids, usage, counts), not the history: what stays
+    /// parsed is the current turn, the capsule and the newest usage reports it learns from
+    /// (each with the entry its response starts at), never the view's hundreds of entries.
+    #[test]
+    fn a_budget_of_a_long_log_keeps_parsed_only_what_it_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, turn) = crate::session::log::tests::long_session_with_usage();
+        let p = crate::session::log::tests::written_log(dir.path(), &b.session);
+        assert_budget_reads_only_the_turn(&p, &b.session, turn);
+        // Without the side file the samples are measured, not read: still the same entries.
+        std::fs::remove_file(crate::session::token_file::path_for(&p)).unwrap();
+        assert_budget_reads_only_the_turn(&p, &b.session, turn);
+    }
+
+    fn assert_budget_reads_only_the_turn(
+        path: &std::path::Path,
+        session: &crate::session::Session,
+        turn: usize,
+    ) {
+        let view = crate::session::view::ModelView::build(session, session.leaf());
+        assert!(view.entry_indices().count() > 100);
+        parsed_after_budget(path, turn + 1 + 2 * crate::budget::LEARN_FROM_REPORTS);
+    }
+
+    /// Another JSON writer's spacing (`{"id": "…", "parentId": …}`, what Python's `json`
+    /// writes) does not make a log be held parsed: ids are still read from the lines.
+    #[test]
+    fn a_log_rewritten_with_spaces_after_its_keys_is_held_as_lines_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, turn) = crate::session::log::tests::long_session_with_usage();
+        let p = crate::session::log::tests::written_log(dir.path(), &b.session);
+        std::fs::remove_file(crate::session::token_file::path_for(&p)).unwrap();
+        let spaced: String = std::fs::read_to_string(&p)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let mut out = Vec::new();
+                let mut ser = serde_json::Serializer::with_formatter(
+                    &mut out,
+                    crate::session::log::tests::SpacedFormatter,
+                );
+                serde::Serialize::serialize(&v, &mut ser).unwrap();
+                String::from_utf8(out).unwrap() + "\n"
+            })
+            .collect();
+        assert!(spaced.lines().nth(1).unwrap().starts_with(r#"{"id": ""#));
+        std::fs::write(&p, spaced).unwrap();
+        assert_budget_reads_only_the_turn(&p, &b.session, turn);
+        let (reread, _) = crate::session::log::read_session(&p).unwrap();
+        assert_eq!(reread.entries().to_vec(), b.session.entries().to_vec());
+    }
+
     use super::*;
     use crate::session::testing::Builder;
     use crate::session::view::ViewPart;

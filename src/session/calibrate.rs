@@ -62,10 +62,12 @@ impl Session {
     pub fn count_sample(&self, idx: usize) -> Option<CountSample> {
         let cell = self.count_samples.get(&(idx as u32))?;
         *cell.get_or_init(|| {
-            let usage = match &self.entries.get(idx).body {
-                EntryBody::Message(m) if m.role == Role::Assistant => m.usage?,
-                _ => return None,
-            };
+            // Read without keeping the entry parsed: a budget samples the newest reports of a
+            // history it otherwise holds as lines.
+            let usage = self.entries.with(idx, |e| match &e.body {
+                EntryBody::Message(m) if m.role == Role::Assistant => m.usage,
+                _ => None,
+            })?;
             let request_leaf = self.parent_of(self.response_start(idx))?;
             let view = ModelView::build(self, Some(request_leaf));
             // A view that starts from the agent's own compaction measures from usage after it;
@@ -97,16 +99,18 @@ impl Session {
     pub fn response_start(&self, idx: usize) -> usize {
         let mut start = idx;
         while let Some(p) = self.parent_of(start) {
-            match &self.entries.get(p).body {
-                EntryBody::Message(m) if m.role == Role::Assistant && m.usage.is_none() => {
-                    start = p
-                }
-                EntryBody::Message(_) | EntryBody::ToolResult(_) => break,
+            let part_of_response = self.entries.with(p, |e| match &e.body {
+                EntryBody::Message(m) => m.role == Role::Assistant && m.usage.is_none(),
+                EntryBody::ToolResult(_) => false,
                 // The agent compacted before this response: the request held the compacted context.
-                EntryBody::ForeignCompaction(f) if f.replaces_context() => break,
+                EntryBody::ForeignCompaction(f) => !f.replaces_context(),
                 // Bookkeeping entries between the blocks of one response.
-                _ => start = p,
+                _ => true,
+            });
+            if !part_of_response {
+                break;
             }
+            start = p;
         }
         start
     }
