@@ -10,7 +10,7 @@ use crate::util::human_tokens;
 pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
-    let config = common.config_for(Some(&session.header))?;
+    let config = common.config_for_session(&session)?;
     session.configure_counting(&config.model);
     let summarizer = crate::summarize::from_config(&config.summarizer)?;
     let r = budget_report(
@@ -129,7 +129,7 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
 pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
-    let config = common.config_for(Some(&session.header))?;
+    let config = common.config_for_session(&session)?;
     session.configure_counting(&config.model);
     let r = context_report(&session);
     let preflight = preflight_outlook(&session, &config);

@@ -25,7 +25,7 @@ use super::protocol::{
 use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::{Barrier as Engine, Preflight};
 use crate::compaction::{reasons, CompactionResult, Generated, Plan};
-use crate::config::Config;
+use crate::config::{Config, ConfigFile};
 use crate::flight::FlightLog;
 use crate::inspect::budget_report;
 use crate::session::entry::{
@@ -377,6 +377,9 @@ struct Running {
 struct Actor {
     log: SessionLog,
     config: Config,
+    /// The layers `config` was resolved from, kept to resolve it again when the log switches
+    /// the session's model (a followed agent named its model, or changed it).
+    config_files: Vec<ConfigFile>,
     mapping: ToolMapping,
     summarizer: Option<Arc<dyn Summarizer>>,
     /// The breaker of runs on a client's model (see [`ClientModel`]), kept across compactions.
@@ -433,6 +436,7 @@ impl Command {
 pub struct ActorSetup {
     pub log: SessionLog,
     pub config: Config,
+    pub config_files: Vec<ConfigFile>,
     pub summarizer: Option<Arc<dyn Summarizer>>,
     pub flight: FlightLog,
     pub events: broadcast::Sender<Event>,
@@ -443,6 +447,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
     let ActorSetup {
         log,
         config,
+        config_files,
         summarizer,
         flight,
         events,
@@ -457,6 +462,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         log,
         mapping: config.tool_mapping.clone(),
         config,
+        config_files,
         summarizer,
         client_breaker: Arc::new(Breaker::new(std::time::Duration::from_millis(
             crate::summarize::client::DEFAULT_COOLDOWN_MS,
@@ -1226,7 +1232,41 @@ impl Actor {
     }
 
     fn write(&mut self, entries: Vec<Entry>) -> Result<(), RpcError> {
-        self.log.append_all(entries).map_err(log_failure)
+        let may_switch_model = entries
+            .iter()
+            .any(|e| matches!(e.body, EntryBody::Setting(_) | EntryBody::Rewind(_)));
+        self.log.append_all(entries).map_err(log_failure)?;
+        if may_switch_model {
+            self.follow_session_model();
+        }
+        Ok(())
+    }
+
+    /// Resolve the configuration again when the model in force at the leaf is not the one it
+    /// was resolved with: the limits, the tokenizer and the budget follow the model switch the
+    /// log records. A switch to a model the configuration refuses keeps the limits in force
+    /// and says why on stderr; the entry stays in the log, as every entry does.
+    fn follow_session_model(&mut self) {
+        let model = self.log.session().model_config();
+        let Some(name) = model.as_ref().and_then(|m| m.name.as_deref()) else {
+            return;
+        };
+        let resolved = Config::resolve(
+            &self.config_files,
+            model.as_ref(),
+            &crate::config::Overrides::default(),
+        );
+        match resolved {
+            Ok(config) if config.model != self.config.model => {
+                self.log.session_mut().configure_counting(&config.model);
+                self.config = config;
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!(
+                "soba: session {}: the model {name} the log switched to is not used: {e}",
+                self.session_id()
+            ),
+        }
     }
 
     fn append(&mut self, raw: Vec<Value>) -> Result<AppendResult, RpcError> {

@@ -610,6 +610,15 @@ class ModelParams(TypedDict):
     maxOutputTokens: NotRequired[Optional[int]]
 
 
+class ModelRef(TypedDict):
+    """The agent model a session runs against, as far as the log knows it."""
+
+    name: NotRequired[Optional[str]]
+    contextWindow: NotRequired[Optional[int]]
+    maxOutputTokens: NotRequired[Optional[int]]
+    tokenizer: NotRequired[Optional[TokenizerKind]]
+
+
 class OverflowParams(TypedDict):
     """soba/overflow params."""
 
@@ -759,6 +768,10 @@ class SettingEntry(TypedDict):
     """A change of session settings. Only the fields present change."""
 
     autoCompact: NotRequired[Optional[bool]]
+    # The agent's model from here on: a followed transcript named another model than the
+    # session's (its first response, or a switch). It replaces the header's model, limits
+    # included.
+    model: NotRequired[Optional[ModelRef]]
     # System prompt text the agent sends with every request (counted, never summarized).
     systemPrompt: NotRequired[Optional[str]]
     # System prompt size when the agent reports a count instead of the text.

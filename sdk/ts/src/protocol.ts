@@ -362,6 +362,14 @@ export type ModelParams = {
   maxOutputTokens?: number | null;
 };
 
+/** The agent model a session runs against, as far as the log knows it. */
+export type ModelRef = {
+  name?: string | null;
+  contextWindow?: number | null;
+  maxOutputTokens?: number | null;
+  tokenizer?: TokenizerKind | null;
+};
+
 export type Origin = "session" | "loaded";
 
 export type Outcome = "completed" | "skipped" | "cancelled" | "stale" | "failed";
@@ -406,6 +414,12 @@ export type SessionSummary = {
 /** A change of session settings. Only the fields present change. */
 export type SettingEntry = {
   autoCompact?: boolean | null;
+  /**
+   * The agent's model from here on: a followed transcript named another model than the
+   * session's (its first response, or a switch). It replaces the header's model, limits
+   * included.
+   */
+  model?: ModelRef | null;
   /** System prompt text the agent sends with every request (counted, never summarized). */
   systemPrompt?: string | null;
   /** System prompt size when the agent reports a count instead of the text. */
