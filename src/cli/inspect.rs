@@ -51,11 +51,15 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         r.tokenizer
     );
     let c = r.calibration;
+    // What the first line's source means: the provider's own count, or SOBA's.
     let counted = match r.source {
         crate::budget::MeasurementSource::ProviderUsage => {
-            "estimated: provider usage plus the entries after it"
+            "provider_usage: the input tokens the provider reported for the last response, plus \
+             the entries after it"
         }
-        crate::budget::MeasurementSource::Estimated => "estimated: every entry",
+        crate::budget::MeasurementSource::Estimated => {
+            "estimated: no usage report from the provider since the latest capsule, so every entry"
+        }
     };
     match c.source {
         crate::budget::CalibrationSource::Exact => {
@@ -92,9 +96,16 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         b.capsule,
         b.retained_tail,
         b.new_entries,
-        match r.breakdown.not_in_log {
-            0 => String::new(),
-            n => format!("  ·  not in the log {n}"),
+        match (r.breakdown.not_in_log, r.source) {
+            (0, crate::budget::MeasurementSource::Estimated) => {
+                // The factor's share, so the parts add up to the first line's total.
+                match r.effective_tokens.saturating_sub(b.total()) {
+                    0 => String::new(),
+                    n => format!("  ·  tokenizer scale {n}"),
+                }
+            }
+            (0, _) => String::new(),
+            (n, _) => format!("  ·  not in the log {n}"),
         }
     );
     if let Some(note) = crate::budget::not_in_log_note(r.breakdown.not_in_log) {

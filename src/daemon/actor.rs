@@ -1191,6 +1191,8 @@ impl Actor {
             effective_tokens: budget.effective_tokens(),
             hard_limit: budget.hard_limit(),
             soft_limit: budget.budget["softLimit"].as_u64().unwrap_or(0),
+            source: serde_json::from_value(budget.budget["source"].clone())
+                .unwrap_or(crate::budget::MeasurementSource::Estimated),
             usage: crate::inspect::context_usage(self.log.session(), limit),
         }
     }

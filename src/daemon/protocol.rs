@@ -489,6 +489,10 @@ pub struct ContextResult {
     pub effective_tokens: u64,
     pub hard_limit: u64,
     pub soft_limit: u64,
+    /// How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
+    /// the rest of the total is what the provider counted beyond the log, and with an estimate
+    /// it is the count factor's scale.
+    pub source: crate::budget::MeasurementSource,
     #[serde(flatten)]
     pub usage: crate::inspect::ContextUsage,
 }

@@ -162,7 +162,7 @@ fn compact_then_context_shows_the_capsule_and_the_retained_tail() {
     }
     assert_eq!(r["outcome"], "completed");
     assert_eq!(r["trigger"], "user");
-    assert_eq!(r["quality"], "degraded");
+    assert_eq!(r["quality"], "local");
     let (ok, c, err) = soba(&["context", p.to_str().unwrap(), "--json"], dir.path());
     assert!(ok, "{err}");
     assert_eq!(c["firstKeptEntryId"], r["firstKeptEntryId"]);
@@ -243,7 +243,7 @@ fn capsule_create_reports_the_capsules_size_and_the_sessions_apart() {
         "{created}"
     );
     // No model configured: the local builder wrote it, and that is no fallback.
-    assert_eq!(created["quality"], "degraded");
+    assert_eq!(created["quality"], "local");
     assert_eq!(created["result"]["fallback"], false);
     assert!(created["result"].get("degraded").is_none(), "{created}");
 }

@@ -1,5 +1,5 @@
 //! Explicit compactions through the CLI: Project Memory mirroring of a model capsule, the
-//! refusal to mirror a degraded one, and `soba capsule create` (a hand-off that leaves the model
+//! refusal to mirror a local one, and `soba capsule create` (a hand-off that leaves the model
 //! input as it is).
 
 use crate::loopback;
@@ -253,7 +253,7 @@ async fn a_symlinked_memory_folder_is_refused_and_the_compaction_still_completes
 }
 
 #[test]
-fn a_degraded_capsule_is_never_mirrored_even_when_asked() {
+fn a_local_capsule_is_never_mirrored_even_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let session = write_session(dir.path(), 12);
     let (ok, r, err) = soba(
@@ -262,10 +262,13 @@ fn a_degraded_capsule_is_never_mirrored_even_when_asked() {
     );
     assert!(ok, "{err}");
     assert_eq!(r["outcome"], "completed");
-    assert_eq!(r["quality"], "degraded");
+    assert_eq!(r["quality"], "local");
     assert!(r.get("mirroredTo").is_none());
     assert!(
-        r["mirrorNote"].as_str().unwrap().contains("degraded"),
+        r["mirrorNote"]
+            .as_str()
+            .unwrap()
+            .contains("built locally (no summarization model configured)"),
         "{r}"
     );
     assert!(!dir.path().join(".soba/memory").exists());

@@ -53,6 +53,7 @@ describe('format', function()
       'Context budget: 31.2k / 48.8k tokens (64% of the hard limit)',
       'Soft limit: 39k (auto-compaction starts past it)',
       'Measured: estimated (test-model, o200k_base)',
+      "Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with o200k_base, the model's own tokenizer",
       'Breakdown: system 1.2k, tools 2k, capsule 0, retained tail 0, new entries 28k',
       'Auto-compact: on',
       'Last compaction: none yet',
@@ -68,6 +69,30 @@ describe('format', function()
     assert.are.equal(
       'auto_threshold: 41.2k → 18.3k (−56%), ck_3f9a, model, 2026-11-29T12:05:00Z',
       format.last_compaction(last)
+    )
+  end)
+
+  it('explains an estimate, and adds the rest of the total as a part so the parts sum to it', function()
+    local followed = report({
+      source = 'provider_usage',
+      effectiveTokens = 136500,
+      breakdown = { system = 0, tools = 0, capsule = 2200, retainedTail = 0, newEntries = 101500, notInLog = 32800 },
+    })
+    local lines = format.budget_lines(followed)
+    assert.are.equal(
+      'Breakdown: system 0, tools 0, capsule 2.2k, retained tail 0, new entries 101.5k, not in the log 32.8k',
+      lines[5]
+    )
+    assert.matches('^Provider usage: ', lines[4])
+    local scaled = report({
+      effectiveTokens = 38640,
+      calibration = { tokenizer = 'o200k_base', factor = 1.38, source = 'provisional' },
+    })
+    local label, rest = format.uncounted_part(scaled.effectiveTokens, scaled.breakdown, scaled.source)
+    assert.are.same({ 'tokenizer scale', 7440 }, { label, rest })
+    assert.are.equal(
+      "Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with o200k_base, not the model's own tokenizer (scaled × 1.38)",
+      format.source_explanation(scaled)
     )
   end)
 
@@ -104,6 +129,11 @@ describe('format', function()
     assert.are.equal('manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model', format.completion_line(result))
     result.outcome, result.reason = 'skipped', 'nothing before the retained tail'
     assert.are.equal('manual compact skipped: nothing before the retained tail', format.completion_line(result))
+    local created = vim.tbl_extend('force', result, { outcome = 'completed', trigger = 'handoff', quality = 'local', tokensBefore = 117600 })
+    assert.are.equal(
+      'capsule created: ck_3f9a (local); the context is unchanged at 117.6k tokens',
+      format.completion_line(created)
+    )
   end)
 
   it('lists flight records and capsules newest first, or says there are none', function()

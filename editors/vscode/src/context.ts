@@ -2,7 +2,7 @@
 // and by largest entry, from `soba/context`. Pure text; the adapter opens it as a document.
 
 import type { ContextResult } from './protocol';
-import { formatTokens } from './status';
+import { formatTokens, uncountedPart } from './status';
 
 const BAR_WIDTH = 24;
 
@@ -24,6 +24,7 @@ function row(label: string, tokens: number, whole: number): string {
 export function contextMarkdown(ctx: ContextResult): string {
   const limit = ctx.hardLimit;
   const free = Math.max(0, limit - ctx.effectiveTokens);
+  const uncounted = uncountedPart(ctx.effectiveTokens, ctx.breakdown, ctx.source);
   const lines = [
     `# Context of session ${ctx.sessionId}`,
     '',
@@ -39,6 +40,7 @@ export function contextMarkdown(ctx: ContextResult): string {
     row('Capsule', ctx.breakdown.capsule, limit),
     row('Retained tail', ctx.breakdown.retainedTail, limit),
     row('New entries', ctx.breakdown.newEntries, limit),
+    ...(uncounted ? [row(uncounted.label, uncounted.tokens, limit)] : []),
     row('Free', free, limit),
     '',
     '## By kind',

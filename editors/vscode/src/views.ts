@@ -1,7 +1,7 @@
 // View models for the sidebar: plain data the tree view adapter renders. No `vscode` import.
 
 import type { BudgetReport, CapsuleSummary, FlightRecord, SessionSummary } from './protocol';
-import { formatTokens, reclaimedPercent, sourceLabel, statusText } from './status';
+import { formatTokens, reclaimedPercent, sourceLabel, statusText, uncountedPart } from './status';
 
 export interface TreeNode {
   id: string;
@@ -45,7 +45,7 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
     description: formatTokens(report.breakdown[key] ?? 0),
     icon: 'symbol-number',
   });
-  const notInLog = report.breakdown.notInLog ?? 0;
+  const uncounted = uncountedPart(report.effectiveTokens, report.breakdown, report.source);
   return [
     {
       id: 'budget:total',
@@ -60,8 +60,10 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
     part('capsule', 'Capsule'),
     part('retainedTail', 'Retained tail'),
     part('newEntries', 'New entries'),
-    // Counted by the provider but absent from the log: no compaction can reclaim it.
-    ...(notInLog > 0 ? [part('notInLog', 'Not in the log')] : []),
+    // The rest of the total, so the parts add up to it (see `uncountedPart`).
+    ...(uncounted
+      ? [{ id: 'budget:uncounted', label: uncounted.label, description: formatTokens(uncounted.tokens), icon: 'symbol-number' }]
+      : []),
     {
       id: 'budget:auto',
       label: 'Auto-compact',

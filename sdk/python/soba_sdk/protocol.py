@@ -461,6 +461,10 @@ class ContextResult(TypedDict):
     effectiveTokens: int
     hardLimit: int
     softLimit: int
+    # How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
+    # the rest of the total is what the provider counted beyond the log, and with an estimate
+    # it is the count factor's scale.
+    source: MeasurementSource
     # Counted tokens of the model input at the leaf (system and tool schemas included).
     tokens: int
     # By part of the view: system, tools, capsule, retained tail, new entries.
@@ -946,7 +950,7 @@ Outcome = Literal["completed", "skipped", "cancelled", "stale", "failed"]
 Provider = Union[Literal["local"], Literal["openai"], Literal["anthropic"]]
 
 
-Quality = Union[Literal["model"], Literal["degraded"]]
+Quality = Union[Literal["model"], Literal["local"], Literal["degraded"]]
 """How a capsule's narrative state was written."""
 
 

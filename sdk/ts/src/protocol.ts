@@ -377,7 +377,7 @@ export type Outcome = "completed" | "skipped" | "cancelled" | "stale" | "failed"
 export type Provider = "local" | "openai" | "anthropic";
 
 /** How a capsule's narrative state was written. */
-export type Quality = "model" | "degraded";
+export type Quality = "model" | "local" | "degraded";
 
 /** The parts of the model input, and what the provider counted beyond them. */
 export type ReportBreakdown = {
@@ -787,6 +787,12 @@ export type ContextResult = {
   effectiveTokens: number;
   hardLimit: number;
   softLimit: number;
+  /**
+   * How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
+   * the rest of the total is what the provider counted beyond the log, and with an estimate
+   * it is the count factor's scale.
+   */
+  source: MeasurementSource;
   /** Counted tokens of the model input at the leaf (system and tool schemas included). */
   tokens: number;
   /** By part of the view: system, tools, capsule, retained tail, new entries. */

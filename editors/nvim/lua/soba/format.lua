@@ -55,6 +55,40 @@ function M.counted_with(report)
   return string.format('%s × %.2f, %s', c.tokenizer, c.factor, calibration_from[c.source] or c.source)
 end
 
+--- What the measurement source means for the figure shown, in one sentence.
+function M.source_explanation(report)
+  local c = report.calibration
+  local tokenizer
+  if type(c) ~= 'table' or c.source == 'exact' then
+    tokenizer = report.tokenizer .. ", the model's own tokenizer"
+  else
+    tokenizer = string.format("%s, not the model's own tokenizer (scaled × %.2f)", c.tokenizer, c.factor)
+  end
+  if report.source == 'provider_usage' then
+    return 'Provider usage: the input tokens the provider reported for the last response, plus what came after it counted with '
+      .. tokenizer
+  end
+  return 'Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with ' .. tokenizer
+end
+
+--- The part of the total no counted part holds, so that the parts add up to the total: with
+--- provider usage what the provider counted that is not in the log, with an estimate the factor
+--- that scales SOBA's count for a tokenizer that is not the model's own. Every numeric part the
+--- daemon sends counts, whatever its name. Returns label, tokens; nil when nothing is left.
+function M.uncounted_part(total, breakdown, source)
+  local counted = 0
+  for key, value in pairs(breakdown or {}) do
+    if key ~= 'notInLog' and type(value) == 'number' then
+      counted = counted + value
+    end
+  end
+  local rest = math.floor(total - counted + 0.5)
+  if rest <= 0 then
+    return nil
+  end
+  return source == 'provider_usage' and 'not in the log' or 'tokenizer scale', rest
+end
+
 function M.reclaimed_percent(before, after)
   if not before or before <= 0 then
     return 0
@@ -96,10 +130,12 @@ end
 function M.budget_lines(report)
   local pct = report.hardLimit > 0 and math.floor(report.effectiveTokens / report.hardLimit * 100 + 0.5) or 0
   local b = report.breakdown or {}
+  local rest_label, rest = M.uncounted_part(report.effectiveTokens, b, report.source)
   return {
     string.format('Context budget: %s tokens (%d%% of the hard limit)', M.status_text(report), pct),
     string.format('Soft limit: %s (auto-compaction starts past it)', M.tokens(report.softLimit)),
     string.format('Measured: %s (%s, %s)', M.source_label(report.source), report.model, M.counted_with(report)),
+    M.source_explanation(report),
     string.format(
       'Breakdown: system %s, tools %s, capsule %s, retained tail %s, new entries %s',
       M.tokens(b.system),
@@ -107,7 +143,7 @@ function M.budget_lines(report)
       M.tokens(b.capsule),
       M.tokens(b.retainedTail),
       M.tokens(b.newEntries)
-    ) .. ((b.notInLog or 0) > 0 and string.format(', not in the log %s', M.tokens(b.notInLog)) or ''),
+    ) .. (rest and string.format(', %s %s', rest_label, M.tokens(rest)) or ''),
     'Auto-compact: ' .. (report.autoCompact and 'on' or 'off'),
     'Last compaction: ' .. M.last_compaction(report.lastCompaction),
   }
@@ -115,6 +151,18 @@ end
 
 --- The line a finished compaction leaves when the daemon sent none.
 function M.completion_line(result)
+  if result.trigger == 'handoff' then
+    -- A created capsule records state and compacts nothing.
+    if result.outcome == 'completed' then
+      return string.format(
+        'capsule created: %s (%s); the context is unchanged at %s tokens',
+        result.checkpointId ~= vim.NIL and result.checkpointId or 'no checkpoint',
+        result.quality ~= vim.NIL and result.quality or 'unknown quality',
+        M.tokens(result.tokensBefore)
+      )
+    end
+    return string.format('capsule creation %s: %s', result.outcome, result.reason)
+  end
   if result.outcome ~= 'completed' then
     return string.format('%s compact %s: %s', result.trigger, result.outcome, result.reason)
   end
@@ -241,6 +289,7 @@ function M.context_lines(ctx)
   end
   local free = math.max(0, limit - ctx.effectiveTokens)
   local b, k = ctx.breakdown, ctx.byKind
+  local rest_label, rest = M.uncounted_part(ctx.effectiveTokens, b, ctx.source)
   local lines = {
     string.format(
       'Context of session %s: %s / %s tokens (%d%% of the hard limit), %s free; auto-compaction past %s',
@@ -270,6 +319,10 @@ function M.context_lines(ctx)
     '',
     'Largest entries',
   }
+  if rest then
+    -- Before `Free`, so the parts above it sum to the total.
+    table.insert(lines, 9, row(rest_label:sub(1, 1):upper() .. rest_label:sub(2), rest))
+  end
   if #ctx.largest == 0 then
     lines[#lines + 1] = '  nothing in the context yet'
   end
