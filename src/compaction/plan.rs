@@ -43,6 +43,10 @@ pub struct Plan {
     pub title: Option<String>,
     pub workspace: String,
     pub tokenizer: crate::tokens::TokenizerKind,
+    /// The factor the budget scales SOBA's counts by (a tokenizer that is not the model's own):
+    /// the continuation is measured on the budget's scale, so the "after" of a compaction is
+    /// the figure the budget shows next.
+    pub calibration: crate::budget::Calibration,
     /// The ROI minimums the post-generation gate applies.
     pub roi: crate::config::CompactionConfig,
     /// Mirror the capsule into the workspace's Project Memory, where the rules allow it.
@@ -87,7 +91,8 @@ impl Plan {
             + self
                 .tokenizer
                 .count(&crate::capsule::render::render_for_model(capsule));
-        self.overhead_tokens + capsule_tokens + self.tail_tokens
+        self.calibration
+            .apply(self.overhead_tokens + capsule_tokens + self.tail_tokens)
     }
 }
 
@@ -416,6 +421,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         title: req.title.clone(),
         workspace,
         tokenizer: session.tokenizer(),
+        calibration: session.calibration(),
         roi: c.clone(),
         mirror_requested: false,
     })
