@@ -68,10 +68,12 @@ local function claude_session(workspace, id)
     return rec
   end
 
+  session.model = 'claude-sonnet-4-5'
+
   local function response(content, input_tokens)
     return record('assistant', {
       id = string.format('msg_%s_%d', id, session.turn),
-      model = 'claude-sonnet-4-5',
+      model = session.model,
       role = 'assistant',
       type = 'message',
       content = content,
@@ -86,6 +88,17 @@ local function claude_session(workspace, id)
       record('user', { role = 'user', content = text }),
       response({ { type = 'text', text = 'Done: ' .. text } }, input_tokens),
     })
+  end
+
+  --- The user's prompt alone: the agent has not answered yet.
+  function session.prompt_only(text)
+    session.turn = session.turn + 1
+    append(session.file, { record('user', { role = 'user', content = text }) })
+  end
+
+  --- The answer to the prompt written last.
+  function session.answer(text, input_tokens)
+    append(session.file, { response({ { type = 'text', text = text } }, input_tokens) })
   end
 
   --- A response calling Bash, then its result: about `result_tokens` tokens of output.
@@ -264,6 +277,33 @@ describe('a running agent in the statusline', function()
     agent.prompt('hello', 1500)
     statusline_shows(text_of(imported_budget(agent.file)), "the new agent's budget", soba.BUDGET_RETRY_MS + WAIT_MS)
     assert.are.equal('claude-code-b7710c', soba.report().sessionId)
+  end)
+
+  it("takes the agent's model from its first response, and follows a switch", function()
+    local workspace = tmp .. '/model_app'
+    vim.fn.mkdir(workspace .. '/.git', 'p')
+    workspace = vim.uv.fs_realpath(workspace)
+    local agent = claude_session(workspace, 'c0ffee')
+    agent.model = 'claude-opus-4-5'
+    -- The editor is open before the agent's first response: no record names a model yet.
+    agent.prompt_only('refactor the parser')
+    open_workspace('model_app')
+    wait_for('the session attached before the first response', function()
+      local r = soba.report()
+      return r ~= nil and r.sessionId == 'claude-code-c0ffee'
+    end, soba.BUDGET_RETRY_MS + WAIT_MS)
+    assert.are_not.equal('claude-opus-4-5', soba.report().model, 'no record named the model yet')
+
+    agent.answer('Refactored.', 3000)
+    statusline_shows('3k / 127.8k', "Opus's hard limit (200k − 64k − 8192), not the default model's")
+    assert.are.equal('claude-opus-4-5', soba.report().model)
+    assert.are.equal(200000, soba.report().contextWindow)
+
+    -- The user switches the agent to a model with a smaller output reserve.
+    agent.model = 'claude-opus-4-1'
+    agent.prompt('and the checker', 4000)
+    statusline_shows('4k / 159.8k', "the new model's hard limit (200k − 32k − 8192)")
+    assert.are.equal('claude-opus-4-1', soba.report().model)
   end)
 
   it("shows a real Claude Code session's budget as its transcript grows", function()
