@@ -244,7 +244,7 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
                     let capsule = plan.capsule(
                         String::new(),
                         plan.local_state.clone(),
-                        crate::capsule::Quality::Degraded,
+                        crate::capsule::Quality::Local,
                         None,
                     );
                     let after = plan.continuation_tokens(&capsule);

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::tail::Growth;
 use crate::import::stream::StreamImporter;
 use crate::import::{Format, ImportError, ImportOptions};
-use crate::session::entry::{Entry, EntryBody, SessionHeader};
+use crate::session::entry::{Entry, EntryBody, ModelRef, SessionHeader, SettingEntry};
 
 pub struct Follower {
     format: Option<Format>,
@@ -31,6 +31,18 @@ pub struct Follower {
     /// This reading: entries made per source record so far.
     rank: HashMap<String, usize>,
     last_appended: Option<String>,
+    /// The model the session has in force: its header's, or the last one a `setting` entry
+    /// switched to.
+    session_model: Option<ModelRef>,
+    /// The model the transcript names at the entry being read.
+    transcript_model: Option<ModelRef>,
+    /// Entries the session held before this reading that it has not met again yet: while
+    /// some remain, the reading is still going over history and records no model switch of
+    /// its own (a daemon restart must not record the session's old switches again).
+    unmet: usize,
+    /// An inserted model switch → the setting entry now in its parent's place, so that the
+    /// next entry hangs off the setting and the setting is on the leaf's branch.
+    relinked: HashMap<Option<String>, String>,
 }
 
 impl Follower {
@@ -45,6 +57,10 @@ impl Follower {
             mapped: HashMap::new(),
             rank: HashMap::new(),
             last_appended: None,
+            session_model: None,
+            transcript_model: None,
+            unmet: 0,
+            relinked: HashMap::new(),
         })
     }
 
@@ -62,6 +78,11 @@ impl Follower {
                 self.last_appended = Some(e.id.clone());
             });
         }
+        self.unmet = self.by_key.len();
+        self.session_model = existing
+            .settings_at(existing.leaf())
+            .model
+            .or_else(|| existing.header.model.clone());
     }
 
     /// The session header as the transcript tells it so far.
@@ -87,21 +108,30 @@ impl Follower {
                 self.generation += 1;
                 self.mapped.clear();
                 self.rank.clear();
+                self.unmet = self.by_key.len();
+                self.transcript_model = None;
                 self.importer.feed(&bytes)
             }
         }
     }
 
     /// The entries to append now, as the daemon's `soba/session/append` takes them: settled
-    /// ones, or all when `quiet` (the writer has stopped for a while).
+    /// ones, or all when `quiet` (the writer has stopped for a while). Where the transcript
+    /// names another model than the session's (its first response, a switch), a `setting`
+    /// entry with the model comes first, so the session's limits follow the agent's model.
     pub fn take(&mut self, quiet: bool) -> Vec<Value> {
+        let first = self.importer.released();
         let entries = if quiet {
             self.importer.take_all()
         } else {
             self.importer.take_settled()
         };
+        let mut changes = self.importer.take_model_changes().into_iter().peekable();
         let mut out = Vec::new();
-        for mut e in entries {
+        for (n, mut e) in entries.into_iter().enumerate() {
+            while let Some(change) = changes.next_if(|c| c.at <= first + n) {
+                self.transcript_model = Some(change.model);
+            }
             // The leaf follows the last record live; rewinds belong to finished imports.
             if matches!(e.body, EntryBody::Rewind(_)) {
                 continue;
@@ -110,8 +140,10 @@ impl Follower {
             let key = key_of(&e, &mut self.rank);
             if let Some(existing) = key.as_ref().and_then(|k| self.by_key.get(k)) {
                 self.mapped.insert(import_id, existing.clone());
+                self.unmet = self.unmet.saturating_sub(1);
                 continue;
             }
+            self.switch_model_if_named(&e.ts, &mut out);
             let id = if self.generation == 1 && !self.session_ids.contains(&import_id) {
                 import_id.clone()
             } else {
@@ -124,7 +156,7 @@ impl Follower {
                     n += 1;
                 }
             };
-            e.parent_id = match &e.parent_id {
+            let parent = match &e.parent_id {
                 Some(p) => self
                     .mapped
                     .get(p)
@@ -132,6 +164,7 @@ impl Follower {
                     .or_else(|| self.last_appended.clone()),
                 None => None,
             };
+            e.parent_id = self.relinked_parent(parent);
             e.id = id.clone();
             self.mapped.insert(import_id, id.clone());
             self.session_ids.insert(id.clone());
@@ -143,8 +176,79 @@ impl Follower {
                 out.push(v);
             }
         }
+        // A model named by a record whose entries are not settled yet (a response still
+        // streaming) applies now: the budget shows the agent's model from its first record.
+        for change in changes {
+            self.transcript_model = Some(change.model);
+        }
+        if self.unmet == 0 {
+            let now = self.options.now.clone();
+            self.switch_model_if_named(&now, &mut out);
+        }
         out
     }
+
+    /// Append a `setting` entry with the transcript's model when it is not the session's.
+    fn switch_model_if_named(&mut self, ts: &str, out: &mut Vec<Value>) {
+        let Some(model) = self.transcript_model.as_ref() else {
+            return;
+        };
+        if self
+            .session_model
+            .as_ref()
+            .is_some_and(|current| same_model(current, model))
+        {
+            return;
+        }
+        let mut n = 0;
+        let id = loop {
+            let candidate = format!("g{}-model{}", self.generation, suffix(n));
+            if !self.session_ids.contains(&candidate) {
+                break candidate;
+            }
+            n += 1;
+        };
+        let setting = Entry {
+            id: id.clone(),
+            parent_id: self.last_appended.clone(),
+            ts: ts.to_string(),
+            source_id: None,
+            body: EntryBody::Setting(SettingEntry {
+                model: Some(model.clone()),
+                ..SettingEntry::default()
+            }),
+        };
+        let Ok(value) = serde_json::to_value(&setting) else {
+            return;
+        };
+        out.push(value);
+        self.session_model = Some(model.clone());
+        self.session_ids.insert(id.clone());
+        self.relinked.insert(setting.parent_id, id.clone());
+        self.last_appended = Some(id);
+    }
+
+    /// `parent`, or the model switch inserted after it.
+    fn relinked_parent(&self, mut parent: Option<String>) -> Option<String> {
+        while let Some(setting) = self.relinked.get(&parent) {
+            parent = Some(setting.clone());
+        }
+        parent
+    }
+}
+
+/// Whether the session's model is the one the transcript names: the same name, and the same
+/// figures where the transcript gives them (a window Codex reports).
+fn same_model(session: &ModelRef, transcript: &ModelRef) -> bool {
+    let same_name = match (&session.name, &transcript.name) {
+        (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+        (None, None) => true,
+        _ => false,
+    };
+    let agrees = |ours: Option<u64>, theirs: Option<u64>| theirs.is_none() || ours == theirs;
+    same_name
+        && agrees(session.context_window, transcript.context_window)
+        && agrees(session.max_output_tokens, transcript.max_output_tokens)
 }
 
 fn suffix(n: usize) -> String {
@@ -254,5 +358,137 @@ mod tests {
         assert_eq!(out[0]["sourceId"], "m2");
         assert_eq!(out[0]["parentId"], "e2");
         assert_eq!(out[0]["id"], "e3");
+    }
+
+    fn claude_user(uuid: &str, parent: Option<&str>, text: &str) -> String {
+        json!({"type":"user","uuid":uuid,"parentUuid":parent,"sessionId":"c1","cwd":"/ws","timestamp":"t",
+               "message":{"role":"user","content":text}})
+        .to_string()
+            + "\n"
+    }
+
+    fn claude_reply(uuid: &str, parent: &str, response: &str, model: &str) -> String {
+        json!({"type":"assistant","uuid":uuid,"parentUuid":parent,"timestamp":"t",
+               "message":{"id":response,"model":model,"role":"assistant",
+                          "content":[{"type":"text","text":"done"}],
+                          "usage":{"input_tokens":100,"output_tokens":5}}})
+        .to_string()
+            + "\n"
+    }
+
+    /// The session the daemon creates when it attaches before any response: the default model.
+    fn session_with_default_model() -> crate::session::Session {
+        let mut header = crate::session::testing::header();
+        header.model = Some(ModelRef {
+            name: Some("gpt-4o".into()),
+            context_window: Some(128_000),
+            max_output_tokens: Some(16_384),
+            tokenizer: None,
+        });
+        crate::session::Session::new(header, crate::tokens::TokenizerKind::default())
+    }
+
+    fn push_all(session: &mut crate::session::Session, values: &[Value]) {
+        for v in values {
+            session
+                .push(serde_json::from_value(v.clone()).unwrap())
+                .unwrap();
+        }
+    }
+
+    fn models_set(values: &[Value]) -> Vec<String> {
+        values
+            .iter()
+            .filter(|v| v["type"] == "setting")
+            .map(|v| v["model"]["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_first_response_replaces_a_default_model_before_it_settles() {
+        let mut session = session_with_default_model();
+        let mut f = Follower::new(Some(Format::ClaudeCode), options()).unwrap();
+        f.know(&session);
+        f.feed(Growth::Appended(claude_user("u1", None, "hi").into_bytes()))
+            .unwrap();
+        let before = f.take(false);
+        assert!(
+            models_set(&before).is_empty(),
+            "no record names a model yet"
+        );
+        push_all(&mut session, &before);
+        f.feed(Growth::Appended(
+            claude_reply("a1", "u1", "m1", "claude-opus-4-5").into_bytes(),
+        ))
+        .unwrap();
+        // The response may still stream: its entry waits, its model does not.
+        let named = f.take(false);
+        assert_eq!(models_set(&named), ["claude-opus-4-5"]);
+        assert_eq!(named.len(), 1, "{named:?}");
+        assert_eq!(named[0]["model"]["contextWindow"], 200_000);
+        push_all(&mut session, &named);
+        let reply = f.take(true);
+        assert_eq!(reply.len(), 1);
+        assert_eq!(
+            reply[0]["parentId"], named[0]["id"],
+            "the response hangs off the switch, so the switch is on the leaf's branch"
+        );
+        push_all(&mut session, &reply);
+        let model = session.model_config().unwrap();
+        assert_eq!(model.name.as_deref(), Some("claude-opus-4-5"));
+        assert_eq!(model.context_window, Some(200_000));
+    }
+
+    #[test]
+    fn a_switch_is_recorded_once_and_reading_again_does_not_repeat_it() {
+        let transcript = claude_user("u1", None, "hi")
+            + &claude_reply("a1", "u1", "m1", "claude-sonnet-4-5")
+            + &claude_user("u2", Some("a1"), "switch")
+            + &claude_reply("a2", "u2", "m2", "claude-opus-4-5");
+        let mut session = session_with_default_model();
+        let mut f = Follower::new(Some(Format::ClaudeCode), options()).unwrap();
+        f.know(&session);
+        f.feed(Growth::Appended(transcript.clone().into_bytes()))
+            .unwrap();
+        let out = f.take(true);
+        assert_eq!(
+            models_set(&out),
+            ["claude-sonnet-4-5", "claude-opus-4-5"],
+            "{out:#?}"
+        );
+        let types: Vec<_> = out.iter().map(|v| v["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            ["message", "setting", "message", "message", "setting", "message"],
+            "each switch comes before the response that named it"
+        );
+        push_all(&mut session, &out);
+        assert_eq!(
+            session.model_config().unwrap().name.as_deref(),
+            Some("claude-opus-4-5")
+        );
+
+        // A daemon restart reads the whole transcript again: nothing new, no switch again.
+        let mut again = Follower::new(Some(Format::ClaudeCode), options()).unwrap();
+        again.know(&session);
+        again
+            .feed(Growth::Appended(transcript.into_bytes()))
+            .unwrap();
+        assert!(again.take(true).is_empty());
+    }
+
+    #[test]
+    fn the_model_the_session_already_has_is_not_recorded_again() {
+        let mut header = crate::session::testing::header();
+        header.model = Some(crate::import::model_ref("claude-opus-4-5"));
+        let session = crate::session::Session::new(header, crate::tokens::TokenizerKind::default());
+        let mut f = Follower::new(Some(Format::ClaudeCode), options()).unwrap();
+        f.know(&session);
+        f.feed(Growth::Appended(
+            (claude_user("u1", None, "hi") + &claude_reply("a1", "u1", "m1", "claude-opus-4-5"))
+                .into_bytes(),
+        ))
+        .unwrap();
+        assert!(models_set(&f.take(true)).is_empty());
     }
 }

@@ -28,7 +28,9 @@ const CAPSULE_SUFFIX: &str = ".capsule.md";
 pub enum NotMirrored {
     /// Only explicit `/compact` capsules are mirrored.
     Trigger { trigger: Trigger },
-    /// The capsule was built without a validated model summary.
+    /// The capsule was built locally: no summarization model is configured.
+    Local,
+    /// A configured model's summary was not used; the local capsule stands in.
     Degraded { degraded_reason: Option<String> },
     /// The capsule came from a `.capsule.md` file, not from this session's history.
     Loaded,
@@ -42,6 +44,9 @@ impl std::fmt::Display for NotMirrored {
             NotMirrored::Trigger { trigger } => write!(
                 f,
                 "{trigger} capsules stay in the session; only an explicit /compact is mirrored into Project Memory"
+            ),
+            NotMirrored::Local => f.write_str(
+                "the capsule was built locally (no summarization model configured); only validated model capsules are mirrored into Project Memory",
             ),
             NotMirrored::Degraded { degraded_reason } => write!(
                 f,
@@ -66,10 +71,14 @@ pub fn should_mirror(capsule: &CapsuleEntry, explicit_request: bool) -> Result<(
             trigger: capsule.trigger,
         });
     }
-    if capsule.quality != Quality::Model {
-        return Err(NotMirrored::Degraded {
-            degraded_reason: capsule.degraded_reason.clone(),
-        });
+    match capsule.quality {
+        Quality::Model => {}
+        Quality::Local => return Err(NotMirrored::Local),
+        Quality::Degraded => {
+            return Err(NotMirrored::Degraded {
+                degraded_reason: capsule.degraded_reason.clone(),
+            })
+        }
     }
     if capsule.origin == Origin::Loaded {
         return Err(NotMirrored::Loaded);

@@ -333,7 +333,7 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
         Section::Active => items(&mut out, &s.active),
         Section::Pending => items(&mut out, &s.pending),
         Section::Decisions => {
-            if s.decisions.is_empty() && c.quality == Quality::Degraded {
+            if s.decisions.is_empty() && c.quality != Quality::Model {
                 // Said plainly, so the empty list does not read as "no decisions were made";
                 // the reader drops this exact line again.
                 out.push_str(DECISIONS_NEED_A_MODEL);
@@ -1005,7 +1005,9 @@ pub fn parse_at(text: &str, now: std::time::SystemTime) -> Result<Parsed, Format
     let (trigger, trigger_line) = fm.required("trigger")?;
     let trigger: Trigger = enum_value(trigger_line, "trigger", trigger, &TRIGGERS)?;
     let (quality, quality_line) = fm.required("quality")?;
-    let quality: Quality = enum_value(quality_line, "quality", quality, &["model", "degraded"])?;
+    let quality: Quality = enum_value(quality_line, "quality", quality, &Quality::NAMES)?;
+    let (quality, degraded_reason) =
+        crate::session::capsule::read_quality(quality, fm.optional("degraded_reason"));
 
     let mut capsule = PortableCapsule {
         checkpoint_id: checkpoint_id.to_string(),
@@ -1021,7 +1023,7 @@ pub fn parse_at(text: &str, now: std::time::SystemTime) -> Result<Parsed, Format
             short_tail: None,
         },
         previous_checkpoint_id: fm.optional("previous_checkpoint"),
-        degraded_reason: fm.optional("degraded_reason"),
+        degraded_reason,
         state: CapsuleState::default(),
         artifacts: Artifacts::default(),
     };
@@ -1288,6 +1290,7 @@ mod tests {
     fn a_degraded_capsule_without_decisions_says_so_and_round_trips() {
         let mut c = sample();
         c.quality = Quality::Degraded;
+        c.degraded_reason = Some("the summarizer timed out after 15000 ms".into());
         c.state.decisions.clear();
         let out = write(&c);
         assert!(
@@ -1429,7 +1432,8 @@ A note someone added between items.\r
         let c = &parsed.capsule;
         assert_eq!(c.checkpoint_id, "ck_hand");
         assert_eq!(c.trigger, Trigger::User);
-        assert_eq!(c.quality, Quality::Degraded);
+        // `degraded` with no failure named: a file written before `local` existed.
+        assert_eq!(c.quality, Quality::Local);
         assert_eq!(c.title, None);
         assert_eq!(c.tokens, CapsuleTokens::default());
         assert_eq!(c.state.goal, "   Make the build green.");
@@ -1514,7 +1518,7 @@ A note someone added between items.\r
         let e = err(&format!("{HEAD}trigger: user\nquality: great\n---\n"));
         assert_eq!(
             (e.line, e.expected.as_str()),
-            (6, "`quality` to be one of model, degraded")
+            (6, "`quality` to be one of model, local, degraded")
         );
 
         let e = err(&format!("{HEAD}quality: model\n---\n"));

@@ -13,7 +13,7 @@ use crate::util::human_tokens;
 /// Open a session for writing with its layered configuration.
 fn open(path: &Path, common: &CommonArgs) -> anyhow::Result<(SessionLog, Config)> {
     let (probe, _) = read_session(path)?;
-    let config = common.config_for(Some(&probe.header))?;
+    let config = common.config_for_session(&probe)?;
     drop(probe);
     let (mut log, report) = SessionLog::open(path, config.durability)?;
     warn_load(path, &report);

@@ -154,7 +154,7 @@ fn append_loop(
     // The loop's small window makes its own logs compact often; a log that names its model
     // keeps that model's limits, or the first barrier would compact a session its own
     // window still holds.
-    let own_model = log.session().header.model_config();
+    let own_model = log.session().model_config();
     let mut files = vec![ConfigFile::parse("append-loop", LOOP_COMPACTION)?];
     if own_model.is_none() {
         files.push(ConfigFile::parse("append-loop", LOOP_MODEL)?);

@@ -12,7 +12,7 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     // A budget reads the index and the current turn: no entry needs to stay parsed.
     let (mut session, report) = read_session_as_lines(path)?;
     warn_load(path, &report);
-    let config = common.config_for(Some(&session.header))?;
+    let config = common.config_for_session(&session)?;
     session.configure_counting(&config.model);
     let learned = unseen_store_path();
     if let Some(store) = &learned {
@@ -75,11 +75,15 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         );
     }
     let c = r.calibration;
+    // What the first line's source means: the provider's own count, or SOBA's.
     let counted = match r.source {
         crate::budget::MeasurementSource::ProviderUsage => {
-            "estimated: provider usage plus the entries after it"
+            "provider_usage: the input tokens the provider reported for the last response, plus \
+             the entries after it"
         }
-        crate::budget::MeasurementSource::Estimated => "estimated: every entry",
+        crate::budget::MeasurementSource::Estimated => {
+            "estimated: no usage report from the provider since the latest capsule, so every entry"
+        }
     };
     match c.source {
         crate::budget::CalibrationSource::Exact => {
@@ -116,9 +120,24 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         b.capsule,
         b.retained_tail,
         b.new_entries,
-        match r.breakdown.not_in_log {
-            0 => String::new(),
-            n => format!("  ·  not in the log {n}"),
+        {
+            // What is not in the log (the provider's count beyond it, or the allowance an
+            // estimate keeps for it), then the factor's share of an estimate: the parts add up
+            // to the first line's total, the allowance counted once.
+            let outside = match r.breakdown.not_in_log {
+                0 => String::new(),
+                n => format!("  ·  not in the log {n}"),
+            };
+            let scale = match r.source {
+                crate::budget::MeasurementSource::Estimated => r
+                    .effective_tokens
+                    .saturating_sub(b.total() + r.breakdown.not_in_log),
+                crate::budget::MeasurementSource::ProviderUsage => 0,
+            };
+            match scale {
+                0 => outside,
+                n => format!("{outside}  ·  tokenizer scale {n}"),
+            }
         }
     );
     if let Some(unseen) = &r.breakdown.unseen_text {
@@ -166,7 +185,7 @@ fn unseen_store_path() -> Option<std::path::PathBuf> {
 pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     let (mut session, report) = read_session(path)?;
     warn_load(path, &report);
-    let config = common.config_for(Some(&session.header))?;
+    let config = common.config_for_session(&session)?;
     session.configure_counting(&config.model);
     let r = context_report(&session);
     let preflight = preflight_outlook(&session, &config);

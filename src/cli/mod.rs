@@ -38,8 +38,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::config::{Config, ConfigFile, ConfigSources, Overrides};
+use crate::config::{Config, ConfigFile, ConfigSources, ModelFile, Overrides};
 use crate::session::entry::SessionHeader;
+use crate::session::Session;
 
 /// Options every command takes.
 #[derive(Debug, Clone, Default, Args)]
@@ -71,8 +72,22 @@ impl CommonArgs {
         }
     }
 
+    /// Layered configuration for a session log: its model (the header's, or the one a later
+    /// `setting` switched to) < user < workspace < --config < flags.
+    pub fn config_for_session(&self, session: &Session) -> anyhow::Result<Config> {
+        self.config_with_model(Some(&session.header), session.model_config())
+    }
+
     /// Layered configuration for a session: defaults < user < workspace < --config < flags.
     pub fn config_for(&self, header: Option<&SessionHeader>) -> anyhow::Result<Config> {
+        self.config_with_model(header, header.and_then(SessionHeader::model_config))
+    }
+
+    fn config_with_model(
+        &self,
+        header: Option<&SessionHeader>,
+        model: Option<ModelFile>,
+    ) -> anyhow::Result<Config> {
         let workspace = header
             .map(|h| PathBuf::from(&h.workspace))
             .filter(|p| p.is_dir());
@@ -82,11 +97,7 @@ impl CommonArgs {
             errln!("warning: {w}");
         }
         let files: Vec<ConfigFile> = loaded.files;
-        let config = Config::resolve(
-            &files,
-            header.and_then(SessionHeader::model_config).as_ref(),
-            &self.overrides(),
-        )?;
+        let config = Config::resolve(&files, model.as_ref(), &self.overrides())?;
         for w in &config.warnings {
             errln!("warning: {w}");
         }

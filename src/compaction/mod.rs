@@ -69,9 +69,20 @@ pub struct CompactionResult {
 
 impl CompactionResult {
     /// The persistent completion line: trigger, before → after tokens, reclaimed %, checkpoint.
+    /// A hand-off capsule (`/capsule create`) records state and compacts nothing: its line
+    /// says it was created and that the context stays as it was.
     pub fn completion_line(&self) -> String {
         let k = crate::util::human_tokens;
         match self.outcome {
+            Outcome::Completed if self.trigger == Trigger::Handoff => format!(
+                "capsule created: {} ({}); the context is unchanged at {} tokens",
+                self.checkpoint_id.as_deref().unwrap_or("-"),
+                self.quality.map(Quality::as_str).unwrap_or("-"),
+                k(self.tokens_before),
+            ),
+            outcome if self.trigger == Trigger::Handoff => {
+                format!("capsule creation {outcome}: {}", self.reason)
+            }
             Outcome::Completed => format!(
                 "{} compact: {} → {} tokens (−{:.0}%), {}, {}",
                 self.trigger,
@@ -124,4 +135,53 @@ pub mod reasons {
     pub const OVERFLOW_RETRY_USED: &str = "the provider reported a context overflow again after the recovery compact; the one retry for this turn is used";
     pub const WOULD_NOT_SHRINK: &str =
         "the continuation would not be smaller than the current context";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completed(trigger: Trigger, quality: Quality) -> CompactionResult {
+        let limits = crate::budget::Limits::compute(
+            128_000,
+            16_384,
+            &crate::config::CompactionConfig::default(),
+        )
+        .unwrap();
+        let mut r =
+            CompactionResult::ended("op_1", trigger, Outcome::Completed, "", 117_600, limits);
+        r.tokens_after = 21_500;
+        r.reclaimed_percent = 81.7;
+        r.checkpoint_id = Some("ck_1".into());
+        r.quality = Some(quality);
+        r
+    }
+
+    #[test]
+    fn a_created_capsule_reads_as_a_creation_not_a_compaction() {
+        let mut created = completed(Trigger::Handoff, Quality::Local);
+        created.tokens_after = created.tokens_before;
+        assert_eq!(
+            created.completion_line(),
+            "capsule created: ck_1 (local); the context is unchanged at 117.6k tokens"
+        );
+        let mut failed = created.clone();
+        failed.outcome = Outcome::Failed;
+        failed.reason = "the session changed".into();
+        assert_eq!(
+            failed.completion_line(),
+            "capsule creation failed: the session changed"
+        );
+    }
+
+    #[test]
+    fn a_compaction_line_names_how_its_capsule_was_written() {
+        assert_eq!(
+            completed(Trigger::User, Quality::Local).completion_line(),
+            "user compact: 117.6k → 21.5k tokens (−82%), ck_1, local"
+        );
+        assert!(completed(Trigger::User, Quality::Degraded)
+            .completion_line()
+            .ends_with(", degraded"));
+    }
 }

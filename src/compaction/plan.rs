@@ -43,15 +43,16 @@ pub struct Plan {
     pub title: Option<String>,
     pub workspace: String,
     pub tokenizer: crate::tokens::TokenizerKind,
+    /// The factor the budget scales SOBA's counts by (a tokenizer that is not the model's own):
+    /// the continuation is measured on the budget's scale, so the "after" of a compaction is
+    /// the figure the budget shows next.
+    pub calibration: crate::budget::Calibration,
     /// The ROI minimums the post-generation gate applies.
     pub roi: crate::config::CompactionConfig,
     /// Mirror the capsule into the workspace's Project Memory, where the rules allow it.
     pub mirror_requested: bool,
     /// The window setting the limits come from, when a provider's overflow lowered them.
     pub learned_window: Option<crate::window::WindowSetting>,
-    /// How counts become the budget's estimate: the continuation is measured as the next
-    /// preflight will measure it.
-    pub calibration: crate::budget::Calibration,
 }
 
 impl Plan {

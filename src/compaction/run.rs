@@ -32,16 +32,15 @@ pub enum Generated {
     Cancelled,
 }
 
-/// Reason recorded on capsules built without a model.
-pub const NO_MODEL_CONFIGURED: &str =
-    "no summarization model configured; built locally from the log";
+/// What a completed compaction with a `local` capsule says about it.
+pub const BUILT_LOCALLY: &str = "built locally from the log (no summarization model configured)";
 
 /// The local deterministic capsule of a plan.
 pub fn generate_local(plan: &Plan) -> Generated {
     Generated::State {
         state: plan.local_state.clone(),
-        quality: Quality::Degraded,
-        degraded_reason: Some(NO_MODEL_CONFIGURED.to_string()),
+        quality: Quality::Local,
+        degraded_reason: None,
     }
 }
 
@@ -190,13 +189,14 @@ pub fn commit(
         after,
         short_tail,
     };
-    result.fallback = capsule.quality == Quality::Degraded
-        && capsule.degraded_reason.as_deref() != Some(NO_MODEL_CONFIGURED);
+    result.fallback = capsule.quality == Quality::Degraded;
     result.quality = Some(capsule.quality);
-    result.reason = capsule
-        .degraded_reason
-        .clone()
-        .unwrap_or_else(|| "capsule written by the summarization model".into());
+    result.reason = match (capsule.quality, &capsule.degraded_reason) {
+        (Quality::Degraded, Some(reason)) => reason.clone(),
+        (Quality::Degraded, None) => "the summarization model's capsule was not used".into(),
+        (Quality::Local, _) => BUILT_LOCALLY.into(),
+        (Quality::Model, _) => "capsule written by the summarization model".into(),
+    };
     if let Some(short) = short_tail {
         result.reason = format!("{}; {}", result.reason, short_tail_note(&short));
     }

@@ -26,7 +26,7 @@ use super::protocol::{
 use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::{Barrier as Engine, Preflight};
 use crate::compaction::{reasons, CompactionResult, Generated, Plan};
-use crate::config::Config;
+use crate::config::{Config, ConfigFile};
 use crate::flight::FlightLog;
 use crate::inspect::budget_report;
 use crate::session::entry::{
@@ -413,6 +413,9 @@ struct Running {
 struct Actor {
     log: SessionLog,
     config: Config,
+    /// The layers `config` was resolved from, kept to resolve it again when the log switches
+    /// the session's model (a followed agent named its model, or changed it).
+    config_files: Vec<ConfigFile>,
     mapping: ToolMapping,
     summarizer: Option<Arc<dyn Summarizer>>,
     /// The breaker of runs on a client's model (see [`ClientModel`]), kept across compactions.
@@ -474,6 +477,7 @@ impl Command {
 pub struct ActorSetup {
     pub log: SessionLog,
     pub config: Config,
+    pub config_files: Vec<ConfigFile>,
     pub summarizer: Option<Arc<dyn Summarizer>>,
     pub flight: FlightLog,
     pub events: broadcast::Sender<Event>,
@@ -487,6 +491,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
     let ActorSetup {
         log,
         config,
+        config_files,
         summarizer,
         flight,
         events,
@@ -502,6 +507,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         log,
         mapping: config.tool_mapping.clone(),
         config,
+        config_files,
         summarizer,
         client_breaker: Arc::new(Breaker::new(std::time::Duration::from_millis(
             crate::summarize::client::DEFAULT_COOLDOWN_MS,
@@ -1260,6 +1266,8 @@ impl Actor {
             hard_limit: budget.hard_limit(),
             soft_limit: budget.budget["softLimit"].as_u64().unwrap_or(0),
             control: self.control.clone(),
+            source: serde_json::from_value(budget.budget["source"].clone())
+                .unwrap_or(crate::budget::MeasurementSource::Estimated),
             usage: crate::inspect::context_usage(self.log.session(), limit),
         }
     }
@@ -1351,7 +1359,13 @@ impl Actor {
         let reports = entries.iter().any(|e| {
             matches!(&e.body, EntryBody::Message(m) if m.role == crate::session::entry::Role::Assistant && m.usage.is_some())
         });
+        let may_switch_model = entries
+            .iter()
+            .any(|e| matches!(e.body, EntryBody::Setting(_) | EntryBody::Rewind(_)));
         self.log.append_all(entries).map_err(log_failure)?;
+        if may_switch_model {
+            self.follow_session_model();
+        }
         if reports {
             self.learn_unseen();
         }
@@ -1392,6 +1406,38 @@ impl Actor {
             eprintln!("soba: session {}: warning: {problem}", self.session_id());
         }
         self.unseen_taught = seen;
+    }
+
+    /// Resolve the configuration again when the model in force at the leaf is not the one it
+    /// was resolved with: the limits, the tokenizer and the budget follow the model switch the
+    /// log records. A switch to a model the configuration refuses keeps the limits in force
+    /// and says why on stderr; the entry stays in the log, as every entry does.
+    fn follow_session_model(&mut self) {
+        let model = self.log.session().model_config();
+        let Some(name) = model.as_ref().and_then(|m| m.name.as_deref()) else {
+            return;
+        };
+        let resolved = Config::resolve(
+            &self.config_files,
+            model.as_ref(),
+            &crate::config::Overrides::default(),
+        );
+        match resolved {
+            Ok(config) if config.model != self.config.model => {
+                self.log.session_mut().configure_counting(&config.model);
+                let model_changed = config.model.name != self.config.model.name;
+                self.config = config;
+                if model_changed {
+                    // What this machine learned about unseen context is per agent and model.
+                    self.load_unseen_prior();
+                }
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!(
+                "soba: session {}: the model {name} the log switched to is not used: {e}",
+                self.session_id()
+            ),
+        }
     }
 
     fn append(&mut self, raw: Vec<Value>) -> Result<AppendResult, RpcError> {

@@ -594,6 +594,10 @@ pub struct ContextResult {
     /// Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
     /// where SOBA compacts.
     pub control: Control,
+    /// How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
+    /// the rest of the total is what the provider counted beyond the log, and with an estimate
+    /// it is the count factor's scale.
+    pub source: crate::budget::MeasurementSource,
     #[serde(flatten)]
     pub usage: crate::inspect::ContextUsage,
 }

@@ -349,7 +349,7 @@ impl Daemon {
             opened_with.settings.clone(),
         );
         let (ws, id_owned) = (workspace.to_path_buf(), id.to_string());
-        let (log, config, warnings) = tokio::task::spawn_blocking(move || {
+        let (log, config, config_files, warnings) = tokio::task::spawn_blocking(move || {
             open_log(&path, &ws, &id_owned, create, model, layers?)
         })
         .await
@@ -377,6 +377,7 @@ impl Daemon {
         let mut handle = actor::spawn(actor::ActorSetup {
             log,
             config,
+            config_files,
             summarizer,
             flight: FlightLog::new(&self.paths.workspace_dir(workspace)),
             events: self.events.clone(),
@@ -926,7 +927,7 @@ fn open_log(
     create: bool,
     model: Option<ModelParams>,
     layers: Layers,
-) -> Result<(SessionLog, Config, Vec<String>), RpcError> {
+) -> Result<(SessionLog, Config, Vec<ConfigFile>, Vec<String>), RpcError> {
     let loaded = layers.stack();
     let files = loaded.files;
     let mut warnings = loaded.warnings;
@@ -979,10 +980,10 @@ fn open_log(
     };
     let config = Config::resolve(
         &files,
-        log.session().header.model_config().as_ref(),
+        log.session().model_config().as_ref(),
         &Overrides::default(),
     )
     .map_err(|e| RpcError::invalid_params(format!("configuration: {e}")))?;
     warnings.extend(config.warnings.iter().cloned());
-    Ok((log, config, warnings))
+    Ok((log, config, files, warnings))
 }

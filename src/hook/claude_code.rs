@@ -156,12 +156,7 @@ pub fn capsule_text(
         return None;
     }
     let capsule = |state| -> CapsuleEntry {
-        plan.capsule(
-            crate::util::new_id("ck_"),
-            state,
-            Quality::Degraded,
-            Some(crate::compaction::run::NO_MODEL_CONFIGURED.to_string()),
-        )
+        plan.capsule(crate::util::new_id("ck_"), state, Quality::Local, None)
     };
     let full = render_followed_by(&capsule(plan.local_state.clone()), AFTER_CLAUDE_CODE);
     let text = if full.len() <= max_chars {

@@ -18,7 +18,7 @@ use super::{
     claude_code, codex, count_summary_tokens, pi, read_line, CorruptLine, Format, ImportError,
     ImportOptions, ImportResult, RecordReader,
 };
-use crate::session::entry::{Entry, SessionHeader};
+use crate::session::entry::{Entry, ModelRef, SessionHeader};
 
 /// Records looked at to recognize the format, as [`super::detect`] does.
 const DETECT_RECORDS: usize = 50;
@@ -38,6 +38,19 @@ pub struct StreamImporter {
     released: usize,
     /// Bytes of complete lines consumed: where a reader that starts over resumes.
     consumed: u64,
+    /// The model the records read so far name (with the window a record reported).
+    model: Option<ModelRef>,
+    /// Each change of [`StreamImporter::model`] not handed out yet, with the number of entries
+    /// made before the record that named it: the change applies from that entry on.
+    model_changes: Vec<ModelChange>,
+}
+
+/// The transcript named another model (or reported another window) from entry `at` on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelChange {
+    /// Index among all the entries the importer makes: the first entry the model applies to.
+    pub at: usize,
+    pub model: ModelRef,
 }
 
 impl StreamImporter {
@@ -53,6 +66,8 @@ impl StreamImporter {
             corrupt: Vec::new(),
             released: 0,
             consumed: 0,
+            model: None,
+            model_changes: Vec::new(),
         };
         if let Some(f) = format {
             importer.reader = Some(importer.reader_for(f)?);
@@ -145,8 +160,8 @@ impl StreamImporter {
     }
 
     fn record(&mut self, line: usize, record: Value) -> Result<(), ImportError> {
-        if let Some(reader) = self.reader.as_mut() {
-            reader.record(line, &record);
+        if self.reader.is_some() {
+            self.read_record(line, &record);
             return Ok(());
         }
         let format = if pi::looks_like_header(&record) {
@@ -161,11 +176,10 @@ impl StreamImporter {
         self.undetected.push((line, record));
         match format {
             Some(f) => {
-                let mut reader = self.reader_for(f)?;
+                self.reader = Some(self.reader_for(f)?);
                 for (line, r) in std::mem::take(&mut self.undetected) {
-                    reader.record(line, &r);
+                    self.read_record(line, &r);
                 }
-                self.reader = Some(reader);
                 Ok(())
             }
             None if self.undetected.len() >= DETECT_RECORDS => Err(ImportError::UnknownFormat {
@@ -173,6 +187,38 @@ impl StreamImporter {
             }),
             None => Ok(()),
         }
+    }
+
+    /// Give one record to the reader, noting a change of the model it names.
+    fn read_record(&mut self, line: usize, record: &Value) {
+        let Some(reader) = self.reader.as_mut() else {
+            return;
+        };
+        let before = reader.builder().entries().len();
+        reader.record(line, record);
+        let Some(model) = reader.header().model() else {
+            return;
+        };
+        if self.model.as_ref() != Some(&model) {
+            self.model = Some(model.clone());
+            self.model_changes.push(ModelChange { at: before, model });
+        }
+    }
+
+    /// Entries handed out so far.
+    pub fn released(&self) -> usize {
+        self.released
+    }
+
+    /// The model changes that apply to entries handed out so far or to the next one, oldest
+    /// first; each is handed out once.
+    pub fn take_model_changes(&mut self) -> Vec<ModelChange> {
+        let due = self
+            .model_changes
+            .iter()
+            .take_while(|c| c.at <= self.released)
+            .count();
+        self.model_changes.drain(..due).collect()
     }
 
     /// The session header as far as the records read so far tell (`None` before the format

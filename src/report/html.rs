@@ -182,7 +182,7 @@ pub fn chart(t: &Timeline) -> String {
         let title = session_text(&r.completion_line());
         let class = format!("compaction trigger-{} outcome-{}", r.trigger, r.outcome);
         if r.outcome == Outcome::Completed {
-            let hollow = r.fallback || r.quality == Some(Quality::Degraded);
+            let hollow = r.fallback || r.quality.is_some_and(|q| q != Quality::Model);
             let fill = if hollow { "white" } else { color };
             let (y0, y1) = (scale.y(r.tokens_before), scale.y(r.tokens_after));
             let _ = write!(

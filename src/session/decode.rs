@@ -172,7 +172,12 @@ fn body<'de, M: MapAccess<'de>>(type_name: &str, keys: M) -> Result<EntryBody, M
     Ok(match type_name {
         "message" => EntryBody::Message(Deserialize::deserialize(d)?),
         "tool_result" => EntryBody::ToolResult(Deserialize::deserialize(d)?),
-        "capsule" => EntryBody::Capsule(Deserialize::deserialize(d)?),
+        "capsule" => {
+            let mut c: Box<crate::session::capsule::CapsuleEntry> = Deserialize::deserialize(d)?;
+            (c.quality, c.degraded_reason) =
+                crate::session::capsule::read_quality(c.quality, c.degraded_reason.take());
+            EntryBody::Capsule(c)
+        }
         "checkpoint" => EntryBody::Checkpoint(Deserialize::deserialize(d)?),
         "file" => EntryBody::File(Deserialize::deserialize(d)?),
         "setting" => EntryBody::Setting(Deserialize::deserialize(d)?),
@@ -408,6 +413,43 @@ mod tests {
             let value = serde_json::to_value(&e).unwrap();
             assert_eq!(serde_json::from_value::<Entry>(value).unwrap(), e);
         }
+    }
+
+    /// Logs written before `local` existed call a capsule built with no model `degraded`.
+    #[test]
+    fn an_old_degraded_capsule_without_a_failure_reads_as_local() {
+        let capsule = crate::session::entry::tests::one_of_each()
+            .into_iter()
+            .find(|b| matches!(b, EntryBody::Capsule(_)))
+            .unwrap();
+        let line = |quality: &str, reason: Option<&str>| {
+            let mut v = serde_json::to_value(Entry::new("e1", None, capsule.clone())).unwrap();
+            v["quality"] = json!(quality);
+            match reason {
+                Some(r) => v["degradedReason"] = json!(r),
+                None => {
+                    v.as_object_mut().unwrap().remove("degradedReason");
+                }
+            }
+            let e: Entry = serde_json::from_value(v).unwrap();
+            let EntryBody::Capsule(c) = e.body else {
+                unreachable!()
+            };
+            (c.quality.as_str(), c.degraded_reason)
+        };
+        let no_model = "no summarization model configured; built locally from the log";
+        assert_eq!(line("degraded", Some(no_model)), ("local", None));
+        assert_eq!(line("degraded", None), ("local", None));
+        assert_eq!(line("local", None), ("local", None));
+        assert_eq!(
+            line("degraded", Some("summarizer timed out after 15000 ms")),
+            (
+                "degraded",
+                Some("summarizer timed out after 15000 ms".to_string())
+            ),
+            "a fallback after a model failed stays degraded"
+        );
+        assert_eq!(line("model", None), ("model", None));
     }
 
     fn reorder(v: &Value, rotate: usize) -> Value {

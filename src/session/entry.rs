@@ -32,16 +32,24 @@ pub struct SessionHeader {
 }
 
 impl SessionHeader {
-    /// The model the log names, as the lowest layer of configuration (`Config::resolve`).
+    /// The model the header names, as the lowest layer of configuration (`Config::resolve`).
+    /// A log whose model changed later says so in a `setting` entry: see
+    /// [`crate::session::Session::model_config`].
     pub fn model_config(&self) -> Option<crate::config::ModelFile> {
-        let m = self.model.as_ref()?;
-        Some(crate::config::ModelFile {
-            name: m.name.clone(),
-            context_window: m.context_window,
-            max_output_tokens: m.max_output_tokens,
-            tokenizer: m.tokenizer,
+        self.model.as_ref().map(ModelRef::to_config)
+    }
+}
+
+impl ModelRef {
+    /// This model as the lowest layer of configuration (`Config::resolve`).
+    pub fn to_config(&self) -> crate::config::ModelFile {
+        crate::config::ModelFile {
+            name: self.name.clone(),
+            context_window: self.context_window,
+            max_output_tokens: self.max_output_tokens,
+            tokenizer: self.tokenizer,
             count_factor: None,
-        })
+        }
     }
 }
 
@@ -473,6 +481,11 @@ pub struct FileEntry {
 pub struct SettingEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compact: Option<bool>,
+    /// The agent's model from here on: a followed transcript named another model than the
+    /// session's (its first response, or a switch). It replaces the header's model, limits
+    /// included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRef>,
     /// System prompt text the agent sends with every request (counted, never summarized).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
@@ -849,6 +862,12 @@ pub(crate) mod tests {
             }),
             EntryBody::Setting(SettingEntry {
                 auto_compact: Some(false),
+                model: Some(ModelRef {
+                    name: Some("claude-opus-4-5".into()),
+                    context_window: Some(200_000),
+                    max_output_tokens: Some(32_000),
+                    tokenizer: None,
+                }),
                 system_prompt: Some("be brief".into()),
                 system_tokens: Some(10),
                 tool_schemas: Some("[]".into()),

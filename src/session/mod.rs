@@ -839,6 +839,16 @@ impl Session {
         (system.unwrap_or(0), tools.unwrap_or(0))
     }
 
+    /// The agent model in force at the leaf, as the lowest layer of configuration: the newest
+    /// `setting` on the branch that names one (a followed agent switched models), else the
+    /// header's.
+    pub fn model_config(&self) -> Option<crate::config::ModelFile> {
+        match self.settings_at(self.leaf()).model {
+            Some(m) => Some(m.to_config()),
+            None => self.header.model_config(),
+        }
+    }
+
     /// Settings in force at the leaf: later setting entries on the branch override earlier ones.
     pub fn settings_at(&self, idx: Option<usize>) -> SettingEntry {
         let mut chain = Vec::new();
@@ -862,6 +872,9 @@ impl Session {
 fn merge_setting(into: &mut SettingEntry, s: &SettingEntry) {
     if s.auto_compact.is_some() {
         into.auto_compact = s.auto_compact;
+    }
+    if s.model.is_some() {
+        into.model = s.model.clone();
     }
     if s.system_prompt.is_some() {
         into.system_prompt = s.system_prompt.clone();

@@ -97,15 +97,15 @@ pub trait Summarizer: Send + Sync {
 pub enum Summarized {
     /// A validated model state: the capsule has `quality: model`.
     Model(CapsuleState),
-    /// The deterministic local state: `quality: degraded`, with the reason for the UI and the
-    /// flight record (no model configured, timeout, HTTP error, invalid reply, breaker open).
+    /// No model is configured: the deterministic local state, `quality: local`.
+    Local(CapsuleState),
+    /// A configured model's summary could not be used: the deterministic local state stands
+    /// in, `quality: degraded`, with the reason for the UI and the flight record (timeout,
+    /// HTTP error, invalid reply, breaker open).
     Degraded { state: CapsuleState, reason: String },
     /// Cancelled from outside: append nothing.
     Cancelled,
 }
-
-/// Reason given when no model is configured.
-pub const NO_MODEL_REASON: &str = "no summarization model is configured";
 
 /// Run the model under `timeout`, falling back to `local` (the deterministic builder) on any
 /// failure. External cancellation wins over everything, including a reply that arrives in the
@@ -133,7 +133,9 @@ pub async fn summarize_with_fallback(
         Summarized::Degraded { state, reason }
     }
     let Some(summarizer) = summarizer else {
-        return degraded(NO_MODEL_REASON.to_string(), local, &progress);
+        let state = local();
+        progress.finish();
+        return Summarized::Local(state);
     };
     let breaker = summarizer.breaker();
     if let Some(Admission::Rejected { retry_in }) = breaker.map(|b| b.admit(Instant::now())) {
@@ -236,6 +238,11 @@ pub async fn generate(
         Summarized::Model(state) => Generated::State {
             state,
             quality: Quality::Model,
+            degraded_reason: None,
+        },
+        Summarized::Local(state) => Generated::State {
+            state,
+            quality: Quality::Local,
             degraded_reason: None,
         },
         Summarized::Degraded { state, reason } => Generated::State {
@@ -441,15 +448,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn no_model_means_local_and_says_so() {
+    async fn no_model_means_local_not_degraded() {
         let (out, seen) = run(None, 1000, CancellationToken::new()).await;
-        assert_eq!(
-            out,
-            Summarized::Degraded {
-                state: local_state(),
-                reason: NO_MODEL_REASON.into()
-            }
-        );
+        assert_eq!(out, Summarized::Local(local_state()));
         assert_eq!(seen, vec![100]);
     }
 

@@ -903,3 +903,78 @@ async fn actions_on_a_followed_agent_are_previews_and_the_budget_says_who_compac
     );
     let _ = child.kill().await;
 }
+
+/// A Claude Code prompt and response naming `model`.
+fn claude_turn_with(cwd: &Path, i: usize, input_tokens: u64, model: &str) -> String {
+    claude_turn(cwd, i, input_tokens).replace("claude-sonnet-4-5", model)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attached_before_the_first_response_the_budget_takes_the_transcripts_model_and_its_switches(
+) {
+    let e = env();
+    // The editor attaches while the agent has only written the user's prompt.
+    let first = claude_turn_with(&e.workspace, 0, 1000, "claude-opus-4-5");
+    let prompt_end = first.find('\n').unwrap() + 1;
+    append_to(&e.transcript, &first[..prompt_end]);
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let r = c
+        .request(
+            "soba/attach",
+            json!({"workspace": e.workspace, "transcript": e.transcript, "agent": "claude-code", "idleSecs": 60}),
+        )
+        .await;
+    let guessed = budget_until(&c, &e.workspace, |_| true).await;
+    assert_ne!(guessed["model"], "claude-opus-4-5", "{guessed}");
+
+    append_to(&e.transcript, &first[prompt_end..]);
+    let opus = budget_until(&c, &e.workspace, |b| b["model"] == "claude-opus-4-5").await;
+    assert_eq!(opus["contextWindow"], 200_000, "{opus}");
+    assert_eq!(
+        opus["hardLimit"],
+        200_000 - 64_000 - 8192,
+        "the hard limit is Opus's, not the default model's: {opus}"
+    );
+    assert_ne!(opus["hardLimit"], guessed["hardLimit"]);
+
+    // The user switches the agent to another model mid-session.
+    append_to(
+        &e.transcript,
+        &claude_turn_with(&e.workspace, 1, 3000, "gpt-4.1"),
+    );
+    let switched = budget_until(&c, &e.workspace, |b| {
+        b["model"] == "gpt-4.1" && effective(b) >= 3010
+    })
+    .await;
+    assert_eq!(switched["contextWindow"], 1_047_576, "{switched}");
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let log = std::fs::read_to_string(r["path"].as_str().unwrap()).unwrap();
+    let switches: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "setting")
+        .filter_map(|v| v["model"]["name"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(
+        switches,
+        ["claude-opus-4-5", "gpt-4.1"],
+        "the log records each switch once"
+    );
+
+    // `soba budget` on the log agrees: the model in force is the last switch's.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["budget", r["path"].as_str().unwrap(), "--json"])
+        .env("SOBA_CONFIG", e.workspace.join("no-user-config.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(cli["model"], "gpt-4.1");
+    assert_eq!(cli["hardLimit"], switched["hardLimit"]);
+}

@@ -162,12 +162,14 @@ fn compact_then_context_shows_the_capsule_and_the_retained_tail() {
     }
     assert_eq!(r["outcome"], "completed");
     assert_eq!(r["trigger"], "user");
-    assert_eq!(r["quality"], "degraded");
+    assert_eq!(r["quality"], "local");
     let (ok, c, err) = soba(&["context", p.to_str().unwrap(), "--json"], dir.path());
     assert!(ok, "{err}");
     assert_eq!(c["firstKeptEntryId"], r["firstKeptEntryId"]);
-    // `tokensAfter` is the continuation as the budget measures it: the counted input raised by
-    // the model's calibration factor (this model's tokenizer only estimates its own).
+    // `tokens` is SOBA's count of the messages; `tokensAfter` is the continuation as the budget
+    // measures it (the counted input raised by the calibration factor of a model whose tokenizer
+    // is not its own), the figure the completion line reports.
+    assert_eq!(c["preflight"]["effectiveTokens"], r["tokensAfter"], "{c}");
     assert!(c["tokens"].as_u64() <= r["tokensAfter"].as_u64(), "{c} {r}");
     let first = c["messages"][0]["content"][0]["text"].as_str().unwrap();
     assert!(first.starts_with("# Context Capsule"), "{first}");
@@ -246,7 +248,7 @@ fn capsule_create_reports_the_capsules_size_and_the_sessions_apart() {
         "{created}"
     );
     // No model configured: the local builder wrote it, and that is no fallback.
-    assert_eq!(created["quality"], "degraded");
+    assert_eq!(created["quality"], "local");
     assert_eq!(created["result"]["fallback"], false);
     assert!(created["result"].get("degraded").is_none(), "{created}");
 }
@@ -824,4 +826,71 @@ fn budget_shows_a_learned_window_and_where_it_came_from() {
         shown.contains("named a window of 24000 tokens and counted 26000"),
         "{shown}"
     );
+}
+
+#[test]
+fn an_estimates_parts_sum_to_its_total_with_the_unseen_allowance_shown_once() {
+    // An imported Claude Code transcript with no usage report yet: the estimate is SOBA's count
+    // raised by the count factor, plus the allowance for the system prompt and tools Claude
+    // Code sends but never records.
+    let dir = tempfile::tempdir().unwrap();
+    let records = [
+        json!({"type":"user","uuid":"u0","parentUuid":null,"sessionId":"s1","cwd":dir.path(),
+               "timestamp":"2026-12-01T10:00:00Z",
+               "message":{"role":"user","content":"fix the parser ".repeat(300)}}),
+        json!({"type":"assistant","uuid":"a0","parentUuid":"u0","sessionId":"s1","cwd":dir.path(),
+               "timestamp":"2026-12-01T10:00:01Z",
+               "message":{"id":"m0","model":"claude-sonnet-4-5","role":"assistant",
+                          "content":[{"type":"text","text":"ok"}]}}),
+    ];
+    let transcript = dir.path().join("t.jsonl");
+    std::fs::write(
+        &transcript,
+        records.iter().map(|r| format!("{r}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let log = dir.path().join("l.jsonl");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_soba"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("SOBA_CONFIG", dir.path().join("no-user-config.json"))
+            .env("SOBA_DATA_DIR", dir.path().join("data"))
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "import",
+        transcript.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value =
+        serde_json::from_slice(&run(&["budget", log.to_str().unwrap(), "--json"]).stdout).unwrap();
+    assert_eq!(v["source"], "estimated", "{v}");
+    let b = &v["breakdown"];
+    let allowance = b["unseen"]["tokens"].as_u64().unwrap();
+    assert!(allowance > 0, "{v}");
+    assert_eq!(b["notInLog"].as_u64(), Some(allowance), "{v}");
+    let parts: u64 = ["system", "tools", "capsule", "retainedTail", "newEntries"]
+        .iter()
+        .map(|k| b[k].as_u64().unwrap())
+        .sum();
+    let effective = v["effectiveTokens"].as_u64().unwrap();
+    let scale = effective - parts - allowance;
+    assert!(scale > 0, "the count factor raises the count: {v}");
+    let text = String::from_utf8_lossy(&run(&["budget", log.to_str().unwrap()]).stdout).to_string();
+    assert!(
+        text.contains(&format!(
+            "new {}  ·  not in the log {allowance}  ·  tokenizer scale {scale}\n",
+            b["newEntries"]
+        )),
+        "{text}"
+    );
+    assert_eq!(text.matches("not in the log ").count(), 1, "{text}");
 }

@@ -163,7 +163,7 @@ async fn the_offering_clients_model_writes_its_compactions_and_no_one_elses() {
         .request("soba/compact", json!({"sessionId": id}))
         .await;
     assert_eq!(by_editor["outcome"], "completed", "{by_editor}");
-    assert_eq!(by_editor["quality"], "degraded");
+    assert_eq!(by_editor["quality"], "local");
     assert_eq!(
         by_editor["fallback"], false,
         "no model was configured for it"
@@ -237,7 +237,7 @@ async fn a_summarizer_block_in_the_config_wins_over_the_offer() {
     let id = session_with_history(&a, &e.workspace).await;
     let compacted = a.request("soba/compact", json!({"sessionId": id})).await;
     assert_eq!(compacted["outcome"], "completed", "{compacted}");
-    assert_eq!(compacted["quality"], "degraded");
+    assert_eq!(compacted["quality"], "local");
     assert!(summarize_requests(&a).is_empty());
     let budget = a.request("soba/budget", json!({"sessionId": id})).await;
     assert_eq!(budget["summarizer"]["uses"], "local");

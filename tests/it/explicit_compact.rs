@@ -1,5 +1,5 @@
 //! Explicit compactions through the CLI: Project Memory mirroring of a model capsule, the
-//! refusal to mirror a degraded one, and `soba capsule create` (a hand-off that leaves the model
+//! refusal to mirror a local one, and `soba capsule create` (a hand-off that leaves the model
 //! input as it is).
 
 use crate::loopback;
@@ -13,6 +13,19 @@ use soba::session::entry::*;
 use soba::session::log::SessionLog;
 
 fn write_session(dir: &Path, turns: usize) -> PathBuf {
+    write_session_with(
+        dir,
+        turns,
+        ModelRef {
+            name: Some("custom".into()),
+            context_window: Some(65000),
+            max_output_tokens: Some(8000),
+            tokenizer: None,
+        },
+    )
+}
+
+fn write_session_with(dir: &Path, turns: usize, model: ModelRef) -> PathBuf {
     let path = dir.join("session.jsonl");
     let header = SessionHeader {
         kind: HeaderTag::Session,
@@ -20,12 +33,7 @@ fn write_session(dir: &Path, turns: usize) -> PathBuf {
         id: "explicit".into(),
         workspace: dir.display().to_string(),
         created_at: "2026-01-01T00:00:00Z".into(),
-        model: Some(ModelRef {
-            name: Some("custom".into()),
-            context_window: Some(65000),
-            max_output_tokens: Some(8000),
-            tokenizer: None,
-        }),
+        model: Some(model),
         source: None,
     };
     let mut log = SessionLog::create(&path, header, Durability::Flush).unwrap();
@@ -253,7 +261,7 @@ async fn a_symlinked_memory_folder_is_refused_and_the_compaction_still_completes
 }
 
 #[test]
-fn a_degraded_capsule_is_never_mirrored_even_when_asked() {
+fn a_local_capsule_is_never_mirrored_even_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let session = write_session(dir.path(), 12);
     let (ok, r, err) = soba(
@@ -262,10 +270,13 @@ fn a_degraded_capsule_is_never_mirrored_even_when_asked() {
     );
     assert!(ok, "{err}");
     assert_eq!(r["outcome"], "completed");
-    assert_eq!(r["quality"], "degraded");
+    assert_eq!(r["quality"], "local");
     assert!(r.get("mirroredTo").is_none());
     assert!(
-        r["mirrorNote"].as_str().unwrap().contains("degraded"),
+        r["mirrorNote"]
+            .as_str()
+            .unwrap()
+            .contains("built locally (no summarization model configured)"),
         "{r}"
     );
     assert!(!dir.path().join(".soba/memory").exists());
@@ -306,4 +317,93 @@ fn capsule_create_records_a_handoff_without_changing_the_model_input() {
         text.contains("handoff auth work") && text.contains("src/w0.rs"),
         "{text}"
     );
+}
+
+/// `soba budget` and `soba context` agree with what the last operation said, for a model whose
+/// tokenizer is not public (its counts are scaled), after a compaction, a capsule creation, a
+/// capsule load and a rewind.
+#[test]
+fn the_budget_and_the_context_agree_with_each_operation_they_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = write_session_with(
+        dir.path(),
+        12,
+        ModelRef {
+            name: Some("claude-sonnet-4-5".into()),
+            ..ModelRef::default()
+        },
+    );
+    let s = session.to_str().unwrap();
+    let views = || {
+        let (ok, budget, err) = soba(dir.path(), &["budget", s, "--json"]);
+        assert!(ok, "{err}");
+        let (ok, context, err) = soba(dir.path(), &["context", s, "--json"]);
+        assert!(ok, "{err}");
+        (budget, context)
+    };
+    let (before, _) = views();
+    assert!(
+        before["calibration"]["factor"].as_f64().unwrap() > 1.0,
+        "the model's counts are scaled: {before}"
+    );
+
+    let (ok, compacted, err) = soba(dir.path(), &["compact", s, "--json"]);
+    assert!(ok, "{err}");
+    assert_eq!(compacted["outcome"], "completed", "{compacted}");
+    assert_eq!(compacted["tokensBefore"], before["effectiveTokens"]);
+    let (budget, context) = views();
+    assert_eq!(
+        budget["effectiveTokens"], compacted["tokensAfter"],
+        "the budget shows the completion line's after: {budget} / {compacted}"
+    );
+    let last = &budget["lastCompaction"];
+    assert_eq!(last["checkpointId"], compacted["checkpointId"]);
+    assert_eq!(last["tokensAfter"], compacted["tokensAfter"]);
+    assert_eq!(
+        context["capsule"]["checkpointId"],
+        compacted["checkpointId"]
+    );
+
+    // A created capsule compacts nothing: the budget and the capsule in force stay.
+    let (ok, created, err) = soba(dir.path(), &["capsule", "create", s, "hand-off", "--json"]);
+    assert!(ok, "{err}");
+    assert_eq!(created["sessionTokens"], budget["effectiveTokens"]);
+    let (after_create, context) = views();
+    assert_eq!(after_create["effectiveTokens"], budget["effectiveTokens"]);
+    assert_eq!(
+        after_create["lastCompaction"]["checkpointId"],
+        compacted["checkpointId"]
+    );
+    assert_eq!(
+        context["capsule"]["checkpointId"],
+        compacted["checkpointId"]
+    );
+
+    // A loaded capsule is the capsule in force, in every view.
+    let file = dir.path().join("hand-off.capsule.md");
+    let ck = created["checkpointId"].as_str().unwrap();
+    let (ok, _, err) = soba(
+        dir.path(),
+        &["capsule", "export", s, ck, file.to_str().unwrap()],
+    );
+    assert!(ok, "{err}");
+    let (ok, loaded, err) = soba(
+        dir.path(),
+        &["capsule", "load", s, file.to_str().unwrap(), "--json"],
+    );
+    assert!(ok, "{err}");
+    let (after_load, context) = views();
+    assert_eq!(
+        after_load["lastCompaction"]["checkpointId"], loaded["checkpointId"],
+        "{loaded}"
+    );
+    assert_eq!(context["capsule"]["checkpointId"], loaded["checkpointId"]);
+
+    // Rewound to before the first compaction: no capsule in force anywhere, the budget as it was.
+    let (ok, _, err) = soba(dir.path(), &["rewind", s, "e11_2"]);
+    assert!(ok, "{err}");
+    let (rewound, context) = views();
+    assert_eq!(rewound["effectiveTokens"], before["effectiveTokens"]);
+    assert!(rewound["lastCompaction"].is_null(), "{rewound}");
+    assert!(context["capsule"].is_null(), "{context}");
 }

@@ -1916,9 +1916,10 @@ async fn local_capsules_keep_summarization_off_the_upstream() {
         env.upstream.summaries().is_empty(),
         "nothing was summarized upstream"
     );
+    // Built with no summarization model at all: `local`, not the fallback `degraded`.
     assert_eq!(
         capsules(&env).last().unwrap().quality,
-        soba::capsule::Quality::Degraded
+        soba::capsule::Quality::Local
     );
 
     // An explicit `summarizer` block wins over the upstream too.
@@ -1927,7 +1928,7 @@ async fn local_capsules_keep_summarization_off_the_upstream() {
     assert!(env.upstream.summaries().is_empty());
     assert_eq!(
         capsules(&env).last().unwrap().quality,
-        soba::capsule::Quality::Degraded
+        soba::capsule::Quality::Local
     );
 }
 

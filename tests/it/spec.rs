@@ -740,14 +740,15 @@ fn hard_limit_overflow_and_explicit_compacts_are_exempt_from_the_post_generation
 // §7 Timeout and fallback (engine side: the deterministic capsule)
 
 #[test]
-fn the_local_capsule_is_marked_degraded() {
+fn the_local_capsule_without_a_model_configured_is_local_not_degraded() {
     let mut h = Agent::new();
     for _ in 0..12 {
         h.turn(4000);
     }
     let r = h.explicit(None, None);
-    assert_eq!(r.quality, Some(Quality::Degraded));
+    assert_eq!(r.quality, Some(Quality::Local));
     assert!(!r.fallback, "no model configured is not a fallback");
+    assert!(r.completion_line().ends_with(", local"), "{r:?}");
 }
 
 mod properties {

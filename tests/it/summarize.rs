@@ -902,7 +902,6 @@ async fn a_cancelled_compaction_appends_nothing_even_when_the_model_answers_late
 #[tokio::test]
 async fn without_a_model_the_plan_gets_its_local_capsule() {
     use soba::capsule::Quality;
-    use soba::compaction::run::NO_MODEL_CONFIGURED;
     use soba::compaction::Generated;
     use soba::summarize::generate;
 
@@ -917,8 +916,8 @@ async fn without_a_model_the_plan_gets_its_local_capsule() {
         generated,
         Generated::State {
             state: plan.local_state.clone(),
-            quality: Quality::Degraded,
-            degraded_reason: Some(NO_MODEL_CONFIGURED.into())
+            quality: Quality::Local,
+            degraded_reason: None
         }
     );
     assert_eq!(progress.into_inner().unwrap(), vec![100]);

@@ -68,10 +68,12 @@ local function claude_session(workspace, id)
     return rec
   end
 
+  session.model = 'claude-sonnet-4-5'
+
   local function response(content, input_tokens)
     return record('assistant', {
       id = string.format('msg_%s_%d', id, session.turn),
-      model = 'claude-sonnet-4-5',
+      model = session.model,
       role = 'assistant',
       type = 'message',
       content = content,
@@ -86,6 +88,17 @@ local function claude_session(workspace, id)
       record('user', { role = 'user', content = text }),
       response({ { type = 'text', text = 'Done: ' .. text } }, input_tokens),
     })
+  end
+
+  --- The user's prompt alone: the agent has not answered yet.
+  function session.prompt_only(text)
+    session.turn = session.turn + 1
+    append(session.file, { record('user', { role = 'user', content = text }) })
+  end
+
+  --- The answer to the prompt written last.
+  function session.answer(text, input_tokens)
+    append(session.file, { response({ { type = 'text', text = text } }, input_tokens) })
   end
 
   --- A response calling Bash, then its result: about `result_tokens` tokens of output.
@@ -285,7 +298,7 @@ describe('a running agent in the statusline', function()
     local report = soba.report()
     assert.are.equal('agent', report.control.compactedBy)
     assert.are.equal('Claude Code compacts this session itself; SOBA follows it.', report.control.note)
-    assert.are.same(report.control.note, format.budget_lines(report)[5])
+    assert.are.same(report.control.note, format.budget_lines(report)[6])
     local log = vim.fn.glob(tmp .. '/data/workspaces/*/sessions/claude-code-f011ow.jsonl')
     local function capsules()
       return #vim.tbl_filter(function(line)
@@ -340,6 +353,41 @@ describe('a running agent in the statusline', function()
     local first = vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://context'), 0, 1, false)[1]
     assert.matches(vim.pesc(report.control.note) .. '$', first)
     vim.cmd('bwipeout! soba://context')
+    running:close()
+  end)
+
+  it("takes the agent's model from its first response, and follows a switch", function()
+    local workspace = tmp .. '/model_app'
+    vim.fn.mkdir(workspace .. '/.git', 'p')
+    workspace = vim.uv.fs_realpath(workspace)
+    local agent = claude_session(workspace, 'c0ffee')
+    agent.model = 'claude-opus-4-5'
+    -- The editor is open before the agent's first response: no record names a model yet.
+    agent.prompt_only('refactor the parser')
+    -- Claude Code holds its transcript open while it runs: the session stays followed however
+    -- long the steps below take.
+    local running = assert(io.open(agent.file, 'r'))
+    open_workspace('model_app')
+    wait_for('the session attached before the first response', function()
+      local r = soba.report()
+      return r ~= nil and r.sessionId == 'claude-code-c0ffee'
+    end, soba.BUDGET_RETRY_MS + WAIT_MS)
+    assert.are_not.equal('claude-opus-4-5', soba.report().model, 'no record named the model yet')
+
+    agent.answer('Refactored.', 3000)
+    statusline_shows('3k / 127.8k', "Opus's hard limit (200k − 64k − 8192), not the default model's")
+    assert.are.equal('claude-opus-4-5', soba.report().model)
+    assert.are.equal(200000, soba.report().contextWindow)
+
+    -- The user switches the agent to a model with a smaller output reserve.
+    agent.model = 'claude-opus-4-1'
+    agent.prompt('and the checker', 4000)
+    -- The figure is the provider's 4k plus the growth allowance its reports teach (unseen context).
+    wait_for("the new model's hard limit (200k − 32k − 8192)", function()
+      local r = soba.report()
+      return soba.statusline():find(' / 159.8k', 1, true) ~= nil and r.effectiveTokens >= 4000
+    end)
+    assert.are.equal('claude-opus-4-1', soba.report().model)
     running:close()
   end)
 

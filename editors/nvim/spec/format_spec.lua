@@ -53,6 +53,7 @@ describe('format', function()
       'Context budget: 31.2k / 48.8k tokens (64% of the hard limit)',
       'Soft limit: 39k (auto-compaction starts past it)',
       'Measured: estimated (test-model, o200k_base)',
+      "Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with o200k_base, the model's own tokenizer",
       'Breakdown: system 1.2k, tools 2k, capsule 0, retained tail 0, new entries 28k',
       'Auto-compact: on',
       'Last compaction: none yet',
@@ -84,8 +85,8 @@ describe('format', function()
       },
     })
     local lines = format.budget_lines(r)
-    assert.are.equal('Allowance: not in the log: ~40.5k, default for Claude Code', lines[5])
-    assert.are.equal('Auto-compact: on', lines[6])
+    assert.are.equal('Allowance: not in the log: ~40.5k, default for Claude Code', lines[6])
+    assert.are.equal('Auto-compact: on', lines[7])
   end)
 
   it('says who compacts a followed agent instead of promising SOBA compacts it', function()
@@ -94,7 +95,7 @@ describe('format', function()
     assert.is_true(format.followed(followed))
     local lines = format.budget_lines(followed)
     assert.are.equal('Soft limit: 39k', lines[2])
-    assert.are.equal(note, lines[5])
+    assert.are.equal(note, lines[6])
     for _, line in ipairs(lines) do
       assert.is_nil(line:find('Auto%-compact'), line)
     end
@@ -102,7 +103,7 @@ describe('format', function()
     assert.is_false(format.followed(driven))
     assert.is_false(format.followed(report()))
     assert.is_false(format.followed(nil))
-    assert.are.equal('Auto-compact: on', format.budget_lines(driven)[5])
+    assert.are.equal('Auto-compact: on', format.budget_lines(driven)[6])
   end)
 
   it('lists a checkpoint by title or by what made it, never as nil', function()
@@ -123,6 +124,55 @@ describe('format', function()
     assert.matches('^loaded capsule  ck_1', format.checkpoint_item(c))
     c.origin, c.trigger = 'session', 'user'
     assert.matches('^compaction %(/compact%)  ck_1', format.checkpoint_item(c))
+  end)
+
+  it('explains an estimate, and adds the rest of the total as a part so the parts sum to it', function()
+    local followed = report({
+      source = 'provider_usage',
+      effectiveTokens = 136500,
+      breakdown = { system = 0, tools = 0, capsule = 2200, retainedTail = 0, newEntries = 101500, notInLog = 32800 },
+    })
+    local lines = format.budget_lines(followed)
+    assert.are.equal(
+      'Breakdown: system 0, tools 0, capsule 2.2k, retained tail 0, new entries 101.5k, not in the log 32.8k',
+      lines[5]
+    )
+    assert.matches('^Provider usage: ', lines[4])
+    local scaled = report({
+      effectiveTokens = 38640,
+      calibration = { tokenizer = 'o200k_base', factor = 1.38, source = 'provisional' },
+    })
+    local label, rest = format.uncounted_part(scaled.effectiveTokens, scaled.breakdown, scaled.source)
+    assert.are.same({ 'tokenizer scale', 7440 }, { label, rest })
+    assert.are.equal(
+      "Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with o200k_base, not the model's own tokenizer (scaled × 1.38)",
+      format.source_explanation(scaled)
+    )
+  end)
+
+  it("shows an estimate's unseen-context allowance once, beside the tokenizer scale", function()
+    local r = report({
+      effectiveTokens = 76380,
+      calibration = { tokenizer = 'o200k_base', factor = 1.15, source = 'catalog' },
+      breakdown = {
+        system = 1200,
+        tools = 2000,
+        capsule = 0,
+        retainedTail = 0,
+        newEntries = 28000,
+        notInLog = 40500,
+        unseen = { tokens = 40500, kind = 'context', source = 'default' },
+        unseenText = 'not in the log: ~40.5k, default for Claude Code',
+      },
+    })
+    local lines = format.budget_lines(r)
+    assert.are.equal(
+      'Breakdown: system 1.2k, tools 2k, capsule 0, retained tail 0, new entries 28k, not in the log 40.5k, tokenizer scale 4.7k',
+      lines[5]
+    )
+    assert.are.equal('Allowance: not in the log: ~40.5k, default for Claude Code', lines[6])
+    local label, rest = format.uncounted_part(r.effectiveTokens, r.breakdown, r.source)
+    assert.are.same({ 'tokenizer scale', 4680 }, { label, rest })
   end)
 
   it('names the count factor and where it comes from', function()
@@ -158,6 +208,11 @@ describe('format', function()
     assert.are.equal('manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model', format.completion_line(result))
     result.outcome, result.reason = 'skipped', 'nothing before the retained tail'
     assert.are.equal('manual compact skipped: nothing before the retained tail', format.completion_line(result))
+    local created = vim.tbl_extend('force', result, { outcome = 'completed', trigger = 'handoff', quality = 'local', tokensBefore = 117600 })
+    assert.are.equal(
+      'capsule created: ck_3f9a (local); the context is unchanged at 117.6k tokens',
+      format.completion_line(created)
+    )
   end)
 
   it('lists flight records and capsules newest first, or says there are none', function()

@@ -108,6 +108,19 @@ describe('statusline from notifications', function()
     compaction(nil, { sessionId = 's_1', operationId = 'op_pct', trigger = 'user', phase = 'end', message = 'done' })
   end)
 
+  it('shows a capsule creation as no compaction: the create command reports it', function()
+    budget_changed(nil, report())
+    local event = { sessionId = 's_1', operationId = 'op_h', trigger = 'handoff' }
+    compaction(nil, vim.tbl_extend('force', event, { phase = 'start' }))
+    compaction(nil, vim.tbl_extend('force', event, {
+      phase = 'end',
+      message = 'capsule created: ck_1 (local); the context is unchanged at 31.2k tokens',
+      result = { fallback = false, outcome = 'completed', trigger = 'handoff', quality = 'local' },
+    }))
+    assert.are.same({}, messages, 'no "compacting context" and no compaction line')
+    assert.are.equal('31.2k / 48.8k', soba.statusline())
+  end)
+
   it('shows compaction progress, then the completion line once', function()
     budget_changed(nil, report())
     local event = { sessionId = 's_1', operationId = 'op_9', trigger = 'auto_threshold' }

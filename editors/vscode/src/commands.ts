@@ -205,7 +205,10 @@ export async function createCapsule(ctx: CommandContext): Promise<void> {
   const title = await ctx.ui.input({ prompt: 'Capsule title', placeHolder: 'e.g. Auth refactor hand-off', required: true });
   if (title === undefined || title.trim() === '') return;
   const created = await client.request('soba/capsule/create', { ...ctx.target(), title: title.trim() });
-  void ctx.ui.info(`Capsule "${created.title}" created: ${created.checkpointId} (${formatTokens(created.tokens)} tokens).`);
+  void ctx.ui.info(
+    `Capsule "${created.title}" created: ${created.checkpointId} (${formatTokens(created.tokens)} tokens). ` +
+      'It compacts nothing: the context stays as it was; export it to hand it off.',
+  );
   ctx.refresh();
 }
 

@@ -2,7 +2,7 @@
 // and by largest entry, from `soba/context`. Pure text; the adapter opens it as a document.
 
 import type { ContextResult } from './protocol';
-import { formatTokens } from './status';
+import { formatTokens, uncountedPart } from './status';
 
 const BAR_WIDTH = 24;
 
@@ -24,6 +24,7 @@ function row(label: string, tokens: number, whole: number): string {
 export function contextMarkdown(ctx: ContextResult): string {
   const limit = ctx.hardLimit;
   const free = Math.max(0, limit - ctx.effectiveTokens);
+  const uncounted = uncountedPart(ctx.effectiveTokens, ctx.breakdown, ctx.source);
   const lines = [
     `# Context of session ${ctx.sessionId}`,
     '',
@@ -40,6 +41,10 @@ export function contextMarkdown(ctx: ContextResult): string {
     row('Capsule', ctx.breakdown.capsule, limit),
     row('Retained tail', ctx.breakdown.retainedTail, limit),
     row('New entries', ctx.breakdown.newEntries, limit),
+    // What the provider counts beyond the log (or the allowance an estimate keeps for it), then
+    // the rest, so the parts above `Free` sum to the total.
+    ...((ctx.breakdown.notInLog ?? 0) > 0 ? [row('Not in the log', ctx.breakdown.notInLog ?? 0, limit)] : []),
+    ...(uncounted ? [row(uncounted.label, uncounted.tokens, limit)] : []),
     row('Free', free, limit),
     '',
     '## By kind',
@@ -56,6 +61,9 @@ export function contextMarkdown(ctx: ContextResult): string {
     '## Largest entries',
     '',
   ];
+  if (ctx.breakdown.unseenText) {
+    lines.splice(lines.indexOf('## By kind') - 1, 0, '', `Not in the log: ${ctx.breakdown.unseenText.replace(/^not in the log: /, '')}.`);
+  }
   if (ctx.largest.length === 0) {
     lines.push('Nothing in the context yet.');
   } else {

@@ -3,7 +3,12 @@
 // Pure declarations: no `vscode` import, so the unit tests and the protocol test can use it.
 
 export type MeasurementSource = 'provider_usage' | 'estimated';
-export type Quality = 'model' | 'degraded';
+/**
+ * Who wrote a capsule: the summarization `model`; the `local` builder because no model is
+ * configured (the normal case without one); or the local builder standing in for a configured
+ * model that failed or timed out (`degraded`, the spec's fallback).
+ */
+export type Quality = 'model' | 'local' | 'degraded';
 export type CalibrationSource = 'exact' | 'catalog' | 'config' | 'session' | 'provisional';
 
 /** How the counted part of the budget was estimated: the tokenizer and the factor on it. */
@@ -165,6 +170,8 @@ export interface ContextResult {
   softLimit: number;
   /** Absent from daemons that only knew sessions SOBA compacts. */
   control?: Control;
+  /** How `effectiveTokens` was measured; the parts are SOBA's counts either way. */
+  source: MeasurementSource;
   tokens: number;
   breakdown: BudgetReport['breakdown'];
   byKind: {

@@ -58,6 +58,41 @@ export function sourceLabel(source: BudgetReport['source']): string {
   return source === 'provider_usage' ? 'provider usage' : 'estimated';
 }
 
+/**
+ * The part of the total that no part the daemon sends holds, so that the parts add up to the
+ * total. The parts are SOBA's counts of the log plus `notInLog` (what the provider counted beyond
+ * the log, or for an estimate the unseen-context allowance), shown as a part of its own. With an
+ * estimate the rest is the factor that scales SOBA's count for a tokenizer that is not the
+ * model's own; with provider usage from a daemon that sends no `notInLog`, what the provider
+ * counted that is not in the log. Every numeric part the daemon sends counts, whatever its name.
+ */
+export function uncountedPart(
+  total: number,
+  breakdown: BudgetReport['breakdown'],
+  source: BudgetReport['source'],
+): { label: string; tokens: number } | undefined {
+  // `notInLog` is a part of its own (the provider's count beyond the log, or the allowance an
+  // estimate keeps for it): counted here, so it is never shown twice.
+  const counted = Object.entries(breakdown)
+    .filter(([, value]) => typeof value === 'number')
+    .reduce((sum, [, value]) => sum + (value as number), 0);
+  const rest = Math.round(total - counted);
+  if (rest <= 0) return undefined;
+  return { label: source === 'provider_usage' ? 'Not in the log' : 'Tokenizer scale', tokens: rest };
+}
+
+/** What the measurement source means for the figure shown, in one sentence. */
+export function sourceExplanation(report: BudgetReport): string {
+  const c = report.calibration;
+  const ownTokenizer = !c || c.source === 'exact';
+  const tokenizer = ownTokenizer
+    ? `${report.tokenizer}, the model's own tokenizer`
+    : `${c.tokenizer}, not the model's own tokenizer (scaled × ${c.factor.toFixed(2)})`;
+  return report.source === 'provider_usage'
+    ? `Provider usage: the input tokens the provider reported for the last response, plus what came after it counted with ${tokenizer}`
+    : `Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with ${tokenizer}`;
+}
+
 /** The tokenizer the budget counts with, and the factor on it where there is one. */
 export function countedWith(report: BudgetReport): string {
   const c = report.calibration;
@@ -140,6 +175,7 @@ export function tooltipLines(report: BudgetReport, now: Date): string[] {
       ? `Soft limit: ${formatTokens(report.softLimit)}`
       : `Soft limit: ${formatTokens(report.softLimit)} (auto-compaction starts past it)`,
     `Measured: ${sourceLabel(report.source)} (${report.model}, ${countedWith(report)})`,
+    sourceExplanation(report),
     ...(followed(report) && report.control ? [report.control.note] : [autoCompactLine(report)]),
     `Last compaction: ${lastCompactionLine(report.lastCompaction, now)}`,
     ...(report.compacting ? ['Compacting now…'] : []),
@@ -161,6 +197,13 @@ export function budgetSummary(report: BudgetReport): string {
 
 /** The persistent line a finished compaction leaves behind when the daemon sent none. */
 export function completionLine(result: CompactionResult): string {
+  if (result.trigger === HANDOFF) {
+    // A created capsule records state and compacts nothing.
+    return result.outcome === 'completed'
+      ? `capsule created: ${result.checkpointId ?? 'no checkpoint'} (${result.quality ?? 'unknown quality'}); ` +
+          `the context is unchanged at ${formatTokens(result.tokensBefore)} tokens`
+      : `capsule creation ${result.outcome}: ${result.reason}`;
+  }
   if (result.outcome !== 'completed') {
     return `${result.trigger} compact ${result.outcome}: ${result.reason}`;
   }
@@ -225,6 +268,14 @@ export type ProgressAction =
 
 export const PROGRESS_TITLE = 'Compacting context';
 
+/** The trigger of `soba/capsule/create`: a capsule created on purpose, not a compaction. */
+export const HANDOFF = 'handoff';
+export const CREATING_CAPSULE_TITLE = 'Creating capsule';
+
+function progressTitle(trigger: string): string {
+  return trigger === HANDOFF ? CREATING_CAPSULE_TITLE : `${PROGRESS_TITLE} (${trigger})`;
+}
+
 /**
  * Turns the daemon's compaction notifications into begin / report / end actions, with the
  * increments VS Code's progress API wants (it adds them up) computed from absolute percents.
@@ -238,12 +289,12 @@ export class CompactionProgress {
     switch (event.phase) {
       case 'start':
         this.percentSoFar.set(id, 0);
-        return [{ kind: 'begin', operationId: id, title: event.title ?? `${PROGRESS_TITLE} (${event.trigger})` }];
+        return [{ kind: 'begin', operationId: id, title: event.title ?? progressTitle(event.trigger) }];
       case 'progress': {
         const actions: ProgressAction[] = [];
         if (!this.percentSoFar.has(id)) {
           this.percentSoFar.set(id, 0);
-          actions.push({ kind: 'begin', operationId: id, title: `${PROGRESS_TITLE} (${event.trigger})` });
+          actions.push({ kind: 'begin', operationId: id, title: progressTitle(event.trigger) });
         }
         const before = this.percentSoFar.get(id) ?? 0;
         const percent = Math.min(100, Math.max(before, event.percent ?? before));
@@ -255,6 +306,8 @@ export class CompactionProgress {
         this.percentSoFar.delete(id);
         if (this.announced.has(id)) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
         this.announced.add(id);
+        // *Create Capsule* reports its own result (or error): one message, not two.
+        if (event.trigger === HANDOFF) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
         const line = event.message ?? (event.result ? completionLine(event.result) : `${event.trigger} compact finished`);
         const warning = event.result ? event.result.fallback || event.result.outcome === 'failed' : false;
         return [{ kind: 'end', operationId: id, line, warning }];

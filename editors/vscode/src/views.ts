@@ -1,7 +1,7 @@
 // View models for the sidebar: plain data the tree view adapter renders. No `vscode` import.
 
 import type { BudgetReport, CapsuleSummary, FlightRecord, SessionSummary } from './protocol';
-import { formatTokens, reclaimedPercent, sourceLabel, statusText } from './status';
+import { formatTokens, reclaimedPercent, sourceLabel, statusText, uncountedPart } from './status';
 
 export interface TreeNode {
   id: string;
@@ -47,6 +47,7 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
     icon: 'symbol-number',
   });
   const notInLog = report.breakdown.notInLog ?? 0;
+  const uncounted = uncountedPart(report.effectiveTokens, report.breakdown, report.source);
   return [
     {
       id: 'budget:total',
@@ -66,6 +67,10 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
     // and tools; the tooltip says where it comes from.
     ...(notInLog > 0
       ? [{ ...part('notInLog', 'Not in the log'), tooltip: report.breakdown.unseenText }]
+      : []),
+    // The rest of the total, so the parts add up to it (see `uncountedPart`).
+    ...(uncounted
+      ? [{ id: 'budget:uncounted', label: uncounted.label, description: formatTokens(uncounted.tokens), icon: 'symbol-number' }]
       : []),
     report.control?.compactedBy === 'agent'
       ? {

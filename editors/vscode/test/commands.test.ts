@@ -84,6 +84,7 @@ const contextResult = (overrides: Partial<ContextResult> = {}): ContextResult =>
   effectiveTokens: 31_200,
   hardLimit: 48_800,
   softLimit: 39_040,
+  source: 'estimated',
   tokens: 31_200,
   breakdown: { system: 1_200, tools: 2_000, capsule: 900, retainedTail: 0, newEntries: 27_100 },
   byKind: { system: 1_200, toolSchemas: 2_000, capsule: 900, userMessages: 4_000, assistantMessages: 6_000, fileReads: 12_400, toolOutputs: 4_700 },
@@ -176,7 +177,9 @@ describe('commands', () => {
     assert.deepEqual(h.sent, []);
     await h.run('soba.createCapsule');
     assert.deepEqual(h.sent, [['soba/capsule/create', { workspace: '/w', title: 'Hand-off' }]]);
-    assert.deepEqual(h.shown, [['info', 'Capsule "Hand-off" created: ck_9 (1.5k tokens).']]);
+    assert.deepEqual(h.shown, [
+      ['info', 'Capsule "Hand-off" created: ck_9 (1.5k tokens). It compacts nothing: the context stays as it was; export it to hand it off.'],
+    ]);
   });
 
   it('exports a checkpoint picked from the list, newest first, to the chosen file', async () => {
@@ -359,6 +362,20 @@ describe('commands', () => {
     await h.run('soba.showContext');
     assert.match(h.shown[0][1], /17\.6k free; Claude Code compacts this session itself; SOBA follows it/);
     assert.doesNotMatch(h.shown[0][1], /auto-compaction starts past/);
+  });
+
+  it('lists what the provider counted beyond the log as a part, so the parts sum to the total', async () => {
+    const followed = contextResult({
+      source: 'provider_usage',
+      effectiveTokens: 136_500,
+      hardLimit: 160_000,
+      breakdown: { system: 0, tools: 0, capsule: 2_200, retainedTail: 0, newEntries: 101_500 },
+    });
+    const h = new Harness({ 'soba/context': () => followed });
+    await h.run('soba.showContext');
+    const doc = h.shown[0][1];
+    assert.match(doc, /\| Not in the log \| 32\.8k \| 21% \|/);
+    assert.match(doc, /\| Free \| 23\.5k \|/);
   });
 
   it('says there is no capsule to view before the first compaction', async () => {

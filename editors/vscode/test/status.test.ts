@@ -10,6 +10,7 @@ import {
   completionLine,
   formatTokens,
   severity,
+  sourceExplanation,
   statusBarText,
   statusText,
   timeAgo,
@@ -67,6 +68,7 @@ describe('tooltip', () => {
       'SOBA context budget: 31.2k / 48.8k tokens',
       'Soft limit: 39k (auto-compaction starts past it)',
       'Measured: estimated (test-model, o200k_base)',
+      "Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with o200k_base, the model's own tokenizer",
       'Auto-compact: on, 20% left (7.8k tokens) until it starts',
       'Last compaction: none yet',
     ]);
@@ -74,16 +76,29 @@ describe('tooltip', () => {
 
   it('says the followed agent compacts, never that SOBA compacts before the next response', () => {
     const lines = tooltipLines(report({ effectiveTokens: 45_000, softLimit: 40_000, control: followedControl }), now);
-    assert.deepEqual(lines.slice(0, 4), [
+    assert.deepEqual(lines.slice(0, 5), [
       'SOBA context budget: 45k / 48.8k tokens',
       'Soft limit: 40k',
       'Measured: estimated (test-model, o200k_base)',
+      "Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with o200k_base, the model's own tokenizer",
       "Claude Code compacts this session itself; SOBA follows it, and SOBA's hook adds its capsule after each of Claude Code's compactions.",
     ]);
     assert.ok(!lines.some((l) => /Auto-compact|compacts before the next response|auto-compaction starts/.test(l)), lines.join('\n'));
     // A session SOBA drives keeps SOBA's promise.
     const driven = tooltipLines(report({ effectiveTokens: 45_000, softLimit: 40_000, control: drivenControl }), now);
     assert.ok(driven.includes('Auto-compact: on, 0% left: past the soft limit, it compacts before the next response'));
+  });
+
+  it('explains what "estimated" and "provider usage" mean, and a tokenizer that is not the model\'s own', () => {
+    const provisional = report({ calibration: { tokenizer: 'o200k_base', factor: 1.38, source: 'provisional' } });
+    assert.equal(
+      sourceExplanation(provisional),
+      "Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with o200k_base, not the model's own tokenizer (scaled × 1.38)",
+    );
+    assert.equal(
+      sourceExplanation(report({ source: 'provider_usage' })),
+      "Provider usage: the input tokens the provider reported for the last response, plus what came after it counted with o200k_base, the model's own tokenizer",
+    );
   });
 
   it('gives the percent left until auto-compact, and 0% past the soft limit', () => {
@@ -127,9 +142,10 @@ describe('tooltip', () => {
     assert.equal(tooltipLines(catalog, now)[2], 'Measured: estimated (test-model, o200k_base × 1.15, catalog factor)');
     const exact = report({ calibration: { tokenizer: 'o200k_base', factor: 1, source: 'exact' } });
     assert.equal(tooltipLines(exact, now)[2], 'Measured: estimated (test-model, o200k_base)');
-    assert.equal(lines[3], 'Auto-compact: off (20% left until the soft limit; compaction still runs at the hard limit)');
-    assert.equal(lines[4], 'Last compaction: auto_threshold: 41.2k → 18.3k (−56%), ck_3f9a, degraded, 5 min ago');
-    assert.equal(lines[5], 'Compacting now…');
+    assert.match(lines[3], /^Provider usage: /);
+    assert.equal(lines[4], 'Auto-compact: off (20% left until the soft limit; compaction still runs at the hard limit)');
+    assert.equal(lines[5], 'Last compaction: auto_threshold: 41.2k → 18.3k (−56%), ck_3f9a, degraded, 5 min ago');
+    assert.equal(lines[6], 'Compacting now…');
   });
 
   it('says how long ago in words and passes unparsable stamps through', () => {
@@ -153,6 +169,15 @@ describe('summaries', () => {
     assert.equal(
       completionLine(result({ outcome: 'skipped', reason: 'nothing before the retained tail' })),
       'manual compact skipped: nothing before the retained tail',
+    );
+  });
+
+  it('reports a created capsule as a creation that leaves the context as it was, not as a compaction', () => {
+    const created = result({ trigger: 'handoff', tokensBefore: 117_600, tokensAfter: 117_600, reclaimedPercent: 0, quality: 'local' });
+    assert.equal(completionLine(created), 'capsule created: ck_3f9a (local); the context is unchanged at 117.6k tokens');
+    assert.equal(
+      completionLine(result({ trigger: 'handoff', outcome: 'stale', reason: 'the session changed' })),
+      'capsule creation stale: the session changed',
     );
   });
 });
@@ -217,6 +242,16 @@ describe('CompactionProgress', () => {
       { kind: 'end', operationId: 'op_1', line: 'the line', warning: false },
     ]);
     assert.equal(progress.claim('op_1'), false, 'the end notification showed the result');
+  });
+
+  it('shows a capsule creation as one, and leaves its message to the Create Capsule command', () => {
+    const progress = new CompactionProgress();
+    const base = { sessionId: 's_1', operationId: 'op_h', trigger: 'handoff' };
+    assert.deepEqual(progress.handle({ ...base, phase: 'start' }), [{ kind: 'begin', operationId: 'op_h', title: 'Creating capsule' }]);
+    const created = result({ trigger: 'handoff', quality: 'local', reclaimedPercent: 0 });
+    assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'capsule created: ck_3f9a (local)', result: created }), [
+      { kind: 'end', operationId: 'op_h', line: undefined, warning: false },
+    ]);
   });
 
   it('closes the progress without a second line when the command showed the result first', () => {

@@ -65,6 +65,57 @@ describe('sidebar view models', () => {
     assert.equal(nodes[0].command, 'soba.showBudget');
   });
 
+  it('adds the rest of the total as a part, so the parts sum to the total', () => {
+    // A followed agent whose system prompt and tools are not in the log: 103.7k counted of 136.5k.
+    const followed = report({
+      source: 'provider_usage',
+      effectiveTokens: 136_500,
+      hardLimit: 160_000,
+      breakdown: { system: 0, tools: 0, capsule: 2_200, retainedTail: 0, newEntries: 101_500, notInLog: 32_800 },
+    });
+    const parts = budgetNodes(followed).filter((n) => n.icon === 'symbol-number');
+    assert.deepEqual(parts.at(-1)?.label, 'Not in the log');
+    assert.equal(parts.at(-1)?.description, '32.8k');
+    const sum = [0, 0, 2_200, 0, 101_500, 32_800].reduce((a, b) => a + b, 0);
+    assert.equal(sum, followed.effectiveTokens);
+    // A part the daemon adds later counts too: the rest is whatever no part holds.
+    const withAnotherPart = report({
+      effectiveTokens: 40_000,
+      breakdown: { system: 1_200, tools: 2_000, capsule: 0, retainedTail: 0, newEntries: 28_000, allowance: 4_000 } as never,
+    });
+    const scaled = budgetNodes(withAnotherPart).find((n) => n.id === 'budget:uncounted');
+    assert.deepEqual([scaled?.label, scaled?.description], ['Tokenizer scale', '4.8k']);
+  });
+
+  it('shows the unseen-context allowance of an estimate once, beside the tokenizer scale, and the parts sum to the total', () => {
+    // 31.2k counted × 1.15 = 35.9k, plus a 40.5k allowance for the agent's unseen system prompt and tools.
+    const estimated = report({
+      effectiveTokens: 76_380,
+      calibration: { tokenizer: 'o200k_base', factor: 1.15, source: 'catalog' },
+      breakdown: {
+        system: 1_200,
+        tools: 2_000,
+        capsule: 0,
+        retainedTail: 0,
+        newEntries: 28_000,
+        notInLog: 40_500,
+        unseenText: 'not in the log: ~40.5k, default for Claude Code',
+      } as never,
+    });
+    const parts = budgetNodes(estimated).filter((n) => n.icon === 'symbol-number');
+    assert.deepEqual(
+      parts.slice(-2).map((n) => [n.label, n.description]),
+      [
+        ['Not in the log', '40.5k'],
+        ['Tokenizer scale', '4.7k'],
+      ],
+    );
+    assert.equal(parts.filter((n) => n.label === 'Not in the log').length, 1);
+    assert.equal(parts.find((n) => n.label === 'Not in the log')?.tooltip, 'not in the log: ~40.5k, default for Claude Code');
+    const shown = 1_200 + 2_000 + 28_000 + 40_500 + 4_680;
+    assert.equal(shown, estimated.effectiveTokens);
+  });
+
   it('shows recent compactions newest first with outcome, trigger and reclaimed percent', () => {
     const nodes = compactionNodes([
       record({ operationId: 'op_old', ts: '2026-11-29T10:00:00Z' }),

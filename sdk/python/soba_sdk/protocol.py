@@ -497,6 +497,10 @@ class ContextResult(TypedDict):
     # Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
     # where SOBA compacts.
     control: Control
+    # How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
+    # the rest of the total is what the provider counted beyond the log, and with an estimate
+    # it is the count factor's scale.
+    source: MeasurementSource
     # Counted tokens of the model input at the leaf (system and tool schemas included).
     tokens: int
     # By part of the view: system, tools, capsule, retained tail, new entries.
@@ -660,6 +664,15 @@ class ModelParams(TypedDict):
     name: NotRequired[Optional[str]]
     contextWindow: NotRequired[Optional[int]]
     maxOutputTokens: NotRequired[Optional[int]]
+
+
+class ModelRef(TypedDict):
+    """The agent model a session runs against, as far as the log knows it."""
+
+    name: NotRequired[Optional[str]]
+    contextWindow: NotRequired[Optional[int]]
+    maxOutputTokens: NotRequired[Optional[int]]
+    tokenizer: NotRequired[Optional[TokenizerKind]]
 
 
 class OverflowParams(TypedDict):
@@ -852,6 +865,10 @@ class SettingEntry(TypedDict):
     """A change of session settings. Only the fields present change."""
 
     autoCompact: NotRequired[Optional[bool]]
+    # The agent's model from here on: a followed transcript named another model than the
+    # session's (its first response, or a switch). It replaces the header's model, limits
+    # included.
+    model: NotRequired[Optional[ModelRef]]
     # System prompt text the agent sends with every request (counted, never summarized).
     systemPrompt: NotRequired[Optional[str]]
     # System prompt size when the agent reports a count instead of the text.
@@ -1098,7 +1115,7 @@ What `soba/preview` shows, as the request it stands for would do it."""
 Provider = Union[Literal["local"], Literal["openai"], Literal["anthropic"]]
 
 
-Quality = Union[Literal["model"], Literal["degraded"]]
+Quality = Union[Literal["model"], Literal["local"], Literal["degraded"]]
 """How a capsule's narrative state was written."""
 
 

@@ -407,6 +407,14 @@ export type ModelParams = {
   maxOutputTokens?: number | null;
 };
 
+/** The agent model a session runs against, as far as the log knows it. */
+export type ModelRef = {
+  name?: string | null;
+  contextWindow?: number | null;
+  maxOutputTokens?: number | null;
+  tokenizer?: TokenizerKind | null;
+};
+
 export type Origin = "session" | "loaded";
 
 export type Outcome = "completed" | "skipped" | "cancelled" | "stale" | "failed";
@@ -414,7 +422,7 @@ export type Outcome = "completed" | "skipped" | "cancelled" | "stale" | "failed"
 export type Provider = "local" | "openai" | "anthropic";
 
 /** How a capsule's narrative state was written. */
-export type Quality = "model" | "degraded";
+export type Quality = "model" | "local" | "degraded";
 
 /** The parts of the model input, and what the provider counted beyond them. */
 export type ReportBreakdown = {
@@ -466,6 +474,12 @@ export type SessionSummary = {
 /** A change of session settings. Only the fields present change. */
 export type SettingEntry = {
   autoCompact?: boolean | null;
+  /**
+   * The agent's model from here on: a followed transcript named another model than the
+   * session's (its first response, or a switch). It replaces the header's model, limits
+   * included.
+   */
+  model?: ModelRef | null;
   /** System prompt text the agent sends with every request (counted, never summarized). */
   systemPrompt?: string | null;
   /** System prompt size when the agent reports a count instead of the text. */
@@ -914,6 +928,12 @@ export type ContextResult = {
    * where SOBA compacts.
    */
   control: Control;
+  /**
+   * How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
+   * the rest of the total is what the provider counted beyond the log, and with an estimate
+   * it is the count factor's scale.
+   */
+  source: MeasurementSource;
   /** Counted tokens of the model input at the leaf (system and tool schemas included). */
   tokens: number;
   /** By part of the view: system, tools, capsule, retained tail, new entries. */

@@ -13,7 +13,12 @@ use crate::session::entry::Trigger;
 pub enum Quality {
     /// Written by a summarization model and validated.
     Model,
-    /// Built deterministically from the log (no model, model timed out, or model failed).
+    /// Built deterministically from the log because no summarization model is configured:
+    /// the normal case without one, not a failure.
+    Local,
+    /// Built deterministically from the log in place of a configured model's summary, which
+    /// failed, timed out, was refused by its circuit breaker or did not fit (the spec's
+    /// fallback); `degradedReason` says which.
     Degraded,
 }
 
@@ -21,8 +26,39 @@ impl Quality {
     pub fn as_str(self) -> &'static str {
         match self {
             Quality::Model => "model",
+            Quality::Local => "local",
             Quality::Degraded => "degraded",
         }
+    }
+
+    /// Names as written in logs and `.capsule.md` files.
+    pub const NAMES: [&'static str; 3] = ["model", "local", "degraded"];
+}
+
+/// Reasons that logs written before `local` existed gave a capsule built with no model
+/// configured, calling it `degraded`.
+const LEGACY_NO_MODEL_REASONS: [&str; 2] = [
+    "no summarization model configured; built locally from the log",
+    "no summarization model is configured",
+];
+
+/// The quality a capsule stored as `quality` with `degraded_reason` stands for, and the reason
+/// that still applies. Logs and capsule files written before `local` existed call a capsule
+/// built with no model configured `degraded`, with one of the no-model reasons or none: it
+/// reads as `local`. A degraded capsule with any other reason was a fallback after a model
+/// failed and stays degraded.
+pub fn read_quality(
+    quality: Quality,
+    degraded_reason: Option<String>,
+) -> (Quality, Option<String>) {
+    let legacy_local = quality == Quality::Degraded
+        && degraded_reason
+            .as_deref()
+            .is_none_or(|r| LEGACY_NO_MODEL_REASONS.contains(&r));
+    if legacy_local {
+        (Quality::Local, None)
+    } else {
+        (quality, degraded_reason)
     }
 }
 
@@ -181,7 +217,8 @@ pub struct CapsuleEntry {
     pub mirrored: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// Why the capsule is degraded (no model configured, timeout, invalid response, …).
+    /// Why a configured model's summary was not used (timeout, invalid response, …): set on
+    /// `degraded` capsules only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub degraded_reason: Option<String>,
     /// Custom instructions of an explicit `/compact`.

@@ -88,7 +88,7 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
     list(&mut out, "Completed", &c.state.completed);
     list(&mut out, "Active", &c.state.active);
     list(&mut out, "Pending", &c.state.pending);
-    if c.state.decisions.is_empty() && c.quality == Quality::Degraded {
+    if c.state.decisions.is_empty() && c.quality != Quality::Model {
         let _ = writeln!(out, "\n## Decisions\n{DECISIONS_NEED_A_MODEL}");
     } else if !c.state.decisions.is_empty() {
         out.push_str("\n## Decisions\n");
@@ -141,7 +141,7 @@ pub(crate) mod tests {
         CapsuleEntry {
             checkpoint_id: "ck_0123456789ab".into(),
             trigger: Trigger::AutoThreshold,
-            quality: Quality::Degraded,
+            quality: Quality::Local,
             first_kept_entry_id: Some("e42".into()),
             previous_checkpoint_id: Some("ck_ba9876543210".into()),
             state: CapsuleState {

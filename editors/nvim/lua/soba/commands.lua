@@ -119,7 +119,12 @@ local function capsule_create(args)
   end
   request('soba/capsule/create', { title = title }, function(created)
     soba.notify(
-      string.format('capsule "%s" created: %s (%s tokens)', created.title, created.checkpointId, format.tokens(created.tokens))
+      string.format(
+        'capsule "%s" created: %s (%s tokens); it compacts nothing, the context stays as it was: export it to hand it off',
+        created.title,
+        created.checkpointId,
+        format.tokens(created.tokens)
+      )
     )
   end)
 end

@@ -55,6 +55,58 @@ function M.counted_with(report)
   return string.format('%s × %.2f, %s', c.tokenizer, c.factor, calibration_from[c.source] or c.source)
 end
 
+--- What the measurement source means for the figure shown, in one sentence.
+function M.source_explanation(report)
+  local c = report.calibration
+  local tokenizer
+  if type(c) ~= 'table' or c.source == 'exact' then
+    tokenizer = report.tokenizer .. ", the model's own tokenizer"
+  else
+    tokenizer = string.format("%s, not the model's own tokenizer (scaled × %.2f)", c.tokenizer, c.factor)
+  end
+  if report.source == 'provider_usage' then
+    return 'Provider usage: the input tokens the provider reported for the last response, plus what came after it counted with '
+      .. tokenizer
+  end
+  return 'Estimated: no usage report from the provider since the latest capsule, so SOBA counted the context with ' .. tokenizer
+end
+
+--- The part of the total neither a counted part nor `notInLog` holds, so that the parts add up to
+--- the total: with an estimate the factor that scales SOBA's count for a tokenizer that is not the
+--- model's own; with provider usage from a daemon that sends no `notInLog`, what the provider
+--- counted that is not in the log. `notInLog` (what the provider counted beyond the log, or the
+--- allowance an estimate keeps for it) is a part of its own, never counted twice. Every other
+--- numeric part the daemon sends counts, whatever its name. Returns label, tokens; nil when
+--- nothing is left.
+function M.uncounted_part(total, breakdown, source)
+  local counted = 0
+  for key, value in pairs(breakdown or {}) do
+    if type(value) == 'number' then
+      counted = counted + value
+    end
+  end
+  local rest = math.floor(total - counted + 0.5)
+  if rest <= 0 then
+    return nil
+  end
+  return source == 'provider_usage' and 'not in the log' or 'tokenizer scale', rest
+end
+
+--- The parts beyond the log's counted ones, in order, as { label, tokens }: what is not in the
+--- log (the provider's count beyond it, or the unseen-context allowance), then the rest.
+function M.extra_parts(total, breakdown, source)
+  local parts = {}
+  local b = breakdown or {}
+  if type(b.notInLog) == 'number' and b.notInLog > 0 then
+    parts[#parts + 1] = { 'not in the log', b.notInLog }
+  end
+  local label, rest = M.uncounted_part(total, b, source)
+  if rest then
+    parts[#parts + 1] = { label, rest }
+  end
+  return parts
+end
+
 function M.reclaimed_percent(before, after)
   if not before or before <= 0 then
     return 0
@@ -119,11 +171,16 @@ end
 function M.budget_lines(report)
   local pct = report.hardLimit > 0 and math.floor(report.effectiveTokens / report.hardLimit * 100 + 0.5) or 0
   local b = report.breakdown or {}
+  local extra = ''
+  for _, part in ipairs(M.extra_parts(report.effectiveTokens, b, report.source)) do
+    extra = extra .. string.format(', %s %s', part[1], M.tokens(part[2]))
+  end
   local lines = {
     string.format('Context budget: %s tokens (%d%% of the hard limit)', M.status_text(report), pct),
     M.followed(report) and string.format('Soft limit: %s', M.tokens(report.softLimit))
       or string.format('Soft limit: %s (auto-compaction starts past it)', M.tokens(report.softLimit)),
     string.format('Measured: %s (%s, %s)', M.source_label(report.source), report.model, M.counted_with(report)),
+    M.source_explanation(report),
     string.format(
       'Breakdown: system %s, tools %s, capsule %s, retained tail %s, new entries %s',
       M.tokens(b.system),
@@ -131,20 +188,32 @@ function M.budget_lines(report)
       M.tokens(b.capsule),
       M.tokens(b.retainedTail),
       M.tokens(b.newEntries)
-    ) .. ((b.notInLog or 0) > 0 and string.format(', not in the log %s', M.tokens(b.notInLog)) or ''),
+    ) .. extra,
     -- For a followed agent, who compacts; SOBA's auto-compact never runs there.
     M.followed(report) and report.control.note or ('Auto-compact: ' .. (report.autoCompact and 'on' or 'off')),
     'Last compaction: ' .. M.last_compaction(report.lastCompaction),
   }
   -- Where the allowance for the agent's unseen system prompt and tools comes from.
   if type(b.unseenText) == 'string' then
-    table.insert(lines, 5, 'Allowance: ' .. b.unseenText)
+    table.insert(lines, 6, 'Allowance: ' .. b.unseenText)
   end
   return lines
 end
 
 --- The line a finished compaction leaves when the daemon sent none.
 function M.completion_line(result)
+  if result.trigger == 'handoff' then
+    -- A created capsule records state and compacts nothing.
+    if result.outcome == 'completed' then
+      return string.format(
+        'capsule created: %s (%s); the context is unchanged at %s tokens',
+        result.checkpointId ~= vim.NIL and result.checkpointId or 'no checkpoint',
+        result.quality ~= vim.NIL and result.quality or 'unknown quality',
+        M.tokens(result.tokensBefore)
+      )
+    end
+    return string.format('capsule creation %s: %s', result.outcome, result.reason)
+  end
   if result.outcome ~= 'completed' then
     return string.format('%s compact %s: %s', result.trigger, result.outcome, result.reason)
   end
@@ -271,6 +340,7 @@ function M.context_lines(ctx)
   end
   local free = math.max(0, limit - ctx.effectiveTokens)
   local b, k = ctx.breakdown, ctx.byKind
+  local extra = M.extra_parts(ctx.effectiveTokens, b, ctx.source)
   local lines = {
     string.format(
       'Context of session %s: %s / %s tokens (%d%% of the hard limit), %s free; %s',
@@ -301,6 +371,10 @@ function M.context_lines(ctx)
     '',
     'Largest entries',
   }
+  -- Before `Free`, so the parts above it sum to the total.
+  for i, part in ipairs(extra) do
+    table.insert(lines, 8 + i, row(part[1]:sub(1, 1):upper() .. part[1]:sub(2), part[2]))
+  end
   if #ctx.largest == 0 then
     lines[#lines + 1] = '  nothing in the context yet'
   end

@@ -215,9 +215,11 @@ end
 
 local function on_compaction(event)
   local id = event.operationId
+  -- `:Soba capsule create` reports its own result (or error): a creation is not a compaction.
+  local creation = event.trigger == 'handoff'
   if event.phase == 'start' then
     state.compacting[event.sessionId] = 0
-    if M.config.notify_compaction then
+    if M.config.notify_compaction and not creation then
       notice(string.format('compacting context (%s)…', event.trigger))
     end
   elseif event.phase == 'progress' then
@@ -234,7 +236,7 @@ local function on_compaction(event)
     if result and result.fallback then
       line = format.fallback_line(result, line)
     end
-    if M.config.notify_compaction then
+    if M.config.notify_compaction and not creation then
       notice(line, warn and vim.log.levels.WARN or vim.log.levels.INFO)
     end
   end
