@@ -343,7 +343,8 @@ fn every_real_transcript_imports_and_its_log_works() {
         let text = soba(&["budget", log.to_str().unwrap()]);
         let text = String::from_utf8_lossy(&text.stdout);
         assert!(
-            text.contains("estimated") && text.contains("counted with o200k_base"),
+            (text.contains("estimated") || text.contains("provider_usage: "))
+                && text.contains("counted with o200k_base"),
             "{name}: {text}"
         );
         assert_eq!(
