@@ -377,8 +377,17 @@ test('the sidebar lists the session, its budget, compactions and capsules', asyn
 });
 
 /** One prompt and answer in Claude Code's transcript format, with its API call's usage. */
-function claudeExchange(cwd, turn, inputTokens) {
-  const user = { type: 'user', uuid: `u${turn}`, parentUuid: turn ? `a${turn - 1}` : null, sessionId: 'e2e0c1', cwd, timestamp: new Date().toISOString(), message: { role: 'user', content: `request ${turn}` } };
+/** About seven tokens of text, repeated where an exchange must explain its reported growth. */
+const FILLER = 'the parser reads exponents now. ';
+
+/**
+ * One Claude Code exchange: a request and the answer that reports `inputTokens`. `request`
+ * carries what made the reported input grow since the last exchange: SOBA adds an allowance
+ * for growth its log cannot explain, so a report that grows by thousands of tokens over a
+ * one-line request would (rightly) read higher than the report.
+ */
+function claudeExchange(cwd, turn, inputTokens, request = `request ${turn}`) {
+  const user = { type: 'user', uuid: `u${turn}`, parentUuid: turn ? `a${turn - 1}` : null, sessionId: 'e2e0c1', cwd, timestamp: new Date().toISOString(), message: { role: 'user', content: request } };
   const assistant = {
     type: 'assistant', uuid: `a${turn}`, parentUuid: `u${turn}`, sessionId: 'e2e0c1', cwd, timestamp: new Date().toISOString(),
     message: { id: `msg_${turn}`, model: 'claude-sonnet-4-5', role: 'assistant', type: 'message', content: [{ type: 'text', text: `answer ${turn}` }], usage: { input_tokens: inputTokens, output_tokens: 10 } },
@@ -404,7 +413,8 @@ test('a Claude Code running in the workspace shows its budget once the SOBA sess
   await screenshot('followed-claude-code');
   assert.match(item.aria || item.text, /42k/);
 
-  fs.appendFileSync(transcript, claudeExchange(workspace, 1, 61_500));
+  // 19.5k more tokens reported: the request pasted a long log (over 20k tokens of it).
+  fs.appendFileSync(transcript, claudeExchange(workspace, 1, 61_500, `request 1: ${FILLER.repeat(3_000)}`));
   await until('the budget to follow the next response', async () => {
     const s = await statusItem();
     return s && /\b61\.5k \/ \d/.test(s.text) ? s : undefined;
@@ -421,7 +431,7 @@ test('for the Claude Code SOBA follows, the tooltip says who compacts and Compac
   // A long answer before the latest exchange: history SOBA could fold into a capsule.
   const project = path.join(tmp, 'claude', 'projects', workspace.replace(/[^A-Za-z0-9]/g, '-'));
   const transcript = path.join(project, 'e2e0c1.jsonl');
-  const long = claudeExchange(workspace, 2, 63_000).replace('answer 2', `answer 2: ${'the parser reads exponents now. '.repeat(300)}`);
+  const long = claudeExchange(workspace, 2, 63_000, `request 2: ${FILLER.repeat(300)}`).replace('answer 2', `answer 2: ${FILLER.repeat(300)}`);
   fs.appendFileSync(transcript, long + claudeExchange(workspace, 3, 64_000));
   await until('the budget of the last response', async () => {
     const s = await statusItem();
