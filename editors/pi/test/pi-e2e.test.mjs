@@ -222,7 +222,7 @@ test("SOBA_PI_LOCAL_CAPSULES=1 keeps pi's model out: SOBA builds its capsule loc
     const state = await pi.command({ type: 'get_state' });
     const compaction = readJsonl(sessionFile(state)).findLast((e) => e.type === 'compaction');
     assert.equal(compaction.fromHook, true);
-    assert.equal(compaction.details.soba.quality, 'degraded');
+    assert.equal(compaction.details.soba.quality, 'local');
     await pi.quit();
   } finally {
     if (pi.child.exitCode === null) pi.child.kill();
