@@ -223,8 +223,23 @@ impl Env {
             .collect()
     }
 
-    fn logged(&self, needle: &str) -> bool {
+    fn has_logged(&self, needle: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+
+    /// Whether a log line holds `needle` within 10 s: a request's line is written once its
+    /// reply has been sent, which may be just after the client read it.
+    async fn logged(&self, needle: &str) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if self.has_logged(needle) {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     fn sessions(&self) -> Vec<soba::session::Session> {
@@ -458,7 +473,7 @@ async fn codex_conversation(stream: bool) {
     );
     assert!(kept < history, "{kept} items went upstream for {history}");
     assert!(
-        env.logged("compaction completed"),
+        env.logged("compaction completed").await,
         "{:?}",
         env.log.lock().unwrap()
     );
@@ -522,7 +537,7 @@ async fn the_conversations_upstream_writes_the_capsule_through_the_responses_api
         assert_eq!(r.status(), 200, "turn {turn}");
         let (_, items) = output_items(r).await;
         input.extend(items.iter().map(as_codex_resends));
-        if env.logged("compaction completed") {
+        if env.has_logged("compaction completed") {
             break;
         }
     }
@@ -542,7 +557,11 @@ async fn the_conversations_upstream_writes_the_capsule_through_the_responses_api
         assert_eq!(s.body["model"], "gpt-5-codex");
         assert_eq!(s.body["store"], false);
     }
-    assert!(env.logged(", model)"), "{:?}", env.log.lock().unwrap());
+    assert!(
+        env.logged(", model)").await,
+        "{:?}",
+        env.log.lock().unwrap()
+    );
     let session = env.session_with_replies(1).await;
     let capsule = session
         .entries()
@@ -573,7 +592,8 @@ async fn a_previous_response_id_request_goes_upstream_as_sent_and_is_recorded_in
     let got = &env.requests()[1];
     assert_eq!(got.body, follow, "sent upstream as it came");
     assert!(
-        env.logged("previous_response_id: the provider holds the history; recorded, not compacted"),
+        env.logged("previous_response_id: the provider holds the history; recorded, not compacted")
+            .await,
         "{:?}",
         env.log.lock().unwrap()
     );
@@ -608,7 +628,10 @@ async fn a_previous_response_id_request_goes_upstream_as_sent_and_is_recorded_in
     let r = env.post(&stranger).await;
     assert_eq!(r.status(), 200);
     assert_eq!(env.requests()[3].body, stranger);
-    assert!(env.logged("which this proxy did not forward: passed through, not recorded"));
+    assert!(
+        env.logged("which this proxy did not forward: passed through, not recorded")
+            .await
+    );
     let session = env.session_with_replies(3).await;
     let users = session
         .entries()
@@ -638,7 +661,10 @@ async fn a_previous_response_id_request_goes_upstream_as_sent_and_is_recorded_in
         .post(&json!({"model": "gpt-5", "previous_response_id": "resp_1", "input": "x"}))
         .await;
     assert_eq!(r.status(), 200);
-    assert!(env.logged("names a reply whose history was since replaced"));
+    assert!(
+        env.logged("names a reply whose history was since replaced")
+            .await
+    );
 
     // An upstream error reaches the client as it came.
     let limited = json!({"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}).to_string();
@@ -688,7 +714,7 @@ async fn a_responses_overflow_compacts_and_retries_once() {
         .as_str()
         .unwrap();
     assert!(capsule.contains("Context Capsule"), "{capsule:.200}");
-    assert!(env.logged("retried after overflow"));
+    assert!(env.logged("retried after overflow").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -880,7 +906,10 @@ async fn responses_conversations_are_told_apart_by_their_replies_and_the_session
     let r = post_named(&env, "task-a", &cross).await;
     assert_eq!(r.status(), 200);
     assert!(!r.text().await.unwrap().is_empty());
-    assert!(env.logged("or that this conversation never recorded: passed through, not recorded"));
+    assert!(
+        env.logged("or that this conversation never recorded: passed through, not recorded")
+            .await
+    );
     // task-a continues its own response; the header never goes upstream.
     let own = json!({"model": "gpt-5", "previous_response_id": a, "input": "and the tests?", "stream": true});
     let (_, _) = output_items(post_named(&env, "task-a", &own).await).await;
@@ -986,5 +1015,5 @@ async fn a_failed_response_stream_is_passed_on_logged_and_not_recorded() {
         .post(&json!({"model": "gpt-5", "previous_response_id": "resp_0", "input": "again"}))
         .await;
     assert_eq!(r.status(), 200);
-    assert!(env.logged("passed through, not recorded"));
+    assert!(env.logged("passed through, not recorded").await);
 }
