@@ -2,7 +2,8 @@
 //! outcome, and active skills, taken from tool calls, their results, `file` entries and
 //! `skill` entries — never from a model's prose. Every item carries the entries it came from.
 
-use std::collections::HashMap;
+// foldhash, seeded per process: paths and commands of the whole history are hashed here.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 use serde_json::Value;
 
@@ -159,6 +160,7 @@ impl ArtifactCollector {
             command: command.to_string(),
             outcome,
             entry_id: entry_id.to_string(),
+            edited_since: false,
         };
         match self.verification_at.get(command) {
             Some(&i) => {
@@ -370,8 +372,14 @@ fn add_file(
         });
         list.len() - 1
     });
-    if !entry_id.is_empty() && !list[i].entry_ids.iter().any(|e| e == entry_id) {
-        list[i].entry_ids.push(entry_id.to_string());
+    let ids = &mut list[i].entry_ids;
+    if !entry_id.is_empty() && !ids.iter().any(|e| e == entry_id) {
+        ids.push(entry_id.to_string());
+        // Only the newest are named in the end; a file touched in every turn must not make
+        // each later touch scan all the earlier ones.
+        if ids.len() > 2 * MAX_ENTRY_IDS_PER_FILE {
+            ids.drain(..ids.len() - MAX_ENTRY_IDS_PER_FILE);
+        }
     }
     i
 }

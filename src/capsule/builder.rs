@@ -10,7 +10,12 @@
 //! One pass over the history indexes calls, results, turns and user messages, so building
 //! stays linear in the session's length.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+// foldhash, seeded per process: the maps here are keyed by entry ids, call ids and item texts
+// of the whole history, where SipHash was a visible share of building a capsule.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 
 use serde_json::Value;
 
@@ -156,7 +161,7 @@ pub fn check_family(command: &str) -> String {
 #[derive(Default)]
 struct Items {
     items: Vec<String>,
-    seen: std::collections::HashSet<String>,
+    seen: HashSet<String>,
 }
 
 impl Items {
@@ -184,9 +189,10 @@ impl Items {
     }
 }
 
-/// The item → entries map, filled as items are found.
+/// The item → entries map, filled as items are found. Every request of the history becomes a
+/// key before the state keeps only the newest, so it is hashed rather than ordered.
 #[derive(Default)]
-struct Sources(BTreeMap<String, Vec<String>>);
+struct Sources(HashMap<String, Vec<String>>);
 
 impl Sources {
     fn add(&mut self, item: &str, entry_id: &str) {
@@ -214,8 +220,9 @@ impl Sources {
             held.extend(list.iter().map(String::as_str));
         }
         held.extend(s.decisions.iter().map(|d| d.decision.as_str()));
-        self.0.retain(|k, _| held.contains(&k.as_str()));
-        self.0
+        held.into_iter()
+            .filter_map(|k| self.0.remove_entry(k))
+            .collect()
     }
 }
 
@@ -261,7 +268,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
         script: Option<String>,
         runs_a_check: bool,
     }
-    let mut calls: HashMap<&'a str, Call<'a>> = HashMap::new();
+    let mut calls: HashMap<&'a str, Call<'a>> = HashMap::default();
     let mut h = History::default();
     // The request that the latest turns continue.
     let mut current_request: Option<usize> = None;
@@ -714,7 +721,7 @@ pub fn build_state(
 
     // Decisions with the reason the text gave, each once.
     let mut decisions: Vec<Decision> = prev.map(|p| p.decisions.clone()).unwrap_or_default();
-    let mut decided: std::collections::HashSet<String> = decisions
+    let mut decided: HashSet<String> = decisions
         .iter()
         .map(|d| decision_key(&d.decision))
         .collect();
@@ -745,6 +752,8 @@ pub fn build_state(
         active: active.newest(MAX_STEPS),
         pending: pending.newest(MAX_STEPS),
         decisions,
+        findings: prev.map(|p| p.findings.clone()).unwrap_or_default(),
+        errors: prev.map(|p| p.errors.clone()).unwrap_or_default(),
         blockers: blockers.newest(MAX_STEPS),
         next_steps: next_steps.items.into_iter().take(MAX_STEPS).collect(),
         sources: BTreeMap::new(),
@@ -850,7 +859,7 @@ pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
             s.sources.entry(short).or_default().extend(ids);
         }
     }
-    let sources = Sources(std::mem::take(&mut s.sources));
+    let sources = Sources(std::mem::take(&mut s.sources).into_iter().collect());
     s.sources = sources.keep(&s);
     s
 }

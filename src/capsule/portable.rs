@@ -19,8 +19,8 @@ use serde::Serialize;
 
 use super::decisions::DECISIONS_NEED_A_MODEL;
 use super::model::{
-    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, LoadedFrom,
-    Origin, Quality, Verification, VerificationOutcome,
+    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, ErrorFix, FileArtifact,
+    LoadedFrom, Origin, Quality, Verification, VerificationOutcome,
 };
 use crate::redact::{redact_with_report, RedactionReport};
 use crate::session::entry::Trigger;
@@ -195,6 +195,8 @@ enum Section {
     Active,
     Pending,
     Decisions,
+    Findings,
+    Errors,
     Blockers,
     NextSteps,
     FilesRead,
@@ -203,7 +205,7 @@ enum Section {
     ActiveSkills,
 }
 
-const SECTIONS: [(Section, &str); 13] = [
+const SECTIONS: [(Section, &str); 15] = [
     (Section::Goal, "Goal"),
     (Section::Requests, "User requests"),
     (Section::Constraints, "Constraints"),
@@ -211,6 +213,8 @@ const SECTIONS: [(Section, &str); 13] = [
     (Section::Active, "Active"),
     (Section::Pending, "Pending"),
     (Section::Decisions, "Decisions"),
+    (Section::Findings, "Findings"),
+    (Section::Errors, "Errors and fixes"),
     (Section::Blockers, "Blockers"),
     (Section::NextSteps, "Next steps"),
     (Section::FilesRead, "Files read"),
@@ -224,6 +228,36 @@ fn section_named(name: &str) -> Option<Section> {
         .iter()
         .find(|(_, n)| n.eq_ignore_ascii_case(name.trim()))
         .map(|(s, _)| *s)
+}
+
+/// Sections added after the format's first files: never required, empty when missing.
+const LATER_SECTIONS: [Section; 3] = [Section::Requests, Section::Findings, Section::Errors];
+
+/// Written after a check's outcome when files were modified after its last run.
+const EDITED_SINCE_MARK: &str = "; edited since";
+
+/// A modified file's change, after its path: ` (deleted)`, ` (renamed from OLD)`.
+fn change_mark(f: &FileArtifact) -> String {
+    match (&f.renamed_from, f.deleted) {
+        (_, true) => " (deleted)".to_string(),
+        (Some(from), false) => format!(" (renamed from {})", normalize_value(from)),
+        (None, false) => String::new(),
+    }
+}
+
+/// Take a change mark written by [`change_mark`] off a modified file's path.
+fn read_change_mark(f: &mut FileArtifact) {
+    if let Some(path) = f.path.strip_suffix(" (deleted)") {
+        f.path = path.trim_end().to_string();
+        f.deleted = true;
+    } else if let Some((path, from)) = f
+        .path
+        .strip_suffix(')')
+        .and_then(|p| p.rsplit_once(" (renamed from "))
+    {
+        f.renamed_from = Some(from.trim().to_string());
+        f.path = path.trim_end().to_string();
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -333,12 +367,6 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
         Section::Active => items(&mut out, &s.active),
         Section::Pending => items(&mut out, &s.pending),
         Section::Decisions => {
-            if s.decisions.is_empty() && c.quality != Quality::Model {
-                // Said plainly, so the empty list does not read as "no decisions were made";
-                // the reader drops this exact line again.
-                out.push_str(DECISIONS_NEED_A_MODEL);
-                out.push('\n');
-            }
             for d in s
                 .decisions
                 .iter()
@@ -351,17 +379,51 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
                 }
             }
         }
+        Section::Findings => items(&mut out, &s.findings),
+        Section::Errors => {
+            for e in s
+                .errors
+                .iter()
+                .filter(|e| !normalize_item(&e.error).is_empty())
+            {
+                write_item(&mut out, "", &e.error, None);
+                let fix = normalize_item(&e.fix);
+                if !fix.is_empty() {
+                    write_item(&mut out, "  ", &format!("Fix: {fix}"), None);
+                }
+            }
+        }
         Section::Blockers => items(&mut out, &s.blockers),
         Section::NextSteps => items(&mut out, &s.next_steps),
         Section::FilesRead => files(&mut out, &a.read_files),
-        Section::FilesModified => files(&mut out, &a.modified_files),
+        Section::FilesModified => {
+            for f in a
+                .modified_files
+                .iter()
+                .filter(|f| !normalize_item(&f.path).is_empty())
+            {
+                let text = normalize_item(&f.path) + &change_mark(f);
+                let ids = f.entry_ids.join(", ");
+                let comment = metadata_comment("entries", &ids, &text);
+                write_item(&mut out, "", &text, comment.as_deref());
+            }
+        }
         Section::Verification => {
             for v in a
                 .verification
                 .iter()
                 .filter(|v| !normalize_item(&v.command).is_empty())
             {
-                let text = format!("[{}] {}", v.outcome.as_str(), normalize_item(&v.command));
+                let text = format!(
+                    "[{}{}] {}",
+                    v.outcome.as_str(),
+                    if v.edited_since {
+                        EDITED_SINCE_MARK
+                    } else {
+                        ""
+                    },
+                    normalize_item(&v.command)
+                );
                 let comment = metadata_comment("entry", v.entry_id.trim(), &v.command);
                 write_item(&mut out, "", &text, comment.as_deref());
             }
@@ -436,6 +498,15 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
                     rationale: r(&d.rationale),
                 })
                 .collect(),
+            findings: list(&state.findings, &mut r),
+            errors: state
+                .errors
+                .iter()
+                .map(|e| ErrorFix {
+                    error: r(&e.error),
+                    fix: r(&e.fix),
+                })
+                .collect(),
             blockers: list(&state.blockers, &mut r),
             next_steps: list(&state.next_steps, &mut r),
             // Keyed by item text, so redacted the same way as the items.
@@ -456,6 +527,7 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
                     command: r(&v.command),
                     outcome: v.outcome,
                     entry_id: v.entry_id.clone(),
+                    edited_since: v.edited_since,
                 })
                 .collect(),
             active_skills: list(&c.artifacts.active_skills, &mut r),
@@ -697,15 +769,16 @@ static ITEM_COMMENT: LazyLock<Regex> = LazyLock::new(|| {
         .expect("pattern compiles")
 });
 
-static VERIFICATION_ITEM: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?s)^\[\s*([A-Za-z]+)\s*\]\s*(.*)$").expect("pattern compiles"));
+static VERIFICATION_ITEM: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?s)^\[\s*([A-Za-z]+\s*(?:;[^\]]*)?)\]\s*(.*)$").expect("pattern compiles")
+});
 
 /// A list item as read, before it is interpreted for its section.
 #[derive(Debug, Default)]
 struct RawItem {
     line: usize,
     text: String,
-    /// Decisions only: the `Why:` sub-item.
+    /// Decisions and errors only: the `Why:` or `Fix:` sub-item.
     rationale: Option<String>,
 }
 
@@ -713,7 +786,7 @@ struct RawItem {
 /// as ignored.
 fn parse_items(
     lines: &[(usize, &str)],
-    decisions: bool,
+    sub_item: &[&str],
     ignored: &mut Vec<IgnoredLine>,
 ) -> Vec<RawItem> {
     let mut items: Vec<RawItem> = Vec::new();
@@ -749,12 +822,13 @@ fn parse_items(
                 .or_else(|| content.strip_prefix("* "))
                 .map(str::trim_start)
                 .and_then(|t| {
-                    strip_prefix_ignore_case(t, "why:")
-                        .or_else(|| strip_prefix_ignore_case(t, "rationale:"))
+                    sub_item
+                        .iter()
+                        .find_map(|label| strip_prefix_ignore_case(t, label))
                 });
             match why {
-                Some(rest) if decisions && item.rationale.is_none() => {
-                    // The writer never escapes text after `Why: `.
+                Some(rest) if item.rationale.is_none() => {
+                    // The writer never escapes text after `Why: ` or `Fix: `.
                     item.rationale = Some(rest.trim_start().to_string());
                     in_rationale = true;
                 }
@@ -845,7 +919,17 @@ fn verification_items(items: Vec<RawItem>) -> Result<Vec<Verification>, FormatEr
                 &format!("- {}", text.lines().next().unwrap_or("")),
             ));
         };
-        let outcome = match c[1].to_ascii_lowercase().as_str() {
+        let (word, edited_since) = match c[1].split_once(';') {
+            Some((w, mark))
+                if mark
+                    .trim()
+                    .eq_ignore_ascii_case(EDITED_SINCE_MARK[1..].trim()) =>
+            {
+                (w.trim().to_ascii_lowercase(), true)
+            }
+            _ => (c[1].trim().to_ascii_lowercase(), false),
+        };
+        let outcome = match word.as_str() {
             "passed" => VerificationOutcome::Passed,
             "failed" => VerificationOutcome::Failed,
             "unknown" => VerificationOutcome::Unknown,
@@ -862,6 +946,7 @@ fn verification_items(items: Vec<RawItem>) -> Result<Vec<Verification>, FormatEr
             command,
             outcome,
             entry_id,
+            edited_since,
         });
     }
     Ok(out)
@@ -1080,10 +1165,11 @@ pub fn parse_at(text: &str, now: std::time::SystemTime) -> Result<Parsed, Format
         }
     }
     if capsule.quality == Quality::Model {
-        // User requests came later than the other sections: files written before it have none.
+        // User requests, findings and errors came later than the other sections: files written
+        // before them have none.
         if let Some((_, name)) = SECTIONS
             .iter()
-            .filter(|(s, _)| *s != Section::Requests)
+            .filter(|(s, _)| !LATER_SECTIONS.contains(s))
             .find(|(s, _)| !seen.iter().any(|(x, _)| x == s))
         {
             return Err(format_err(
@@ -1130,7 +1216,12 @@ fn fill_section(
         .copied()
         .filter(|(_, l)| !(section == Section::Decisions && l.trim() == DECISIONS_NEED_A_MODEL))
         .collect();
-    let items = parse_items(&lines, section == Section::Decisions, ignored);
+    let sub_item: &[&str] = match section {
+        Section::Decisions => &["why:", "rationale:"],
+        Section::Errors => &["fix:", "fixed by:"],
+        _ => &[],
+    };
+    let items = parse_items(&lines, sub_item, ignored);
     let s = &mut c.state;
     let a = &mut c.artifacts;
     match section {
@@ -1140,6 +1231,21 @@ fn fill_section(
         Section::Completed => s.completed = plain_items(items),
         Section::Active => s.active = plain_items(items),
         Section::Pending => s.pending = plain_items(items),
+        Section::Findings => s.findings = plain_items(items),
+        Section::Errors => {
+            s.errors = items
+                .into_iter()
+                .map(|i| ErrorFix {
+                    error: normalize_item(&i.text),
+                    fix: i
+                        .rationale
+                        .as_deref()
+                        .map(normalize_item)
+                        .unwrap_or_default(),
+                })
+                .filter(|e| !e.error.is_empty())
+                .collect();
+        }
         Section::Blockers => s.blockers = plain_items(items),
         Section::NextSteps => s.next_steps = plain_items(items),
         Section::Decisions => {
@@ -1157,7 +1263,12 @@ fn fill_section(
                 .collect();
         }
         Section::FilesRead => a.read_files = file_items(items),
-        Section::FilesModified => a.modified_files = file_items(items),
+        Section::FilesModified => {
+            a.modified_files = file_items(items);
+            for f in &mut a.modified_files {
+                read_change_mark(f);
+            }
+        }
         Section::Verification => a.verification = verification_items(items)?,
         Section::ActiveSkills => a.active_skills = plain_items(items),
     }
@@ -1262,6 +1373,7 @@ mod tests {
                 blockers: vec![],
                 next_steps: vec!["Wire it into main.ts".into(), "# run the tests".into()],
                 sources: Default::default(),
+                ..Default::default()
             },
             artifacts: Artifacts {
                 read_files: vec![FileArtifact { path: "docs/theme.md".into(), entry_ids: vec!["e3".into(), "e7".into()], ..Default::default() }],
@@ -1270,6 +1382,7 @@ mod tests {
                     command: "npm test -- selector".into(),
                     outcome: VerificationOutcome::Failed,
                     entry_id: "e12".into(),
+                    edited_since: false,
                 }],
                 active_skills: vec!["tui-patterns".into()],
             },
@@ -1287,17 +1400,26 @@ mod tests {
     }
 
     #[test]
-    fn a_degraded_capsule_without_decisions_says_so_and_round_trips() {
+    fn a_degraded_capsule_without_decisions_has_an_empty_section_and_round_trips() {
         let mut c = sample();
         c.quality = Quality::Degraded;
         c.degraded_reason = Some("the summarizer timed out after 15000 ms".into());
         c.state.decisions.clear();
         let out = write(&c);
         assert!(
-            out.text
-                .contains(&format!("## Decisions\n\n{DECISIONS_NEED_A_MODEL}\n")),
+            out.text.contains("## Decisions\n\n## Findings"),
             "{}",
             out.text
+        );
+        assert!(!out.text.contains(DECISIONS_NEED_A_MODEL));
+        // Files written by earlier versions carry a line saying a model was needed: dropped.
+        let legacy = out.text.replace(
+            "## Decisions\n",
+            &format!("## Decisions\n\n{DECISIONS_NEED_A_MODEL}\n"),
+        );
+        assert_eq!(
+            parse(&legacy).unwrap().capsule,
+            parse(&out.text).unwrap().capsule
         );
         let parsed = parse(&out.text).unwrap();
         assert!(parsed.capsule.state.decisions.is_empty());
@@ -1323,6 +1445,82 @@ mod tests {
         let parsed = parse(&old).unwrap();
         assert!(parsed.capsule.state.requests.is_empty());
         assert_eq!(parsed.capsule.state.constraints, sample().state.constraints);
+    }
+
+    #[test]
+    fn findings_errors_change_marks_and_checks_run_before_edits_round_trip() {
+        let mut c = sample();
+        c.state.findings = vec!["root cause: a timing issue at PostCommit".into()];
+        c.state.errors = vec![
+            ErrorFix {
+                error: "E0599: no method `tick`".into(),
+                fix: "import the Tick trait".into(),
+            },
+            ErrorFix {
+                error: "login test times out".into(),
+                fix: String::new(),
+            },
+        ];
+        c.artifacts.modified_files = vec![
+            FileArtifact {
+                path: "out.html".into(),
+                entry_ids: vec!["e4".into()],
+                deleted: true,
+                ..Default::default()
+            },
+            FileArtifact {
+                path: "src/new name.rs".into(),
+                renamed_from: Some("src/old.rs".into()),
+                ..Default::default()
+            },
+            FileArtifact {
+                path: "src/plain.rs".into(),
+                ..Default::default()
+            },
+        ];
+        c.artifacts.verification = vec![Verification {
+            command: "cargo test".into(),
+            outcome: VerificationOutcome::Passed,
+            entry_id: "e9".into(),
+            edited_since: true,
+        }];
+        let out = write(&c);
+        for line in [
+            "## Findings\n\n- root cause: a timing issue at PostCommit\n",
+            "- E0599: no method `tick`\n  - Fix: import the Tick trait\n- login test times out\n",
+            "- out.html (deleted) <!-- entries: e4 -->\n",
+            "- src/new name.rs (renamed from src/old.rs)\n",
+            "- [passed; edited since] cargo test <!-- entry: e9 -->\n",
+        ] {
+            assert!(out.text.contains(line), "{line} in\n{}", out.text);
+        }
+        let parsed = parse(&out.text).unwrap();
+        assert_eq!(parsed.capsule.state.findings, c.state.findings);
+        assert_eq!(parsed.capsule.state.errors, c.state.errors);
+        assert_eq!(
+            parsed.capsule.artifacts.modified_files,
+            c.artifacts.modified_files
+        );
+        assert_eq!(
+            parsed.capsule.artifacts.verification,
+            c.artifacts.verification
+        );
+        assert_eq!(
+            write(&parsed.capsule).text,
+            out.text,
+            "export → load → export"
+        );
+    }
+
+    #[test]
+    fn a_model_capsule_written_before_findings_and_errors_existed_loads() {
+        let text = write(&sample())
+            .text
+            .replace("\n## Findings\n", "\n")
+            .replace("\n## Errors and fixes\n", "\n");
+        assert!(!text.contains("## Findings"));
+        let parsed = parse(&text).unwrap();
+        assert!(parsed.capsule.state.findings.is_empty());
     }
 
     #[test]
@@ -1456,7 +1654,8 @@ A note someone added between items.\r
             vec![Verification {
                 command: "cargo test\n--workspace".into(),
                 outcome: VerificationOutcome::Passed,
-                entry_id: String::new()
+                entry_id: String::new(),
+                edited_since: false,
             }]
         );
         let ignored: Vec<usize> = parsed.ignored.iter().map(|i| i.line).collect();
@@ -1863,6 +2062,7 @@ tokens_before: 40000\r\ntokens_after:  3000\r\n---\r\n# Hand-off\r\nA note.\r\n\
                                 command,
                                 outcome: VerificationOutcome::Unknown,
                                 entry_id: "e9".into(),
+                                edited_since: false,
                             })
                             .collect();
                         c

@@ -846,6 +846,7 @@ mod tests {
             command: command.into(),
             outcome,
             entry_id: entry.into(),
+            edited_since: false,
         }
     }
 

@@ -523,6 +523,7 @@ mod tests {
                 command: "cargo test".into(),
                 outcome: VerificationOutcome::Failed,
                 entry_id: "e6".into(),
+                edited_since: false,
             }],
             ..Artifacts::default()
         };

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 use soba::capsule::{
-    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, LoadedFrom,
-    Origin, Quality, Verification, VerificationOutcome,
+    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, ErrorFix, FileArtifact,
+    LoadedFrom, Origin, Quality, Verification, VerificationOutcome,
 };
 use soba::schemas::{
     capsule_schema, protocol_schemas, schema_text, session_entry_schema, SCHEMA_FILES,
@@ -101,6 +101,11 @@ fn capsule() -> CapsuleEntry {
                 decision: "x".into(),
                 rationale: "y".into(),
             }],
+            findings: vec!["f".into()],
+            errors: vec![ErrorFix {
+                error: "e".into(),
+                fix: "x".into(),
+            }],
             blockers: vec!["b".into()],
             next_steps: vec!["n".into()],
             sources: Default::default(),
@@ -120,6 +125,7 @@ fn capsule() -> CapsuleEntry {
                 command: "cargo test".into(),
                 outcome: VerificationOutcome::Passed,
                 entry_id: "e2".into(),
+                edited_since: true,
             }],
             active_skills: vec!["s".into()],
         },

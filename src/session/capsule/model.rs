@@ -91,6 +91,13 @@ pub struct CapsuleState {
     pub pending: Vec<String>,
     #[serde(default)]
     pub decisions: Vec<Decision>,
+    /// What the agent concluded about the system: a root cause, a hypothesis ruled out, how a
+    /// part works, the options it laid before the user. Most of a debugging session's state.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
+    /// Errors met on the way and how each was fixed (an empty fix: not fixed yet).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ErrorFix>,
     #[serde(default)]
     pub blockers: Vec<String>,
     #[serde(default)]
@@ -107,6 +114,16 @@ pub struct Decision {
     pub decision: String,
     #[serde(default)]
     pub rationale: String,
+}
+
+/// An error the work ran into and what fixed it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ErrorFix {
+    pub error: String,
+    /// How it was fixed; empty while it is not.
+    #[serde(default)]
+    pub fix: String,
 }
 
 /// Facts taken from tool calls, file events and explicit reports, never from prose.
@@ -165,6 +182,9 @@ pub struct Verification {
     pub outcome: VerificationOutcome,
     /// The entry holding the call of its last run.
     pub entry_id: String,
+    /// Files were modified after its last run: its outcome may no longer hold.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub edited_since: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

@@ -5,10 +5,11 @@
 
 use std::fmt::Write;
 
-use super::model::{CapsuleEntry, Quality};
+use super::model::CapsuleEntry;
 
-/// Shown where the local builder found no explicit decision: an empty section would read as
-/// "no decisions were made".
+/// What capsules written by earlier versions put under an empty Decisions section. No longer
+/// written (a line about SOBA is noise to the agent reading the capsule); readers of
+/// `.capsule.md` files still drop it.
 pub const DECISIONS_NEED_A_MODEL: &str = "None stated explicitly in the conversation. This capsule was built without a summarization model; finding implicit decisions and their reasons needs one (see docs/compaction.md).";
 
 fn list(out: &mut String, title: &str, items: &[String]) {
@@ -88,9 +89,7 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
     list(&mut out, "Completed", &c.state.completed);
     list(&mut out, "Active", &c.state.active);
     list(&mut out, "Pending", &c.state.pending);
-    if c.state.decisions.is_empty() && c.quality != Quality::Model {
-        let _ = writeln!(out, "\n## Decisions\n{DECISIONS_NEED_A_MODEL}");
-    } else if !c.state.decisions.is_empty() {
+    if !c.state.decisions.is_empty() {
         out.push_str("\n## Decisions\n");
         for d in &c.state.decisions {
             if d.rationale.trim().is_empty() {
@@ -101,6 +100,22 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
                     "- {} — because {}",
                     one_line(&d.decision),
                     one_line(&d.rationale)
+                );
+            }
+        }
+    }
+    list(&mut out, "Findings", &c.state.findings);
+    if !c.state.errors.is_empty() {
+        out.push_str("\n## Errors and fixes\n");
+        for e in &c.state.errors {
+            if e.fix.trim().is_empty() {
+                let _ = writeln!(out, "- {} — not fixed yet", one_line(&e.error));
+            } else {
+                let _ = writeln!(
+                    out,
+                    "- {} — fixed: {}",
+                    one_line(&e.error),
+                    one_line(&e.fix)
                 );
             }
         }
@@ -124,7 +139,17 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
     if !c.artifacts.verification.is_empty() {
         out.push_str("\n## Verification\n");
         for v in &c.artifacts.verification {
-            let _ = writeln!(out, "- `{}` — {}", one_line(&v.command), v.outcome.as_str());
+            let since = if v.edited_since {
+                " (files were modified after this run; run it again before relying on it)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "- `{}` — {}{since}",
+                one_line(&v.command),
+                v.outcome.as_str()
+            );
         }
     }
     list(&mut out, "Active skills", &c.artifacts.active_skills);
@@ -175,6 +200,7 @@ pub(crate) mod tests {
                 blockers: vec!["`cargo test -p auth` fails: assertion failed: expired".into()],
                 next_steps: vec!["Make `cargo test -p auth` pass".into()],
                 sources: Default::default(),
+                ..Default::default()
             },
             artifacts: Artifacts {
                 read_files: vec![FileArtifact {
@@ -191,6 +217,7 @@ pub(crate) mod tests {
                     command: "cargo test -p auth".into(),
                     outcome: VerificationOutcome::Failed,
                     entry_id: "e11".into(),
+                    edited_since: false,
                 }],
                 active_skills: vec!["rust-testing".into()],
             },
@@ -263,17 +290,45 @@ pub(crate) mod tests {
         );
     }
 
+    /// An empty section is left out whoever wrote the capsule: a line about how the capsule
+    /// was made is noise to the agent reading it.
     #[test]
-    fn a_degraded_capsule_without_decisions_says_a_model_is_needed_for_them() {
+    fn a_capsule_without_decisions_has_no_decisions_section_and_no_boilerplate() {
+        for quality in [Quality::Local, Quality::Degraded, Quality::Model] {
+            let mut c = full_capsule();
+            c.quality = quality;
+            c.state.decisions.clear();
+            let text = render_for_model(&c);
+            assert!(!text.contains("## Decisions"), "{text}");
+            assert!(!text.contains(DECISIONS_NEED_A_MODEL), "{text}");
+            assert!(!text.contains("docs/"), "{text}");
+        }
+    }
+
+    #[test]
+    fn findings_errors_and_checks_run_before_later_edits_are_rendered() {
         let mut c = full_capsule();
-        c.state.decisions.clear();
+        c.state.findings = vec!["root cause: the subagent is still running at PostCommit".into()];
+        c.state.errors = vec![
+            ErrorFix {
+                error: "E0599 no method `tick` on Clock".into(),
+                fix: "imported the Tick trait".into(),
+            },
+            ErrorFix {
+                error: "flaky timeout in login test".into(),
+                fix: String::new(),
+            },
+        ];
+        c.artifacts.verification[0].edited_since = true;
         let text = render_for_model(&c);
-        assert!(
-            text.contains(&format!("## Decisions\n{DECISIONS_NEED_A_MODEL}")),
-            "{text}"
-        );
-        c.quality = Quality::Model;
-        assert!(!render_for_model(&c).contains("## Decisions"));
+        assert!(text
+            .contains("## Findings\n- root cause: the subagent is still running at PostCommit\n"));
+        assert!(text.contains(
+            "## Errors and fixes\n- E0599 no method `tick` on Clock — fixed: imported the Tick trait\n- flaky timeout in login test — not fixed yet\n"
+        ));
+        assert!(text.contains(
+            "- `cargo test -p auth` — failed (files were modified after this run; run it again before relying on it)"
+        ));
     }
 
     /// After the agent's own compaction, no retained tail follows the capsule: its opening says
