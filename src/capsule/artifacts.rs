@@ -8,7 +8,7 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 use serde_json::Value;
 
 use super::model::{Artifacts, FileArtifact, Verification, VerificationOutcome};
-use super::shell::analyze_command_value;
+use super::shell::analyze_command_value_in;
 use crate::session::entry::{blocks_text, Entry, EntryBody, FileOp, ToolResultEntry};
 
 pub use crate::tool_mapping::ToolMapping;
@@ -37,6 +37,18 @@ pub struct ArtifactCollector {
     seq: u64,
     /// Modified-list slots of files renamed since (their history moved to the new name).
     renamed_away: Vec<usize>,
+    /// `run_seq` at the latest modification: a check last run before it may no longer hold.
+    last_edit: u64,
+    /// Checks an earlier capsule already marked as run before later edits, until run again.
+    stale_seeded: std::collections::HashSet<String, foldhash::fast::RandomState>,
+    /// Set while an earlier capsule's facts are taken in: they are no new edits.
+    seeding: bool,
+    /// Where Claude Code's persistent `Bash` shell was left by a `cd` (absolute when known).
+    shell_cwd: Option<String>,
+    /// Folders outside the workspace where the session does its work: git worktrees it added
+    /// or works in, folders its shell works in. Edits there are the work, under their real
+    /// paths; edits anywhere else outside the workspace are not.
+    work_roots: Vec<String>,
 }
 
 impl ArtifactCollector {
@@ -49,6 +61,10 @@ impl ArtifactCollector {
 
     /// Start from an earlier capsule's artifacts, so a roll-forward loses nothing.
     pub fn seed(&mut self, previous: &Artifacts) {
+        self.seeding = true;
+        for w in &previous.work_trees {
+            self.add_work_root(w);
+        }
         for f in &previous.read_files {
             for id in &f.entry_ids {
                 self.add_read(&f.path, id);
@@ -68,7 +84,11 @@ impl ArtifactCollector {
         }
         for v in &previous.verification {
             self.set_verification(&v.command, v.outcome, &v.entry_id);
+            if v.edited_since {
+                self.stale_seeded.insert(v.command.clone());
+            }
         }
+        self.seeding = false;
         for s in &previous.active_skills {
             if !self.skills.contains(s) {
                 self.skills.push(s.clone());
@@ -76,27 +96,86 @@ impl ArtifactCollector {
         }
     }
 
+    /// A path as the capsule lists it: relative to the workspace when inside it, else
+    /// absolute; `.` and `..` resolved, so one file has one name however it was reached.
     fn relative(&self, path: &str) -> String {
         let p = path.trim();
-        let p = p.strip_prefix("./").unwrap_or(p);
+        if p.is_empty() {
+            return String::new();
+        }
+        let absolute = p.starts_with('/') || p.starts_with('~');
+        let resolved = if absolute || self.workspace.is_empty() {
+            normalize_path(p)
+        } else {
+            normalize_path(&format!("{}/{p}", self.workspace))
+        };
         if !self.workspace.is_empty() {
-            if let Some(rest) = p.strip_prefix(&self.workspace) {
-                if let Some(rel) = rest.strip_prefix('/') {
-                    return rel.to_string();
-                }
+            if resolved == self.workspace {
+                return ".".to_string();
+            }
+            if let Some(rel) = resolved
+                .strip_prefix(&self.workspace)
+                .and_then(|r| r.strip_prefix('/'))
+            {
+                return rel.to_string();
             }
         }
-        p.to_string()
+        resolved
     }
 
-    /// A path outside the workspace (a scratch clone in /tmp, a file in the home folder) is
-    /// not the project's work: read there, perhaps, but never listed as modified.
+    /// A path outside the workspace and the session's other work trees (a scratch clone in
+    /// /tmp, a file in the home folder) is not the project's work: read there, perhaps, but
+    /// never listed as modified.
     fn outside_workspace(&self, relative: &str) -> bool {
         let absolute = relative.starts_with('/') || relative.starts_with('~');
-        let scratch = ["/tmp/", "/private/tmp/", "/var/folders/", "/dev/"]
-            .iter()
-            .any(|d| relative.starts_with(d));
-        scratch || (absolute && !self.workspace.is_empty())
+        if is_scratch(relative) {
+            return true;
+        }
+        absolute
+            && !self.workspace.is_empty()
+            && !relative.starts_with('~')
+            && !self.in_work_root(relative)
+    }
+
+    fn in_work_root(&self, absolute: &str) -> bool {
+        let under = |root: &str| {
+            absolute
+                .strip_prefix(root)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        self.work_roots.iter().any(|r| under(r)) || self.sibling_checkout(absolute)
+    }
+
+    /// A checkout beside the workspace named after it (`../repo.worktrees/fix`, `../repo-v2`,
+    /// `../repo_main`): where agents put the git worktrees of the same project.
+    fn sibling_checkout(&self, absolute: &str) -> bool {
+        let Some((parent, name)) = self.workspace.rsplit_once('/') else {
+            return false;
+        };
+        if name.is_empty() {
+            return false;
+        }
+        let Some(rest) = absolute
+            .strip_prefix(parent)
+            .and_then(|r| r.strip_prefix('/'))
+        else {
+            return false;
+        };
+        let top = rest.split('/').next().unwrap_or("");
+        top.strip_prefix(name)
+            .is_some_and(|tail| tail.starts_with(['.', '-', '_']) && tail.len() > 1)
+    }
+
+    /// A folder the session works in, outside the workspace (resolved first).
+    fn add_work_root(&mut self, dir: &str) {
+        let dir = self.relative(dir);
+        let absolute = dir.starts_with('/');
+        if !absolute || is_scratch(&dir) || dir == "/" || is_home_folder(&dir) {
+            return;
+        }
+        if !self.work_roots.contains(&dir) {
+            self.work_roots.push(dir);
+        }
     }
 
     fn touch(&mut self, path: &str) {
@@ -106,7 +185,7 @@ impl ArtifactCollector {
 
     fn add_read(&mut self, path: &str, entry_id: &str) {
         let path = self.relative(path);
-        if path.is_empty() {
+        if path.is_empty() || path == "." || not_the_work(&path) {
             return;
         }
         self.touch(&path);
@@ -116,8 +195,12 @@ impl ArtifactCollector {
     /// Record a modification; returns the file's index in the modified list.
     fn add_modified(&mut self, path: &str, entry_id: &str) -> Option<usize> {
         let path = self.relative(path);
-        if path.is_empty() || self.outside_workspace(&path) {
+        if path.is_empty() || path == "." || self.outside_workspace(&path) {
             return None;
+        }
+        if !self.seeding {
+            self.run_seq += 1;
+            self.last_edit = self.run_seq;
         }
         self.touch(&path);
         let i = add_file(&mut self.modified, &mut self.modified_at, path, entry_id);
@@ -175,6 +258,9 @@ impl ArtifactCollector {
         }
         self.run_seq += 1;
         self.last_run.insert(command.to_string(), self.run_seq);
+        if !self.seeding {
+            self.stale_seeded.remove(command);
+        }
     }
 
     /// Take the facts of one entry.
@@ -186,6 +272,9 @@ impl ArtifactCollector {
                 }
             }
             EntryBody::ToolResult(r) => {
+                if self.shell_cwd.is_some() && shell_was_reset(r) {
+                    self.shell_cwd = None;
+                }
                 if let Some(command) = self.pending_checks.remove(&r.call_id) {
                     let outcome = result_outcome(r);
                     if let Some(session) = running_session(r) {
@@ -257,7 +346,31 @@ impl ArtifactCollector {
             }
         }
         if let Some(arg) = mapping.shell.get(name) {
-            if let Some(facts) = analyze_command_value(input.get(arg).unwrap_or(&Value::Null)) {
+            // Codex runs each command in its `workdir`; Claude Code's Bash is one shell that
+            // stays where a `cd` left it.
+            let workdir = ["workdir", "cwd"]
+                .iter()
+                .find_map(|k| input.get(*k).and_then(Value::as_str))
+                .map(|d| self.absolute(d));
+            let persistent = name == "Bash";
+            let base = workdir
+                .clone()
+                .or_else(|| persistent.then(|| self.shell_cwd.clone()).flatten());
+            if let Some(d) = &workdir {
+                self.add_work_root(d);
+            }
+            let command = input.get(arg).unwrap_or(&Value::Null);
+            if let Some(facts) = analyze_command_value_in(command, base.as_deref()) {
+                for w in &facts.worktrees {
+                    self.add_work_root(w);
+                }
+                if let Some(d) = &facts.final_cwd {
+                    let d = self.absolute(d);
+                    self.add_work_root(&d);
+                    if persistent {
+                        self.shell_cwd = Some(d);
+                    }
+                }
                 for p in facts.reads {
                     self.add_read(&p, entry_id);
                 }
@@ -294,10 +407,26 @@ impl ArtifactCollector {
         }
     }
 
+    /// `dir` resolved against the workspace, absolute where the workspace is known.
+    fn absolute(&self, dir: &str) -> String {
+        let rel = self.relative(dir);
+        if rel == "." {
+            self.workspace.clone()
+        } else if rel.starts_with('/') || rel.starts_with('~') || self.workspace.is_empty() {
+            rel
+        } else {
+            format!("{}/{rel}", self.workspace)
+        }
+    }
+
     /// The facts, bounded: however long the session and however many capsules rolled it
     /// forward, the newest files and checks are kept (a file the agent modified is not listed
     /// again as read), each with its newest entries.
     pub fn finish(mut self) -> Artifacts {
+        for v in &mut self.verification {
+            let ran = self.last_run.get(&v.command).copied().unwrap_or(0);
+            v.edited_since = self.last_edit > ran || self.stale_seeded.contains(&v.command);
+        }
         let last_run = &self.last_run;
         self.verification
             .sort_by_key(|v| last_run.get(&v.command).copied().unwrap_or(0));
@@ -345,8 +474,108 @@ impl ArtifactCollector {
             modified_files: self.modified,
             verification: self.verification,
             active_skills: self.skills,
+            work_trees: self.work_roots,
         }
     }
+}
+
+/// `.` and `..` components resolved and repeated slashes collapsed; a `..` above a relative
+/// path's start is kept.
+fn normalize_path(p: &str) -> String {
+    let (root, rest) = if let Some(r) = p.strip_prefix('/') {
+        ("/", r)
+    } else if let Some(r) = p.strip_prefix("~/") {
+        ("~/", r)
+    } else {
+        ("", p)
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for c in rest.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => match parts.last() {
+                Some(&last) if last != ".." => {
+                    parts.pop();
+                }
+                _ if root == "/" => {}
+                _ => parts.push(".."),
+            },
+            c => parts.push(c),
+        }
+    }
+    let joined = parts.join("/");
+    if root.is_empty() && joined.is_empty() {
+        ".".to_string()
+    } else {
+        format!("{root}{joined}")
+    }
+}
+
+/// Scratch space: what is made there is thrown away.
+fn is_scratch(path: &str) -> bool {
+    ["/tmp/", "/private/tmp/", "/var/folders/", "/dev/"]
+        .iter()
+        .any(|d| path.starts_with(d) || path == d.trim_end_matches('/'))
+}
+
+/// `/home/NAME`, `/Users/NAME`, `/root`: too wide to be a work tree.
+fn is_home_folder(path: &str) -> bool {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    matches!(
+        parts.as_slice(),
+        ["home" | "Users", _] | ["root"] | ["home" | "Users"]
+    )
+}
+
+/// Folder names of installed dependencies, caches and build tools' own state: a read there is
+/// the agent looking something up, not the project's work.
+const DEPENDENCY_FOLDERS: [&str; 22] = [
+    "node_modules",
+    "bower_components",
+    ".git",
+    "site-packages",
+    "dist-packages",
+    ".venv",
+    "__pycache__",
+    ".cache",
+    ".npm",
+    ".pnpm-store",
+    ".yarn",
+    ".cargo",
+    ".rustup",
+    ".m2",
+    ".gradle",
+    ".tox",
+    ".nox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".terraform",
+    "__snapshots_cache__",
+];
+
+/// Whether a file read is outside the work: a dependency, a cache, or an agent's own skill and
+/// settings files (`.claude/skills/…/SKILL.md`, `~/.codex/…`).
+fn not_the_work(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    if parts.iter().any(|c| DEPENDENCY_FOLDERS.contains(c)) || path.contains("/go/pkg/mod/") {
+        return true;
+    }
+    if parts.last() == Some(&"SKILL.md") {
+        return true;
+    }
+    let agent_dir = |c: &&str| matches!(*c, ".claude" | ".codex" | ".pi" | ".agents" | ".cursor");
+    let outside = path.starts_with('/') || path.starts_with('~');
+    parts
+        .windows(2)
+        .any(|w| agent_dir(&w[0]) && w[1] == "skills")
+        || (outside && parts.iter().any(agent_dir))
+}
+
+/// Claude Code moves its shell back to the project when a `cd` left it: "Shell cwd was reset
+/// to /path".
+fn shell_was_reset(r: &ToolResultEntry) -> bool {
+    blocks_text(&r.content).contains("Shell cwd was reset to")
 }
 
 /// Files read kept in a capsule, newest: the ones the work is about now.
@@ -483,12 +712,29 @@ fn exit_code_in_output(text: &str) -> Option<i64> {
         .and_then(|c| c[1].parse().ok())
 }
 
-/// Failure lines no passing run prints.
+/// Failure lines no passing run prints: what a check printed decides over an exit status
+/// that a pipe, a wrapper script or a task runner reported as 0.
+///
+/// Word boundaries are ASCII (`(?-u:\b)`): the Unicode ones keep the regex engine off its fast
+/// paths on non-ASCII output, and every marker here is ASCII.
 fn strong_failure_marker(text: &str) -> bool {
     static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-        regex::Regex::new(
-            r"(?m)(test result: FAILED|^FAIL\b|^--- FAIL:|\berror TS\d+:|^thread '.*' panicked at|Traceback \(most recent call last\)|npm ERR!|BUILD FAILURE|^error: command '[^']*' failed|\bfailed with exit (?:code|status) [1-9])",
-        )
+        regex::Regex::new(concat!(
+            r"(?m)(",
+            // Test runners' summaries: cargo, go, jest/vitest, pytest.
+            r"test result: FAILED|^FAIL(?-u:\b)|^--- FAIL:|^Tests:\s+[1-9]\d* failed|^=+ .*(?-u:\b)[1-9]\d* failed(?-u:\b).*=+\s*$",
+            r"|^thread '.*' panicked at|Traceback \(most recent call last\)",
+            // Compilers and linters: tsc, cargo, mypy/ruff, eslint, golangci-lint.
+            r"|(?-u:\b)error TS\d+:|^error: could not compile|^error: \d+ target|^Found [1-9]\d* errors?(?-u:\b)",
+            r"|^\s*(?:\S+ )?[1-9]\d* problems? \(|^[1-9]\d* issues?(?: found)?[:.]?\s*$",
+            // Package managers and task runners: npm, pnpm, yarn, make, mise, task, just,
+            // gradle/maven.
+            r"|npm ERR!|(?-u:\b)ERR_PNPM_\w+|^error Command failed with exit code [1-9]|(?-u:\b)ELIFECYCLE(?-u:\b)",
+            r"|^make(?:\[\d+\])?: \*\*\* .*Error \d+|(?-u:\b)ERROR(?-u:\b)[^\n]*(?-u:\b)(?:task|command|recipe|job) failed(?-u:\b)",
+            r"|^error: Recipe `[^`]*` failed|^task: Failed to run task|BUILD FAILURE|^FAILURE: Build failed",
+            r"|^error: command '[^']*' failed|(?-u:\b)failed with exit (?:code|status) [1-9]",
+            r")",
+        ))
         .expect("valid regex")
     });
     RE.is_match(text)
@@ -508,7 +754,7 @@ fn aborted(text: &str) -> bool {
 fn failure_marker(text: &str) -> bool {
     static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(
-            r"(?m)(test result: FAILED|^FAILED\b|^FAIL\b|\b\d+ (?:failed|failing|errors?)\b|^error(?:\[E\d+\])?:|npm ERR!|Traceback \(most recent call last\)|BUILD FAILURE|Build FAILED|Found \d+ errors?)",
+            r"(?m)(test result: FAILED|^FAILED(?-u:\b)|^FAIL(?-u:\b)|(?-u:\b)\d+ (?:failed|failing|errors?)(?-u:\b)|^error(?:\[E\d+\])?:|npm ERR!|Traceback \(most recent call last\)|BUILD FAILURE|Build FAILED|Found \d+ errors?)",
         )
         .expect("valid regex")
     });
@@ -712,6 +958,249 @@ mod tests {
             ]
         );
         assert_eq!(a.active_skills, ["pdf"]);
+    }
+
+    fn result(b: &mut Builder, call_id: &str, text: &str, exit_code: Option<i64>) {
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: call_id.into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            exit_code,
+        }));
+    }
+
+    /// What a check printed decides over an exit status of 0 that a task runner, a wrapper or
+    /// a pipe reported; a passing run's output stays passed.
+    #[test]
+    fn a_check_that_printed_its_failure_has_failed_whatever_its_exit_status() {
+        let r = |text: &str| ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            exit_code: Some(0),
+        };
+        for failed in [
+            "src/a.go:3:1: unused (unused)\n2 issues:\n* unused: 2\n[lint] ERROR task failed",
+            "[lint] ERROR task failed",
+            "/w/src/a.ts\n  3:1  error  'x' is unused  no-unused-vars\n\n✖ 3 problems (3 errors, 0 warnings)",
+            "src/a.py:1: error: Name 'x' is not defined\nFound 2 errors in 1 file (checked 3 source files)",
+            "=========== 2 failed, 14 passed in 0.52s ===========",
+            "Tests:       1 failed, 41 passed, 42 total",
+            "error: could not compile `soba` (lib) due to 2 previous errors",
+            "make: *** [Makefile:12: test] Error 2",
+            " ELIFECYCLE  Command failed with exit code 1.",
+            "error Command failed with exit code 1.",
+            "error: Recipe `test` failed on line 3 with exit code 1",
+        ] {
+            assert_eq!(result_outcome(&r(failed)), VerificationOutcome::Failed, "{failed}");
+        }
+        for passed in [
+            "0 issues.",
+            "=========== 16 passed in 0.52s ===========",
+            "Tests:       42 passed, 42 total",
+            "Found 0 errors",
+            "✔ no problems",
+            "test result: ok. 12 passed; 0 failed",
+            "INFO the error task failed earlier was retried", // no ERROR level
+        ] {
+            assert_eq!(
+                result_outcome(&r(passed)),
+                VerificationOutcome::Passed,
+                "{passed}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_check_run_before_later_edits_is_marked_until_it_runs_again() {
+        let mut b = Builder::new();
+        b.bash("c1", "cargo test");
+        result(&mut b, "c1", "test result: ok. 2 passed", Some(0));
+        b.bash("c2", "npm run lint");
+        result(&mut b, "c2", "done", Some(0));
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        assert!(a.verification.iter().all(|v| !v.edited_since));
+
+        b.call("e1", "Edit", json!({"file_path": "/ws/src/lib.rs"}));
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        assert!(a.verification.iter().all(|v| v.edited_since), "{a:?}");
+
+        b.bash("c3", "cargo test");
+        result(&mut b, "c3", "test result: ok. 2 passed", Some(0));
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let stale: Vec<(&str, bool)> = a
+            .verification
+            .iter()
+            .map(|v| (v.command.as_str(), v.edited_since))
+            .collect();
+        assert_eq!(stale, [("npm run lint", true), ("cargo test", false)]);
+
+        // Rolled forward, the mark stays until the check runs again; the earlier capsule's
+        // own files are no new edits.
+        let mut next = Builder::new();
+        next.bash("c4", "ls");
+        let rolled = collect(
+            "/ws",
+            Some(&a),
+            next.session.entries(),
+            &ToolMapping::default(),
+        );
+        assert_eq!(
+            rolled
+                .verification
+                .iter()
+                .map(|v| (v.command.as_str(), v.edited_since))
+                .collect::<Vec<_>>(),
+            stale
+        );
+        next.bash("c5", "npm run lint");
+        result(&mut next, "c5", "done", Some(0));
+        let rolled = collect(
+            "/ws",
+            Some(&a),
+            next.session.entries(),
+            &ToolMapping::default(),
+        );
+        assert!(rolled.verification.iter().all(|v| !v.edited_since));
+    }
+
+    /// Agents work in git worktrees beside the workspace; the edits there are the work, under
+    /// their real paths.
+    #[test]
+    fn edits_in_the_sessions_worktrees_are_kept_under_their_real_paths() {
+        let mut b = Builder::new();
+        // A sibling checkout named after the workspace, edited by absolute patch paths.
+        b.call(
+            "p1",
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Update File: /home/me/repo.worktrees/fix/src/a.rs\n*** End Patch"}),
+        );
+        // A worktree added under another name, then edited through the shell.
+        b.bash("b1", "git worktree add -b spike /srv/work/spike main");
+        b.bash("b2", "cd /srv/work/spike && sed -i s/a/b/ lib/x.py");
+        // Codex runs a command in its workdir.
+        b.call(
+            "b3",
+            "exec_command",
+            json!({"cmd": "rm stale.txt", "workdir": "/opt/checkouts/other"}),
+        );
+        // Outside any of them: not the work.
+        b.call("w1", "Write", json!({"file_path": "/home/me/notes.txt"}));
+        b.call(
+            "w2",
+            "Write",
+            json!({"file_path": "/home/me/repository/x.rs"}),
+        );
+        let a = collect(
+            "/home/me/repo",
+            None,
+            b.session.entries(),
+            &ToolMapping::default(),
+        );
+        let paths: Vec<(&str, bool)> = a
+            .modified_files
+            .iter()
+            .map(|f| (f.path.as_str(), f.deleted))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                ("/home/me/repo.worktrees/fix/src/a.rs", false),
+                ("/srv/work/spike/lib/x.py", false),
+                ("/opt/checkouts/other/stale.txt", true),
+            ]
+        );
+        // Rolled forward, a later edit in the same worktree is still the work.
+        let mut next = Builder::new();
+        next.call(
+            "w3",
+            "Write",
+            json!({"file_path": "/srv/work/spike/lib/y.py"}),
+        );
+        let rolled = collect(
+            "/home/me/repo",
+            Some(&a),
+            next.session.entries(),
+            &ToolMapping::default(),
+        );
+        assert!(rolled
+            .modified_files
+            .iter()
+            .any(|f| f.path == "/srv/work/spike/lib/y.py"));
+    }
+
+    #[test]
+    fn paths_are_resolved_through_cd_and_workdir_and_one_file_has_one_name() {
+        let mut b = Builder::new();
+        // Claude Code's Bash keeps the folder a `cd` left it in.
+        b.bash("b1", "cd packages/web");
+        b.bash("b2", "cat src/app.ts");
+        b.bash("b3", "sed -i s/x/y/ src/app.ts");
+        // Until Claude Code says it moved the shell back.
+        b.bash("b4", "cd /elsewhere");
+        result(&mut b, "b4", "Shell cwd was reset to /ws", Some(0));
+        b.bash("b5", "cat README.md");
+        // Codex's workdir, relative to the workspace.
+        b.call(
+            "x1",
+            "exec_command",
+            json!({"cmd": "cat index.ts", "workdir": "packages/api"}),
+        );
+        // The same file by an absolute path, a `./` and a `..`.
+        b.call(
+            "r1",
+            "Read",
+            json!({"file_path": "/ws/packages/web/src/app.ts"}),
+        );
+        b.call(
+            "r2",
+            "Read",
+            json!({"file_path": "./packages/api/../api/index.ts"}),
+        );
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
+        let modified: Vec<&str> = a.modified_files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(modified, ["packages/web/src/app.ts"]);
+        assert_eq!(read, ["README.md", "packages/api/index.ts"]);
+        // A shell that does not persist (pi's bash) takes each command from the workspace.
+        let mut b = Builder::new();
+        b.call("p1", "bash", json!({"command": "cd pkg"}));
+        b.call("p2", "bash", json!({"command": "cat a.ts"}));
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        assert_eq!(a.read_files[0].path, "a.ts");
+    }
+
+    #[test]
+    fn dependency_cache_and_skill_files_are_not_files_read() {
+        let mut b = Builder::new();
+        for p in [
+            "/ws/node_modules/react/index.d.ts",
+            "/ws/.venv/lib/python3.12/site-packages/x/y.py",
+            "/home/me/.cargo/registry/src/serde-1.0/src/lib.rs",
+            "/home/me/go/pkg/mod/github.com/x/y.go",
+            "/ws/.claude/skills/release/SKILL.md",
+            "/home/me/.codex/prompts/review.md",
+            "/ws/.git/config",
+            "/ws/src/main.rs",
+            "/ws/.github/workflows/ci.yml",
+        ] {
+            b.call("r", "Read", json!({"file_path": p}));
+        }
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(read, ["src/main.rs", ".github/workflows/ci.yml"]);
+    }
+
+    #[test]
+    fn normalized_paths() {
+        assert_eq!(normalize_path("/a/./b//c/../d"), "/a/b/d");
+        assert_eq!(normalize_path("../x/./y"), "../x/y");
+        assert_eq!(normalize_path("a/../.."), "..");
+        assert_eq!(normalize_path("/.."), "/");
+        assert_eq!(normalize_path("~/p/../q"), "~/q");
+        assert_eq!(normalize_path("./"), ".");
     }
 
     #[test]

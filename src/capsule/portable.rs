@@ -531,6 +531,8 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
                 })
                 .collect(),
             active_skills: list(&c.artifacts.active_skills, &mut r),
+            // The file's paths say where the work was; the folders stay in the session log.
+            work_trees: Vec::new(),
         },
     };
     report.merge(&lists.into_inner());
@@ -1385,6 +1387,7 @@ mod tests {
                     edited_since: false,
                 }],
                 active_skills: vec!["tui-patterns".into()],
+                work_trees: Vec::new(),
             },
         }
     }

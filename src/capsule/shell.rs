@@ -23,14 +23,25 @@ pub struct ShellFacts {
     pub renames: Vec<(String, String)>,
     /// The verification command, normalised (`cd …`, env assignments and `timeout` removed).
     pub verification: Option<String>,
+    /// The working directory the line leaves its shell in (`cd pkg` at the top level), for a
+    /// shell that persists between calls; `None` when the line does not change it.
+    pub final_cwd: Option<String>,
+    /// Work trees the line created (`git worktree add PATH`): the session may work there.
+    pub worktrees: Vec<String>,
 }
 
 /// Facts of a tool's command argument: a script string is parsed; an argv array is already
 /// words (`["apply_patch", PATCH]`, `["bash", "-lc", SCRIPT]`), so it is analysed as one
 /// simple command and no word of it is re-split.
 pub fn analyze_command_value(v: &Value) -> Option<ShellFacts> {
+    analyze_command_value_in(v, None)
+}
+
+/// [`analyze_command_value`] for a command run in `cwd` (a tool's `workdir`, or where a
+/// persistent shell was left): relative paths are taken from there.
+pub fn analyze_command_value_in(v: &Value, cwd: Option<&str>) -> Option<ShellFacts> {
     match v {
-        Value::String(s) => Some(analyze_shell(s)),
+        Value::String(s) => Some(analyze_shell_in(s, cwd)),
         Value::Array(parts) => {
             let words: Vec<String> = parts
                 .iter()
@@ -40,7 +51,7 @@ pub fn analyze_command_value(v: &Value) -> Option<ShellFacts> {
             if words.is_empty() {
                 return None;
             }
-            let mut walk = Walk::default();
+            let mut walk = Walk::starting_in(cwd);
             let words: Vec<Word> = words.into_iter().map(Word::literal).collect();
             walk.simple(&words, &[]);
             Some(walk.finish())
@@ -55,7 +66,12 @@ pub fn analyze_command_value(v: &Value) -> Option<ShellFacts> {
 /// a guess there is how heredoc bodies used to become "files". Its verification command is
 /// still recognised when the line is one plain command.
 pub fn analyze_shell(line: &str) -> ShellFacts {
-    let mut walk = Walk::default();
+    analyze_shell_in(line, None)
+}
+
+/// [`analyze_shell`] for a line run in `cwd`.
+pub fn analyze_shell_in(line: &str, cwd: Option<&str>) -> ShellFacts {
+    let mut walk = Walk::starting_in(cwd);
     match parse(line) {
         Some(program) => {
             for c in &program.complete_commands {
@@ -180,21 +196,39 @@ fn looks_like_file(p: &str) -> bool {
 #[derive(Default)]
 struct Walk {
     cwd: Option<String>,
+    /// Where the line started.
+    start: Option<String>,
     reads: Vec<String>,
     modifies: Vec<String>,
     deletes: Vec<String>,
     renames: Vec<(String, String)>,
     checks: Vec<String>,
+    worktrees: Vec<String>,
 }
 
 impl Walk {
+    fn starting_in(cwd: Option<&str>) -> Walk {
+        let cwd = cwd
+            .map(|d| d.trim().trim_end_matches('/'))
+            .filter(|d| !d.is_empty() && *d != ".")
+            .map(str::to_string);
+        Walk {
+            start: cwd.clone(),
+            cwd,
+            ..Walk::default()
+        }
+    }
+
     fn finish(self) -> ShellFacts {
+        let final_cwd = self.cwd.filter(|c| Some(c) != self.start.as_ref());
         let mut facts = ShellFacts {
             reads: Vec::new(),
             modifies: Vec::new(),
             deletes: self.deletes,
             renames: self.renames,
             verification: (!self.checks.is_empty()).then(|| self.checks.join(" && ")),
+            final_cwd,
+            worktrees: self.worktrees,
         };
         for p in self.reads {
             if !facts.reads.contains(&p) {
@@ -547,6 +581,9 @@ impl Walk {
         for (from, to) in inner.renames {
             self.renames.push((self.join(&from), self.join(&to)));
         }
+        for w in inner.worktrees {
+            self.worktrees.push(self.join(&w));
+        }
         if let Some(c) = inner.verification {
             self.checks.push(c);
         }
@@ -721,6 +758,17 @@ impl Walk {
                 }
                 for p in operands(rest, &["-p", "-C", "--directory", "--exclude", "--include"]) {
                     self.read(p);
+                }
+            }
+            "worktree" if rest.first().is_some_and(|a| a.is("add")) => {
+                // `git worktree add [-b BRANCH] PATH [COMMIT]`: the path is the first operand.
+                let with_value = ["-b", "-B", "--reason"];
+                if let Some(dir) = operand_words(&rest[1..], &with_value)
+                    .first()
+                    .and_then(|w| path_word(w))
+                {
+                    let dir = self.join(dir);
+                    self.worktrees.push(dir);
                 }
             }
             // `git add`, `git commit`, `git stash`: the index and history change, not the files.
@@ -978,6 +1026,34 @@ mod tests {
 
     fn shell(line: &str) -> ShellFacts {
         analyze_shell(line)
+    }
+
+    #[test]
+    fn a_line_run_in_a_folder_takes_its_paths_from_there_and_says_where_it_left_the_shell() {
+        let facts = analyze_shell_in(
+            "cat src/a.rs && cd ../b && sed -i s/x/y/ c.rs",
+            Some("/w/a"),
+        );
+        assert_eq!(facts.reads, ["/w/a/src/a.rs"]);
+        assert_eq!(facts.modifies, ["/w/a/../b/c.rs"]);
+        assert_eq!(facts.final_cwd.as_deref(), Some("/w/a/../b"));
+        // A subshell's `cd` leaves the shell where it was.
+        let facts = analyze_shell_in("(cd pkg && cat x.ts)", Some("/w"));
+        assert_eq!(facts.reads, ["/w/pkg/x.ts"]);
+        assert_eq!(facts.final_cwd, None);
+        let facts = analyze_shell("cd pkg");
+        assert_eq!(facts.final_cwd.as_deref(), Some("pkg"));
+        let facts = analyze_command_value_in(&json!(["cat", "x.rs"]), Some("/w/sub")).unwrap();
+        assert_eq!(facts.reads, ["/w/sub/x.rs"]);
+    }
+
+    #[test]
+    fn a_worktree_the_line_adds_is_named() {
+        let facts = shell("git worktree add -b fix ../repo.worktrees/fix main");
+        assert_eq!(facts.worktrees, ["../repo.worktrees/fix"]);
+        let facts = analyze_shell_in("git -C repo worktree add /abs/wt", Some("/w"));
+        assert_eq!(facts.worktrees, ["/abs/wt"]);
+        assert!(shell("git worktree list").worktrees.is_empty());
     }
 
     #[test]

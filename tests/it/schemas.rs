@@ -128,6 +128,7 @@ fn capsule() -> CapsuleEntry {
                 edited_since: true,
             }],
             active_skills: vec!["s".into()],
+            work_trees: vec!["/w/repo.worktrees/fix".into()],
         },
         tokens: CapsuleTokens {
             before: 10,

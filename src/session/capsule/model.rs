@@ -138,6 +138,10 @@ pub struct Artifacts {
     pub verification: Vec<Verification>,
     #[serde(default)]
     pub active_skills: Vec<String>,
+    /// Folders outside the workspace the session worked in (git worktrees it added, checkouts
+    /// its commands ran in): edits there are listed under their absolute paths.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub work_trees: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

@@ -136,6 +136,11 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
         })
         .collect();
     list(&mut out, "Files modified", &changes);
+    list(
+        &mut out,
+        "Work trees outside the workspace",
+        &c.artifacts.work_trees,
+    );
     if !c.artifacts.verification.is_empty() {
         out.push_str("\n## Verification\n");
         for v in &c.artifacts.verification {
@@ -220,6 +225,7 @@ pub(crate) mod tests {
                     edited_since: false,
                 }],
                 active_skills: vec!["rust-testing".into()],
+                work_trees: Vec::new(),
             },
             tokens: CapsuleTokens {
                 before: 41000,
