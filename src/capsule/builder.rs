@@ -21,10 +21,11 @@ use serde_json::Value;
 
 use super::artifacts::result_outcome;
 use super::decisions::stated_decisions;
+use super::findings::{chosen_option, offered_options, stated_findings};
 use super::intent::{classify, Intent, UserMessage};
 use super::milestones::milestones;
 use super::model::{
-    Artifacts, CapsuleEntry, CapsuleState, Decision, Verification, VerificationOutcome,
+    Artifacts, CapsuleEntry, CapsuleState, Decision, ErrorFix, Verification, VerificationOutcome,
 };
 use super::requests::typed_text;
 use super::work::{clip, covers, is_wrap_up, offers, reported_done, stated_next_steps};
@@ -54,6 +55,59 @@ const RECENT_TOOL_RESULTS: usize = 3;
 const REQUEST_LABEL_CHARS: usize = 100;
 /// Longest completed item.
 const MAX_DONE_CHARS: usize = 240;
+/// Findings kept, newest: older conclusions were often revised since.
+const MAX_FINDINGS: usize = 6;
+/// Errors with their fixes kept, newest.
+const MAX_ERRORS: usize = 5;
+/// The agent's last message, quoted as where to pick up, up to this many characters.
+const LAST_WORDS_CHARS: usize = 600;
+/// A last message shorter than this many words is quoted with the message before it.
+const SHORT_LAST_WORDS: usize = 15;
+/// Words that name no particular work: a step made of these alone ("Fix this", "Try a
+/// different approach", "Verify everything still works") means nothing out of its message;
+/// the quoted last message carries it.
+const VAGUE_STEP_WORDS: [&str; 34] = [
+    "fix",
+    "this",
+    "that",
+    "it",
+    "these",
+    "those",
+    "try",
+    "a",
+    "an",
+    "the",
+    "different",
+    "another",
+    "approach",
+    "properly",
+    "continue",
+    "verify",
+    "check",
+    "everything",
+    "all",
+    "still",
+    "works",
+    "work",
+    "again",
+    "now",
+    "first",
+    "then",
+    "do",
+    "look",
+    "at",
+    "more",
+    "simpler",
+    "way",
+    "issue",
+    "problem",
+];
+
+fn is_vague_step(step: &str) -> bool {
+    step.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .all(|w| VAGUE_STEP_WORDS.contains(&w.to_lowercase().as_str()))
+}
 
 /// Said as the next step when the latest request is done and the agent named nothing further.
 pub const AWAIT_NEXT_REQUEST: &str =
@@ -214,12 +268,14 @@ impl Sources {
             &s.completed,
             &s.active,
             &s.pending,
+            &s.findings,
             &s.blockers,
             &s.next_steps,
         ] {
             held.extend(list.iter().map(String::as_str));
         }
         held.extend(s.decisions.iter().map(|d| d.decision.as_str()));
+        held.extend(s.errors.iter().map(|e| e.error.as_str()));
         held.into_iter()
             .filter_map(|k| self.0.remove_entry(k))
             .collect()
@@ -235,6 +291,9 @@ struct Turn<'a> {
     message: usize,
     /// The last assistant text of the turn, with its entry id.
     last_text: Option<(&'a str, String)>,
+    /// The assistant text before it, when the last one says too little on its own ("Let me
+    /// try a different approach:").
+    text_before: Option<String>,
     /// Tool calls made after that text.
     calls_after_text: usize,
 }
@@ -258,6 +317,20 @@ struct History<'a> {
     message_position: Vec<usize>,
     /// The last few results of calls that run no check, for unresolved tool errors.
     recent_results: Vec<(&'a ToolResultEntry, &'a str)>,
+    /// Conclusions the agent stated, oldest first.
+    findings: Vec<(String, &'a str)>,
+    /// Options the agent put to the user that no reply has chosen from yet.
+    open_options: Option<(Vec<(String, String)>, &'a str)>,
+    /// Checks that failed and then passed: the error and what the agent said after it.
+    errors: Vec<(ErrorFix, &'a str)>,
+}
+
+/// A check's failed run, until a pass of the same check fixes it.
+struct FailedRun<'a> {
+    error: String,
+    entry_id: &'a str,
+    /// The agent's first words after the failure: most often its diagnosis.
+    said_after: Option<String>,
 }
 
 /// One pass over `entries`: calls are indexed by id as they come, so each result finds its
@@ -270,12 +343,28 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
     }
     let mut calls: HashMap<&'a str, Call<'a>> = HashMap::default();
     let mut h = History::default();
+    let mut failed_runs: HashMap<String, FailedRun<'a>> = HashMap::default();
     // The request that the latest turns continue.
     let mut current_request: Option<usize> = None;
     for (position, e) in entries.iter().enumerate() {
         match &e.body {
             EntryBody::Message(m) if m.role == Role::User && !m.synthetic => {
                 let Some(msg) = user_message(e) else { continue };
+                // "yes, option 2": the choice is a decision, with the option's own text.
+                if let Some((options, _)) = h.open_options.take() {
+                    if let Some(chosen) = chosen_option(&msg.prose, &options) {
+                        h.decisions.push((
+                            Decision {
+                                decision: chosen.to_string(),
+                                rationale: format!(
+                                    "the user chose it (\"{}\")",
+                                    clip(&one_line(&msg.prose), 80)
+                                ),
+                            },
+                            &e.id,
+                        ));
+                    }
+                }
                 let i = h.messages.len();
                 let continues = matches!(msg.intent, Intent::Approval)
                     || (matches!(msg.intent, Intent::Preference | Intent::Request)
@@ -290,6 +379,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     request: current_request,
                     message: i,
                     last_text: None,
+                    text_before: None,
                     calls_after_text: 0,
                 });
             }
@@ -299,7 +389,20 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     for d in stated_decisions(&text) {
                         h.decisions.push((d, &e.id));
                     }
+                    for f in stated_findings(&text) {
+                        h.findings.push((f, &e.id));
+                    }
+                    let options = offered_options(&text);
+                    if !options.is_empty() {
+                        h.open_options = Some((options, &e.id));
+                    }
+                    for run in failed_runs.values_mut() {
+                        if run.said_after.is_none() {
+                            run.said_after = first_words(&text);
+                        }
+                    }
                     if let Some(t) = h.turns.last_mut() {
+                        t.text_before = t.last_text.take().map(|(_, before)| before);
                         t.last_text = Some((&e.id, text));
                         t.calls_after_text = 0;
                     }
@@ -331,10 +434,49 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     continue;
                 };
                 h.result_of_call_entry.insert(call.entry_id, r);
+                let outcome = result_outcome(r);
                 if let Some(script) = &call.script {
-                    if result_outcome(r) == VerificationOutcome::Passed {
+                    if outcome == VerificationOutcome::Passed {
                         for m in milestones(script) {
                             h.done.push((m, call.entry_id));
+                        }
+                    }
+                    if call.runs_a_check {
+                        if let Some(check) = checks.iter().find(|c| script.contains(*c)) {
+                            let family = check_family(check);
+                            match outcome {
+                                VerificationOutcome::Failed => {
+                                    let line = first_error_line(&blocks_text(&r.content));
+                                    let error = match line {
+                                        Some(l) => format!("`{check}` failed: {l}"),
+                                        None => format!("`{check}` failed"),
+                                    };
+                                    failed_runs.insert(
+                                        family,
+                                        FailedRun {
+                                            error,
+                                            entry_id: call.entry_id,
+                                            said_after: None,
+                                        },
+                                    );
+                                }
+                                VerificationOutcome::Passed => {
+                                    if let Some(run) = failed_runs.remove(&family) {
+                                        let fix = match run.said_after {
+                                            Some(w) => format!("{w} — then `{check}` passed"),
+                                            None => format!("`{check}` passed on a later run"),
+                                        };
+                                        h.errors.push((
+                                            ErrorFix {
+                                                error: run.error,
+                                                fix,
+                                            },
+                                            run.entry_id,
+                                        ));
+                                    }
+                                }
+                                VerificationOutcome::Unknown => {}
+                            }
                         }
                     }
                 }
@@ -625,8 +767,10 @@ pub fn build_state(
         }
         // Nothing in the span is newer than its last text, so nothing there completed these.
         for step in stated_next_steps(text) {
-            sources.add(&step, id);
-            next_steps.push(step);
+            if !is_vague_step(&step) {
+                sources.add(&step, id);
+                next_steps.push(step);
+            }
         }
     }
     for a in active.items.iter().chain(pending.items.iter()) {
@@ -643,6 +787,27 @@ pub fn build_state(
                 .get(v.entry_id.as_str())
                 .is_some_and(|&p| asked_at.is_some_and(|a| p > a))
     });
+    // Where the turn stands is best said by the agent's own last words, quoted: a guess at
+    // the step from the request sends the next agent back to where the turn began.
+    let picked_up = match (in_progress, last_text) {
+        (true, Some((id, text))) => {
+            let last = one_line(text);
+            let words = match last_turn.and_then(|t| t.text_before.as_deref()) {
+                Some(before) if last.split_whitespace().count() < SHORT_LAST_WORDS => {
+                    format!("{} … {last}", clip(&one_line(before), LAST_WORDS_CHARS / 2))
+                }
+                _ => last,
+            };
+            let step = format!(
+                "Pick up where the agent's last message left off: \"{}\"",
+                clip(&words, LAST_WORDS_CHARS)
+            );
+            sources.add(&step, id);
+            Some(step)
+        }
+        _ => None,
+    };
+    // The request the turn works on, after the agent's words: what "done" means for it.
     if in_progress && !failed_since {
         if let Some((id, m)) = focus {
             let step = format!("Continue: {}", one_line(&goal_line(&m.text)));
@@ -715,9 +880,41 @@ pub fn build_state(
             }
         }
     }
+    if let Some(step) = picked_up {
+        next_steps.items.insert(0, step.clone());
+        next_steps.seen.insert(step);
+    }
     if next_steps.items.is_empty() && (!h.messages.is_empty() || prev.is_some()) {
         next_steps.push(AWAIT_NEXT_REQUEST.to_string());
     }
+
+    // Findings: what the agent concluded, newest; options it put to the user and nobody
+    // chose from yet.
+    let mut findings = Items::from(&prev.map(|p| p.findings.clone()).unwrap_or_default());
+    for (f, id) in &h.findings {
+        sources.add(f, id);
+        findings.push(f.clone());
+    }
+    if let Some((options, id)) = &h.open_options {
+        let listed: Vec<String> = options.iter().map(|(l, t)| format!("{l}) {t}")).collect();
+        let item = format!(
+            "Options put to the user, not answered yet: {}",
+            listed.join("; ")
+        );
+        sources.add(&item, id);
+        findings.push(item);
+    }
+    let findings = findings.newest(MAX_FINDINGS);
+
+    // Errors met and fixed: a check that failed and then passed, with what the agent said.
+    let mut errors: Vec<ErrorFix> = prev.map(|p| p.errors.clone()).unwrap_or_default();
+    for (e, id) in &h.errors {
+        errors.retain(|x| x.error != e.error);
+        sources.add(&e.error, id);
+        errors.push(e.clone());
+    }
+    let n = errors.len().saturating_sub(MAX_ERRORS);
+    errors.drain(..n);
 
     // Decisions with the reason the text gave, each once.
     let mut decisions: Vec<Decision> = prev.map(|p| p.decisions.clone()).unwrap_or_default();
@@ -752,8 +949,8 @@ pub fn build_state(
         active: active.newest(MAX_STEPS),
         pending: pending.newest(MAX_STEPS),
         decisions,
-        findings: prev.map(|p| p.findings.clone()).unwrap_or_default(),
-        errors: prev.map(|p| p.errors.clone()).unwrap_or_default(),
+        findings,
+        errors,
         blockers: blockers.newest(MAX_STEPS),
         next_steps: next_steps.items.into_iter().take(MAX_STEPS).collect(),
         sources: BTreeMap::new(),
@@ -791,35 +988,47 @@ fn fit_local_budget(state: &mut CapsuleState, artifacts: &Artifacts, tokenizer: 
         };
         tokenizer.count(&super::render::render_for_model(&c))
     };
-    // (list, items it keeps at least), in the order they give way.
+    // (list, items it keeps at least, whether its last item gives way first), in the order
+    // they give way. Lists are oldest first; next steps are in order, the first the step at
+    // hand.
     type Pick = fn(&mut CapsuleState) -> &mut Vec<String>;
-    let rounds: [&[(Pick, usize)]; 2] = [
+    let rounds: [&[(Pick, usize, bool)]; 2] = [
         &[
-            (|s| &mut s.requests, 4),
-            (|s| &mut s.completed, 6),
-            (|s| &mut s.constraints, 4),
-            (|s| &mut s.blockers, 3),
-            (|s| &mut s.pending, 3),
-            (|s| &mut s.active, 2),
-            (|s| &mut s.next_steps, 3),
+            (|s| &mut s.requests, 4, false),
+            (|s| &mut s.completed, 6, false),
+            (|s| &mut s.findings, 3, false),
+            (|s| &mut s.constraints, 4, false),
+            (|s| &mut s.blockers, 3, false),
+            (|s| &mut s.pending, 3, false),
+            (|s| &mut s.active, 2, false),
+            (|s| &mut s.next_steps, 3, true),
         ],
         &[
-            (|s| &mut s.requests, 1),
-            (|s| &mut s.completed, 2),
-            (|s| &mut s.constraints, 2),
-            (|s| &mut s.blockers, 1),
-            (|s| &mut s.pending, 1),
-            (|s| &mut s.active, 1),
-            (|s| &mut s.next_steps, 1),
+            (|s| &mut s.requests, 1, false),
+            (|s| &mut s.completed, 2, false),
+            (|s| &mut s.findings, 1, false),
+            (|s| &mut s.constraints, 2, false),
+            (|s| &mut s.blockers, 1, false),
+            (|s| &mut s.pending, 1, false),
+            (|s| &mut s.active, 1, false),
+            (|s| &mut s.next_steps, 1, true),
         ],
     ];
     let mut current = tokens(state);
     for round in rounds {
-        for &(pick, keep) in round {
+        for &(pick, keep, last_first) in round {
             while current > LOCAL_CAPSULE_BUDGET_TOKENS && pick(state).len() > keep {
-                pick(state).remove(0);
+                let list = pick(state);
+                if last_first {
+                    list.pop();
+                } else {
+                    list.remove(0);
+                }
                 if state.decisions.len() > 3 {
                     state.decisions.remove(0);
+                }
+                if state.errors.len() > 2 {
+                    state.errors.remove(0);
                 }
                 current = tokens(state);
             }
@@ -851,9 +1060,20 @@ pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
     newest(&mut s.active);
     newest(&mut s.pending);
     newest(&mut s.blockers);
-    newest(&mut s.next_steps);
+    newest(&mut s.findings);
+    // Next steps are in order: the first ones are the steps at hand.
+    s.next_steps.truncate(TRIMMED_LIST_ITEMS);
+    for item in s.next_steps.iter_mut() {
+        let short = opening(item);
+        if short != *item {
+            renamed.push((item.clone(), short.clone()));
+            *item = short;
+        }
+    }
     let n = s.decisions.len().saturating_sub(TRIMMED_LIST_ITEMS);
     s.decisions.drain(..n);
+    let n = s.errors.len().saturating_sub(TRIMMED_LIST_ITEMS);
+    s.errors.drain(..n);
     for (long, short) in renamed {
         if let Some(ids) = s.sources.remove(&long) {
             s.sources.entry(short).or_default().extend(ids);
@@ -867,20 +1087,68 @@ pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
 /// First meaningful error line of the result of the call in `call_entry_id`.
 fn failure_line(h: &History, call_entry_id: &str) -> Option<String> {
     let result = h.result_of_call_entry.get(call_entry_id)?;
-    let text = blocks_text(&result.content);
-    let line = text
+    first_error_line(&blocks_text(&result.content))
+}
+
+/// Terminal colour and cursor sequences, which test runners print and a capsule must not.
+static ANSI_ESCAPE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
+        .expect("valid regex")
+});
+
+/// The line of a check's output that says what failed: an error, a failed assertion, a panic,
+/// a FAIL line; else the first line that says anything. Colour codes and decoration removed.
+fn first_error_line(text: &str) -> Option<String> {
+    let clean = ANSI_ESCAPE.replace_all(text, "");
+    let lines: Vec<&str> = clean
+        .lines()
+        .map(|l| {
+            l.trim()
+                .trim_matches(|c: char| c == '⎯' || c == '─' || c == '=')
+        })
+        .map(str::trim)
+        .filter(|l| l.chars().any(char::is_alphanumeric))
+        .collect();
+    let says_what_failed = |l: &&str| {
+        let lower = l.to_ascii_lowercase();
+        (lower.starts_with("error")
+            || lower.contains("error:")
+            || lower.contains("error ts")
+            || lower.contains("panicked")
+            || lower.contains("assert")
+            || lower.contains("expected"))
+            && !lower.starts_with("debugger")
+    };
+    let loose = |l: &&str| {
+        let lower = l.to_ascii_lowercase();
+        (lower.starts_with("fail") || lower.contains("failed"))
+            && !lower.contains("0 failed")
+            && !lower.starts_with("debugger")
+    };
+    let line = lines
+        .iter()
+        .find(|l| says_what_failed(l))
+        .or_else(|| lines.iter().find(|l| loose(l)))
+        .or_else(|| {
+            lines
+                .iter()
+                .find(|l| !l.to_ascii_lowercase().starts_with("debugger"))
+        })?;
+    Some(clip(line, 160))
+}
+
+/// The opening of an assistant message, one line: its first sentence or two.
+fn first_words(text: &str) -> Option<String> {
+    let prose: String = text
         .lines()
         .map(str::trim)
-        .find(|l| {
-            let l = l.to_ascii_lowercase();
-            l.starts_with("error")
-                || l.contains("failed")
-                || l.contains("panicked")
-                || l.starts_with("fail")
-                || l.contains("assert")
-        })
-        .or_else(|| text.lines().map(str::trim).find(|l| !l.is_empty()))?;
-    Some(clip(line, 160))
+        .filter(|l| !l.is_empty() && !l.starts_with("```"))
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let prose = prose.replace("**", "");
+    let prose = prose.trim();
+    (!prose.is_empty()).then(|| clip(prose, 200))
 }
 
 /// Errors among the last few tool results that no later success of the same tool resolved.
@@ -1195,6 +1463,135 @@ mod tests {
 
     /// Two hundred compactions, each folding a turn that reads, edits, checks, commits and
     /// says what it did and decided: the capsule stays under its budget and keeps the newest.
+    fn printed(b: &mut Builder, call: &str, text: &str, code: i64) {
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: call.into(),
+            tool_name: Some("Bash".into()),
+            content: vec![ContentBlock::text(text)],
+            is_error: code != 0,
+            exit_code: Some(code),
+        }));
+    }
+
+    /// A turn cut mid-work: the next step is the agent's own last message, quoted, not the
+    /// request echoed back.
+    #[test]
+    fn a_turn_in_progress_is_picked_up_from_the_agents_last_words() {
+        let mut b = Builder::new();
+        b.user("Fix the flaky login test in auth/session.rs");
+        b.assistant("The clock is read twice per request. Next I'll make the clock injectable in session.rs and pin it in the test.");
+        b.call("r1", "Read", json!({"file_path": "/ws/auth/session.rs"}));
+        let s = state_of(&b);
+        assert_eq!(
+            s.next_steps[0],
+            "Pick up where the agent's last message left off: \"The clock is read twice per request. Next I'll make the clock injectable in session.rs and pin it in the test.\""
+        );
+        assert_eq!(
+            s.next_steps[1..],
+            [
+                "Make the clock injectable in session.rs and pin it in the test.",
+                "Continue: Fix the flaky login test in auth/session.rs"
+            ]
+        );
+        // A last message that says little is quoted with the one before it.
+        b.assistant("Let me try a different approach:");
+        b.call("r2", "Read", json!({"file_path": "/ws/auth/clock.rs"}));
+        let s = state_of(&b);
+        assert!(
+            s.next_steps[0].contains("pin it in the test. … Let me try a different approach:"),
+            "{:?}",
+            s.next_steps
+        );
+        // Before the agent said anything, the request is what to continue.
+        let mut b = Builder::new();
+        b.user("Fix the flaky login test in auth/session.rs");
+        b.call("r1", "Read", json!({"file_path": "/ws/auth/session.rs"}));
+        let s = state_of(&b);
+        assert_eq!(
+            s.next_steps,
+            ["Continue: Fix the flaky login test in auth/session.rs"]
+        );
+        // "Let me fix this" names no work of its own.
+        let mut b = Builder::new();
+        b.user("Fix the flaky login test");
+        b.assistant("Done. The test passes now.\n\nLet me fix this. Next I'll document the clock in docs/auth.md.");
+        let s = state_of(&b);
+        assert_eq!(s.next_steps, ["Document the clock in docs/auth.md."]);
+    }
+
+    #[test]
+    fn conclusions_become_findings_and_a_chosen_option_a_decision() {
+        let mut b = Builder::new();
+        b.user("Why do the two sessions overwrite each other's metadata?");
+        b.assistant("The root cause is that both sessions write metadata.json at PostCommit. There are two options:\n\n1. Archive each session to a numbered subfolder\n2. Overwrite the metadata on every commit\n\nWhich do you prefer?");
+        let s = state_of(&b);
+        assert_eq!(
+            s.findings,
+            [
+                "The root cause is that both sessions write metadata.json at PostCommit.",
+                "Options put to the user, not answered yet: 1) Archive each session to a numbered subfolder; 2) Overwrite the metadata on every commit"
+            ]
+        );
+        b.user("yes, do option 1");
+        let s = state_of(&b);
+        assert_eq!(s.decisions.len(), 1, "{:?}", s.decisions);
+        assert_eq!(
+            s.decisions[0].decision,
+            "Archive each session to a numbered subfolder"
+        );
+        assert_eq!(
+            s.decisions[0].rationale,
+            "the user chose it (\"yes, do option 1\")"
+        );
+        assert_eq!(
+            s.findings,
+            ["The root cause is that both sessions write metadata.json at PostCommit."]
+        );
+        assert!(s
+            .sources
+            .contains_key("Archive each session to a numbered subfolder"));
+    }
+
+    #[test]
+    fn a_check_that_failed_then_passed_is_an_error_with_its_fix() {
+        let mut b = Builder::new();
+        b.user("Make the parser tests pass");
+        b.bash("t1", "cargo test -p parser");
+        printed(
+            &mut b,
+            "t1",
+            "\u{1b}[31m⎯⎯⎯ Failed Tests 1 ⎯⎯⎯\u{1b}[39m\nthread 'lexes_numbers' panicked at src/lex.rs:9:5:\nassertion failed: tokens.len() == 3",
+            101,
+        );
+        b.assistant(
+            "The lexer drops the sign of negative numbers. I'll keep the minus in lex_number.",
+        );
+        b.call("e1", "Edit", json!({"file_path": "/ws/src/lex.rs"}));
+        b.bash("t2", "cargo test -p parser");
+        printed(&mut b, "t2", "test result: ok. 4 passed", 0);
+        let s = state_of(&b);
+        assert_eq!(s.errors.len(), 1, "{:?}", s.errors);
+        assert_eq!(
+            s.errors[0].error,
+            "`cargo test -p parser` failed: thread 'lexes_numbers' panicked at src/lex.rs:9:5:"
+        );
+        assert_eq!(
+            s.errors[0].fix,
+            "The lexer drops the sign of negative numbers. I'll keep the minus in lex_number. — then `cargo test -p parser` passed"
+        );
+        assert!(s.blockers.is_empty(), "{:?}", s.blockers);
+        // A failure still open is a blocker, its colour codes gone.
+        let mut b = Builder::new();
+        b.user("Make the parser tests pass");
+        b.bash("t1", "pnpm test");
+        printed(&mut b, "t1", "\u{1b}[31m⎯⎯⎯⎯\u{1b}[39m\u{1b}[1m Failed Tests 1 \u{1b}[22m\nDebugger attached.\nAssertionError: expected 2 to be 3", 1);
+        let s = state_of(&b);
+        assert_eq!(
+            s.blockers,
+            ["`pnpm test` fails: AssertionError: expected 2 to be 3"]
+        );
+    }
+
     #[test]
     fn the_capsule_stays_bounded_over_200_rolled_forward_compactions() {
         use crate::capsule::artifacts::{collect, ToolMapping};

@@ -126,7 +126,11 @@ impl UserMessage {
             .into_iter()
             .filter(|r| !is_question(r))
             .collect();
-        if self.intent == Intent::Preference && out.is_empty() {
+        // A message counts whole only when it corrects the agent or says how the user wants
+        // the work; a direction ("we should …", "… should be closed") is work, not a rule.
+        let states_a_preference =
+            CORRECTION.is_match(&self.prose) || STATED_PREFERENCE.is_match(&self.prose);
+        if self.intent == Intent::Preference && out.is_empty() && states_a_preference {
             // The preference without the questions asked beside it.
             let stated: Vec<&str> = sentences(without_tag_question(&self.prose))
                 .into_iter()
@@ -227,6 +231,15 @@ pub fn is_question(text: &str) -> bool {
 static PREFERENCE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?i)^\s*(?:no|nope|not|actually|instead|rather)\b[,.!]?|\bi\s+(?:wanted|want(?:ed)?\s+it|meant|prefer|'d prefer|would prefer|'d rather|would rather|like it)\b|\b(?:please\s+)?(?:don't|do not|never|always|stop|avoid)\b|\bshould(?:n't| not)?\s+(?:be|use|stay|keep|have|go)\b|\btoo\s+(?:long|verbose|short|many|much|wordy|complex|complicated)\b|\b(?:use|keep|prefer)\s+\S+\s+(?:instead|rather)\b|\bthat's\s+(?:not|wrong)\b|\bthat is\s+(?:not|wrong)\b",
+    )
+    .expect("valid regex")
+});
+
+/// How the user wants the work done, said as a preference: what [`PREFERENCE`] finds, less a
+/// bare "should be" (which directs work as often as it states a rule).
+static STATED_PREFERENCE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\bi\s+(?:wanted|want(?:ed)?\s+it|meant|prefer|'d prefer|would prefer|'d rather|would rather|like it)\b|\b(?:please\s+)?(?:don't|do not|never|always|stop|avoid)\b|\btoo\s+(?:long|verbose|short|many|much|wordy|complex|complicated)\b|\b(?:use|keep|prefer)\s+\S+\s+(?:instead|rather)\b|\bthat's\s+(?:not|wrong)\b|\bthat is\s+(?:not|wrong)\b",
     )
     .expect("valid regex")
 });
@@ -545,6 +558,19 @@ mod tests {
             let m = classify(q);
             assert_eq!(m.intent, Intent::Question, "{q}");
             assert!(m.constraints().is_empty(), "{q}: {:?}", m.constraints());
+        }
+    }
+
+    /// Work the user asks for, or a direction for it, is the goal or a request, never a rule
+    /// to keep to.
+    #[test]
+    fn requests_and_directions_are_not_constraints() {
+        for m in [
+            "investigate whether this issue is stale and should be closed. also check every issue and rank each by staleness",
+            "The username I am logged in with is jnarowski but the menu says Guest User. We should use the initials from the username if name isn't present",
+            "the output should be grouped by file",
+        ] {
+            assert!(classify(m).constraints().is_empty(), "{m}: {:?}", classify(m).constraints());
         }
     }
 

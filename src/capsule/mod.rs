@@ -4,6 +4,7 @@
 pub mod artifacts;
 pub mod builder;
 pub mod decisions;
+pub mod findings;
 pub mod handoff;
 pub mod intent;
 // The data types and their model rendering live below the session log, which stores them;

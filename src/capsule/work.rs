@@ -170,18 +170,78 @@ fn is_bold_line(line: &str) -> bool {
     t.starts_with("**") && (t.ends_with("**") || t.ends_with("**:"))
 }
 
-/// What a wrap-up says was done: the first sentence, then its summary section's items.
+/// What a wrap-up says was done: the first sentence, then its summary section's items. An
+/// exclamation ("Perfect!") or a bare heading ("The Fix", "Files Changed", "Benefits") says
+/// nothing of what was done and is left out; a wrap-up with nothing else says "done".
 pub fn reported_done(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(s) = first_sentence(text) {
-        out.push(s);
+    let first = first_sentence(text);
+    if let Some(s) = &first {
+        out.push(s.clone());
     }
     for item in section_items(text, &SUMMARY_HEADING) {
         if !out.contains(&item) {
             out.push(item);
         }
     }
+    out.retain(|i| says_what_was_done(i));
+    if out.is_empty() && first.is_some() {
+        out.push("done".to_string());
+    }
     out
+}
+
+/// Headings and remarks that open or structure a wrap-up without saying what was done.
+const EMPTY_REMARKS: [&str; 22] = [
+    "summary",
+    "summary of progress",
+    "summary of changes",
+    "benefits",
+    "risks",
+    "the fix",
+    "the problem",
+    "the solution",
+    "root cause",
+    "files changed",
+    "files modified",
+    "changes",
+    "changes made",
+    "what changed",
+    "overview",
+    "result",
+    "results",
+    "testing",
+    "verification",
+    "next steps",
+    "now i have a complete picture",
+    "here's what i did",
+];
+
+fn says_what_was_done(item: &str) -> bool {
+    let plain: String = item
+        .trim()
+        .trim_end_matches(['.', '!', ':', '…'])
+        .trim()
+        .to_lowercase();
+    let words = plain.split_whitespace().count();
+    let exclamation = item.trim_end().ends_with('!') && words < 5;
+    let completion = matches!(
+        plain.as_str(),
+        "done"
+            | "fixed"
+            | "updated"
+            | "implemented"
+            | "completed"
+            | "finished"
+            | "pushed"
+            | "committed"
+            | "merged"
+            | "added"
+            | "removed"
+            | "resolved"
+    );
+    let bare_word = words < 2 && !completion && !item.contains(['`', '/', '(', '_']);
+    !(exclamation || bare_word || EMPTY_REMARKS.contains(&plain.as_str()))
 }
 
 /// Steps the agent says come next: a "Next steps" section, or sentences such as "Next I'll …".
@@ -279,6 +339,17 @@ mod tests {
         let done = "Done. The warning message now reads:\n\n> Another session is active.";
         assert!(is_wrap_up(done));
         assert_eq!(reported_done(done)[0], "Done.");
+    }
+
+    #[test]
+    fn exclamations_and_bare_headings_are_not_reported_as_done() {
+        let text = "Perfect! The fix is in place.\n\n## Summary\n\n### The Fix\n### Files Changed\n### Benefits\n### Added `getInitials()` to NavUser.tsx\n";
+        assert_eq!(reported_done(text), ["Added getInitials() to NavUser.tsx"]);
+        assert_eq!(
+            reported_done("Perfect!\n\n## Summary\n\n### Benefits\n### Risks\n"),
+            ["done"]
+        );
+        assert_eq!(reported_done("Fixed."), ["Fixed."]);
     }
 
     #[test]

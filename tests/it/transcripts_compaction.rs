@@ -99,9 +99,16 @@ fn observe(seen: &mut Seen, workspace: &str, e: &Entry) {
                 });
                 if let Some(c) = VIEW.captures(cmd.trim()) {
                     let file = &c[2];
-                    let full = match c.get(1) {
+                    // Codex runs the command in its `workdir`; a `cd` goes on from there.
+                    let workdir = arg("workdir").filter(|d| *d != ".");
+                    let dir = match (workdir, c.get(1).map(|d| d.as_str())) {
+                        (_, Some(d)) if d.starts_with('/') => Some(d.to_string()),
+                        (Some(w), Some(d)) => Some(format!("{}/{d}", w.trim_end_matches('/'))),
+                        (w, d) => w.or(d).map(str::to_string),
+                    };
+                    let full = match dir {
                         Some(d) if !file.starts_with('/') => {
-                            format!("{}/{file}", d.as_str().trim_end_matches('/'))
+                            format!("{}/{file}", d.trim_end_matches('/'))
                         }
                         _ => file.to_string(),
                     };

@@ -1,0 +1,273 @@
+//! What the agent established, in its own words: a root cause, a hypothesis ruled out, how a
+//! part of the system works, and the options it laid before the user. Quoted, never
+//! paraphrased: where the builder cannot tell what a conclusion means, the agent's sentence
+//! says it best. Conservative: a sentence counts only when it states a conclusion the way
+//! agents state them ("The root cause is …", "This means …", "X is not the cause"); narration
+//! ("Let me check …") and plans are not findings.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::decisions::sentences;
+use super::work::clip;
+
+/// Longest finding kept whole.
+const MAX_FINDING_CHARS: usize = 300;
+/// Findings taken from one message.
+const MAX_PER_MESSAGE: usize = 3;
+/// Options kept from one message, and characters of each.
+const MAX_OPTIONS: usize = 6;
+const MAX_OPTION_CHARS: usize = 160;
+
+static CONCLUSION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(concat!(
+        r"(?i)(?-u:\b)(?:",
+        r"root cause|",
+        r"the (?:real |actual |underlying |core )?(?:issue|problem|bug|culprit|cause|reason) (?:is|was|here is|seems to be)|",
+        r"(?:is|was|are|were) caused by|",
+        r"(?:it )?turns out|",
+        r"this (?:means|explains|is why)|that(?:'s| is) why|",
+        r"(?:is|was|isn't|wasn't) (?:not )?the (?:cause|culprit|problem|issue)|",
+        r"ruled out|rules out|",
+        r"(?:doesn't|does not|didn't|did not) (?:fix|help|solve|explain)|",
+        r"confirm(?:s|ed) (?:that|the)|",
+        r"i found (?:that|the)|found the (?:bug|issue|problem|cause)|",
+        r"the fix (?:is|was) to|",
+        r"works by|is responsible for|is handled (?:by|in)",
+        r")",
+    ))
+    .expect("valid regex")
+});
+
+/// Openings of narration and plans: not conclusions even when they name a cause.
+static NOT_A_FINDING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^(?:let me|let's|i'll|i will|i'm going to|now (?:i'll|let me)|next|first,? (?:let me|i'll)|maybe|perhaps|if )",
+    )
+    .expect("valid regex")
+});
+
+/// A heading or lead-in that introduces options for the user to choose from.
+static OPTIONS_LEAD: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)(?-u:\b)(?:options?|approaches|alternatives|choices|two ways|three ways|could either|which (?:one |approach |option )?(?:do you|would you)|you can choose|pick one)(?-u:\b)",
+    )
+    .expect("valid regex")
+});
+
+/// "Option 1: …", "**Option A** — …", "Approach 2. …".
+static OPTION_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^\s*(?:#+\s*)?(?:\*\*)?(?:option|approach|alternative|choice)\s+(?P<label>[A-Z0-9]+)\b\s*(?:\*\*)?\s*[:.)\-—–]*\s*(?:\*\*)?\s*(?P<text>.*)$",
+    )
+    .expect("valid regex")
+});
+
+/// "1. …", "2) …", "A. …", "- **B**: …" under an options lead-in.
+static LISTED_OPTION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"^\s*(?:[-*]\s*)?(?:\*\*)?(?P<label>[0-9]|[A-Ca-c])(?:\*\*)?[.):]\s+(?P<text>\S.*)$",
+    )
+    .expect("valid regex")
+});
+
+/// Lines outside fenced code blocks.
+fn prose_lines(text: &str) -> Vec<&str> {
+    let mut in_code = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if !in_code && !line.trim().is_empty() {
+            out.push(line);
+        }
+    }
+    out
+}
+
+fn tidy(s: &str, max: usize) -> String {
+    let s = s
+        .trim()
+        .trim_start_matches(['-', '*', '•', '>', '#'])
+        .trim()
+        .replace("**", "");
+    clip(&s.split_whitespace().collect::<Vec<_>>().join(" "), max)
+}
+
+/// The sentences of an assistant message that state a conclusion, quoted.
+pub fn stated_findings(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in prose_lines(text) {
+        for sentence in sentences(line) {
+            let s = sentence
+                .trim()
+                .trim_start_matches(['-', '*', '•', '>', '#'])
+                .trim();
+            if s.split_whitespace().count() < 5
+                || s.ends_with('?')
+                || NOT_A_FINDING.is_match(s)
+                || !CONCLUSION.is_match(s)
+            {
+                continue;
+            }
+            let f = tidy(s, MAX_FINDING_CHARS);
+            if !out.contains(&f) {
+                out.push(f);
+            }
+            if out.len() == MAX_PER_MESSAGE {
+                return out;
+            }
+        }
+    }
+    out
+}
+
+/// Options an assistant message laid before the user, by label ("1", "A"), with their text.
+/// Only a message that introduces options counts, so a plain numbered plan is no option list.
+pub fn offered_options(text: &str) -> Vec<(String, String)> {
+    let lines = prose_lines(text);
+    let mut out: Vec<(String, String)> = Vec::new();
+    for l in &lines {
+        if let Some(c) = OPTION_LINE.captures(l) {
+            let body = tidy(&c["text"], MAX_OPTION_CHARS);
+            out.push((c["label"].to_ascii_uppercase(), body));
+        }
+    }
+    if out.is_empty() {
+        if let Some(lead) = lines.iter().position(|l| OPTIONS_LEAD.is_match(l)) {
+            for l in &lines[lead + 1..] {
+                match LISTED_OPTION.captures(l) {
+                    Some(c) => out.push((
+                        c["label"].to_ascii_uppercase(),
+                        tidy(&c["text"], MAX_OPTION_CHARS),
+                    )),
+                    // Sub-bullets and wrapped lines belong to the option above them.
+                    None if l.starts_with([' ', '\t']) => {}
+                    None if !out.is_empty() => break,
+                    None => {}
+                }
+            }
+        }
+    }
+    out.retain(|(_, t)| !t.is_empty());
+    out.truncate(MAX_OPTIONS);
+    if out.len() < 2 {
+        return Vec::new();
+    }
+    out
+}
+
+static ORDINAL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?-u:\b)(?:the )?(first|second|third|fourth|1st|2nd|3rd|4th)(?: one| option| approach)?(?-u:\b)")
+        .expect("valid regex")
+});
+
+static LABELLED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?-u:\b)(?:option|approach|alternative|choice|number|#)\s*(?P<label>[A-Z0-9])(?-u:\b)")
+        .expect("valid regex")
+});
+
+static BARE_LABEL: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^\s*(?:yes|ok(?:ay)?|sure|let'?s|go(?: with)?|do|pick)?[,.!\s]*(?:go with |do |pick |use )?(?P<label>[0-9]|[A-C])\s*(?:please|pls|then)?[.!]?\s*$")
+        .expect("valid regex")
+});
+
+/// The option a user's reply chose, when it names one ("option 2", "go with B", "the first
+/// one", "2").
+pub fn chosen_option<'a>(reply: &str, options: &'a [(String, String)]) -> Option<&'a str> {
+    if options.is_empty() || reply.split_whitespace().count() > 40 {
+        return None;
+    }
+    let by_label = |label: &str| {
+        options
+            .iter()
+            .find(|(l, _)| l.eq_ignore_ascii_case(label))
+            .map(|(_, t)| t.as_str())
+    };
+    if let Some(c) = LABELLED.captures(reply) {
+        return by_label(&c["label"]);
+    }
+    if let Some(c) = BARE_LABEL.captures(reply) {
+        return by_label(&c["label"]);
+    }
+    if let Some(c) = ORDINAL.captures(reply) {
+        let i = match c[1].to_ascii_lowercase().as_str() {
+            "first" | "1st" => 0,
+            "second" | "2nd" => 1,
+            "third" | "3rd" => 2,
+            _ => 3,
+        };
+        return options.get(i).map(|(_, t)| t.as_str());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conclusions_are_quoted_and_narration_is_not() {
+        let text = "Let me check the hook first.\n\nThe root cause is a timing issue: the subagent is still running at PostCommit. \
+                    I'll fix it next. It turns out the cache key ignores the branch name, which explains the stale reads. \
+                    Maybe the lock is involved?";
+        assert_eq!(
+            stated_findings(text),
+            [
+                "The root cause is a timing issue: the subagent is still running at PostCommit.",
+                "It turns out the cache key ignores the branch name, which explains the stale reads."
+            ]
+        );
+        assert_eq!(
+            stated_findings("The lock is not the cause here: the test fails with it removed too."),
+            ["The lock is not the cause here: the test fails with it removed too."]
+        );
+        assert!(stated_findings("Let me look at why the root cause is hidden.").is_empty());
+        assert!(stated_findings("```\nthe root cause is in code\n```").is_empty());
+        assert!(stated_findings("Done. All tests pass.").is_empty());
+    }
+
+    #[test]
+    fn options_put_to_the_user_and_the_one_chosen() {
+        let text = "There are two approaches:\n\n1. Archive each session to a numbered subfolder\n   - keeps history\n2. Overwrite the metadata on every commit\n\nWhich do you prefer?";
+        let options = offered_options(text);
+        assert_eq!(
+            options,
+            [
+                (
+                    "1".to_string(),
+                    "Archive each session to a numbered subfolder".to_string()
+                ),
+                (
+                    "2".to_string(),
+                    "Overwrite the metadata on every commit".to_string()
+                ),
+            ]
+        );
+        assert_eq!(
+            chosen_option("yes, do option 1", &options),
+            Some("Archive each session to a numbered subfolder")
+        );
+        assert_eq!(
+            chosen_option("let's go with the second one", &options),
+            Some("Overwrite the metadata on every commit")
+        );
+        assert_eq!(
+            chosen_option("2", &options),
+            Some("Overwrite the metadata on every commit")
+        );
+        assert_eq!(
+            chosen_option("what does 2 cost us in disk space?", &options),
+            None
+        );
+        let labelled = "**Option A**: keep the cookie format\n**Option B** - switch to JWT";
+        let options = offered_options(labelled);
+        assert_eq!(options.len(), 2);
+        assert_eq!(chosen_option("B please", &options), Some("switch to JWT"));
+        // A numbered plan is not a choice put to the user.
+        assert!(offered_options("Plan:\n1. read the file\n2. fix the bug").is_empty());
+    }
+}
