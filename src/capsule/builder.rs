@@ -57,6 +57,8 @@ const REQUEST_LABEL_CHARS: usize = 100;
 const MAX_DONE_CHARS: usize = 240;
 /// Findings kept, newest: older conclusions were often revised since.
 const MAX_FINDINGS: usize = 6;
+/// Findings are taken from this many latest turns.
+const FINDING_TURNS: usize = 4;
 /// Errors with their fixes kept, newest.
 const MAX_ERRORS: usize = 5;
 /// The agent's last message, quoted as where to pick up, up to this many characters.
@@ -317,8 +319,8 @@ struct History<'a> {
     message_position: Vec<usize>,
     /// The last few results of calls that run no check, for unresolved tool errors.
     recent_results: Vec<(&'a ToolResultEntry, &'a str)>,
-    /// Conclusions the agent stated, oldest first.
-    findings: Vec<(String, &'a str)>,
+    /// Conclusions the agent stated, oldest first, with the number of turns begun by then.
+    findings: Vec<(String, &'a str, usize)>,
     /// Options the agent put to the user that no reply has chosen from yet.
     open_options: Option<(Vec<(String, String)>, &'a str)>,
     /// Checks that failed and then passed: the error and what the agent said after it.
@@ -390,7 +392,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                         h.decisions.push((d, &e.id));
                     }
                     for f in stated_findings(&text) {
-                        h.findings.push((f, &e.id));
+                        h.findings.push((f, &e.id, h.turns.len()));
                     }
                     let options = offered_options(&text);
                     if !options.is_empty() {
@@ -891,7 +893,10 @@ pub fn build_state(
     // Findings: what the agent concluded, newest; options it put to the user and nobody
     // chose from yet.
     let mut findings = Items::from(&prev.map(|p| p.findings.clone()).unwrap_or_default());
-    for (f, id) in &h.findings {
+    // Only the latest turns' conclusions: older ones were often revised since, and the agent
+    // that continues needs where the work stands, not its history.
+    let recent_turns = h.turns.len().saturating_sub(FINDING_TURNS);
+    for (f, id, _) in h.findings.iter().filter(|(_, _, t)| *t > recent_turns) {
         sources.add(f, id);
         findings.push(f.clone());
     }

@@ -32,7 +32,7 @@ static CONCLUSION: LazyLock<Regex> = LazyLock::new(|| {
         r"ruled out|rules out|",
         r"(?:doesn't|does not|didn't|did not) (?:fix|help|solve|explain)|",
         r"confirm(?:s|ed) (?:that|the)|",
-        r"i found (?:that|the)|found the (?:bug|issue|problem|cause)|",
+        r"i found that|found the (?:bug|cause)|",
         r"the fix (?:is|was) to|",
         r"works by|is responsible for|is handled (?:by|in)",
         r")",
@@ -106,8 +106,10 @@ pub fn stated_findings(text: &str) -> Vec<String> {
                 .trim()
                 .trim_start_matches(['-', '*', '•', '>', '#'])
                 .trim();
+            // A sentence ending in ':' introduces what follows ("The issue is likely that:").
             if s.split_whitespace().count() < 5
                 || s.ends_with('?')
+                || s.ends_with(':')
                 || NOT_A_FINDING.is_match(s)
                 || !CONCLUSION.is_match(s)
             {
@@ -228,6 +230,11 @@ mod tests {
         assert!(stated_findings("Let me look at why the root cause is hidden.").is_empty());
         assert!(stated_findings("```\nthe root cause is in code\n```").is_empty());
         assert!(stated_findings("Done. All tests pass.").is_empty());
+        assert!(stated_findings("The issue is likely that:").is_empty());
+        assert!(
+            stated_findings("I found the target issue details; now I'm pulling the rest.")
+                .is_empty()
+        );
     }
 
     #[test]
