@@ -21,7 +21,9 @@ use serde_json::Value;
 
 use super::artifacts::result_outcome;
 use super::decisions::stated_decisions;
-use super::findings::{chosen_option, offered_options, stated_findings};
+use super::findings::{
+    chosen_option, is_vague, offered_options, proposal, sentence_before_offer, stated_findings,
+};
 use super::intent::{classify, Intent, UserMessage};
 use super::milestones::milestones;
 use super::model::{
@@ -321,10 +323,22 @@ struct History<'a> {
     recent_results: Vec<(&'a ToolResultEntry, &'a str)>,
     /// Conclusions the agent stated, oldest first, with the number of turns begun by then.
     findings: Vec<(String, &'a str, usize)>,
+    /// What the agent last offered or proposed, for a "yes" to approve.
+    open_proposal: Option<Proposal>,
+    /// Every proposal since the user last set the task, oldest first.
+    proposals: Vec<String>,
     /// Options the agent put to the user that no reply has chosen from yet.
     open_options: Option<(Vec<(String, String)>, &'a str)>,
     /// Checks that failed and then passed: the error and what the agent said after it.
     errors: Vec<(ErrorFix, &'a str)>,
+}
+
+/// What a "yes" would approve.
+enum Proposal {
+    /// An offer or recommendation that names its work.
+    Offer(String),
+    /// The sentence before an offer that names no work of its own ("Shall I proceed?").
+    Vague(String),
 }
 
 /// A check's failed run, until a pass of the same check fixes it.
@@ -352,20 +366,42 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
         match &e.body {
             EntryBody::Message(m) if m.role == Role::User && !m.synthetic => {
                 let Some(msg) = user_message(e) else { continue };
-                // "yes, option 2": the choice is a decision, with the option's own text.
-                if let Some((options, _)) = h.open_options.take() {
-                    if let Some(chosen) = chosen_option(&msg.prose, &options) {
-                        h.decisions.push((
-                            Decision {
-                                decision: chosen.to_string(),
-                                rationale: format!(
-                                    "the user chose it (\"{}\")",
-                                    clip(&one_line(&msg.prose), 80)
-                                ),
-                            },
-                            &e.id,
-                        ));
-                    }
+                // "yes, option 2": the choice is a decision, with the option's own text; a plain
+                // "yes" to what the agent offered or proposed decides that.
+                let chosen = h
+                    .open_options
+                    .take()
+                    .and_then(|(options, _)| {
+                        chosen_option(&msg.prose, &options).map(|c| (c.to_string(), "chose"))
+                    })
+                    .or_else(|| {
+                        (msg.intent == Intent::Approval).then_some(())?;
+                        let p = match h.open_proposal.take()? {
+                            Proposal::Offer(p) => p,
+                            // "Shall I proceed?" after questions and answers: the proposal
+                            // those questions were about, the first since the task was set.
+                            Proposal::Vague(p) => h.proposals.first().cloned().unwrap_or(p),
+                        };
+                        h.proposals.clear();
+                        Some((p, "approved"))
+                    });
+                // A new task ends what was proposed for the last one; a reply that still asks
+                // ("…, right?") is part of the discussion.
+                if msg.sets_goal() && !msg.prose.trim_end().ends_with('?') {
+                    h.open_proposal = None;
+                    h.proposals.clear();
+                }
+                if let Some((decision, how)) = chosen {
+                    h.decisions.push((
+                        Decision {
+                            decision,
+                            rationale: format!(
+                                "the user {how} it (\"{}\")",
+                                clip(&one_line(&msg.prose), 80)
+                            ),
+                        },
+                        &e.id,
+                    ));
                 }
                 let i = h.messages.len();
                 let continues = matches!(msg.intent, Intent::Approval)
@@ -397,6 +433,21 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     let options = offered_options(&text);
                     if !options.is_empty() {
                         h.open_options = Some((options, &e.id));
+                    }
+                    // What a "yes" would approve: the offer, or what a vague offer ("Shall I
+                    // proceed?") refers to, which may be a message or two back.
+                    let offered = offers(&text).into_iter().next();
+                    let proposed = match offered {
+                        Some(o) if !is_vague(&o) => Some(Proposal::Offer(capitalise_first(&o))),
+                        Some(_) => proposal(&text)
+                            .or_else(|| sentence_before_offer(&text))
+                            .map(Proposal::Vague),
+                        None => proposal(&text).map(Proposal::Offer),
+                    };
+                    if let Some(p) = proposed {
+                        let (Proposal::Offer(text) | Proposal::Vague(text)) = &p;
+                        h.proposals.push(text.clone());
+                        h.open_proposal = Some(p);
                     }
                     for run in failed_runs.values_mut() {
                         if run.said_after.is_none() {
@@ -541,6 +592,14 @@ fn final_steps(prose: &str) -> Vec<String> {
         .filter(|s| FINAL_STEP.is_match(s))
         .map(|s| format!("Finally: {}", clip(s, PROMPT_OPENING_CHARS)))
         .collect()
+}
+
+fn capitalise_first(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(f) => f.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
 }
 
 fn one_line(s: &str) -> String {
@@ -1555,6 +1614,26 @@ mod tests {
         assert!(s
             .sources
             .contains_key("Archive each session to a numbered subfolder"));
+        // A plain "yes" to an offer or a proposal decides it.
+        let mut b = Builder::new();
+        b.user("Why do the two sessions overwrite each other's metadata?");
+        b.assistant("Both write metadata.json. Would you like me to archive each session to a numbered subfolder?");
+        b.user("yes");
+        let s = state_of(&b);
+        assert_eq!(
+            s.decisions[0].decision,
+            "Archive each session to a numbered subfolder"
+        );
+        assert_eq!(s.decisions[0].rationale, "the user approved it (\"yes\")");
+        let mut b = Builder::new();
+        b.user("How should we store the sessions?");
+        b.assistant("I'd recommend one folder per session, so nothing is overwritten.");
+        b.user("ok go ahead");
+        let s = state_of(&b);
+        assert_eq!(
+            s.decisions[0].decision,
+            "I'd recommend one folder per session, so nothing is overwritten."
+        );
     }
 
     #[test]

@@ -162,6 +162,94 @@ pub fn offered_options(text: &str) -> Vec<(String, String)> {
     out
 }
 
+static RECOMMENDATION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^(?:so,?\s+)?(?:i(?:'d| would)? (?:recommend|suggest|propose)|my (?:recommendation|suggestion|proposal)|the (?:best|simplest|cleanest|safest) (?:approach|option|fix|way|solution) (?:is|would be)|i think (?:we|you) should|(?:the )?(?:proposed|suggested) (?:approach|design|fix|plan))",
+    )
+    .expect("valid regex")
+});
+
+/// What an assistant message proposes ("I'd recommend …", "The simplest fix is …"): the
+/// sentence, for when the user answers it with a plain "yes".
+pub fn proposal(text: &str) -> Option<String> {
+    prose_lines(text).into_iter().find_map(|line| {
+        sentences(line).into_iter().find_map(|sentence| {
+            let s = sentence
+                .trim()
+                .trim_start_matches(['-', '*', '•', '>', '#'])
+                .trim();
+            let s = s.trim_start_matches("**");
+            (RECOMMENDATION.is_match(s) && s.split_whitespace().count() >= 4)
+                .then(|| tidy(s, MAX_FINDING_CHARS))
+        })
+    })
+}
+
+/// Words that name no particular work: an offer made of these ("Shall I proceed with the
+/// implementation then?", "Want me to implement it?") points at what the message said before.
+const VAGUE_WORDS: [&str; 30] = [
+    "proceed",
+    "with",
+    "the",
+    "implementation",
+    "implement",
+    "it",
+    "this",
+    "that",
+    "then",
+    "now",
+    "go",
+    "ahead",
+    "start",
+    "solution",
+    "changes",
+    "change",
+    "them",
+    "fix",
+    "approach",
+    "plan",
+    "do",
+    "make",
+    "apply",
+    "these",
+    "those",
+    "a",
+    "an",
+    "and",
+    "continue",
+    "so",
+];
+
+/// Whether an offer names no work of its own.
+pub fn is_vague(offer: &str) -> bool {
+    offer
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .all(|w| VAGUE_WORDS.contains(&w.to_lowercase().as_str()))
+}
+
+/// The sentence a message's closing offer refers to: the last statement of at least six words
+/// before the offer ("So the logic would go in X: archive before writing. Want me to implement
+/// it?").
+pub fn sentence_before_offer(text: &str) -> Option<String> {
+    let all: Vec<&str> = prose_lines(text)
+        .into_iter()
+        .flat_map(sentences)
+        .map(|s| {
+            s.trim()
+                .trim_start_matches(['-', '*', '•', '>', '#'])
+                .trim()
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    let offer_at = all.iter().rposition(|s| s.ends_with('?'))?;
+    all[..offer_at]
+        .iter()
+        .rev()
+        .find(|s| s.split_whitespace().count() >= 6 && !s.ends_with(':') && !s.ends_with('?'))
+        .map(|s| tidy(s, MAX_FINDING_CHARS))
+}
+
 static ORDINAL: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)(?-u:\b)(?:the )?(first|second|third|fourth|1st|2nd|3rd|4th)(?: one| option| approach)?(?-u:\b)")
         .expect("valid regex")
@@ -235,6 +323,27 @@ mod tests {
             stated_findings("I found the target issue details; now I'm pulling the rest.")
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_vague_offer_points_at_the_sentence_before_it() {
+        assert!(is_vague("proceed with the implementation then"));
+        assert!(is_vague("implement it"));
+        assert!(!is_vague("archive each session to a numbered subfolder"));
+        let text = "Each call reads the latest tree.\n\nSo the logic would go in `writeEntries` - check if metadata.json exists, and if so, archive before writing new files.\n\nWant me to implement it?";
+        assert_eq!(
+            sentence_before_offer(text).as_deref(),
+            Some("So the logic would go in `writeEntries` - check if metadata.json exists, and if so, archive before writing new files.")
+        );
+    }
+
+    #[test]
+    fn a_proposal_is_the_sentence_that_recommends() {
+        assert_eq!(
+            proposal("Here is what happens.\n\nI'd recommend archiving each session to a numbered subfolder, so nothing is overwritten. Shall I?").as_deref(),
+            Some("I'd recommend archiving each session to a numbered subfolder, so nothing is overwritten.")
+        );
+        assert_eq!(proposal("Let me read the file."), None);
     }
 
     #[test]
