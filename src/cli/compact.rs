@@ -54,8 +54,8 @@ fn run_plan(
     let elapsed = started.elapsed().as_millis() as u64;
     let mut result =
         crate::compaction::commit(log, &plan, generation.generated.clone(), cancelled, elapsed)?;
-    generation.annotate(&mut result);
-    flight.record_corrected(&session_id, &result, generation.corrections);
+    let corrections = generation.annotate(&mut result);
+    flight.record_corrected(&session_id, &result, corrections);
     if result.fallback {
         errln!(
             "warning: a summarization model was configured but the local capsule was used: {}",

@@ -1132,15 +1132,18 @@ impl Actor {
             duration_ms,
         )
         .map(|mut result| {
-            generation.annotate(&mut result);
-            result
+            let corrections = generation.annotate(&mut result);
+            (result, corrections)
         });
         let outcome = committed
+            .map(|(result, corrections)| {
+                self.flight
+                    .record_corrected(self.session_id(), &result, corrections);
+                result
+            })
             .map_err(|e| RpcError::internal(format!("the compaction could not be written: {e}")));
         match &outcome {
             Ok(result) => {
-                self.flight
-                    .record_corrected(self.session_id(), result, generation.corrections);
                 let line = result.completion_line();
                 self.notice(
                     &plan,

@@ -248,8 +248,8 @@ impl<'a> SimulatedHost<'a> {
             false,
             started.elapsed().as_millis() as u64,
         )?;
-        generation.annotate(&mut result);
-        Ok(self.record_corrected(result, generation.corrections))
+        let corrections = generation.annotate(&mut result);
+        Ok(self.record_corrected(result, corrections))
     }
 
     pub fn run_plan(&mut self, plan: &Plan) -> Result<CompactionResult, LogError> {

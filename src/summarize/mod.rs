@@ -265,14 +265,17 @@ pub struct Generation {
 
 impl Generation {
     /// Record the corrections in `result` (the outcome of committing this generation): its
-    /// reason says how many claims were corrected when the model's capsule was kept.
-    pub fn annotate(&self, result: &mut crate::compaction::CompactionResult) {
+    /// reason says how many claims were corrected when the model's capsule was kept. Returns
+    /// the corrections for the flight record: none when the model's capsule was not kept (the
+    /// local one stood in, or nothing was appended).
+    pub fn annotate(&self, result: &mut crate::compaction::CompactionResult) -> Corrections {
         if result.quality != Some(Quality::Model) {
-            return;
+            return Corrections::default();
         }
         if let Some(note) = self.corrections.describe() {
             result.reason = format!("{}; {note}", result.reason);
         }
+        self.corrections
     }
 }
 

@@ -846,6 +846,27 @@ async fn an_explicit_compaction_writes_a_model_capsule_with_the_facts_merged() {
         .unwrap()
         .to_string();
     assert!(prompt.contains("keep it short"));
+    // The facts hold no file the model is not shown: one edited only in the kept tail is left
+    // out of the prompt (and kept in the capsule's artifacts below).
+    let shown: Vec<&str> = plan
+        .to_summarize
+        .iter()
+        .filter_map(|m| m.entry_id.as_deref())
+        .collect();
+    let tail_only: Vec<&str> = plan
+        .artifacts
+        .modified_files
+        .iter()
+        .filter(|f| !f.entry_ids.iter().any(|id| shown.contains(&id.as_str())))
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(
+        !tail_only.is_empty(),
+        "the plan keeps a tail that edits files"
+    );
+    for path in tail_only {
+        assert!(!prompt.contains(path), "{path} is only in the kept tail");
+    }
     let (reloaded, _) = soba::session::log::read_session(&session.path).unwrap();
     let capsule = reloaded
         .entry(reloaded.capsule_on_path(reloaded.leaf().unwrap()).unwrap())
@@ -1267,7 +1288,8 @@ async fn a_deletion_the_facts_do_not_record_is_dropped_counted_and_reported() {
         1,
     )
     .unwrap();
-    generation.annotate(&mut result);
+    let corrections = generation.annotate(&mut result);
+    assert_eq!(corrections, generation.corrections);
     assert!(
         result
             .reason
@@ -1276,7 +1298,7 @@ async fn a_deletion_the_facts_do_not_record_is_dropped_counted_and_reported() {
         result.reason
     );
     let flight = FlightLog::for_session_log(&session.path);
-    flight.record_corrected("s", &result, generation.corrections);
+    flight.record_corrected("s", &result, corrections);
     let records = flight.read(Some("s"), None).unwrap();
     assert_eq!(records.last().unwrap().corrections.deletions, 1);
     let line = std::fs::read_to_string(flight.path()).unwrap();
