@@ -590,7 +590,8 @@ mod tests {
         let Summarized::Degraded { reason, .. } = out else {
             panic!("{out:?}")
         };
-        assert!(reason.contains("empty goal"), "{reason}");
+        assert!(reason.contains("empty goal (asked twice)"), "{reason}");
+        assert_eq!(s.calls.load(Ordering::SeqCst), 2, "asked once more");
     }
 
     #[tokio::test]
