@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::compaction::CompactionResult;
+use crate::summarize::Corrections;
 
 /// File name of the flight log inside a workspace's data folder.
 pub const FLIGHT_FILE: &str = "flight.jsonl";
@@ -36,6 +37,9 @@ pub struct FlightRecord {
     pub reclaimed: u64,
     pub hard_limit: u64,
     pub soft_limit: u64,
+    /// Claims of the model's capsule corrected from the facts, by kind (counts, never text).
+    #[serde(default, skip_serializing_if = "Corrections::is_empty")]
+    pub corrections: Corrections,
     pub ts: String,
 }
 
@@ -55,6 +59,7 @@ impl FlightRecord {
             reclaimed: r.tokens_before.saturating_sub(r.tokens_after),
             hard_limit: r.hard_limit,
             soft_limit: r.soft_limit,
+            corrections: Corrections::default(),
             ts: crate::util::now_rfc3339(),
         }
     }
@@ -96,7 +101,22 @@ impl FlightLog {
     /// Write the record of `r`; a failure is reported on stderr and loses nothing else: the
     /// compaction itself is already in the session log.
     pub fn record(&self, session_id: &str, r: &CompactionResult) {
-        if let Err(e) = self.append(&FlightRecord::of(session_id, r)) {
+        self.record_corrected(session_id, r, Corrections::default());
+    }
+
+    /// [`FlightLog::record`] for an operation whose model capsule had claims corrected from
+    /// the facts.
+    pub fn record_corrected(
+        &self,
+        session_id: &str,
+        r: &CompactionResult,
+        corrections: Corrections,
+    ) {
+        let record = FlightRecord {
+            corrections,
+            ..FlightRecord::of(session_id, r)
+        };
+        if let Err(e) = self.append(&record) {
             eprintln!(
                 "soba: cannot write flight record to {}: {e}",
                 self.path.display()
@@ -188,6 +208,7 @@ mod tests {
             reclaimed: 600,
             hard_limit: 48808,
             soft_limit: 39046,
+            corrections: Default::default(),
             ts: "2026-01-01T00:00:00Z".into(),
         }
     }

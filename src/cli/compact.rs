@@ -46,14 +46,16 @@ fn run_plan(
             eprint!("\rCompacting context · {pct}%");
         }
     };
-    let (generated, cancelled) =
+    let (generation, cancelled) =
         crate::summarize::generate_blocking(&plan, summarizer.as_deref(), &progress)?;
     if show_progress {
         errln!();
     }
     let elapsed = started.elapsed().as_millis() as u64;
-    let result = crate::compaction::commit(log, &plan, generated, cancelled, elapsed)?;
-    flight.record(&session_id, &result);
+    let mut result =
+        crate::compaction::commit(log, &plan, generation.generated.clone(), cancelled, elapsed)?;
+    let corrections = generation.annotate(&mut result);
+    flight.record_corrected(&session_id, &result, corrections);
     if result.fallback {
         errln!(
             "warning: a summarization model was configured but the local capsule was used: {}",

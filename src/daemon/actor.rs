@@ -25,7 +25,7 @@ use super::protocol::{
 };
 use crate::capsule::artifacts::ToolMapping;
 use crate::compaction::run::{Barrier as Engine, Preflight};
-use crate::compaction::{reasons, CompactionResult, Generated, Plan};
+use crate::compaction::{reasons, CompactionResult, Plan};
 use crate::config::{Config, ConfigFile};
 use crate::flight::FlightLog;
 use crate::inspect::budget_report;
@@ -160,7 +160,7 @@ enum Command {
     Generated {
         operation_id: String,
         /// Boxed: a capsule state is far larger than any other command.
-        generated: Box<Generated>,
+        generated: Box<crate::summarize::Generation>,
     },
 }
 
@@ -1099,7 +1099,8 @@ impl Actor {
                 }
             };
             let generated =
-                crate::summarize::generate(&plan, summarizer.as_deref(), cancel, &progress).await;
+                crate::summarize::generate_checked(&plan, summarizer.as_deref(), cancel, &progress)
+                    .await;
             let _ = me.send(Command::Generated {
                 operation_id: plan.operation_id.clone(),
                 generated: Box::new(generated),
@@ -1108,7 +1109,7 @@ impl Actor {
     }
 
     /// End the barrier: commit, tell everyone, apply queued input in order, answer the waiter.
-    fn finish(&mut self, operation_id: String, generated: Generated) {
+    fn finish(&mut self, operation_id: String, generation: crate::summarize::Generation) {
         let Some(running) = self
             .running
             .take_if(|r| r.plan.operation_id == operation_id)
@@ -1126,15 +1127,23 @@ impl Actor {
         let committed = crate::compaction::commit(
             &mut self.log,
             &plan,
-            generated,
+            generation.generated.clone(),
             cancel.is_cancelled(),
             duration_ms,
-        );
+        )
+        .map(|mut result| {
+            let corrections = generation.annotate(&mut result);
+            (result, corrections)
+        });
         let outcome = committed
+            .map(|(result, corrections)| {
+                self.flight
+                    .record_corrected(self.session_id(), &result, corrections);
+                result
+            })
             .map_err(|e| RpcError::internal(format!("the compaction could not be written: {e}")));
         match &outcome {
             Ok(result) => {
-                self.record_flight(result);
                 let line = result.completion_line();
                 self.notice(
                     &plan,

@@ -5,7 +5,7 @@
 use crate::capsule::artifacts::ToolMapping;
 use crate::capsule::render::render_for_model;
 use crate::compaction::run::{Barrier, Preflight};
-use crate::compaction::{generate_local, CompactionResult, Generated, Plan};
+use crate::compaction::{generate_local, CompactionResult, Plan};
 use crate::config::Config;
 use crate::report::{Event, ForeignMark, Kept, Step, Timeline, TimelineCompaction};
 use crate::session::entry::{
@@ -93,13 +93,16 @@ impl<'a> CapsuleWriter<'a> {
         }
     }
 
-    fn generate(&self, plan: &Plan) -> Generated {
+    fn generate(&self, plan: &Plan) -> crate::summarize::Generation {
         match self {
-            CapsuleWriter::Local => generate_local(plan),
+            CapsuleWriter::Local => crate::summarize::Generation {
+                generated: generate_local(plan),
+                corrections: Default::default(),
+            },
             CapsuleWriter::Model {
                 summarizer,
                 runtime,
-            } => runtime.block_on(crate::summarize::generate(
+            } => runtime.block_on(crate::summarize::generate_checked(
                 plan,
                 Some(*summarizer),
                 tokio_util::sync::CancellationToken::new(),
@@ -183,9 +186,21 @@ impl<'a> SimulatedHost<'a> {
 
     /// Put an outcome on the timeline and in the flight log beside the session log.
     fn record(&mut self, result: CompactionResult) -> CompactionResult {
+        self.record_corrected(result, Default::default())
+    }
+
+    /// [`Self::record`] for an outcome whose model capsule had claims corrected from the facts.
+    fn record_corrected(
+        &mut self,
+        result: CompactionResult,
+        corrections: crate::summarize::Corrections,
+    ) -> CompactionResult {
         if !result.operation_id.is_empty() {
-            crate::flight::FlightLog::for_session_log(self.log.path())
-                .record(&self.log.session().header.id, &result);
+            crate::flight::FlightLog::for_session_log(self.log.path()).record_corrected(
+                &self.log.session().header.id,
+                &result,
+                corrections,
+            );
         }
         let kept = self.kept(&result);
         let c = TimelineCompaction {
@@ -224,16 +239,17 @@ impl<'a> SimulatedHost<'a> {
         before_commit: impl FnOnce(&mut Self) -> Result<(), LogError>,
     ) -> Result<CompactionResult, LogError> {
         let started = std::time::Instant::now();
-        let generated: Generated = self.writer.generate(plan);
+        let generation = self.writer.generate(plan);
         before_commit(self)?;
-        let result = crate::compaction::commit(
+        let mut result = crate::compaction::commit(
             &mut self.log,
             plan,
-            generated,
+            generation.generated.clone(),
             false,
             started.elapsed().as_millis() as u64,
         )?;
-        Ok(self.record(result))
+        let corrections = generation.annotate(&mut result);
+        Ok(self.record_corrected(result, corrections))
     }
 
     pub fn run_plan(&mut self, plan: &Plan) -> Result<CompactionResult, LogError> {

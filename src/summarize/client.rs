@@ -90,13 +90,15 @@ pub async fn run_chunked(
         .collect();
     let item_tokens: Vec<u64> = items.iter().map(|t| SIZING_TOKENIZER.count(t)).collect();
     let total: u64 = item_tokens.iter().sum::<u64>().max(1);
-    let facts = req.facts();
+    let window = input_window(limits.context_window, limits.max_output_tokens);
+    let facts = req.facts(window);
+    let shown = req.shown_artifacts();
     let ctx = PromptContext {
         instructions: req.instructions.as_deref(),
-        artifacts: &req.artifacts,
+        artifacts: &shown,
         facts: &facts,
+        follow_up: req.follow_up.as_deref(),
     };
-    let window = input_window(limits.context_window, limits.max_output_tokens);
     let expected = limits.max_output_tokens.min(EXPECTED_REPLY_TOKENS);
 
     // Oldest first; each chunk's state becomes the next chunk's previous capsule.

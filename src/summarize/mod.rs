@@ -28,6 +28,7 @@ use crate::session::view::ModelMessage;
 pub use breaker::{Admission, Breaker, BreakerState, FAILURE_THRESHOLD};
 pub use client::ModelSummarizer;
 use progress::Progress;
+pub use response::Corrections;
 
 /// Everything a summarizer is given.
 #[derive(Debug, Clone, Default)]
@@ -38,14 +39,28 @@ pub struct SummaryRequest {
     pub history: Vec<ModelMessage>,
     /// Custom instructions of an explicit `/compact`.
     pub instructions: Option<String>,
-    /// Facts from the log; shown to the model, never changed by it.
+    /// Facts from the log; shown to the model (those of the summarized history and the
+    /// previous capsule, see [`prompt::shown_artifacts`]), never changed by it.
     pub artifacts: Artifacts,
+    /// What was wrong with the model's previous reply, when the request is sent again.
+    pub follow_up: Option<String>,
 }
 
 impl SummaryRequest {
-    /// The facts of the history the model is given beside the artifacts.
-    pub fn facts(&self) -> prompt::HistoryFacts {
-        prompt::HistoryFacts::of(&self.history)
+    /// The facts of the history the model is given beside the artifacts, sized for a
+    /// summarizer whose input window is `window` tokens.
+    pub fn facts(&self, window: u64) -> prompt::HistoryFacts {
+        prompt::HistoryFacts::within(&self.history, prompt::FactBudget::for_window(window))
+    }
+
+    /// The artifacts the model is shown: none it cannot see in the history or the previous
+    /// capsule.
+    pub fn shown_artifacts(&self) -> Artifacts {
+        prompt::shown_artifacts(
+            &self.artifacts,
+            &self.history,
+            self.previous.as_ref().map(|c| &c.artifacts),
+        )
     }
 }
 
@@ -95,8 +110,9 @@ pub trait Summarizer: Send + Sync {
 /// The result of [`summarize_with_fallback`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Summarized {
-    /// A validated model state: the capsule has `quality: model`.
-    Model(CapsuleState),
+    /// A validated model state, with the claims corrected from the facts counted: the capsule
+    /// has `quality: model`.
+    Model(CapsuleState, Corrections),
     /// No model is configured: the deterministic local state, `quality: local`.
     Local(CapsuleState),
     /// A configured model's summary could not be used: the deterministic local state stands
@@ -145,11 +161,74 @@ pub async fn summarize_with_fallback(
         return degraded(fallback_reason(&error), local, &progress);
     }
 
+    let started = tokio::time::Instant::now();
+    let mut outcome = attempt(summarizer, req, &progress, started, timeout, &cancel).await;
+    // One more try for a malformed reply, with what was wrong, when the time left is at least
+    // what the first try took.
+    if let Err(SummaryError::InvalidResponse(why)) = &outcome {
+        let elapsed = started.elapsed();
+        if !cancel.is_cancelled() && timeout.saturating_sub(elapsed) >= elapsed {
+            let again = SummaryRequest {
+                follow_up: Some(follow_up(why)),
+                ..req.clone()
+            };
+            outcome = attempt(summarizer, &again, &progress, started, timeout, &cancel)
+                .await
+                .map_err(|e| match e {
+                    SummaryError::InvalidResponse(second) => {
+                        SummaryError::InvalidResponse(format!("{second} (asked twice)"))
+                    }
+                    other => other,
+                });
+        }
+    }
+
+    if cancel.is_cancelled() {
+        if let Some(b) = breaker {
+            b.record_abandoned(Instant::now());
+        }
+        return Summarized::Cancelled;
+    }
+    match outcome {
+        Ok(mut state) => {
+            // Names of files the log never mentions are the model's, not the session's; claims
+            // the facts contradict are corrected from them.
+            let unknown = response::vet_paths(&mut state, &response::Grounding::of(req));
+            let mut corrections = response::vet_claims(&mut state, &req.shown_artifacts());
+            corrections.unknown_paths = unknown.len() as u32;
+            if let Some(b) = breaker {
+                b.record_success();
+            }
+            progress.finish();
+            Summarized::Model(state, corrections)
+        }
+        Err(error) => {
+            if let Some(b) = breaker {
+                b.record_failure(Instant::now());
+            }
+            degraded(fallback_reason(&error), local, &progress)
+        }
+    }
+}
+
+/// The follow-up of a second try: what was wrong with the first reply.
+fn follow_up(why: &str) -> String {
+    format!("Your reply was rejected: {why}.")
+}
+
+/// One run of the model under what is left of `timeout` since `started`, its state validated.
+async fn attempt(
+    summarizer: &dyn Summarizer,
+    req: &SummaryRequest,
+    progress: &Progress<'_>,
+    started: tokio::time::Instant,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<CapsuleState, SummaryError> {
     let run_cancel = cancel.child_token();
     let report = |pct: u8| progress.fraction(f64::from(pct) / 100.0);
     // A provider that does not stream says nothing until its reply is complete: the time spent
     // against the timeout moves the progress meanwhile (the larger of the two is shown).
-    let started = tokio::time::Instant::now();
     let elapsed_ticks = async {
         loop {
             tokio::time::sleep(progress::elapsed_tick(timeout)).await;
@@ -164,48 +243,39 @@ pub async fn summarize_with_fallback(
             biased;
             _ = cancel.cancelled() => Err(SummaryError::Cancelled),
             result = run => result,
-            _ = tokio::time::sleep(timeout) => {
+            _ = tokio::time::sleep_until(started + timeout) => {
                 Err(SummaryError::Timeout { after_ms: timeout.as_millis() as u64 })
             }
             () = elapsed_ticks => unreachable!("the elapsed-time ticks never end"),
         }
     };
     run_cancel.cancel();
+    let state = outcome?;
+    response::validate_state(&state).map_err(SummaryError::InvalidResponse)?;
+    Ok(state)
+}
 
-    if cancel.is_cancelled() {
-        if let Some(b) = breaker {
-            b.record_abandoned(Instant::now());
+/// What the generate step produced, with the claims of a model capsule that were corrected
+/// from the facts (zero for any other capsule).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generation {
+    pub generated: Generated,
+    pub corrections: Corrections,
+}
+
+impl Generation {
+    /// Record the corrections in `result` (the outcome of committing this generation): its
+    /// reason says how many claims were corrected when the model's capsule was kept. Returns
+    /// the corrections for the flight record: none when the model's capsule was not kept (the
+    /// local one stood in, or nothing was appended).
+    pub fn annotate(&self, result: &mut crate::compaction::CompactionResult) -> Corrections {
+        if result.quality != Some(Quality::Model) {
+            return Corrections::default();
         }
-        return Summarized::Cancelled;
-    }
-    match outcome {
-        Ok(mut state) => match response::validate_state(&state) {
-            Ok(()) => {
-                // Names of files the log never mentions are the model's, not the session's.
-                response::vet_paths(&mut state, &response::Grounding::of(req));
-                if let Some(b) = breaker {
-                    b.record_success();
-                }
-                progress.finish();
-                Summarized::Model(state)
-            }
-            Err(why) => {
-                if let Some(b) = breaker {
-                    b.record_failure(Instant::now());
-                }
-                degraded(
-                    fallback_reason(&SummaryError::InvalidResponse(why)),
-                    local,
-                    &progress,
-                )
-            }
-        },
-        Err(error) => {
-            if let Some(b) = breaker {
-                b.record_failure(Instant::now());
-            }
-            degraded(fallback_reason(&error), local, &progress)
+        if let Some(note) = self.corrections.describe() {
+            result.reason = format!("{}; {note}", result.reason);
         }
+        self.corrections
     }
 }
 
@@ -219,38 +289,59 @@ pub async fn generate(
     cancel: CancellationToken,
     progress: &(dyn Fn(u8) + Send + Sync),
 ) -> Generated {
+    generate_checked(plan, summarizer, cancel, progress)
+        .await
+        .generated
+}
+
+/// [`generate`] with the corrections made to a model capsule, for the flight record and the
+/// result ([`Generation::annotate`]).
+pub async fn generate_checked(
+    plan: &Plan,
+    summarizer: Option<&dyn Summarizer>,
+    cancel: CancellationToken,
+    progress: &(dyn Fn(u8) + Send + Sync),
+) -> Generation {
+    let unchecked = |generated| Generation {
+        generated,
+        corrections: Corrections::default(),
+    };
     if summarizer.is_none() {
         if cancel.is_cancelled() {
-            return Generated::Cancelled;
+            return unchecked(Generated::Cancelled);
         }
         progress(100);
-        return generate_local(plan);
+        return unchecked(generate_local(plan));
     }
     let req = SummaryRequest {
         previous: plan.previous.clone(),
         history: plan.to_summarize.clone(),
         instructions: plan.instructions.clone(),
         artifacts: plan.artifacts.clone(),
+        follow_up: None,
     };
     let timeout = Duration::from_millis(plan.roi.timeout_ms);
     let local = || plan.local_state.clone();
     match summarize_with_fallback(summarizer, &req, timeout, cancel, progress, local).await {
-        Summarized::Model(state) => Generated::State {
-            state,
-            quality: Quality::Model,
-            degraded_reason: None,
+        Summarized::Model(state, corrections) => Generation {
+            generated: Generated::State {
+                state,
+                quality: Quality::Model,
+                degraded_reason: None,
+            },
+            corrections,
         },
-        Summarized::Local(state) => Generated::State {
+        Summarized::Local(state) => unchecked(Generated::State {
             state,
             quality: Quality::Local,
             degraded_reason: None,
-        },
-        Summarized::Degraded { state, reason } => Generated::State {
+        }),
+        Summarized::Degraded { state, reason } => unchecked(Generated::State {
             state,
             quality: Quality::Degraded,
             degraded_reason: Some(reason),
-        },
-        Summarized::Cancelled => Generated::Cancelled,
+        }),
+        Summarized::Cancelled => unchecked(Generated::Cancelled),
     }
 }
 
@@ -264,7 +355,7 @@ pub fn generate_blocking(
     plan: &Plan,
     summarizer: Option<&dyn Summarizer>,
     progress: &(dyn Fn(u8) + Send + Sync),
-) -> std::io::Result<(Generated, bool)> {
+) -> std::io::Result<(Generation, bool)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -276,7 +367,7 @@ pub fn generate_blocking(
                 on_interrupt.cancel();
             }
         });
-        let generated = generate(plan, summarizer, cancel.clone(), progress).await;
+        let generated = generate_checked(plan, summarizer, cancel.clone(), progress).await;
         interrupt.abort();
         generated
     });
@@ -430,7 +521,10 @@ mod tests {
     async fn model_success_reports_monotonic_progress_to_100() {
         let s = Scripted::new(1, Ok(model_state()));
         let (out, seen) = run(Some(&s), 1000, CancellationToken::new()).await;
-        assert_eq!(out, Summarized::Model(model_state()));
+        assert_eq!(
+            out,
+            Summarized::Model(model_state(), Corrections::default())
+        );
         assert_eq!(seen, vec![40, 100]);
     }
 
@@ -438,7 +532,10 @@ mod tests {
     async fn a_reply_that_does_not_stream_still_moves_the_progress_with_the_time_spent() {
         let s = Scripted::not_streaming(700);
         let (out, seen) = run(Some(&s), 1000, CancellationToken::new()).await;
-        assert_eq!(out, Summarized::Model(model_state()));
+        assert_eq!(
+            out,
+            Summarized::Model(model_state(), Corrections::default())
+        );
         let before_done = &seen[..seen.len() - 1];
         assert!(
             before_done.len() >= 3 && before_done.iter().all(|p| (1..=70).contains(p)),
@@ -493,7 +590,8 @@ mod tests {
         let Summarized::Degraded { reason, .. } = out else {
             panic!("{out:?}")
         };
-        assert!(reason.contains("empty goal"), "{reason}");
+        assert!(reason.contains("empty goal (asked twice)"), "{reason}");
+        assert_eq!(s.calls.load(Ordering::SeqCst), 2, "asked once more");
     }
 
     #[tokio::test]

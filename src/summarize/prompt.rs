@@ -2,7 +2,7 @@
 //! outputs middle-out, and cutting the history into chunks that each fit the summarizer's
 //! window. Pure: no I/O, token counts from the o200k encoding.
 
-use crate::capsule::{Artifacts, CapsuleState};
+use crate::capsule::{Artifacts, CapsuleState, FileArtifact};
 use crate::session::entry::ContentBlock;
 use crate::session::view::ModelMessage;
 use crate::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
@@ -30,15 +30,17 @@ continue after the history you are shown is removed from its context. The agent 
 the capsule, the recorded facts and its most recent messages, so write what it must know to take \
 the next step correctly, not a story of the session.
 
-Reply with exactly one JSON object and nothing else. Its keys:
+First think in an <analysis>…</analysis> block if it helps: go through the history in order and \
+note each request of the user, what was done, the errors met and how they were fixed, and what \
+was learned about the system. The analysis is discarded. Then write one JSON object, with nothing \
+after it. Its keys:
 - goal (string, required, non-empty): what the user wants done now, in one or two sentences of \
 your own. Take it from the latest request that sets or changes the objective; a short reply \
 (\"yes\", \"go on\", \"proof read this\") continues the objective before it. Never paste a long \
 message, a log or a document as the goal, and never take it from an early request that was \
 finished or replaced.
 - requests (list of strings): the user's requests, oldest first, each as its gist in one line, \
-the latest ones close to the user's words; leave out what the agent's tooling wrapped around \
-them (IDE context, system reminders, instruction files) and pasted material.
+the latest ones close to the user's words; leave out pasted material.
 - constraints (list of strings): the user's preferences, rules and corrections that still apply, \
 each stated as an instruction (\"Use httpie, not curl\", \"Do not edit generated files\"). A \
 correction of the agent (\"no, not that file\") becomes a rule. Never phrase a constraint as a \
@@ -49,16 +51,21 @@ item per piece of work, never a list folded into one line.
 - pending (list of strings): work requested or agreed but not started, one item each.
 - decisions (list of {\"decision\": string, \"rationale\": string}): choices made; the rationale \
 only where the history states one, otherwise \"\".
+- findings (list of strings): what was learned about the system and must not be rediscovered: a \
+root cause, a hypothesis ruled out and why, how a part works, the options under discussion.
+- errors (list of {\"error\": string, \"fix\": string}): errors met on the way, each with the \
+exact message or symptom and what fixed it; the fix \"\" while it is not fixed.
 - blockers (list of strings): problems still open at the end: a failing check with its error, a \
 question the user has not answered, a missing permission. Leave out problems that were solved.
 - nextSteps (list of strings): the concrete actions to take next, in order; the first is the \
-exact next step (which command, which file, which function).
+exact next step (which command, which file, which function), continuing from the latest exchange.
 
 Rules:
 - The recorded facts are ground truth taken from the log: files read and modified, checks with \
 the outcome of their last run, and the user's messages, each with the ids of the entries they \
-come from. Never contradict them: a check whose last run failed is not passing, and a file not \
-listed as modified was not changed. Do not copy the file lists or checks into your lists; name a \
+come from. Never contradict them: a check whose last run failed is not passing, and a file is \
+deleted only when the facts say so. The file lists are what the log recorded; an edit made some \
+other way can be missing from them. Do not copy the file lists or checks into your lists; name a \
 file or check where it matters to a piece of work.
 - Name only files, commands and identifiers that appear in the history, the facts or the \
 previous capsule, and keep exact paths, function names and error messages.
@@ -69,47 +76,231 @@ pending to completed, drop what is finished, solved or obsolete.
 - Do not invent anything the history does not support. Empty lists are fine; empty strings \
 are not.";
 
-/// Most user messages the facts list (the latest ones), and most characters of each.
-pub const MAX_FACT_MESSAGES: usize = 40;
-pub const MAX_FACT_MESSAGE_CHARS: usize = 240;
+/// The instruction again after the history, where a long history would otherwise leave it
+/// ~40k tokens behind: the keys and the rules that matter most, short.
+pub const REPLY_REMINDER: &str = "\
+## Your reply
+Think in <analysis>…</analysis> first if it helps (it is discarded), then write one JSON object \
+with the keys goal, requests, constraints, completed, active, pending, decisions, findings, \
+errors, blockers, nextSteps, and nothing after it. Never contradict the recorded facts (check \
+outcomes, deleted files); name only files and commands shown above; findings hold root causes, \
+hypotheses ruled out and how the system works; errors are {\"error\", \"fix\"}; the first \
+nextSteps item continues from the latest exchange.";
+
+/// Tokens the user's messages may take in the facts, newest first: the newest kept whole (cut
+/// only past the whole budget), older ones shortened. Less for a small window
+/// ([`FactBudget::for_window`]).
+pub const FACT_MESSAGES_BUDGET_TOKENS: u64 = 4000;
+/// An older user message longer than this is shortened: pastes described, then head and tail
+/// kept around a marker.
+pub const MAX_FACT_MESSAGE_TOKENS: u64 = 400;
+/// The agent's last words quoted in the latest exchange are cut to this, middle-out.
+pub const MAX_LATEST_REPLY_TOKENS: u64 = 600;
+/// Lines in a row that look like code or a log before they count as a paste.
+const MIN_PASTE_LINES: usize = 8;
+
+/// A user message of the facts: the entry it came from and what the user typed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserMessage {
+    pub entry_id: Option<String>,
+    pub text: String,
+}
+
+/// Where the next step starts: the user's last message and the agent's last words after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatestExchange {
+    pub user: UserMessage,
+    /// The agent's last text after the user's message (tool calls and results left out).
+    pub agent: Option<UserMessage>,
+}
 
 /// Facts of the summarized history the model is given as ground truth beside the artifacts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HistoryFacts {
-    /// The user's messages, oldest first: entry id and the message's opening, one line.
-    pub user_messages: Vec<(String, String)>,
-    /// User messages left out of `user_messages` (the oldest ones) to keep the facts short.
+    /// The user's messages, oldest first, as typed: the harness's injected context (system
+    /// reminders, instruction files, environment blocks, command wrappers) cut.
+    pub user_messages: Vec<UserMessage>,
+    /// User messages left out of `user_messages` (the oldest ones) to keep within the budget.
     pub omitted: usize,
+    pub latest: Option<LatestExchange>,
+}
+
+fn text_of(m: &ModelMessage) -> String {
+    m.content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// How many tokens the user's messages and the latest exchange may take in the facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FactBudget {
+    /// All of the user's messages together.
+    pub messages: u64,
+    /// One older message before it is shortened.
+    pub per_message: u64,
+    /// Each side of the latest exchange.
+    pub latest: u64,
+}
+
+impl FactBudget {
+    /// The budget for a summarizer whose input window is `window`: the constants, shrunk for a
+    /// small window (at most a fifth of it for the messages, a twentieth for each side of the
+    /// latest exchange) so that the facts leave room for the history.
+    pub fn for_window(window: u64) -> FactBudget {
+        let messages = FACT_MESSAGES_BUDGET_TOKENS.min(window / 5);
+        FactBudget {
+            messages,
+            per_message: MAX_FACT_MESSAGE_TOKENS.min(messages / 4),
+            latest: MAX_LATEST_REPLY_TOKENS.min(window / 20),
+        }
+    }
 }
 
 impl HistoryFacts {
-    /// The user messages of `history` that carry an entry id.
+    /// [`HistoryFacts::within`] the full budget.
     pub fn of(history: &[ModelMessage]) -> HistoryFacts {
-        let mut all: Vec<(String, String)> = history
+        HistoryFacts::within(history, FactBudget::for_window(u64::MAX))
+    }
+
+    /// The user's messages of `history` within `budget`, newest first, and its latest
+    /// exchange.
+    pub fn within(history: &[ModelMessage], budget: FactBudget) -> HistoryFacts {
+        let typed: Vec<(usize, UserMessage)> = history
             .iter()
-            .filter(|m| m.role == "user")
-            .filter_map(|m| {
-                let id = m.entry_id.clone()?;
-                let text = m
-                    .content
-                    .iter()
-                    .filter_map(|b| match b {
-                        ContentBlock::Text { text, .. } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" ");
-                let line = one_line(&text, MAX_FACT_MESSAGE_CHARS);
-                (!line.is_empty()).then_some((id, line))
+            .enumerate()
+            .filter(|(_, m)| m.role == "user")
+            .filter_map(|(i, m)| {
+                let text = crate::capsule::requests::typed_text(&text_of(m))?;
+                Some((
+                    i,
+                    UserMessage {
+                        entry_id: m.entry_id.clone(),
+                        text,
+                    },
+                ))
             })
             .collect();
-        let omitted = all.len().saturating_sub(MAX_FACT_MESSAGES);
-        all.drain(..omitted);
+        let latest = typed.last().map(|(at, user)| {
+            let agent = history[at + 1..]
+                .iter()
+                .rev()
+                .filter(|m| m.role == "assistant")
+                .find_map(|m| {
+                    let text = text_of(m);
+                    (!text.trim().is_empty()).then(|| UserMessage {
+                        entry_id: m.entry_id.clone(),
+                        text: elide_middle(text.trim(), budget.latest),
+                    })
+                });
+            LatestExchange {
+                user: UserMessage {
+                    entry_id: user.entry_id.clone(),
+                    text: elide_middle(&user.text, budget.latest),
+                },
+                agent,
+            }
+        });
+        // Newest first until the budget is spent: the newest whole, older ones shortened.
+        let mut kept = Vec::new();
+        let mut left = budget.messages;
+        for (n, (_, m)) in typed.iter().rev().enumerate() {
+            let text = if n == 0 {
+                elide_middle(&m.text, budget.messages)
+            } else {
+                shorten_message(&m.text, budget.per_message)
+            };
+            let tokens = SIZING_TOKENIZER.count(&text);
+            if n > 0 && tokens > left {
+                break;
+            }
+            left = left.saturating_sub(tokens);
+            kept.push(UserMessage {
+                entry_id: m.entry_id.clone(),
+                text,
+            });
+        }
+        kept.reverse();
         HistoryFacts {
-            user_messages: all,
-            omitted,
+            omitted: typed.len() - kept.len(),
+            user_messages: kept,
+            latest,
         }
     }
+}
+
+/// A line of code or of a log rather than of prose.
+fn looks_pasted(line: &str) -> bool {
+    let t = line.trim_end();
+    !t.trim_start().starts_with("```")
+        && (t.starts_with(['\t', ' ', '|', '$', '/', '+', '@'])
+            || t.contains(['{', '}', ';', '=', '<', '(', '[']))
+}
+
+/// Lines from the start of `lines` that make a paste: lines that look pasted, with blank lines
+/// among them (not at the end).
+fn paste_run(lines: &[&str]) -> usize {
+    let mut end = 0;
+    for (n, line) in lines.iter().enumerate() {
+        if looks_pasted(line) {
+            end = n + 1;
+        } else if !line.trim().is_empty() || end == 0 {
+            break;
+        }
+    }
+    end
+}
+
+/// `text` with its pastes described rather than quoted (a fenced block, or
+/// [`MIN_PASTE_LINES`] or more lines in a row of code or log), then cut middle-out to
+/// `max_tokens` if still longer. Unchanged when it fits.
+pub fn shorten_message(text: &str, max_tokens: u64) -> String {
+    if SIZING_TOKENIZER.count(text) <= max_tokens {
+        return text.to_string();
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    let describe = |block: &[&str]| {
+        let first = block
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| !l.is_empty() && !l.starts_with("```"))
+            .unwrap_or("");
+        format!(
+            "[pasted: {} lines, first: {}]",
+            block.len(),
+            one_line(first, 80)
+        )
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim_start().starts_with("```") {
+            let end = lines[i + 1..]
+                .iter()
+                .position(|l| l.trim_start().starts_with("```"))
+                .map_or(lines.len(), |p| i + 1 + p + 1);
+            out.push(describe(&lines[i..end]));
+            i = end;
+            continue;
+        }
+        let run = paste_run(&lines[i..]);
+        let pasted = lines[i..i + run]
+            .iter()
+            .filter(|l| !l.trim().is_empty())
+            .count();
+        if pasted >= MIN_PASTE_LINES {
+            out.push(describe(&lines[i..i + run]));
+            i += run;
+        } else {
+            out.push(lines[i].to_string());
+            i += 1;
+        }
+    }
+    elide_middle(&out.join("\n"), max_tokens)
 }
 
 /// `text` with its whitespace collapsed, cut to `max` characters with `…`.
@@ -126,6 +317,67 @@ fn one_line(text: &str, max: usize) -> String {
         }
     }
     out
+}
+
+/// The facts the model may be shown: those of the summarized `history` and the `previous`
+/// capsule's. A file or check the log recorded only in entries kept after the cut (which the
+/// model never sees) is left out; a check whose last run is there shows the previous capsule's
+/// record of it, if any. Facts with no entry ids, or a history with none, cannot be placed and
+/// are kept.
+pub fn shown_artifacts(
+    artifacts: &Artifacts,
+    history: &[ModelMessage],
+    previous: Option<&Artifacts>,
+) -> Artifacts {
+    let shown: std::collections::HashSet<&str> = history
+        .iter()
+        .filter_map(|m| m.entry_id.as_deref())
+        .collect();
+    if shown.is_empty() {
+        return artifacts.clone();
+    }
+    let files = |files: &[FileArtifact], before: Option<&Vec<FileArtifact>>| {
+        files
+            .iter()
+            .filter(|f| {
+                f.entry_ids.is_empty()
+                    || f.entry_ids.iter().any(|id| shown.contains(id.as_str()))
+                    || before.is_some_and(|b| b.iter().any(|p| p.path == f.path))
+            })
+            .map(|f| FileArtifact {
+                entry_ids: f
+                    .entry_ids
+                    .iter()
+                    .filter(|id| shown.contains(id.as_str()))
+                    .cloned()
+                    .collect(),
+                ..f.clone()
+            })
+            .collect()
+    };
+    let verification = artifacts
+        .verification
+        .iter()
+        .filter_map(|v| {
+            if v.entry_id.is_empty() || shown.contains(v.entry_id.as_str()) {
+                return Some(v.clone());
+            }
+            previous?
+                .verification
+                .iter()
+                .find(|p| p.command == v.command)
+                .cloned()
+        })
+        .collect();
+    Artifacts {
+        read_files: files(&artifacts.read_files, previous.map(|p| &p.read_files)),
+        modified_files: files(
+            &artifacts.modified_files,
+            previous.map(|p| &p.modified_files),
+        ),
+        verification,
+        active_skills: artifacts.active_skills.clone(),
+    }
 }
 
 /// One request's messages.
@@ -149,11 +401,16 @@ impl Prompt {
 #[derive(Debug, Clone, Copy)]
 pub struct PromptContext<'a> {
     pub instructions: Option<&'a str>,
+    /// The facts the model is shown (see [`shown_artifacts`]).
     pub artifacts: &'a Artifacts,
     pub facts: &'a HistoryFacts,
+    /// What was wrong with the model's previous reply to this request, when it is asked again.
+    pub follow_up: Option<&'a str>,
 }
 
-/// The prompt for one chunk of history, rolling `previous` forward.
+/// The prompt for one chunk of history, rolling `previous` forward. The instruction stands
+/// before the history and, short, again after it; the latest exchange comes last, as the
+/// anchor of the next step.
 pub fn build_prompt(
     ctx: PromptContext<'_>,
     previous: Option<&CapsuleState>,
@@ -175,10 +432,39 @@ pub fn build_prompt(
     }
     user.push_str("\n\n## History to summarize, oldest first\n");
     user.push_str(&history.join(SEPARATOR));
+    if let Some(latest) = &ctx.facts.latest {
+        user.push_str("\n\n## The latest exchange (the next step continues from here)\n");
+        user.push_str(&quoted("The user", &latest.user));
+        if let Some(agent) = &latest.agent {
+            user.push('\n');
+            user.push_str(&quoted("The agent's last words", agent));
+        }
+    }
+    user.push_str("\n\n");
+    user.push_str(REPLY_REMINDER);
+    if let Some(why) = ctx.follow_up {
+        user.push_str("\n\n## Your previous reply could not be used\n");
+        user.push_str(why);
+        user.push_str(
+            "\nReply again: an optional <analysis> block, then one JSON object with the keys \
+above and nothing else.",
+        );
+    }
     Prompt {
         system: SYSTEM_PROMPT.to_string(),
         user,
     }
+}
+
+/// `message` under `who`, each line quoted with `> `.
+fn quoted(who: &str, message: &UserMessage) -> String {
+    let id = message
+        .entry_id
+        .as_deref()
+        .map(|id| format!(" [{id}]"))
+        .unwrap_or_default();
+    let body: Vec<String> = message.text.lines().map(|l| format!("> {l}")).collect();
+    format!("{who}{id}:\n{}", body.join("\n"))
 }
 
 fn render_facts(a: &Artifacts, facts: &HistoryFacts) -> String {
@@ -189,7 +475,7 @@ fn render_facts(a: &Artifacts, facts: &HistoryFacts) -> String {
             format!(" [{}]", ids.join(", "))
         }
     };
-    let files = |files: &[crate::capsule::FileArtifact]| {
+    let files = |files: &[FileArtifact]| {
         if files.is_empty() {
             "(none)".to_string()
         } else {
@@ -212,7 +498,19 @@ fn render_facts(a: &Artifacts, facts: &HistoryFacts) -> String {
     } else {
         a.verification
             .iter()
-            .map(|v| format!("`{}` {} [{}]", v.command, v.outcome.as_str(), v.entry_id))
+            .map(|v| {
+                let since = if v.edited_since {
+                    " (files edited since)"
+                } else {
+                    ""
+                };
+                format!(
+                    "`{}` {}{since} [{}]",
+                    v.command,
+                    v.outcome.as_str(),
+                    v.entry_id
+                )
+            })
             .collect::<Vec<_>>()
             .join("; ")
     };
@@ -222,7 +520,7 @@ fn render_facts(a: &Artifacts, facts: &HistoryFacts) -> String {
         a.active_skills.join(", ")
     };
     let mut out = format!(
-        "Read files: {}\nModified files: {}\nChecks, outcome of the last run: {verification}\nActive skills: {skills}\nThe user's messages, oldest first:",
+        "Read files: {}\nModified files: {}\nChecks, outcome of the last run: {verification}\nActive skills: {skills}\nThe user's messages, oldest first, as typed:",
         files(&a.read_files),
         files(&a.modified_files)
     );
@@ -232,8 +530,14 @@ fn render_facts(a: &Artifacts, facts: &HistoryFacts) -> String {
     if facts.omitted > 0 {
         out.push_str(&format!("\n- ({} older ones left out)", facts.omitted));
     }
-    for (id, text) in &facts.user_messages {
-        out.push_str(&format!("\n- [{id}] {text}"));
+    for m in &facts.user_messages {
+        let id = m
+            .entry_id
+            .as_deref()
+            .map(|id| format!("[{id}] "))
+            .unwrap_or_default();
+        // Continuation lines indented under their item.
+        out.push_str(&format!("\n- {id}{}", m.text.replace('\n', "\n  ")));
     }
     out
 }
@@ -474,6 +778,7 @@ mod tests {
             instructions: Some("focus on tests"),
             artifacts: &artifacts,
             facts: &HistoryFacts::default(),
+            follow_up: None,
         };
         let p = build_prompt(ctx, Some(&prev), &["### user\nhi".into()]);
         for needle in [
@@ -489,6 +794,7 @@ mod tests {
                 instructions: None,
                 artifacts: &artifacts,
                 facts: &HistoryFacts::default(),
+                follow_up: None,
             },
             None,
             &[],
@@ -539,6 +845,7 @@ mod tests {
                 instructions: None,
                 artifacts: &artifacts,
                 facts: &facts,
+                follow_up: None,
             },
             None,
             &items,
@@ -547,38 +854,280 @@ mod tests {
             "Read files: src/lexer.rs [e2, e4]",
             "Modified files: (none)",
             "Checks, outcome of the last run: `cargo test` failed [e6]",
-            "- [e1] Fix the lexer so that it reads every token",
+            "- [e1] Fix the lexer\n  \n  so that it reads every token",
             "- [e7] yes, go on",
             "### user [e1]\nFix the lexer",
         ] {
             assert!(p.user.contains(needle), "missing {needle}: {}", p.user);
         }
-        // A long message is cut to one line in the facts; whole in the history.
-        let line = p.user.lines().find(|l| l.starts_with("- [e1]")).unwrap();
-        assert!(line.ends_with('…') && line.chars().count() <= MAX_FACT_MESSAGE_CHARS + 10);
+        // A message under the per-message limit is quoted whole, not cut to a line.
+        assert!(p
+            .user
+            .contains(&long.replace('\n', "\n  ").trim_end().to_string()));
+        // No sentence claims the file lists are complete: the log can miss an edit.
+        assert!(!SYSTEM_PROMPT.contains("not listed as modified was not changed"));
+        assert!(SYSTEM_PROMPT.contains("an edit made some other way can be missing"));
         // The system prompt is one constant: every request starts with the same bytes.
         assert_eq!(p.system, SYSTEM_PROMPT);
     }
 
     #[test]
-    fn the_facts_keep_the_latest_user_messages() {
-        let history: Vec<ModelMessage> = (0..MAX_FACT_MESSAGES + 5)
-            .map(|i| user_message(&format!("e{i}"), &format!("request {i}")))
+    fn a_check_run_before_later_edits_is_marked_in_the_facts() {
+        use crate::capsule::{Verification, VerificationOutcome};
+        let artifacts = Artifacts {
+            verification: vec![Verification {
+                command: "mise run lint".into(),
+                outcome: VerificationOutcome::Passed,
+                entry_id: "e3".into(),
+                edited_since: true,
+            }],
+            ..Artifacts::default()
+        };
+        let text = render_facts(&artifacts, &HistoryFacts::default());
+        assert!(
+            text.contains("`mise run lint` passed (files edited since) [e3]"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_facts_keep_the_newest_messages_within_the_budget() {
+        let history: Vec<ModelMessage> = (0..60)
+            .map(|i| {
+                user_message(
+                    &format!("e{i}"),
+                    &format!("request {i}: {}", words(150, "w")),
+                )
+            })
             .collect();
         let facts = HistoryFacts::of(&history);
-        assert_eq!(facts.omitted, 5);
-        assert_eq!(facts.user_messages.len(), MAX_FACT_MESSAGES);
+        assert!(facts.omitted > 0, "{}", facts.omitted);
+        assert_eq!(facts.omitted + facts.user_messages.len(), 60);
         assert_eq!(
-            facts.user_messages[0],
-            ("e5".to_string(), "request 5".to_string())
+            facts.user_messages.last().unwrap().entry_id.as_deref(),
+            Some("e59")
         );
+        let first_kept = facts.omitted;
+        assert_eq!(
+            facts.user_messages[0].entry_id.as_deref(),
+            Some(format!("e{first_kept}").as_str())
+        );
+        let tokens: u64 = facts
+            .user_messages
+            .iter()
+            .map(|m| SIZING_TOKENIZER.count(&m.text))
+            .sum();
+        assert!(tokens <= FACT_MESSAGES_BUDGET_TOKENS, "{tokens}");
         let text = render_facts(&Artifacts::default(), &facts);
         assert!(
-            text.contains("- (5 older ones left out)\n- [e5] request 5"),
+            text.contains(&format!(
+                "- ({} older ones left out)\n- [e{first_kept}] request {first_kept}",
+                facts.omitted
+            )),
             "{text}"
         );
         let none = render_facts(&Artifacts::default(), &HistoryFacts::default());
-        assert!(none.ends_with("The user's messages, oldest first: (none in this history)"));
+        assert!(
+            none.ends_with("The user's messages, oldest first, as typed: (none in this history)")
+        );
+    }
+
+    #[test]
+    fn the_newest_message_is_whole_and_older_long_ones_are_shortened_with_pastes_described() {
+        let log: String = (0..40)
+            .map(|i| {
+                format!("2026-01-01T00:00:{i:02}Z ERROR worker={i} failed to connect (retry {i})\n")
+            })
+            .collect();
+        let older = format!(
+            "The worker crashes on start, here is the log:\n{log}{}\nPlease find the cause.",
+            words(400, "context")
+        );
+        let newest = format!("Now fix it. {}", words(900, "detail"));
+        let history = vec![user_message("e1", &older), user_message("e2", &newest)];
+        let facts = HistoryFacts::of(&history);
+        let [old, new] = &facts.user_messages[..] else {
+            panic!("{facts:?}")
+        };
+        assert_eq!(new.text, newest, "the newest message is kept verbatim");
+        assert!(SIZING_TOKENIZER.count(&old.text) <= MAX_FACT_MESSAGE_TOKENS);
+        assert!(
+            old.text.starts_with("The worker crashes on start, here is the log:\n[pasted: 40 lines, first: 2026-01-01T00:00:00Z ERROR"),
+            "{}",
+            old.text
+        );
+        assert!(old.text.ends_with("Please find the cause."), "{}", old.text);
+        assert!(old.text.contains("tokens elided"));
+        // A fenced block is described too.
+        let fenced = format!("look:\n```\n{}\n```\nwhy?", "let x = 1;\n".repeat(300));
+        let short = shorten_message(&fenced, 100);
+        assert_eq!(short, "look:\n[pasted: 303 lines, first: let x = 1;]\nwhy?");
+        // Prose with short lines and lists is not a paste.
+        let list = format!(
+            "Do these:\n{}\n# Notes\n> quoted",
+            "- rename the loader and keep the alias\n".repeat(12)
+        );
+        let short = shorten_message(&list, 60);
+        assert!(
+            !short.contains("[pasted") && short.contains("tokens elided"),
+            "{short}"
+        );
+        assert_eq!(shorten_message("short", 100), "short");
+    }
+
+    #[test]
+    fn injected_context_is_cut_from_the_users_messages() {
+        let claude_code = "<system-reminder>\nAs you answer the user's questions, you can use the following context:\n# claudeMd\nAlways run mise run lint.\n</system-reminder>\n<system-reminder>The TodoWrite tool hasn't been used recently.</system-reminder>\nRename the config loader to ConfigSource and keep the old name as an alias.";
+        let only_injected = "<environment_context>\n  <cwd>/repo</cwd>\n</environment_context>";
+        let command = "<command-name>/clear</command-name>\n<command-message>clear</command-message>\n<command-args></command-args>";
+        let caveat = "<local-command-caveat>Caveat: The messages below were generated by the user while running local commands.</local-command-caveat>";
+        let history = vec![
+            user_message("e1", claude_code),
+            user_message("e2", only_injected),
+            user_message("e3", command),
+            user_message("e4", caveat),
+        ];
+        let facts = HistoryFacts::of(&history);
+        assert_eq!(
+            facts.user_messages,
+            vec![UserMessage {
+                entry_id: Some("e1".into()),
+                text: "Rename the config loader to ConfigSource and keep the old name as an alias."
+                    .into()
+            }]
+        );
+        assert_eq!(facts.omitted, 0);
+    }
+
+    fn assistant_text(id: &str, text: &str) -> ModelMessage {
+        ModelMessage {
+            role: "assistant".into(),
+            ..user_message(id, text)
+        }
+    }
+
+    #[test]
+    fn the_latest_exchange_is_quoted_after_the_history_then_the_reply_instruction() {
+        let history = vec![
+            user_message("e1", "Port the parser"),
+            assistant_text("e2", "Done with the lexer."),
+            user_message("e3", "Should we keep the old API?"),
+            assistant_text(
+                "e4",
+                "Two options: keep it behind a flag, or remove it in 2.0.",
+            ),
+            ModelMessage {
+                role: "tool".into(),
+                ..user_message("e5", "ok")
+            },
+        ];
+        let facts = HistoryFacts::of(&history);
+        let latest = facts.latest.clone().unwrap();
+        assert_eq!(latest.user.entry_id.as_deref(), Some("e3"));
+        assert_eq!(
+            latest.agent.as_ref().unwrap().entry_id.as_deref(),
+            Some("e4")
+        );
+        let items: Vec<String> = history.iter().map(render_message).collect();
+        let p = build_prompt(
+            PromptContext {
+                instructions: None,
+                artifacts: &Artifacts::default(),
+                facts: &facts,
+                follow_up: None,
+            },
+            None,
+            &items,
+        );
+        let history_at = p.user.find("## History to summarize").unwrap();
+        let latest_at = p.user.find("## The latest exchange").unwrap();
+        let reply_at = p.user.find("## Your reply").unwrap();
+        assert!(history_at < latest_at && latest_at < reply_at, "{}", p.user);
+        assert!(p.user[latest_at..].contains(
+            "The user [e3]:\n> Should we keep the old API?\nThe agent's last words [e4]:\n> Two options"
+        ));
+        assert!(p.user.ends_with(REPLY_REMINDER));
+        for key in ["findings", "errors", "nextSteps", "<analysis>"] {
+            assert!(REPLY_REMINDER.contains(key), "{key}");
+            assert!(SYSTEM_PROMPT.contains(key), "{key}");
+        }
+        assert!(!SYSTEM_PROMPT.contains("exactly one JSON object and nothing else"));
+        // A second try says what was wrong, after everything else.
+        let again = build_prompt(
+            PromptContext {
+                instructions: None,
+                artifacts: &Artifacts::default(),
+                facts: &facts,
+                follow_up: Some("Your reply was rejected: the model's capsule has an empty goal."),
+            },
+            None,
+            &items,
+        );
+        let tail = &again.user[again
+            .user
+            .find("## Your previous reply could not be used")
+            .unwrap()..];
+        assert!(
+            tail.contains("empty goal") && tail.contains("Reply again"),
+            "{tail}"
+        );
+    }
+
+    #[test]
+    fn the_facts_shown_leave_out_what_only_the_kept_tail_recorded() {
+        use crate::capsule::{Verification, VerificationOutcome};
+        let file = |path: &str, ids: &[&str]| FileArtifact {
+            path: path.into(),
+            entry_ids: ids.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let check = |cmd: &str, outcome, id: &str| Verification {
+            command: cmd.into(),
+            outcome,
+            entry_id: id.into(),
+            edited_since: false,
+        };
+        let artifacts = Artifacts {
+            modified_files: vec![
+                file("src/span.rs", &["e2", "t9"]),
+                file("src/tail.rs", &["t8"]),
+                file("src/before.rs", &["t7"]),
+            ],
+            verification: vec![
+                check("cargo test", VerificationOutcome::Failed, "e3"),
+                check("mise run lint", VerificationOutcome::Passed, "t9"),
+                check("cargo fmt", VerificationOutcome::Passed, "t9"),
+            ],
+            ..Artifacts::default()
+        };
+        let previous = Artifacts {
+            modified_files: vec![file("src/before.rs", &["p1"])],
+            verification: vec![check("mise run lint", VerificationOutcome::Failed, "p2")],
+            ..Artifacts::default()
+        };
+        let history = vec![
+            user_message("e1", "go"),
+            assistant_text("e2", "editing"),
+            assistant_text("e3", "testing"),
+        ];
+        let shown = shown_artifacts(&artifacts, &history, Some(&previous));
+        assert_eq!(
+            shown.modified_files,
+            vec![file("src/span.rs", &["e2"]), file("src/before.rs", &[])]
+        );
+        assert_eq!(
+            shown.verification,
+            vec![
+                check("cargo test", VerificationOutcome::Failed, "e3"),
+                check("mise run lint", VerificationOutcome::Failed, "p2"),
+            ]
+        );
+        // A history without entry ids cannot place anything: all of it is shown.
+        let unplaced = vec![ModelMessage {
+            entry_id: None,
+            ..user_message("x", "go")
+        }];
+        assert_eq!(shown_artifacts(&artifacts, &unplaced, None), artifacts);
     }
 
     #[test]
@@ -588,6 +1137,7 @@ mod tests {
             instructions: None,
             artifacts: &artifacts,
             facts: &HistoryFacts::default(),
+            follow_up: None,
         };
         let items: Vec<String> = (0..30)
             .map(|i| format!("### user\n{}", words(150, &format!("m{i}x"))))
@@ -618,6 +1168,7 @@ mod tests {
             instructions: None,
             artifacts: &artifacts,
             facts: &HistoryFacts::default(),
+            follow_up: None,
         };
         let items = vec![
             format!("### user\n{}", words(4000, "big")),
@@ -637,6 +1188,7 @@ mod tests {
             instructions: None,
             artifacts: &artifacts,
             facts: &HistoryFacts::default(),
+            follow_up: None,
         };
         let err = next_chunk(ctx, None, &["x".into()], &[1], 0, 300).unwrap_err();
         assert!(err.contains("raise summarizer.contextWindow"), "{err}");

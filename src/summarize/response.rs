@@ -1,16 +1,99 @@
 //! Turning a model's text into a validated [`CapsuleState`].
 //!
-//! Models wrap JSON in prose or Markdown fences more often than not, so extraction is lenient:
-//! the first balanced JSON object in the text is taken. Validation is strict: the object must
-//! match the state part of the capsule schema (unknown keys rejected) and carry a goal.
-//! Then it is checked against the log ([`vet_paths`]): a file path the summarized history, the
-//! facts and the previous capsule never mention is the model's invention, and the item naming it
-//! is dropped (the goal, which cannot be dropped, is flagged).
+//! The model may think first in an `<analysis>` block; it is cut from the reply before
+//! anything else reads it ([`strip_analysis`]) and goes nowhere. Models wrap JSON in prose or
+//! Markdown fences more often than not, so extraction is lenient: the first balanced JSON
+//! object in what is left is taken. Validation is strict: the object must match the state part
+//! of the capsule schema (unknown keys rejected) and carry a goal.
+//! Then it is checked against the log: a file path the summarized history, the facts and the
+//! previous capsule never mention is the model's invention, and the item naming it is dropped
+//! (the goal, which cannot be dropped, is flagged) ([`vet_paths`]); a claim about a check's
+//! outcome or a file's deletion that the facts contradict is dropped ([`vet_claims`]). Each
+//! correction is counted ([`Corrections`]), never quoted.
 
+use std::borrow::Cow;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::capsule::{CapsuleState, Decision};
+use crate::capsule::{Artifacts, CapsuleState, Decision, VerificationOutcome};
 use crate::session::entry::ContentBlock;
+
+/// How many of a model capsule's claims were corrected from the facts, by kind. Numbers only:
+/// they go to flight records and results, which never hold capsule text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Corrections {
+    /// Items naming a file the log never mentions: dropped (the goal flagged instead).
+    #[serde(default)]
+    pub unknown_paths: u32,
+    /// Items claiming a check passed or failed where its last recorded run says otherwise.
+    #[serde(default)]
+    pub check_outcomes: u32,
+    /// Items saying a file was deleted that the facts do not record as deleted.
+    #[serde(default)]
+    pub deletions: u32,
+}
+
+impl Corrections {
+    pub fn total(&self) -> u32 {
+        self.unknown_paths + self.check_outcomes + self.deletions
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total() == 0
+    }
+
+    /// "2 claims corrected from the facts (1 check outcome, 1 deletion)", or `None`.
+    pub fn describe(&self) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
+        let plural =
+            |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let kinds: Vec<String> = [
+            (self.check_outcomes, "check outcome", "check outcomes"),
+            (self.deletions, "deletion", "deletions"),
+            (self.unknown_paths, "unknown file", "unknown files"),
+        ]
+        .into_iter()
+        .filter(|(n, ..)| *n > 0)
+        .map(|(n, one, many)| plural(n, one, many))
+        .collect();
+        Some(format!(
+            "{} corrected from the facts ({})",
+            plural(self.total(), "claim", "claims"),
+            kinds.join(", ")
+        ))
+    }
+}
+
+const ANALYSIS_OPEN: &str = "<analysis>";
+const ANALYSIS_CLOSE: &str = "</analysis>";
+
+/// `text` without its `<analysis>…</analysis>` blocks, the thinking the prompt allows before
+/// the JSON. An unclosed block runs to the end of the text (a reply cut off mid-thought).
+pub fn strip_analysis(text: &str) -> Cow<'_, str> {
+    if !text.contains(ANALYSIS_OPEN) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(ANALYSIS_OPEN) {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + ANALYSIS_OPEN.len()..];
+        match after.find(ANALYSIS_CLOSE) {
+            Some(end) => rest = &after[end + ANALYSIS_CLOSE.len()..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
 
 /// The first balanced `{…}` in `text`, skipping braces inside JSON strings.
 pub fn extract_json_object(text: &str) -> Option<&str> {
@@ -45,9 +128,12 @@ pub fn extract_json_object(text: &str) -> Option<&str> {
 
 /// Parse and validate a model's reply. The error says what was wrong, for the degraded reason.
 pub fn parse_capsule_state(text: &str) -> Result<CapsuleState, String> {
-    let json = extract_json_object(text).ok_or_else(|| {
+    let answer = strip_analysis(text);
+    let json = extract_json_object(&answer).ok_or_else(|| {
         if text.trim().is_empty() {
             "the model returned no text".to_string()
+        } else if answer.trim().is_empty() {
+            "the model's reply holds only its analysis, no JSON object".to_string()
         } else {
             "the model's reply holds no complete JSON object".to_string()
         }
@@ -70,12 +156,13 @@ pub fn validate_state(state: &CapsuleState) -> Result<(), String> {
     if state.goal.trim().is_empty() {
         return Err("the model's capsule has an empty goal".into());
     }
-    let lists: [(&str, &Vec<String>); 7] = [
+    let lists: [(&str, &Vec<String>); 8] = [
         ("requests", &state.requests),
         ("constraints", &state.constraints),
         ("completed", &state.completed),
         ("active", &state.active),
         ("pending", &state.pending),
+        ("findings", &state.findings),
         ("blockers", &state.blockers),
         ("nextSteps", &state.next_steps),
     ];
@@ -86,6 +173,9 @@ pub fn validate_state(state: &CapsuleState) -> Result<(), String> {
     }
     if state.decisions.iter().any(|d| d.decision.trim().is_empty()) {
         return Err("the model's capsule has a decision with no text".into());
+    }
+    if state.errors.iter().any(|e| e.error.trim().is_empty()) {
+        return Err("the model's capsule has an error with no text".into());
     }
     Ok(())
 }
@@ -376,12 +466,13 @@ pub fn vet_paths(state: &mut CapsuleState, grounding: &Grounding) -> Vec<String>
             goal_unknown.join(", ")
         );
     }
-    let lists: [(&str, &mut Vec<String>); 7] = [
+    let lists: [(&str, &mut Vec<String>); 8] = [
         ("requests", &mut state.requests),
         ("constraints", &mut state.constraints),
         ("completed", &mut state.completed),
         ("active", &mut state.active),
         ("pending", &mut state.pending),
+        ("findings", &mut state.findings),
         ("blockers", &mut state.blockers),
         ("nextSteps", &mut state.next_steps),
     ];
@@ -402,7 +493,274 @@ pub fn vet_paths(state: &mut CapsuleState, grounding: &Grounding) -> Vec<String>
         }
         bad.is_empty()
     });
+    state.errors.retain(|e| {
+        let mut bad = unknown(&e.error);
+        bad.extend(unknown(&e.fix));
+        if !bad.is_empty() {
+            report.push(format!("errors: dropped one naming {}", bad.join(", ")));
+        }
+        bad.is_empty()
+    });
     report
+}
+
+/// Runners whose task name alone stands for the check (`mise run lint` → "lint").
+const TASK_RUNNERS: &[&str] = &[
+    "mise", "npm", "pnpm", "yarn", "bun", "make", "just", "task", "rake", "poe", "nox", "tox",
+];
+/// Task names too common to stand for one check on their own.
+const GENERIC_TASKS: &[&str] = &["test", "tests", "build", "check", "run", "all", "ci", "dev"];
+
+/// How an item can refer to a check: its command, or a runner's task name.
+fn check_names(command: &str) -> (String, Option<String>) {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let task = match words.first() {
+        Some(runner) if TASK_RUNNERS.contains(runner) => words[1..]
+            .iter()
+            .rev()
+            .find(|w| !w.starts_with('-') && **w != "run")
+            .filter(|t| !GENERIC_TASKS.contains(&t.to_ascii_lowercase().as_str()))
+            .map(|t| t.to_ascii_lowercase()),
+        _ => None,
+    };
+    (command.to_ascii_lowercase(), task)
+}
+
+const PASS_WORDS: &[&str] = &[
+    "pass",
+    "passes",
+    "passed",
+    "passing",
+    "green",
+    "succeeds",
+    "succeeded",
+    "clean",
+];
+const FAIL_WORDS: &[&str] = &["fail", "fails", "failed", "failing", "broken", "red"];
+/// Words that turn an outcome into its opposite ("no longer fails", "doesn't pass").
+const NEGATIONS: &[&str] = &[
+    "not", "no", "never", "longer", "doesn't", "don't", "didn't", "isn't", "aren't", "won't",
+    "without",
+];
+/// Words that make an outcome a wish or a condition, not a report ("until it passes", "make
+/// the lint pass", "should pass").
+const INTENTIONS: &[&str] = &[
+    "to", "make", "makes", "making", "get", "getting", "until", "should", "must", "will", "would",
+    "need", "needs", "once", "if", "when", "unless", "expect", "expected", "so", "can", "could",
+    "might", "may",
+];
+
+fn outcome_word(word: &str) -> Option<VerificationOutcome> {
+    if PASS_WORDS.contains(&word) {
+        Some(VerificationOutcome::Passed)
+    } else if FAIL_WORDS.contains(&word) {
+        Some(VerificationOutcome::Failed)
+    } else {
+        None
+    }
+}
+
+fn opposite(o: VerificationOutcome) -> VerificationOutcome {
+    match o {
+        VerificationOutcome::Passed => VerificationOutcome::Failed,
+        VerificationOutcome::Failed => VerificationOutcome::Passed,
+        VerificationOutcome::Unknown => VerificationOutcome::Unknown,
+    }
+}
+
+/// The outcome a clause reports, if it reports exactly one: "`cargo test` fails" → failed,
+/// "lint no longer fails" → passed; `None` for a wish ("until it passes") or a mix.
+fn reported_outcome(clause: &str) -> Option<VerificationOutcome> {
+    let words: Vec<String> = clause
+        .split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric() && c != '\'')
+                .to_ascii_lowercase()
+        })
+        .collect();
+    let mut found = None;
+    for (i, w) in words.iter().enumerate() {
+        let Some(mut outcome) = outcome_word(w) else {
+            continue;
+        };
+        let before = &words[i.saturating_sub(3)..i];
+        if words[..i].iter().any(|b| INTENTIONS.contains(&b.as_str())) {
+            return None;
+        }
+        if before.iter().any(|b| NEGATIONS.contains(&b.as_str())) {
+            outcome = opposite(outcome);
+        }
+        match found {
+            Some(other) if other != outcome => return None,
+            _ => found = Some(outcome),
+        }
+    }
+    found
+}
+
+/// The clauses of an item: outcomes are read per clause so that "tests pass, but lint
+/// fails" says two things.
+fn clauses(item: &str) -> Vec<&str> {
+    let mut out = vec![item];
+    for sep in [
+        "; ",
+        ", ",
+        ". ",
+        " but ",
+        " while ",
+        " whereas ",
+        " although ",
+        " though ",
+    ] {
+        out = out.iter().flat_map(|c| c.split(sep)).collect();
+    }
+    out
+}
+
+fn is_word_boundary(text: &str, start: usize, end: usize) -> bool {
+    let ok = |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '-'));
+    ok(text[..start].chars().next_back()) && ok(text[end..].chars().next())
+}
+
+fn mentions(clause: &str, name: &str) -> bool {
+    clause
+        .match_indices(name)
+        .any(|(at, m)| is_word_boundary(clause, at, at + m.len()))
+}
+
+/// Words that may stand between a deletion verb and the file it names.
+const DELETION_FILLERS: &[&str] = &[
+    "the", "file", "files", "old", "stale", "-f", "-r", "-rf", "and",
+];
+const DELETION_VERBS: &[&str] = &["deleted", "removed", "rm", "unlinked"];
+const PASSIVE_BE: &[&str] = &["was", "were", "is", "are", "got", "been", "now"];
+
+/// The files an item says were deleted: "Deleted src/a.rs and src/b.rs", "`git rm old.rs`",
+/// "src/a.rs was removed". "Removed the import from src/a.rs" deletes no file.
+pub fn deletion_claims(item: &str) -> Vec<&str> {
+    let words: Vec<&str> = item.split_whitespace().collect();
+    let bare = |w: &str| {
+        w.trim_matches(|c: char| !c.is_alphanumeric() && c != '-')
+            .to_ascii_lowercase()
+    };
+    let mut out = Vec::new();
+    for (i, w) in words.iter().enumerate() {
+        if DELETION_VERBS.contains(&bare(w).as_str()) {
+            for next in &words[i + 1..] {
+                match path_mentions(next).first() {
+                    Some(path) => out.push(*path),
+                    None if DELETION_FILLERS.contains(&bare(next).as_str()) => continue,
+                    None => break,
+                }
+            }
+        } else if let Some(path) = path_mentions(w).first() {
+            let after: Vec<String> = words[i + 1..].iter().take(3).map(|w| bare(w)).collect();
+            let be = after
+                .iter()
+                .take_while(|a| PASSIVE_BE.contains(&a.as_str()))
+                .count();
+            if be > 0
+                && after
+                    .get(be)
+                    .is_some_and(|v| DELETION_VERBS.contains(&v.as_str()))
+            {
+                out.push(*path);
+            }
+        }
+    }
+    out.dedup();
+    out
+}
+
+/// `a` and `b` name the same file, one perhaps with more leading folders.
+fn same_file(a: &str, b: &str) -> bool {
+    let a = a.strip_prefix("./").unwrap_or(a);
+    let b = b.strip_prefix("./").unwrap_or(b);
+    a == b || ends_with_segments(a, b) || ends_with_segments(b, a)
+}
+
+/// Check the model's claims about checks and deletions against the `facts` it was shown, and
+/// correct what they contradict. Only reports are checked: `completed`, `active`, `findings`
+/// and `blockers` (plans, requests and rules speak of what should happen, not of what did).
+///
+/// - An item that says a check passed when its last run failed, or failed when its last run
+///   passed (and nothing was edited since, which would make a failure plausible), is dropped;
+///   a check whose failure was so hidden gets a blocker written from the facts.
+/// - An item that says a file was deleted is dropped unless the facts record that file as
+///   deleted, or as the old name of a rename.
+pub fn vet_claims(state: &mut CapsuleState, facts: &Artifacts) -> Corrections {
+    let checks: Vec<_> = facts
+        .verification
+        .iter()
+        .filter(|v| v.outcome != VerificationOutcome::Unknown)
+        .map(|v| (v, check_names(&v.command)))
+        .collect();
+    let mut corrections = Corrections::default();
+    let mut hidden_failures: Vec<String> = Vec::new();
+    let contradicted_check = |item: &str| -> Option<(String, VerificationOutcome)> {
+        for clause in clauses(item) {
+            let lower = clause.to_ascii_lowercase();
+            let Some(claimed) = reported_outcome(&lower) else {
+                continue;
+            };
+            for (v, (command, task)) in &checks {
+                let named = lower.contains(command.as_str())
+                    || task.as_deref().is_some_and(|t| mentions(&lower, t));
+                let contradicts = match (claimed, v.outcome) {
+                    (VerificationOutcome::Passed, VerificationOutcome::Failed) => true,
+                    (VerificationOutcome::Failed, VerificationOutcome::Passed) => !v.edited_since,
+                    _ => false,
+                };
+                if named && contradicts {
+                    return Some((v.command.clone(), v.outcome));
+                }
+            }
+        }
+        None
+    };
+    let deleted_in_facts = |path: &str| {
+        facts.modified_files.iter().any(|f| {
+            (f.deleted && same_file(&f.path, path))
+                || f.renamed_from
+                    .as_deref()
+                    .is_some_and(|from| same_file(from, path))
+        })
+    };
+    for items in [
+        &mut state.completed,
+        &mut state.active,
+        &mut state.findings,
+        &mut state.blockers,
+    ] {
+        items.retain(|item| {
+            if let Some((command, outcome)) = contradicted_check(item) {
+                corrections.check_outcomes += 1;
+                if outcome == VerificationOutcome::Failed {
+                    hidden_failures.push(command);
+                }
+                return false;
+            }
+            if deletion_claims(item).iter().any(|p| !deleted_in_facts(p)) {
+                corrections.deletions += 1;
+                return false;
+            }
+            true
+        });
+    }
+    hidden_failures.dedup();
+    for command in hidden_failures {
+        let lower = command.to_ascii_lowercase();
+        if !state
+            .blockers
+            .iter()
+            .any(|b| b.to_ascii_lowercase().contains(&lower))
+        {
+            state
+                .blockers
+                .push(format!("`{command}` failed on its last run"));
+        }
+    }
+    corrections
 }
 
 #[cfg(test)]
@@ -611,5 +969,222 @@ mod vet_tests {
         let before = clean.clone();
         assert!(vet_paths(&mut clean, &g).is_empty());
         assert_eq!(clean, before);
+    }
+}
+
+#[cfg(test)]
+mod claim_tests {
+    use super::*;
+    use crate::capsule::{ErrorFix, FileArtifact, Verification};
+
+    fn check(command: &str, outcome: VerificationOutcome, edited_since: bool) -> Verification {
+        Verification {
+            command: command.into(),
+            outcome,
+            entry_id: "e5".into(),
+            edited_since,
+        }
+    }
+
+    fn facts() -> Artifacts {
+        Artifacts {
+            modified_files: vec![
+                FileArtifact {
+                    path: "src/parser.rs".into(),
+                    entry_ids: vec!["e2".into()],
+                    ..Default::default()
+                },
+                FileArtifact {
+                    path: "src/old_lexer.rs".into(),
+                    entry_ids: vec!["e3".into()],
+                    deleted: true,
+                    ..Default::default()
+                },
+                FileArtifact {
+                    path: "src/tokens.rs".into(),
+                    entry_ids: vec!["e4".into()],
+                    renamed_from: Some("src/tok.rs".into()),
+                    ..Default::default()
+                },
+            ],
+            verification: vec![
+                check("mise run lint", VerificationOutcome::Failed, false),
+                check("mise run test:ci", VerificationOutcome::Passed, false),
+                check("cargo clippy", VerificationOutcome::Passed, true),
+            ],
+            ..Artifacts::default()
+        }
+    }
+
+    #[test]
+    fn the_analysis_block_is_cut_before_the_json_is_read() {
+        let reply = "<analysis>\nThe user asked {x}. Tests failed, then passed.\n</analysis>\n{\"goal\":\"Ship it\"}";
+        assert_eq!(strip_analysis(reply).trim(), "{\"goal\":\"Ship it\"}");
+        assert_eq!(parse_capsule_state(reply).unwrap().goal, "Ship it");
+        // Two blocks, text between them kept; an unclosed one runs to the end.
+        assert_eq!(
+            strip_analysis("a<analysis>1</analysis>b<analysis>2</analysis>c<analysis>open"),
+            "abc"
+        );
+        assert!(matches!(
+            strip_analysis("{\"goal\":\"g\"}"),
+            Cow::Borrowed(_)
+        ));
+        let err = parse_capsule_state("<analysis>thinking {about it} and then the reply was cut")
+            .unwrap_err();
+        assert_eq!(
+            err,
+            "the model's reply holds only its analysis, no JSON object"
+        );
+    }
+
+    #[test]
+    fn findings_and_errors_are_read_and_validated() {
+        let s = parse_capsule_state(
+            r#"{"goal":"g","findings":["the cache key ignores the locale"],"errors":[{"error":"E0308 in parse()","fix":"return Option"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.findings, vec!["the cache key ignores the locale"]);
+        assert_eq!(
+            s.errors,
+            vec![ErrorFix {
+                error: "E0308 in parse()".into(),
+                fix: "return Option".into()
+            }]
+        );
+        let err = parse_capsule_state(r#"{"goal":"g","findings":[" "]}"#).unwrap_err();
+        assert!(err.contains("`findings`"), "{err}");
+        let err =
+            parse_capsule_state(r#"{"goal":"g","errors":[{"error":"","fix":"x"}]}"#).unwrap_err();
+        assert!(err.contains("an error with no text"), "{err}");
+    }
+
+    #[test]
+    fn a_claimed_outcome_the_facts_contradict_is_dropped_and_a_hidden_failure_becomes_a_blocker() {
+        let mut state = CapsuleState {
+            goal: "Ship the parser".into(),
+            completed: vec![
+                "Fixed the parser; lint passes".into(),
+                "`mise run test:ci` passes".into(),
+                "Ported the lexer".into(),
+            ],
+            blockers: vec!["`mise run test:ci` fails on the snapshot test".into()],
+            findings: vec!["cargo clippy fails on the new module".into()],
+            next_steps: vec!["Run mise run lint until it passes".into()],
+            ..CapsuleState::default()
+        };
+        let c = vet_claims(&mut state, &facts());
+        assert_eq!(
+            c,
+            Corrections {
+                check_outcomes: 2,
+                ..Corrections::default()
+            }
+        );
+        assert_eq!(
+            state.completed,
+            vec!["`mise run test:ci` passes", "Ported the lexer"]
+        );
+        // The failing lint the model called passing is a blocker, written from the facts.
+        assert_eq!(
+            state.blockers,
+            vec!["`mise run lint` failed on its last run"]
+        );
+        // clippy passed, but files were edited since: a failure is plausible and kept.
+        assert_eq!(state.findings, vec!["cargo clippy fails on the new module"]);
+        // Plans are not reports.
+        assert_eq!(state.next_steps, vec!["Run mise run lint until it passes"]);
+    }
+
+    #[test]
+    fn outcomes_are_read_per_clause_with_negations() {
+        assert_eq!(
+            reported_outcome("lint no longer fails"),
+            Some(VerificationOutcome::Passed)
+        );
+        assert_eq!(
+            reported_outcome("`cargo test` doesn't pass"),
+            Some(VerificationOutcome::Failed)
+        );
+        assert_eq!(reported_outcome("make the lint pass"), None);
+        assert_eq!(reported_outcome("3 passed, 1 failed"), None);
+        assert_eq!(
+            clauses("tests pass, but lint fails"),
+            vec!["tests pass", "but lint fails"]
+        );
+        let mut state = CapsuleState {
+            goal: "g".into(),
+            completed: vec![
+                "test:ci passes, but the lint fails".into(),
+                "the lint no longer fails".into(),
+            ],
+            ..CapsuleState::default()
+        };
+        let c = vet_claims(&mut state, &facts());
+        assert_eq!(c.check_outcomes, 1);
+        assert_eq!(state.completed, vec!["test:ci passes, but the lint fails"]);
+    }
+
+    #[test]
+    fn a_deletion_the_facts_do_not_record_is_dropped() {
+        let mut state = CapsuleState {
+            goal: "g".into(),
+            completed: vec![
+                "Deleted src/parser.rs".into(),
+                "Removed the unused import from src/parser.rs".into(),
+                "Deleted src/old_lexer.rs".into(),
+                "Removed `src/tok.rs` (renamed)".into(),
+                "src/cache.rs was deleted".into(),
+            ],
+            active: vec!["git rm ./src/parser.rs and src/old_lexer.rs".into()],
+            next_steps: vec!["Delete src/parser.rs".into()],
+            ..CapsuleState::default()
+        };
+        let c = vet_claims(&mut state, &facts());
+        assert_eq!(
+            c,
+            Corrections {
+                deletions: 3,
+                ..Corrections::default()
+            }
+        );
+        assert_eq!(
+            state.completed,
+            vec![
+                "Removed the unused import from src/parser.rs",
+                "Deleted src/old_lexer.rs",
+                "Removed `src/tok.rs` (renamed)",
+            ]
+        );
+        assert!(state.active.is_empty());
+        assert_eq!(state.next_steps, vec!["Delete src/parser.rs"]);
+        assert_eq!(
+            deletion_claims("Deleted the file a.rs and b.rs"),
+            vec!["a.rs", "b.rs"]
+        );
+        assert!(deletion_claims("removed the flag from Cargo.toml").is_empty());
+    }
+
+    #[test]
+    fn corrections_describe_themselves_in_numbers() {
+        assert_eq!(Corrections::default().describe(), None);
+        let c = Corrections {
+            unknown_paths: 0,
+            check_outcomes: 1,
+            deletions: 1,
+        };
+        assert_eq!(
+            c.describe().unwrap(),
+            "2 claims corrected from the facts (1 check outcome, 1 deletion)"
+        );
+        let c = Corrections {
+            unknown_paths: 2,
+            check_outcomes: 0,
+            deletions: 0,
+        };
+        assert_eq!(
+            c.describe().unwrap(),
+            "2 claims corrected from the facts (2 unknown files)"
+        );
     }
 }

@@ -1223,6 +1223,7 @@ fn planted_secret_recall_on_every_output_path() {
                 reclaimed: 0,
                 hard_limit: 2,
                 soft_limit: 1,
+                corrections: Default::default(),
                 ts: "2026-12-01T00:00:00Z".into(),
             })
             .unwrap();

@@ -180,6 +180,7 @@ async fn summarizer_input(corpus: &[Planted]) -> Vec<usize> {
         history,
         instructions: None,
         artifacts: Default::default(),
+        follow_up: None,
     };
     let progress = |_: u8| {};
     let r = s.summarize(&req, &progress, CancellationToken::new()).await;

@@ -149,6 +149,7 @@ fn request() -> SummaryRequest {
             }],
             ..Artifacts::default()
         },
+        follow_up: None,
     }
 }
 
@@ -236,7 +237,7 @@ async fn openai_streaming_success() {
     let server = Loopback::start(move |_, _| sse(&openai_events(&reply))).await;
     let s = summarizer(&config(Provider::Openai, &server));
     let r = run(&s, 2000).await;
-    let Summarized::Model(state) = &r.outcome else {
+    let Summarized::Model(state, _) = &r.outcome else {
         panic!("{:?}", r.outcome)
     };
     assert_eq!(state.goal, "Stream capsules from OpenAI");
@@ -283,7 +284,7 @@ async fn anthropic_streaming_success() {
         format!("anthropic claude-haiku-4-5 @ {}", server.base)
     );
     let r = run(&s, 2000).await;
-    let Summarized::Model(state) = &r.outcome else {
+    let Summarized::Model(state, _) = &r.outcome else {
         panic!("{:?}", r.outcome)
     };
     assert_eq!(state.goal, "Stream capsules from Anthropic");
@@ -309,7 +310,7 @@ async fn servers_that_ignore_stream_true_still_work() {
     let server = Loopback::start(move |_, _| json(200, &openai_body)).await;
     let r = run(&summarizer(&config(Provider::Openai, &server)), 2000).await;
     assert!(
-        matches!(&r.outcome, Summarized::Model(s) if s.goal == "non-streamed openai"),
+        matches!(&r.outcome, Summarized::Model(s, _) if s.goal == "non-streamed openai"),
         "{:?}",
         r.outcome
     );
@@ -321,7 +322,7 @@ async fn servers_that_ignore_stream_true_still_work() {
     let server = Loopback::start(move |_, _| json(200, &anthropic_body)).await;
     let r = run(&summarizer(&config(Provider::Anthropic, &server)), 2000).await;
     assert!(
-        matches!(&r.outcome, Summarized::Model(s) if s.goal == "non-streamed anthropic"),
+        matches!(&r.outcome, Summarized::Model(s, _) if s.goal == "non-streamed anthropic"),
         "{:?}",
         r.outcome
     );
@@ -473,7 +474,9 @@ async fn a_history_larger_than_the_window_is_chunked_and_every_request_fits() {
     })
     .await;
     let mut cfg = config(Provider::Openai, &server);
-    cfg.context_window = Some(3_000);
+    // Room for the prompt, the facts and the latest exchange (about 2000 tokens) and a few
+    // messages of history.
+    cfg.context_window = Some(4_000);
     cfg.max_output_tokens = Some(500);
     let s = summarizer(&cfg);
     let words = |i: usize| {
@@ -490,7 +493,7 @@ async fn a_history_larger_than_the_window_is_chunked_and_every_request_fits() {
     req.history
         .insert(5, message("tool", &"error: line failed\n".repeat(4000)));
     let r = run_with(&s, &req, 5000, CancellationToken::new()).await;
-    let Summarized::Model(state) = &r.outcome else {
+    let Summarized::Model(state, _) = &r.outcome else {
         panic!("{:?}", r.outcome)
     };
     assert_monotonic_to_100(&r.progress);
@@ -505,7 +508,7 @@ async fn a_history_larger_than_the_window_is_chunked_and_every_request_fits() {
         state.goal,
         format!("state after part {}", requests.len() - 1)
     );
-    let window = 3_000 - 500;
+    let window = 4_000 - 500;
     let mut next_message = 0;
     for (i, req) in requests.iter().enumerate() {
         let messages = req.body["messages"].as_array().unwrap();
@@ -573,7 +576,7 @@ async fn the_breaker_opens_after_three_failures_and_closes_after_the_cooldown() 
     assert_eq!(breaker.state(Instant::now()), BreakerState::HalfOpen);
     let r = run(&s, 1000).await;
     assert!(
-        matches!(&r.outcome, Summarized::Model(s) if s.goal == "back up"),
+        matches!(&r.outcome, Summarized::Model(s, _) if s.goal == "back up"),
         "{:?}",
         r.outcome
     );
@@ -618,7 +621,7 @@ async fn the_api_key_appears_in_no_output_and_no_file() {
     let failed = run(s.as_ref(), 1000).await;
     assert!(degraded_reason(&failed).contains("Incorrect API key provided: [redacted]"));
     let succeeded = run(s.as_ref(), 1000).await;
-    assert!(matches!(succeeded.outcome, Summarized::Model(_)));
+    assert!(matches!(succeeded.outcome, Summarized::Model(..)));
     assert_eq!(
         server.requests()[1].header("authorization"),
         Some(format!("Bearer {KEY}").as_str()),
@@ -843,6 +846,27 @@ async fn an_explicit_compaction_writes_a_model_capsule_with_the_facts_merged() {
         .unwrap()
         .to_string();
     assert!(prompt.contains("keep it short"));
+    // The facts hold no file the model is not shown: one edited only in the kept tail is left
+    // out of the prompt (and kept in the capsule's artifacts below).
+    let shown: Vec<&str> = plan
+        .to_summarize
+        .iter()
+        .filter_map(|m| m.entry_id.as_deref())
+        .collect();
+    let tail_only: Vec<&str> = plan
+        .artifacts
+        .modified_files
+        .iter()
+        .filter(|f| !f.entry_ids.iter().any(|id| shown.contains(&id.as_str())))
+        .map(|f| f.path.as_str())
+        .collect();
+    assert!(
+        !tail_only.is_empty(),
+        "the plan keeps a tail that edits files"
+    );
+    for path in tail_only {
+        assert!(!prompt.contains(path), "{path} is only in the kept tail");
+    }
     let (reloaded, _) = soba::session::log::read_session(&session.path).unwrap();
     let capsule = reloaded
         .entry(reloaded.capsule_on_path(reloaded.leaf().unwrap()).unwrap())
@@ -945,7 +969,8 @@ fn generate_blocking_needs_no_runtime() {
     let s = summarizer(&cfg);
     let mut session = engine::Session::new();
     let plan = session.explicit(None);
-    let (generated, cancelled) = generate_blocking(&plan, Some(&s), &|_| {}).unwrap();
+    let (generation, cancelled) = generate_blocking(&plan, Some(&s), &|_| {}).unwrap();
+    let generated = generation.generated;
     assert!(!cancelled);
     let Generated::State { state, quality, .. } = generated else {
         panic!("{generated:?}")
@@ -986,7 +1011,11 @@ async fn summarizer_input_is_redacted_when_redact_input_is_on() {
     cfg.redact_input = Some(true);
     let s = summarizer(&cfg);
     let r = run_with(&s, &request_with_secrets(), 2000, CancellationToken::new()).await;
-    assert!(matches!(r.outcome, Summarized::Model(_)), "{:?}", r.outcome);
+    assert!(
+        matches!(r.outcome, Summarized::Model(..)),
+        "{:?}",
+        r.outcome
+    );
     let (token, password) = planted();
     let raw = &server.requests()[0].raw;
     assert!(!raw.contains(&token), "the token reached the summarizer");
@@ -1011,7 +1040,11 @@ async fn a_summarizer_on_this_machine_gets_the_history_as_it_is_unless_told_othe
         "loopback servers default to no redaction"
     );
     let r = run_with(&s, &request_with_secrets(), 2000, CancellationToken::new()).await;
-    assert!(matches!(r.outcome, Summarized::Model(_)), "{:?}", r.outcome);
+    assert!(
+        matches!(r.outcome, Summarized::Model(..)),
+        "{:?}",
+        r.outcome
+    );
     assert!(server.requests()[0].raw.contains(&planted().0));
 }
 
@@ -1079,4 +1112,237 @@ async fn secrets_in_a_server_error_body_are_redacted_from_the_error() {
     let reason = degraded_reason(&r);
     assert!(reason.contains("401"), "{reason}");
     assert!(!reason.contains(&token), "{reason}");
+}
+
+fn user_prompt(r: &Recorded) -> String {
+    r.body["messages"][1]["content"]
+        .as_str()
+        .expect("an OpenAI chat request with a user message")
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_malformed_first_reply_is_asked_again_and_the_second_is_used() {
+    let server = Loopback::start(|n, _| match n {
+        0 => sse(&openai_events("Here is the summary you asked for.")),
+        _ => sse(&openai_events(&capsule_json("asked twice, answered once"))),
+    })
+    .await;
+    let s = summarizer(&config(Provider::Openai, &server));
+    let r = run(&s, 10_000).await;
+    let Summarized::Model(state, _) = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert_eq!(state.goal, "asked twice, answered once");
+    assert!(!r.local_called);
+    assert_monotonic_to_100(&r.progress);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(!user_prompt(&requests[0]).contains("could not be used"));
+    let second = user_prompt(&requests[1]);
+    let follow_up = &second[second
+        .find("## Your previous reply could not be used")
+        .unwrap()..];
+    assert!(
+        follow_up.contains("no complete JSON object") && follow_up.contains("Reply again"),
+        "{follow_up}"
+    );
+}
+
+#[tokio::test]
+async fn two_malformed_replies_fall_back_with_the_reason() {
+    let server = Loopback::start(|n, _| match n {
+        0 => sse(&openai_events("no json here")),
+        _ => sse(&openai_events(r#"{"goal": ""}"#)),
+    })
+    .await;
+    let s = summarizer(&config(Provider::Openai, &server));
+    let r = run(&s, 10_000).await;
+    assert_eq!(
+        degraded_reason(&r),
+        "invalid reply from the summarization model: the model's capsule has an empty goal (asked twice); the local capsule was used"
+    );
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn no_second_try_when_the_time_left_is_shorter_than_the_first_took() {
+    // The first reply takes 600 ms of a 1000 ms budget: 400 ms cannot hold another.
+    let server = Loopback::start(|_, _| {
+        let mut steps = vec![Step::Sleep(Duration::from_millis(600))];
+        steps.extend(sse(&openai_events("still thinking")));
+        steps
+    })
+    .await;
+    let s = summarizer(&config(Provider::Openai, &server));
+    let r = run(&s, 1_000).await;
+    let reason = degraded_reason(&r);
+    assert!(reason.contains("no complete JSON object"), "{reason}");
+    assert!(!reason.contains("asked twice"), "{reason}");
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn the_analysis_block_is_dropped_and_never_reaches_the_session_log() {
+    use soba::compaction::commit;
+    use soba::summarize::generate;
+
+    const THOUGHT: &str = "ANALYSIS-ONLY-7f3c: the user asked three things";
+    let reply = format!(
+        "<analysis>\n{THOUGHT}. A {{brace}} in the thinking.\n</analysis>\n{}",
+        capsule_json("Finish the refactor")
+    );
+    let server = Loopback::start(move |_, _| sse(&openai_events(&reply))).await;
+    let mut cfg = config(Provider::Openai, &server);
+    cfg.context_window = Some(128_000);
+    let s = summarizer(&cfg);
+    let mut session = engine::Session::new();
+    let plan = session.explicit(None);
+    let generated = generate(&plan, Some(&s), CancellationToken::new(), &|_| {}).await;
+    let result = commit(&mut session.log, &plan, generated, false, 1).unwrap();
+    assert_eq!(
+        result.quality,
+        Some(soba::capsule::Quality::Model),
+        "{result:?}"
+    );
+    let log = session.file_text();
+    assert!(log.contains("Finish the refactor"));
+    assert!(
+        !log.contains("ANALYSIS-ONLY-7f3c"),
+        "the analysis was stored"
+    );
+    assert!(!format!("{result:?}").contains("ANALYSIS-ONLY-7f3c"));
+}
+
+/// The request of [`request`] with entry ids and a failing check among its facts.
+fn request_with_a_failing_check() -> SummaryRequest {
+    use soba::capsule::{Verification, VerificationOutcome};
+    let mut req = request();
+    for (n, m) in req.history.iter_mut().enumerate() {
+        m.entry_id = Some(format!("e{n}"));
+    }
+    req.artifacts.verification = vec![Verification {
+        command: "cargo test".into(),
+        outcome: VerificationOutcome::Failed,
+        entry_id: "e2".into(),
+        edited_since: false,
+    }];
+    req.artifacts.modified_files[0].entry_ids = vec!["e1".into()];
+    req
+}
+
+#[tokio::test]
+async fn a_check_outcome_the_facts_contradict_is_corrected_and_counted() {
+    let reply = json!({
+        "goal": "Add streaming",
+        "completed": ["SSE parser written; `cargo test` passes", "wired the parser"],
+        "blockers": [],
+    })
+    .to_string();
+    let server = Loopback::start(move |_, _| sse(&openai_events(&reply))).await;
+    let s = summarizer(&config(Provider::Openai, &server));
+    let r = run_with(
+        &s,
+        &request_with_a_failing_check(),
+        10_000,
+        CancellationToken::new(),
+    )
+    .await;
+    let Summarized::Model(state, corrections) = &r.outcome else {
+        panic!("{:?}", r.outcome)
+    };
+    assert_eq!(state.completed, vec!["wired the parser"]);
+    assert_eq!(state.blockers, vec!["`cargo test` failed on its last run"]);
+    assert_eq!(corrections.check_outcomes, 1);
+    assert_eq!(corrections.total(), 1);
+}
+
+#[tokio::test]
+async fn a_deletion_the_facts_do_not_record_is_dropped_counted_and_reported() {
+    use soba::compaction::commit;
+    use soba::flight::FlightLog;
+    use soba::summarize::generate_checked;
+
+    let reply = json!({
+        "goal": "Finish the refactor",
+        "completed": ["Deleted src/f1.rs", "Edited src/f2.rs"],
+    })
+    .to_string();
+    let server = Loopback::start(move |_, _| sse(&openai_events(&reply))).await;
+    let mut cfg = config(Provider::Openai, &server);
+    cfg.context_window = Some(128_000);
+    let s = summarizer(&cfg);
+    let mut session = engine::Session::new();
+    let plan = session.explicit(None);
+    let generation = generate_checked(&plan, Some(&s), CancellationToken::new(), &|_| {}).await;
+    assert_eq!(generation.corrections.deletions, 1, "{generation:?}");
+    let soba::compaction::Generated::State { state, .. } = &generation.generated else {
+        panic!("{generation:?}")
+    };
+    assert_eq!(state.completed, vec!["Edited src/f2.rs"]);
+    let mut result = commit(
+        &mut session.log,
+        &plan,
+        generation.generated.clone(),
+        false,
+        1,
+    )
+    .unwrap();
+    let corrections = generation.annotate(&mut result);
+    assert_eq!(corrections, generation.corrections);
+    assert!(
+        result
+            .reason
+            .ends_with("; 1 claim corrected from the facts (1 deletion)"),
+        "{}",
+        result.reason
+    );
+    let flight = FlightLog::for_session_log(&session.path);
+    flight.record_corrected("s", &result, corrections);
+    let records = flight.read(Some("s"), None).unwrap();
+    assert_eq!(records.last().unwrap().corrections.deletions, 1);
+    let line = std::fs::read_to_string(flight.path()).unwrap();
+    assert!(line.contains("\"corrections\":{"), "{line}");
+    assert!(!line.contains("Deleted src/f1.rs"), "counts, never text");
+}
+
+#[tokio::test]
+async fn claude_code_reminders_do_not_hide_the_users_task_from_the_model() {
+    let server =
+        Loopback::start(|_, _| sse(&openai_events(&capsule_json("Use Decimal for money")))).await;
+    let s = summarizer(&config(Provider::Openai, &server));
+    let first = ModelMessage {
+        role: "user".into(),
+        content: vec![
+            ContentBlock::text(
+                "<system-reminder>\nAs you answer the user's questions, you can use the following context:\n# claudeMd\nCodebase and user instructions are shown below.\n</system-reminder>",
+            ),
+            ContentBlock::text(
+                "<system-reminder>\nThe TodoWrite tool hasn't been used recently.\n</system-reminder>",
+            ),
+            ContentBlock::text("Refactor the billing module to use Decimal for money amounts."),
+        ],
+        tool_call_id: None,
+        is_error: None,
+        entry_id: Some("u1".into()),
+    };
+    let mut req = request();
+    req.history.insert(0, first);
+    let r = run_with(&s, &req, 10_000, CancellationToken::new()).await;
+    assert!(
+        matches!(r.outcome, Summarized::Model(..)),
+        "{:?}",
+        r.outcome
+    );
+    let prompt = user_prompt(&server.requests()[0]);
+    let facts = &prompt[prompt.find("## Recorded facts").unwrap()
+        ..prompt.find("## History to summarize").unwrap()];
+    assert!(
+        facts.contains("- [u1] Refactor the billing module to use Decimal for money amounts."),
+        "{facts}"
+    );
+    assert!(
+        !facts.contains("system-reminder") && !facts.contains("claudeMd"),
+        "{facts}"
+    );
 }

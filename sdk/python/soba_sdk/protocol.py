@@ -529,6 +529,18 @@ class Control(TypedDict):
     actions: str
 
 
+class Corrections(TypedDict):
+    """How many of a model capsule's claims were corrected from the facts, by kind. Numbers only:
+    they go to flight records and results, which never hold capsule text."""
+
+    # Items naming a file the log never mentions: dropped (the goal flagged instead).
+    unknownPaths: int
+    # Items claiming a check passed or failed where its last recorded run says otherwise.
+    checkOutcomes: int
+    # Items saying a file was deleted that the facts do not record as deleted.
+    deletions: int
+
+
 class CurrentCapsule(TypedDict):
     checkpointId: str
     entryId: str
@@ -568,6 +580,8 @@ class FlightRecord(TypedDict):
     reclaimed: int
     hardLimit: int
     softLimit: int
+    # Claims of the model's capsule corrected from the facts, by kind (counts, never text).
+    corrections: NotRequired[Corrections]
     ts: str
 
 

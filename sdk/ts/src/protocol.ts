@@ -265,6 +265,19 @@ export type Control = {
   actions: string;
 };
 
+/**
+ * How many of a model capsule's claims were corrected from the facts, by kind. Numbers only:
+ * they go to flight records and results, which never hold capsule text.
+ */
+export type Corrections = {
+  /** Items naming a file the log never mentions: dropped (the goal flagged instead). */
+  unknownPaths: number;
+  /** Items claiming a check passed or failed where its last recorded run says otherwise. */
+  checkOutcomes: number;
+  /** Items saying a file was deleted that the facts do not record as deleted. */
+  deletions: number;
+};
+
 export type CurrentCapsule = {
   checkpointId: string;
   entryId: string;
@@ -303,6 +316,8 @@ export type FlightRecord = {
   reclaimed: number;
   hardLimit: number;
   softLimit: number;
+  /** Claims of the model's capsule corrected from the facts, by kind (counts, never text). */
+  corrections?: Corrections;
   ts: string;
 };
 
