@@ -377,6 +377,7 @@ pub fn shown_artifacts(
         ),
         verification,
         active_skills: artifacts.active_skills.clone(),
+        work_trees: artifacts.work_trees.clone(),
     }
 }
 
@@ -519,8 +520,17 @@ fn render_facts(a: &Artifacts, facts: &HistoryFacts) -> String {
     } else {
         a.active_skills.join(", ")
     };
+    // Edits in the session's other git worktrees are listed under their absolute paths.
+    let work_trees = if a.work_trees.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "\nWork trees outside the workspace: {}",
+            a.work_trees.join(", ")
+        )
+    };
     let mut out = format!(
-        "Read files: {}\nModified files: {}\nChecks, outcome of the last run: {verification}\nActive skills: {skills}\nThe user's messages, oldest first, as typed:",
+        "Read files: {}\nModified files: {}{work_trees}\nChecks, outcome of the last run: {verification}\nActive skills: {skills}\nThe user's messages, oldest first, as typed:",
         files(&a.read_files),
         files(&a.modified_files)
     );
