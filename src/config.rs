@@ -150,6 +150,77 @@ pub struct Config {
     /// was capped to [`DEFAULT_KEEP_RECENT_SHARE`] of the hard limit. `soba budget` shows it.
     #[serde(skip)]
     pub keep_recent_capped: Option<KeepRecentCap>,
+    /// Set when the window is below [`SMALL_WINDOW_TOKENS`] and defaults were scaled to it
+    /// (the safety reserve, the maximum output). `soba budget` shows it.
+    #[serde(skip)]
+    pub small_window: Option<SmallWindow>,
+}
+
+/// Windows below this many tokens scale the defaults that the spec sizes for large windows:
+/// the safety reserve (8192) and the maximum output shrink with the window, and the default
+/// `keepRecentTokens` is capped to [`SMALL_WINDOW_KEEP_RECENT_SHARE`] of the hard limit. From
+/// this size up the spec's figures hold exactly.
+pub const SMALL_WINDOW_TOKENS: u64 = 64_000;
+
+/// The share of the hard limit the default `keepRecentTokens` is capped to below
+/// [`SMALL_WINDOW_TOKENS`]: with the capsule and the system prompt, the retained tail must fit
+/// in the room a compaction leaves ([`crate::budget::ROOM_AFTER_COMPACTION`]).
+pub const SMALL_WINDOW_KEEP_RECENT_SHARE: f64 = 0.3;
+
+/// The defaults a small window scaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmallWindow {
+    pub context_window: u64,
+    /// The configured default reserve and what applies: `default × window / 64000`.
+    pub safety_reserve: Option<(u64, u64)>,
+    /// The model's maximum output and what applies: a quarter of the window.
+    pub max_output: Option<(u64, u64)>,
+}
+
+impl SmallWindow {
+    /// `window 24.0k is below 64.0k: safetyReserveTokens 3.1k (default 8.2k scaled to the
+    /// window), maxOutputTokens 6.0k (16.4k capped to a quarter of the window)`.
+    pub fn note(&self) -> String {
+        use crate::util::human_tokens as k;
+        let mut scaled = Vec::new();
+        if let Some((default, applied)) = self.safety_reserve {
+            scaled.push(format!(
+                "safetyReserveTokens {} (default {} scaled to the window)",
+                k(applied),
+                k(default)
+            ));
+        }
+        if let Some((model, applied)) = self.max_output {
+            scaled.push(format!(
+                "maxOutputTokens {} ({} capped to a quarter of the window)",
+                k(applied),
+                k(model)
+            ));
+        }
+        format!(
+            "window {} is below {}: {}",
+            k(self.context_window),
+            k(SMALL_WINDOW_TOKENS),
+            scaled.join(", ")
+        )
+    }
+}
+
+/// The default safety reserve scaled to a small window: `reserve × window / 64000`, rounded
+/// down; the reserve as it is from [`SMALL_WINDOW_TOKENS`] up.
+pub fn scaled_safety_reserve(reserve: u64, context_window: u64) -> u64 {
+    if context_window >= SMALL_WINDOW_TOKENS {
+        return reserve;
+    }
+    (reserve as u128 * context_window as u128 / SMALL_WINDOW_TOKENS as u128) as u64
+}
+
+/// A model's maximum output scaled to a small window: at most a quarter of it.
+pub fn scaled_max_output(max_output: u64, context_window: u64) -> u64 {
+    if context_window >= SMALL_WINDOW_TOKENS {
+        return max_output;
+    }
+    max_output.min(context_window / 4)
 }
 
 /// The share of the hard limit the *default* `keepRecentTokens` is capped to, so that a small
@@ -163,9 +234,11 @@ pub const DEFAULT_KEEP_RECENT_SHARE: f64 = 0.5;
 pub struct KeepRecentCap {
     /// The spec's default (20000).
     pub default: u64,
-    /// What applies: `floor(hardLimit × 0.5)`.
+    /// What applies: `floor(hardLimit × share)`.
     pub capped: u64,
     pub hard_limit: u64,
+    /// The share of the hard limit, in percent: 50, or 30 below [`SMALL_WINDOW_TOKENS`].
+    pub share_percent: u64,
 }
 
 impl KeepRecentCap {
@@ -173,10 +246,10 @@ impl KeepRecentCap {
     pub fn note(&self) -> String {
         use crate::util::human_tokens;
         format!(
-            "keepRecentTokens {} (default {} capped to {:.0}% of the {} hard limit)",
+            "keepRecentTokens {} (default {} capped to {}% of the {} hard limit)",
             human_tokens(self.capped),
             human_tokens(self.default),
-            DEFAULT_KEEP_RECENT_SHARE * 100.0,
+            self.share_percent,
             human_tokens(self.hard_limit)
         )
     }
@@ -200,6 +273,7 @@ impl Default for Config {
             summarizer_configured: false,
             warnings: Vec::new(),
             keep_recent_capped: None,
+            small_window: None,
         }
     }
 }
@@ -1152,6 +1226,12 @@ impl Config {
         if guessed {
             config.warnings.push(unknown_model_warning(&config.model));
         }
+        let reserve_given = files.iter().any(|f| {
+            f.compaction
+                .as_ref()
+                .is_some_and(|c| c.safety_reserve_tokens.is_some())
+        });
+        config.scale_to_small_window(model.max_output_tokens.is_some(), reserve_given);
         let keep_recent_given = overrides.keep_recent_tokens.is_some()
             || files.iter().any(|f| {
                 f.compaction
@@ -1165,6 +1245,35 @@ impl Config {
         Ok(config)
     }
 
+    /// Below [`SMALL_WINDOW_TOKENS`], the defaults no layer gave scale with the window: the
+    /// safety reserve, and the maximum output (to a quarter of the window).
+    fn scale_to_small_window(&mut self, max_output_given: bool, reserve_given: bool) {
+        let window = self.model.context_window;
+        if window >= SMALL_WINDOW_TOKENS {
+            return;
+        }
+        let mut small = SmallWindow {
+            context_window: window,
+            safety_reserve: None,
+            max_output: None,
+        };
+        let reserve = self.compaction.safety_reserve_tokens;
+        let scaled = scaled_safety_reserve(reserve, window);
+        if !reserve_given && scaled < reserve {
+            self.compaction.safety_reserve_tokens = scaled;
+            small.safety_reserve = Some((reserve, scaled));
+        }
+        let output = self.model.max_output_tokens;
+        let capped = scaled_max_output(output, window);
+        if !max_output_given && capped < output {
+            self.model.max_output_tokens = capped;
+            small.max_output = Some((output, capped));
+        }
+        if small.safety_reserve.is_some() || small.max_output.is_some() {
+            self.small_window = Some(small);
+        }
+    }
+
     /// The default `keepRecentTokens` that does not fit the window is capped to
     /// [`DEFAULT_KEEP_RECENT_SHARE`] of the hard limit (recorded in `keep_recent_capped`).
     fn cap_default_keep_recent(&mut self) {
@@ -1175,7 +1284,12 @@ impl Config {
         ) else {
             return; // validate() reports the window
         };
-        let share = keep_recent_share_of(limits.hard_limit);
+        let share_percent = if self.model.context_window < SMALL_WINDOW_TOKENS {
+            (SMALL_WINDOW_KEEP_RECENT_SHARE * 100.0) as u64
+        } else {
+            (DEFAULT_KEEP_RECENT_SHARE * 100.0) as u64
+        };
+        let share = limits.hard_limit * share_percent / 100;
         let default = self.compaction.keep_recent_tokens;
         if default > share {
             self.compaction.keep_recent_tokens = share;
@@ -1183,6 +1297,7 @@ impl Config {
                 default,
                 capped: share,
                 hard_limit: limits.hard_limit,
+                share_percent,
             });
         }
     }

@@ -347,6 +347,63 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
     // of a session already past the window moves the cut and elides like a mandatory one,
     // instead of failing exactly when it is needed.
     if !handoff {
+        // First aim at the room a compaction leaves (`Limits::room_after_compaction`), so the
+        // next ordinary step does not compact again: move the cut later, up to the latest
+        // request, and elide the largest tool results of the tail. Nothing is lost that the
+        // capsule does not hold; when that cannot reach the room, the hard limit is what must
+        // hold, by every means below.
+        let target = limits.room_after_compaction();
+        let capsule = capsule_tokens(
+            session.tokenizer(),
+            &local_state,
+            &artifacts,
+            previous.as_ref(),
+            req,
+        );
+        let until = match latest_request {
+            Some(p) if p >= cut => p + 1,
+            _ => items.len(),
+        };
+        let room = budget
+            .calibration
+            .counted_within(target)
+            .saturating_sub(overhead_tokens + capsule);
+        if tail_tokens > room {
+            let (later, fits) = fit_cut(&items, cut, until, room);
+            let later_state = (later != cut).then(|| build(later));
+            let later_capsule = later_state.as_ref().map_or(capsule, |state| {
+                capsule_tokens(
+                    session.tokenizer(),
+                    state,
+                    &artifacts,
+                    previous.as_ref(),
+                    req,
+                )
+            });
+            // The capsule grows as the cut moves: measure the room again with it.
+            let later_room = budget
+                .calibration
+                .counted_within(target)
+                .saturating_sub(overhead_tokens + later_capsule);
+            if fits && suffix[later] <= later_room {
+                cut = later;
+                tail_tokens = suffix[later];
+                if let Some(state) = later_state {
+                    local_state = state;
+                }
+            } else if let Some((threshold, tail)) =
+                elision_threshold(session, &order, &items, later, later_room)
+            {
+                cut = later;
+                elide_over = Some(elide_over.map_or(threshold, |t: u64| t.min(threshold)));
+                tail_tokens = tail;
+                if let Some(state) = later_state {
+                    local_state = state;
+                }
+            }
+        }
+    }
+    if !handoff {
         // Fit capsule + tail under the hard limit. Moving the cut later grows the capsule, so
         // re-measure after every move; as a last resort shorten the capsule's prose.
         let mut trimmed = false;
