@@ -1722,18 +1722,19 @@ mod tests {
     }
 
     #[test]
-    fn the_default_keep_recent_tokens_is_capped_to_half_a_small_hard_limit() {
-        // A local model with a 24k window: hard limit 24000 - 2000 - 8192 = 13808.
+    fn the_default_keep_recent_tokens_is_capped_to_a_share_of_a_small_hard_limit() {
+        // A local model with a 24k window: the reserve scales to 8192 × 24000 / 64000 = 3072,
+        // hard limit 24000 - 2000 - 3072 = 18928, of which 30% are kept.
         let c = resolve_text(
             r#"{"model":{"name":"local-24k","contextWindow":24000,"maxOutputTokens":2000}}"#,
         )
         .unwrap();
-        assert_eq!(c.limits().hard_limit, 13808);
-        assert_eq!(c.compaction.keep_recent_tokens, 6904);
+        assert_eq!(c.limits().hard_limit, 18928);
+        assert_eq!(c.compaction.keep_recent_tokens, 5678);
         let cap = c.keep_recent_capped.expect("capped");
         assert_eq!(
             cap.note(),
-            "keepRecentTokens 6.9k (default 20.0k capped to 50% of the 13.8k hard limit)"
+            "keepRecentTokens 5.7k (default 20.0k capped to 30% of the 18.9k hard limit)"
         );
         // Where the default fits (the spec's example: hard limit 48808), it stands as the
         // spec gives it and nothing is noted.
@@ -1746,12 +1747,12 @@ mod tests {
     #[test]
     fn an_explicit_keep_recent_tokens_that_does_not_fit_is_still_an_error() {
         // 20000 given with a 16000 hard limit (26192 - 2000 - 8192), in a file or as a flag.
-        let text = r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":20000}}"#;
+        let text = r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":20000,"safetyReserveTokens":8192}}"#;
         let want = "`compaction.keepRecentTokens` = 20000 is invalid: must be below the hard limit (16000): set it lower (e.g. 8000, 50% of the hard limit), or remove it so the default applies (20000, capped to 50% of the hard limit for small windows)";
         assert_eq!(resolve_text(text).unwrap_err().to_string(), want);
         let file = ConfigFile::parse(
             "t",
-            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000}}"#,
+            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"safetyReserveTokens":8192}}"#,
         )
         .unwrap();
         let flag = Overrides {
@@ -1762,7 +1763,7 @@ mod tests {
         assert_eq!(err.to_string(), want);
         // An explicit value that fits is used as given, however large a share it is.
         let c = resolve_text(
-            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":15000}}"#,
+            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":15000,"safetyReserveTokens":8192}}"#,
         )
         .unwrap();
         assert_eq!(c.compaction.keep_recent_tokens, 15000);
@@ -1771,9 +1772,54 @@ mod tests {
 
     #[test]
     fn window_must_leave_a_positive_hard_limit() {
-        let err = resolve_text(r#"{"model":{"contextWindow":16000,"maxOutputTokens":8000}}"#)
-            .unwrap_err();
+        let err = resolve_text(
+            r#"{"model":{"contextWindow":16000,"maxOutputTokens":8000},"compaction":{"safetyReserveTokens":8192}}"#,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("model.contextWindow"), "{err}");
+    }
+
+    /// Issue 38: a 16k window on the defaults had a hard limit of 16384 − 4096 − 8192 = 4096.
+    #[test]
+    fn below_64k_the_default_reserve_and_output_scale_with_the_window_and_from_64k_they_do_not() {
+        let c = resolve_text(r#"{"model":{"name":"test","contextWindow":16384}}"#).unwrap();
+        assert_eq!(
+            c.compaction.safety_reserve_tokens, 2097,
+            "8192 × 16384 / 64000"
+        );
+        assert_eq!(c.model.max_output_tokens, 4096, "a quarter of the window");
+        assert_eq!(c.limits().hard_limit, 16384 - 4096 - 2097);
+        let note = c.small_window.expect("scaled").note();
+        assert_eq!(
+            note,
+            "window 16.4k is below 64.0k: safetyReserveTokens 2.1k (default 8.2k scaled to the window)"
+        );
+        // A catalog model given a small window: its output is capped to a quarter of it.
+        let c = resolve_text(r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":32000}}"#)
+            .unwrap();
+        assert_eq!(c.model.max_output_tokens, 8000);
+        assert_eq!(c.compaction.safety_reserve_tokens, 4096);
+        assert!(c
+            .small_window
+            .unwrap()
+            .note()
+            .contains("maxOutputTokens 8.0k"));
+        // Values given in a layer stand as given.
+        let c = resolve_text(
+            r#"{"model":{"contextWindow":16384,"maxOutputTokens":6000},"compaction":{"safetyReserveTokens":1000}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.compaction.safety_reserve_tokens, 1000);
+        assert_eq!(c.model.max_output_tokens, 6000);
+        assert_eq!(c.small_window, None);
+        // From 64000 up the spec's figures hold exactly.
+        let c =
+            resolve_text(r#"{"model":{"contextWindow":64000,"maxOutputTokens":8000}}"#).unwrap();
+        assert_eq!(c.compaction.safety_reserve_tokens, 8192);
+        assert_eq!(c.small_window, None);
+        let c =
+            resolve_text(r#"{"model":{"contextWindow":65000,"maxOutputTokens":8000}}"#).unwrap();
+        assert_eq!(c.limits().hard_limit, 48808);
     }
 
     #[test]

@@ -304,7 +304,11 @@ mod tests {
         };
         let s = learn(&limits(20_000), figures, 6000, None, &config()).unwrap();
         assert_eq!(s.source, WindowSource::ProviderError);
-        assert_eq!(s.context_window, Some(19_999), "just below the current window");
+        assert_eq!(
+            s.context_window,
+            Some(19_999),
+            "just below the current window"
+        );
         assert_eq!(s.figures, figures, "what the provider said stays on record");
     }
 
@@ -319,12 +323,19 @@ mod tests {
         };
         let s = learn(&current, figures, 98, None, &config()).unwrap();
         assert_eq!(s.source, WindowSource::ProviderError);
-        assert_eq!(s.context_window, Some(30_000), "the window the provider named");
+        assert_eq!(
+            s.context_window,
+            Some(30_000),
+            "the window the provider named"
+        );
         let l = limits_under(current, Some(&s), &config());
         assert_eq!(l.hard_limit, 30_000 - 16_384 - 8192);
         let note = describe(&s, 128_000);
         assert!(note.contains("named a window of 30000 tokens"), "{note}");
-        assert!(note.contains("counted 31000 where SOBA counted 98"), "{note}");
+        assert!(
+            note.contains("counted 31000 where SOBA counted 98"),
+            "{note}"
+        );
         assert!(note.contains("not scaled into SOBA's count"), "{note}");
         assert!(!note.contains("without naming"), "{note}");
     }

@@ -115,10 +115,7 @@ mod tests {
         let r = post_generation(16_533, 16_533 - 4130, &c);
         assert!(!r.passes);
         let reason = r.reason(&c, "post-generation");
-        assert!(
-            reason.contains("reclaims 4130 tokens (24.98%)"),
-            "{reason}"
-        );
+        assert!(reason.contains("reclaims 4130 tokens (24.98%)"), "{reason}");
         assert!(reason.contains("≥ 25.00%"), "{reason}");
         // Far from the minimum, whole percents say enough.
         let far = post_generation(40_000, 34_000, &c).reason(&c, "post-generation");

@@ -435,7 +435,7 @@ fn budget_notes_the_default_keep_recent_tokens_capped_for_a_small_window() {
     );
     assert!(!ok);
     assert!(
-        err.contains("`compaction.keepRecentTokens` = 20000 is invalid: must be below the hard limit (7808): set it lower (e.g. 3904"),
+        err.contains("`compaction.keepRecentTokens` = 20000 is invalid: must be below the hard limit (12928): set it lower (e.g. 6464"),
         "{err}"
     );
 }

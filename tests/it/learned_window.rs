@@ -224,7 +224,9 @@ fn a_provider_window_with_no_room_for_input_fails_the_recovery_and_says_what_to_
         refused.reason
     );
     assert!(
-        refused.reason.contains("the recovery compact could not make room"),
+        refused
+            .reason
+            .contains("the recovery compact could not make room"),
         "{}",
         refused.reason
     );
