@@ -683,6 +683,55 @@ mod tests {
         assert!(p.overhead_tokens + p.tail_tokens <= p.limits.hard_limit);
     }
 
+    /// Issue 38: a hard-limit compaction leaves the input at the room target, not just under
+    /// the hard limit, so the next step does not compact again.
+    #[test]
+    fn a_hard_limit_plan_in_a_small_window_leaves_the_room_target() {
+        let overrides = Overrides {
+            context_window: Some(16_384),
+            ..Overrides::default()
+        };
+        let config = Config::resolve(&[], None, &overrides).unwrap();
+        let limits = config.limits();
+        let mut b = Builder::new();
+        b.user("fix the parser");
+        for k in 0..3 {
+            let id = format!("c{k}");
+            b.call(
+                &id,
+                "read_file",
+                serde_json::json!({"path": format!("f{k}.rs")}),
+            );
+            b.result(&id, &words(2900, &format!("out{k}x")));
+        }
+        let req = PlanRequest {
+            trigger: Trigger::HardLimit,
+            instructions: None,
+            title: None,
+            config: &config,
+            mapping: &config.tool_mapping,
+            operation_id: "op_1".into(),
+        };
+        let p = plan(&b.session, b.session.leaf(), &req).expect("a plan");
+        let capsule = p.capsule(
+            "ck_000000000000".into(),
+            p.local_state.clone(),
+            Quality::Local,
+            None,
+        );
+        let after = p.continuation_tokens(&capsule);
+        assert!(
+            after <= limits.room_after_compaction(),
+            "{after} > {} (hard limit {})",
+            limits.room_after_compaction(),
+            limits.hard_limit
+        );
+        assert!(
+            p.elide_tool_results_over.is_some(),
+            "the only request's turn keeps its place: its largest results are elided"
+        );
+    }
+
     /// A capsule made after a source agent's own compaction still holds the facts of the
     /// history that compaction took out of the input.
     #[test]

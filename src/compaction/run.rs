@@ -489,10 +489,15 @@ impl Barrier<'_> {
         reason: String,
         budget: &Budget,
     ) -> Result<Preflight, LogError> {
-        let outcome = if trigger.is_soft() {
-            Outcome::Skipped
+        // At the hard limit the input is over budget and is not sent: said first, as every
+        // refusal of the barrier says it.
+        let (outcome, reason) = if trigger.is_soft() {
+            (Outcome::Skipped, reason)
         } else {
-            Outcome::Failed
+            (
+                Outcome::Failed,
+                format!("{}: {reason}", reasons::CONTEXT_BUDGET_EXCEEDED),
+            )
         };
         let r = CompactionResult::ended(
             &new_id("op_"),

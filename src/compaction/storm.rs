@@ -4,7 +4,7 @@
 //! makes every compaction fill up again within an inference or two: capsule after capsule, and
 //! no work done. Before an automatic compaction (hard limit or a soft trigger), the barrier
 //! reads the automatic capsules on the branch: when the latest came fewer than
-//! [`STORM_INFERENCES`] inferences ago or fewer, and either it came as soon after the one before it or
+//! [`STORM_INFERENCES`] inferences ago, and either it came as soon after the one before it or
 //! it reclaimed less than [`STORM_MIN_RECLAIM`] of its input, compacting again is a storm. It
 //! does not run: a soft trigger is skipped, a hard limit fails (its input is never sent), both
 //! with [`StormFacts::reason`]. An explicit `/compact` runs as ever and ends the storm (the
@@ -14,7 +14,7 @@
 use crate::session::entry::{EntryBody, EntryKind, Role, Trigger};
 use crate::session::Session;
 
-/// Automatic compactions this many inferences apart or fewer are on a loop.
+/// Automatic compactions fewer than this many inferences apart are on a loop.
 pub const STORM_INFERENCES: u32 = 3;
 
 /// A compaction that reclaimed less than this share of its input did too little to matter.
@@ -57,7 +57,7 @@ pub fn storm_facts(session: &Session, leaf: Option<usize>) -> StormFacts {
                     facts.latest_after = c.tokens.after;
                     inferences = 0;
                     // Past the storm window nothing earlier matters.
-                    if facts.since_latest > Some(STORM_INFERENCES) {
+                    if facts.since_latest >= Some(STORM_INFERENCES) {
                         break;
                     }
                 } else {
@@ -70,7 +70,7 @@ pub fn storm_facts(session: &Session, leaf: Option<usize>) -> StormFacts {
                 {
                     inferences += 1;
                     // The gap before the latest is only needed while it is short.
-                    if facts.since_latest.is_some() && inferences > STORM_INFERENCES {
+                    if facts.since_latest.is_some() && inferences >= STORM_INFERENCES {
                         facts.gap_before_latest = Some(inferences);
                         break;
                     }
@@ -86,16 +86,14 @@ pub fn storm_facts(session: &Session, leaf: Option<usize>) -> StormFacts {
 impl StormFacts {
     /// Why compacting again now would be a storm, or `None` when it would not.
     pub fn reason(&self) -> Option<String> {
-        let since = self.since_latest.filter(|&s| s <= STORM_INFERENCES)?;
+        let since = self.since_latest.filter(|&s| s < STORM_INFERENCES)?;
         let reclaimed = self.latest_before.saturating_sub(self.latest_after);
         let share = if self.latest_before == 0 {
             0.0
         } else {
             reclaimed as f64 / self.latest_before as f64
         };
-        let quick_again = self
-            .gap_before_latest
-            .is_some_and(|g| g <= STORM_INFERENCES);
+        let quick_again = self.gap_before_latest.is_some_and(|g| g < STORM_INFERENCES);
         let too_little = share < STORM_MIN_RECLAIM;
         if !quick_again && !too_little {
             return None;
@@ -165,18 +163,18 @@ mod tests {
     #[test]
     fn compactions_far_enough_apart_or_reclaiming_enough_are_no_storm() {
         assert_eq!(
-            facts(4, Some(1), 10_000, 9_900).reason(),
+            facts(3, Some(1), 10_000, 9_900).reason(),
             None,
-            "4 inferences on"
+            "3 inferences on"
         );
         assert_eq!(
-            facts(1, Some(4), 10_000, 6_000).reason(),
+            facts(1, Some(3), 10_000, 6_000).reason(),
             None,
             "the one before was far"
         );
         assert!(
-            facts(3, Some(3), 10_000, 6_000).reason().is_some(),
-            "3 and 3: within"
+            facts(2, Some(2), 10_000, 6_000).reason().is_some(),
+            "2 and 2"
         );
         assert_eq!(
             facts(1, None, 10_000, 6_000).reason(),

@@ -4,6 +4,7 @@
 use crate::support::agent::{config, Agent};
 
 use serde_json::json;
+use soba::compaction::reasons;
 use soba::compaction::run::Preflight;
 use soba::compaction::storm::STORM;
 use soba::session::entry::Outcome;
@@ -20,8 +21,9 @@ fn step(h: &mut Agent, k: usize, tokens: usize) {
     );
 }
 
-/// A loop whose steps cannot be made smaller (replies of 2.9k tokens, nothing to elide) in a
-/// 16k window: compaction after compaction, until the breaker stops it.
+/// A loop whose steps cannot be made smaller (replies of 4.5k tokens, nothing to elide) in a
+/// 16k window (hard limit 10191): every step fills the room a compaction leaves, compaction
+/// after compaction, until the breaker stops it.
 #[test]
 fn a_loop_that_would_storm_is_stopped_with_its_reason_and_few_capsules() {
     let mut h = Agent::with(config(WINDOW_16K));
@@ -34,13 +36,18 @@ fn a_loop_that_would_storm_is_stopped_with_its_reason_and_few_capsules() {
                 break;
             }
             _ => {
-                h.assistant(2900);
+                h.assistant(4500);
             }
         }
     }
     let r = stopped.expect("the breaker stops the loop");
     assert_eq!(r.outcome, Outcome::Failed);
-    assert!(r.reason.starts_with(STORM), "{}", r.reason);
+    assert!(
+        r.reason
+            .starts_with(&format!("{}: {STORM}", reasons::CONTEXT_BUDGET_EXCEEDED)),
+        "{}",
+        r.reason
+    );
     assert!(h.capsules() <= 4, "{} capsules", h.capsules());
     for _ in 0..20 {
         assert!(matches!(h.preflight(), Preflight::Failed(_)));
@@ -51,7 +58,7 @@ fn a_loop_that_would_storm_is_stopped_with_its_reason_and_few_capsules() {
 }
 
 #[test]
-fn a_sixteen_k_window_on_the_defaults_leaves_room_after_each_compaction_and_a_storm_is_stopped() {
+fn a_sixteen_k_window_on_the_defaults_leaves_room_for_three_steps_after_each_compaction() {
     let mut h = Agent::with(config(WINDOW_16K));
     let limits = h.config.limits();
     // 16384 − 4096 output − 2097 reserve (8192 × 16384 / 64000).
@@ -86,24 +93,15 @@ fn a_sixteen_k_window_on_the_defaults_leaves_room_after_each_compaction_and_a_st
     }
     assert!(completed >= 1, "the window compacted");
     assert!(inferences > completed, "work gets done between compactions");
-    // Each compaction leaves room for three steps of 2.9k tokens, no more: the third
-    // compaction in a row that close is a storm (46 capsules in 48 inferences before issue 38).
-    let storm = storm.expect("the breaker stops the loop");
-    assert!(storm.reason.starts_with(STORM), "{}", storm.reason);
+    // Each compaction leaves room for three steps of 2.9k tokens (the largest results of the
+    // tail elided): a compaction every third inference at most, where one came at nearly every
+    // inference before issue 38 (46 capsules in 48). No storm: the loop works to its end.
+    assert!(storm.is_none(), "{storm:?}");
     assert!(
-        storm.reason.contains("--context-window"),
-        "{}",
-        storm.reason
+        h.capsules() * 3 <= inferences + 3,
+        "{} capsules in {inferences} inferences",
+        h.capsules()
     );
-    assert!(h.capsules() <= 4, "bounded: {} capsules", h.capsules());
-    // Asking again writes no capsule: the breaker holds.
-    for _ in 0..20 {
-        assert!(matches!(h.preflight(), Preflight::Failed(_)));
-    }
-    assert!(h.capsules() <= 4);
-    // An explicit /compact still runs.
-    let r = h.explicit(None, None);
-    assert_eq!(r.outcome, Outcome::Completed, "{}", r.reason);
 }
 
 #[test]
