@@ -25,7 +25,20 @@ pub struct Limits {
     pub soft_limit: u64,
 }
 
+/// The share of the hard limit a compaction aims to leave the model input at, so that the next
+/// ordinary step (a tool round, a reply) does not compact again: the cut moves later and the
+/// largest tool results of the tail are elided until the continuation fits it. Where even that
+/// cannot reach it, the hard limit is what a compaction must meet.
+pub const ROOM_AFTER_COMPACTION: f64 = 0.6;
+
 impl Limits {
+    /// The input a compaction aims to leave: [`ROOM_AFTER_COMPACTION`] of the hard limit, and
+    /// never above three quarters of the soft limit (a soft limit configured low).
+    pub fn room_after_compaction(&self) -> u64 {
+        let of_hard = (self.hard_limit as f64 * ROOM_AFTER_COMPACTION).floor() as u64;
+        of_hard.min(self.soft_limit / 4 * 3)
+    }
+
     /// `None` when the window leaves no room for input (hard limit ≤ 0).
     pub fn compute(
         context_window: u64,

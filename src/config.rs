@@ -150,6 +150,77 @@ pub struct Config {
     /// was capped to [`DEFAULT_KEEP_RECENT_SHARE`] of the hard limit. `soba budget` shows it.
     #[serde(skip)]
     pub keep_recent_capped: Option<KeepRecentCap>,
+    /// Set when the window is below [`SMALL_WINDOW_TOKENS`] and defaults were scaled to it
+    /// (the safety reserve, the maximum output). `soba budget` shows it.
+    #[serde(skip)]
+    pub small_window: Option<SmallWindow>,
+}
+
+/// Windows below this many tokens scale the defaults that the spec sizes for large windows:
+/// the safety reserve (8192) and the maximum output shrink with the window, and the default
+/// `keepRecentTokens` is capped to [`SMALL_WINDOW_KEEP_RECENT_SHARE`] of the hard limit. From
+/// this size up the spec's figures hold exactly.
+pub const SMALL_WINDOW_TOKENS: u64 = 64_000;
+
+/// The share of the hard limit the default `keepRecentTokens` is capped to below
+/// [`SMALL_WINDOW_TOKENS`]: with the capsule and the system prompt, the retained tail must fit
+/// in the room a compaction leaves ([`crate::budget::ROOM_AFTER_COMPACTION`]).
+pub const SMALL_WINDOW_KEEP_RECENT_SHARE: f64 = 0.3;
+
+/// The defaults a small window scaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmallWindow {
+    pub context_window: u64,
+    /// The configured default reserve and what applies: `default × window / 64000`.
+    pub safety_reserve: Option<(u64, u64)>,
+    /// The model's maximum output and what applies: a quarter of the window.
+    pub max_output: Option<(u64, u64)>,
+}
+
+impl SmallWindow {
+    /// `window 24.0k is below 64.0k: safetyReserveTokens 3.1k (default 8.2k scaled to the
+    /// window), maxOutputTokens 6.0k (16.4k capped to a quarter of the window)`.
+    pub fn note(&self) -> String {
+        use crate::util::human_tokens as k;
+        let mut scaled = Vec::new();
+        if let Some((default, applied)) = self.safety_reserve {
+            scaled.push(format!(
+                "safetyReserveTokens {} (default {} scaled to the window)",
+                k(applied),
+                k(default)
+            ));
+        }
+        if let Some((model, applied)) = self.max_output {
+            scaled.push(format!(
+                "maxOutputTokens {} ({} capped to a quarter of the window)",
+                k(applied),
+                k(model)
+            ));
+        }
+        format!(
+            "window {} is below {}: {}",
+            k(self.context_window),
+            k(SMALL_WINDOW_TOKENS),
+            scaled.join(", ")
+        )
+    }
+}
+
+/// The default safety reserve scaled to a small window: `reserve × window / 64000`, rounded
+/// down; the reserve as it is from [`SMALL_WINDOW_TOKENS`] up.
+pub fn scaled_safety_reserve(reserve: u64, context_window: u64) -> u64 {
+    if context_window >= SMALL_WINDOW_TOKENS {
+        return reserve;
+    }
+    (reserve as u128 * context_window as u128 / SMALL_WINDOW_TOKENS as u128) as u64
+}
+
+/// A model's maximum output scaled to a small window: at most a quarter of it.
+pub fn scaled_max_output(max_output: u64, context_window: u64) -> u64 {
+    if context_window >= SMALL_WINDOW_TOKENS {
+        return max_output;
+    }
+    max_output.min(context_window / 4)
 }
 
 /// The share of the hard limit the *default* `keepRecentTokens` is capped to, so that a small
@@ -163,9 +234,11 @@ pub const DEFAULT_KEEP_RECENT_SHARE: f64 = 0.5;
 pub struct KeepRecentCap {
     /// The spec's default (20000).
     pub default: u64,
-    /// What applies: `floor(hardLimit × 0.5)`.
+    /// What applies: `floor(hardLimit × share)`.
     pub capped: u64,
     pub hard_limit: u64,
+    /// The share of the hard limit, in percent: 50, or 30 below [`SMALL_WINDOW_TOKENS`].
+    pub share_percent: u64,
 }
 
 impl KeepRecentCap {
@@ -173,10 +246,10 @@ impl KeepRecentCap {
     pub fn note(&self) -> String {
         use crate::util::human_tokens;
         format!(
-            "keepRecentTokens {} (default {} capped to {:.0}% of the {} hard limit)",
+            "keepRecentTokens {} (default {} capped to {}% of the {} hard limit)",
             human_tokens(self.capped),
             human_tokens(self.default),
-            DEFAULT_KEEP_RECENT_SHARE * 100.0,
+            self.share_percent,
             human_tokens(self.hard_limit)
         )
     }
@@ -200,6 +273,7 @@ impl Default for Config {
             summarizer_configured: false,
             warnings: Vec::new(),
             keep_recent_capped: None,
+            small_window: None,
         }
     }
 }
@@ -1152,6 +1226,12 @@ impl Config {
         if guessed {
             config.warnings.push(unknown_model_warning(&config.model));
         }
+        let reserve_given = files.iter().any(|f| {
+            f.compaction
+                .as_ref()
+                .is_some_and(|c| c.safety_reserve_tokens.is_some())
+        });
+        config.scale_to_small_window(model.max_output_tokens.is_some(), reserve_given);
         let keep_recent_given = overrides.keep_recent_tokens.is_some()
             || files.iter().any(|f| {
                 f.compaction
@@ -1165,6 +1245,35 @@ impl Config {
         Ok(config)
     }
 
+    /// Below [`SMALL_WINDOW_TOKENS`], the defaults no layer gave scale with the window: the
+    /// safety reserve, and the maximum output (to a quarter of the window).
+    fn scale_to_small_window(&mut self, max_output_given: bool, reserve_given: bool) {
+        let window = self.model.context_window;
+        if window >= SMALL_WINDOW_TOKENS {
+            return;
+        }
+        let mut small = SmallWindow {
+            context_window: window,
+            safety_reserve: None,
+            max_output: None,
+        };
+        let reserve = self.compaction.safety_reserve_tokens;
+        let scaled = scaled_safety_reserve(reserve, window);
+        if !reserve_given && scaled < reserve {
+            self.compaction.safety_reserve_tokens = scaled;
+            small.safety_reserve = Some((reserve, scaled));
+        }
+        let output = self.model.max_output_tokens;
+        let capped = scaled_max_output(output, window);
+        if !max_output_given && capped < output {
+            self.model.max_output_tokens = capped;
+            small.max_output = Some((output, capped));
+        }
+        if small.safety_reserve.is_some() || small.max_output.is_some() {
+            self.small_window = Some(small);
+        }
+    }
+
     /// The default `keepRecentTokens` that does not fit the window is capped to
     /// [`DEFAULT_KEEP_RECENT_SHARE`] of the hard limit (recorded in `keep_recent_capped`).
     fn cap_default_keep_recent(&mut self) {
@@ -1175,7 +1284,12 @@ impl Config {
         ) else {
             return; // validate() reports the window
         };
-        let share = keep_recent_share_of(limits.hard_limit);
+        let share_percent = if self.model.context_window < SMALL_WINDOW_TOKENS {
+            (SMALL_WINDOW_KEEP_RECENT_SHARE * 100.0) as u64
+        } else {
+            (DEFAULT_KEEP_RECENT_SHARE * 100.0) as u64
+        };
+        let share = limits.hard_limit * share_percent / 100;
         let default = self.compaction.keep_recent_tokens;
         if default > share {
             self.compaction.keep_recent_tokens = share;
@@ -1183,6 +1297,7 @@ impl Config {
                 default,
                 capped: share,
                 hard_limit: limits.hard_limit,
+                share_percent,
             });
         }
     }
@@ -1607,18 +1722,19 @@ mod tests {
     }
 
     #[test]
-    fn the_default_keep_recent_tokens_is_capped_to_half_a_small_hard_limit() {
-        // A local model with a 24k window: hard limit 24000 - 2000 - 8192 = 13808.
+    fn the_default_keep_recent_tokens_is_capped_to_a_share_of_a_small_hard_limit() {
+        // A local model with a 24k window: the reserve scales to 8192 × 24000 / 64000 = 3072,
+        // hard limit 24000 - 2000 - 3072 = 18928, of which 30% are kept.
         let c = resolve_text(
             r#"{"model":{"name":"local-24k","contextWindow":24000,"maxOutputTokens":2000}}"#,
         )
         .unwrap();
-        assert_eq!(c.limits().hard_limit, 13808);
-        assert_eq!(c.compaction.keep_recent_tokens, 6904);
+        assert_eq!(c.limits().hard_limit, 18928);
+        assert_eq!(c.compaction.keep_recent_tokens, 5678);
         let cap = c.keep_recent_capped.expect("capped");
         assert_eq!(
             cap.note(),
-            "keepRecentTokens 6.9k (default 20.0k capped to 50% of the 13.8k hard limit)"
+            "keepRecentTokens 5.7k (default 20.0k capped to 30% of the 18.9k hard limit)"
         );
         // Where the default fits (the spec's example: hard limit 48808), it stands as the
         // spec gives it and nothing is noted.
@@ -1631,12 +1747,12 @@ mod tests {
     #[test]
     fn an_explicit_keep_recent_tokens_that_does_not_fit_is_still_an_error() {
         // 20000 given with a 16000 hard limit (26192 - 2000 - 8192), in a file or as a flag.
-        let text = r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":20000}}"#;
+        let text = r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":20000,"safetyReserveTokens":8192}}"#;
         let want = "`compaction.keepRecentTokens` = 20000 is invalid: must be below the hard limit (16000): set it lower (e.g. 8000, 50% of the hard limit), or remove it so the default applies (20000, capped to 50% of the hard limit for small windows)";
         assert_eq!(resolve_text(text).unwrap_err().to_string(), want);
         let file = ConfigFile::parse(
             "t",
-            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000}}"#,
+            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"safetyReserveTokens":8192}}"#,
         )
         .unwrap();
         let flag = Overrides {
@@ -1647,7 +1763,7 @@ mod tests {
         assert_eq!(err.to_string(), want);
         // An explicit value that fits is used as given, however large a share it is.
         let c = resolve_text(
-            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":15000}}"#,
+            r#"{"model":{"contextWindow":26192,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":15000,"safetyReserveTokens":8192}}"#,
         )
         .unwrap();
         assert_eq!(c.compaction.keep_recent_tokens, 15000);
@@ -1656,9 +1772,54 @@ mod tests {
 
     #[test]
     fn window_must_leave_a_positive_hard_limit() {
-        let err = resolve_text(r#"{"model":{"contextWindow":16000,"maxOutputTokens":8000}}"#)
-            .unwrap_err();
+        let err = resolve_text(
+            r#"{"model":{"contextWindow":16000,"maxOutputTokens":8000},"compaction":{"safetyReserveTokens":8192}}"#,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("model.contextWindow"), "{err}");
+    }
+
+    /// Issue 38: a 16k window on the defaults had a hard limit of 16384 − 4096 − 8192 = 4096.
+    #[test]
+    fn below_64k_the_default_reserve_and_output_scale_with_the_window_and_from_64k_they_do_not() {
+        let c = resolve_text(r#"{"model":{"name":"test","contextWindow":16384}}"#).unwrap();
+        assert_eq!(
+            c.compaction.safety_reserve_tokens, 2097,
+            "8192 × 16384 / 64000"
+        );
+        assert_eq!(c.model.max_output_tokens, 4096, "a quarter of the window");
+        assert_eq!(c.limits().hard_limit, 16384 - 4096 - 2097);
+        let note = c.small_window.expect("scaled").note();
+        assert_eq!(
+            note,
+            "window 16.4k is below 64.0k: safetyReserveTokens 2.1k (default 8.2k scaled to the window)"
+        );
+        // A catalog model given a small window: its output is capped to a quarter of it.
+        let c = resolve_text(r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":32000}}"#)
+            .unwrap();
+        assert_eq!(c.model.max_output_tokens, 8000);
+        assert_eq!(c.compaction.safety_reserve_tokens, 4096);
+        assert!(c
+            .small_window
+            .unwrap()
+            .note()
+            .contains("maxOutputTokens 8.0k"));
+        // Values given in a layer stand as given.
+        let c = resolve_text(
+            r#"{"model":{"contextWindow":16384,"maxOutputTokens":6000},"compaction":{"safetyReserveTokens":1000}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.compaction.safety_reserve_tokens, 1000);
+        assert_eq!(c.model.max_output_tokens, 6000);
+        assert_eq!(c.small_window, None);
+        // From 64000 up the spec's figures hold exactly.
+        let c =
+            resolve_text(r#"{"model":{"contextWindow":64000,"maxOutputTokens":8000}}"#).unwrap();
+        assert_eq!(c.compaction.safety_reserve_tokens, 8192);
+        assert_eq!(c.small_window, None);
+        let c =
+            resolve_text(r#"{"model":{"contextWindow":65000,"maxOutputTokens":8000}}"#).unwrap();
+        assert_eq!(c.limits().hard_limit, 48808);
     }
 
     #[test]

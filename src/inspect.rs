@@ -216,7 +216,9 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
         return outlook(
             "refused",
             Some(crate::session::entry::Trigger::ContextOverflow),
-            crate::compaction::reasons::OVERFLOW_RETRY_USED.to_string(),
+            crate::compaction::reasons::overflow_exhausted(
+                session.tally().facts().overflow_failure.as_deref(),
+            ),
             None,
         );
     }

@@ -112,15 +112,27 @@ pub fn describe(w: &WindowSetting, configured: u64) -> String {
             w.reported_input.unwrap_or(0)
         );
     };
+    let counted = w.counted_tokens.unwrap_or(0);
     let why = match (w.source, w.figures.provider_window) {
         (WindowSource::ProviderError, Some(named)) => match w.figures.provider_tokens {
+            Some(theirs) if theirs as f64 > counted as f64 * MAX_LEARNED_FACTOR => format!(
+                "the provider's overflow error named a window of {named} tokens and counted \
+                 {theirs} where SOBA counted {counted}, more than a tokenizer's difference \
+                 explains (content SOBA does not see, such as a system prompt the log does not \
+                 hold), so the window is not scaled into SOBA's count and goes no lower than \
+                 the named one"
+            ),
             Some(theirs) => format!(
                 "the provider's overflow error named a window of {named} tokens and counted \
-                 {theirs} where SOBA counted {}",
-                w.counted_tokens.unwrap_or(0)
+                 {theirs} where SOBA counted {counted}"
             ),
             None => format!("the provider's overflow error named a window of {named} tokens"),
         },
+        (WindowSource::RefusedRequest, Some(named)) => format!(
+            "the provider refused a request of {counted} tokens; the window of {named} tokens \
+             its error named is not below the one SOBA already kept under, so SOBA's count fell \
+             short and the hard limit goes below the refused request"
+        ),
         _ => format!(
             "the provider refused a request of {} tokens without naming its window",
             w.counted_tokens.unwrap_or(0)
@@ -153,31 +165,46 @@ impl std::fmt::Display for NoRoom {
 }
 
 /// The window to use after the provider refused a request SOBA counted as `counted` tokens,
-/// with `current` the limits that request was sent under. Always below `current`'s window:
+/// with `current` the limits that request was sent under and `accepted` the largest input the
+/// provider accepted in this session (its last usage report). Always below `current`'s window:
 /// an overflow means the limits were too high, whatever the figures say.
 ///
 /// The provider's figures are in its own tokens. When it counted more than SOBA did, its window
 /// is scaled down by the same ratio, so that SOBA's counts stay under it; a provider that counted
 /// less leaves the window as named (the limits never rise on an overflow).
+///
+/// Figures that contradict SOBA's count (the provider counted more than any tokenizer difference
+/// explains: content SOBA never saw, such as a system prompt the log does not hold) say nothing
+/// about SOBA's scale, so they are not scaled into it: the window goes no lower than the one
+/// the provider named. And no window goes so low that an input the provider just accepted
+/// would not fit under its hard limit.
 pub fn learn(
     current: &Limits,
     figures: OverflowFigures,
     counted: u64,
+    accepted: Option<u64>,
     c: &CompactionConfig,
 ) -> Result<WindowSetting, NoRoom> {
+    let contradicts = figures
+        .provider_tokens
+        .is_some_and(|theirs| theirs as f64 > counted as f64 * MAX_LEARNED_FACTOR);
     let scale = match figures.provider_tokens {
-        Some(theirs) if theirs > counted && counted > 0 => counted as f64 / theirs as f64,
+        Some(theirs) if theirs > counted && counted > 0 && !contradicts => {
+            counted as f64 / theirs as f64
+        }
         _ => 1.0,
     };
-    // A provider counting far more than SOBA did (more than any tokenizer difference explains)
-    // counted content the log never held, or figures of another request: its window says
-    // nothing about SOBA's count.
     let named = figures
         .provider_window
-        .filter(|_| scale >= 1.0 / MAX_LEARNED_FACTOR)
         .map(|w| (w as f64 * scale).floor() as u64);
-    let setting = |context_window, source| WindowSetting {
-        context_window: Some(context_window),
+    // What the evidence supports at least: the input the provider accepted, with the output and
+    // the reserve on top.
+    let floor = accepted
+        .map(|input| input + current.max_output_tokens + c.safety_reserve_tokens)
+        .unwrap_or(0);
+    let below_current = current.context_window.saturating_sub(1);
+    let setting = |context_window: u64, source| WindowSetting {
+        context_window: Some(context_window.max(floor).min(below_current)),
         source,
         figures,
         counted_tokens: Some(counted),
@@ -185,7 +212,7 @@ pub fn learn(
     };
     match named {
         Some(window) if window < current.context_window => {
-            let fits = Limits::compute(window, current.max_output_tokens, c).is_some();
+            let fits = Limits::compute(window.max(floor), current.max_output_tokens, c).is_some();
             if !fits {
                 return Err(NoRoom {
                     window: figures.provider_window.unwrap_or(window),
@@ -195,6 +222,9 @@ pub fn learn(
             }
             Ok(setting(window, WindowSource::ProviderError))
         }
+        // A named window SOBA already kept under, with figures that contradict SOBA's count:
+        // lowering SOBA's limits below it would not shrink what SOBA cannot see.
+        Some(window) if contradicts => Ok(setting(window, WindowSource::ProviderError)),
         // No window named, or one SOBA already kept under: SOBA's count of the input was what
         // fell short. The hard limit goes below the refused request.
         _ => {
@@ -202,10 +232,7 @@ pub fn learn(
                 .floor()
                 .max(1.0) as u64;
             let window = input + current.max_output_tokens + c.safety_reserve_tokens;
-            Ok(setting(
-                window.min(current.context_window.saturating_sub(1)),
-                WindowSource::RefusedRequest,
-            ))
+            Ok(setting(window, WindowSource::RefusedRequest))
         }
     }
 }
@@ -243,7 +270,7 @@ mod tests {
             provider_window: Some(24_000),
             provider_tokens: Some(20_000),
         };
-        let s = learn(&limits(64_000), figures, 25_000, &config()).unwrap();
+        let s = learn(&limits(64_000), figures, 25_000, None, &config()).unwrap();
         assert_eq!(
             s.context_window,
             Some(24_000),
@@ -263,24 +290,70 @@ mod tests {
             provider_window: Some(24_000),
             provider_tokens: Some(30_000),
         };
-        let s = learn(&limits(64_000), figures, 20_000, &config()).unwrap();
+        let s = learn(&limits(64_000), figures, 20_000, None, &config()).unwrap();
         assert_eq!(s.context_window, Some(16_000));
     }
 
     #[test]
     fn figures_far_above_sobas_count_are_not_scaled_into_it() {
-        // The provider counted 35 times what SOBA sent: not a tokenizer's difference.
+        // The provider counted 35 times what SOBA sent: not a tokenizer's difference. Its named
+        // window is not below the current one, so nothing SOBA counts is lowered below it.
         let figures = OverflowFigures {
             provider_window: Some(200_000),
             provider_tokens: Some(210_000),
         };
-        let s = learn(&limits(20_000), figures, 6000, &config()).unwrap();
-        assert_eq!(s.source, WindowSource::RefusedRequest);
+        let s = learn(&limits(20_000), figures, 6000, None, &config()).unwrap();
+        assert_eq!(s.source, WindowSource::ProviderError);
         assert_eq!(
-            limits_under(limits(20_000), Some(&s), &config()).hard_limit,
-            4800
+            s.context_window,
+            Some(19_999),
+            "just below the current window"
         );
         assert_eq!(s.figures, figures, "what the provider said stays on record");
+    }
+
+    /// Issue 38: `soba/overflow` with providerWindow 30000 and providerTokens 31000 where SOBA
+    /// counted 98 had set the window to 10318 (hard limit 78).
+    #[test]
+    fn a_report_that_contradicts_sobas_count_never_lowers_the_window_below_the_named_one() {
+        let current = Limits::compute(128_000, 16_384, &config()).unwrap();
+        let figures = OverflowFigures {
+            provider_window: Some(30_000),
+            provider_tokens: Some(31_000),
+        };
+        let s = learn(&current, figures, 98, None, &config()).unwrap();
+        assert_eq!(s.source, WindowSource::ProviderError);
+        assert_eq!(
+            s.context_window,
+            Some(30_000),
+            "the window the provider named"
+        );
+        let l = limits_under(current, Some(&s), &config());
+        assert_eq!(l.hard_limit, 30_000 - 16_384 - 8192);
+        let note = describe(&s, 128_000);
+        assert!(note.contains("named a window of 30000 tokens"), "{note}");
+        assert!(
+            note.contains("counted 31000 where SOBA counted 98"),
+            "{note}"
+        );
+        assert!(note.contains("not scaled into SOBA's count"), "{note}");
+        assert!(!note.contains("without naming"), "{note}");
+    }
+
+    #[test]
+    fn the_window_never_drops_below_an_input_the_provider_just_accepted() {
+        // No figures: 80% of the refused 30000 would be a hard limit of 24000, but the
+        // provider accepted 27000 a request ago.
+        let s = learn(
+            &limits(64_000),
+            OverflowFigures::default(),
+            30_000,
+            Some(27_000),
+            &config(),
+        )
+        .unwrap();
+        let l = limits_under(limits(64_000), Some(&s), &config());
+        assert_eq!(l.hard_limit, 27_000);
     }
 
     #[test]
@@ -289,6 +362,7 @@ mod tests {
             &limits(64_000),
             OverflowFigures::default(),
             30_000,
+            None,
             &config(),
         )
         .unwrap();
@@ -305,7 +379,7 @@ mod tests {
             provider_window: Some(64_000),
             provider_tokens: None,
         };
-        let s = learn(&limits(64_000), figures, 50_000, &config()).unwrap();
+        let s = learn(&limits(64_000), figures, 50_000, None, &config()).unwrap();
         assert_eq!(s.source, WindowSource::RefusedRequest);
         let l = limits_under(limits(64_000), Some(&s), &config());
         assert_eq!(l.hard_limit, 40_000);
@@ -318,7 +392,7 @@ mod tests {
             provider_window: Some(8192),
             provider_tokens: Some(9000),
         };
-        let e = learn(&limits(64_000), figures, 9000, &config()).unwrap_err();
+        let e = learn(&limits(64_000), figures, 9000, None, &config()).unwrap_err();
         assert_eq!(e.window, 8192);
         let text = e.to_string();
         assert!(text.contains("model.maxOutputTokens"), "{text}");
@@ -334,6 +408,7 @@ mod tests {
                 provider_tokens: Some(26_000),
             },
             25_000,
+            None,
             &config(),
         )
         .unwrap();
@@ -346,6 +421,7 @@ mod tests {
             &limits(64_000),
             OverflowFigures::default(),
             30_000,
+            None,
             &config(),
         )
         .unwrap();
@@ -387,6 +463,7 @@ mod tests {
                 provider_tokens: Some(26_000),
             },
             25_000,
+            None,
             &config(),
         )
         .unwrap();

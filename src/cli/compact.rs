@@ -127,10 +127,13 @@ pub fn create(path: &Path, title: &str, common: &CommonArgs) -> anyhow::Result<(
     if result.outcome != Outcome::Completed {
         anyhow::bail!("no capsule created ({}): {}", result.outcome, result.reason);
     }
+    // On the budget's scale (the session's count factor applied), as `soba capsule list` and
+    // the budget show it, not as the tokenizer counted it.
     let capsule_tokens = result
         .checkpoint_id
         .as_deref()
         .and_then(|ck| crate::capsule::handoff::capsule_tokens(log.session(), ck))
+        .map(|counted| log.session().calibration().apply(counted))
         .unwrap_or(0);
     if common.json {
         return print_json(&serde_json::json!({

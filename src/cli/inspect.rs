@@ -40,9 +40,13 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     }
     let warning = report.summary(path);
     let keep_note = config.keep_recent_capped.map(|c| c.note());
+    let small_note = config.small_window.map(|w| w.note());
     if common.json {
         let mut v = serde_json::to_value(&r)?;
         v["keepRecentTokens"] = config.compaction.keep_recent_tokens.into();
+        if let Some(note) = &small_note {
+            v["smallWindowNote"] = note.clone().into();
+        }
         if let Some(note) = &keep_note {
             v["keepRecentNote"] = note.clone().into();
         }
@@ -147,6 +151,9 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         if let Some(note) = crate::budget::not_in_log_note(r.breakdown.not_in_log) {
             outln!("note: {note}");
         }
+    }
+    if let Some(note) = &small_note {
+        outln!("note: {note}");
     }
     match &keep_note {
         Some(note) => outln!("note: {note}"),

@@ -22,6 +22,7 @@ pub mod cut;
 pub mod plan;
 pub mod roi;
 pub mod run;
+pub mod storm;
 pub mod triggers;
 
 use schemars::JsonSchema;
@@ -135,6 +136,29 @@ pub mod reasons {
     pub const OVERFLOW_RETRY_USED: &str = "the provider reported a context overflow again after the recovery compact; the one retry for this turn is used";
     pub const WOULD_NOT_SHRINK: &str =
         "the continuation would not be smaller than the current context";
+
+    /// Why a preflight hands out nothing after the turn's overflow recovery: a second overflow
+    /// (`failure` is [`OVERFLOW_RETRY_USED`]), or a recovery that could not compact at all, which
+    /// is said as it was, not as a second overflow.
+    pub fn overflow_exhausted(failure: Option<&str>) -> String {
+        match failure {
+            None | Some(OVERFLOW_RETRY_USED) => OVERFLOW_RETRY_USED.to_string(),
+            Some(why) => format!(
+                "{OVERFLOW_RECOVERY_FAILED} ({why}); the request is not sent again this turn: \
+                 start a new turn with less input, or give the model a larger window \
+                 (`--context-window`)"
+            ),
+        }
+    }
+
+    /// How [`overflow_exhausted`] begins for a recovery that could not compact.
+    pub const OVERFLOW_RECOVERY_FAILED: &str =
+        "the provider reported a context overflow and the recovery compact could not make room";
+
+    /// Whether a preflight's reason says the turn's one overflow recovery is spent.
+    pub fn is_overflow_exhausted(reason: &str) -> bool {
+        reason == OVERFLOW_RETRY_USED || reason.starts_with(OVERFLOW_RECOVERY_FAILED)
+    }
 }
 
 #[cfg(test)]

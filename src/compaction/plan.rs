@@ -347,6 +347,63 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
     // of a session already past the window moves the cut and elides like a mandatory one,
     // instead of failing exactly when it is needed.
     if !handoff {
+        // First aim at the room a compaction leaves (`Limits::room_after_compaction`), so the
+        // next ordinary step does not compact again: move the cut later, up to the latest
+        // request, and elide the largest tool results of the tail. Nothing is lost that the
+        // capsule does not hold; when that cannot reach the room, the hard limit is what must
+        // hold, by every means below.
+        let target = limits.room_after_compaction();
+        let capsule = capsule_tokens(
+            session.tokenizer(),
+            &local_state,
+            &artifacts,
+            previous.as_ref(),
+            req,
+        );
+        let until = match latest_request {
+            Some(p) if p >= cut => p + 1,
+            _ => items.len(),
+        };
+        let room = budget
+            .calibration
+            .counted_within(target)
+            .saturating_sub(overhead_tokens + capsule);
+        if tail_tokens > room {
+            let (later, fits) = fit_cut(&items, cut, until, room);
+            let later_state = (later != cut).then(|| build(later));
+            let later_capsule = later_state.as_ref().map_or(capsule, |state| {
+                capsule_tokens(
+                    session.tokenizer(),
+                    state,
+                    &artifacts,
+                    previous.as_ref(),
+                    req,
+                )
+            });
+            // The capsule grows as the cut moves: measure the room again with it.
+            let later_room = budget
+                .calibration
+                .counted_within(target)
+                .saturating_sub(overhead_tokens + later_capsule);
+            if fits && suffix[later] <= later_room {
+                cut = later;
+                tail_tokens = suffix[later];
+                if let Some(state) = later_state {
+                    local_state = state;
+                }
+            } else if let Some((threshold, tail)) =
+                elision_threshold(session, &order, &items, later, later_room)
+            {
+                cut = later;
+                elide_over = Some(elide_over.map_or(threshold, |t: u64| t.min(threshold)));
+                tail_tokens = tail;
+                if let Some(state) = later_state {
+                    local_state = state;
+                }
+            }
+        }
+    }
+    if !handoff {
         // Fit capsule + tail under the hard limit. Moving the cut later grows the capsule, so
         // re-measure after every move; as a last resort shorten the capsule's prose.
         let mut trimmed = false;
@@ -624,6 +681,55 @@ mod tests {
         assert_ne!(p.first_kept_entry_id.as_deref(), Some(request.as_str()));
         assert_eq!(p.first_kept_entry_id.as_deref(), Some(last.as_str()));
         assert!(p.overhead_tokens + p.tail_tokens <= p.limits.hard_limit);
+    }
+
+    /// Issue 38: a hard-limit compaction leaves the input at the room target, not just under
+    /// the hard limit, so the next step does not compact again.
+    #[test]
+    fn a_hard_limit_plan_in_a_small_window_leaves_the_room_target() {
+        let overrides = Overrides {
+            context_window: Some(16_384),
+            ..Overrides::default()
+        };
+        let config = Config::resolve(&[], None, &overrides).unwrap();
+        let limits = config.limits();
+        let mut b = Builder::new();
+        b.user("fix the parser");
+        for k in 0..3 {
+            let id = format!("c{k}");
+            b.call(
+                &id,
+                "read_file",
+                serde_json::json!({"path": format!("f{k}.rs")}),
+            );
+            b.result(&id, &words(2900, &format!("out{k}x")));
+        }
+        let req = PlanRequest {
+            trigger: Trigger::HardLimit,
+            instructions: None,
+            title: None,
+            config: &config,
+            mapping: &config.tool_mapping,
+            operation_id: "op_1".into(),
+        };
+        let p = plan(&b.session, b.session.leaf(), &req).expect("a plan");
+        let capsule = p.capsule(
+            "ck_000000000000".into(),
+            p.local_state.clone(),
+            Quality::Local,
+            None,
+        );
+        let after = p.continuation_tokens(&capsule);
+        assert!(
+            after <= limits.room_after_compaction(),
+            "{after} > {} (hard limit {})",
+            limits.room_after_compaction(),
+            limits.hard_limit
+        );
+        assert!(
+            p.elide_tool_results_over.is_some(),
+            "the only request's turn keeps its place: its largest results are elided"
+        );
     }
 
     /// A capsule made after a source agent's own compaction still holds the facts of the

@@ -13,14 +13,23 @@ pub struct RoiCheck {
 
 impl RoiCheck {
     pub fn reason(&self, c: &CompactionConfig, stage: &str) -> String {
+        let (ratio, min) = percents_apart(self.savings_ratio, c.min_savings_ratio);
         format!(
-            "{stage} ROI too low: reclaims {} tokens ({:.0}%), needs ≥ {} and ≥ {:.0}%",
-            self.reclaimable,
-            self.savings_ratio * 100.0,
-            c.min_reclaimable_tokens,
-            c.min_savings_ratio * 100.0
+            "{stage} ROI too low: reclaims {} tokens ({ratio}%), needs ≥ {} and ≥ {min}%",
+            self.reclaimable, c.min_reclaimable_tokens,
         )
     }
+}
+
+/// Both ratios as percentages with the fewest decimals (up to 3) that keep a ratio below the
+/// minimum from printing as equal to it: 24.98% against 25% reads "24.98%", not "25%".
+fn percents_apart(ratio: f64, min: f64) -> (String, String) {
+    let show = |v: f64, decimals: usize| format!("{:.*}", decimals, v * 100.0);
+    let mut decimals = 0;
+    while decimals < 3 && ratio != min && show(ratio, decimals) == show(min, decimals) {
+        decimals += 1;
+    }
+    (show(ratio, decimals), show(min, decimals))
 }
 
 fn check(reclaimable: u64, effective: u64, c: &CompactionConfig) -> RoiCheck {
@@ -97,6 +106,20 @@ mod tests {
             !post_generation(40000, 45000, &c).passes,
             "a growing continuation never passes"
         );
+    }
+
+    #[test]
+    fn a_ratio_just_below_the_minimum_is_printed_with_the_decimals_that_show_it() {
+        let c = CompactionConfig::default();
+        // 4130 of 16533 tokens: 24.98%, which rounds to the 25% minimum.
+        let r = post_generation(16_533, 16_533 - 4130, &c);
+        assert!(!r.passes);
+        let reason = r.reason(&c, "post-generation");
+        assert!(reason.contains("reclaims 4130 tokens (24.98%)"), "{reason}");
+        assert!(reason.contains("≥ 25.00%"), "{reason}");
+        // Far from the minimum, whole percents say enough.
+        let far = post_generation(40_000, 34_000, &c).reason(&c, "post-generation");
+        assert!(far.contains("(15%)") && far.contains("≥ 25%"), "{far}");
     }
 
     #[test]

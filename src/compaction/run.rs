@@ -427,11 +427,12 @@ impl Barrier<'_> {
             overflow_exhausted,
         } = self.check(log.session());
         if overflow_exhausted {
+            let failure = log.session().tally().facts().overflow_failure.clone();
             let r = CompactionResult::ended(
                 "",
                 Trigger::ContextOverflow,
                 Outcome::Failed,
-                reasons::OVERFLOW_RETRY_USED,
+                reasons::overflow_exhausted(failure.as_deref()),
                 budget.effective_tokens,
                 budget.limits,
             );
@@ -470,8 +471,47 @@ impl Barrier<'_> {
             }
             Decision::Compact { trigger, consume } => {
                 self.consume(log, &consume)?;
+                let s = log.session();
+                if let Some(reason) = super::storm::storm_facts(s, s.leaf()).reason() {
+                    return self.storm(log, trigger, reason, &budget);
+                }
                 self.start(log, trigger, None, None)
             }
+        }
+    }
+
+    /// An automatic compaction the storm breaker stopped: a soft one is skipped and the input
+    /// goes out as it is; at the hard limit nothing can be sent, and the result says why.
+    fn storm(
+        &self,
+        log: &mut SessionLog,
+        trigger: Trigger,
+        reason: String,
+        budget: &Budget,
+    ) -> Result<Preflight, LogError> {
+        // At the hard limit the input is over budget and is not sent: said first, as every
+        // refusal of the barrier says it.
+        let (outcome, reason) = if trigger.is_soft() {
+            (Outcome::Skipped, reason)
+        } else {
+            (
+                Outcome::Failed,
+                format!("{}: {reason}", reasons::CONTEXT_BUDGET_EXCEEDED),
+            )
+        };
+        let r = CompactionResult::ended(
+            &new_id("op_"),
+            trigger,
+            outcome,
+            reason,
+            budget.effective_tokens,
+            budget.limits,
+        );
+        record(log, &r)?;
+        if trigger.is_soft() {
+            Ok(self.ready_input(log, Some(r)))
+        } else {
+            Ok(Preflight::Failed(r))
         }
     }
 
@@ -570,10 +610,17 @@ impl Barrier<'_> {
             record(log, &r)?;
             Ok(Err(r))
         };
+        // The input the provider accepted last: the window never goes below what it held.
+        let accepted = log
+            .session()
+            .tally()
+            .usage_anchor()
+            .map(|a| a.usage.prompt_tokens());
         let learned = crate::window::learn(
             &budget.limits,
             figures,
             budget.effective_tokens,
+            accepted,
             &self.config.compaction,
         );
         let limits = match learned {

@@ -575,7 +575,7 @@ fn log_failure(e: LogError) -> RpcError {
 
 /// The error for a preflight that cannot hand out input.
 fn budget_exceeded(r: CompactionResult) -> RpcError {
-    let (code, message) = if r.reason == reasons::OVERFLOW_RETRY_USED {
+    let (code, message) = if reasons::is_overflow_exhausted(&r.reason) {
         (code::OVERFLOW_RETRY_USED, r.reason.clone())
     } else if r.reason.contains(reasons::CONTEXT_BUDGET_EXCEEDED) {
         // The barrier's reasons already say it; saying it again reads as a stutter.

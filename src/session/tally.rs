@@ -123,6 +123,7 @@ impl Tally {
                     self.facts.soft_attempted = false;
                     self.facts.overflow_recoveries = 0;
                     self.facts.overflow_exhausted = false;
+                    self.facts.overflow_failure = None;
                 }
                 self.message(session, idx, m.role, m.usage)
             }
@@ -145,7 +146,10 @@ impl Tally {
                 self.facts.soft_attempted |= super::turn::spends_the_soft_attempt(r.trigger);
                 if r.trigger == Trigger::ContextOverflow {
                     self.facts.overflow_recoveries += 1;
-                    self.facts.overflow_exhausted |= r.outcome == super::entry::Outcome::Failed;
+                    if r.outcome == super::entry::Outcome::Failed {
+                        self.facts.overflow_exhausted = true;
+                        self.facts.overflow_failure = Some(r.reason.clone());
+                    }
                 }
                 true
             }

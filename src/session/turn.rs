@@ -24,6 +24,8 @@ pub struct TurnFacts {
     pub overflow_recoveries: u32,
     /// The last overflow recovery of this turn failed, or a second overflow was reported.
     pub overflow_exhausted: bool,
+    /// Why the turn's last failed overflow recovery failed (its record's reason).
+    pub overflow_failure: Option<String>,
     /// Pending intents, oldest first.
     pub pending: Vec<PendingIntent>,
 }
@@ -67,7 +69,13 @@ pub fn turn_facts(session: &Session, leaf: Option<usize>) -> TurnFacts {
                 facts.soft_attempted |= spends_the_soft_attempt(r.trigger);
                 if r.trigger == Trigger::ContextOverflow {
                     facts.overflow_recoveries += 1;
-                    facts.overflow_exhausted |= r.outcome == Outcome::Failed;
+                    if r.outcome == Outcome::Failed {
+                        facts.overflow_exhausted = true;
+                        // The walk goes back in time: the first failure met is the latest.
+                        facts
+                            .overflow_failure
+                            .get_or_insert_with(|| r.reason.clone());
+                    }
                 }
             }
             EntryBody::Intent(intent) => match intent.action {

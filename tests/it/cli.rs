@@ -394,15 +394,20 @@ fn workspace_config_is_layered_under_flags() {
 fn budget_notes_the_default_keep_recent_tokens_capped_for_a_small_window() {
     let dir = tempfile::tempdir().unwrap();
     let p = write_session(dir.path(), 1);
-    // 24000 − 8000 output − 8192 reserve = 7808.
+    // 24000 − 8000 output − 3072 reserve (8192 scaled to the window: 8192 × 24000 / 64000)
+    // = 12928, of which 30% are kept.
     let small = ["budget", p.to_str().unwrap(), "--context-window", "24000"];
     let (ok, v, err) = soba(&[&small[..], &["--json"]].concat(), dir.path());
     assert!(ok, "{err}");
-    assert_eq!(v["hardLimit"], 7808);
-    assert_eq!(v["keepRecentTokens"], 3904);
+    assert_eq!(v["hardLimit"], 12928);
+    assert_eq!(v["keepRecentTokens"], 3878);
     assert_eq!(
         v["keepRecentNote"],
-        "keepRecentTokens 3.9k (default 20.0k capped to 50% of the 7.8k hard limit)"
+        "keepRecentTokens 3.9k (default 20.0k capped to 30% of the 12.9k hard limit)"
+    );
+    assert_eq!(
+        v["smallWindowNote"],
+        "window 24.0k is below 64.0k: safetyReserveTokens 3.1k (default 8.2k scaled to the window)"
     );
     let out = Command::new(env!("CARGO_BIN_EXE_soba"))
         .args(small)
@@ -413,7 +418,7 @@ fn budget_notes_the_default_keep_recent_tokens_capped_for_a_small_window() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains(
-            "note: keepRecentTokens 3.9k (default 20.0k capped to 50% of the 7.8k hard limit)"
+            "note: keepRecentTokens 3.9k (default 20.0k capped to 30% of the 12.9k hard limit)"
         ),
         "{text}"
     );
@@ -430,7 +435,7 @@ fn budget_notes_the_default_keep_recent_tokens_capped_for_a_small_window() {
     );
     assert!(!ok);
     assert!(
-        err.contains("`compaction.keepRecentTokens` = 20000 is invalid: must be below the hard limit (7808): set it lower (e.g. 3904"),
+        err.contains("`compaction.keepRecentTokens` = 20000 is invalid: must be below the hard limit (12928): set it lower (e.g. 6464"),
         "{err}"
     );
 }

@@ -74,7 +74,8 @@ fn env_with(watch: Option<WatchMode>, fail: Option<SummaryError>) -> Env {
         workspace.join(".soba/config.json"),
         json!({
             "model": {"name": "gpt-4o", "contextWindow": 20000, "maxOutputTokens": 2000},
-            "compaction": {"keepRecentTokens": 1000, "minTokensForAutoCompact": 3000, "minReclaimableTokens": 500}
+            "compaction": {"keepRecentTokens": 1000, "minTokensForAutoCompact": 3000, "minReclaimableTokens": 500,
+                           "safetyReserveTokens": 8192}
         })
         .to_string(),
     )

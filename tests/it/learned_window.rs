@@ -213,8 +213,25 @@ fn a_provider_window_with_no_room_for_input_fails_the_recovery_and_says_what_to_
         h.log.session().window_setting().is_none(),
         "nothing learned"
     );
-    assert!(matches!(
-        b.preflight(&mut h.log).unwrap(),
-        Preflight::Failed(_)
+    let Preflight::Failed(refused) = b.preflight(&mut h.log).unwrap() else {
+        panic!("the failed recovery ends the turn's input");
+    };
+    // The provider reported one overflow, not two: the preflight says the recovery failed and
+    // why, in the recovery's own words.
+    assert!(
+        !refused.reason.contains("again after the recovery compact"),
+        "{}",
+        refused.reason
+    );
+    assert!(
+        refused
+            .reason
+            .contains("the recovery compact could not make room"),
+        "{}",
+        refused.reason
+    );
+    assert!(refused.reason.contains(&r.reason), "{}", refused.reason);
+    assert!(soba::compaction::reasons::is_overflow_exhausted(
+        &refused.reason
     ));
 }

@@ -41,6 +41,7 @@ mod redaction_paths;
 mod replay;
 mod report_render;
 mod rewind;
+mod room;
 mod schemas;
 mod session_config;
 mod spec;

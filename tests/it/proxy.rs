@@ -594,10 +594,15 @@ impl Env {
 }
 
 fn hard_limit() -> u64 {
+    // Below a 64000-token window the default reserve scales with the window.
+    let reserve = soba::config::CompactionConfig::default().safety_reserve_tokens;
     soba::budget::Limits::compute(
         WINDOW,
         MAX_OUTPUT,
-        &soba::config::CompactionConfig::default(),
+        &soba::config::CompactionConfig {
+            safety_reserve_tokens: soba::config::scaled_safety_reserve(reserve, WINDOW),
+            ..soba::config::CompactionConfig::default()
+        },
     )
     .unwrap()
     .hard_limit
@@ -1002,8 +1007,9 @@ async fn a_provider_window_below_the_configured_one_is_learned_once_and_the_turn
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overflow_without_a_retry_is_logged_as_such() {
     let env = env().await;
-    // A window that leaves no room after the output and the safety reserve.
-    let overflow = json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 3100 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string();
+    // A window that leaves no room after the output (2000) and the safety reserve (2560: 8192
+    // scaled to the 20000-token window).
+    let overflow = json!({"error": {"message": "This model's maximum context length is 4000 tokens. However, your messages resulted in 3100 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string();
     env.upstream.script(Canned {
         status: 400,
         content_type: "application/json",
@@ -1030,7 +1036,7 @@ async fn an_overflow_without_a_retry_is_logged_as_such() {
         "{log:?}"
     );
     assert!(log[0].contains(&format!("(window {WINDOW})")), "{log:?}");
-    assert!(log[0].contains("8192"), "{log:?}");
+    assert!(log[0].contains("4000"), "{log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

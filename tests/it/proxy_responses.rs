@@ -348,10 +348,15 @@ fn input_tokens(body: &Value) -> u64 {
 }
 
 fn hard_limit() -> u64 {
+    // Below a 64000-token window the default reserve scales with the window.
+    let reserve = soba::config::CompactionConfig::default().safety_reserve_tokens;
     soba::budget::Limits::compute(
         WINDOW,
         MAX_OUTPUT,
-        &soba::config::CompactionConfig::default(),
+        &soba::config::CompactionConfig {
+            safety_reserve_tokens: soba::config::scaled_safety_reserve(reserve, WINDOW),
+            ..soba::config::CompactionConfig::default()
+        },
     )
     .unwrap()
     .hard_limit

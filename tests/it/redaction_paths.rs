@@ -232,8 +232,10 @@ async fn proxy_summarizer_calls(corpus: &[Planted]) -> Vec<usize> {
     std::fs::create_dir_all(ws.join(".soba")).unwrap();
     std::fs::write(
         ws.join(".soba/config.json"),
+        // The spec's reserve, not one scaled to the 40k window: the history below crosses the
+        // soft limit of that budget.
         json!({"compaction": {"keepRecentTokens": 1500, "minTokensForAutoCompact": 3000,
-            "minReclaimableTokens": 500}})
+            "minReclaimableTokens": 500, "safetyReserveTokens": 8192}})
         .to_string(),
     )
     .unwrap();

@@ -701,8 +701,8 @@ async fn a_small_window_session_opens_and_compacts_with_the_default_config_keepi
             json!({"workspace": e.workspace, "model": {"name": "local-24k", "contextWindow": 24000}}),
         )
         .await;
-    // 24000 − 6000 output (a quarter of the window) − 8192 reserve.
-    assert_eq!(opened["budget"]["hardLimit"], 9808, "{opened}");
+    // 24000 − 6000 output (a quarter of the window) − 3072 reserve (8192 scaled to the window).
+    assert_eq!(opened["budget"]["hardLimit"], 14928, "{opened}");
     let id = opened["sessionId"].as_str().unwrap().to_string();
     let mut entries: Vec<Value> = (0..12)
         .map(|i| message(if i % 2 == 0 { "user" } else { "assistant" }, &chunk(i)))

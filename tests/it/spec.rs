@@ -348,12 +348,13 @@ fn hard_limit_compaction_is_mandatory_even_with_auto_off_and_fits_under_the_hard
 
 #[test]
 fn when_the_continuation_cannot_fit_the_outcome_is_failed_and_no_input_is_produced() {
-    // A tiny window where even the system prompt overflows.
+    // A tiny window where even the system prompt overflows: hard limit 20000 − 2000 − 2560
+    // (the reserve scaled to the window) = 15440.
     let mut h = Agent::with(config(
         r#"{"model":{"contextWindow":20000,"maxOutputTokens":2000},"compaction":{"keepRecentTokens":1000}}"#,
     ));
     h.push(EntryBody::Setting(SettingEntry {
-        system_tokens: Some(12000),
+        system_tokens: Some(16000),
         ..Default::default()
     }));
     h.user(10);
