@@ -957,7 +957,7 @@ pub const FLOORS: [Floor; 9] = [
     Floor {
         field: Field::Done,
         measure: Measure::Precision,
-        min: 0.5,
+        min: 0.6,
     },
     Floor {
         field: Field::Done,
@@ -999,6 +999,15 @@ pub fn floor(field: Field, measure: Measure) -> Option<Floor> {
         .copied()
 }
 
+/// The floor's ratio over all `cuts` (micro-averaged), `None` where it has nothing to divide by.
+pub fn total_value(floor: &Floor, cuts: &[CutScore]) -> Option<f64> {
+    let mut sum = FieldScore::default();
+    for c in cuts {
+        sum.add(c.field(floor.field));
+    }
+    floor.measure.of(&sum)
+}
+
 /// Every cut that misses one of `floors`, one line each: `cut: floor: value`.
 pub fn floor_miss_lines(cuts: &[CutScore], floors: &[Floor]) -> Vec<String> {
     floors
@@ -1014,13 +1023,9 @@ pub fn floor_miss_lines(cuts: &[CutScore], floors: &[Floor]) -> Vec<String> {
 /// One line per floor: its ratio over all cuts (micro-averaged), the cuts that meet it of those
 /// where it applies, and the cuts that miss it with their ratio.
 pub fn render_floors(cuts: &[CutScore], floors: &[Floor]) -> String {
-    let totals = totals(cuts);
     let mut out = String::new();
     for f in floors {
-        let total = totals
-            .iter()
-            .find(|(field, _)| *field == f.field)
-            .and_then(|(_, s)| f.measure.of(s));
+        let total = total_value(f, cuts);
         let applies = cuts.iter().filter(|c| f.value_at(c).is_some()).count();
         let missed: Vec<String> = cuts
             .iter()
@@ -1390,5 +1395,105 @@ mod tests {
             failure_lines(&[b]),
             ["other cut: goal: goal `something else` does not match [rebase] any[main, master]"]
         );
+    }
+
+    #[test]
+    fn a_prompt_is_what_the_user_sent_less_the_harness_own_text() {
+        assert_eq!(prompt_of("  fix the footer  "), Some("fix the footer"));
+        assert_eq!(
+            prompt_of("# Context from my IDE setup:\n## Open tabs:\n- a.ts\n## My request for Codex:\nQuality score page"),
+            Some("Quality score page")
+        );
+        assert_eq!(
+            prompt_of("[Request interrupted by user for tool use]"),
+            None
+        );
+        assert_eq!(prompt_of("/mode"), None);
+        assert_eq!(prompt_of("   "), None);
+        assert_eq!(
+            prompt_of("/tmp/shot.png any idea why the colors differ?"),
+            Some("/tmp/shot.png any idea why the colors differ?"),
+            "a path that opens a prompt is no command"
+        );
+    }
+
+    #[test]
+    fn a_prompt_is_kept_when_its_opening_is_in_a_request() {
+        let s = scored(&good());
+        let p = s.field(Field::Prompts);
+        assert_eq!((p.found, p.annotated), (2, 2), "{p:?}");
+        assert_eq!((p.matched_items, p.items), (2, 2), "{p:?}");
+
+        let mut c = good();
+        c.state.requests = vec![
+            "Don't push until I say so".into(),
+            "Summarize the session".into(),
+        ];
+        let s = scored(&c);
+        let p = s.field(Field::Prompts);
+        assert_eq!((p.found, p.annotated), (1, 2));
+        assert_eq!(
+            p.missed,
+            ["`rebase the branch onto main and fix the conflicts in the str`"]
+        );
+        assert_eq!(p.unmatched, ["`summarize the session`"]);
+        assert!(s.failures.is_empty(), "the prompts are no target");
+
+        let s = score("cut", &gold(), &good(), &HashMap::new(), &[]);
+        let p = s.field(Field::Prompts);
+        assert_eq!((p.recall(), p.precision()), (None, Some(0.0)));
+    }
+
+    fn floor_of(field: Field, measure: Measure) -> Floor {
+        floor(field, measure).expect("a floor in the table")
+    }
+
+    #[test]
+    fn a_cut_below_a_floor_is_listed_and_one_with_nothing_to_divide_by_is_not() {
+        let a = scored(&good());
+        let mut c = good();
+        c.state.constraints = vec!["Use tabs".into(), "Don't push".into()];
+        c.state.decisions.clear();
+        let b = score("other cut", &gold(), &c, &HashMap::new(), &prompts());
+
+        let precision = floor_of(Field::Constraints, Measure::Precision);
+        assert!(precision.met_at(&a));
+        assert!(!precision.met_at(&b));
+        assert_eq!(precision.value_at(&b), Some(0.5));
+        let decisions = floor_of(Field::Decisions, Measure::Precision);
+        assert_eq!(decisions.value_at(&b), None);
+        assert!(decisions.met_at(&b), "no decision listed: recall says it");
+        assert!(!floor_of(Field::Decisions, Measure::Recall).met_at(&b));
+
+        let cuts = [a, b];
+        assert_eq!(
+            floor_miss_lines(&cuts, &FLOORS),
+            [
+                "other cut: constraints precision >= 0.80: 0.50",
+                "other cut: decisions recall >= 0.50: 0.00"
+            ]
+        );
+        assert_eq!(total_value(&precision, &cuts), Some(2.0 / 3.0));
+        let report = render_floors(&cuts, &[precision]);
+        assert_eq!(
+            report,
+            "floor constraints precision >= 0.80 all cuts 0.67, met on 1 of 2 cuts; missed: other cut 0.50\n"
+        );
+        assert!(render_table("local capsule", &cuts).ends_with(&render_floors(&cuts, &FLOORS)));
+    }
+
+    #[test]
+    fn every_floor_bounds_a_ratio_between_zero_and_one_and_is_listed_once() {
+        for (i, f) in FLOORS.iter().enumerate() {
+            assert!(f.min > 0.0 && f.min <= 1.0, "{}", f.name());
+            assert!(
+                !FLOORS[..i]
+                    .iter()
+                    .any(|g| g.field == f.field && g.measure == f.measure),
+                "{} twice",
+                f.name()
+            );
+        }
+        assert_eq!(floor(Field::Goal, Measure::Recall), None);
     }
 }
