@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context};
 use tokio_util::sync::CancellationToken;
 
-use super::capsule_quality::{score, Annotation, Cut, CutScore};
+use super::capsule_quality::{score, user_prompts, Annotation, Cut, CutScore};
 use crate::capsule::{CapsuleEntry, Quality};
 use crate::compaction::{plan, Generated, Plan, PlanRequest};
 use crate::config::{Config, Overrides, Provider, SummarizerConfig};
@@ -274,11 +274,12 @@ pub fn run(
                 Quality::Degraded,
                 None,
             );
-            let local = score(&g.name, &g.annotation, &local_capsule, &position);
+            let prompts = user_prompts(&imported.session, leaf);
+            let local = score(&g.name, &g.annotation, &local_capsule, &position, &prompts);
             let model = match (&summarizer, &runtime, model) {
                 (Some(s), Some(rt), Some(m)) => Some(
                     model_capsule(&plan, s, m.timeout_ms, rt)
-                        .map(|c| (score(&g.name, &g.annotation, &c, &position), c)),
+                        .map(|c| (score(&g.name, &g.annotation, &c, &position, &prompts), c)),
                 ),
                 _ => None,
             };

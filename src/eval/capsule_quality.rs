@@ -32,6 +32,8 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::capsule::{CapsuleEntry, VerificationOutcome};
+use crate::session::entry::{ContentBlock, Role};
+use crate::session::Session;
 
 /// One term of a matcher: a case-insensitive substring, or a `/regular expression/`.
 #[derive(Debug, Clone)]
@@ -259,10 +261,12 @@ pub enum Field {
     Checks,
     Decisions,
     Files,
+    /// The user's prompts before the cut kept among the capsule's requests (by their opening).
+    Prompts,
 }
 
 impl Field {
-    pub const ALL: [Field; 8] = [
+    pub const ALL: [Field; 9] = [
         Field::Goal,
         Field::Constraints,
         Field::Done,
@@ -271,6 +275,7 @@ impl Field {
         Field::Checks,
         Field::Decisions,
         Field::Files,
+        Field::Prompts,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -283,6 +288,7 @@ impl Field {
             Field::Checks => "checks",
             Field::Decisions => "decisions",
             Field::Files => "files",
+            Field::Prompts => "prompts",
         }
     }
 }
@@ -459,14 +465,100 @@ fn score_list(
     s
 }
 
+/// How many characters of a user prompt open it: a prompt is kept when its opening is in one of
+/// the capsule's requests (older requests are kept by their opening only).
+pub const PROMPT_OPENING_CHARS: usize = 60;
+
+/// Whitespace collapsed and lowercased, so that a request rewrapped or recased still matches.
+fn normalized(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+/// What the user sent in one user message, or `None` when it is no request to the agent: the
+/// marker an agent writes when the user stops a turn, or a bare `/command` the harness handled.
+/// An IDE's context block in front of a Codex prompt is left out: the request is what follows
+/// its `## My request for Codex:` heading.
+pub fn prompt_of(text: &str) -> Option<&str> {
+    let text = text
+        .split_once("## My request for Codex:")
+        .map_or(text, |(_, request)| request)
+        .trim();
+    let bare_command = text
+        .strip_prefix('/')
+        .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    let interruption = text.starts_with("[Request interrupted by user");
+    (!text.is_empty() && !bare_command && !interruption).then_some(text)
+}
+
+/// The prompts the user sent on the branch up to `leaf`, oldest first: the text of every user
+/// message the importer did not mark as the harness's own (command output, caveats, injected
+/// instructions), as [`prompt_of`] reads it. This is read from the log, not from the capsule,
+/// so that the share of prompts a capsule keeps does not depend on how its builder tells
+/// prompts from boilerplate.
+pub fn user_prompts(session: &Session, leaf: usize) -> Vec<String> {
+    session
+        .branch(leaf)
+        .into_iter()
+        .filter_map(|i| session.entry(i).as_message())
+        .filter(|m| m.role == Role::User && !m.synthetic)
+        .map(|m| {
+            m.content
+                .iter()
+                .filter_map(|b| match b {
+                    ContentBlock::Text { text, .. } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter_map(|t| prompt_of(&t).map(str::to_string))
+        .collect()
+}
+
+/// The user's prompts against the capsule's requests: recall is the share of prompts whose
+/// opening ([`PROMPT_OPENING_CHARS`]) is in a request, precision the share of requests that
+/// hold the opening of a prompt.
+fn score_prompts(prompts: &[String], requests: &[String]) -> FieldScore {
+    let openings: Vec<String> = prompts
+        .iter()
+        .map(|p| normalized(p).chars().take(PROMPT_OPENING_CHARS).collect())
+        .collect();
+    let requests: Vec<String> = requests.iter().map(|r| normalized(r)).collect();
+    let mut s = FieldScore {
+        items: requests.len(),
+        annotated: openings.len(),
+        ..FieldScore::default()
+    };
+    for r in &requests {
+        if openings.iter().any(|o| r.contains(o.as_str())) {
+            s.matched_items += 1;
+        } else {
+            s.unmatched.push(shown(r));
+        }
+    }
+    for o in &openings {
+        if requests.iter().any(|r| r.contains(o.as_str())) {
+            s.found += 1;
+        } else {
+            s.missed.push(shown(o));
+        }
+    }
+    s
+}
+
 /// Score `capsule` against `gold`. `position` orders entries of the log (an entry's index):
 /// when several of the capsule's checks match one annotated check, the one run last decides its
 /// outcome (checks whose entry it does not know count as earlier, in the capsule's order).
+/// `prompts` are the user's prompts up to the cut ([`user_prompts`]).
 pub fn score(
     cut: &str,
     gold: &Annotation,
     capsule: &CapsuleEntry,
     position: &HashMap<String, usize>,
+    prompts: &[String],
 ) -> CutScore {
     let state = &capsule.state;
     let facts = &capsule.artifacts;
@@ -713,6 +805,7 @@ pub fn score(
             (Field::Checks, checks),
             (Field::Decisions, decisions),
             (Field::Files, files),
+            (Field::Prompts, score_prompts(prompts, &state.requests)),
         ]),
         failures,
     }
@@ -745,7 +838,8 @@ pub fn render_table(title: &str, cuts: &[CutScore]) -> String {
         .max()
         .unwrap_or(0)
         .max(16);
-    let mut out = format!("{title}\nprecision/recall per field; targets met of 4\n");
+    let mut out =
+        format!("{title}\nprecision/recall per field; targets met of 4; then the floors\n");
     out.push_str(&format!("{:<width$}", "cut"));
     for f in Field::ALL {
         out.push_str(&format!(" {:>11}", f.as_str()));
@@ -774,6 +868,7 @@ pub fn render_table(title: &str, cuts: &[CutScore]) -> String {
             cuts.len()
         ));
     }
+    out.push_str(&render_floors(cuts, &FLOORS));
     out
 }
 
@@ -786,6 +881,169 @@ pub fn failure_lines(cuts: &[CutScore]) -> Vec<String> {
                 .map(move |f| format!("{}: {}: {}", c.cut, f.target.as_str(), f.reason))
         })
         .collect()
+}
+
+/// Which ratio of a field a [`Floor`] bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Measure {
+    Precision,
+    Recall,
+}
+
+impl Measure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Measure::Precision => "precision",
+            Measure::Recall => "recall",
+        }
+    }
+
+    fn of(self, s: &FieldScore) -> Option<f64> {
+        match self {
+            Measure::Precision => s.precision(),
+            Measure::Recall => s.recall(),
+        }
+    }
+}
+
+/// The least precision or recall of one field a useful capsule has at a cut.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Floor {
+    pub field: Field,
+    pub measure: Measure,
+    pub min: f64,
+}
+
+impl Floor {
+    pub fn name(&self) -> String {
+        format!(
+            "{} {} >= {:.2}",
+            self.field.as_str(),
+            self.measure.as_str(),
+            self.min
+        )
+    }
+
+    /// The cut's ratio when the floor applies there: `None` where it has nothing to divide by
+    /// (no item in the capsule for precision, nothing annotated for recall; an empty field is
+    /// caught by the other ratio).
+    pub fn value_at(&self, cut: &CutScore) -> Option<f64> {
+        self.measure.of(cut.field(self.field))
+    }
+
+    pub fn met_at(&self, cut: &CutScore) -> bool {
+        self.value_at(cut).is_none_or(|v| v >= self.min)
+    }
+}
+
+/// The floors of the fields beyond the four targets: what a capsule that an agent can carry on
+/// from must reach at every cut. They are set by what such a capsule needs, not by what any
+/// builder reaches: a constraint lost or invented changes what the agent does, a file missing
+/// from the list is a change it does not know of, and a prompt not kept is a request it never
+/// heard. Done work is not annotated exhaustively, so its precision is a lower bound and its
+/// floor is the lowest here.
+pub const FLOORS: [Floor; 9] = [
+    Floor {
+        field: Field::Constraints,
+        measure: Measure::Precision,
+        min: 0.8,
+    },
+    Floor {
+        field: Field::Constraints,
+        measure: Measure::Recall,
+        min: 0.6,
+    },
+    Floor {
+        field: Field::Done,
+        measure: Measure::Precision,
+        min: 0.6,
+    },
+    Floor {
+        field: Field::Done,
+        measure: Measure::Recall,
+        min: 0.6,
+    },
+    Floor {
+        field: Field::Decisions,
+        measure: Measure::Precision,
+        min: 0.6,
+    },
+    Floor {
+        field: Field::Decisions,
+        measure: Measure::Recall,
+        min: 0.5,
+    },
+    Floor {
+        field: Field::Files,
+        measure: Measure::Precision,
+        min: 0.9,
+    },
+    Floor {
+        field: Field::Files,
+        measure: Measure::Recall,
+        min: 0.9,
+    },
+    Floor {
+        field: Field::Prompts,
+        measure: Measure::Recall,
+        min: 0.95,
+    },
+];
+
+/// The floor `measure` of `field` in [`FLOORS`].
+pub fn floor(field: Field, measure: Measure) -> Option<Floor> {
+    FLOORS
+        .iter()
+        .find(|f| f.field == field && f.measure == measure)
+        .copied()
+}
+
+/// The floor's ratio over all `cuts` (micro-averaged), `None` where it has nothing to divide by.
+pub fn total_value(floor: &Floor, cuts: &[CutScore]) -> Option<f64> {
+    let mut sum = FieldScore::default();
+    for c in cuts {
+        sum.add(c.field(floor.field));
+    }
+    floor.measure.of(&sum)
+}
+
+/// Every cut that misses one of `floors`, one line each: `cut: floor: value`.
+pub fn floor_miss_lines(cuts: &[CutScore], floors: &[Floor]) -> Vec<String> {
+    floors
+        .iter()
+        .flat_map(|f| {
+            cuts.iter()
+                .filter(|c| !f.met_at(c))
+                .map(move |c| format!("{}: {}: {}", c.cut, f.name(), ratio(f.value_at(c))))
+        })
+        .collect()
+}
+
+/// One line per floor: its ratio over all cuts (micro-averaged), the cuts that meet it of those
+/// where it applies, and the cuts that miss it with their ratio.
+pub fn render_floors(cuts: &[CutScore], floors: &[Floor]) -> String {
+    let mut out = String::new();
+    for f in floors {
+        let total = total_value(f, cuts);
+        let applies = cuts.iter().filter(|c| f.value_at(c).is_some()).count();
+        let missed: Vec<String> = cuts
+            .iter()
+            .filter(|c| !f.met_at(c))
+            .map(|c| format!("{} {}", c.cut, ratio(f.value_at(c))))
+            .collect();
+        out.push_str(&format!(
+            "floor {:<28} all cuts {:>4}, met on {} of {applies} cuts",
+            f.name(),
+            ratio(total),
+            applies - missed.len()
+        ));
+        if !missed.is_empty() {
+            out.push_str(&format!("; missed: {}", missed.join(", ")));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -857,11 +1115,25 @@ mod tests {
         }
     }
 
+    /// The user's prompts up to the cut.
+    fn prompts() -> Vec<String> {
+        vec![
+            "Rebase the branch onto main and fix the conflicts in the strategy package, \
+             then run the integration tests"
+                .into(),
+            "Don't push   until I say so".into(),
+        ]
+    }
+
     /// A capsule that gets everything right.
     fn good() -> CapsuleEntry {
         capsule(
             CapsuleState {
                 goal: "Rebase the branch onto main and fix the conflicts".into(),
+                requests: vec![
+                    "Rebase the branch onto main and fix the conflicts in the strategy…".into(),
+                    "don't push until I say so".into(),
+                ],
                 constraints: vec!["Don't push without asking".into()],
                 completed: vec![
                     "Conflicts in rewind.go resolved".into(),
@@ -891,7 +1163,7 @@ mod tests {
     }
 
     fn scored(c: &CapsuleEntry) -> CutScore {
-        score("cut", &gold(), c, &HashMap::new())
+        score("cut", &gold(), c, &HashMap::new(), &prompts())
     }
 
     #[test]
@@ -1008,7 +1280,7 @@ mod tests {
         let positions: HashMap<String, usize> = [("e3", 3), ("e9", 9), ("e10", 10)]
             .map(|(k, v)| (k.to_string(), v))
             .into();
-        let s = score("cut", &gold(), &c, &positions);
+        let s = score("cut", &gold(), &c, &positions, &prompts());
         assert!(s.meets(Target::CheckOutcomes), "{:?}", s.failures);
         assert_eq!(s.field(Field::Checks).precision(), Some(1.0));
 
@@ -1016,7 +1288,7 @@ mod tests {
         let positions: HashMap<String, usize> = [("e3", 30), ("e9", 9), ("e10", 10)]
             .map(|(k, v)| (k.to_string(), v))
             .into();
-        let s = score("cut", &gold(), &c, &positions);
+        let s = score("cut", &gold(), &c, &positions, &prompts());
         assert!(!s.meets(Target::CheckOutcomes));
         assert!(
             s.failures[0]
@@ -1104,7 +1376,7 @@ mod tests {
         let a = scored(&good());
         let mut c = good();
         c.state.goal = "something else".into();
-        let b = score("other cut", &gold(), &c, &HashMap::new());
+        let b = score("other cut", &gold(), &c, &HashMap::new(), &prompts());
         let t = totals(&[a.clone(), b.clone()]);
         let goal = &t[0].1;
         assert_eq!(
@@ -1123,5 +1395,105 @@ mod tests {
             failure_lines(&[b]),
             ["other cut: goal: goal `something else` does not match [rebase] any[main, master]"]
         );
+    }
+
+    #[test]
+    fn a_prompt_is_what_the_user_sent_less_the_harness_own_text() {
+        assert_eq!(prompt_of("  fix the footer  "), Some("fix the footer"));
+        assert_eq!(
+            prompt_of("# Context from my IDE setup:\n## Open tabs:\n- a.ts\n## My request for Codex:\nQuality score page"),
+            Some("Quality score page")
+        );
+        assert_eq!(
+            prompt_of("[Request interrupted by user for tool use]"),
+            None
+        );
+        assert_eq!(prompt_of("/mode"), None);
+        assert_eq!(prompt_of("   "), None);
+        assert_eq!(
+            prompt_of("/tmp/shot.png any idea why the colors differ?"),
+            Some("/tmp/shot.png any idea why the colors differ?"),
+            "a path that opens a prompt is no command"
+        );
+    }
+
+    #[test]
+    fn a_prompt_is_kept_when_its_opening_is_in_a_request() {
+        let s = scored(&good());
+        let p = s.field(Field::Prompts);
+        assert_eq!((p.found, p.annotated), (2, 2), "{p:?}");
+        assert_eq!((p.matched_items, p.items), (2, 2), "{p:?}");
+
+        let mut c = good();
+        c.state.requests = vec![
+            "Don't push until I say so".into(),
+            "Summarize the session".into(),
+        ];
+        let s = scored(&c);
+        let p = s.field(Field::Prompts);
+        assert_eq!((p.found, p.annotated), (1, 2));
+        assert_eq!(
+            p.missed,
+            ["`rebase the branch onto main and fix the conflicts in the str`"]
+        );
+        assert_eq!(p.unmatched, ["`summarize the session`"]);
+        assert!(s.failures.is_empty(), "the prompts are no target");
+
+        let s = score("cut", &gold(), &good(), &HashMap::new(), &[]);
+        let p = s.field(Field::Prompts);
+        assert_eq!((p.recall(), p.precision()), (None, Some(0.0)));
+    }
+
+    fn floor_of(field: Field, measure: Measure) -> Floor {
+        floor(field, measure).expect("a floor in the table")
+    }
+
+    #[test]
+    fn a_cut_below_a_floor_is_listed_and_one_with_nothing_to_divide_by_is_not() {
+        let a = scored(&good());
+        let mut c = good();
+        c.state.constraints = vec!["Use tabs".into(), "Don't push".into()];
+        c.state.decisions.clear();
+        let b = score("other cut", &gold(), &c, &HashMap::new(), &prompts());
+
+        let precision = floor_of(Field::Constraints, Measure::Precision);
+        assert!(precision.met_at(&a));
+        assert!(!precision.met_at(&b));
+        assert_eq!(precision.value_at(&b), Some(0.5));
+        let decisions = floor_of(Field::Decisions, Measure::Precision);
+        assert_eq!(decisions.value_at(&b), None);
+        assert!(decisions.met_at(&b), "no decision listed: recall says it");
+        assert!(!floor_of(Field::Decisions, Measure::Recall).met_at(&b));
+
+        let cuts = [a, b];
+        assert_eq!(
+            floor_miss_lines(&cuts, &FLOORS),
+            [
+                "other cut: constraints precision >= 0.80: 0.50",
+                "other cut: decisions recall >= 0.50: 0.00"
+            ]
+        );
+        assert_eq!(total_value(&precision, &cuts), Some(2.0 / 3.0));
+        let report = render_floors(&cuts, &[precision]);
+        assert_eq!(
+            report,
+            "floor constraints precision >= 0.80 all cuts 0.67, met on 1 of 2 cuts; missed: other cut 0.50\n"
+        );
+        assert!(render_table("local capsule", &cuts).ends_with(&render_floors(&cuts, &FLOORS)));
+    }
+
+    #[test]
+    fn every_floor_bounds_a_ratio_between_zero_and_one_and_is_listed_once() {
+        for (i, f) in FLOORS.iter().enumerate() {
+            assert!(f.min > 0.0 && f.min <= 1.0, "{}", f.name());
+            assert!(
+                !FLOORS[..i]
+                    .iter()
+                    .any(|g| g.field == f.field && g.measure == f.measure),
+                "{} twice",
+                f.name()
+            );
+        }
+        assert_eq!(floor(Field::Goal, Measure::Recall), None);
     }
 }
