@@ -26,6 +26,11 @@ pub struct ArtifactCollector {
     skills: Vec<String>,
     /// Verification calls waiting for their result: call id → command.
     pending_checks: HashMap<String, String>,
+    /// Reads waiting for their call's result: call id → (whether the whole call is the read,
+    /// path, entry id). A read that failed ("No such file") read nothing.
+    pending_reads: HashMap<String, Vec<(bool, String, String)>>,
+    /// The calls of `pending_reads`, in the order they came.
+    pending_read_calls: Vec<String>,
     /// Checks still running in a process the agent polls (Codex `exec_command` answers
     /// "Process running with session ID N"; `write_stdin` to N reads on): session → command.
     running_checks: HashMap<String, String>,
@@ -275,6 +280,19 @@ impl ArtifactCollector {
                 if self.shell_cwd.is_some() && shell_was_reset(r) {
                     self.shell_cwd = None;
                 }
+                if let Some(reads) = self.pending_reads.remove(&r.call_id) {
+                    let failed = r.is_error || r.exit_code.is_some_and(|c| c != 0);
+                    let text = if failed {
+                        blocks_text(&r.content)
+                    } else {
+                        String::new()
+                    };
+                    for (whole_call, path, entry_id) in reads {
+                        if !failed || !(whole_call || named_as_missing(&text, &path)) {
+                            self.add_read(&path, &entry_id);
+                        }
+                    }
+                }
                 if let Some(command) = self.pending_checks.remove(&r.call_id) {
                     let outcome = result_outcome(r);
                     if let Some(session) = running_session(r) {
@@ -319,7 +337,7 @@ impl ArtifactCollector {
     ) {
         if let Some(arg) = mapping.read.get(name) {
             if let Some(p) = input.get(arg).and_then(Value::as_str) {
-                self.add_read(p, entry_id);
+                self.defer_read(call_id, true, p, entry_id);
             }
         }
         if let Some(arg) = mapping.write.get(name) {
@@ -372,7 +390,7 @@ impl ArtifactCollector {
                     }
                 }
                 for p in facts.reads {
-                    self.add_read(&p, entry_id);
+                    self.defer_read(call_id, false, &p, entry_id);
                 }
                 for p in facts.modifies {
                     self.add_modified(&p, entry_id);
@@ -407,6 +425,20 @@ impl ArtifactCollector {
         }
     }
 
+    /// A read counts once its call's result shows it succeeded (a read whose result never came
+    /// counts at [`finish`](Self::finish)).
+    fn defer_read(&mut self, call_id: &str, whole_call: bool, path: &str, entry_id: &str) {
+        if call_id.is_empty() {
+            self.add_read(path, entry_id);
+            return;
+        }
+        let reads = self.pending_reads.entry(call_id.to_string()).or_default();
+        if reads.is_empty() {
+            self.pending_read_calls.push(call_id.to_string());
+        }
+        reads.push((whole_call, path.to_string(), entry_id.to_string()));
+    }
+
     /// `dir` resolved against the workspace, absolute where the workspace is known.
     fn absolute(&self, dir: &str) -> String {
         let rel = self.relative(dir);
@@ -423,6 +455,12 @@ impl ArtifactCollector {
     /// forward, the newest files and checks are kept (a file the agent modified is not listed
     /// again as read), each with its newest entries.
     pub fn finish(mut self) -> Artifacts {
+        // Calls whose results lie beyond the history: their reads stand, in call order.
+        for call in std::mem::take(&mut self.pending_read_calls) {
+            for (_, path, entry_id) in self.pending_reads.remove(&call).unwrap_or_default() {
+                self.add_read(&path, &entry_id);
+            }
+        }
         for v in &mut self.verification {
             let ran = self.last_run.get(&v.command).copied().unwrap_or(0);
             v.edited_since = self.last_edit > ran || self.stale_seeded.contains(&v.command);
@@ -570,6 +608,22 @@ fn not_the_work(path: &str) -> bool {
         .windows(2)
         .any(|w| agent_dir(&w[0]) && w[1] == "skills")
         || (outside && parts.iter().any(agent_dir))
+}
+
+/// Whether a failed command's output says `path` was not there ("cat: x: No such file or
+/// directory", "ENOENT: …, open 'x'", "File does not exist").
+fn named_as_missing(output: &str, path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    output.lines().any(|l| {
+        let lower = l.to_ascii_lowercase();
+        l.contains(name)
+            && (lower.contains("no such file")
+                || lower.contains("does not exist")
+                || lower.contains("enoent")
+                || lower.contains("cannot open")
+                || lower.contains("not found")
+                || lower.contains("cannot access"))
+    })
 }
 
 /// Claude Code moves its shell back to the project when a `cd` left it: "Shell cwd was reset
@@ -1170,6 +1224,33 @@ mod tests {
         b.call("p2", "bash", json!({"command": "cat a.ts"}));
         let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
         assert_eq!(a.read_files[0].path, "a.ts");
+    }
+
+    #[test]
+    fn a_read_that_failed_read_nothing() {
+        let mut b = Builder::new();
+        b.call("r1", "Read", json!({"file_path": "/ws/package-lock.json"}));
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: "r1".into(),
+            tool_name: Some("Read".into()),
+            content: vec![ContentBlock::text("File does not exist.")],
+            is_error: true,
+            exit_code: None,
+        }));
+        b.bash("b1", "cat src/a.rs src/missing.rs");
+        result(
+            &mut b,
+            "b1",
+            "fn a() {}\ncat: src/missing.rs: No such file or directory",
+            Some(1),
+        );
+        b.call("r2", "Read", json!({"file_path": "/ws/src/b.rs"}));
+        result(&mut b, "r2", "fn b() {}", None);
+        // No result yet (it lies beyond the history): the read stands.
+        b.call("r3", "Read", json!({"file_path": "/ws/src/c.rs"}));
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(read, ["src/a.rs", "src/b.rs", "src/c.rs"]);
     }
 
     #[test]

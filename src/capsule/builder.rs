@@ -38,8 +38,13 @@ use crate::tokens::TokenizerKind;
 pub const PROMPT_OPENING_CHARS: usize = 200;
 /// Budget for requests kept in full, newest first, across every roll-forward.
 pub const FULL_PROMPTS_BUDGET_TOKENS: u64 = 1000;
-/// Requests kept, newest: older ones live on in the goal, the completed work and the log.
-const MAX_REQUESTS: usize = 10;
+/// Requests kept, newest: the agent that continues should know every thing it was asked,
+/// at least by its opening; older ones than these live on in the completed work and the log.
+const MAX_REQUESTS: usize = 40;
+/// The newest requests, kept in full within the budget or by a long opening; older ones keep
+/// [`OLDER_REQUEST_CHARS`].
+const RECENT_REQUESTS: usize = 10;
+const OLDER_REQUEST_CHARS: usize = 100;
 /// The goal is stated in a line or two: a longer request keeps its opening here (and stays
 /// whole in the requests).
 const GOAL_CHARS: usize = 400;
@@ -660,14 +665,18 @@ pub fn build_state(
     let all = all.newest(MAX_REQUESTS);
     let mut budget = FULL_PROMPTS_BUDGET_TOKENS;
     let mut requests: Vec<String> = Vec::with_capacity(all.len());
-    for p in all.iter().rev() {
+    for (age, p) in all.iter().rev().enumerate() {
         let t = tokenizer.count(p);
-        if t <= budget {
+        if age < RECENT_REQUESTS && t <= budget {
             budget -= t;
             requests.push(p.clone());
         } else {
             budget = 0;
-            let o = opening(p);
+            let o = if age < RECENT_REQUESTS {
+                opening(p)
+            } else {
+                clip(p, OLDER_REQUEST_CHARS)
+            };
             if let Some(ids) = sources.0.get(p).cloned() {
                 for id in ids {
                     sources.add(&o, &id);
@@ -890,13 +899,25 @@ pub fn build_state(
     // Checks: the last outcome of each; a failure that a later pass of the same check
     // superseded blocks nothing.
     // The verification list is ordered by each check's last run, so "later" is "after it".
+    // Where the request the latest turn works on was asked.
+    let request_at = last_turn
+        .and_then(|t| t.request.or(Some(t.message)))
+        .map(|r| h.message_position[r]);
     let failing: Vec<&Verification> = artifacts
         .verification
         .iter()
         .enumerate()
         .filter(|(i, v)| {
             let family = check_family(&v.command);
+            // A failure from before the task at hand, with files edited since, is history:
+            // it stays in the checks, marked, but blocks nothing and asks for no step.
+            let ran_for_this_task = request_at.is_none_or(|r| {
+                h.call_position
+                    .get(v.entry_id.as_str())
+                    .is_none_or(|&p| p > r)
+            });
             v.outcome == VerificationOutcome::Failed
+                && (!v.edited_since || ran_for_this_task)
                 && !artifacts.verification[i + 1..].iter().any(|w| {
                     w.outcome == VerificationOutcome::Passed && check_family(&w.command) == family
                 })
@@ -1634,6 +1655,37 @@ mod tests {
             s.decisions[0].decision,
             "I'd recommend one folder per session, so nothing is overwritten."
         );
+    }
+
+    /// A failure from an earlier task, with edits since, is not what blocks the task at hand.
+    #[test]
+    fn a_failure_from_an_earlier_task_with_edits_since_blocks_nothing() {
+        let mut b = Builder::new();
+        b.user("Port the theme loader to the new API");
+        b.bash("t1", "npx tsc --noEmit src/theme.ts");
+        printed(
+            &mut b,
+            "t1",
+            "src/theme.ts(4,1): error TS2304: Cannot find name 'x'.",
+            2,
+        );
+        b.call("e1", "Edit", json!({"file_path": "/ws/src/theme.ts"}));
+        b.assistant("Done. The loader uses the new API.");
+        b.user("Now add a --verbose flag to the CLI");
+        b.call("e2", "Edit", json!({"file_path": "/ws/src/cli.ts"}));
+        let s = state_of(&b);
+        assert!(s.blockers.is_empty(), "{:?}", s.blockers);
+        assert!(
+            !s.next_steps.iter().any(|n| n.contains("npx tsc")),
+            "{:?}",
+            s.next_steps
+        );
+        // Failed for this task: a blocker, edits or not.
+        b.bash("t2", "npm test");
+        printed(&mut b, "t2", "FAIL src/cli.test.ts", 1);
+        b.call("e3", "Edit", json!({"file_path": "/ws/src/cli.ts"}));
+        let s = state_of(&b);
+        assert_eq!(s.blockers, ["`npm test` fails: FAIL src/cli.test.ts"]);
     }
 
     #[test]
