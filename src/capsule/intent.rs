@@ -44,10 +44,20 @@ pub fn classify(typed: &str) -> UserMessage {
     let words = prose.split_whitespace().count();
     // "…, does that make sense?" asks for agreement with what it follows, not an answer.
     let asked = without_tag_question(&prose);
+    // "…, but then it would fail on a git level already, right?": a claim put up for the agent
+    // to confirm asks a question; only a direction ("we should use X, does that make sense?")
+    // asks for agreement with work.
+    let confirms_a_claim = asked.len() < prose.len()
+        && !opens_with_work(asked)
+        && !DIRECTIVE.is_match(asked)
+        && !is_preference(asked)
+        && !CORRECTION.is_match(asked);
     let intent = if !pastes.is_empty() && words < MIN_PROSE_WORDS {
         Intent::Paste
     } else if is_approval(&prose) {
         Intent::Approval
+    } else if confirms_a_claim {
+        Intent::Question
     } else if CORRECTION.is_match(asked) && has_a_statement(asked) {
         // "no, that's not it, use X. is Y the cause?": the correction leads.
         Intent::Preference
@@ -546,6 +556,15 @@ mod tests {
         let m = classify(req);
         assert!(m.pastes.is_empty(), "{:?}", m.pastes);
         assert_eq!(m.text, req);
+    }
+
+    #[test]
+    fn a_claim_put_up_for_confirmation_is_a_question_and_sets_no_goal() {
+        let m = classify("I was less worried about this happening from a single entire cli execution, but more if two different git commits happen, but then it would fail anyhow since the second commit would fail on a git level already, right?");
+        assert_eq!(m.intent, Intent::Question);
+        assert!(!m.sets_goal());
+        let m = classify("We should use the initials from the username if name isn't present, does that make sense?");
+        assert!(m.sets_goal(), "{m:?}");
     }
 
     #[test]
