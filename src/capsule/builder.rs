@@ -713,6 +713,9 @@ pub fn build_state(
             let g = goal_line(&m.text);
             let g = if implementing {
                 format!("Implement the plan asked for here: {g}")
+            } else if m.intent == Intent::Paste {
+                // A pasted error with nothing said around it asks for it to be fixed.
+                format!("Fix the error the user pasted: {g}")
             } else {
                 g
             };
@@ -1654,6 +1657,22 @@ mod tests {
         assert_eq!(
             s.decisions[0].decision,
             "I'd recommend one folder per session, so nothing is overwritten."
+        );
+    }
+
+    #[test]
+    fn a_pasted_error_with_nothing_said_is_a_goal_to_fix_it() {
+        let mut b = Builder::new();
+        b.user("Add a --help flag to the CLI");
+        b.assistant("Done. `cli --help` prints the usage.");
+        b.user("node:internal/modules/cjs/loader:1228\n  throw err;\n  ^\n\nError: Cannot find module '/repo/src/package.json'\n    at Module._resolveFilename (node:internal/modules/cjs/loader:1225:15)\n    at Module._load (node:internal/modules/cjs/loader:1051:27)");
+        let s = state_of(&b);
+        assert!(
+            s.goal.starts_with("Fix the error the user pasted: ")
+                && s.goal
+                    .contains("[pasted 5 lines of error output: Error: Cannot find module"),
+            "{}",
+            s.goal
         );
     }
 
