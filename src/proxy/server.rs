@@ -236,6 +236,31 @@ pub fn upstream_headers(headers: &HeaderMap, rewritten: bool) -> HeaderMap {
     out
 }
 
+/// The headers of a served request that its summarization request carries: those that
+/// authenticate it or pick the API's version and account (`authorization`, `x-api-key`,
+/// `api-key`, a gateway's `*-authorization` or `*-key` header, `anthropic-version`,
+/// `anthropic-beta`, `openai-organization`, `openai-project`). The agent's own (`user-agent`,
+/// `x-app`, SDK telemetry, custom ones) stay with the agent's requests.
+pub fn summarizer_headers(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for (name, value) in upstream_headers(headers, true).iter() {
+        let n = name.as_str();
+        let authenticates = n == "authorization"
+            || n.ends_with("-authorization")
+            || n.ends_with("api-key")
+            || n.ends_with("-key")
+            || n.ends_with("-token");
+        let picks_the_api = n.starts_with("anthropic-")
+            || n == "openai-organization"
+            || n == "openai-project"
+            || n == "openai-beta";
+        if authenticates || picks_the_api {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
 fn response_headers(headers: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
@@ -330,7 +355,8 @@ fn proxy_error(api: Api, status: StatusCode, kind: &str, message: &str) -> Respo
 
 /// The budget could not be met even after compaction: answered as the provider answers a
 /// prompt that is too long, so the agent's own recovery runs.
-fn too_long(api: Api, e: &RpcError) -> Response<ProxyBody> {
+/// Returns the answer and the reason for the request line.
+fn too_long(api: Api, e: &RpcError) -> (Response<ProxyBody>, String) {
     let figure = |key: &str| {
         e.data
             .as_ref()
@@ -342,10 +368,32 @@ fn too_long(api: Api, e: &RpcError) -> Response<ProxyBody> {
     let tokens = Some(figure("tokensAfter"))
         .filter(|&t| t > 0)
         .unwrap_or_else(|| figure("tokensBefore"));
-    json_response(
-        StatusCode::BAD_REQUEST,
-        &wire::overflow_body(api, tokens, figure("hardLimit"), &e.message),
+    let hard_limit = figure("hardLimit");
+    let detail = match smallest_window(figure("contextWindow"), hard_limit, tokens) {
+        Some(w) => format!(
+            "{}; a context window of about {w} tokens would hold it (--context-window, or a model with a larger window)",
+            e.message
+        ),
+        None => e.message.clone(),
+    };
+    let why = format!("too long: {tokens} tokens > {hard_limit}: {detail}");
+    (
+        json_response(
+            StatusCode::BAD_REQUEST,
+            &wire::overflow_body(api, tokens, hard_limit, &detail),
+        ),
+        why,
     )
+}
+
+/// The smallest context window, rounded up to a thousand tokens, whose hard limit holds
+/// `tokens`: what the window sets aside beyond the hard limit (output and reserve) stays.
+fn smallest_window(context_window: u64, hard_limit: u64, tokens: u64) -> Option<u64> {
+    if context_window == 0 || hard_limit == 0 || tokens <= hard_limit {
+        return None;
+    }
+    let set_aside = context_window.saturating_sub(hard_limit);
+    Some((tokens + set_aside).div_ceil(1000) * 1000)
 }
 
 fn daemon_error(api: Api, e: &RpcError) -> Response<ProxyBody> {
@@ -368,6 +416,8 @@ struct Note {
     overflow: Option<String>,
     /// Why a whole answer's reply was not recorded.
     unrecorded: Option<&'static str>,
+    /// Why the proxy answered the request itself with an error.
+    refused: Option<String>,
     /// A streamed answer's line is written when the stream ends, saying how it ended.
     stream_line: Option<StreamLine>,
     /// The provider holds the history the request continues: what SOBA did instead of
@@ -489,10 +539,7 @@ impl Proxy {
             return None;
         };
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut headers = upstream_headers(&parts.headers, true);
-        for name in [http::header::CONTENT_TYPE, http::header::ACCEPT] {
-            headers.remove(name);
-        }
+        let mut headers = summarizer_headers(&parts.headers);
         for value in headers.values_mut() {
             value.set_sensitive(true);
         }
@@ -559,12 +606,15 @@ impl Proxy {
                         .await
                 }
                 Ok(chat) => self.chat(&parts, chat, &mut note).await,
-                Err(e) => proxy_error(
-                    api,
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request_error",
-                    &format!("soba proxy: {e}"),
-                ),
+                Err(e) => {
+                    note.refused = Some(format!("not a request SOBA can read: {e}"));
+                    proxy_error(
+                        api,
+                        StatusCode::BAD_REQUEST,
+                        "invalid_request_error",
+                        &format!("soba proxy: {e}"),
+                    )
+                }
             },
             None => {
                 self.pass_through(&parts, &path_and_query, body, &mut note)
@@ -579,6 +629,9 @@ impl Proxy {
             started.elapsed().as_millis()
         );
         let mut tail = String::new();
+        if let Some(why) = &note.refused {
+            tail.push_str(&format!(", refused: {why}"));
+        }
         if let Some(why) = note.unrecorded {
             tail.push_str(&format!(", reply not recorded: {why}"));
         }
@@ -875,7 +928,12 @@ impl Proxy {
                         &RpcError::internal("the conversation could not be matched"),
                     )
                 }
-                Err(e) if e.code == code::BUDGET_EXCEEDED => return too_long(api, &e),
+                Err(e) if e.code == code::BUDGET_EXCEEDED => {
+                    note.session = conv.session_id.clone();
+                    let (response, why) = too_long(api, &e);
+                    note.refused = Some(why);
+                    return response;
+                }
                 Err(e) => return daemon_error(api, &e),
             }
         };
@@ -1584,6 +1642,55 @@ mod tests {
         assert_eq!(
             upstream_url(&base, "/models?limit=5&api-version=1999").as_str(),
             "https://acme.openai.azure.com/openai/deployments/gpt/models?api-version=2024-06-01&limit=5"
+        );
+    }
+}
+
+#[cfg(test)]
+mod header_tests {
+    use super::*;
+
+    #[test]
+    fn the_smallest_window_keeps_what_the_window_sets_aside() {
+        assert_eq!(smallest_window(32768, 19808, 35704), Some(49000));
+        assert_eq!(smallest_window(32768, 19808, 19000), None);
+        assert_eq!(smallest_window(0, 19808, 35704), None);
+    }
+
+    #[test]
+    fn a_summarization_request_carries_only_the_auth_and_api_version_headers() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("authorization", "Bearer sk-x"),
+            ("x-api-key", "sk-ant-x"),
+            ("api-key", "azure"),
+            ("cf-aig-authorization", "Bearer gw"),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "prompt-caching"),
+            ("openai-organization", "org-1"),
+            ("user-agent", "claude-cli/2.1"),
+            ("x-app", "cli"),
+            ("x-stainless-os", "Linux"),
+            ("x-custom-trace", "abc"),
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream"),
+        ] {
+            h.insert(http::HeaderName::from_static(k), v.parse().unwrap());
+        }
+        let headers = summarizer_headers(&h);
+        let mut kept: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        kept.sort_unstable();
+        assert_eq!(
+            kept,
+            [
+                "anthropic-beta",
+                "anthropic-version",
+                "api-key",
+                "authorization",
+                "cf-aig-authorization",
+                "openai-organization",
+                "x-api-key"
+            ]
         );
     }
 }

@@ -1525,7 +1525,37 @@ async fn a_history_over_the_budget_gets_openais_own_overflow_error() {
     );
     assert!(message.starts_with(&expected), "{message}");
     assert!(!message.contains("prompt is too long"), "{message}");
+    // The answer names a window that would hold the history; the proxy's request line says
+    // why it refused, and for which session.
+    assert!(
+        message.contains("a context window of about ") && message.contains(" tokens would hold it"),
+        "{message}"
+    );
     assert!(env.upstream.chats().is_empty(), "nothing went upstream");
+    let line = log_line(&env, "/v1/chat/completions", 1).await;
+    assert!(
+        line.contains("→ 400 in ")
+            && line.contains(", refused: too long: ")
+            && line.contains(" (session "),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_the_proxy_cannot_read_is_refused_with_its_reason_in_the_log() {
+    let env = env().await;
+    let r = env
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "gpt-4o", "messages": "not a list"}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let line = log_line(&env, "/v1/chat/completions", 1).await;
+    assert!(
+        line.contains("→ 400 in ") && line.contains(", refused: not a request SOBA can read: "),
+        "{line}"
+    );
 }
 
 /// `soba proxy --listen ADDR` as a process: the start-up line, or the error it exits with.
