@@ -138,7 +138,8 @@ test('open → append → preflight with compaction and progress → budget → 
   // A small window (hard limit 29808) so that three dozen messages force a compaction.
   const ws = workspace('compacting', {
     model: { name: 'gpt-4o', contextWindow: 40000, maxOutputTokens: 2000 },
-    compaction: { keepRecentTokens: 1000, minTokensForAutoCompact: 3000, minReclaimableTokens: 500 },
+    // The spec's reserve (8192), not the one SOBA scales to a window below 64k by default.
+    compaction: { keepRecentTokens: 1000, minTokensForAutoCompact: 3000, minReclaimableTokens: 500, safetyReserveTokens: 8192 },
   });
   const c = await connect(ws);
   const { sessionId } = await c.conn.sendRequest('soba/session/open', { workspace: ws });

@@ -48,12 +48,14 @@ class DaemonTestCase(unittest.TestCase):
         shutil.rmtree(self.base, ignore_errors=True)
 
     def workspace(self, name: str) -> str:
-        """A workspace whose window is small enough (hard limit 9808) for a few messages to force a compaction."""
+        """A workspace whose window is small enough (hard limit 9808, with the spec's 8192-token reserve) for a few messages to force a compaction."""
         ws = self.base / name
         (ws / ".soba").mkdir(parents=True)
         (ws / ".soba" / "config.json").write_text(json.dumps({
             "model": {"name": "gpt-4o", "contextWindow": 20000, "maxOutputTokens": 2000},
-            "compaction": {"keepRecentTokens": 1000, "minTokensForAutoCompact": 3000, "minReclaimableTokens": 500},
+            # The spec's reserve (8192), not the one SOBA scales to a window below 64k by default.
+            "compaction": {"keepRecentTokens": 1000, "minTokensForAutoCompact": 3000, "minReclaimableTokens": 500,
+                           "safetyReserveTokens": 8192},
         }))
         return str(ws.resolve())
 

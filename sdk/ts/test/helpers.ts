@@ -20,7 +20,7 @@ export function sandbox(name: string) {
   return {
     base,
     env,
-    /** A workspace whose window is small enough (hard limit 9808) for a dozen messages to force a compaction. */
+    /** A workspace whose window is small enough (hard limit 9808, with the spec's 8192-token reserve) for a dozen messages to force a compaction. */
     workspace(wsName: string): string {
       const ws = path.join(base, wsName);
       fs.mkdirSync(path.join(ws, '.soba'), { recursive: true });
@@ -28,7 +28,8 @@ export function sandbox(name: string) {
         path.join(ws, '.soba', 'config.json'),
         JSON.stringify({
           model: { name: 'gpt-4o', contextWindow: 20000, maxOutputTokens: 2000 },
-          compaction: { keepRecentTokens: 1000, minTokensForAutoCompact: 3000, minReclaimableTokens: 500 },
+          // The spec's reserve (8192), not the one SOBA scales to a window below 64k by default.
+          compaction: { keepRecentTokens: 1000, minTokensForAutoCompact: 3000, minReclaimableTokens: 500, safetyReserveTokens: 8192 },
         }),
       );
       return fs.realpathSync(ws);
