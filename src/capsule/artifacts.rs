@@ -787,6 +787,8 @@ fn strong_failure_marker(text: &str) -> bool {
             r"|^make(?:\[\d+\])?: \*\*\* .*Error \d+|(?-u:\b)ERROR(?-u:\b)[^\n]*(?-u:\b)(?:task|command|recipe|job) failed(?-u:\b)",
             r"|^error: Recipe `[^`]*` failed|^task: Failed to run task|BUILD FAILURE|^FAILURE: Build failed",
             r"|^error: command '[^']*' failed|(?-u:\b)failed with exit (?:code|status) [1-9]",
+            // A test script's own marks for a failing case: ✗ ✕ ✘ ❌.
+            r"|[✗✕✘❌]",
             r")",
         ))
         .expect("valid regex")
@@ -1047,6 +1049,7 @@ mod tests {
             " ELIFECYCLE  Command failed with exit code 1.",
             "error Command failed with exit code 1.",
             "error: Recipe `test` failed on line 3 with exit code 1",
+            "case 1: Match: ✓\ncase 2: Match: ✗ (expected --flag)\ntests passed",
         ] {
             assert_eq!(result_outcome(&r(failed)), VerificationOutcome::Failed, "{failed}");
         }

@@ -782,11 +782,14 @@ pub fn build_state(
 
     // The last turn: finished (its wrap-up names what is next, or offers), or in progress.
     let last_turn = h.turns.last();
+    // A turn is finished when its last message wraps the work up, or answers the question
+    // that opened it with no tool call after the answer.
     let in_progress = last_turn.is_some_and(|t| {
+        let answered = h.messages[t.message].1.intent == Intent::Question;
         t.calls_after_text > 0
             || t.last_text
                 .as_ref()
-                .is_none_or(|(_, text)| !is_wrap_up(text))
+                .is_none_or(|(_, text)| !is_wrap_up(text) && !answered)
     });
     let last_text = last_turn.and_then(|t| t.last_text.as_ref());
     let last_request = last_turn
@@ -1673,6 +1676,27 @@ mod tests {
                     .contains("[pasted 5 lines of error output: Error: Cannot find module"),
             "{}",
             s.goal
+        );
+    }
+
+    /// A question the agent answered is a finished turn: no "Continue" of it, no quote of the
+    /// answer as where to pick up.
+    #[test]
+    fn an_answered_question_is_a_finished_turn() {
+        let mut b = Builder::new();
+        b.user("Add the first two initials of the logged-in user to the NavUser avatar");
+        b.assistant("Done. NavUser shows the initials.");
+        b.user("does it get the logged in user from the authStore?");
+        b.call("r1", "Read", json!({"file_path": "/ws/src/NavUser.tsx"}));
+        b.assistant("Yes: NavUser reads `user` from useAuthStore() and falls back to Guest.");
+        let s = state_of(&b);
+        assert!(s.active.is_empty(), "{:?}", s.active);
+        assert!(
+            !s.next_steps
+                .iter()
+                .any(|n| n.starts_with("Continue:") || n.starts_with("Pick up")),
+            "{:?}",
+            s.next_steps
         );
     }
 
