@@ -787,6 +787,8 @@ pub enum ConfigError {
         value: String,
         allowed: String,
     },
+    #[error("{path} is a symbolic link; a workspace's .soba/config.json is read only from the workspace itself, never through a link (a cloned repository could point it at any file). Put the file itself there (`cp --remove-destination \"$(readlink -f {path})\" {path}`) or remove the link (`rm {path}`)")]
+    Link { path: String },
 }
 
 /// Flags that override every file.
@@ -1026,6 +1028,33 @@ pub fn workspace_config_path(workspace: &Path) -> PathBuf {
     workspace.join(".soba").join("config.json")
 }
 
+/// A `.soba` folder or `.soba/config.json` that is a symbolic link is refused before anything
+/// is read through it: a repository can carry such a link to any file of the user's, and a
+/// config error would quote that file back (as Project Memory refuses to write through one).
+pub fn refuse_links_to_workspace_config(workspace: &Path) -> Result<(), ConfigError> {
+    let soba = workspace.join(".soba");
+    for at in [soba.clone(), workspace_config_path(workspace)] {
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(ConfigError::Link {
+                path: at.display().to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The workspace's `.soba/config.json` when it is there: `None` when missing, refused when
+/// it or `.soba` is a link.
+pub fn load_workspace_config(workspace: &Path) -> Result<Option<ConfigFile>, ConfigError> {
+    refuse_links_to_workspace_config(workspace)?;
+    let path = workspace_config_path(workspace);
+    if path.is_file() {
+        ConfigFile::load(&path).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 impl ConfigSources {
     /// The usual layers for a workspace, plus an optional `--config` file.
     pub fn for_workspace(workspace: Option<&Path>, extra_file: Option<PathBuf>) -> Self {
@@ -1057,7 +1086,7 @@ impl ConfigSources {
             None => None,
         };
         let workspace_file = match &self.workspace {
-            Some(ws) => load_if_present(&workspace_config_path(ws))?,
+            Some(ws) => load_workspace_config(ws)?,
             None => None,
         };
         let extra = match &self.extra_file {
@@ -1588,6 +1617,68 @@ mod tests {
     fn resolve_text(text: &str) -> Result<Config, ConfigError> {
         let f = ConfigFile::parse("test.json", text)?;
         Config::resolve(&[f], None, &Overrides::default())
+    }
+
+    /// The workspace layers only: the user's own file is not part of these tests.
+    fn workspace_sources(ws: &Path) -> ConfigSources {
+        ConfigSources {
+            user_file: None,
+            workspace: Some(ws.to_path_buf()),
+            extra_file: None,
+        }
+    }
+
+    #[test]
+    fn a_workspace_config_json_that_is_a_link_is_refused_unread() {
+        use std::os::unix::fs::symlink;
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        // Not a config file: reading it would quote the value in the error.
+        let private = outside.path().join("private.json");
+        std::fs::write(&private, r#"{"compaction":"outside-value-42"}"#).unwrap();
+        std::fs::create_dir(ws.path().join(".soba")).unwrap();
+        symlink(&private, ws.path().join(".soba/config.json")).unwrap();
+        let err = workspace_sources(ws.path()).load().unwrap_err();
+        assert!(matches!(err, ConfigError::Link { .. }), "{err}");
+        let text = err.to_string();
+        assert!(!text.contains("outside-value-42"), "{text}");
+        assert!(
+            text.contains(".soba/config.json is a symbolic link") && text.contains("rm "),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_workspace_soba_folder_that_is_a_link_is_refused_unread() {
+        use std::os::unix::fs::symlink;
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(
+            outside.path().join("config.json"),
+            r#"{"compaction":"outside-value-42"}"#,
+        )
+        .unwrap();
+        symlink(outside.path(), ws.path().join(".soba")).unwrap();
+        let err = workspace_sources(ws.path()).load().unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, ConfigError::Link { .. }), "{text}");
+        assert!(!text.contains("outside-value-42"), "{text}");
+        assert!(text.contains(".soba is a symbolic link"), "{text}");
+    }
+
+    #[test]
+    fn a_workspace_config_json_that_is_a_real_file_is_read() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join(".soba")).unwrap();
+        std::fs::write(
+            ws.path().join(".soba/config.json"),
+            r#"{"compaction":{"keepRecentTokens":1234}}"#,
+        )
+        .unwrap();
+        let files = workspace_sources(ws.path()).files().unwrap();
+        assert_eq!(files.len(), 1);
+        let config = Config::resolve(&files, None, &Overrides::default()).unwrap();
+        assert_eq!(config.compaction.keep_recent_tokens, 1234);
     }
 
     #[test]

@@ -481,7 +481,11 @@ fn is_secret_assignment(name: &str, value: &str) -> bool {
     if v.starts_with("ssh-") || v.starts_with("ecdsa-") || v.starts_with("pk_") {
         return false;
     }
-    let password_like = matches!(last, "password" | "passwd" | "pwd" | "pass" | "passphrase");
+    // Also run together with what they are for (`PGPASSWORD`, `dbpasswd`).
+    let password_like = matches!(last, "password" | "passwd" | "pwd" | "pass" | "passphrase")
+        || ["password", "passwd", "passphrase"]
+            .iter()
+            .any(|w| last.len() > w.len() && last.ends_with(w));
     if password_like {
         // A bare `pass` is a verdict or a keyword far more often than a password, and so is a
         // `test-pass` or a `first_pass`.
@@ -499,11 +503,26 @@ fn is_secret_assignment(name: &str, value: &str) -> bool {
         let lower = v.to_ascii_lowercase();
         return !(words.contains(&lower) || (is_plain_word(v) && v.contains('_')));
     }
-    let secret_like = matches!(
-        last,
-        "secret" | "token" | "key" | "apikey" | "credentials" | "credential" | "auth"
-    );
+    // A personal access token (`AZURE_DEVOPS_EXT_PAT`, `GITHUB_PAT`); a bare `pat` is too
+    // many other things.
+    let access_token = last == "pat" && words.len() > 1;
+    let secret_like = access_token
+        || matches!(
+            last,
+            "secret"
+                | "token"
+                | "key"
+                | "apikey"
+                | "authkey"
+                | "authtoken"
+                | "credentials"
+                | "credential"
+                | "auth"
+        );
     if !secret_like {
+        return false;
+    }
+    if access_token && !has_digit_and_letter(v) {
         return false;
     }
     // Keys and tokens hold no spaces; `Error::Token => "invalid token"` is a message.
@@ -536,6 +555,38 @@ fn is_password_value(v: &str) -> bool {
     // `password combination.`: a sentence's punctuation does not make a word a password.
     let plain = v.trim_end_matches(['.', ',', ';', ':', '!', '?']);
     is_literal_secret_value(v) && !is_plain_word(plain) && !v.starts_with('-') && v != "*"
+}
+
+/// A value named in prose (`the token is …`) that is a secret: at least 12 characters, letters
+/// and digits, and random enough (at least 3 bits of Shannon entropy a character) that it is no
+/// word, version, path or placeholder.
+fn is_random_prose_value(v: &str) -> bool {
+    let v = unquoted(v).trim_end_matches(['.', ',', ';', ':', '!', '?', ')']);
+    if v.len() < 12
+        || !has_digit_and_letter(v)
+        || !is_literal_secret_value(v)
+        || v.starts_with(['/', '~', '.', '-'])
+        || v.contains("://")
+    {
+        return false;
+    }
+    // A version (`1.2.3-beta.4567`) or a dotted name is no key.
+    if v.split('.').count() > 2 && !looks_random(v) {
+        return false;
+    }
+    let mut counts = std::collections::HashMap::new();
+    for c in v.chars() {
+        *counts.entry(c).or_insert(0usize) += 1;
+    }
+    let n = v.chars().count() as f64;
+    let entropy: f64 = counts
+        .values()
+        .map(|&k| {
+            let p = k as f64 / n;
+            -p * p.log2()
+        })
+        .sum();
+    entropy >= 3.0
 }
 
 /// `user:password` (`curl -u`): the password half is a literal value.
@@ -599,18 +650,22 @@ const BEFORE_NAME: &str = r#"(?:^|[\s;&|("'`?,{:\[→│]|\\[ntr])"#;
 /// The start of a line, also after a file view's line mark or an escaped line break.
 const LINE_START: &str = r"(?:^|\\n|[→│])";
 /// Names ending in a credential word, in any case: `DB_PASSWORD`, `db_password`,
-/// `clientSecret`, `--api-key`, `aws.secret_key`.
-const SECRET_NAME: &str = r"[A-Za-z0-9_.-]*(?:[Kk][Ee][Yy]|[Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss](?:[Ww][Oo][Rr][Dd]|[Ww][Dd]|[Pp][Hh][Rr][Aa][Ss][Ee])?|[Pp][Ww][Dd]|[Aa][Uu][Tt][Hh]|[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll][Ss]?)";
+/// `clientSecret`, `--api-key`, `aws.secret_key`, `PGPASSWORD`, `AZURE_DEVOPS_EXT_PAT`.
+const SECRET_NAME: &str = r"[A-Za-z0-9_.-]*(?:[Kk][Ee][Yy]|[Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss](?:[Ww][Oo][Rr][Dd]|[Ww][Dd]|[Pp][Hh][Rr][Aa][Ss][Ee])?|[Pp][Ww][Dd]|[Aa][Uu][Tt][Hh]|[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll][Ss]?|[Pp][Aa][Tt])";
 
 static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
     use Check::{InText, Named, None as Always, Value};
     use SecretKind::*;
     vec![
         // PEM blocks, also inside JSON strings where newlines are `\n`; an unterminated block
-        // (a truncated paste) is redacted up to the end of its base64 body.
+        // (a truncated paste) is redacted up to the end of its base64 body, also when the
+        // block was flattened onto one line (its lines joined by spaces, or none). The way to
+        // the END line crosses only what a key block holds (base64, its headers, line breaks
+        // and file-view line marks), so a block cut before its END cannot run on through the
+        // prose after it to another block's END.
         rule(
             PrivateKey,
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|(?:(?:\r?\n|\\n)(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]+: [^\r\n\\]*))*)",
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:[A-Za-z0-9+/=:,\s\\→│-]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|(?:(?:\r?\n|\\n)(?:[A-Za-z0-9+/=]{16,}|[A-Za-z-]+: [^\r\n\\]*)|[ \t]*[A-Za-z0-9+/=]{16,})*)",
             Always,
         ),
         // `scheme://user:password@host`: only the user-info goes; the host stays readable.
@@ -917,10 +972,23 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         // `--password …`, `--client-secret …` (with `=`, the assignment rules below see them).
         rule(
             EnvSecret,
-            &format!(r#"(?:^|[\s"'(]|\\[ntr])--(?P<name>[A-Za-z0-9-]*(?:password|passwd|token|secret|api-key|apikey|access-key|secret-key|private-token|auth-key))[ \t]+(?P<secret>{SHELL_VALUE})"#),
+            &format!(r#"(?:^|[\s"'(]|\\[ntr])--(?P<name>[A-Za-z0-9-]*(?:password|passwd|token|secret|api-key|apikey|access-key|secret-key|private-token|auth-key|authkey))[ \t]+(?P<secret>{SHELL_VALUE})"#),
             Named(is_flag_secret),
         )
-        .keyed(r"--[A-Za-z0-9-]*(?:password|passwd|token|secret|api-key|apikey|access-key|secret-key|private-token|auth-key)[ \t]"),
+        .keyed(r"--[A-Za-z0-9-]*(?:password|passwd|token|secret|api-key|apikey|access-key|secret-key|private-token|auth-key|authkey)[ \t]"),
+        // Prose that gives the value: `the password is …`, `my token is: …`. Only a value
+        // that looks random (see [`is_random_prose_value`]) is one; `the token is expired` is
+        // not.
+        rule(
+            Password,
+            r#"(?i:\b(?:password|passphrase|passwd)[ \t]+(?:is|was)[ \t]*:?[ \t]+)["'`]?(?P<secret>[^\s"'`<>]+)"#,
+            Value(is_random_prose_value),
+        ),
+        rule(
+            EnvSecret,
+            r#"(?i:\b(?:token|secret|api[ \t]+key|access[ \t]+key|auth[ \t]+key)[ \t]+(?:is|was)[ \t]*:?[ \t]+)["'`]?(?P<secret>[^\s"'`<>]+)"#,
+            Value(is_random_prose_value),
+        ),
         // Dockerfile `ENV NAME value`, a Kubernetes `env` list's `- name: …` / `value: …`, XML
         // elements and .NET `<add key="…" value="…"/>`.
         rule(
@@ -949,7 +1017,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             ),
             Named(is_secret_assignment),
         )
-        .keyed(r"(?i:key|token|secret|pass(?:word|wd|phrase)?|pwd|auth|credentials?)[ \t]*="),
+        .keyed(r"(?i:key|token|secret|pass(?:word|wd|phrase)?|pwd|auth|credentials?|pat)[ \t]*="),
         // Quoted values with any spacing and separator (`SECRET_KEY = '…'` in Django's
         // settings, `"password": "…"` in JSON, `password := "…"`, `:token => "…"`), and YAML's
         // unquoted `password: …`.

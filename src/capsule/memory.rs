@@ -250,8 +250,11 @@ pub fn rebuild_index(dir: &Path) -> Result<PathBuf, MirrorError> {
     Ok(index)
 }
 
+/// One table cell: on one line, `|` escaped, and control characters written as visible
+/// escapes (a capsule file put in the folder by hand may hold them raw).
 fn cell(s: &str) -> String {
-    s.split_whitespace()
+    crate::util::terminal_text(s)
+        .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
         .replace('|', "\\|")
@@ -441,6 +444,43 @@ mod tests {
         }
         assert!(text.contains("deploy key created") && text.contains("CI secret updated"));
         assert!(text.contains("[redacted:private_key]"), "{text}");
+    }
+
+    #[test]
+    fn terminal_control_bytes_reach_neither_the_mirror_nor_the_index() {
+        let ws = tempfile::tempdir().unwrap();
+        let mut c = capsule(Trigger::User, Quality::Model);
+        c.title = Some("title \u{1b}]0;pwned\u{7}".into());
+        c.state
+            .completed
+            .push("copied \u{1b}]52;c;Y3VybCBldmlsLnNo\u{7} \u{9b}2J \0 done".into());
+        let src = MirrorSource {
+            created: "2026-11-29T10:00:00Z",
+            session: Some("s1"),
+        };
+        let m = mirror(ws.path(), &c, src, true).unwrap();
+        // A capsule file someone put in the folder by hand, raw bytes and all.
+        std::fs::write(
+            m.path.with_file_name("ck_00000000000b.capsule.md"),
+            std::fs::read_to_string(&m.path)
+                .unwrap()
+                .replace("ck_00000000000a", "ck_00000000000b")
+                .replace("title: title \\u{1b}", "title: raw \u{1b}[2J\u{9b}"),
+        )
+        .unwrap();
+        let index = rebuild_index(m.path.parent().unwrap()).unwrap();
+        let raw = |t: &str| t.chars().any(|c| c.is_control() && c != '\n' && c != '\t');
+        let mirrored = std::fs::read_to_string(&m.path).unwrap();
+        assert!(!raw(&mirrored), "{mirrored:?}");
+        assert!(
+            mirrored.contains("copied \\u{1b}]52;c;Y3VybCBldmlsLnNo\\u{7} \\u{9b}2J \\u{0} done")
+        );
+        let index = std::fs::read_to_string(index).unwrap();
+        assert!(!raw(&index), "{index:?}");
+        assert!(
+            index.contains("| raw \\u{1b}[2J\\u{9b}]0;pwned\\u{7} |"),
+            "{index}"
+        );
     }
 
     #[test]

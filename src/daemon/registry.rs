@@ -23,7 +23,7 @@ use super::protocol::{
 };
 use super::watcher::{WatchMode, WorkspaceWatcher};
 use crate::config::{
-    user_config_path, workspace_config_path, Config, ConfigError, ConfigFile, Layers, ModelFile,
+    load_workspace_config, user_config_path, Config, ConfigError, ConfigFile, Layers, ModelFile,
     Overrides,
 };
 use crate::flight::{FlightLog, FlightRecord};
@@ -561,7 +561,7 @@ impl Daemon {
             ),
         };
         let workspace_file = if workspace.is_dir() {
-            present(&workspace_config_path(workspace)).map_err(bad)?
+            load_workspace_config(workspace).map_err(bad)?
         } else {
             None
         };

@@ -111,9 +111,31 @@ pub struct CorruptLine {
     pub reason: String,
 }
 
+/// What is done with a line with bytes that are not UTF-8 and that otherwise reads.
+const NOT_UTF8_KEPT: &str = "; the invalid bytes were replaced with U+FFFD and the line kept";
+
 /// The reason given for a line with bytes that are not UTF-8.
 pub fn not_utf8_reason(e: &std::str::Utf8Error) -> String {
-    format!("not valid UTF-8 ({e}); the invalid bytes were replaced with U+FFFD and the line kept")
+    format!("not valid UTF-8 ({e}){NOT_UTF8_KEPT}")
+}
+
+/// Add the report of a line whose bytes were not UTF-8 to `corrupt`, one report per line: when
+/// the line, its bytes replaced, also failed to read as JSON, the two become one reason that
+/// ends with what was done with it (skipped), not one saying kept and one saying skipped.
+pub fn note_not_utf8(corrupt: &mut Vec<CorruptLine>, not_utf8: CorruptLine) {
+    match corrupt.iter_mut().find(|c| c.line == not_utf8.line) {
+        Some(other) => {
+            let what = not_utf8
+                .reason
+                .strip_suffix(NOT_UTF8_KEPT)
+                .unwrap_or(&not_utf8.reason);
+            other.reason = format!(
+                "{what}; with its invalid bytes replaced with U+FFFD, {}",
+                other.reason
+            );
+        }
+        None => corrupt.push(not_utf8),
+    }
 }
 
 /// A transcript's text, with lines that are not valid UTF-8 kept: their invalid bytes become
@@ -164,7 +186,9 @@ impl ImportResult {
             return;
         }
         let corrupt = &mut self.report.corrupt_lines;
-        corrupt.extend(lines);
+        for line in lines {
+            note_not_utf8(corrupt, line);
+        }
         corrupt.sort_by_key(|c| c.line);
     }
 }

@@ -136,10 +136,11 @@ impl StreamImporter {
         let line_no = self.lines;
         // Bytes that are not UTF-8 are replaced and the line kept, as `soba import` does.
         let lossy;
+        let mut not_utf8 = None;
         let mut text = match std::str::from_utf8(bytes) {
             Ok(t) => t,
             Err(e) => {
-                self.corrupt.push(CorruptLine {
+                not_utf8 = Some(CorruptLine {
                     line: line_no,
                     reason: super::not_utf8_reason(&e),
                 });
@@ -153,6 +154,9 @@ impl StreamImporter {
         }
         let mut records = Vec::new();
         read_line(line_no, text, &mut records, &mut self.corrupt);
+        if let Some(not_utf8) = not_utf8 {
+            super::note_not_utf8(&mut self.corrupt, not_utf8);
+        }
         for (line, record) in records {
             self.record(line, record)?;
         }

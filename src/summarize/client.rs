@@ -91,7 +91,8 @@ pub async fn run_chunked(
     let item_tokens: Vec<u64> = items.iter().map(|t| SIZING_TOKENIZER.count(t)).collect();
     let total: u64 = item_tokens.iter().sum::<u64>().max(1);
     let window = input_window(limits.context_window, limits.max_output_tokens);
-    let facts = req.facts(window);
+    // Redacted whole, before the older messages are shortened.
+    let facts = req.facts_after(window, outgoing);
     let shown = req.shown_artifacts();
     let ctx = PromptContext {
         instructions: req.instructions.as_deref(),

@@ -53,6 +53,20 @@ impl SummaryRequest {
         prompt::HistoryFacts::within(&self.history, prompt::FactBudget::for_window(window))
     }
 
+    /// [`SummaryRequest::facts`] with each message passed through `clean` (redaction) before
+    /// it is shortened.
+    pub fn facts_after(
+        &self,
+        window: u64,
+        clean: &(dyn Fn(String) -> String + Send + Sync),
+    ) -> prompt::HistoryFacts {
+        prompt::HistoryFacts::within_after(
+            &self.history,
+            prompt::FactBudget::for_window(window),
+            clean,
+        )
+    }
+
     /// The artifacts the model is shown: none it cannot see in the history or the previous
     /// capsule.
     pub fn shown_artifacts(&self) -> Artifacts {

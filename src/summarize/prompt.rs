@@ -170,12 +170,23 @@ impl HistoryFacts {
     /// The user's messages of `history` within `budget`, newest first, and its latest
     /// exchange.
     pub fn within(history: &[ModelMessage], budget: FactBudget) -> HistoryFacts {
+        HistoryFacts::within_after(history, budget, &|text| text)
+    }
+
+    /// [`HistoryFacts::within`], each message passed through `clean` (redaction) whole, before
+    /// it is shortened: a cut can leave a private key's body without its `BEGIN` line, which
+    /// a later pass over the shortened text no longer knows for a key.
+    pub fn within_after(
+        history: &[ModelMessage],
+        budget: FactBudget,
+        clean: &(dyn Fn(String) -> String + Send + Sync),
+    ) -> HistoryFacts {
         let typed: Vec<(usize, UserMessage)> = history
             .iter()
             .enumerate()
             .filter(|(_, m)| m.role == "user")
             .filter_map(|(i, m)| {
-                let text = crate::capsule::requests::typed_text(&text_of(m))?;
+                let text = crate::capsule::requests::typed_text(&clean(text_of(m)))?;
                 Some((
                     i,
                     UserMessage {
@@ -191,7 +202,7 @@ impl HistoryFacts {
                 .rev()
                 .filter(|m| m.role == "assistant")
                 .find_map(|m| {
-                    let text = text_of(m);
+                    let text = clean(text_of(m));
                     (!text.trim().is_empty()).then(|| UserMessage {
                         entry_id: m.entry_id.clone(),
                         text: elide_middle(text.trim(), budget.latest),
@@ -940,6 +951,42 @@ mod tests {
         assert!(
             none.ends_with("The user's messages, oldest first, as typed: (none in this history)")
         );
+    }
+
+    #[test]
+    fn an_older_message_is_redacted_whole_before_it_is_shortened() {
+        // Fake key lines, assembled so the repository holds no key-shaped literal.
+        let body: Vec<String> = (0..30)
+            .map(|i| {
+                format!(
+                    "b3BlbnNzaC1rZXktdjEAAAAA{i:02}{}",
+                    "Q9Lm2Pz9Rt4Vw8Ys3Kd6Hf1Nb5Jc0Ga"
+                )
+            })
+            .collect();
+        let older = format!(
+            "{}\n-----BEGIN {kind}-----\n{}\n-----END {kind}-----\nthat is the deploy key",
+            words(1500, "context"),
+            body.join("\n"),
+            kind = "OPENSSH PRIVATE KEY",
+        );
+        let history = vec![user_message("e1", &older), user_message("e2", "go on")];
+        let redact = |t: String| crate::redact::redact(&t).into_owned();
+        let leaked = |facts: &HistoryFacts| {
+            facts.user_messages[0]
+                .text
+                .lines()
+                .any(|l| body.iter().any(|b| l.contains(b.as_str())))
+        };
+        // Shortening cuts the `BEGIN` line out and keeps the end of the body: redacting the
+        // shortened text afterwards no longer sees a key.
+        let mut shortened_first = HistoryFacts::of(&history);
+        shortened_first.user_messages[0].text =
+            redact(shortened_first.user_messages[0].text.clone());
+        assert!(leaked(&shortened_first), "the test no longer cuts the key");
+        let facts = HistoryFacts::within_after(&history, FactBudget::for_window(u64::MAX), &redact);
+        assert!(!leaked(&facts), "{}", facts.user_messages[0].text);
+        assert!(facts.user_messages[0].text.contains("tokens elided"));
     }
 
     #[test]

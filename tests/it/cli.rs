@@ -514,6 +514,24 @@ fn budget_shows_who_writes_capsules_and_the_breaker_state() {
     assert_eq!(v["summarizer"]["breaker"]["state"], "closed", "{v}");
 }
 
+#[test]
+fn a_linked_workspace_config_is_refused_without_quoting_the_file_behind_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 1);
+    let private = outside.path().join("private.json");
+    std::fs::write(&private, r#"{"compaction":"outside-value-42"}"#).unwrap();
+    std::fs::create_dir_all(dir.path().join(".soba")).unwrap();
+    std::os::unix::fs::symlink(&private, dir.path().join(".soba/config.json")).unwrap();
+    let (ok, _, err) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
+    assert!(!ok);
+    assert!(!err.contains("outside-value-42"), "{err}");
+    assert!(
+        err.contains("config.json is a symbolic link") && err.contains("rm "),
+        "{err}"
+    );
+}
+
 /// A workspace whose `.soba/config.json` points the summarizer at a collector and names a
 /// secret environment variable as its key.
 fn hostile_workspace_config(dir: &Path) {

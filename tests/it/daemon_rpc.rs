@@ -781,6 +781,24 @@ async fn an_untrusted_workspace_summarizer_is_ignored_and_the_open_result_says_h
 }
 
 #[tokio::test]
+async fn a_linked_workspace_config_fails_the_open_without_quoting_the_file_behind_it() {
+    let e = env();
+    let outside = tempfile::tempdir().unwrap();
+    let private = outside.path().join("private.json");
+    std::fs::write(&private, r#"{"compaction":"outside-value-42"}"#).unwrap();
+    std::fs::create_dir_all(e.workspace.join(".soba")).unwrap();
+    std::os::unix::fs::symlink(&private, e.workspace.join(".soba/config.json")).unwrap();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let err = c
+        .error("soba/session/open", json!({"workspace": e.workspace}))
+        .await;
+    let text = err.to_string();
+    assert!(!text.contains("outside-value-42"), "{text}");
+    assert!(text.contains("config.json is a symbolic link"), "{text}");
+}
+
+#[tokio::test]
 async fn context_shows_what_fills_the_window_by_part_and_largest_entries() {
     let e = env();
     let c = connect(&e.daemon);

@@ -656,6 +656,65 @@ fn a_transcript_with_an_invalid_utf8_byte_is_imported_with_a_warning_naming_the_
     assert_eq!(streamed, whole);
 }
 
+/// SMALL_CLAUDE with a line of bytes that are neither UTF-8 nor JSON after it.
+fn claude_with_a_line_of_bad_bytes() -> (Vec<u8>, usize) {
+    let mut bytes = SMALL_CLAUDE.trim_end().as_bytes().to_vec();
+    let bad_line = bytes.iter().filter(|b| **b == b'\n').count() + 2;
+    bytes.extend_from_slice(b"\n\xff\xfe garbage \xc3\n");
+    (bytes, bad_line)
+}
+
+#[test]
+fn a_line_of_bad_bytes_gets_one_warning_that_says_it_was_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("t.jsonl");
+    let (bytes, bad_line) = claude_with_a_line_of_bad_bytes();
+    std::fs::write(&input, &bytes).unwrap();
+    let log = dir.path().join("s.jsonl");
+    let out = soba(&[
+        "import",
+        input.to_str().unwrap(),
+        "-o",
+        log.to_str().unwrap(),
+        "--json",
+    ]);
+    let report = stdout_json(&out, "import");
+    let corrupt = report["corruptLines"].as_array().unwrap();
+    assert_eq!(corrupt.len(), 1, "{report}");
+    assert_eq!(corrupt[0]["line"], bad_line, "{report}");
+    let reason = corrupt[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("not valid UTF-8")
+            && reason.contains("not valid JSON")
+            && reason.ends_with("line skipped")
+            && !reason.contains("kept"),
+        "{reason}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(&format!("t.jsonl:{bad_line}:")))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(warnings[0].ends_with("line skipped"), "{err}");
+
+    // Following the file gives the same single report.
+    let options = soba::import::ImportOptions {
+        source_path: "t.jsonl".into(),
+        default_workspace: "/ws".into(),
+        default_session_id: "imported".into(),
+        now: "2026-01-01T00:00:00.000Z".into(),
+    };
+    let mut s = soba::import::stream::StreamImporter::new(None, options.clone()).unwrap();
+    s.feed(&bytes).unwrap();
+    let streamed = s.finish().unwrap();
+    let (lossy, bad) = soba::import::decode_lossy(&bytes);
+    let mut whole = soba::import::import_str(&lossy, None, &options).unwrap();
+    whole.note_lossy_lines(bad);
+    assert_eq!(streamed, whole);
+    assert_eq!(streamed.report.corrupt_lines.len(), 1);
+}
+
 /// A Codex rollout whose responses hold only items the reader keeps whole: a search of the
 /// tool catalog (its output carries the tool schemas) and a web search.
 fn codex_rollout_with_search_items() -> String {

@@ -299,6 +299,50 @@ fn secrets() -> Vec<(SecretKind, String, String)> {
     add(EnvSecret, rnd(70, 40, HEX), &|k| {
         format!("{{\"command\": \"CI_JOB_TOKEN={k} ./release.sh\"}}")
     });
+    // Names that say password, access token or auth key in any casing and position.
+    add(EnvSecret, rnd(73, 18, ALNUM), &|k| {
+        format!("PGPASSWORD='{k}' psql -h db.internal -U app")
+    });
+    add(
+        EnvSecret,
+        rnd(74, 52, "abcdefghijklmnopqrstuvwxyz234567"),
+        &|k| format!("export AZURE_DEVOPS_EXT_PAT={k}"),
+    );
+    add(EnvSecret, s("tskey-auth-", 75, 30, ALNUM), &|k| {
+        format!("TS_AUTHKEY={k} tailscale up")
+    });
+    add(EnvSecret, s("tskey-auth-", 76, 30, ALNUM), &|k| {
+        format!("sudo tailscale up --authkey={k} --ssh")
+    });
+    add(EnvSecret, s("tskey-auth-", 77, 30, ALNUM), &|k| {
+        format!("sudo tailscale up --authkey {k}")
+    });
+    // Prose that gives the value.
+    add(Password, rnd(78, 16, ALNUM), &|k| {
+        format!("The password is {k}, keep it safe.")
+    });
+    add(EnvSecret, rnd(79, 24, ALNUM), &|k| {
+        format!("my token is: {k}")
+    });
+    add(EnvSecret, rnd(80, 32, B64URL), &|k| {
+        format!("the secret is \"{k}\"")
+    });
+    // A key block flattened onto one line, with and without its END line.
+    add(PrivateKey, rnd(81, 64, B64), &|k| {
+        format!(
+            "-----BEGIN RSA PRIVATE KEY----- {} {k} -----END RSA PRIVATE KEY----- saved",
+            rnd(82, 64, B64)
+        )
+    });
+    add(PrivateKey, rnd(83, 64, B64), &|k| {
+        format!(
+            "key: -----BEGIN OPENSSH PRIVATE KEY----- {} {k}",
+            rnd(84, 64, B64)
+        )
+    });
+    add(PrivateKey, rnd(85, 64, B64), &|k| {
+        format!("-----BEGIN EC PRIVATE KEY-----{k}")
+    });
     v
 }
 
@@ -378,6 +422,30 @@ fn near_misses() -> Vec<String> {
         "url = f\"postgresql://{user}:{password}@{host}:5432/{db}\"".to_string(),
         "DSN = \"mysql://%s:%s@%s/app\" % (user, pw, host)".to_string(),
     ];
+    v.extend(
+        [
+            // Names that end like a credential word but are none.
+            "PAT_COUNT=12",
+            "KEEPALIVE_PAT=abc",
+            "PATTERN=foo_bar",
+            "BYPASS=1",
+            "GIT_PAT=$GIT_PAT",
+            "export AZURE_DEVOPS_EXT_PAT=<your-pat>",
+            "PGPASSWORD=$PGPASSWORD psql -h db",
+            "export TS_AUTHKEY=${TS_AUTHKEY}",
+            "tailscale up --authkey=$TS_AUTHKEY",
+            // Prose about a credential that gives no value.
+            "the token is expired",
+            "The password is the one in the vault.",
+            "the token is 1.2.3-beta.4567",
+            "the secret is in src/config/settings.rs",
+            "the password is password123",
+            "the token was 2026-01-01T00:00:00Z",
+            "the key is sorted by created_at",
+            "the secret is https://vault.example.com/v1/kv/app",
+        ]
+        .map(String::from),
+    );
     v.push(format!("msg_{}", rnd(117, 24, ALNUM)));
     v
 }
