@@ -441,15 +441,18 @@ fn budget_notes_the_default_keep_recent_tokens_capped_for_a_small_window() {
 }
 
 #[test]
-fn compact_with_an_unreachable_model_falls_back_to_the_local_capsule_and_says_so() {
+fn compact_with_a_model_that_hangs_up_falls_back_to_the_local_capsule_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let p = write_session(dir.path(), 12);
-    // A port nothing listens on: the connection is refused at once.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A model server that hangs up on every connection at once. The port stays held for the
+    // test's life: a port merely freed could be taken by another test's server meanwhile.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for connection in listener.incoming() {
+            drop(connection);
+        }
+    });
     let cfg = dir.path().join("model.json");
     std::fs::write(
         &cfg,
