@@ -573,6 +573,12 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
     h
 }
 
+/// Words that make a rule stand beyond the request it came with.
+static STANDING_RULE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(?i)\b(?:always|never|must|mustn't|under no circumstances|from now on|in general|any time|every time)\b")
+        .expect("valid regex")
+});
+
 static START_IMPLEMENTING: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
     regex::Regex::new(
         r"(?i)\b(?:start|begin|go ahead(?: and)?|proceed(?: with)?)\s+(?:implementing|implementation|to implement|with the implementation|the implementation)\b|\bimplement (?:it|this|that|the plan)\b",
@@ -755,8 +761,16 @@ pub fn build_state(
 
     // Constraints: rules, preferences and corrections the user stated; never a question.
     let mut constraints = Items::from(&prev.map(|p| p.constraints.clone()).unwrap_or_default());
-    for (id, m) in &h.messages {
+    // A rule stated inside a request ("don't fix anything, just validate it works") holds for
+    // that request: once the user sets a new goal it is history, unless it says always or never.
+    let last_goal = h.messages.iter().rposition(|(_, m)| m.sets_goal());
+    for (i, (id, m)) in h.messages.iter().enumerate() {
+        let superseded =
+            (m.intent == Intent::Request || m.sets_goal()) && last_goal.is_some_and(|g| g > i);
         for c in m.constraints() {
+            if superseded && !STANDING_RULE.is_match(&c) {
+                continue;
+            }
             sources.add(&c, id);
             constraints.push(c);
         }
@@ -1676,6 +1690,21 @@ mod tests {
                     .contains("[pasted 5 lines of error output: Error: Cannot find module"),
             "{}",
             s.goal
+        );
+    }
+
+    /// A rule that came with a request holds for it; a new goal ends it unless it says always
+    /// or never.
+    #[test]
+    fn a_rule_stated_with_a_request_ends_with_it_unless_it_says_always_or_never() {
+        let mut b = Builder::new();
+        b.user("Can you check the skip hook part is actually working? don't fix anything, but just validate it works.");
+        b.assistant("Done. The hook skips as it should.");
+        b.user("Now make the warning show the other session's prompt. Invalid prompts must never crash the hook.");
+        let s = state_of(&b);
+        assert_eq!(
+            s.constraints,
+            ["Invalid prompts must never crash the hook."]
         );
     }
 
