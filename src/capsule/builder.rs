@@ -22,7 +22,7 @@ use serde_json::Value;
 use super::artifacts::result_outcome;
 use super::decisions::stated_decisions;
 use super::findings::{
-    chosen_option, is_vague, offered_options, proposal, sentence_before_offer, stated_findings,
+    chosen_option, offered_options, proposal, sentence_before_offer, stated_findings,
 };
 use super::intent::{classify, Intent, UserMessage};
 use super::milestones::milestones;
@@ -30,7 +30,9 @@ use super::model::{
     Artifacts, CapsuleEntry, CapsuleState, Decision, ErrorFix, Verification, VerificationOutcome,
 };
 use super::requests::typed_text;
-use super::work::{clip, covers, is_wrap_up, offers, reported_done, stated_next_steps};
+use super::work::{
+    capitalise, clip, covers, is_wrap_up, names_no_work, offers, reported_done, stated_next_steps,
+};
 use crate::session::entry::{blocks_text, Entry, EntryBody, Role, ToolResultEntry};
 use crate::tokens::TokenizerKind;
 
@@ -72,52 +74,6 @@ const MAX_ERRORS: usize = 5;
 const LAST_WORDS_CHARS: usize = 600;
 /// A last message shorter than this many words is quoted with the message before it.
 const SHORT_LAST_WORDS: usize = 15;
-/// Words that name no particular work: a step made of these alone ("Fix this", "Try a
-/// different approach", "Verify everything still works") means nothing out of its message;
-/// the quoted last message carries it.
-const VAGUE_STEP_WORDS: [&str; 34] = [
-    "fix",
-    "this",
-    "that",
-    "it",
-    "these",
-    "those",
-    "try",
-    "a",
-    "an",
-    "the",
-    "different",
-    "another",
-    "approach",
-    "properly",
-    "continue",
-    "verify",
-    "check",
-    "everything",
-    "all",
-    "still",
-    "works",
-    "work",
-    "again",
-    "now",
-    "first",
-    "then",
-    "do",
-    "look",
-    "at",
-    "more",
-    "simpler",
-    "way",
-    "issue",
-    "problem",
-];
-
-fn is_vague_step(step: &str) -> bool {
-    step.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .all(|w| VAGUE_STEP_WORDS.contains(&w.to_lowercase().as_str()))
-}
-
 /// Said as the next step when the latest request is done and the agent named nothing further.
 pub const AWAIT_NEXT_REQUEST: &str =
     "The latest request is done (see Completed); wait for the user's next request.";
@@ -443,7 +399,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     // proceed?") refers to, which may be a message or two back.
                     let offered = offers(&text).into_iter().next();
                     let proposed = match offered {
-                        Some(o) if !is_vague(&o) => Some(Proposal::Offer(capitalise_first(&o))),
+                        Some(o) if !names_no_work(&o) => Some(Proposal::Offer(capitalise(&o))),
                         Some(_) => proposal(&text)
                             .or_else(|| sentence_before_offer(&text))
                             .map(Proposal::Vague),
@@ -603,14 +559,6 @@ fn final_steps(prose: &str) -> Vec<String> {
         .filter(|s| FINAL_STEP.is_match(s))
         .map(|s| format!("Finally: {}", clip(s, PROMPT_OPENING_CHARS)))
         .collect()
-}
-
-fn capitalise_first(s: &str) -> String {
-    let mut c = s.chars();
-    match c.next() {
-        Some(f) => f.to_uppercase().chain(c).collect(),
-        None => String::new(),
-    }
 }
 
 fn one_line(s: &str) -> String {
@@ -857,7 +805,7 @@ pub fn build_state(
         }
         // Nothing in the span is newer than its last text, so nothing there completed these.
         for step in stated_next_steps(text) {
-            if !is_vague_step(&step) {
+            if !names_no_work(&step) {
                 sources.add(&step, id);
                 next_steps.push(step);
             }

@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::decisions::sentences;
-use super::work::clip;
+use super::work::{clip, prose_lines};
 
 /// Longest finding kept whole.
 const MAX_FINDING_CHARS: usize = 300;
@@ -71,22 +71,6 @@ static LISTED_OPTION: LazyLock<Regex> = LazyLock::new(|| {
     )
     .expect("valid regex")
 });
-
-/// Lines outside fenced code blocks.
-fn prose_lines(text: &str) -> Vec<&str> {
-    let mut in_code = false;
-    let mut out = Vec::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if !in_code && !line.trim().is_empty() {
-            out.push(line);
-        }
-    }
-    out
-}
 
 fn tidy(s: &str, max: usize) -> String {
     let s = s
@@ -183,49 +167,6 @@ pub fn proposal(text: &str) -> Option<String> {
                 .then(|| tidy(s, MAX_FINDING_CHARS))
         })
     })
-}
-
-/// Words that name no particular work: an offer made of these ("Shall I proceed with the
-/// implementation then?", "Want me to implement it?") points at what the message said before.
-const VAGUE_WORDS: [&str; 30] = [
-    "proceed",
-    "with",
-    "the",
-    "implementation",
-    "implement",
-    "it",
-    "this",
-    "that",
-    "then",
-    "now",
-    "go",
-    "ahead",
-    "start",
-    "solution",
-    "changes",
-    "change",
-    "them",
-    "fix",
-    "approach",
-    "plan",
-    "do",
-    "make",
-    "apply",
-    "these",
-    "those",
-    "a",
-    "an",
-    "and",
-    "continue",
-    "so",
-];
-
-/// Whether an offer names no work of its own.
-pub fn is_vague(offer: &str) -> bool {
-    offer
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .all(|w| VAGUE_WORDS.contains(&w.to_lowercase().as_str()))
 }
 
 /// The sentence a message's closing offer refers to: the last statement of at least six words
@@ -327,9 +268,6 @@ mod tests {
 
     #[test]
     fn a_vague_offer_points_at_the_sentence_before_it() {
-        assert!(is_vague("proceed with the implementation then"));
-        assert!(is_vague("implement it"));
-        assert!(!is_vague("archive each session to a numbered subfolder"));
         let text = "Each call reads the latest tree.\n\nSo the logic would go in `writeEntries` - check if metadata.json exists, and if so, archive before writing new files.\n\nWant me to implement it?";
         assert_eq!(
             sentence_before_offer(text).as_deref(),

@@ -74,7 +74,7 @@ pub fn clip(s: &str, n: usize) -> String {
 }
 
 /// Lines outside fenced code blocks.
-fn prose_lines(text: &str) -> Vec<&str> {
+pub(crate) fn prose_lines(text: &str) -> Vec<&str> {
     let mut in_code = false;
     let mut out = Vec::new();
     for line in text.lines() {
@@ -281,7 +281,7 @@ pub fn offers(text: &str) -> Vec<String> {
     out
 }
 
-fn capitalise(s: &str) -> String {
+pub(crate) fn capitalise(s: &str) -> String {
     let mut c = s.chars();
     match c.next() {
         Some(f) => f.to_uppercase().chain(c).collect(),
@@ -320,6 +320,69 @@ pub fn covers(later: &str, step: &str) -> bool {
     shared * 3 >= step_words.len() * 2
 }
 
+/// Words that name no particular work. A step or an offer made of these alone ("Fix this",
+/// "Try a different approach", "Shall I proceed with the implementation then?") means nothing
+/// out of its message: the builder quotes the message, or looks for what the offer refers to.
+const NO_WORK_WORDS: [&str; 50] = [
+    "a",
+    "again",
+    "ahead",
+    "all",
+    "an",
+    "and",
+    "another",
+    "apply",
+    "approach",
+    "at",
+    "change",
+    "changes",
+    "check",
+    "continue",
+    "different",
+    "do",
+    "everything",
+    "first",
+    "fix",
+    "go",
+    "implement",
+    "implementation",
+    "issue",
+    "it",
+    "look",
+    "make",
+    "more",
+    "now",
+    "plan",
+    "problem",
+    "proceed",
+    "properly",
+    "simpler",
+    "so",
+    "solution",
+    "start",
+    "still",
+    "that",
+    "the",
+    "them",
+    "then",
+    "these",
+    "this",
+    "those",
+    "try",
+    "verify",
+    "way",
+    "with",
+    "work",
+    "works",
+];
+
+/// Whether a step or an offer names no work of its own.
+pub fn names_no_work(s: &str) -> bool {
+    s.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .all(|w| NO_WORK_WORDS.contains(&w.to_lowercase().as_str()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,6 +402,25 @@ mod tests {
         let done = "Done. The warning message now reads:\n\n> Another session is active.";
         assert!(is_wrap_up(done));
         assert_eq!(reported_done(done)[0], "Done.");
+    }
+
+    #[test]
+    fn steps_and_offers_that_name_no_work() {
+        for vague in [
+            "Fix this",
+            "Try a different approach",
+            "Verify everything still works",
+            "proceed with the implementation then",
+            "implement it",
+        ] {
+            assert!(names_no_work(vague), "{vague}");
+        }
+        for work in [
+            "Document feature 199",
+            "archive each session to a numbered subfolder",
+        ] {
+            assert!(!names_no_work(work), "{work}");
+        }
     }
 
     #[test]

@@ -346,6 +346,20 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
     // Every continuation but a hand-off's must fit under the hard limit: an explicit /compact
     // of a session already past the window moves the cut and elides like a mandatory one,
     // instead of failing exactly when it is needed.
+    let capsule_of = |state: &CapsuleState| {
+        capsule_tokens(
+            session.tokenizer(),
+            state,
+            &artifacts,
+            previous.as_ref(),
+            req,
+        )
+    };
+    // The cut may move later up to the latest request, never past it.
+    let latest_cut = |cut: usize| match latest_request {
+        Some(p) if p >= cut => p + 1,
+        _ => items.len(),
+    };
     if !handoff {
         // First aim at the room a compaction leaves (`Limits::room_after_compaction`), so the
         // next ordinary step does not compact again: move the cut later, up to the latest
@@ -353,17 +367,8 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         // capsule does not hold; when that cannot reach the room, the hard limit is what must
         // hold, by every means below.
         let target = limits.room_after_compaction();
-        let capsule = capsule_tokens(
-            session.tokenizer(),
-            &local_state,
-            &artifacts,
-            previous.as_ref(),
-            req,
-        );
-        let until = match latest_request {
-            Some(p) if p >= cut => p + 1,
-            _ => items.len(),
-        };
+        let capsule = capsule_of(&local_state);
+        let until = latest_cut(cut);
         let room = budget
             .calibration
             .counted_within(target)
@@ -371,15 +376,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         if tail_tokens > room {
             let (later, fits) = fit_cut(&items, cut, until, room);
             let later_state = (later != cut).then(|| build(later));
-            let later_capsule = later_state.as_ref().map_or(capsule, |state| {
-                capsule_tokens(
-                    session.tokenizer(),
-                    state,
-                    &artifacts,
-                    previous.as_ref(),
-                    req,
-                )
-            });
+            let later_capsule = later_state.as_ref().map_or(capsule, capsule_of);
             // The capsule grows as the cut moves: measure the room again with it.
             let later_room = budget
                 .calibration
@@ -407,18 +404,9 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         // Fit capsule + tail under the hard limit. Moving the cut later grows the capsule, so
         // re-measure after every move; as a last resort shorten the capsule's prose.
         let mut trimmed = false;
-        let mut until = match latest_request {
-            Some(p) if p >= cut => p + 1,
-            _ => items.len(),
-        };
+        let mut until = latest_cut(cut);
         loop {
-            let capsule = capsule_tokens(
-                session.tokenizer(),
-                &local_state,
-                &artifacts,
-                previous.as_ref(),
-                req,
-            );
+            let capsule = capsule_of(&local_state);
             // Counted tokens, which the next preflight raises by the calibration factor.
             let room = budget
                 .calibration

@@ -32,7 +32,7 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 use crate::capsule::{CapsuleEntry, VerificationOutcome};
-use crate::session::entry::{ContentBlock, Role};
+use crate::session::entry::{blocks_text, Role};
 use crate::session::Session;
 
 /// One term of a matcher: a case-insensitive substring, or a `/regular expression/`.
@@ -504,16 +504,7 @@ pub fn user_prompts(session: &Session, leaf: usize) -> Vec<String> {
         .into_iter()
         .filter_map(|i| session.entry(i).as_message())
         .filter(|m| m.role == Role::User && !m.synthetic)
-        .map(|m| {
-            m.content
-                .iter()
-                .filter_map(|b| match b {
-                    ContentBlock::Text { text, .. } => Some(text.as_str()),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
+        .map(|m| blocks_text(&m.content))
         .filter_map(|t| prompt_of(&t).map(str::to_string))
         .collect()
 }

@@ -3,7 +3,7 @@
 //! window. Pure: no I/O, token counts from the o200k encoding.
 
 use crate::capsule::{Artifacts, CapsuleState, FileArtifact};
-use crate::session::entry::ContentBlock;
+use crate::session::entry::{blocks_text, ContentBlock};
 use crate::session::view::ModelMessage;
 use crate::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
 
@@ -125,17 +125,6 @@ pub struct HistoryFacts {
     pub latest: Option<LatestExchange>,
 }
 
-fn text_of(m: &ModelMessage) -> String {
-    m.content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text, .. } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// How many tokens the user's messages and the latest exchange may take in the facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FactBudget {
@@ -186,7 +175,7 @@ impl HistoryFacts {
             .enumerate()
             .filter(|(_, m)| m.role == "user")
             .filter_map(|(i, m)| {
-                let text = crate::capsule::requests::typed_text(&clean(text_of(m)))?;
+                let text = crate::capsule::requests::typed_text(&clean(blocks_text(&m.content)))?;
                 Some((
                     i,
                     UserMessage {
@@ -202,7 +191,7 @@ impl HistoryFacts {
                 .rev()
                 .filter(|m| m.role == "assistant")
                 .find_map(|m| {
-                    let text = clean(text_of(m));
+                    let text = clean(blocks_text(&m.content));
                     (!text.trim().is_empty()).then(|| UserMessage {
                         entry_id: m.entry_id.clone(),
                         text: elide_middle(text.trim(), budget.latest),
