@@ -7,9 +7,10 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::{plan, PlanRequest};
+use soba::compaction::plan::plan;
+use soba::compaction::plan::PlanRequest;
 use soba::config::Config;
-use soba::session::entry::Trigger;
+use soba::session::trigger::Trigger;
 
 #[path = "support.rs"]
 mod support;

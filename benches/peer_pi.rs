@@ -25,13 +25,16 @@ use std::time::{Duration, Instant};
 
 use soba::budget::Budget;
 use soba::capsule::artifacts::ToolMapping;
+use soba::compaction::plan::plan;
+use soba::compaction::plan::PlanRequest;
 use soba::compaction::run::Barrier;
-use soba::compaction::{plan, PlanRequest};
 use soba::config::{Config, Durability, Overrides};
-use soba::import::{import_str, Format, ImportOptions};
-use soba::session::entry::{ContentBlock, Entry, EntryBody, MessageEntry, Role, Trigger, Usage};
+use soba::import::transcript::import_str;
+use soba::import::{Format, ImportOptions};
+use soba::session::entry::{ContentBlock, Entry, EntryBody, MessageEntry, Role, Usage};
 use soba::session::log::{read_session, SessionLog};
 use soba::session::token_file;
+use soba::session::trigger::Trigger;
 use soba::session::view::ModelView;
 use soba::session::Session;
 
@@ -63,7 +66,10 @@ fn median<T>(budget: Duration, batch: u32, mut f: impl FnMut() -> T) -> Duration
 
 fn check(session: &Session, barrier: &Barrier) -> bool {
     let check = barrier.check(session);
-    matches!(check.decision, soba::compaction::Decision::Compact { .. })
+    matches!(
+        check.decision,
+        soba::compaction::triggers::Decision::Compact { .. }
+    )
 }
 
 /// A short assistant reply with its provider usage, as an agent appends one between two

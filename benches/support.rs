@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 use soba::capsule::{Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Origin, Quality};
 use soba::session::entry::*;
+use soba::session::trigger::Trigger;
 use soba::session::Session;
 use soba::tokens::TokenizerKind;
 

@@ -38,7 +38,7 @@ pub struct Pair {
     /// The factor the counted tail was multiplied by, and where it came from (`session`: learned
     /// from the reports before this one).
     pub factor: f64,
-    pub factor_source: crate::budget::CalibrationSource,
+    pub factor_source: crate::tokens::CalibrationSource,
     /// The source agent compacted its own context earlier on this branch: the view starts from
     /// its summary and what it kept, as the agent's request did.
     pub after_foreign_compaction: bool,

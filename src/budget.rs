@@ -3,65 +3,14 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::config::CompactionConfig;
+use crate::limits::Limits;
 use crate::session::entry::Usage;
-use crate::tokens::TokenizerKind;
+use crate::tokens::{CalibrationSource, TokenizerKind, MAX_LEARNED_FACTOR, PROVISIONAL_MARGIN};
 
 pub mod unseen;
 pub use unseen::{
     Agent, Fresh, Learned, Unseen, UnseenKind, UnseenPrior, UnseenSource, LEARN_GROWTH_FROM_REPORTS,
 };
-
-/// The hard and soft limits of one model under one configuration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Limits {
-    pub context_window: u64,
-    pub max_output_tokens: u64,
-    pub safety_reserve_tokens: u64,
-    /// `contextWindow - maxOutputTokens - safetyReserveTokens`: input above it is never sent.
-    pub hard_limit: u64,
-    /// `min(hardLimit - 1, max(minTokensForAutoCompact, floor(hardLimit * ratio)))`.
-    pub soft_limit: u64,
-}
-
-/// The share of the hard limit a compaction aims to leave the model input at, so that the next
-/// ordinary step (a tool round, a reply) does not compact again: the cut moves later and the
-/// largest tool results of the tail are elided until the continuation fits it. Where even that
-/// cannot reach it, the hard limit is what a compaction must meet.
-pub const ROOM_AFTER_COMPACTION: f64 = 0.6;
-
-impl Limits {
-    /// The input a compaction aims to leave: [`ROOM_AFTER_COMPACTION`] of the hard limit, and
-    /// never above three quarters of the soft limit (a soft limit configured low).
-    pub fn room_after_compaction(&self) -> u64 {
-        let of_hard = (self.hard_limit as f64 * ROOM_AFTER_COMPACTION).floor() as u64;
-        of_hard.min(self.soft_limit / 4 * 3)
-    }
-
-    /// `None` when the window leaves no room for input (hard limit ≤ 0).
-    pub fn compute(
-        context_window: u64,
-        max_output_tokens: u64,
-        c: &CompactionConfig,
-    ) -> Option<Limits> {
-        let hard_limit = context_window
-            .checked_sub(max_output_tokens)?
-            .checked_sub(c.safety_reserve_tokens)?;
-        if hard_limit == 0 {
-            return None;
-        }
-        let by_ratio = (hard_limit as f64 * c.auto_compact_threshold_ratio).floor() as u64;
-        let soft_limit = (hard_limit - 1).min(c.min_tokens_for_auto_compact.max(by_ratio));
-        Some(Limits {
-            context_window,
-            max_output_tokens,
-            safety_reserve_tokens: c.safety_reserve_tokens,
-            hard_limit,
-            soft_limit,
-        })
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -136,26 +85,6 @@ pub struct UsageAnchor {
     pub tokens_after: u64,
 }
 
-/// Where a calibration factor comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum CalibrationSource {
-    /// The tokenizer is the model's own: counts are exact, the factor is 1.
-    Exact,
-    /// The model catalog's factor for a model whose tokenizer is not public.
-    Catalog,
-    /// The configuration's `model.countFactor`.
-    Config,
-    /// Learned from this session: the provider's usage against SOBA's count of the same
-    /// content.
-    Session,
-    /// The catalog's factor for a tokenizer that only estimates the model's, raised by
-    /// [`PROVISIONAL_MARGIN`] until the session's own usage reports teach a factor: before
-    /// the first report with a tail to learn from, nothing has checked the estimate against
-    /// this session's bills.
-    Provisional,
-}
-
 /// How counted tokens become an estimate of what the provider will bill: SOBA counts with
 /// `tokenizer`, and multiplies what it counted (never the provider's own usage) by `factor`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -228,18 +157,6 @@ pub const LEARN_FROM_REPORTS: usize = 8;
 /// Tails smaller than this teach nothing: the few framing tokens a provider adds per message
 /// swing the ratio of a short tail by tens of percent, and such a tail barely moves a budget.
 pub const MIN_SAMPLE_TOKENS: u64 = 100;
-
-/// The most a learned factor may raise counts. Well above any tokenizer's real difference
-/// (Claude's runs about 1.15 × `o200k_base`, up to 1.4 on dense text); a higher ratio means the
-/// provider counted content the log never held, which a factor on the log's tail cannot model.
-pub const MAX_LEARNED_FACTOR: f64 = 1.6;
-
-/// How far a session's count factor is raised above the catalog's while no usage report has
-/// taught it one. Over the real transcripts of `../shared/fixtures`, 90% of the reports bill
-/// their tail at most 1.22 × the catalog factor's count (`soba debug accuracy --pairs`); the
-/// first measured request of a session, which has no earlier report to learn from, ran up to
-/// 7% above it (Claude on a tail of code, DeepSeek against o200k_base).
-pub const PROVISIONAL_MARGIN: f64 = 1.2;
 
 impl Calibration {
     /// `configured`, raised to what this session's usage reports show: the highest ratio of the
@@ -337,6 +254,7 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::CompactionConfig;
 
     fn spec_limits() -> Limits {
         Limits::compute(65000, 8000, &CompactionConfig::default()).unwrap()

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::compaction::CompactionResult;
-use crate::summarize::Corrections;
+use crate::summarize::response::Corrections;
 
 /// File name of the flight log inside a workspace's data folder.
 pub const FLIGHT_FILE: &str = "flight.jsonl";
@@ -24,7 +24,7 @@ pub const FLIGHT_FILE: &str = "flight.jsonl";
 pub struct FlightRecord {
     pub operation_id: String,
     pub session_id: String,
-    #[schemars(with = "crate::session::entry::Trigger")]
+    #[schemars(with = "crate::session::trigger::Trigger")]
     pub trigger: String,
     #[schemars(with = "crate::session::entry::Outcome")]
     pub outcome: String,

@@ -4,7 +4,8 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::budget::{Breakdown, Budget, Limits, MeasurementSource};
+use crate::budget::{Breakdown, Budget, MeasurementSource};
+use crate::limits::Limits;
 use crate::session::view::{ModelMessage, ModelView};
 use crate::session::Session;
 
@@ -44,11 +45,11 @@ pub struct SummarizerStatus {
     pub uses: String,
     /// The model path's circuit breaker; absent for the local builder.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub breaker: Option<crate::summarize::BreakerState>,
+    pub breaker: Option<crate::summarize::breaker::BreakerState>,
 }
 
 impl SummarizerStatus {
-    pub fn of(summarizer: Option<&dyn crate::summarize::Summarizer>) -> Self {
+    pub fn of(summarizer: Option<&dyn crate::summarize::summarizer::Summarizer>) -> Self {
         match summarizer {
             None => SummarizerStatus {
                 uses: "local".into(),
@@ -86,7 +87,7 @@ pub struct ReportBreakdown {
 #[serde(rename_all = "camelCase")]
 pub struct LastCompaction {
     pub checkpoint_id: String,
-    #[schemars(with = "crate::session::entry::Trigger")]
+    #[schemars(with = "crate::session::trigger::Trigger")]
     pub trigger: String,
     #[schemars(with = "crate::capsule::Quality")]
     pub quality: String,
@@ -101,7 +102,7 @@ pub fn budget_report(
     limits: Limits,
     auto_default: bool,
     model: &str,
-    summarizer: Option<&dyn crate::summarize::Summarizer>,
+    summarizer: Option<&dyn crate::summarize::summarizer::Summarizer>,
 ) -> BudgetReport {
     // The kept tally, not a fresh view: the daemon reports the budget after every append.
     let tally = session.tally();
@@ -186,7 +187,7 @@ pub struct PreflightOutlook {
     /// sent), `skip_then_send` (a soft attempt is due but skipped by its ROI check), or
     /// `refused` (nothing may be sent).
     pub decision: &'static str,
-    pub trigger: Option<crate::session::entry::Trigger>,
+    pub trigger: Option<crate::session::trigger::Trigger>,
     /// Why, in words.
     pub reason: String,
     pub effective_tokens: u64,
@@ -215,7 +216,7 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
     if check.overflow_exhausted {
         return outlook(
             "refused",
-            Some(crate::session::entry::Trigger::ContextOverflow),
+            Some(crate::session::trigger::Trigger::ContextOverflow),
             crate::compaction::reasons::overflow_exhausted(
                 session.tally().facts().overflow_failure.as_deref(),
             ),
@@ -233,7 +234,7 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
             trigger, reason, ..
         } => outlook("skip_then_send", Some(*trigger), reason.clone(), None),
         Decision::Compact { trigger, .. } => {
-            let req = crate::compaction::PlanRequest {
+            let req = crate::compaction::plan::PlanRequest {
                 trigger: *trigger,
                 instructions: None,
                 title: None,
@@ -241,7 +242,7 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
                 mapping: &mapping,
                 operation_id: String::new(),
             };
-            match crate::compaction::plan(session, session.leaf(), &req) {
+            match crate::compaction::plan::plan(session, session.leaf(), &req) {
                 Ok(plan) => {
                     let capsule = plan.capsule(
                         String::new(),
@@ -346,7 +347,7 @@ pub struct CurrentCapsule {
     pub checkpoint_id: String,
     pub entry_id: String,
     pub title: Option<String>,
-    #[schemars(with = "crate::session::entry::Trigger")]
+    #[schemars(with = "crate::session::trigger::Trigger")]
     pub trigger: String,
     #[schemars(with = "crate::capsule::Quality")]
     pub quality: String,

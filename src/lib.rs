@@ -18,6 +18,7 @@ pub mod flight;
 pub mod hook;
 pub mod import;
 pub mod inspect;
+pub mod limits;
 pub mod preview;
 pub mod proxy;
 pub mod redact;

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use soba::cli::errors::ErrorReport;
-use soba::cli::{self, Cli};
+use soba::cli::{self, command::Cli};
 
 fn main() -> ExitCode {
     // Output piped into `head` and closed early ends the process quietly, as in other tools.

@@ -7,9 +7,13 @@
 //! contents in, messages and token counts out.
 
 use crate::capsule::artifacts::ToolMapping;
-use crate::compaction::{generate_local, plan, Generated, PlanRequest};
+use crate::compaction::plan::plan;
+use crate::compaction::plan::PlanRequest;
+use crate::compaction::run::generate_local;
+use crate::compaction::run::Generated;
 use crate::config::Config;
-use crate::session::entry::{ContentBlock, Trigger};
+use crate::session::entry::ContentBlock;
+use crate::session::trigger::Trigger;
 use crate::session::view::{ModelMessage, ModelView};
 use crate::session::Session;
 use crate::tokens::MESSAGE_OVERHEAD_TOKENS;

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::capsule::CapsuleEntry;
 use crate::daemon::protocol::{self as rpc, method, notification};
-use crate::session::entry::{Entry, EntryBody, SessionHeader};
+use crate::session::entry::{Entry, SessionHeader};
 
 /// One line of a session log: the header (line 1) or an entry (every later line).
 #[derive(JsonSchema)]
@@ -39,25 +39,6 @@ pub fn session_entry_schema() -> Value {
 
 /// A function that generates one schema.
 pub type SchemaFn = fn() -> Value;
-
-/// An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
-/// `ts` may be left out. Entry types the daemon alone writes are not accepted.
-#[derive(JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[allow(dead_code)] // Exists for its schema only.
-pub struct AppendedEntry {
-    /// Assigned by the daemon when left out.
-    id: Option<String>,
-    /// The entry this one follows; left out (or null): the previous entry of the batch, or
-    /// the session's leaf for the first one.
-    parent_id: Option<String>,
-    /// RFC 3339 timestamp; the time of the append when left out.
-    ts: Option<String>,
-    /// Id of the record this entry comes from in the agent's own transcript.
-    source_id: Option<String>,
-    #[serde(flatten)]
-    body: EntryBody,
-}
 
 /// Schema of what a client sends: optional fields may be left out.
 pub fn params_schema<T: JsonSchema>() -> Value {

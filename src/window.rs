@@ -11,8 +11,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{Limits, MAX_LEARNED_FACTOR};
-use crate::config::CompactionConfig;
+use crate::limits::CompactionConfig;
+use crate::limits::Limits;
+use crate::tokens::MAX_LEARNED_FACTOR;
 
 /// With no figures in the provider's error, the hard limit becomes this share of the refused
 /// request's size: there is no telling how far over it was, and a second overflow in the turn

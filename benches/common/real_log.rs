@@ -9,7 +9,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use soba::import::{import_str, Format, ImportOptions};
+use soba::import::transcript::import_str;
+use soba::import::{Format, ImportOptions};
 use soba::session::entry::{Entry, EntryBody, SessionHeader};
 use soba::session::token_file;
 

@@ -8,7 +8,7 @@ type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState
 use serde_json::Value;
 
 use super::model::{Artifacts, FileArtifact, Verification, VerificationOutcome};
-use super::shell::analyze_command_value_in;
+use super::shell::{analyze_command_value_in, patch_paths};
 use crate::session::entry::{blocks_text, Entry, EntryBody, FileOp, ToolResultEntry};
 
 pub use crate::tool_mapping::ToolMapping;
@@ -854,48 +854,12 @@ pub fn patch_changes(patch: &str) -> Vec<PatchChange> {
     out
 }
 
-/// Paths a patch touches: `apply_patch` headers and unified-diff `+++ b/path` lines.
-pub fn patch_paths(patch: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut push = |p: &str| {
-        let p = p.trim();
-        if !p.is_empty() && p != "/dev/null" && !out.iter().any(|o| o == p) {
-            out.push(p.to_string());
-        }
-    };
-    for line in patch.lines() {
-        for prefix in [
-            "*** Update File: ",
-            "*** Add File: ",
-            "*** Delete File: ",
-            "*** Move to: ",
-        ] {
-            if let Some(p) = line.strip_prefix(prefix) {
-                push(p);
-            }
-        }
-        if let Some(p) = line.strip_prefix("+++ ") {
-            let p = p.split('\t').next().unwrap_or(p);
-            push(p.strip_prefix("b/").unwrap_or(p));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::session::entry::{ContentBlock, FileEntry, FileSource};
     use crate::session::testing::Builder;
     use serde_json::json;
-
-    #[test]
-    fn apply_patch_headers_and_diffs() {
-        let p = "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-x\n+y\n*** Add File: src/b.rs\n+new\n*** Delete File: old.rs\n*** End Patch";
-        assert_eq!(patch_paths(p), ["src/a.rs", "src/b.rs", "old.rs"]);
-        let d = "--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n-a\n+b\n";
-        assert_eq!(patch_paths(d), ["src/x.py"]);
-    }
 
     #[test]
     fn verification_outcome_follows_the_last_run() {

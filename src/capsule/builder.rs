@@ -1024,7 +1024,7 @@ fn fit_local_budget(state: &mut CapsuleState, artifacts: &Artifacts, tokenizer: 
     let tokens = |s: &CapsuleState| {
         let c = CapsuleEntry {
             checkpoint_id: "ck_000000000000".into(),
-            trigger: crate::session::entry::Trigger::AutoThreshold,
+            trigger: crate::session::trigger::Trigger::AutoThreshold,
             quality: super::model::Quality::Degraded,
             first_kept_entry_id: None,
             previous_checkpoint_id: None,
@@ -1848,7 +1848,7 @@ mod tests {
         });
         let prev = CapsuleEntry {
             checkpoint_id: "ck_1".into(),
-            trigger: crate::session::entry::Trigger::AutoThreshold,
+            trigger: crate::session::trigger::Trigger::AutoThreshold,
             quality: crate::capsule::Quality::Degraded,
             first_kept_entry_id: None,
             previous_checkpoint_id: None,

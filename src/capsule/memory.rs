@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::model::{CapsuleEntry, Origin, Quality};
 use super::portable::{read_capsule_file, write, write_atomic, PortableCapsule};
 use crate::redact::RedactionReport;
-use crate::session::entry::Trigger;
+use crate::session::trigger::Trigger;
 
 /// Folder of Project Memory, relative to the workspace root.
 pub const MEMORY_DIR: &str = ".soba/memory";

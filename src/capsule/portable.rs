@@ -23,7 +23,7 @@ use super::model::{
     LoadedFrom, Origin, Quality, Verification, VerificationOutcome,
 };
 use crate::redact::{redact_with_report, RedactionReport};
-use crate::session::entry::Trigger;
+use crate::session::trigger::Trigger;
 
 // Kept under this path for its callers; it lives in `files` so that `trust`, below capsule,
 // can use it too.

@@ -10,8 +10,6 @@
 use brush_parser::ast;
 use serde_json::Value;
 
-use super::artifacts::patch_paths;
-
 /// What one shell command line reads, modifies, and which verification it runs.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ShellFacts {
@@ -1019,6 +1017,34 @@ fn is_js_checker(s: &str, w: &[&str]) -> bool {
     }
 }
 
+/// Paths a patch touches: `apply_patch` headers and unified-diff `+++ b/path` lines.
+pub fn patch_paths(patch: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |p: &str| {
+        let p = p.trim();
+        if !p.is_empty() && p != "/dev/null" && !out.iter().any(|o| o == p) {
+            out.push(p.to_string());
+        }
+    };
+    for line in patch.lines() {
+        for prefix in [
+            "*** Update File: ",
+            "*** Add File: ",
+            "*** Delete File: ",
+            "*** Move to: ",
+        ] {
+            if let Some(p) = line.strip_prefix(prefix) {
+                push(p);
+            }
+        }
+        if let Some(p) = line.strip_prefix("+++ ") {
+            let p = p.split('\t').next().unwrap_or(p);
+            push(p.strip_prefix("b/").unwrap_or(p));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1026,6 +1052,14 @@ mod tests {
 
     fn shell(line: &str) -> ShellFacts {
         analyze_shell(line)
+    }
+
+    #[test]
+    fn apply_patch_headers_and_diffs() {
+        let p = "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-x\n+y\n*** Add File: src/b.rs\n+new\n*** Delete File: old.rs\n*** End Patch";
+        assert_eq!(patch_paths(p), ["src/a.rs", "src/b.rs", "old.rs"]);
+        let d = "--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n-a\n+b\n";
+        assert_eq!(patch_paths(d), ["src/x.py"]);
     }
 
     #[test]

@@ -3,8 +3,9 @@
 use std::path::Path;
 
 use super::{print_json, warn_load, CommonArgs};
+use crate::compaction::plan::Plan;
 use crate::compaction::run::Barrier;
-use crate::compaction::{CompactionResult, Plan};
+use crate::compaction::CompactionResult;
 use crate::config::Config;
 use crate::session::entry::Outcome;
 use crate::session::log::{read_session, LogError, SessionLog};
@@ -52,8 +53,13 @@ fn run_plan(
         errln!();
     }
     let elapsed = started.elapsed().as_millis() as u64;
-    let mut result =
-        crate::compaction::commit(log, &plan, generation.generated.clone(), cancelled, elapsed)?;
+    let mut result = crate::compaction::run::commit(
+        log,
+        &plan,
+        generation.generated.clone(),
+        cancelled,
+        elapsed,
+    )?;
     let corrections = generation.annotate(&mut result);
     flight.record_corrected(&session_id, &result, corrections);
     if result.fallback {

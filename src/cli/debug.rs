@@ -308,7 +308,8 @@ fn transcript_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 
 fn accuracy(paths: &[PathBuf], print_pairs: bool) -> anyhow::Result<()> {
     use crate::accuracy::{model_of, replay, Distribution};
-    use crate::import::{import_str, ImportOptions};
+    use crate::import::transcript::import_str;
+    use crate::import::ImportOptions;
     let pct = |x: f64| format!("{:+.2}%", x * 100.0);
     let line = |name: &str, d: Option<Distribution>| match d {
         Some(d) => println!(

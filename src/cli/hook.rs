@@ -16,7 +16,8 @@ use super::CommonArgs;
 use crate::daemon::paths::Paths;
 use crate::hook::claude_code::{self, HookAction, HookInput, MAX_CONTEXT_CHARS};
 use crate::hook::install;
-use crate::import::{import_str, Format, ImportOptions, ImportResult};
+use crate::import::transcript::import_str;
+use crate::import::{Format, ImportOptions, ImportResult};
 use crate::session::entry::{Entry, EntryBody, ForeignCompactionEntry};
 use crate::session::log::SessionLog;
 

@@ -10,7 +10,8 @@ use serde::Serialize;
 
 use super::{print_json, CommonArgs};
 use crate::config::Durability;
-use crate::import::{import_str, model_ref, Format, ImportOptions, ImportReport, ImportResult};
+use crate::import::transcript::import_str;
+use crate::import::{model_ref, Format, ImportOptions, ImportReport, ImportResult};
 use crate::session::entry::SessionHeader;
 use crate::session::log::{LogError, SessionLog};
 

@@ -90,28 +90,28 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         }
     };
     match c.source {
-        crate::budget::CalibrationSource::Exact => {
+        crate::tokens::CalibrationSource::Exact => {
             outln!("{counted}, counted with {}", c.tokenizer.as_str())
         }
-        crate::budget::CalibrationSource::Session => outln!(
+        crate::tokens::CalibrationSource::Session => outln!(
             "{counted}, counted with {} × {:.2} (learned from this session's usage reports: the \
              provider counted its recent tails this much above SOBA's count)",
             c.tokenizer.as_str(),
             c.factor
         ),
-        crate::budget::CalibrationSource::Provisional => outln!(
+        crate::tokens::CalibrationSource::Provisional => outln!(
             "{counted}, counted with {} × {:.2} (the catalog factor with a {:.0}% margin until this \
              session's usage reports teach its own: the model's own tokenizer is not public)",
             c.tokenizer.as_str(),
             c.factor,
-            (crate::budget::PROVISIONAL_MARGIN - 1.0) * 100.0
+            (crate::tokens::PROVISIONAL_MARGIN - 1.0) * 100.0
         ),
         source => outln!(
             "{counted}, counted with {} × {:.2} ({} factor: the model's own tokenizer is not public)",
             c.tokenizer.as_str(),
             c.factor,
             match source {
-                crate::budget::CalibrationSource::Config => "model.countFactor",
+                crate::tokens::CalibrationSource::Config => "model.countFactor",
                 _ => "catalog",
             }
         ),

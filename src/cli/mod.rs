@@ -32,13 +32,12 @@ pub mod scratch;
 pub mod serve;
 pub mod trust;
 
-pub use command::{Cli, Command};
-
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::config::{Config, ConfigFile, ConfigSources, ModelFile, Overrides};
+use crate::config::layers::ConfigSources;
+use crate::config::{Config, ConfigFile, ModelFile, Overrides};
 use crate::session::entry::SessionHeader;
 use crate::session::Session;
 

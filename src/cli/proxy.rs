@@ -88,7 +88,7 @@ fn upstream(args: &ProxyArgs) -> anyhow::Result<reqwest::Url> {
     if !matches!(url.scheme(), "http" | "https") {
         anyhow::bail!(
             "--upstream {} must be an http:// or https:// URL",
-            service::shown_url(&url)
+            crate::proxy::server::shown_url(&url)
         );
     }
     Ok(url)
@@ -233,7 +233,7 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
         errln!(
             "soba proxy: listening on http://{} → {} (workspace {}; {}, at most {} connections, bodies up to {})",
             listener.local_addr()?,
-            service::shown_url(&upstream),
+            crate::proxy::server::shown_url(&upstream),
             workspace.display(),
             if options.access.is_some() {
                 "token required"

@@ -9,7 +9,7 @@
 //! How a host drives the barrier ([`run::Barrier`]):
 //! 1. `barrier.preflight(&mut log)` → `Ready { messages, .. }` (send them), `Failed(result)`
 //!    (send nothing; tell the agent why), or `Compact(plan)`.
-//! 2. For `Compact(plan)`: emit `compaction_start`, produce a [`Generated`] from the plan with no
+//! 2. For `Compact(plan)`: emit `compaction_start`, produce a [`run::Generated`] from the plan with no
 //!    session borrow (`generate_local(&plan)`, or a model summarizer with fallback), queueing any
 //!    input that arrives meanwhile.
 //! 3. `commit(&mut log, &plan, generated, aborted, duration_ms)` → the terminal
@@ -29,11 +29,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::capsule::Quality;
-use crate::session::entry::{Outcome, Trigger};
-
-pub use plan::{plan, Plan, PlanRequest};
-pub use run::{commit, generate_local, Generated};
-pub use triggers::{decide, turn_facts, Decision, TurnFacts};
+use crate::session::entry::Outcome;
+use crate::session::trigger::Trigger;
 
 /// The terminal outcome of one compaction operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -103,7 +100,7 @@ impl CompactionResult {
         outcome: Outcome,
         reason: impl Into<String>,
         tokens_before: u64,
-        limits: crate::budget::Limits,
+        limits: crate::limits::Limits,
     ) -> Self {
         CompactionResult {
             operation_id: operation_id.to_string(),
@@ -166,10 +163,10 @@ mod tests {
     use super::*;
 
     fn completed(trigger: Trigger, quality: Quality) -> CompactionResult {
-        let limits = crate::budget::Limits::compute(
+        let limits = crate::limits::Limits::compute(
             128_000,
             16_384,
-            &crate::config::CompactionConfig::default(),
+            &crate::limits::CompactionConfig::default(),
         )
         .unwrap();
         let mut r =

@@ -1,12 +1,14 @@
 //! The immutable plan a compaction runs from: trigger, cut, expected leaf, limits, tokens
 //! before, the history to summarize, the previous capsule, the facts, and the local capsule.
 
-use crate::budget::{Budget, Limits};
+use crate::budget::Budget;
 use crate::capsule::artifacts::{collect, ToolMapping};
 use crate::capsule::builder::{build_state, trim_state};
 use crate::capsule::{Artifacts, CapsuleEntry, CapsuleState, Origin, Quality};
 use crate::config::Config;
-use crate::session::entry::{Entry, EntryBody, Outcome, Role, Trigger};
+use crate::limits::Limits;
+use crate::session::entry::{Entry, EntryBody, Outcome, Role};
+use crate::session::trigger::Trigger;
 use crate::session::view::{ForeignCompactions, ModelMessage, ModelView, ViewItem, ViewPart};
 use crate::session::Session;
 use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
@@ -48,7 +50,7 @@ pub struct Plan {
     /// the figure the budget shows next.
     pub calibration: crate::budget::Calibration,
     /// The ROI minimums the post-generation gate applies.
-    pub roi: crate::config::CompactionConfig,
+    pub roi: crate::limits::CompactionConfig,
     /// Mirror the capsule into the workspace's Project Memory, where the rules allow it.
     pub mirror_requested: bool,
     /// The window setting the limits come from, when a provider's overflow lowered them.
@@ -547,6 +549,23 @@ fn capsule_tokens(
     MESSAGE_OVERHEAD_TOKENS + tokenizer.count(&crate::capsule::render::render_for_model(&probe))
 }
 
+/// What a compaction that cut into keepRecentTokens did, for its outcome's reason.
+pub fn short_tail_note(t: &crate::capsule::ShortTail) -> String {
+    let window = match t.learned_from {
+        None => format!("the configured window of {} tokens", t.context_window),
+        Some(source) => format!(
+            "the window of {} tokens learned from the provider ({})",
+            t.context_window,
+            source.as_str()
+        ),
+    };
+    format!(
+        "kept a retained tail of {} tokens, below keepRecentTokens {}, to fit the hard limit of {} \
+         tokens under {window}",
+        t.retained_tail_tokens, t.keep_recent_tokens, t.hard_limit
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -625,7 +644,7 @@ mod tests {
             short.learned_from,
             Some(crate::window::WindowSource::ProviderError)
         );
-        let note = crate::compaction::run::short_tail_note(&short);
+        let note = short_tail_note(&short);
         assert!(note.contains("below keepRecentTokens 20000"), "{note}");
         assert!(
             note.contains("24000 tokens learned from the provider"),

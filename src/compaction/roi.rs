@@ -1,7 +1,7 @@
 //! Two-stage ROI validation (spec §6): an estimate before generating a summary, and an exact
 //! measure of the whole continuation after.
 
-use crate::config::CompactionConfig;
+use crate::limits::CompactionConfig;
 
 /// Outcome of a ROI check, with the figures behind it.
 #[derive(Debug, Clone, Copy, PartialEq)]

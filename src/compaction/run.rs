@@ -8,15 +8,16 @@ use crate::capsule::{CapsuleState, Quality};
 use crate::config::Config;
 use crate::session::entry::{
     CheckpointEntry, CheckpointKind, CompactionRecord, Entry, EntryBody, IntentAction, IntentEntry,
-    Outcome, SettingEntry, Trigger, TurnCompleteEntry, Usage,
+    Outcome, SettingEntry, TurnCompleteEntry, Usage,
 };
 use crate::session::log::{LogError, SessionLog};
+use crate::session::trigger::Trigger;
 use crate::session::view::{ModelMessage, ModelView};
 use crate::session::Session;
 use crate::util::new_id;
 use crate::window::OverflowFigures;
 
-use super::plan::{plan, NoPlan, Plan, PlanRequest};
+use super::plan::{plan, short_tail_note, NoPlan, Plan, PlanRequest};
 use super::triggers::{decide, records_intent, Decision};
 use super::{reasons, roi, CompactionResult};
 
@@ -225,23 +226,6 @@ pub fn commit(
         return Err(e);
     }
     Ok(result)
-}
-
-/// What a compaction that cut into keepRecentTokens did, for its outcome's reason.
-pub fn short_tail_note(t: &crate::capsule::ShortTail) -> String {
-    let window = match t.learned_from {
-        None => format!("the configured window of {} tokens", t.context_window),
-        Some(source) => format!(
-            "the window of {} tokens learned from the provider ({})",
-            t.context_window,
-            source.as_str()
-        ),
-    };
-    format!(
-        "kept a retained tail of {} tokens, below keepRecentTokens {}, to fit the hard limit of {} \
-         tokens under {window}",
-        t.retained_tail_tokens, t.keep_recent_tokens, t.hard_limit
-    )
 }
 
 /// Write the Project Memory copy of an explicit compaction's capsule before it is appended,

@@ -11,7 +11,8 @@
 //! breaker looks no further back than a capsule it did not write), and so does a turn whose
 //! input fits.
 
-use crate::session::entry::{EntryBody, EntryKind, Role, Trigger};
+use crate::session::entry::{EntryBody, EntryKind, Role};
+use crate::session::trigger::Trigger;
 use crate::session::Session;
 
 /// Automatic compactions fewer than this many inferences apart are on a loop.

@@ -3,9 +3,9 @@
 //! 4. ordinary auto_threshold. Provider context_overflow is a separate recovery barrier.
 
 use crate::budget::Budget;
-use crate::config::CompactionConfig;
-use crate::session::entry::Trigger;
-pub use crate::session::turn::{turn_facts, PendingIntent, TurnFacts};
+use crate::limits::CompactionConfig;
+use crate::session::trigger::Trigger;
+use crate::session::turn::TurnFacts;
 
 use super::roi;
 
@@ -93,7 +93,9 @@ pub fn records_intent(trigger: Trigger, c: &CompactionConfig, auto: bool) -> boo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::{Breakdown, Limits};
+    use crate::budget::Breakdown;
+    use crate::limits::Limits;
+    use crate::session::turn::PendingIntent;
 
     fn budget(effective: u64) -> Budget {
         let limits = Limits::compute(65000, 8000, &CompactionConfig::default()).unwrap();

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use serde_json::{Map, Value};
@@ -16,6 +16,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::client_model::ClientModel;
+use super::connection::ConnectionConfig;
 use super::protocol::{
     code, AppendResult, AutoCompactResult, BudgetReport, CancelResult, CapsuleCreateResult,
     CapsuleExportResult, CapsuleListResult, CapsuleLoadResult, CapsuleSummary, CapsuleTokensView,
@@ -24,8 +25,9 @@ use super::protocol::{
     TurnCompleteResult,
 };
 use crate::capsule::artifacts::ToolMapping;
+use crate::compaction::plan::Plan;
 use crate::compaction::run::{Barrier as Engine, Preflight};
-use crate::compaction::{reasons, CompactionResult, Plan};
+use crate::compaction::{reasons, CompactionResult};
 use crate::config::{Config, ConfigFile};
 use crate::flight::FlightLog;
 use crate::inspect::budget_report;
@@ -33,7 +35,8 @@ use crate::session::entry::{
     CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
 };
 use crate::session::log::{LogError, SessionLog};
-use crate::summarize::{Breaker, Summarizer};
+use crate::summarize::breaker::Breaker;
+use crate::summarize::summarizer::Summarizer;
 use crate::window::OverflowFigures;
 
 /// What the actor tells every interested client.
@@ -177,10 +180,19 @@ pub struct SessionHandle {
     /// of the next client that opens the session once that client is gone.
     pub keyed_summarizer: Option<Arc<super::connection::ConnectionBound>>,
     /// Its settings and opening connection, to open it the same way after an idle close.
-    pub opened_with: super::registry::OpenedWith,
+    pub opened_with: OpenedWith,
     tx: mpsc::UnboundedSender<Command>,
     status: watch::Receiver<Status>,
     activity: Arc<Activity>,
+}
+
+/// What a session was opened with besides its log, kept so that a session closed for being
+/// idle opens again with the same settings, and with its client's config and keys while that
+/// client is connected. The connection is held weakly: its keys go when it closes.
+#[derive(Clone, Debug, Default)]
+pub struct OpenedWith {
+    pub settings: Option<ConfigFile>,
+    pub connection: Option<Weak<ConnectionConfig>>,
 }
 
 /// What the actor is in the middle of, kept current after every command, so that the registry
@@ -944,7 +956,7 @@ impl Actor {
         let budget = self.engine().measure(self.log.session());
         CompactionResult::ended(
             "",
-            crate::session::entry::Trigger::User,
+            crate::session::trigger::Trigger::User,
             Outcome::Cancelled,
             reason,
             budget.effective_tokens,
@@ -1124,7 +1136,7 @@ impl Actor {
             queued,
         } = running;
         let duration_ms = started.elapsed().as_millis() as u64;
-        let committed = crate::compaction::commit(
+        let committed = crate::compaction::run::commit(
             &mut self.log,
             &plan,
             generation.generated.clone(),

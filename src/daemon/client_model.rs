@@ -23,11 +23,13 @@ use tower_lsp_server::Client;
 use super::protocol::{client_method, SummarizeCapability, SummarizeParams, SummarizeResult};
 use crate::capsule::CapsuleState;
 use crate::config::ModelDef;
-use crate::summarize::client::{
-    run_chunked, PromptSender, Reply, RunLimits, DEFAULT_MAX_OUTPUT_TOKENS,
-};
+use crate::summarize::breaker::Breaker;
+use crate::summarize::client::{run_chunked, PromptSender, RunLimits, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::summarize::prompt::{Prompt, SIZING_TOKENIZER};
-use crate::summarize::{Breaker, Summarizer, SummaryError, SummaryRequest};
+use crate::summarize::summarizer::Summarizer;
+use crate::summarize::summarizer::SummaryError;
+use crate::summarize::summarizer::SummaryRequest;
+use crate::summarize::wire::Reply;
 
 /// A connection that offered its model, as a request of that connection carries it to the
 /// session it addresses.

@@ -28,7 +28,10 @@ use crate::capsule::CapsuleState;
 use crate::config::{
     user_config_path, workspace_config_path, ConfigError, ConfigFile, SummarizerConfig,
 };
-use crate::summarize::{Breaker, Summarizer, SummarizerConfigError, SummaryError};
+use crate::summarize::breaker::Breaker;
+use crate::summarize::summarizer::Summarizer;
+use crate::summarize::summarizer::SummarizerConfigError;
+use crate::summarize::summarizer::SummaryError;
 
 /// What one connection's hello handed over.
 pub struct ConnectionConfig {
@@ -173,7 +176,7 @@ impl Summarizer for ConnectionBound {
 
     fn summarize<'a>(
         &'a self,
-        req: &'a crate::summarize::SummaryRequest,
+        req: &'a crate::summarize::summarizer::SummaryRequest,
         progress: &'a (dyn Fn(u8) + Send + Sync),
         cancel: CancellationToken,
     ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>> {

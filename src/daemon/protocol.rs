@@ -264,7 +264,7 @@ pub struct SummarizeResult {
 pub struct AppendParams {
     pub session_id: String,
     /// Entries as in the session log; `id`, `parentId` and `ts` may be left out.
-    #[schemars(with = "Vec<crate::schemas::AppendedEntry>")]
+    #[schemars(with = "Vec<AppendedEntry>")]
     pub entries: Vec<Value>,
 }
 
@@ -738,7 +738,7 @@ pub struct CapsuleSummary {
     /// The capsule's log entry: the parent for entries that continue from it.
     pub entry_id: String,
     pub title: Option<String>,
-    #[schemars(with = "crate::session::entry::Trigger")]
+    #[schemars(with = "crate::session::trigger::Trigger")]
     pub trigger: String,
     #[schemars(with = "crate::capsule::Quality")]
     pub quality: String,
@@ -771,7 +771,7 @@ pub struct CompactionNotice {
     pub session_id: String,
     pub operation_id: String,
     pub phase: CompactionPhase,
-    #[schemars(with = "crate::session::entry::Trigger")]
+    #[schemars(with = "crate::session::trigger::Trigger")]
     pub trigger: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub percent: Option<u8>,
@@ -881,6 +881,25 @@ fn offending_field<T: serde::de::DeserializeOwned>(
             }
         })
         .cloned()
+}
+
+/// An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
+/// `ts` may be left out. Entry types the daemon alone writes are not accepted.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)] // Exists for its schema only.
+pub struct AppendedEntry {
+    /// Assigned by the daemon when left out.
+    id: Option<String>,
+    /// The entry this one follows; left out (or null): the previous entry of the batch, or
+    /// the session's leaf for the first one.
+    parent_id: Option<String>,
+    /// RFC 3339 timestamp; the time of the append when left out.
+    ts: Option<String>,
+    /// Id of the record this entry comes from in the agent's own transcript.
+    source_id: Option<String>,
+    #[serde(flatten)]
+    body: crate::session::entry::EntryBody,
 }
 
 #[cfg(test)]

@@ -15,22 +15,22 @@ use std::sync::{Arc, Mutex, Weak};
 
 use tokio::sync::{broadcast, watch};
 
-use super::actor::{self, ClientId, Event, SessionHandle};
+use super::actor::{self, ClientId, Event, OpenedWith, SessionHandle};
 use super::connection::ConnectionConfig;
 use super::paths::{workspace_path, Paths};
 use super::protocol::{
     code, ModelParams, RpcError, SessionCloseReason, SessionClosedNotice, SessionSummary,
 };
 use super::watcher::{WatchMode, WorkspaceWatcher};
+use crate::config::layers::Layers;
 use crate::config::{
-    load_workspace_config, user_config_path, Config, ConfigError, ConfigFile, Layers, ModelFile,
-    Overrides,
+    load_workspace_config, user_config_path, Config, ConfigError, ConfigFile, ModelFile, Overrides,
 };
 use crate::flight::{FlightLog, FlightRecord};
 use crate::session::entry::FileEntry;
 use crate::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
 use crate::session::log::{LogError, SessionLog};
-use crate::summarize::Summarizer;
+use crate::summarize::summarizer::Summarizer;
 
 /// How the daemon behaves; tests turn the watcher off or force polling.
 #[derive(Clone)]
@@ -107,15 +107,6 @@ struct Dormant {
     released: watch::Receiver<bool>,
     /// Its session settings and the connection that opened it, to open it the same way again.
     opened_with: OpenedWith,
-}
-
-/// What a session was opened with besides its log, kept so that a session closed for being
-/// idle opens again with the same settings, and with its client's config and keys while that
-/// client is connected. The connection is held weakly: its keys go when it closes.
-#[derive(Clone, Debug, Default)]
-pub struct OpenedWith {
-    pub settings: Option<ConfigFile>,
-    pub connection: Option<Weak<ConnectionConfig>>,
 }
 
 /// A live session held for one request: while any is held the session is not closed for being

@@ -12,13 +12,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::capsule_quality::{score, user_prompts, Annotation, Cut, CutScore};
 use crate::capsule::{CapsuleEntry, Quality};
-use crate::compaction::{plan, Generated, Plan, PlanRequest};
+use crate::compaction::plan::plan;
+use crate::compaction::plan::Plan;
+use crate::compaction::plan::PlanRequest;
+use crate::compaction::run::Generated;
 use crate::config::{Config, Overrides, Provider, SummarizerConfig};
-use crate::import::{import_str, ImportOptions};
-use crate::session::entry::{EntryBody, Trigger};
+use crate::import::transcript::import_str;
+use crate::import::ImportOptions;
+use crate::session::entry::EntryBody;
+use crate::session::trigger::Trigger;
 use crate::session::view::ForeignCompactions;
 use crate::session::Session;
-use crate::summarize::{ModelSummarizer, Summarizer};
+use crate::summarize::client::ModelSummarizer;
+use crate::summarize::summarizer::Summarizer;
 
 /// The line printed when no model endpoint is given.
 pub const MODEL_SKIPPED: &str =

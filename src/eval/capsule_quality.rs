@@ -1043,7 +1043,7 @@ mod tests {
     use crate::capsule::{
         Artifacts, CapsuleState, Decision, FileArtifact, Origin, Quality, Verification,
     };
-    use crate::session::entry::Trigger;
+    use crate::session::trigger::Trigger;
 
     fn capsule(state: CapsuleState, artifacts: Artifacts) -> CapsuleEntry {
         CapsuleEntry {

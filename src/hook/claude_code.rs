@@ -15,7 +15,8 @@ use crate::capsule::{CapsuleEntry, Quality};
 use crate::compaction::plan::{plan, PlanRequest};
 use crate::config::Config;
 use crate::import::ImportResult;
-use crate::session::entry::{EntryBody, Trigger};
+use crate::session::entry::EntryBody;
+use crate::session::trigger::Trigger;
 use crate::session::Session;
 
 /// The capsule comes after Claude Code's own compaction: its summary and the messages after it

@@ -214,13 +214,13 @@ fn aider_output(line: &str, source_id: &str, builder: &mut EntryBuilder, header:
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::import::check::{is_one_line, loads};
     use crate::import::testing::options;
     use crate::session::entry::blocks_text;
 
-    const HISTORY: &str = "\n# aider chat started at 2026-05-01 10:00:00\n\n\
+    pub(in crate::import) const HISTORY: &str = "\n# aider chat started at 2026-05-01 10:00:00\n\n\
 > Aider v0.86.1  \n\
 > Main model: gpt-4o with diff edit format  \n\
 > Git repo: .git with 12 files  \n\
@@ -309,10 +309,5 @@ src/parse.py\n\
         assert!(r.report.skipped_records["aider output"] >= 3);
         assert!(is_one_line(&r));
         loads(&r);
-    }
-
-    #[test]
-    fn an_aider_history_is_detected_from_its_markdown() {
-        assert_eq!(super::super::detect(HISTORY), Ok(Format::Aider));
     }
 }

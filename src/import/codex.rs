@@ -851,7 +851,9 @@ mod tests {
         let tokens: u64 = with
             .entries
             .iter()
-            .map(|e| crate::tokens::entry_tokens(crate::tokens::TokenizerKind::O200kBase, e))
+            .map(|e| {
+                crate::session::count::entry_tokens(crate::tokens::TokenizerKind::O200kBase, e)
+            })
             .sum();
         assert!(tokens > 3000, "the 21 KB of tools count: {tokens}");
     }

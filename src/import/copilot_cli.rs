@@ -169,7 +169,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::import::check::{is_one_line, loads};
     use crate::import::testing::options;
@@ -180,7 +180,7 @@ mod tests {
             .to_string()
     }
 
-    fn session() -> String {
+    pub(in crate::import) fn session() -> String {
         [
             event(
                 "session.start",
@@ -249,10 +249,5 @@ mod tests {
         assert_eq!(r.entries[1].source_id.as_deref(), Some("ev5"));
         assert!(is_one_line(&r));
         loads(&r);
-    }
-
-    #[test]
-    fn a_copilot_cli_session_is_detected_from_its_events() {
-        assert_eq!(super::super::detect(&session()), Ok(Format::CopilotCli));
     }
 }

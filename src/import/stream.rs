@@ -362,7 +362,7 @@ mod tests {
             .map(|e| e.source_id.clone().unwrap())
             .collect();
         assert_eq!(with_usage, ["a2"], "usage is kept once, on the last record");
-        let whole = crate::import::import_str(&text, None, &options()).unwrap();
+        let whole = crate::import::transcript::import_str(&text, None, &options()).unwrap();
         let mut streamed = first;
         streamed.extend(rest);
         assert_eq!(streamed, whole.entries);

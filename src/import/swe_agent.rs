@@ -328,14 +328,4 @@ mod tests {
         assert_eq!(r.report.tool_results, 2);
         loads(&r);
     }
-
-    #[test]
-    fn a_swe_agent_trajectory_is_detected_from_its_document() {
-        let traj =
-            json!({"trajectory": [], "history": [{"role": "user", "content": "x"}], "info": {}});
-        assert_eq!(
-            super::super::detect(&traj.to_string()),
-            Ok(Format::SweAgent)
-        );
-    }
 }

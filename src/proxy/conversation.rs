@@ -8,7 +8,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::wire::{content_fingerprint, Api, Incoming};
+use super::message::{Incoming, Outgoing};
+use super::wire::{content_fingerprint, Api};
 use crate::session::view::ModelMessage;
 
 /// One message of the conversation as the session holds it. Only fingerprints and ids: the
@@ -115,16 +116,6 @@ pub struct Continuation {
     pub rewind_to: Option<String>,
     /// Messages of the conversation up to and including the response.
     pub keep: usize,
-}
-
-/// One message of the upstream request, before it is put into the provider's shape.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outgoing {
-    /// The agent's own message, kept whole by the model input: sent byte for byte.
-    Raw(Value),
-    /// A message SOBA's model input made or changed (the capsule, a synthesized or shortened
-    /// result, a message the cut divided): rendered from the model input.
-    Rendered(ModelMessage),
 }
 
 impl Conversation {

@@ -17,6 +17,7 @@
 
 pub mod conversation;
 pub mod identity;
+pub mod message;
 pub mod overflow;
 pub mod responses;
 pub mod rpc;

@@ -13,10 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Map, Value};
 
-use super::conversation::Outgoing;
-use super::wire::{
+use super::message::{
     arguments_text, image_url, message_entry, parse_arguments, text_block, tool_result_entry,
-    BadRequest, Incoming, Reply,
+    BadRequest, Incoming, Outgoing, Reply,
 };
 use crate::session::entry::{ContentBlock, Usage};
 use crate::session::view::ModelMessage;
@@ -593,7 +592,6 @@ impl ResponsesTap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::wire::Api;
 
     /// The first lines of a Codex 0.40 rollout (`codex/agentcmd-rollout-v0.40.jsonl`) as items
     /// of the request Codex sends: a harness message, encrypted reasoning, a shell call and its
@@ -670,25 +668,6 @@ mod tests {
                 serde_json::from_value::<crate::session::entry::Entry>(e.clone())
                     .unwrap_or_else(|err| panic!("{e}: {err}"));
             }
-        }
-    }
-
-    #[test]
-    fn only_creating_a_response_is_rewritten() {
-        assert_eq!(Api::for_path("/v1/responses"), Some(Api::OpenAiResponses));
-        assert_eq!(
-            Api::for_path("/openai/v1/responses/"),
-            Some(Api::OpenAiResponses)
-        );
-        // Reading, cancelling, compacting a stored response and counting input tokens pass
-        // through.
-        for path in [
-            "/v1/responses/resp_1",
-            "/v1/responses/resp_1/cancel",
-            "/v1/responses/compact",
-            "/v1/responses/input_tokens",
-        ] {
-            assert_eq!(Api::for_path(path), None, "{path}");
         }
     }
 
@@ -771,10 +750,6 @@ mod tests {
     fn an_incomplete_or_unreadable_response_is_no_reply() {
         let incomplete = json!({"id": "resp_2", "status": "incomplete", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "cut"}]}]});
         assert_eq!(parse_reply(&incomplete), Reply::default());
-        assert_eq!(
-            super::super::wire::parse_reply(Api::OpenAiResponses, b"not json"),
-            Reply::default()
-        );
     }
 
     fn stream_events(completed: bool) -> Vec<Value> {

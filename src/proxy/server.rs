@@ -15,16 +15,15 @@ use http::{HeaderMap, HeaderName, Method, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 use super::conversation::{provider_messages, Conversation};
 use super::identity::{self, ConversationId, Registry, Signature};
+use super::message::Reply;
 use super::overflow;
 use super::responses;
 use super::rpc::{ClientSetup, RequestHandler, RpcClient};
-use super::service::{shown_url, ServiceOptions};
-use super::wire::{self, Api, ChatRequest, Reply, StreamEnd, StreamTap};
+use super::wire::{self, Api, ChatRequest, StreamEnd, StreamTap};
 use crate::daemon::paths::Paths;
 use crate::daemon::protocol::{
     client_method, code, method, RpcError, SummarizeParams, SummarizeResult,
@@ -558,20 +557,6 @@ impl Proxy {
             lent: self.lent.clone(),
             session: session.to_string(),
         })
-    }
-
-    /// Serve connections with the default limits ([`ServiceOptions::default`]).
-    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> anyhow::Result<()> {
-        super::service::serve(self, listener, ServiceOptions::default()).await
-    }
-
-    /// Serve connections with `options`' limits, timeouts and access token.
-    pub async fn serve_with(
-        self: Arc<Self>,
-        listener: TcpListener,
-        options: ServiceOptions,
-    ) -> anyhow::Result<()> {
-        super::service::serve(self, listener, options).await
     }
 
     /// Write a line to the proxy's log.
@@ -1281,11 +1266,13 @@ async fn summarize_upstream(
             hit_output_limit: r.hit_output_limit,
         })
         .expect("result serializes")),
-        Err(crate::summarize::SummaryError::Http { status, message }) => Err(RpcError {
-            code: code::INTERNAL,
-            message: clean(message),
-            data: Some(json!({ "status": status })),
-        }),
+        Err(crate::summarize::summarizer::SummaryError::Http { status, message }) => {
+            Err(RpcError {
+                code: code::INTERNAL,
+                message: clean(message),
+                data: Some(json!({ "status": status })),
+            })
+        }
         Err(e) => Err(RpcError::internal(clean(e.to_string()))),
     }
 }
@@ -1542,8 +1529,55 @@ fn stream_back(
     (r, line_tx)
 }
 
+/// The upstream base URL as it may be shown: user-info and query values (which may be keys)
+/// as `***`, except the harmless `api-version`.
+pub fn shown_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    if !url.username().is_empty() {
+        let _ = shown.set_username("***");
+    }
+    if url.password().is_some() {
+        let _ = shown.set_password(Some("***"));
+    }
+    if url.query().is_some() {
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .map(|(k, v)| {
+                let keep = matches!(k.as_ref(), "api-version" | "api_version");
+                (
+                    k.into_owned(),
+                    if keep { v.into_owned() } else { "***".into() },
+                )
+            })
+            .collect();
+        let mut q = shown.query_pairs_mut();
+        q.clear();
+        for (k, v) in &pairs {
+            q.append_pair(k, v);
+        }
+    }
+    shown.set_fragment(None);
+    // `***` is written percent-encoded in user-info; show it as typed.
+    shown.as_str().replace("%2A%2A%2A", "***")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_shown_upstream_hides_credentials_and_keys() {
+        let url: reqwest::Url =
+            "https://bob:hunter2pw@gw.example/openai?key=abc123secret&api-version=2024-06-01"
+                .parse()
+                .unwrap();
+        let shown = shown_url(&url);
+        assert_eq!(
+            shown,
+            "https://***:***@gw.example/openai?key=***&api-version=2024-06-01"
+        );
+        let plain: reqwest::Url = "https://api.openai.com/v1".parse().unwrap();
+        assert_eq!(shown_url(&plain), "https://api.openai.com/v1");
+    }
+
     #[test]
     fn the_least_recently_claimed_idle_conversation_is_forgotten_first() {
         let mut r = Remembered::default();

@@ -254,38 +254,6 @@ pub fn connections_for_fds(fds: u64) -> usize {
     (fds.saturating_sub(RESERVED_FDS + shed) / 2).max(1) as usize
 }
 
-/// The upstream base URL as it may be shown: user-info and query values (which may be keys)
-/// as `***`, except the harmless `api-version`.
-pub fn shown_url(url: &reqwest::Url) -> String {
-    let mut shown = url.clone();
-    if !url.username().is_empty() {
-        let _ = shown.set_username("***");
-    }
-    if url.password().is_some() {
-        let _ = shown.set_password(Some("***"));
-    }
-    if url.query().is_some() {
-        let pairs: Vec<(String, String)> = url
-            .query_pairs()
-            .map(|(k, v)| {
-                let keep = matches!(k.as_ref(), "api-version" | "api_version");
-                (
-                    k.into_owned(),
-                    if keep { v.into_owned() } else { "***".into() },
-                )
-            })
-            .collect();
-        let mut q = shown.query_pairs_mut();
-        q.clear();
-        for (k, v) in &pairs {
-            q.append_pair(k, v);
-        }
-    }
-    shown.set_fragment(None);
-    // `***` is written percent-encoded in user-info; show it as typed.
-    shown.as_str().replace("%2A%2A%2A", "***")
-}
-
 /// Serve connections on `listener` until the process ends. Accept errors, even running out of
 /// file descriptors, never end it.
 pub async fn serve(
@@ -716,6 +684,22 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteStall<S> {
     }
 }
 
+impl Proxy {
+    /// Serve connections with the default limits ([`ServiceOptions::default`]).
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> anyhow::Result<()> {
+        serve(self, listener, ServiceOptions::default()).await
+    }
+
+    /// Serve connections with `options`' limits, timeouts and access token.
+    pub async fn serve_with(
+        self: Arc<Self>,
+        listener: TcpListener,
+        options: ServiceOptions,
+    ) -> anyhow::Result<()> {
+        serve(self, listener, options).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -779,21 +763,6 @@ mod tests {
         ]);
         let why = a.admit(&mut h).unwrap_err();
         assert!(why.contains(UPSTREAM_KEY_ENV), "{why}");
-    }
-
-    #[test]
-    fn the_shown_upstream_hides_credentials_and_keys() {
-        let url: reqwest::Url =
-            "https://bob:hunter2pw@gw.example/openai?key=abc123secret&api-version=2024-06-01"
-                .parse()
-                .unwrap();
-        let shown = shown_url(&url);
-        assert_eq!(
-            shown,
-            "https://***:***@gw.example/openai?key=***&api-version=2024-06-01"
-        );
-        let plain: reqwest::Url = "https://api.openai.com/v1".parse().unwrap();
-        assert_eq!(shown_url(&plain), "https://api.openai.com/v1");
     }
 
     #[test]

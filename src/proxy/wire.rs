@@ -5,6 +5,10 @@
 //! provider"); replies (whole or streamed) turned into an assistant entry with its usage.
 //! Pure: JSON in, JSON out.
 
+use super::message::{
+    arguments_text, image_url, message_entry, parse_arguments, text_block, tool_result_entry,
+    BadRequest, Incoming, Reply,
+};
 use serde_json::{json, Map, Value};
 
 use crate::session::entry::{ContentBlock, Usage};
@@ -44,21 +48,6 @@ impl Api {
             Api::OpenAiResponses => "openai-responses",
         }
     }
-}
-
-/// Why a request body could not be read as a chat request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BadRequest(pub String);
-
-/// One message of the incoming history, with the log entries it stands for.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Incoming {
-    /// The message as the agent sent it (returned upstream byte for byte when the model input
-    /// keeps it whole).
-    pub raw: Value,
-    /// Entries for `soba/session/append`, without `id`, `parentId` and `ts`.
-    pub entries: Vec<Value>,
 }
 
 /// A chat request split at the proxy's edge.
@@ -216,18 +205,6 @@ pub fn content_fingerprint(entries: &[Value]) -> u64 {
     fingerprint(&[&serde_json::to_string(entries).unwrap_or_default()])
 }
 
-pub(super) fn text_block(text: &str) -> Value {
-    json!({"type": "text", "text": text})
-}
-
-pub(super) fn message_entry(role: &str, content: Vec<Value>) -> Value {
-    json!({"type": "message", "role": role, "content": content})
-}
-
-pub(super) fn tool_result_entry(call_id: &str, content: Vec<Value>, is_error: bool) -> Value {
-    json!({"type": "tool_result", "callId": call_id, "content": content, "isError": is_error})
-}
-
 // ---------------------------------------------------------------------------------------------
 // OpenAI Chat Completions
 
@@ -275,14 +252,6 @@ fn openai_blocks(content: Option<&Value>) -> Vec<Value> {
     }
 }
 
-/// `input` of a tool call from OpenAI's `arguments` text (kept as a string when not JSON).
-pub(super) fn parse_arguments(arguments: &str) -> Value {
-    if arguments.trim().is_empty() {
-        return json!({});
-    }
-    serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()))
-}
-
 fn openai_entries(m: &Value) -> Result<Vec<Value>, BadRequest> {
     let role = m
         .get("role")
@@ -326,18 +295,6 @@ fn openai_assistant_entry(m: &Value) -> Value {
         }
     }
     message_entry("assistant", content)
-}
-
-pub(super) fn image_url(media_type: Option<&str>, data: Option<&str>) -> String {
-    let data = data.unwrap_or("");
-    if data.starts_with("data:") || data.starts_with("http://") || data.starts_with("https://") {
-        data.to_string()
-    } else {
-        format!(
-            "data:{};base64,{data}",
-            media_type.unwrap_or("application/octet-stream")
-        )
-    }
 }
 
 fn blocks_text(content: &[ContentBlock]) -> String {
@@ -421,13 +378,6 @@ pub fn render_openai(messages: &[ModelMessage]) -> Vec<Value> {
         out.push(json!({"role": "user", "content": pending_images}));
     }
     out
-}
-
-pub(super) fn arguments_text(input: &Value) -> String {
-    match input {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -615,20 +565,6 @@ fn content_as_blocks(content: Option<&Value>) -> Vec<Value> {
 
 // ---------------------------------------------------------------------------------------------
 // Replies
-
-/// What the proxy keeps of a reply: its assistant entries (without usage; one per message the
-/// agent will resend: one for a chat reply, one per output item for a response), the provider
-/// usage, and whether the model asked for tools (the turn goes on) or finished. No entries: no
-/// complete reply to record.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Reply {
-    pub entries: Vec<Value>,
-    pub usage: Option<Usage>,
-    pub wants_tools: bool,
-    /// The provider's id of the response (Responses API), which a later request may continue
-    /// with `previous_response_id`.
-    pub response_id: Option<String>,
-}
 
 fn openai_usage(u: &Value) -> Option<Usage> {
     let prompt = u.get("prompt_tokens")?.as_u64()?;
@@ -1072,6 +1008,33 @@ pub fn error_body(api: Api, kind: &str, message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_creating_a_response_is_rewritten() {
+        assert_eq!(Api::for_path("/v1/responses"), Some(Api::OpenAiResponses));
+        assert_eq!(
+            Api::for_path("/openai/v1/responses/"),
+            Some(Api::OpenAiResponses)
+        );
+        // Reading, cancelling, compacting a stored response and counting input tokens pass
+        // through.
+        for path in [
+            "/v1/responses/resp_1",
+            "/v1/responses/resp_1/cancel",
+            "/v1/responses/compact",
+            "/v1/responses/input_tokens",
+        ] {
+            assert_eq!(Api::for_path(path), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_response_is_no_reply() {
+        assert_eq!(
+            parse_reply(Api::OpenAiResponses, b"not json"),
+            Reply::default()
+        );
+    }
 
     #[test]
     fn signed_thinking_and_redacted_thinking_survive_the_round_trip_to_anthropic() {

@@ -4,8 +4,10 @@
 
 use crate::capsule::artifacts::ToolMapping;
 use crate::capsule::render::render_for_model;
+use crate::compaction::plan::Plan;
+use crate::compaction::run::generate_local;
 use crate::compaction::run::{Barrier, Preflight};
-use crate::compaction::{generate_local, CompactionResult, Plan};
+use crate::compaction::CompactionResult;
 use crate::config::Config;
 use crate::report::{Event, ForeignMark, Kept, Step, Timeline, TimelineCompaction};
 use crate::session::entry::{
@@ -13,7 +15,7 @@ use crate::session::entry::{
 };
 use crate::session::log::{LogError, SessionLog};
 use crate::session::view::{ModelMessage, ModelView};
-use crate::summarize::Summarizer;
+use crate::summarize::summarizer::Summarizer;
 use crate::util::new_id;
 
 /// How many compactions one preflight may run before it settles. The barrier needs at most a
@@ -193,7 +195,7 @@ impl<'a> SimulatedHost<'a> {
     fn record_corrected(
         &mut self,
         result: CompactionResult,
-        corrections: crate::summarize::Corrections,
+        corrections: crate::summarize::response::Corrections,
     ) -> CompactionResult {
         if !result.operation_id.is_empty() {
             crate::flight::FlightLog::for_session_log(self.log.path()).record_corrected(
@@ -241,7 +243,7 @@ impl<'a> SimulatedHost<'a> {
         let started = std::time::Instant::now();
         let generation = self.writer.generate(plan);
         before_commit(self)?;
-        let mut result = crate::compaction::commit(
+        let mut result = crate::compaction::run::commit(
             &mut self.log,
             plan,
             generation.generated.clone(),
@@ -383,7 +385,7 @@ mod tests {
     use crate::config::{ConfigFile, Overrides};
     use crate::session::entry::{ContentBlock, MessageEntry, Outcome};
     use crate::session::testing::header;
-    use crate::summarize::SummaryError;
+    use crate::summarize::summarizer::SummaryError;
     use futures::future::BoxFuture;
     use tokio_util::sync::CancellationToken;
 
@@ -397,7 +399,7 @@ mod tests {
 
         fn summarize<'a>(
             &'a self,
-            _req: &'a crate::summarize::SummaryRequest,
+            _req: &'a crate::summarize::summarizer::SummaryRequest,
             _progress: &'a (dyn Fn(u8) + Send + Sync),
             _cancel: CancellationToken,
         ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>> {

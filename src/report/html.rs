@@ -7,7 +7,8 @@ use std::fmt::Write;
 
 use super::Timeline;
 use crate::capsule::Quality;
-use crate::session::entry::{Outcome, Trigger};
+use crate::session::entry::Outcome;
+use crate::session::trigger::Trigger;
 use crate::util::human_tokens;
 
 const WIDTH: f64 = 960.0;
@@ -336,8 +337,9 @@ pub fn render(t: &Timeline) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::{Limits, MeasurementSource};
+    use crate::budget::MeasurementSource;
     use crate::compaction::CompactionResult;
+    use crate::limits::Limits;
     use crate::report::{ForeignMark, Step, TimelineCompaction};
 
     fn limits() -> Limits {

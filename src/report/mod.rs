@@ -10,8 +10,9 @@ pub mod text;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::budget::{Limits, MeasurementSource};
+use crate::budget::MeasurementSource;
 use crate::compaction::CompactionResult;
+use crate::limits::Limits;
 use crate::util::human_tokens;
 
 /// One preflight that handed out model input.
@@ -402,7 +403,8 @@ pub enum Event<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::entry::{Outcome, Trigger};
+    use crate::session::entry::Outcome;
+    use crate::session::trigger::Trigger;
 
     fn limits() -> Limits {
         Limits {

@@ -4,7 +4,7 @@
 //! visible. Colour is opt-in (the caller decides: a terminal, and `NO_COLOR` unset).
 
 use super::{Event, ForeignMark, Step, Timeline, TimelineCompaction};
-use crate::budget::Limits;
+use crate::limits::Limits;
 use crate::session::entry::Outcome;
 use crate::util::human_tokens;
 
@@ -236,7 +236,7 @@ mod tests {
     use super::*;
     use crate::budget::MeasurementSource;
     use crate::compaction::CompactionResult;
-    use crate::session::entry::Trigger;
+    use crate::session::trigger::Trigger;
 
     fn limits() -> Limits {
         Limits {

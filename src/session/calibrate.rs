@@ -118,11 +118,14 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
-    use crate::budget::{Budget, CalibrationSource, Limits, MAX_LEARNED_FACTOR};
-    use crate::config::CompactionConfig;
+    use crate::budget::Budget;
+    use crate::limits::CompactionConfig;
+    use crate::limits::Limits;
     use crate::session::entry::*;
     use crate::session::testing::Builder;
+    use crate::tokens::CalibrationSource;
     use crate::tokens::TokenizerKind;
+    use crate::tokens::MAX_LEARNED_FACTOR;
 
     fn reply(b: &mut Builder, text: &str, prompt: u64) -> String {
         b.push(EntryBody::Message(MessageEntry {

@@ -385,14 +385,6 @@ impl<'de> Deserialize<'de> for ContentBlock {
     }
 }
 
-/// A message's or result's content blocks, without spare capacity: read from a stream, a
-/// `Vec` grows by doubling, and a long log holds hundreds of thousands of these.
-pub(super) fn blocks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ContentBlock>, D::Error> {
-    let mut blocks = Vec::<ContentBlock>::deserialize(d)?;
-    blocks.shrink_to_fit();
-    Ok(blocks)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

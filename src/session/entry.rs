@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::session::capsule::CapsuleEntry;
+use crate::session::trigger::Trigger;
 
 /// Format version written in every new header.
 pub const LOG_FORMAT_VERSION: u32 = 1;
@@ -206,7 +207,7 @@ impl Role {
 #[serde(rename_all = "camelCase")]
 pub struct MessageEntry {
     pub role: Role,
-    #[serde(deserialize_with = "super::decode::blocks")]
+    #[serde(deserialize_with = "blocks_without_spare_capacity")]
     pub content: Vec<ContentBlock>,
     /// Provider usage of the inference that produced this (assistant) message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -424,7 +425,7 @@ pub struct ToolResultEntry {
     pub call_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
-    #[serde(deserialize_with = "super::decode::blocks")]
+    #[serde(deserialize_with = "blocks_without_spare_capacity")]
     pub content: Vec<ContentBlock>,
     #[serde(default)]
     pub is_error: bool,
@@ -516,53 +517,6 @@ pub struct RewindEntry {
 pub struct SkillEntry {
     pub name: String,
     pub active: bool,
-}
-
-/// What starts a compaction. The first seven are the spec's triggers; `handoff` is an
-/// intentional `/capsule create`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Trigger {
-    HardLimit,
-    Milestone,
-    PlanPivot,
-    TurnComplete,
-    AutoThreshold,
-    User,
-    ContextOverflow,
-    Handoff,
-}
-
-impl Trigger {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trigger::HardLimit => "hard_limit",
-            Trigger::Milestone => "milestone",
-            Trigger::PlanPivot => "plan_pivot",
-            Trigger::TurnComplete => "turn_complete",
-            Trigger::AutoThreshold => "auto_threshold",
-            Trigger::User => "user",
-            Trigger::ContextOverflow => "context_overflow",
-            Trigger::Handoff => "handoff",
-        }
-    }
-
-    /// Soft triggers are optional: ROI-gated and disabled by `/auto-compact off`.
-    pub fn is_soft(self) -> bool {
-        matches!(
-            self,
-            Trigger::Milestone
-                | Trigger::PlanPivot
-                | Trigger::TurnComplete
-                | Trigger::AutoThreshold
-        )
-    }
-}
-
-impl std::fmt::Display for Trigger {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -789,6 +743,16 @@ pub fn blocks_text(blocks: &[ContentBlock]) -> String {
         }
     }
     out
+}
+
+/// A message's or result's content blocks, without spare capacity: read from a stream, a
+/// `Vec` grows by doubling, and a long log holds hundreds of thousands of these.
+fn blocks_without_spare_capacity<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<ContentBlock>, D::Error> {
+    let mut blocks = Vec::<ContentBlock>::deserialize(d)?;
+    blocks.shrink_to_fit();
+    Ok(blocks)
 }
 
 #[cfg(test)]

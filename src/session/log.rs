@@ -1779,7 +1779,7 @@ pub(crate) mod tests {
     }
 
     fn real_tokens(s: &Session, id: &str) -> u64 {
-        crate::tokens::entry_tokens(s.tokenizer(), s.get(id).unwrap())
+        crate::session::count::entry_tokens(s.tokenizer(), s.get(id).unwrap())
     }
 
     /// `a → b → c`, closed, its side file written by the appends.
@@ -2205,7 +2205,7 @@ pub(crate) mod tests {
                     for (i, e) in s.entries().iter().enumerate() {
                         assert_eq!(
                             s.tokens_of(i),
-                            crate::tokens::entry_tokens(s.tokenizer(), e),
+                            crate::session::count::entry_tokens(s.tokenizer(), e),
                             "entry {}",
                             e.id
                         );
@@ -2262,7 +2262,7 @@ pub(crate) mod tests {
         let recorded = records(&p);
         assert_eq!(recorded.len(), s.len());
         for (i, (e, r)) in s.entries().iter().zip(&recorded).enumerate() {
-            let expected = crate::tokens::entry_tokens(s.tokenizer(), e);
+            let expected = crate::session::count::entry_tokens(s.tokenizer(), e);
             assert_eq!(s.tokens_of(i), expected, "entry {}", e.id);
             assert_eq!(
                 (r.id.as_str(), u64::from(r.counts.tokens)),

@@ -4,6 +4,7 @@
 mod calibrate;
 mod calls;
 pub mod capsule;
+pub mod count;
 mod decode;
 pub mod entry;
 pub mod log;
@@ -11,6 +12,7 @@ pub mod rewind;
 mod store;
 pub mod tally;
 pub mod token_file;
+pub mod trigger;
 pub mod turn;
 pub mod unseen;
 pub mod unseen_store;
@@ -20,8 +22,10 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::OnceLock;
 
-use crate::budget::{Calibration, CalibrationSource, CountSample};
-use crate::tokens::{entry_tokens, TokenizerKind};
+use crate::budget::{Calibration, CountSample};
+use crate::session::count::entry_tokens;
+use crate::tokens::CalibrationSource;
+use crate::tokens::TokenizerKind;
 use entry::{Entry, EntryBody, EntryKind, SessionHeader, SettingEntry};
 pub(crate) use store::parse_line;
 pub use store::Entries;
@@ -565,7 +569,7 @@ impl Session {
         // continuing from it is the point of loading it.
         let capsule = match &entry.body {
             EntryBody::Capsule(c)
-                if c.trigger != entry::Trigger::Handoff
+                if c.trigger != trigger::Trigger::Handoff
                     || c.origin == crate::session::capsule::Origin::Loaded =>
             {
                 Some(idx)

@@ -12,7 +12,8 @@
 
 use std::collections::HashSet;
 
-use super::entry::{EntryBody, EntryKind, IntentAction, Role, Trigger, Usage};
+use super::entry::{EntryBody, EntryKind, IntentAction, Role, Usage};
+use super::trigger::Trigger;
 use super::turn::{turn_facts, PendingIntent, TurnFacts};
 use super::view::{ModelView, ViewItem, ViewPart, ViewSlot};
 use super::Session;
@@ -571,10 +572,10 @@ mod tests {
             let mut b = Builder::new();
             let mut calls = Vec::new();
             b.user("start");
-            let limits = crate::budget::Limits::compute(
+            let limits = crate::limits::Limits::compute(
                 1_000_000,
                 8_000,
-                &crate::config::CompactionConfig::default(),
+                &crate::limits::CompactionConfig::default(),
             )
             .unwrap();
             for s in &steps {

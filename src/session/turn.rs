@@ -3,7 +3,7 @@
 
 use super::entry::{EntryBody, EntryKind, IntentAction, Outcome, Role};
 use super::Session;
-use crate::session::entry::Trigger;
+use crate::session::trigger::Trigger;
 
 /// A soft trigger's request for a compaction at the next preflight, not yet consumed.
 #[derive(Debug, Clone, PartialEq, Eq)]

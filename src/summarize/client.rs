@@ -15,9 +15,9 @@ use super::progress::stream_fraction;
 use super::prompt::{self, input_window, next_chunk, Prompt, PromptContext, SIZING_TOKENIZER};
 use super::response::parse_capsule_state;
 use super::sse::SseParser;
-pub use super::wire::Reply;
+use super::summarizer::{Summarizer, SummarizerConfigError, SummaryError, SummaryRequest};
+use super::wire::Reply;
 use super::wire::{self, EventError, StreamItem};
-use super::{Summarizer, SummarizerConfigError, SummaryError, SummaryRequest};
 use crate::capsule::CapsuleState;
 use crate::config::{catalog_lookup, Provider, SummarizerConfig};
 

@@ -13,113 +13,24 @@ pub mod progress;
 pub mod prompt;
 pub mod response;
 pub mod sse;
+pub mod summarizer;
 pub mod wire;
 
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use crate::capsule::{Artifacts, CapsuleEntry, CapsuleState, Quality};
-use crate::compaction::{generate_local, Generated, Plan};
+use crate::capsule::{CapsuleState, Quality};
+use crate::compaction::plan::Plan;
+use crate::compaction::run::generate_local;
+use crate::compaction::run::Generated;
 use crate::config::{Provider, SummarizerConfig};
-use crate::session::view::ModelMessage;
 
-pub use breaker::{Admission, Breaker, BreakerState, FAILURE_THRESHOLD};
-pub use client::ModelSummarizer;
+use breaker::Admission;
+use client::ModelSummarizer;
 use progress::Progress;
-pub use response::Corrections;
-
-/// Everything a summarizer is given.
-#[derive(Debug, Clone, Default)]
-pub struct SummaryRequest {
-    /// The previous capsule on the branch, rolled forward.
-    pub previous: Option<CapsuleEntry>,
-    /// The entries being summarized, rendered as model messages, oldest first.
-    pub history: Vec<ModelMessage>,
-    /// Custom instructions of an explicit `/compact`.
-    pub instructions: Option<String>,
-    /// Facts from the log; shown to the model (those of the summarized history and the
-    /// previous capsule, see [`prompt::shown_artifacts`]), never changed by it.
-    pub artifacts: Artifacts,
-    /// What was wrong with the model's previous reply, when the request is sent again.
-    pub follow_up: Option<String>,
-}
-
-impl SummaryRequest {
-    /// The facts of the history the model is given beside the artifacts, sized for a
-    /// summarizer whose input window is `window` tokens.
-    pub fn facts(&self, window: u64) -> prompt::HistoryFacts {
-        prompt::HistoryFacts::within(&self.history, prompt::FactBudget::for_window(window))
-    }
-
-    /// [`SummaryRequest::facts`] with each message passed through `clean` (redaction) before
-    /// it is shortened.
-    pub fn facts_after(
-        &self,
-        window: u64,
-        clean: &(dyn Fn(String) -> String + Send + Sync),
-    ) -> prompt::HistoryFacts {
-        prompt::HistoryFacts::within_after(
-            &self.history,
-            prompt::FactBudget::for_window(window),
-            clean,
-        )
-    }
-
-    /// The artifacts the model is shown: none it cannot see in the history or the previous
-    /// capsule.
-    pub fn shown_artifacts(&self) -> Artifacts {
-        prompt::shown_artifacts(
-            &self.artifacts,
-            &self.history,
-            self.previous.as_ref().map(|c| &c.artifacts),
-        )
-    }
-}
-
-/// Why a model run produced no capsule state. Messages never contain the API key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SummaryError {
-    #[error("the summarization model did not finish within {after_ms} ms")]
-    Timeout { after_ms: u64 },
-    #[error("summarization was cancelled")]
-    Cancelled,
-    #[error("the summarization model answered HTTP {status}: {message}")]
-    Http { status: u16, message: String },
-    #[error("could not talk to the summarization model: {0}")]
-    Transport(String),
-    #[error("the summarization model's stream ended before the reply was complete")]
-    Truncated,
-    #[error("the summarization model reported an error: {0}")]
-    Provider(String),
-    #[error("invalid reply from the summarization model: {0}")]
-    InvalidResponse(String),
-    #[error("{0}")]
-    WindowTooSmall(String),
-    #[error("the summarization model is paused after {FAILURE_THRESHOLD} consecutive failures; it is tried again in {retry_in_ms} ms")]
-    BreakerOpen { retry_in_ms: u64 },
-}
-
-/// Something that writes a capsule's narrative state.
-pub trait Summarizer: Send + Sync {
-    /// Provider, model and endpoint, for logs and status lines; never the key.
-    fn describe(&self) -> String;
-
-    /// Summarize `req`. `progress` receives percentages in 0..=99 as the reply streams in; the
-    /// run stops (dropping its connection) when `cancel` fires or the future is dropped.
-    fn summarize<'a>(
-        &'a self,
-        req: &'a SummaryRequest,
-        progress: &'a (dyn Fn(u8) + Send + Sync),
-        cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<CapsuleState, SummaryError>>;
-
-    /// The circuit breaker guarding this summarizer, when it has one.
-    fn breaker(&self) -> Option<&Breaker> {
-        None
-    }
-}
+use response::Corrections;
+use summarizer::{Summarizer, SummarizerConfigError, SummaryError, SummaryRequest};
 
 /// The result of [`summarize_with_fallback`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -296,7 +207,7 @@ impl Generation {
 /// The generate step of the compaction barrier: the plan's history through `summarizer`
 /// (under the plan's `compaction.timeoutMs`), its local state on any failure, or
 /// [`Generated::Cancelled`]. Holds no borrow of the session; hand the result to
-/// [`crate::compaction::commit`], which checks the expected leaf before appending.
+/// [`crate::compaction::run::commit`], which checks the expected leaf before appending.
 pub async fn generate(
     plan: &Plan,
     summarizer: Option<&dyn Summarizer>,
@@ -361,7 +272,7 @@ pub async fn generate_checked(
 
 /// [`generate`] for a caller without a runtime (the CLI): runs it on a current-thread runtime,
 /// with Ctrl-C as external cancellation. Returns what was generated and whether it was
-/// cancelled (pass that to [`crate::compaction::commit`] as `aborted`).
+/// cancelled (pass that to [`crate::compaction::run::commit`] as `aborted`).
 ///
 /// Once this has run, Ctrl-C no longer ends the process by default; it is meant to be the last
 /// long step of a command.
@@ -392,32 +303,6 @@ fn fallback_reason(error: &SummaryError) -> String {
     format!("{error}; the local capsule was used")
 }
 
-/// Why a summarizer configuration cannot be used. Names settings and variables, never values
-/// of secrets.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SummarizerConfigError {
-    #[error("summarizer.provider is `local`: the local builder needs no model summarizer")]
-    LocalProvider,
-    #[error("summarizer.model is required when summarizer.provider is `{provider}`")]
-    MissingModel { provider: &'static str },
-    #[error("summarizer.apiKeyEnv is required when summarizer.provider is `anthropic`: name the environment variable that holds the API key")]
-    MissingApiKeyEnv,
-    #[error("the environment variable `{var}` named by summarizer.apiKeyEnv is not set or empty; export it, or change summarizer.apiKeyEnv")]
-    MissingApiKey { var: String },
-    #[error("the environment variable `{var}` named by summarizer.apiKeyEnv was not passed by the client that opened this session: `soba serve` passes only the variables that its user config, --config file or trusted workspace config name, and only when they are set; export `{var}` and name it in one of those files, then restart the client")]
-    KeyNotPassed { var: String },
-    #[error("summarizer.baseUrl `{url}` is not usable: {message}")]
-    BadBaseUrl { url: String, message: String },
-    #[error("summarizer.{key} = {value} is invalid: {allowed}")]
-    OutOfRange {
-        key: &'static str,
-        value: u64,
-        allowed: String,
-    },
-    #[error("cannot set up the HTTP client for the summarizer: {0}")]
-    Client(String),
-}
-
 /// The summarizer a configuration asks for: `None` for the local builder.
 pub fn from_config(
     cfg: &SummarizerConfig,
@@ -440,6 +325,8 @@ pub fn from_config_with_env(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use breaker::{Breaker, BreakerState};
+    use futures::future::BoxFuture;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Mutex;
 

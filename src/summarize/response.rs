@@ -284,7 +284,7 @@ pub struct Grounding {
 
 impl Grounding {
     /// What `req` showed the model.
-    pub fn of(req: &super::SummaryRequest) -> Grounding {
+    pub fn of(req: &super::summarizer::SummaryRequest) -> Grounding {
         let mut text = String::new();
         for m in &req.history {
             for block in &m.content {
@@ -827,7 +827,7 @@ mod vet_tests {
     use super::*;
     use crate::capsule::{Artifacts, FileArtifact};
     use crate::session::view::ModelMessage;
-    use crate::summarize::SummaryRequest;
+    use crate::summarize::summarizer::SummaryRequest;
 
     fn text(role: &str, t: &str) -> ModelMessage {
         ModelMessage {

@@ -9,13 +9,14 @@ use std::path::Path;
 use serde_json::Value;
 use soba::accuracy::{self, model_of, pairs, session_of, Distribution, Pair};
 use soba::budget::unseen::MAX_GROWTH_SHARE;
-use soba::budget::{
-    Agent, CalibrationSource, Learned, UnseenKind, UnseenPrior, UnseenSource, MAX_LEARNED_FACTOR,
-    PROVISIONAL_MARGIN,
-};
-use soba::import::{import_str, ImportOptions, ImportResult};
+use soba::budget::{Agent, Learned, UnseenKind, UnseenPrior, UnseenSource};
+use soba::import::transcript::import_str;
+use soba::import::{ImportOptions, ImportResult};
 use soba::session::entry::{EntryBody, Role};
 use soba::session::view::{ModelView, ViewItem, ViewPart};
+use soba::tokens::CalibrationSource;
+use soba::tokens::MAX_LEARNED_FACTOR;
+use soba::tokens::PROVISIONAL_MARGIN;
 
 fn import(path: &Path) -> ImportResult {
     let text = std::fs::read_to_string(path).unwrap();

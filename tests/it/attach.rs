@@ -17,7 +17,8 @@ use soba::attach::discover::{self, Agent, Homes};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::import::stream::StreamImporter;
-use soba::import::{import_str, ImportOptions};
+use soba::import::transcript::import_str;
+use soba::import::ImportOptions;
 
 fn options(path: &str) -> ImportOptions {
     ImportOptions {

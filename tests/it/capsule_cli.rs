@@ -12,10 +12,11 @@ use soba::capsule::{
 };
 use soba::config::Durability;
 use soba::session::entry::{
-    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, Role, SessionHeader, Trigger,
+    ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, Role, SessionHeader,
     LOG_FORMAT_VERSION,
 };
 use soba::session::log::{read_session, SessionLog};
+use soba::session::trigger::Trigger;
 use soba::session::view::ModelView;
 
 fn header(id: &str, workspace: &str) -> SessionHeader {

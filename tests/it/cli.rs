@@ -698,7 +698,7 @@ fn every_argument_of_every_command_has_help_text() {
         }
     }
     let mut missing = Vec::new();
-    let root = soba::cli::Cli::command();
+    let root = soba::cli::command::Cli::command();
     walk(&root, "soba", &mut missing);
     assert!(missing.is_empty(), "arguments without help: {missing:#?}");
     // The walk reaches the nested commands, so an empty list means something.

@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use soba::config::{Provider, SummarizerConfig};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::summarize::{ModelSummarizer, Summarizer};
+use soba::summarize::client::ModelSummarizer;
+use soba::summarize::summarizer::Summarizer;
 
 /// Pieces the reply streams in, and the pause before each.
 const PIECES: usize = 8;

@@ -337,7 +337,7 @@ fn a_writer_opening_a_long_real_log_compacts_only_past_the_logs_own_hard_limit()
             _ => continue,
         };
         barriers += 1;
-        if trigger == soba::session::entry::Trigger::HardLimit {
+        if trigger == soba::session::trigger::Trigger::HardLimit {
             assert!(
                 tokens_before > hard_limit,
                 "a hard-limit compaction at {tokens_before} tokens, under the log's own \

@@ -16,7 +16,9 @@ use soba::daemon::paths::Paths;
 use soba::daemon::protocol::code;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::daemon::watcher::WatchMode;
-use soba::summarize::{Summarizer, SummaryError, SummaryRequest};
+use soba::summarize::summarizer::Summarizer;
+use soba::summarize::summarizer::SummaryError;
+use soba::summarize::summarizer::SummaryRequest;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 

@@ -19,7 +19,9 @@ use soba::capsule::CapsuleState;
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::session::log::read_session;
-use soba::summarize::{Summarizer, SummaryError, SummaryRequest};
+use soba::summarize::summarizer::Summarizer;
+use soba::summarize::summarizer::SummaryError;
+use soba::summarize::summarizer::SummaryRequest;
 use tokio_util::sync::CancellationToken;
 
 /// A model that takes a few milliseconds (seeded per call) and honours cancellation.

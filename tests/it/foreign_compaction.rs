@@ -8,7 +8,8 @@ use crate::common;
 use std::path::Path;
 
 use soba::accuracy::{model_of, pairs, session_of, Pair};
-use soba::import::{import_str, ImportOptions, ImportResult};
+use soba::import::transcript::import_str;
+use soba::import::{ImportOptions, ImportResult};
 use soba::session::entry::EntryBody;
 use soba::session::view::ForeignCompactions;
 use soba::session::Session;

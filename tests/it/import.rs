@@ -315,7 +315,7 @@ fn every_real_transcript_imports_and_its_log_works() {
         let learned = calibration["source"] == "session";
         if learned {
             assert!(
-                factor > configured && factor <= soba::budget::MAX_LEARNED_FACTOR,
+                factor > configured && factor <= soba::tokens::MAX_LEARNED_FACTOR,
                 "{name}: {budget}"
             );
         } else {
@@ -651,7 +651,7 @@ fn a_transcript_with_an_invalid_utf8_byte_is_imported_with_a_warning_naming_the_
     s.feed(&bytes).unwrap();
     let streamed = s.finish().unwrap();
     let (lossy, bad) = soba::import::decode_lossy(&bytes);
-    let mut whole = soba::import::import_str(&lossy, None, &options).unwrap();
+    let mut whole = soba::import::transcript::import_str(&lossy, None, &options).unwrap();
     whole.note_lossy_lines(bad);
     assert_eq!(streamed, whole);
 }
@@ -709,7 +709,7 @@ fn a_line_of_bad_bytes_gets_one_warning_that_says_it_was_skipped() {
     s.feed(&bytes).unwrap();
     let streamed = s.finish().unwrap();
     let (lossy, bad) = soba::import::decode_lossy(&bytes);
-    let mut whole = soba::import::import_str(&lossy, None, &options).unwrap();
+    let mut whole = soba::import::transcript::import_str(&lossy, None, &options).unwrap();
     whole.note_lossy_lines(bad);
     assert_eq!(streamed, whole);
     assert_eq!(streamed.report.corrupt_lines.len(), 1);

@@ -16,8 +16,12 @@ use soba::compaction::run::Preflight;
 use soba::config::{Provider, SummarizerConfig};
 use soba::session::entry::*;
 use soba::session::log::read_session;
+use soba::session::trigger::Trigger;
 use soba::session::view::{ModelMessage, ModelView};
-use soba::summarize::{ModelSummarizer, Summarizer, SummaryError, SummaryRequest};
+use soba::summarize::client::ModelSummarizer;
+use soba::summarize::summarizer::Summarizer;
+use soba::summarize::summarizer::SummaryError;
+use soba::summarize::summarizer::SummaryRequest;
 use soba::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
 use tokio_util::sync::CancellationToken;
 

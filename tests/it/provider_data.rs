@@ -13,7 +13,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::import::{import_str, Format, ImportOptions};
+use soba::import::transcript::import_str;
+use soba::import::{Format, ImportOptions};
 use soba::session::entry::{ContentBlock, EntryBody};
 
 fn daemon(base: &Path) -> Arc<Daemon> {

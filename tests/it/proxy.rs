@@ -595,13 +595,13 @@ impl Env {
 
 fn hard_limit() -> u64 {
     // Below a 64000-token window the default reserve scales with the window.
-    let reserve = soba::config::CompactionConfig::default().safety_reserve_tokens;
-    soba::budget::Limits::compute(
+    let reserve = soba::limits::CompactionConfig::default().safety_reserve_tokens;
+    soba::limits::Limits::compute(
         WINDOW,
         MAX_OUTPUT,
-        &soba::config::CompactionConfig {
+        &soba::limits::CompactionConfig {
             safety_reserve_tokens: soba::config::scaled_safety_reserve(reserve, WINDOW),
-            ..soba::config::CompactionConfig::default()
+            ..soba::limits::CompactionConfig::default()
         },
     )
     .unwrap()
@@ -991,7 +991,7 @@ async fn a_provider_window_below_the_configured_one_is_learned_once_and_the_turn
         .expect("the recovery's capsule");
     assert_eq!(
         first.trigger,
-        soba::session::entry::Trigger::ContextOverflow
+        soba::session::trigger::Trigger::ContextOverflow
     );
     let short = first
         .tokens

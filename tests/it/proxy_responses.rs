@@ -349,13 +349,13 @@ fn input_tokens(body: &Value) -> u64 {
 
 fn hard_limit() -> u64 {
     // Below a 64000-token window the default reserve scales with the window.
-    let reserve = soba::config::CompactionConfig::default().safety_reserve_tokens;
-    soba::budget::Limits::compute(
+    let reserve = soba::limits::CompactionConfig::default().safety_reserve_tokens;
+    soba::limits::Limits::compute(
         WINDOW,
         MAX_OUTPUT,
-        &soba::config::CompactionConfig {
+        &soba::limits::CompactionConfig {
             safety_reserve_tokens: soba::config::scaled_safety_reserve(reserve, WINDOW),
-            ..soba::config::CompactionConfig::default()
+            ..soba::limits::CompactionConfig::default()
         },
     )
     .unwrap()
@@ -790,7 +790,7 @@ fn rollout_items(file: &str) -> Option<Vec<Value>> {
 
 #[test]
 fn every_item_of_real_codex_rollouts_reads_and_renders_back_to_the_same_entries() {
-    use soba::proxy::conversation::Outgoing;
+    use soba::proxy::message::Outgoing;
     use soba::proxy::responses::{item_entries, render_items};
     for file in [
         "agentv-two-compactions.jsonl",

@@ -1150,7 +1150,7 @@ fn redaction_of_the_corpus_is_idempotent() {
 /// item, as a model writes it.
 pub(crate) fn capsule_holding(text: &str, n: usize) -> soba::capsule::CapsuleEntry {
     use soba::capsule::*;
-    use soba::session::entry::Trigger;
+    use soba::session::trigger::Trigger;
     CapsuleEntry {
         checkpoint_id: format!("ck_{n:012x}"),
         trigger: Trigger::User,
@@ -1185,7 +1185,7 @@ fn planted_secret_recall_on_every_output_path() {
     let ws = tempfile::tempdir().unwrap();
     let flight = soba::flight::FlightLog::new(&ws.path().join("data"));
     std::fs::create_dir_all(ws.path().join("data")).unwrap();
-    let limits = soba::budget::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
+    let limits = soba::limits::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
     let mut missed: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for (n, (form, secret, text)) in s.iter().enumerate() {
         let capsule = capsule_holding(text, n);

@@ -25,7 +25,9 @@ use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 use soba::session::entry::ContentBlock;
 use soba::session::view::ModelMessage;
-use soba::summarize::{ModelSummarizer, Summarizer, SummaryRequest};
+use soba::summarize::client::ModelSummarizer;
+use soba::summarize::summarizer::Summarizer;
+use soba::summarize::summarizer::SummaryRequest;
 use tokio_util::sync::CancellationToken;
 
 /// The most secrets of the attack corpus any path may leak.
@@ -51,7 +53,7 @@ fn holds(out: &str, secret: &str) -> bool {
 fn file_paths(corpus: &[Planted]) -> BTreeMap<&'static str, Vec<usize>> {
     use soba::capsule::portable::{write, PortableCapsule};
     let ws = tempfile::tempdir().unwrap();
-    let limits = soba::budget::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
+    let limits = soba::limits::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
     let mut leaks: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
     for (n, p) in corpus.iter().enumerate() {
         let capsule = capsule_holding(&p.text, n);

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use soba::config::{Config, ConfigFile, Overrides};
-use soba::import::{import_str, ImportOptions};
+use soba::import::transcript::import_str;
+use soba::import::ImportOptions;
 use soba::replay::host::CapsuleWriter;
 use soba::replay::{replay, Observers};
 use soba::session::entry::{ContentBlock, Outcome};

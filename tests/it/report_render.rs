@@ -104,7 +104,7 @@ fn a_replay_report_shows_the_source_agents_compactions_in_a_browser() {
         default_session_id: "s".into(),
         now: "2026-01-01T00:00:00Z".into(),
     };
-    let import = soba::import::import_str(&text, None, &options).unwrap();
+    let import = soba::import::transcript::import_str(&text, None, &options).unwrap();
     let f = ConfigFile::parse(
         "t",
         r#"{"model":{"name":"t","contextWindow":40000,"maxOutputTokens":4000},"compaction":{"keepRecentTokens":8000}}"#,

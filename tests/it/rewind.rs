@@ -10,13 +10,15 @@ use serde_json::Value;
 use soba::capsule::handoff::list_capsules;
 use soba::capsule::{Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Origin, Quality};
 use soba::config::Durability;
-use soba::import::{import_str, ImportOptions};
+use soba::import::transcript::import_str;
+use soba::import::ImportOptions;
 use soba::session::entry::{
     ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, Role, SessionHeader, ToolResultEntry,
-    Trigger, LOG_FORMAT_VERSION,
+    LOG_FORMAT_VERSION,
 };
 use soba::session::log::{read_session, SessionLog};
 use soba::session::rewind::rewind_session;
+use soba::session::trigger::Trigger;
 use soba::session::view::{ModelMessage, ModelView};
 
 fn header(id: &str) -> SessionHeader {

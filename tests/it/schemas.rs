@@ -13,6 +13,7 @@ use soba::schemas::{
     capsule_schema, protocol_schemas, schema_text, session_entry_schema, SCHEMA_FILES,
 };
 use soba::session::entry::*;
+use soba::session::trigger::Trigger;
 
 fn schemas_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemas")

@@ -5,11 +5,15 @@ use crate::support::agent;
 use agent::{config, filler, Agent};
 use serde_json::json;
 use soba::capsule::{CapsuleState, Quality};
+use soba::compaction::reasons;
+use soba::compaction::run::commit;
+use soba::compaction::run::generate_local;
 use soba::compaction::run::{Generated, Preflight};
-use soba::compaction::{commit, generate_local, reasons, turn_facts};
 use soba::config::Durability;
 use soba::session::entry::*;
 use soba::session::log::{read_session, SessionLog};
+use soba::session::trigger::Trigger;
+use soba::session::turn::turn_facts;
 use soba::session::view::{ModelMessage, ModelView};
 
 fn ready_messages(p: &Preflight) -> &[ModelMessage] {
@@ -896,17 +900,20 @@ fn provider_usage_beyond_the_logged_parts_is_its_own_part_and_compact_says_so() 
 /// A model that answers every request with a capsule far longer than any history.
 struct VerboseSummarizer;
 
-impl soba::summarize::Summarizer for VerboseSummarizer {
+impl soba::summarize::summarizer::Summarizer for VerboseSummarizer {
     fn describe(&self) -> String {
         "verbose test summarizer".into()
     }
 
     fn summarize<'a>(
         &'a self,
-        _req: &'a soba::summarize::SummaryRequest,
+        _req: &'a soba::summarize::summarizer::SummaryRequest,
         _progress: &'a (dyn Fn(u8) + Send + Sync),
         _cancel: tokio_util::sync::CancellationToken,
-    ) -> futures::future::BoxFuture<'a, Result<CapsuleState, soba::summarize::SummaryError>> {
+    ) -> futures::future::BoxFuture<
+        'a,
+        Result<CapsuleState, soba::summarize::summarizer::SummaryError>,
+    > {
         Box::pin(async move {
             Ok(CapsuleState {
                 goal: filler(6000),

@@ -14,10 +14,11 @@ use soba::capsule::{Artifacts, CapsuleState, FileArtifact};
 use soba::config::{Provider, SummarizerConfig};
 use soba::session::entry::ContentBlock;
 use soba::session::view::ModelMessage;
-use soba::summarize::{
-    from_config, summarize_with_fallback, BreakerState, ModelSummarizer, Summarized, Summarizer,
-    SummaryRequest,
-};
+use soba::summarize::breaker::BreakerState;
+use soba::summarize::client::ModelSummarizer;
+use soba::summarize::summarizer::Summarizer;
+use soba::summarize::summarizer::SummaryRequest;
+use soba::summarize::{from_config, summarize_with_fallback, Summarized};
 use soba::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
 use tokio_util::sync::CancellationToken;
 
@@ -795,7 +796,7 @@ mod engine {
         }
 
         /// Plan an explicit `/compact`.
-        pub fn explicit(&mut self, instructions: Option<&str>) -> soba::compaction::Plan {
+        pub fn explicit(&mut self, instructions: Option<&str>) -> soba::compaction::plan::Plan {
             let barrier = soba::compaction::run::Barrier {
                 config: &self.config,
                 mapping: &self.mapping,
@@ -815,7 +816,7 @@ mod engine {
 #[tokio::test]
 async fn an_explicit_compaction_writes_a_model_capsule_with_the_facts_merged() {
     use soba::capsule::Quality;
-    use soba::compaction::commit;
+    use soba::compaction::run::commit;
     use soba::session::entry::Outcome;
     use soba::summarize::generate;
 
@@ -883,8 +884,8 @@ async fn an_explicit_compaction_writes_a_model_capsule_with_the_facts_merged() {
 
 #[tokio::test]
 async fn a_cancelled_compaction_appends_nothing_even_when_the_model_answers_later() {
-    use soba::compaction::commit;
-    use soba::compaction::Generated;
+    use soba::compaction::run::commit;
+    use soba::compaction::run::Generated;
     use soba::session::entry::Outcome;
     use soba::summarize::generate;
 
@@ -926,7 +927,7 @@ async fn a_cancelled_compaction_appends_nothing_even_when_the_model_answers_late
 #[tokio::test]
 async fn without_a_model_the_plan_gets_its_local_capsule() {
     use soba::capsule::Quality;
-    use soba::compaction::Generated;
+    use soba::compaction::run::Generated;
     use soba::summarize::generate;
 
     let mut session = engine::Session::new();
@@ -957,7 +958,7 @@ async fn without_a_model_the_plan_gets_its_local_capsule() {
 #[test]
 fn generate_blocking_needs_no_runtime() {
     use soba::capsule::Quality;
-    use soba::compaction::Generated;
+    use soba::compaction::run::Generated;
     use soba::summarize::generate_blocking;
 
     let server_runtime = tokio::runtime::Runtime::new().unwrap();
@@ -1184,7 +1185,7 @@ async fn no_second_try_when_the_time_left_is_shorter_than_the_first_took() {
 
 #[tokio::test]
 async fn the_analysis_block_is_dropped_and_never_reaches_the_session_log() {
-    use soba::compaction::commit;
+    use soba::compaction::run::commit;
     use soba::summarize::generate;
 
     const THOUGHT: &str = "ANALYSIS-ONLY-7f3c: the user asked three things";
@@ -1259,7 +1260,7 @@ async fn a_check_outcome_the_facts_contradict_is_corrected_and_counted() {
 
 #[tokio::test]
 async fn a_deletion_the_facts_do_not_record_is_dropped_counted_and_reported() {
-    use soba::compaction::commit;
+    use soba::compaction::run::commit;
     use soba::flight::FlightLog;
     use soba::summarize::generate_checked;
 
@@ -1276,7 +1277,7 @@ async fn a_deletion_the_facts_do_not_record_is_dropped_counted_and_reported() {
     let plan = session.explicit(None);
     let generation = generate_checked(&plan, Some(&s), CancellationToken::new(), &|_| {}).await;
     assert_eq!(generation.corrections.deletions, 1, "{generation:?}");
-    let soba::compaction::Generated::State { state, .. } = &generation.generated else {
+    let soba::compaction::run::Generated::State { state, .. } = &generation.generated else {
         panic!("{generation:?}")
     };
     assert_eq!(state.completed, vec!["Edited src/f2.rs"]);

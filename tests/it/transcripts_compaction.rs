@@ -11,7 +11,8 @@ use serde_json::Value;
 use soba::capsule::artifacts::ToolMapping;
 use soba::compaction::run::Barrier;
 use soba::config::{Config, Durability, Overrides};
-use soba::import::{import_str, ImportOptions};
+use soba::import::transcript::import_str;
+use soba::import::ImportOptions;
 use soba::session::entry::{Entry, EntryBody, Outcome};
 use soba::session::log::SessionLog;
 

@@ -165,7 +165,7 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
 pub(crate) mod tests {
     use super::*;
     use crate::session::capsule::model::*;
-    use crate::session::entry::Trigger;
+    use crate::session::trigger::Trigger;
 
     pub(crate) fn full_capsule() -> CapsuleEntry {
         CapsuleEntry {

@@ -11,13 +11,16 @@ use std::time::Instant;
 use serde_json::json;
 use soba::budget::Budget;
 use soba::capsule::artifacts::ToolMapping;
+use soba::compaction::plan::Plan;
+use soba::compaction::run::commit;
 use soba::compaction::run::{Barrier, Preflight};
-use soba::compaction::{commit, CompactionResult, Plan};
+use soba::compaction::CompactionResult;
 use soba::config::{Config, ConfigFile, Durability, Overrides};
 use soba::session::entry::*;
 use soba::session::log::SessionLog;
 use soba::session::view::{ModelMessage, ModelView};
-use soba::summarize::{generate, Summarizer};
+use soba::summarize::generate;
+use soba::summarize::summarizer::Summarizer;
 use tokio_util::sync::CancellationToken;
 
 /// contextWindow 65000, maxOutputTokens 8000 → hard limit 48808, soft limit 39046.
