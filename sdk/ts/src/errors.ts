@@ -15,6 +15,8 @@ export const ErrorCode = {
   OverflowRetryUsed: -32003,
   /** Another process writes the session log. */
   SessionLocked: -32004,
+  /** Compact, capsule load or rewind of a session whose agent compacts it itself: nothing changed. */
+  AgentCompacts: -32005,
 } as const;
 
 /** An error answer from the daemon. */
