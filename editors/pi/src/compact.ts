@@ -7,12 +7,12 @@ import {
   type PiEntry,
   type SobaEntry,
   type SobaMark,
-  type SobaMessage,
 } from './entries.js';
+import type { AppendedEntry, MethodName, Methods } from '../../../sdk/ts/src/protocol.js';
 
 /** The daemon requests this needs (SobaConnection in production). */
 export interface Daemon {
-  request<T>(method: string, params: object): Promise<T>;
+  request<M extends MethodName>(method: M, params: Methods[M]['params']): Promise<Methods[M]['result']>;
 }
 
 export interface CompactionInput {
@@ -21,17 +21,6 @@ export interface CompactionInput {
   instructions?: string;
   tokensBefore: number;
   model?: { name?: string; contextWindow?: number; maxOutputTokens?: number };
-}
-
-/** What SOBA's compaction reported, for the message pi shows. */
-export interface SobaOutcome {
-  outcome: string;
-  reason?: string;
-  trigger?: string;
-  tokensBefore?: number;
-  tokensAfter?: number;
-  checkpointId?: string | null;
-  quality?: string | null;
 }
 
 export interface SobaCompaction {
@@ -59,14 +48,14 @@ export async function compactWithSoba(
   onSession?: (sessionId: string) => void,
 ): Promise<SobaCompaction> {
   const sessionId = await sync(daemon, input, memory, onSession);
-  const result = await daemon.request<SobaOutcome>('soba/compact', {
+  const result = await daemon.request('soba/compact', {
     sessionId,
     ...(input.instructions ? { instructions: input.instructions } : {}),
   });
   if (result.outcome !== 'completed' || !result.checkpointId) {
     throw new SobaDeclined(`SOBA's compaction ended ${result.outcome}${result.reason ? `: ${result.reason}` : ''}`);
   }
-  const { messages } = await daemon.request<{ messages: SobaMessage[] }>('soba/preflight', { sessionId });
+  const { messages } = await daemon.request('soba/preflight', { sessionId });
   let pi;
   try {
     pi = compactionFromInput(messages, input.branch);
@@ -131,18 +120,13 @@ async function sync(
       return resumed;
     }
   }
-  const opened = await daemon.request<{ sessionId: string }>('soba/session/open', {
+  const opened = await daemon.request('soba/session/open', {
     workspace: input.workspace,
     ...(input.model ? { model: input.model } : {}),
   });
   onSession?.(opened.sessionId);
   await append(daemon, opened.sessionId, fullSync(input.branch));
   return opened.sessionId;
-}
-
-interface CapsuleRow {
-  checkpointId: string;
-  entryId: string;
 }
 
 async function resume(
@@ -163,7 +147,7 @@ async function resume(
       return sessionId;
     }
     // Another pi process or another branch: continue right after the capsule itself.
-    const { capsules } = await daemon.request<{ capsules: CapsuleRow[] }>('soba/capsule/list', { sessionId });
+    const { capsules } = await daemon.request('soba/capsule/list', { sessionId });
     const capsule = capsules.find((c) => c.checkpointId === checkpointId);
     if (!capsule) return undefined;
     if (entries.length > 0) {
@@ -184,5 +168,6 @@ async function resume(
 
 async function append(daemon: Daemon, sessionId: string, entries: SobaEntry[]): Promise<void> {
   if (entries.length === 0) return;
-  await daemon.request('soba/session/append', { sessionId, entries });
+  // entries.ts builds each entry field by field from pi's; the daemon validates them.
+  await daemon.request('soba/session/append', { sessionId, entries: entries as unknown as AppendedEntry[] });
 }

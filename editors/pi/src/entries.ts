@@ -1,5 +1,6 @@
 // pi session entries → SOBA session-log entries, and SOBA's answer → pi's compaction.
 // Pure functions: no I/O, unit-tested in test/entries.test.ts.
+import type { ModelMessage } from '../../../sdk/ts/src/protocol.js';
 
 /** The parts of a pi session entry this extension reads (pi's `SessionEntry`). */
 export interface PiEntry {
@@ -50,12 +51,6 @@ export interface SobaMark {
   checkpointId: string;
 }
 
-/** The model input `soba/preflight` returns. */
-export interface SobaMessage {
-  role: string;
-  content: Array<{ type: string; text?: string }>;
-  entryId?: string;
-}
 
 const BRANCH_SUMMARY_PREFIX =
   'The following is a summary of a branch that this conversation came back from:\n\n<summary>\n';
@@ -215,19 +210,18 @@ export class CutError extends Error {}
  * `firstKeptEntryId`. A retained tool result moves the cut back to the entry pi can start from
  * before it, so the call stays with its result.
  */
-export function compactionFromInput(messages: SobaMessage[], branch: PiEntry[]): PiCompaction {
+export function compactionFromInput(messages: ModelMessage[], branch: PiEntry[]): PiCompaction {
   const capsule = messages[0];
-  if (!capsule || capsule.entryId !== undefined) {
+  if (!capsule || capsule.entryId != null) {
     throw new CutError('the model input does not start with a capsule');
   }
   const summary = capsule.content
-    .filter((b) => b.type === 'text')
-    .map((b) => b.text ?? '')
+    .flatMap((b) => (b.type === 'text' && typeof b.text === 'string' ? [b.text] : []))
     .join('\n');
   if (summary.trim() === '') throw new CutError('the capsule has no text');
   const index = new Map(branch.map((e, i) => [e.id, i]));
   for (const m of messages.slice(1)) {
-    const at = m.entryId === undefined ? undefined : index.get(m.entryId);
+    const at = m.entryId == null ? undefined : index.get(m.entryId);
     if (at === undefined) continue;
     for (let i = at; i >= 0; i--) {
       if (isPiCutPoint(branch[i])) return { summary, firstKeptEntryId: branch[i].id };

@@ -1,11 +1,11 @@
-// The daemon connection (dist/client.js, dist/framing.js): framing, a daemon that is missing,
-// fails or stays silent, and error answers of the real daemon.
+// The daemon connection (dist/client.js, the SDK's client; its framing is tested in sdk/ts): a
+// daemon that is missing, fails or stays silent, and error answers of the real daemon. The fake
+// daemons frame their messages with the SDK's framing (dist/framing.js).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { encode, FrameReader } from '../dist/framing.js';
 import { SobaConnection, SobaUnavailable, SobaError } from '../dist/client.js';
 
 const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'soba-pi-client-')));
@@ -16,21 +16,6 @@ function script(name, body) {
   fs.writeFileSync(file, `#!/bin/sh\n${body}\n`, { mode: 0o755 });
   return file;
 }
-
-test('frames split anywhere are read whole; a frame that is not JSON is reported and skipped', () => {
-  const got = [];
-  const bad = [];
-  const r = new FrameReader((m) => got.push(m), (why) => bad.push(why));
-  const bytes = Buffer.concat([
-    encode({ id: 1, result: 'é' }),
-    Buffer.from('Content-Length: 3\r\n\r\n{x}'),
-    encode({ id: 2, result: null }),
-  ]);
-  for (let i = 0; i < bytes.length; i += 5) r.push(bytes.subarray(i, i + 5));
-  assert.deepEqual(got, [{ id: 1, result: 'é' }, { id: 2, result: null }]);
-  assert.equal(bad.length, 1);
-  assert.match(bad[0], /not JSON/);
-});
 
 const connect = (bin, timeoutMs = 5000) => SobaConnection.connect({ bin, workspace: dir, timeoutMs });
 
@@ -94,7 +79,7 @@ test("the daemon's soba/summarize runs on the offered model; $/cancelRequest abo
   fs.writeFileSync(
     fake,
     `#!/usr/bin/env node
-import { encode, FrameReader } from ${JSON.stringify(framing)};
+import { encodeFrame as encode, FrameReader } from ${JSON.stringify(framing)};
 const send = (m) => process.stdout.write(encode(m));
 const answers = {};
 let offer;
@@ -102,7 +87,8 @@ let report;
 const flush = () => {
   if (report !== undefined && answers[7] && answers[8]) send({ jsonrpc: '2.0', id: report, result: { offer, answers } });
 };
-const reader = new FrameReader((m) => {
+const reader = new FrameReader();
+const onMessage = (m) => {
   if (m.method === 'initialize') {
     offer = m.params.capabilities?.experimental?.soba?.summarize ?? null;
     send({ jsonrpc: '2.0', id: m.id, result: { capabilities: {} } });
@@ -114,14 +100,14 @@ const reader = new FrameReader((m) => {
     send({ jsonrpc: '2.0', id: m.id, result: null });
   } else if (m.method === 'exit') {
     process.exit(0);
-  } else if (m.method === 'test/report') {
+  } else if (m.method === 'soba/sessions') {
     report = m.id;
   } else if (m.method === undefined) {
     answers[m.id] = m;
   }
   flush();
-}, () => {});
-process.stdin.on('data', (d) => reader.push(d));
+};
+process.stdin.on('data', (d) => reader.push(d).forEach(onMessage));
 `,
     { mode: 0o755 },
   );
@@ -136,7 +122,8 @@ process.stdin.on('data', (d) => reader.push(d));
       return new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('aborted: the daemon stopped waiting'))));
     },
   });
-  const { offer, answers } = await c.request('test/report', {});
+  // soba/sessions stands in for "report what you got back".
+  const { offer, answers } = await c.request('soba/sessions', {});
   assert.deepEqual(offer, {}, 'the offer is declared at initialize');
   assert.deepEqual(answers[7].result, { text: 'summary of quick', hitOutputLimit: false });
   assert.equal(answers[8].error.message, 'aborted: the daemon stopped waiting');
@@ -170,13 +157,15 @@ function stubbornDaemon(name, pidFile, { ignoreTerm = false } = {}) {
     file,
     `#!/usr/bin/env node
 import fs from 'node:fs';
-import { encode, FrameReader } from ${JSON.stringify(framing)};
+import { encodeFrame as encode, FrameReader } from ${JSON.stringify(framing)};
 fs.writeFileSync(${JSON.stringify(pidFile)}, String(process.pid));
 ${ignoreTerm ? "process.on('SIGTERM', () => {});" : ''}
-const reader = new FrameReader((m) => {
-  if (m.method === 'initialize' || m.method === 'shutdown') process.stdout.write(encode({ jsonrpc: '2.0', id: m.id, result: {} }));
-}, () => {});
-process.stdin.on('data', (d) => reader.push(d));
+const reader = new FrameReader();
+process.stdin.on('data', (d) => {
+  for (const m of reader.push(d)) {
+    if (m.method === 'initialize' || m.method === 'shutdown') process.stdout.write(encode({ jsonrpc: '2.0', id: m.id, result: {} }));
+  }
+});
 setInterval(() => {}, 1000);
 `,
     { mode: 0o755 },

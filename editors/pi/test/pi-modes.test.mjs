@@ -173,7 +173,7 @@ test("pi -p when SOBA's compaction outlasts the extension's deadline: the warnin
   const run = await runPi(h, ['-p', ...FIRST_RUN]);
   assert.equal(model.summaryScript.length, 0, 'SOBA asked pi\'s model');
   assert.equal(run.code, 0, run.stderr);
-  assert.match(run.stderr, /^SOBA did not compact \(no answer to soba\/compact within 3s from `.*soba serve`\); pi compacts on its own\.$/m);
+  assert.match(run.stderr, /^SOBA did not compact \(no answer to soba\/compact within 3s from `.* serve`\); pi compacts on its own\.$/m);
   const compaction = compactionAfterLastTurn(h, run);
   assert.ok(compaction.summary.startsWith(PI_SUMMARY), compaction.summary);
   assert.ok(!compaction.fromHook);

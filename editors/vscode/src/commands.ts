@@ -3,7 +3,7 @@
 // extension.ts registers exactly the handlers this module returns.
 
 import {
-  ErrorCodes,
+  ErrorCode,
   type BudgetReport,
   type CapsuleSummary,
   type CompactionResult,
@@ -115,7 +115,7 @@ function followedControl(ctx: CommandContext): Control | undefined {
 
 /** The daemon refused to change a session its agent compacts (a budget not shown yet). */
 function agentCompacts(err: unknown): boolean {
-  return (err as { code?: unknown } | null)?.code === ErrorCodes.agentCompacts;
+  return (err as { code?: unknown } | null)?.code === ErrorCode.AgentCompacts;
 }
 
 /** What SOBA would send after the action, as a preview document; the agent is not touched. */
@@ -214,7 +214,7 @@ export async function createCapsule(ctx: CommandContext): Promise<void> {
 
 /** `Auth refactor hand-off` → `auth-refactor-hand-off.capsule.md`. */
 export function capsuleFileName(capsule: Pick<CapsuleSummary, 'title' | 'checkpointId'>): string {
-  const slug = capsule.title
+  const slug = (capsule.title ?? '')
     .toLowerCase()
     .replace(/[^a-z0-9]+/g, '-')
     .replace(/^-+|-+$/g, '')

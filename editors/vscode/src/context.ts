@@ -41,9 +41,9 @@ export function contextMarkdown(ctx: ContextResult): string {
     row('Capsule', ctx.breakdown.capsule, limit),
     row('Retained tail', ctx.breakdown.retainedTail, limit),
     row('New entries', ctx.breakdown.newEntries, limit),
-    // What the provider counts beyond the log (or the allowance an estimate keeps for it), then
-    // the rest, so the parts above `Free` sum to the total.
-    ...((ctx.breakdown.notInLog ?? 0) > 0 ? [row('Not in the log', ctx.breakdown.notInLog ?? 0, limit)] : []),
+    // soba/context's parts are SOBA's counts of the log only: the rest of the total (what the
+    // provider counts beyond the log, or an estimate's scale and allowance) is one more part, so
+    // the parts above `Free` sum to the total.
     ...(uncounted ? [row(uncounted.label, uncounted.tokens, limit)] : []),
     row('Free', free, limit),
     '',
@@ -61,9 +61,6 @@ export function contextMarkdown(ctx: ContextResult): string {
     '## Largest entries',
     '',
   ];
-  if (ctx.breakdown.unseenText) {
-    lines.splice(lines.indexOf('## By kind') - 1, 0, '', `Not in the log: ${ctx.breakdown.unseenText.replace(/^not in the log: /, '')}.`);
-  }
   if (ctx.largest.length === 0) {
     lines.push('Nothing in the context yet.');
   } else {

@@ -11,8 +11,8 @@ import {
   COMPACTION,
   SESSION_CLOSED,
   type BudgetReport,
-  type CompactionEvent,
-  type SessionClosed,
+  type CompactionNotification,
+  type SessionClosedNotification,
   type SessionTarget,
   type SobaRequester,
 } from './protocol';
@@ -212,10 +212,10 @@ class SobaExtension {
       if (this.tracker.accept(report)) this.renderStatus();
       void this.refreshViews();
     });
-    client.onNotification(COMPACTION, (event: CompactionEvent) => {
+    client.onNotification(COMPACTION, (event: CompactionNotification) => {
       for (const action of this.progress.handle(event)) this.showProgress(action);
     });
-    client.onNotification(SESSION_CLOSED, (closed: SessionClosed) => {
+    client.onNotification(SESSION_CLOSED, (closed: SessionClosedNotification) => {
       // The bar moves to the workspace's next active session, or hides when there is none.
       if (this.tracker.forget(closed.sessionId)) this.renderStatus();
       void this.refreshBudget();

@@ -2,7 +2,7 @@
 // which report to show, and the compaction progress model. No `vscode` import: the adapter in
 // extension.ts turns these values into a StatusBarItem and progress notifications.
 
-import type { BudgetReport, CompactionEvent, CompactionResult, LastCompaction } from './protocol';
+import type { BudgetReport, CompactionNotification, CompactionResult, ContextResult, LastCompaction } from './protocol';
 
 /** `950`, `1.2k`, `48.8k`, `128k`, `1.2M`: short enough for a status bar, exact enough to act on. */
 export function formatTokens(tokens: number): string {
@@ -68,7 +68,7 @@ export function sourceLabel(source: BudgetReport['source']): string {
  */
 export function uncountedPart(
   total: number,
-  breakdown: BudgetReport['breakdown'],
+  breakdown: BudgetReport['breakdown'] | ContextResult['breakdown'],
   source: BudgetReport['source'],
 ): { label: string; tokens: number } | undefined {
   // `notInLog` is a part of its own (the provider's count beyond the log, or the allowance an
@@ -284,7 +284,7 @@ export class CompactionProgress {
   private readonly percentSoFar = new Map<string, number>();
   private readonly announced = new Set<string>();
 
-  handle(event: CompactionEvent): ProgressAction[] {
+  handle(event: CompactionNotification): ProgressAction[] {
     const id = event.operationId;
     switch (event.phase) {
       case 'start':

@@ -66,7 +66,7 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
     // Before the session's usage anchors the budget, an allowance for the agent's system prompt
     // and tools; the tooltip says where it comes from.
     ...(notInLog > 0
-      ? [{ ...part('notInLog', 'Not in the log'), tooltip: report.breakdown.unseenText }]
+      ? [{ ...part('notInLog', 'Not in the log'), tooltip: report.breakdown.unseenText ?? undefined }]
       : []),
     // The rest of the total, so the parts add up to it (see `uncountedPart`).
     ...(uncounted

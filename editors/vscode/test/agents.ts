@@ -8,9 +8,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { BudgetReport } from '../src/protocol';
 import { SOBA_BIN, makeDir, prose } from './daemon';
+import { REPO_ROOT } from './paths';
 
 /** The real transcripts beside the checkout (`../shared`), as the Rust tests find them. */
-export const SHARED_TRANSCRIPTS = path.resolve(__dirname, '..', '..', '..', '..', '..', 'shared', 'fixtures', 'transcripts');
+export const SHARED_TRANSCRIPTS = path.resolve(REPO_ROOT, '..', 'shared', 'fixtures', 'transcripts');
 
 /** Claude Code's project folder name: every character but ASCII letters and digits becomes `-`. */
 export function claudeProjectDir(cwd: string): string {

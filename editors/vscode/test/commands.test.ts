@@ -84,6 +84,7 @@ const contextResult = (overrides: Partial<ContextResult> = {}): ContextResult =>
   effectiveTokens: 31_200,
   hardLimit: 48_800,
   softLimit: 39_040,
+  control: drivenControl,
   source: 'estimated',
   tokens: 31_200,
   breakdown: { system: 1_200, tools: 2_000, capsule: 900, retainedTail: 0, newEntries: 27_100 },
@@ -92,7 +93,7 @@ const contextResult = (overrides: Partial<ContextResult> = {}): ContextResult =>
     { entryId: 'e_3', kind: 'file', label: 'Read src/parser.rs', path: 'src/parser.rs', tokens: 12_400, part: 'new', elided: false },
     { entryId: 'e_5', kind: 'tool_output', label: 'Bash cargo test | tail', tokens: 4_700, part: 'new', elided: true },
   ],
-  capsule: { checkpointId: 'ck_1', entryId: 'e_1', title: 'Parser', trigger: 'manual', quality: 'model', tokens: 900, text: '## Goal\nFix the parser.' },
+  capsule: { checkpointId: 'ck_1', entryId: 'e_1', title: 'Parser', trigger: 'user', quality: 'model', tokens: 900, text: '## Goal\nFix the parser.' },
   ...overrides,
 });
 
@@ -100,7 +101,7 @@ const capsule = (id: string, title: string): CapsuleSummary => ({
   checkpointId: id,
   entryId: `e_${id}`,
   title,
-  trigger: 'manual',
+  trigger: 'user',
   quality: 'model',
   ts: '2026-11-29T12:00:00Z',
   tokens: { before: 9000, after: 900 },
@@ -113,13 +114,13 @@ describe('commands', () => {
     h.inputs = ['  keep the failing test  '];
     await h.run('soba.compact');
     assert.deepEqual(h.sent, [['soba/compact', { workspace: '/w', instructions: 'keep the failing test', mirror: true }]]);
-    assert.deepEqual(h.shown, [['info', 'manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model']]);
+    assert.deepEqual(h.shown, [['info', 'user compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model']]);
     assert.equal(h.refreshed, 1);
   });
 
   it('does not repeat a completion line the daemon already announced, and omits empty instructions', async () => {
     const h = new Harness({ 'soba/compact': () => result() });
-    h.progress.handle({ sessionId: 's', operationId: 'op_1', phase: 'end', trigger: 'manual', message: 'done' });
+    h.progress.handle({ sessionId: 's', operationId: 'op_1', phase: 'end', trigger: 'user', message: 'done' });
     h.inputs = [''];
     await h.run('soba.compact');
     assert.deepEqual(h.sent, [['soba/compact', { workspace: '/w', mirror: true }]]);
@@ -141,7 +142,7 @@ describe('commands', () => {
     const failed = new Harness({ 'soba/compact': () => result({ outcome: 'failed', reason: 'summarizer timed out' }) });
     failed.inputs = [''];
     await failed.run('soba.compact');
-    assert.deepEqual(failed.shown, [['error', 'manual compact failed: summarizer timed out']]);
+    assert.deepEqual(failed.shown, [['error', 'user compact failed: summarizer timed out']]);
   });
 
   it('shows the budget and compacts when asked from the message', async () => {
@@ -171,7 +172,7 @@ describe('commands', () => {
   });
 
   it('creates a capsule with a title, and not without one', async () => {
-    const h = new Harness({ 'soba/capsule/create': (p) => ({ checkpointId: 'ck_9', title: p.title, tokens: 1500 }) });
+    const h = new Harness({ 'soba/capsule/create': (p) => ({ checkpointId: 'ck_9', title: p.title, tokens: 1500, sessionTokens: 31_200 }) });
     h.inputs = ['  ', 'Hand-off'];
     await h.run('soba.createCapsule');
     assert.deepEqual(h.sent, []);
@@ -272,11 +273,11 @@ describe('commands', () => {
     assert.match(doc, /\*\*31\.2k \/ 48\.8k tokens\*\* \(64% of the hard limit\), 17\.6k free; auto-compaction starts past 39k/);
     assert.match(doc, /\| File reads \| 12\.4k \| 25% \|/);
     assert.match(doc, /\| 12\.4k \| file \| Read src\/parser\.rs \| new · `e_3` \|/);
-    assert.match(doc, /`ck_1` “Parser”: manual, model, 900 tokens/);
+    assert.match(doc, /`ck_1` “Parser”: user, model, 900 tokens/);
 
     await h.run('soba.viewCapsule');
     assert.equal(h.shown[1][0], 'document:capsule');
-    assert.match(h.shown[1][1], /^<!-- SOBA capsule ck_1 “Parser”: manual, model, 900 tokens -->\n\n## Goal/);
+    assert.match(h.shown[1][1], /^<!-- SOBA capsule ck_1 “Parser”: user, model, 900 tokens -->\n\n## Goal/);
   });
 
   it('previews instead of compacting a session its agent compacts, with no success message', async () => {

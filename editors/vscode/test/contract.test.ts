@@ -9,8 +9,9 @@ import { COMMAND_IDS, commandHandlers, type CommandContext } from '../src/comman
 import { readSettings, SETTING_KEYS } from '../src/settings';
 import { CompactionProgress } from '../src/status';
 import { VIEW_IDS } from '../src/views';
+import { EXTENSION_ROOT } from './paths';
 
-const root = path.resolve(__dirname, '..', '..');
+const root = EXTENSION_ROOT;
 const manifest = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'));
 const contributes = manifest.contributes;
 

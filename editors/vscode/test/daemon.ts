@@ -13,15 +13,16 @@ import {
   COMPACTION,
   SESSION_CLOSED,
   type BudgetReport,
-  type CompactionEvent,
+  type CompactionNotification,
   type ParamsOf,
   type RequestMethod,
   type ResultOf,
-  type SessionClosed,
+  type SessionClosedNotification,
 } from '../src/protocol';
 import { BudgetTracker } from '../src/status';
+import { REPO_ROOT } from './paths';
 
-export const SOBA_BIN = process.env.SOBA_BIN ?? path.resolve(__dirname, '..', '..', '..', '..', 'target', 'debug', 'soba');
+export const SOBA_BIN = process.env.SOBA_BIN ?? path.resolve(REPO_ROOT, 'target', 'debug', 'soba');
 export const WAIT_MS = 15_000;
 // contextWindow − maxOutputTokens − safetyReserveTokens (0 in the workspace config below).
 export const HARD_LIMIT = 7_000;
@@ -50,8 +51,8 @@ export class Daemon {
   readonly tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'soba-vscode-'));
   readonly workspace = fs.realpathSync(makeDir(path.join(this.tmp, 'workspace')));
   readonly budgets: BudgetReport[] = [];
-  readonly compactions: CompactionEvent[] = [];
-  readonly closed: SessionClosed[] = [];
+  readonly compactions: CompactionNotification[] = [];
+  readonly closed: SessionClosedNotification[] = [];
   readonly messages: Array<{ type: number; message: string }> = [];
   readonly tracker = new BudgetTracker(() => [this.workspace]);
   private stderr = '';
@@ -95,11 +96,11 @@ export class Daemon {
       this.tracker.accept(report);
       this.wake();
     });
-    this.conn.onNotification(COMPACTION, (event: CompactionEvent) => {
+    this.conn.onNotification(COMPACTION, (event: CompactionNotification) => {
       this.compactions.push(event);
       this.wake();
     });
-    this.conn.onNotification(SESSION_CLOSED, (closed: SessionClosed) => {
+    this.conn.onNotification(SESSION_CLOSED, (closed: SessionClosedNotification) => {
       this.closed.push(closed);
       this.tracker.forget(closed.sessionId);
       this.wake();

@@ -1,5 +1,8 @@
 import type { BudgetReport, CompactionResult, Control, PreviewResult } from '../src/protocol';
 
+/** A breakdown's `unseen` when nothing beyond the log is allowed for. */
+export const noUnseen: BudgetReport['breakdown']['unseen'] = { tokens: 0, kind: 'none', source: 'none', learnedFrom: 0 };
+
 export function report(overrides: Partial<BudgetReport> = {}): BudgetReport {
   return {
     sessionId: 's_1',
@@ -9,14 +12,18 @@ export function report(overrides: Partial<BudgetReport> = {}): BudgetReport {
     softLimit: 39_040,
     source: 'estimated',
     contextWindow: 64_000,
+    windowSource: 'configured',
     maxOutputTokens: 8_000,
     autoCompact: true,
     lastCompaction: null,
-    breakdown: { system: 1_200, tools: 2_000, capsule: 0, retainedTail: 0, newEntries: 28_000 },
+    breakdown: { system: 1_200, tools: 2_000, capsule: 0, retainedTail: 0, newEntries: 28_000, notInLog: 0, unseen: noUnseen },
     model: 'test-model',
     tokenizer: 'o200k_base',
+    calibration: { tokenizer: 'o200k_base', factor: 1, source: 'exact' },
+    summarizer: { uses: 'local' },
     compacting: false,
     compactQueued: false,
+    control: drivenControl,
     ...overrides,
   };
 }
@@ -26,7 +33,7 @@ export function result(overrides: Partial<CompactionResult> = {}): CompactionRes
     operationId: 'op_1',
     outcome: 'completed',
     reason: 'compacted',
-    trigger: 'manual',
+    trigger: 'user',
     tokensBefore: 41_200,
     tokensAfter: 18_300,
     reclaimedPercent: 55.6,
@@ -35,6 +42,9 @@ export function result(overrides: Partial<CompactionResult> = {}): CompactionRes
     firstKeptEntryId: 'e_9',
     durationMs: 1200,
     fallback: false,
+    hardLimit: 48_800,
+    softLimit: 39_040,
+    contextWindow: 64_000,
     ...overrides,
   };
 }

@@ -6,8 +6,9 @@ import * as fs from 'node:fs';
 import Module from 'node:module';
 import * as path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { EXTENSION_ROOT } from './paths';
 
-export const root = path.resolve(__dirname, '..', '..');
+export const root = EXTENSION_ROOT;
 export const bundle = path.join(root, 'dist', 'extension.js');
 export const manifest = JSON.parse(fs.readFileSync(path.join(root, 'package.json'), 'utf8'));
 

@@ -3,8 +3,9 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, it } from 'node:test';
 import { findServer, readSettings, RESTRICTED_KEYS, serverCandidates, serverCommand } from '../src/settings';
+import { EXTENSION_ROOT } from './paths';
 
-const root = path.resolve(__dirname, '..', '..');
+const root = EXTENSION_ROOT;
 
 describe('settings', () => {
   it('defaults to soba from PATH with nothing set', () => {

@@ -165,10 +165,10 @@ describe('summaries', () => {
   });
 
   it('writes the completion line of a compaction and the reason of any other outcome', () => {
-    assert.equal(completionLine(result()), 'manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model');
+    assert.equal(completionLine(result()), 'user compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model');
     assert.equal(
       completionLine(result({ outcome: 'skipped', reason: 'nothing before the retained tail' })),
-      'manual compact skipped: nothing before the retained tail',
+      'user compact skipped: nothing before the retained tail',
     );
   });
 
@@ -224,7 +224,7 @@ describe('CompactionProgress', () => {
 
   it('turns absolute percents into increments and ends with the daemon line', () => {
     const progress = new CompactionProgress();
-    const base = { sessionId: 's_1', operationId: 'op_1', trigger: 'auto_threshold' };
+    const base = { sessionId: 's_1', operationId: 'op_1', trigger: 'auto_threshold' as const };
     assert.deepEqual(progress.handle({ ...base, phase: 'start' }), [
       { kind: 'begin', operationId: 'op_1', title: 'Compacting context (auto_threshold)' },
     ]);
@@ -246,7 +246,7 @@ describe('CompactionProgress', () => {
 
   it('shows a capsule creation as one, and leaves its message to the Create Capsule command', () => {
     const progress = new CompactionProgress();
-    const base = { sessionId: 's_1', operationId: 'op_h', trigger: 'handoff' };
+    const base = { sessionId: 's_1', operationId: 'op_h', trigger: 'handoff' as const };
     assert.deepEqual(progress.handle({ ...base, phase: 'start' }), [{ kind: 'begin', operationId: 'op_h', title: 'Creating capsule' }]);
     const created = result({ trigger: 'handoff', quality: 'local', reclaimedPercent: 0 });
     assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'capsule created: ck_3f9a (local)', result: created }), [
@@ -256,7 +256,7 @@ describe('CompactionProgress', () => {
 
   it('closes the progress without a second line when the command showed the result first', () => {
     const progress = new CompactionProgress();
-    const base = { sessionId: 's_1', operationId: 'op_3', trigger: 'user' };
+    const base = { sessionId: 's_1', operationId: 'op_3', trigger: 'user' as const };
     progress.handle({ ...base, phase: 'start' });
     assert.equal(progress.claim('op_3'), true);
     assert.equal(progress.claim('op_3'), false);
@@ -267,7 +267,7 @@ describe('CompactionProgress', () => {
 
   it('begins a progress it did not see start and warns on a degraded result', () => {
     const progress = new CompactionProgress();
-    const base = { sessionId: 's_1', operationId: 'op_2', trigger: 'overflow' };
+    const base = { sessionId: 's_1', operationId: 'op_2', trigger: 'context_overflow' as const };
     const actions = progress.handle({ ...base, phase: 'progress', percent: 10 });
     assert.equal(actions[0].kind, 'begin');
     assert.deepEqual(actions[1], { kind: 'report', operationId: 'op_2', increment: 10, message: '10%' });
@@ -275,7 +275,7 @@ describe('CompactionProgress', () => {
     assert.deepEqual(end, {
       kind: 'end',
       operationId: 'op_2',
-      line: 'manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, degraded',
+      line: 'user compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, degraded',
       warning: true,
     });
   });

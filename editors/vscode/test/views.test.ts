@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { FlightRecord } from '../src/protocol';
 import { budgetNodes, capsuleNodes, compactionNodes, flightLines, sessionNodes } from '../src/views';
-import { followedControl, report } from './fixtures';
+import { followedControl, noUnseen, report } from './fixtures';
 
 function record(overrides: Partial<FlightRecord>): FlightRecord {
   return {
@@ -26,8 +26,8 @@ function record(overrides: Partial<FlightRecord>): FlightRecord {
 describe('sidebar view models', () => {
   it('lists sessions with the active one marked', () => {
     const nodes = sessionNodes([
-      { sessionId: 's_1', workspace: '/w', path: '/d/s_1.jsonl', active: false, entries: 3, effectiveTokens: 900, hardLimit: 48_800, lastCompaction: null },
-      { sessionId: 's_2', workspace: '/w', path: '/d/s_2.jsonl', active: true, entries: 40, effectiveTokens: 31_200, hardLimit: 48_800, lastCompaction: null },
+      { sessionId: 's_1', workspace: '/w', path: '/d/s_1.jsonl', active: false, entries: 3, inMemory: true, effectiveTokens: 900, hardLimit: 48_800, lastCompaction: null },
+      { sessionId: 's_2', workspace: '/w', path: '/d/s_2.jsonl', active: true, entries: 40, inMemory: true, effectiveTokens: 31_200, hardLimit: 48_800, lastCompaction: null },
     ]);
     assert.deepEqual(
       nodes.map((n) => [n.label, n.description, n.contextValue]),
@@ -71,7 +71,7 @@ describe('sidebar view models', () => {
       source: 'provider_usage',
       effectiveTokens: 136_500,
       hardLimit: 160_000,
-      breakdown: { system: 0, tools: 0, capsule: 2_200, retainedTail: 0, newEntries: 101_500, notInLog: 32_800 },
+      breakdown: { system: 0, tools: 0, capsule: 2_200, retainedTail: 0, newEntries: 101_500, notInLog: 32_800, unseen: noUnseen },
     });
     const parts = budgetNodes(followed).filter((n) => n.icon === 'symbol-number');
     assert.deepEqual(parts.at(-1)?.label, 'Not in the log');
@@ -119,12 +119,12 @@ describe('sidebar view models', () => {
   it('shows recent compactions newest first with outcome, trigger and reclaimed percent', () => {
     const nodes = compactionNodes([
       record({ operationId: 'op_old', ts: '2026-11-29T10:00:00Z' }),
-      record({ operationId: 'op_new', ts: '2026-11-29T11:00:00Z', outcome: 'skipped', trigger: 'manual', reason: 'nothing to compact', checkpointId: null }),
+      record({ operationId: 'op_new', ts: '2026-11-29T11:00:00Z', outcome: 'skipped', trigger: 'user', reason: 'nothing to compact', checkpointId: null }),
     ]);
     assert.deepEqual(
       nodes.map((n) => [n.id, n.label, n.description, n.checkpointId]),
       [
-        ['compaction:op_new', 'skipped · manual', 'nothing to compact', undefined],
+        ['compaction:op_new', 'skipped · user', 'nothing to compact', undefined],
         ['compaction:op_old', 'completed · auto_threshold', '−75% (40k → 10k)', 'ck_1'],
       ],
     );
@@ -133,7 +133,7 @@ describe('sidebar view models', () => {
 
   it('makes capsules exportable from the context menu', () => {
     const [node] = capsuleNodes([
-      { checkpointId: 'ck_7', entryId: 'e_7', title: 'Auth hand-off', trigger: 'manual', quality: 'model', ts: 't', tokens: { before: 40_000, after: 3_100 }, origin: 'loaded' },
+      { checkpointId: 'ck_7', entryId: 'e_7', title: 'Auth hand-off', trigger: 'user', quality: 'model', ts: 't', tokens: { before: 40_000, after: 3_100 }, origin: 'loaded' },
     ]);
     assert.equal(node.label, 'Auth hand-off');
     assert.equal(node.description, 'ck_7 · 3.1k · model · loaded');

@@ -16,7 +16,10 @@ if (!fs.existsSync(from)) {
   process.exit(1);
 }
 fs.rmSync(to, { recursive: true, force: true });
-fs.mkdirSync(to, { recursive: true });
-for (const f of fs.readdirSync(from).filter((f) => f.endsWith('.schema.json'))) {
-  fs.copyFileSync(path.join(from, f), path.join(to, f));
+// The daemon's methods, and in client/ the requests it sends to clients (`soba/summarize`).
+for (const sub of ['.', 'client']) {
+  fs.mkdirSync(path.join(to, sub), { recursive: true });
+  for (const f of fs.readdirSync(path.join(from, sub)).filter((f) => f.endsWith('.schema.json'))) {
+    fs.copyFileSync(path.join(from, sub, f), path.join(to, sub, f));
+  }
 }

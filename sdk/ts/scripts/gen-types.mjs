@@ -24,16 +24,19 @@ const pascal = (s) =>
     .map((w) => w[0].toUpperCase() + w.slice(1))
     .join('');
 
-const files = fs
-  .readdirSync(schemaDir)
-  .filter((f) => f.endsWith('.schema.json'))
-  .sort()
-  .map((f) => {
-    const stem = f.slice(0, -'.schema.json'.length);
-    const part = stem.slice(stem.lastIndexOf('.') + 1); // params | result | notification
-    const name = `soba/${stem.slice(0, stem.lastIndexOf('.')).replaceAll('.', '/')}`;
-    return { stem, part, name, schema: JSON.parse(fs.readFileSync(path.join(schemaDir, f), 'utf8')) };
-  });
+// The daemon's methods are in schemaDir; the requests the daemon sends to a client that offered
+// to serve them (`soba/summarize`), and the offers themselves, are in its client/ folder.
+const schemaFiles = (dir, side) =>
+  (fs.existsSync(dir) ? fs.readdirSync(dir) : [])
+    .filter((f) => f.endsWith('.schema.json'))
+    .sort()
+    .map((f) => {
+      const stem = f.slice(0, -'.schema.json'.length);
+      const part = stem.slice(stem.lastIndexOf('.') + 1); // params | result | notification | capability
+      const name = `soba/${stem.slice(0, stem.lastIndexOf('.')).replaceAll('.', '/')}`;
+      return { stem, part, name, side, schema: JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')) };
+    });
+const files = [...schemaFiles(schemaDir, 'daemon'), ...schemaFiles(path.join(schemaDir, 'client'), 'client')];
 
 // Named types from every file's $defs. The same name means the same type; when a params file
 // (what clients send, optional fields may be left out) defines a name differently from a
@@ -169,7 +172,8 @@ for (const f of files) {
   const { $defs, ...root } = f.schema;
   out += `${doc(`${f.schema.title}.${root.description ? `\n\n${root.description}` : ''}`, '')}export type ${typeName(f)} = ${tsType(withoutKeys(root, ['title', 'description', '$schema']), f.names, '')};\n\n`;
 }
-const methods = files.filter((f) => f.part === 'params').map((f) => f.name);
+const methods = files.filter((f) => f.side === 'daemon' && f.part === 'params').map((f) => f.name);
+const clientMethods = files.filter((f) => f.side === 'client' && f.part === 'params').map((f) => f.name);
 const notifications = files.filter((f) => f.part === 'notification');
 out += `/** Every request method: its params and result types. */\nexport interface Methods {\n`;
 for (const m of methods) {
@@ -178,7 +182,12 @@ for (const m of methods) {
 }
 out += `}\n\n/** Every notification the daemon sends: its params type. */\nexport interface Notifications {\n`;
 for (const f of notifications) out += `  ${JSON.stringify(f.name)}: ${typeName(f)};\n`;
-out += `}\n\nexport type MethodName = keyof Methods;\nexport type NotificationName = keyof Notifications;\n\n`;
+out += `}\n\n/** Every request the daemon sends to a client that offered to serve it: its params and result types. */\nexport interface ClientMethods {\n`;
+for (const m of clientMethods) {
+  const stem = m.slice('soba/'.length).replaceAll('/', '.');
+  out += `  ${JSON.stringify(m)}: { params: ${pascal(`${stem}.params`)}; result: ${pascal(`${stem}.result`)} };\n`;
+}
+out += `}\n\nexport type MethodName = keyof Methods;\nexport type NotificationName = keyof Notifications;\nexport type ClientMethodName = keyof ClientMethods;\n\n`;
 out += `/** Every request method, in name order. */\nexport const METHODS: readonly MethodName[] = ${JSON.stringify(methods)};\n\n`;
 out += `/** Every notification, in name order. */\nexport const NOTIFICATIONS: readonly NotificationName[] = ${JSON.stringify(notifications.map((f) => f.name))};\n`;
 

@@ -3,10 +3,35 @@
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
+import { pathToFileURL } from 'node:url';
 
 import { SobaConnectionError, SobaError, ErrorCode } from './errors';
 import { encodeFrame, FrameReader } from './framing';
-import type { MethodName, Methods, NotificationName, Notifications } from './protocol';
+import type {
+  ClientMethodName,
+  ClientMethods,
+  MethodName,
+  Methods,
+  NotificationName,
+  Notifications,
+  SummarizeCapability,
+  SummarizeParams,
+  SummarizeResult,
+} from './protocol';
+
+/**
+ * Runs the daemon's summarization prompts (`soba/summarize`) on the agent's own model. `signal`
+ * aborts when the daemon stops waiting (`$/cancelRequest`: its compaction timed out or was
+ * cancelled). A thrown error's message goes back to the daemon (never put a key in it); a
+ * numeric `status` on it, the provider's HTTP status, goes along as `error.data.status`.
+ */
+export type Summarize = (params: SummarizeParams, signal: AbortSignal) => Promise<SummarizeResult>;
+
+/** Serves one kind of request the daemon sends the client; `signal` aborts on `$/cancelRequest`. */
+export type RequestHandler<M extends ClientMethodName> = (
+  params: ClientMethods[M]['params'],
+  signal: AbortSignal,
+) => Promise<ClientMethods[M]['result']>;
 
 export interface ConnectOptions {
   /** Workspace folders (absolute paths): the first is the default workspace of editor-side requests. */
@@ -15,6 +40,19 @@ export interface ConnectOptions {
   workDoneProgress?: boolean;
   /** Name reported in `initialize`. */
   clientName?: string;
+  /**
+   * Offer the agent's own model for capsules: declared at `initialize`, so the daemon sends
+   * `soba/summarize` for the compactions this client's requests start (docs/protocol.md).
+   */
+  summarize?: Summarize;
+  /** What the offer says about that model (`model`, `contextWindow`, `maxOutputTokens`). */
+  summarizeOffer?: SummarizeCapability;
+  /**
+   * Deadline of each request, in milliseconds. A daemon that has not answered by then is taken
+   * as hung: every pending request fails with SobaConnectionError, and a spawned `soba serve`
+   * is stopped. Default: no deadline.
+   */
+  requestTimeoutMs?: number;
 }
 
 export interface SpawnOptions extends ConnectOptions {
@@ -24,10 +62,21 @@ export interface SpawnOptions extends ConnectOptions {
   args?: string[];
   env?: NodeJS.ProcessEnv;
   cwd?: string;
+  /**
+   * Let this process exit while the connection sits idle: `soba serve` and its pipes do not
+   * keep the event loop alive (a pending request with a deadline still does).
+   */
+  unref?: boolean;
+  /**
+   * How long `close()` waits for `soba serve` to exit on its closed stdin before SIGTERM
+   * (SIGKILL follows 2 s later). Default 5000.
+   */
+  exitGraceMs?: number;
 }
 
 type Pending = { method: string; resolve: (v: unknown) => void; reject: (e: Error) => void };
 type Handler = (params: unknown) => void;
+type AnyRequestHandler = (params: unknown, signal: AbortSignal) => Promise<unknown>;
 
 /** The `window/showMessage` notification the daemon sends when a degraded fallback was used. */
 export interface ShowMessage {
@@ -36,13 +85,23 @@ export interface ShowMessage {
 }
 
 const STDERR_TAIL_BYTES = 4096;
+const DEFAULT_EXIT_GRACE_MS = 5000;
+/** How long a stopped `soba serve` has between SIGTERM and SIGKILL. */
+const KILL_GRACE_MS = 2000;
 
 export class SobaClient {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private readonly handlers = new Map<string, Set<Handler>>();
+  private readonly requestHandlers = new Map<string, AnyRequestHandler>();
+  /** The daemon's requests being served, by id, to abort on `$/cancelRequest`. */
+  private readonly serving = new Map<string, AbortController>();
   private closedReason: string | undefined;
   private stderrTail = '';
+  private readonly requestTimeoutMs: number | undefined;
+  private readonly exitGraceMs: number;
+  /** Settles once a spawned `soba serve` has exited (or could not start); at once without one. */
+  private readonly exited: Promise<void>;
   /** `serverInfo` from `initialize`: `{ name: 'soba', version }`. */
   serverInfo: { name: string; version?: string } | undefined;
   /** The whole `initialize` result (capabilities: the `soba.server.*` commands). */
@@ -51,8 +110,12 @@ export class SobaClient {
   private constructor(
     input: Readable,
     private readonly output: Writable,
+    options: SpawnOptions,
     private readonly child?: ChildProcess,
   ) {
+    this.requestTimeoutMs = options.requestTimeoutMs;
+    this.exitGraceMs = options.exitGraceMs ?? DEFAULT_EXIT_GRACE_MS;
+    if (options.summarize) this.requestHandlers.set('soba/summarize', options.summarize as AnyRequestHandler);
     const reader = new FrameReader();
     input.on('data', (chunk: Buffer) => {
       let messages: unknown[];
@@ -64,19 +127,46 @@ export class SobaClient {
       }
       for (const m of messages) this.dispatch(m as Record<string, unknown>);
     });
-    input.on('close', () => this.fail('the daemon closed the connection'));
     input.on('error', (e) => this.fail(`reading from the daemon failed: ${e.message}`));
-    output.on('error', (e) => this.fail(`writing to the daemon failed: ${e.message}`));
-    child?.stderr?.on('data', (chunk: Buffer) => {
+    let inputClosed = false;
+    input.on('close', () => {
+      inputClosed = true;
+      if (!child) return this.fail('the daemon closed the connection');
+      // The child's exit says why; one that closed its output and lives on is as good as gone.
+      if (this.running) setTimeout(() => this.fail('the daemon closed the connection'), 1000).unref();
+    });
+    if (!child) {
+      this.exited = Promise.resolve();
+      output.on('error', (e) => this.fail(`writing to the daemon failed: ${e.message}`));
+      return;
+    }
+    this.exited = new Promise((resolve) => {
+      child.once('exit', () => resolve());
+      child.once('error', () => resolve());
+    });
+    // Write errors (EPIPE once the child is gone) are reported by its exit.
+    output.on('error', () => {});
+    const command = `\`${child.spawnfile} serve\``;
+    child.stderr?.on('data', (chunk: Buffer) => {
       this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-STDERR_TAIL_BYTES);
     });
-    child?.on('error', (e) => this.fail(`cannot run ${child.spawnfile}: ${e.message}; set SOBA_BIN or pass { bin }`));
-    child?.on('exit', (code, signal) => {
+    child.on('error', (e) => this.fail(`cannot start ${command}: ${e.message}`));
+    child.on('exit', (code, signal) => {
+      const said = this.stderrTail.trim();
+      const why = `${command} ${signal ? `was killed by ${signal}` : `exited with code ${code}`}${said ? `: ${said}` : ''}`;
       // Answers written before the exit are still in the pipe: fail once it is drained.
-      const why = `soba serve exited (${signal ? `signal ${signal}` : `code ${code}`})`;
-      input.once('close', () => this.fail(why));
-      setTimeout(() => this.fail(why), 1000).unref();
+      if (inputClosed) return this.fail(why, false);
+      input.once('close', () => this.fail(why, false));
+      setTimeout(() => this.fail(why, false), 1000).unref();
     });
+    // `soba serve` never outlives this process, however it ends (process.exit, an uncaught error).
+    const stopWithProcess = () => this.stop();
+    process.once('exit', stopWithProcess);
+    void this.exited.then(() => process.off('exit', stopWithProcess));
+    if (options.unref) {
+      child.unref();
+      for (const s of [child.stdin, child.stdout, child.stderr]) (s as unknown as { unref?: () => void } | null)?.unref?.();
+    }
   }
 
   /** Start `soba serve` and initialize a connection to it. */
@@ -87,11 +177,11 @@ export class SobaClient {
       cwd: options.cwd,
       stdio: ['pipe', 'pipe', 'pipe'],
     });
-    const client = new SobaClient(child.stdout!, child.stdin!, child);
+    const client = new SobaClient(child.stdout!, child.stdin!, options, child);
     try {
       await client.initialize(options);
     } catch (e) {
-      child.kill();
+      client.fail('initialize failed');
       throw e;
     }
     return client;
@@ -99,21 +189,24 @@ export class SobaClient {
 
   /** Initialize a connection over existing streams (a socket, a child you started yourself). */
   static async connect(input: Readable, output: Writable, options: ConnectOptions = {}): Promise<SobaClient> {
-    const client = new SobaClient(input, output);
+    const client = new SobaClient(input, output, options);
     await client.initialize(options);
     return client;
   }
 
   private async initialize(options: ConnectOptions): Promise<void> {
     const folders = (options.workspaceFolders ?? []).map((f) => ({
-      uri: `file://${encodeURI(f)}`,
+      uri: pathToFileURL(f).href,
       name: f.split('/').filter(Boolean).pop() ?? f,
     }));
     const result = (await this.send('initialize', {
       processId: process.pid,
       clientInfo: { name: options.clientName ?? '@soba/sdk' },
       rootUri: null,
-      capabilities: { window: { workDoneProgress: options.workDoneProgress ?? false } },
+      capabilities: {
+        window: { workDoneProgress: options.workDoneProgress ?? false },
+        ...(options.summarize ? { experimental: { soba: { summarize: options.summarizeOffer ?? {} } } } : {}),
+      },
       workspaceFolders: folders,
     })) as { serverInfo?: { name: string; version?: string } };
     this.serverInfo = result.serverInfo;
@@ -137,6 +230,27 @@ export class SobaClient {
     if (!set) this.handlers.set(method, (set = new Set()));
     set.add(handler);
     return () => set!.delete(handler);
+  }
+
+  /**
+   * Serve a request the daemon sends the client (`soba/summarize`: see the `summarize` option,
+   * which also offers it at `initialize`); returns a function that stops serving it.
+   */
+  onRequest<M extends ClientMethodName>(method: M, handler: RequestHandler<M>): () => void {
+    this.requestHandlers.set(method, handler as AnyRequestHandler);
+    return () => {
+      if (this.requestHandlers.get(method) === handler) this.requestHandlers.delete(method);
+    };
+  }
+
+  /** False once the connection has failed or been closed: every request then fails at once. */
+  get alive(): boolean {
+    return this.closedReason === undefined;
+  }
+
+  /** The process id of a spawned `soba serve`. */
+  get pid(): number | undefined {
+    return this.child?.pid;
   }
 
   /** Warnings the daemon shows (a degraded capsule, file watching fell back to polling). */
@@ -218,7 +332,10 @@ export class SobaClient {
     return this.request('soba/preview', params);
   }
 
-  /** `shutdown` and `exit`; waits for a spawned `soba serve` to end. */
+  /**
+   * `shutdown` and `exit`, then the end of `soba serve`'s stdin, on which it exits; one still
+   * there after `exitGraceMs` is stopped (SIGTERM, then SIGKILL). Resolves once it has exited.
+   */
   async close(): Promise<void> {
     if (this.closedReason === undefined) {
       try {
@@ -227,34 +344,107 @@ export class SobaClient {
       } catch {
         // Already gone: nothing left to shut down.
       }
-    }
-    this.output.end();
-    const child = this.child;
-    if (child && child.exitCode === null && child.signalCode === null) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => child.kill(), 5000);
-        child.once('exit', () => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
+      this.output.end();
+      await this.waitForExit(this.exitGraceMs);
     }
     this.fail('the client closed the connection');
+    await this.waitForExit(KILL_GRACE_MS + 1000);
+  }
+
+  private get running(): boolean {
+    const child = this.child;
+    return !!child && child.pid !== undefined && child.exitCode === null && child.signalCode === null;
+  }
+
+  /** SIGTERM a spawned `soba serve`, and SIGKILL it when it is still there after KILL_GRACE_MS. */
+  private stop(): void {
+    if (!this.running) return;
+    const child = this.child!;
+    child.kill('SIGTERM');
+    const escalate = setTimeout(() => {
+      if (this.running) child.kill('SIGKILL');
+    }, KILL_GRACE_MS);
+    escalate.unref();
+    void this.exited.then(() => clearTimeout(escalate));
+  }
+
+  /** Wait for a spawned `soba serve` to exit, at most `ms`. */
+  private async waitForExit(ms: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms);
+    });
+    try {
+      await Promise.race([this.exited, late]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private send(method: string, params: unknown): Promise<unknown> {
     if (this.closedReason !== undefined) {
-      return Promise.reject(new SobaConnectionError(`${method}: ${this.closedReason}`));
+      return Promise.reject(new SobaConnectionError(`${method}: ${this.closedReason}`, this.closedReason));
     }
     const id = this.nextId++;
+    const deadline = this.requestTimeoutMs;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { method, resolve, reject });
+      const timer =
+        deadline === undefined
+          ? undefined
+          : setTimeout(() => {
+              const from = this.child ? `\`${this.child.spawnfile} serve\`` : 'the daemon';
+              this.fail(`no answer to ${method} within ${deadline / 1000}s from ${from}`);
+            }, deadline);
+      this.pending.set(id, {
+        method,
+        resolve: (v) => {
+          clearTimeout(timer);
+          resolve(v);
+        },
+        reject: (e) => {
+          clearTimeout(timer);
+          reject(e);
+        },
+      });
       this.write({ jsonrpc: '2.0', id, method, params });
     });
   }
 
   private write(message: unknown): void {
+    if (this.output.writableEnded || this.output.destroyed) return;
     this.output.write(encodeFrame(message));
+  }
+
+  /** Answer the daemon's request `id` with `handler`'s result, or its failure as an error. */
+  private serve(id: number | string, params: unknown, handler: AnyRequestHandler): void {
+    const key = String(id);
+    const abort = new AbortController();
+    this.serving.set(key, abort);
+    // Called at once, so that a `$/cancelRequest` right behind the request finds its listener.
+    let answer: Promise<unknown>;
+    try {
+      answer = Promise.resolve(handler(params, abort.signal));
+    } catch (e) {
+      answer = Promise.reject(e);
+    }
+    answer
+      .then(
+        (result) => this.write({ jsonrpc: '2.0', id, result }),
+        (e: unknown) => {
+          const err = e as { message?: unknown; status?: unknown } | null;
+          const status = typeof err?.status === 'number' ? err.status : undefined;
+          this.write({
+            jsonrpc: '2.0',
+            id,
+            error: {
+              code: ErrorCode.RequestFailed,
+              message: typeof err?.message === 'string' ? err.message : String(e),
+              ...(status !== undefined ? { data: { status } } : {}),
+            },
+          });
+        },
+      )
+      .finally(() => this.serving.delete(key));
   }
 
   private dispatch(m: Record<string, unknown>): void {
@@ -270,9 +460,13 @@ export class SobaClient {
     }
     if (method === undefined) return;
     if (m.id !== undefined) {
-      // A request from the daemon: progress tokens are accepted, anything else is not served here.
+      // A request from the daemon: progress tokens are accepted, the ones with a handler served,
+      // anything else refused.
+      const handler = this.requestHandlers.get(method);
       if (method === 'window/workDoneProgress/create') {
         this.write({ jsonrpc: '2.0', id: m.id, result: null });
+      } else if (handler && (typeof m.id === 'number' || typeof m.id === 'string')) {
+        this.serve(m.id, m.params, handler);
       } else {
         this.write({
           jsonrpc: '2.0',
@@ -282,16 +476,26 @@ export class SobaClient {
       }
       return;
     }
+    if (method === '$/cancelRequest') {
+      this.serving.get(String((m.params as { id?: unknown } | undefined)?.id))?.abort();
+    }
     for (const h of this.handlers.get(method) ?? []) h(m.params);
   }
 
-  private fail(reason: string): void {
+  /**
+   * The connection is over: pending requests fail, requests being served are aborted, and a
+   * spawned `soba serve` is stopped. `withStderr`: add what it wrote on stderr to the reason.
+   */
+  private fail(reason: string, withStderr = true): void {
     if (this.closedReason !== undefined) return;
-    const stderr = this.stderrTail.trim();
+    const stderr = withStderr ? this.stderrTail.trim() : '';
     this.closedReason = stderr ? `${reason}; its stderr ends with: ${stderr}` : reason;
     for (const [, p] of this.pending) {
-      p.reject(new SobaConnectionError(`${p.method}: ${this.closedReason} before answering`));
+      p.reject(new SobaConnectionError(`${p.method}: ${this.closedReason} before answering`, this.closedReason));
     }
     this.pending.clear();
+    for (const a of this.serving.values()) a.abort();
+    this.serving.clear();
+    this.stop();
   }
 }

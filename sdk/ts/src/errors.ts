@@ -15,6 +15,10 @@ export const ErrorCode = {
   OverflowRetryUsed: -32003,
   /** Another process writes the session log. */
   SessionLocked: -32004,
+  /** Compact, capsule load or rewind of a session whose agent compacts it itself: nothing changed. */
+  AgentCompacts: -32005,
+  /** A client's answer to a request the daemon sent it (`soba/summarize`) that failed. */
+  RequestFailed: -32803,
 } as const;
 
 /** An error answer from the daemon. */
@@ -32,7 +36,11 @@ export class SobaError extends Error {
 
 /** The connection ended (or could not start) before the answer came. */
 export class SobaConnectionError extends Error {
-  constructor(message: string) {
+  constructor(
+    message: string,
+    /** Why the connection ended, without the request's name (`soba serve` exited with code 1: …). */
+    readonly reason: string = message,
+  ) {
     super(message);
     this.name = 'SobaConnectionError';
   }

@@ -1145,6 +1145,68 @@ export type TurnCompleteResult = {
   intentRecorded: boolean;
 };
 
+/**
+ * capabilities.experimental.soba.summarize.
+ *
+ * A client's offer, at `initialize`, to write capsules with the agent's own model: the
+ * daemon then sends it `soba/summarize` for compactions that this client's own requests
+ * (`soba/preflight`, `soba/overflow`, `soba/compact`) start in a session whose config sets no
+ * `summarizer` block. The client answers with the model's reply and never hands over its key.
+ */
+export type SummarizeCapability = {
+  /**
+   * The model the client summarizes with, for status lines; the session's model when left
+   * out.
+   */
+  model?: string | null;
+  /**
+   * That model's context window in tokens; the session model's when left out. Longer
+   * histories are sent in chunks that fit.
+   */
+  contextWindow?: number | null;
+  /**
+   * Output tokens to ask for per request; the session model's limit, at most 4096, when
+   * left out.
+   */
+  maxOutputTokens?: number | null;
+};
+
+/**
+ * soba/summarize params.
+ *
+ * `soba/summarize` (daemon → client): one request of a compaction's summarization. Send
+ * `system` as the system prompt and `user` as the one user message to the agent's model, ask
+ * for at most `maxOutputTokens`, and answer with the reply's text. A compaction whose history
+ * does not fit the window sends several, one after the other, each rolling the previous
+ * answer forward. `$/cancelRequest` with this request's id means the daemon stopped waiting
+ * (timeout, cancellation): abort the model request.
+ */
+export type SummarizeParams = {
+  sessionId: string;
+  /** The compaction this request belongs to (`soba/compaction`'s `operationId`). */
+  operationId: string;
+  /** The system prompt; the same text for every request. */
+  system: string;
+  /** The user message: the previous capsule, the facts, the instructions and the history. */
+  user: string;
+  maxOutputTokens: number;
+  /** The model to use when the client offered one by name (`SummarizeCapability::model`). */
+  model?: string | null;
+};
+
+/**
+ * soba/summarize result.
+ *
+ * The answer to `soba/summarize`. A failure is answered as a JSON-RPC error whose message
+ * says what went wrong (never a key); `error.data.status` may carry the provider's HTTP status.
+ */
+export type SummarizeResult = {
+  /** The model's reply text, whole. */
+  text: string;
+  /** The model stopped at `maxOutputTokens`. */
+  hitOutputLimit?: boolean;
+};
+
 /** Every request method: its params and result types. */
 export interface Methods {
   "soba/attach": { params: AttachParams; result: AttachResult };
@@ -1177,8 +1239,14 @@ export interface Notifications {
   "soba/session/closed": SessionClosedNotification;
 }
 
+/** Every request the daemon sends to a client that offered to serve it: its params and result types. */
+export interface ClientMethods {
+  "soba/summarize": { params: SummarizeParams; result: SummarizeResult };
+}
+
 export type MethodName = keyof Methods;
 export type NotificationName = keyof Notifications;
+export type ClientMethodName = keyof ClientMethods;
 
 /** Every request method, in name order. */
 export const METHODS: readonly MethodName[] = ["soba/attach","soba/autoCompact","soba/budget","soba/cancel","soba/capsule/create","soba/capsule/export","soba/capsule/list","soba/capsule/load","soba/checkpoint","soba/compact","soba/context","soba/flight","soba/overflow","soba/preflight","soba/preview","soba/rewind","soba/session/append","soba/session/close","soba/session/open","soba/sessions","soba/turn/complete"];

@@ -82,3 +82,58 @@ test('unreadable bytes from the daemon end the connection with a clear error', a
   const c = await SobaClient.connect(d.toClient, d.fromClient);
   await assert.rejects(c.budget(), /unreadable data from the daemon: frame header without a valid Content-Length/);
 });
+
+test("the daemon's soba/summarize is offered at initialize and served; $/cancelRequest aborts it", async () => {
+  let offer: unknown;
+  const answers = new Map<number, unknown>();
+  const toClient = new PassThrough();
+  const fromClient = new PassThrough();
+  const reader = new FrameReader();
+  const reply = (m: unknown) => toClient.write(encodeFrame(m));
+  const allAnswered = new Promise<void>((resolve) => {
+    fromClient.on('data', (chunk: Buffer) => {
+      for (const msg of reader.push(chunk) as Array<{ id?: number; method?: string; params?: any }>) {
+        if (msg.method === 'initialize') {
+          offer = msg.params.capabilities.experimental?.soba?.summarize;
+          reply({ jsonrpc: '2.0', id: msg.id, result: { capabilities: {} } });
+          const p = { sessionId: 's_1', operationId: 'op_1', system: 'sys', maxOutputTokens: 100 };
+          reply({ jsonrpc: '2.0', id: 7, method: 'soba/summarize', params: { ...p, user: 'quick' } });
+          reply({ jsonrpc: '2.0', id: 8, method: 'soba/summarize', params: { ...p, user: 'slow' } });
+          reply({ jsonrpc: '2.0', id: 9, method: 'soba/summarize', params: { ...p, user: 'refused' } });
+          reply({ jsonrpc: '2.0', method: '$/cancelRequest', params: { id: 8 } });
+        } else if (msg.method === undefined && msg.id !== undefined) {
+          answers.set(msg.id, msg);
+          if (answers.size === 3) resolve();
+        }
+      }
+    });
+  });
+  const seen: string[] = [];
+  await SobaClient.connect(toClient, fromClient, {
+    summarizeOffer: { model: 'small-model' },
+    summarize: (params, signal) => {
+      seen.push(params.user);
+      if (params.user === 'quick') return Promise.resolve({ text: 'summary of quick', hitOutputLimit: false });
+      if (params.user === 'refused') return Promise.reject(Object.assign(new Error('rate limited'), { status: 429 }));
+      return new Promise((_, reject) => signal.addEventListener('abort', () => reject(new Error('aborted: the daemon stopped waiting'))));
+    },
+  });
+  await allAnswered;
+  assert.deepEqual(offer, { model: 'small-model' });
+  assert.deepEqual(seen, ['quick', 'slow', 'refused']);
+  assert.deepEqual(answers.get(7), { jsonrpc: '2.0', id: 7, result: { text: 'summary of quick', hitOutputLimit: false } });
+  assert.deepEqual(answers.get(8), { jsonrpc: '2.0', id: 8, error: { code: -32803, message: 'aborted: the daemon stopped waiting' } });
+  assert.deepEqual(answers.get(9), { jsonrpc: '2.0', id: 9, error: { code: -32803, message: 'rate limited', data: { status: 429 } } });
+});
+
+test('a daemon silent past requestTimeoutMs fails the connection', async () => {
+  const d = fakeDaemon(() => {});
+  const c = await SobaClient.connect(d.toClient, d.fromClient, { requestTimeoutMs: 50 });
+  await assert.rejects(c.budget(), (e: unknown) => {
+    assert.ok(e instanceof SobaConnectionError);
+    assert.equal(e.reason, 'no answer to soba/budget within 0.05s from the daemon');
+    return true;
+  });
+  assert.equal(c.alive, false);
+  await assert.rejects(c.sessions(), SobaConnectionError);
+});
