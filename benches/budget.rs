@@ -7,12 +7,12 @@
 //!   the decision.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use soba::budget::Budget;
-use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::run::Barrier;
-use soba::config::Config;
-use soba::session::entry::Entry;
-use soba::session::view::ModelView;
+use soba_core::budget::Budget;
+use soba_core::compaction::run::Barrier;
+use soba_core::config::Config;
+use soba_core::session::entry::Entry;
+use soba_core::session::view::ModelView;
+use soba_core::tool_mapping::ToolMapping;
 
 #[path = "support.rs"]
 mod support;

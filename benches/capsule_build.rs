@@ -6,11 +6,11 @@
 //! medians at 24k and 6k entries against the entry ratio (4×) is the linearity figure.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::plan::plan;
-use soba::compaction::plan::PlanRequest;
-use soba::config::Config;
-use soba::session::trigger::Trigger;
+use soba_core::compaction::plan::plan;
+use soba_core::compaction::plan::PlanRequest;
+use soba_core::config::Config;
+use soba_core::session::trigger::Trigger;
+use soba_core::tool_mapping::ToolMapping;
 
 #[path = "support.rs"]
 mod support;

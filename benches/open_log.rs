@@ -14,14 +14,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::run::Barrier;
-use soba::config::{Config, Durability, Overrides};
 use soba::import::transcript::import_str;
 use soba::import::{Format, ImportOptions};
-use soba::session::entry::Entry;
-use soba::session::log::{read_session, SessionLog};
-use soba::session::token_file;
+use soba_core::compaction::run::Barrier;
+use soba_core::config::{Config, Durability, Overrides};
+use soba_core::session::entry::Entry;
+use soba_core::session::log::{read_session, SessionLog};
+use soba_core::session::token_file;
+use soba_core::tool_mapping::ToolMapping;
 
 #[path = "support.rs"]
 mod support;

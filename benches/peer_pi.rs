@@ -23,20 +23,20 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use soba::budget::Budget;
-use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::plan::plan;
-use soba::compaction::plan::PlanRequest;
-use soba::compaction::run::Barrier;
-use soba::config::{Config, Durability, Overrides};
 use soba::import::transcript::import_str;
 use soba::import::{Format, ImportOptions};
-use soba::session::entry::{ContentBlock, Entry, EntryBody, MessageEntry, Role, Usage};
-use soba::session::log::{read_session, SessionLog};
-use soba::session::token_file;
-use soba::session::trigger::Trigger;
-use soba::session::view::ModelView;
-use soba::session::Session;
+use soba_core::budget::Budget;
+use soba_core::compaction::plan::plan;
+use soba_core::compaction::plan::PlanRequest;
+use soba_core::compaction::run::Barrier;
+use soba_core::config::{Config, Durability, Overrides};
+use soba_core::session::entry::{ContentBlock, Entry, EntryBody, MessageEntry, Role, Usage};
+use soba_core::session::log::{read_session, SessionLog};
+use soba_core::session::token_file;
+use soba_core::session::trigger::Trigger;
+use soba_core::session::view::ModelView;
+use soba_core::session::Session;
+use soba_core::tool_mapping::ToolMapping;
 
 #[path = "support.rs"]
 mod support;
@@ -68,7 +68,7 @@ fn check(session: &Session, barrier: &Barrier) -> bool {
     let check = barrier.check(session);
     matches!(
         check.decision,
-        soba::compaction::triggers::Decision::Compact { .. }
+        soba_core::compaction::triggers::Decision::Compact { .. }
     )
 }
 
@@ -116,7 +116,7 @@ fn main() -> anyhow::Result<()> {
         source_path: input.display().to_string(),
         default_workspace: "/ws".into(),
         default_session_id: "bench".into(),
-        now: soba::util::now_rfc3339(),
+        now: soba_core::util::now_rfc3339(),
     };
     let import = median(Duration::from_secs(2), 1, || {
         import_str(&text, Some(Format::Pi), &options)

@@ -21,7 +21,10 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
+use soba::proxy::server::DaemonTarget;
+use soba::proxy::server::Proxy;
+use soba::proxy::server::ProxyConfig;
+use soba::proxy::server::ProxySummarizer;
 
 fn measuring() -> bool {
     std::env::args().any(|a| a == "--bench")
@@ -111,7 +114,7 @@ fn main() {
             summarizer: ProxySummarizer::Local,
             daemon: DaemonTarget::InProcess(daemon),
             log: Arc::new(|_: &str| {}),
-            max_conversations: soba::proxy::DEFAULT_MAX_CONVERSATIONS,
+            max_conversations: soba::proxy::server::DEFAULT_MAX_CONVERSATIONS,
         })
         .unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -127,7 +130,7 @@ fn main() {
         }
         let tokens: u64 = messages
             .iter()
-            .map(|m| soba::tokens::TokenizerKind::O200kBase.count(m["content"].as_str().unwrap()))
+            .map(|m| soba_core::tokens::TokenizerKind::O200kBase.count(m["content"].as_str().unwrap()))
             .sum();
         let client = reqwest::Client::new();
         let send = |addr: SocketAddr, body: Value| {

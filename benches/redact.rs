@@ -35,7 +35,7 @@ fn redaction(c: &mut Criterion) {
         b.iter(|| {
             texts
                 .iter()
-                .map(|t| soba::redact::redact(t).len())
+                .map(|t| soba_core::redact::redact(t).len())
                 .sum::<usize>()
         })
     });
@@ -43,7 +43,7 @@ fn redaction(c: &mut Criterion) {
         b.iter(|| {
             with_secrets
                 .iter()
-                .map(|t| soba::redact::redact(t).len())
+                .map(|t| soba_core::redact::redact(t).len())
                 .sum::<usize>()
         })
     });

@@ -4,11 +4,16 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use soba::capsule::{Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Origin, Quality};
-use soba::session::entry::*;
-use soba::session::trigger::Trigger;
-use soba::session::Session;
-use soba::tokens::TokenizerKind;
+use soba_core::session::capsule::model::Artifacts;
+use soba_core::session::capsule::model::CapsuleEntry;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::CapsuleTokens;
+use soba_core::session::capsule::model::Origin;
+use soba_core::session::capsule::model::Quality;
+use soba_core::session::entry::*;
+use soba_core::session::trigger::Trigger;
+use soba_core::session::Session;
+use soba_core::tokens::TokenizerKind;
 
 /// Whether criterion runs for real (`cargo bench`) rather than once as a smoke test.
 pub fn measuring() -> bool {

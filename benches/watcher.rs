@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use soba::daemon::watcher::{WatchMode, WorkspaceWatcher, DEBOUNCE, POLL_INTERVAL};
-use soba::session::entry::{FileEntry, FileOp};
+use soba_core::session::entry::{FileEntry, FileOp};
 
 #[path = "common/daemon.rs"]
 mod daemon;

@@ -9,12 +9,12 @@
 
 use serde::Serialize;
 
-use crate::budget::Breakdown;
-use crate::config::{Config, ConfigError, ModelDef, Overrides};
 use crate::import::ImportResult;
-use crate::session::entry::{ContentBlock, Entry, EntryBody, Role};
-use crate::session::view::ModelView;
-use crate::session::Session;
+use soba_core::budget::Breakdown;
+use soba_core::config::{Config, ConfigError, ModelDef, Overrides};
+use soba_core::session::entry::{ContentBlock, Entry, EntryBody, Role};
+use soba_core::session::view::ModelView;
+use soba_core::session::Session;
 
 /// One request of the transcript: what SOBA and pi's method estimated, what the provider said.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -38,14 +38,14 @@ pub struct Pair {
     /// The factor the counted tail was multiplied by, and where it came from (`session`: learned
     /// from the reports before this one).
     pub factor: f64,
-    pub factor_source: crate::tokens::CalibrationSource,
+    pub factor_source: soba_core::tokens::CalibrationSource,
     /// The source agent compacted its own context earlier on this branch: the view starts from
     /// its summary and what it kept, as the agent's request did.
     pub after_foreign_compaction: bool,
     /// What the estimate added for content the provider counts beyond the log (included in
     /// `soba`): the unseen-context allowance of an unanchored request, the unseen-growth
     /// allowance of an anchored one.
-    pub unseen: crate::budget::Unseen,
+    pub unseen: soba_core::budget::unseen::Unseen,
 }
 
 impl Pair {
@@ -146,7 +146,7 @@ pub fn pairs(session: &Session) -> Vec<Pair> {
     out
 }
 
-fn assistant_usage(e: &Entry) -> Option<crate::session::entry::Usage> {
+fn assistant_usage(e: &Entry) -> Option<soba_core::session::entry::Usage> {
     match &e.body {
         EntryBody::Message(m) if m.role == Role::Assistant => m.usage,
         _ => None,

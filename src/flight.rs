@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::compaction::CompactionResult;
 use crate::summarize::response::Corrections;
+use soba_core::compaction::CompactionResult;
 
 /// File name of the flight log inside a workspace's data folder.
 pub const FLIGHT_FILE: &str = "flight.jsonl";
@@ -24,9 +24,9 @@ pub const FLIGHT_FILE: &str = "flight.jsonl";
 pub struct FlightRecord {
     pub operation_id: String,
     pub session_id: String,
-    #[schemars(with = "crate::session::trigger::Trigger")]
+    #[schemars(with = "soba_core::session::trigger::Trigger")]
     pub trigger: String,
-    #[schemars(with = "crate::session::entry::Outcome")]
+    #[schemars(with = "soba_core::session::entry::Outcome")]
     pub outcome: String,
     pub reason: String,
     pub duration_ms: u64,
@@ -60,7 +60,7 @@ impl FlightRecord {
             hard_limit: r.hard_limit,
             soft_limit: r.soft_limit,
             corrections: Corrections::default(),
-            ts: crate::util::now_rfc3339(),
+            ts: soba_core::util::now_rfc3339(),
         }
     }
 }
@@ -131,9 +131,9 @@ impl FlightLog {
     /// Append one record as a single write of a whole line.
     pub fn append(&self, record: &FlightRecord) -> std::io::Result<()> {
         if let Some(dir) = self.path.parent() {
-            crate::files::create_private_dir_all(dir)?;
+            soba_core::files::create_private_dir_all(dir)?;
         }
-        let mut f = crate::files::open_or_create_private_append(&self.path)?;
+        let mut f = soba_core::files::open_or_create_private_append(&self.path)?;
         let mut line = Vec::new();
         // A torn last line (a crash mid-write) must not swallow this record.
         if !ends_with_newline(&self.path)? {
@@ -141,7 +141,7 @@ impl FlightLog {
         }
         // Reasons can quote provider errors; nothing secret leaves the session through them.
         let mut record = record.clone();
-        record.reason = crate::redact::redact(&record.reason).into_owned();
+        record.reason = soba_core::redact::redact(&record.reason).into_owned();
         serde_json::to_writer(&mut line, &record).map_err(std::io::Error::other)?;
         line.push(b'\n');
         f.write_all(&line)
@@ -154,7 +154,7 @@ impl FlightLog {
         session: Option<&str>,
         limit: Option<usize>,
     ) -> std::io::Result<Vec<FlightRecord>> {
-        let file = match crate::files::open_regular(&self.path) {
+        let file = match soba_core::files::open_regular(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e),
@@ -180,7 +180,7 @@ impl FlightLog {
 /// Whether the file is empty or ends with a newline.
 fn ends_with_newline(path: &Path) -> std::io::Result<bool> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f = crate::files::open_regular(path)?;
+    let mut f = soba_core::files::open_regular(path)?;
     if f.metadata()?.len() == 0 {
         return Ok(true);
     }

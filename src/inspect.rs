@@ -4,10 +4,10 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::budget::{Breakdown, Budget, MeasurementSource};
-use crate::limits::Limits;
-use crate::session::view::{ModelMessage, ModelView};
-use crate::session::Session;
+use soba_core::budget::{Breakdown, Budget, MeasurementSource};
+use soba_core::limits::Limits;
+use soba_core::session::view::{ModelMessage, ModelView};
+use soba_core::session::Session;
 
 #[derive(Debug, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -23,7 +23,7 @@ pub struct BudgetReport {
     /// The lowered window's setting from the session log, while one is in force: what the
     /// provider's error said and SOBA's count of the refused request.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub learned_window: Option<crate::window::WindowSetting>,
+    pub learned_window: Option<soba_core::window::WindowSetting>,
     pub max_output_tokens: u64,
     pub auto_compact: bool,
     pub last_compaction: Option<LastCompaction>,
@@ -32,7 +32,7 @@ pub struct BudgetReport {
     pub tokenizer: &'static str,
     /// How the counted tokens were turned into the estimate: the tokenizer, the factor applied
     /// to what was counted (the provider's own usage is never scaled), and where it comes from.
-    pub calibration: crate::budget::Calibration,
+    pub calibration: soba_core::budget::Calibration,
     /// Who writes capsules: the configured model (with its circuit breaker) or the local builder.
     pub summarizer: SummarizerStatus,
 }
@@ -76,7 +76,7 @@ pub struct ReportBreakdown {
     /// before the session's usage anchors the budget, the agent's unseen context (system
     /// prompt, tool schemas), learned on this machine or the agent's default; after, the
     /// growth its reports showed beyond the log.
-    pub unseen: crate::budget::Unseen,
+    pub unseen: soba_core::budget::unseen::Unseen,
     /// `unseen` in words, e.g. `not in the log: ~39.9k, learned from 12 Claude Code sessions`;
     /// absent when there is no allowance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,9 +87,9 @@ pub struct ReportBreakdown {
 #[serde(rename_all = "camelCase")]
 pub struct LastCompaction {
     pub checkpoint_id: String,
-    #[schemars(with = "crate::session::trigger::Trigger")]
+    #[schemars(with = "soba_core::session::trigger::Trigger")]
     pub trigger: String,
-    #[schemars(with = "crate::capsule::Quality")]
+    #[schemars(with = "soba_core::session::capsule::model::Quality")]
     pub quality: String,
     pub tokens_before: u64,
     pub tokens_after: u64,
@@ -187,7 +187,7 @@ pub struct PreflightOutlook {
     /// sent), `skip_then_send` (a soft attempt is due but skipped by its ROI check), or
     /// `refused` (nothing may be sent).
     pub decision: &'static str,
-    pub trigger: Option<crate::session::trigger::Trigger>,
+    pub trigger: Option<soba_core::session::trigger::Trigger>,
     /// Why, in words.
     pub reason: String,
     pub effective_tokens: u64,
@@ -197,10 +197,13 @@ pub struct PreflightOutlook {
 }
 
 /// The preflight's decision at the leaf, without acting on it: nothing is written.
-pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> PreflightOutlook {
-    use crate::compaction::triggers::Decision;
+pub fn preflight_outlook(
+    session: &Session,
+    config: &soba_core::config::Config,
+) -> PreflightOutlook {
+    use soba_core::compaction::triggers::Decision;
     let mapping = config.tool_mapping.clone();
-    let barrier = crate::compaction::run::Barrier {
+    let barrier = soba_core::compaction::run::Barrier {
         config,
         mapping: &mapping,
     };
@@ -216,8 +219,8 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
     if check.overflow_exhausted {
         return outlook(
             "refused",
-            Some(crate::session::trigger::Trigger::ContextOverflow),
-            crate::compaction::reasons::overflow_exhausted(
+            Some(soba_core::session::trigger::Trigger::ContextOverflow),
+            soba_core::compaction::reasons::overflow_exhausted(
                 session.tally().facts().overflow_failure.as_deref(),
             ),
             None,
@@ -234,7 +237,7 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
             trigger, reason, ..
         } => outlook("skip_then_send", Some(*trigger), reason.clone(), None),
         Decision::Compact { trigger, .. } => {
-            let req = crate::compaction::plan::PlanRequest {
+            let req = soba_core::compaction::plan::PlanRequest {
                 trigger: *trigger,
                 instructions: None,
                 title: None,
@@ -242,12 +245,12 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
                 mapping: &mapping,
                 operation_id: String::new(),
             };
-            match crate::compaction::plan::plan(session, session.leaf(), &req) {
+            match soba_core::compaction::plan::plan(session, session.leaf(), &req) {
                 Ok(plan) => {
                     let capsule = plan.capsule(
                         String::new(),
                         plan.local_state.clone(),
-                        crate::capsule::Quality::Local,
+                        soba_core::session::capsule::model::Quality::Local,
                         None,
                     );
                     let after = plan.continuation_tokens(&capsule);
@@ -257,7 +260,7 @@ pub fn preflight_outlook(session: &Session, config: &crate::config::Config) -> P
                             Some(*trigger),
                             format!(
                                 "{}: even after a {trigger} compaction the input needs {after} tokens, the hard limit is {}",
-                                crate::compaction::reasons::CONTEXT_BUDGET_EXCEEDED,
+                                soba_core::compaction::reasons::CONTEXT_BUDGET_EXCEEDED,
                                 check.budget.limits.hard_limit
                             ),
                             Some(after),
@@ -336,7 +339,7 @@ pub struct LargestEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     pub tokens: u64,
-    pub part: crate::session::view::ViewPart,
+    pub part: soba_core::session::view::ViewPart,
     /// Shown shortened (head and tail) because the capsule elides large tool results.
     pub elided: bool,
 }
@@ -347,9 +350,9 @@ pub struct CurrentCapsule {
     pub checkpoint_id: String,
     pub entry_id: String,
     pub title: Option<String>,
-    #[schemars(with = "crate::session::trigger::Trigger")]
+    #[schemars(with = "soba_core::session::trigger::Trigger")]
     pub trigger: String,
-    #[schemars(with = "crate::capsule::Quality")]
+    #[schemars(with = "soba_core::session::capsule::model::Quality")]
     pub quality: String,
     pub tokens: u64,
     /// The capsule as the model reads it.
@@ -389,8 +392,8 @@ fn argument<'a>(input: &'a serde_json::Value, names: &[&str]) -> Option<&'a str>
         .filter(|s| !s.is_empty())
 }
 
-fn message_text(content: &[crate::session::entry::ContentBlock]) -> String {
-    use crate::session::entry::ContentBlock;
+fn message_text(content: &[soba_core::session::entry::ContentBlock]) -> String {
+    use soba_core::session::entry::ContentBlock;
     content
         .iter()
         .filter_map(|b| match b {
@@ -403,8 +406,8 @@ fn message_text(content: &[crate::session::entry::ContentBlock]) -> String {
 
 /// What fills the model input of `session` at its leaf, with the `largest` biggest items.
 pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
-    use crate::session::entry::{ContentBlock, EntryBody, Role};
-    use crate::session::view::ViewItem;
+    use soba_core::session::entry::{ContentBlock, EntryBody, Role};
+    use soba_core::session::view::ViewItem;
 
     let view = ModelView::build(session, session.leaf());
     let breakdown = view.breakdown(session);
@@ -553,7 +556,7 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
             trigger: c.trigger.as_str().into(),
             quality: c.quality.as_str().into(),
             tokens: session.tokens_of(i),
-            text: crate::capsule::render::render_for_model(c),
+            text: soba_core::session::capsule::render::render_for_model(c),
         }
     });
     ContextUsage {
@@ -570,9 +573,9 @@ mod tests {
     /// The budget `soba budget` prints, of the log read as it reads it, leaves at most `most`
     /// entries parsed.
     fn parsed_after_budget(path: &std::path::Path, most: usize) {
-        let (mut s, report) = crate::session::log::read_session_as_lines(path).unwrap();
+        let (mut s, report) = soba_core::session::log::read_session_as_lines(path).unwrap();
         assert!(report.is_clean());
-        s.set_tokenizer(crate::tokens::TokenizerKind::O200kBase);
+        s.set_tokenizer(soba_core::tokens::TokenizerKind::O200kBase);
         let s = &s;
         assert_eq!(
             s.parsed_entries(),
@@ -580,7 +583,7 @@ mod tests {
             "opening parses each line to index it only"
         );
         let config =
-            crate::config::Config::resolve(&[], None, &crate::config::Overrides::default())
+            soba_core::config::Config::resolve(&[], None, &soba_core::config::Overrides::default())
                 .unwrap();
         let report = super::budget_report(s, config.limits(), true, "m", None);
         assert!(report.last_compaction.is_some());
@@ -598,22 +601,22 @@ mod tests {
     #[test]
     fn a_budget_of_a_long_log_keeps_parsed_only_what_it_reads() {
         let dir = tempfile::tempdir().unwrap();
-        let (b, turn) = crate::session::log::tests::long_session_with_usage();
-        let p = crate::session::log::tests::written_log(dir.path(), &b.session);
+        let (b, turn) = soba_core::session::testing::long_session_with_usage();
+        let p = soba_core::session::testing::written_log(dir.path(), &b.session);
         assert_budget_reads_only_the_turn(&p, &b.session, turn);
         // Without the side file the samples are measured, not read: still the same entries.
-        std::fs::remove_file(crate::session::token_file::path_for(&p)).unwrap();
+        std::fs::remove_file(soba_core::session::token_file::path_for(&p)).unwrap();
         assert_budget_reads_only_the_turn(&p, &b.session, turn);
     }
 
     fn assert_budget_reads_only_the_turn(
         path: &std::path::Path,
-        session: &crate::session::Session,
+        session: &soba_core::session::Session,
         turn: usize,
     ) {
-        let view = crate::session::view::ModelView::build(session, session.leaf());
+        let view = soba_core::session::view::ModelView::build(session, session.leaf());
         assert!(view.entry_indices().count() > 100);
-        parsed_after_budget(path, turn + 1 + 2 * crate::budget::LEARN_FROM_REPORTS);
+        parsed_after_budget(path, turn + 1 + 2 * soba_core::budget::LEARN_FROM_REPORTS);
     }
 
     /// Another JSON writer's spacing (`{"id": "…", "parentId": …}`, what Python's `json`
@@ -621,9 +624,9 @@ mod tests {
     #[test]
     fn a_log_rewritten_with_spaces_after_its_keys_is_held_as_lines_too() {
         let dir = tempfile::tempdir().unwrap();
-        let (b, turn) = crate::session::log::tests::long_session_with_usage();
-        let p = crate::session::log::tests::written_log(dir.path(), &b.session);
-        std::fs::remove_file(crate::session::token_file::path_for(&p)).unwrap();
+        let (b, turn) = soba_core::session::testing::long_session_with_usage();
+        let p = soba_core::session::testing::written_log(dir.path(), &b.session);
+        std::fs::remove_file(soba_core::session::token_file::path_for(&p)).unwrap();
         let spaced: String = std::fs::read_to_string(&p)
             .unwrap()
             .lines()
@@ -632,7 +635,7 @@ mod tests {
                 let mut out = Vec::new();
                 let mut ser = serde_json::Serializer::with_formatter(
                     &mut out,
-                    crate::session::log::tests::SpacedFormatter,
+                    soba_core::session::testing::SpacedFormatter,
                 );
                 serde::Serialize::serialize(&v, &mut ser).unwrap();
                 String::from_utf8(out).unwrap() + "\n"
@@ -641,14 +644,14 @@ mod tests {
         assert!(spaced.lines().nth(1).unwrap().starts_with(r#"{"id": ""#));
         std::fs::write(&p, spaced).unwrap();
         assert_budget_reads_only_the_turn(&p, &b.session, turn);
-        let (reread, _) = crate::session::log::read_session(&p).unwrap();
+        let (reread, _) = soba_core::session::log::read_session(&p).unwrap();
         assert_eq!(reread.entries().to_vec(), b.session.entries().to_vec());
     }
 
     use super::*;
-    use crate::session::testing::Builder;
-    use crate::session::view::ViewPart;
     use serde_json::json;
+    use soba_core::session::testing::Builder;
+    use soba_core::session::view::ViewPart;
 
     #[test]
     fn context_usage_names_the_largest_file_reads_and_tool_outputs() {

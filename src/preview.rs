@@ -6,17 +6,17 @@
 //! a capsule the agent never reads. Pure: the session, the config and the capsule file's
 //! contents in, messages and token counts out.
 
-use crate::capsule::artifacts::ToolMapping;
-use crate::compaction::plan::plan;
-use crate::compaction::plan::PlanRequest;
-use crate::compaction::run::generate_local;
-use crate::compaction::run::Generated;
-use crate::config::Config;
-use crate::session::entry::ContentBlock;
-use crate::session::trigger::Trigger;
-use crate::session::view::{ModelMessage, ModelView};
-use crate::session::Session;
-use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
+use soba_core::compaction::plan::plan;
+use soba_core::compaction::plan::PlanRequest;
+use soba_core::compaction::run::generate_local;
+use soba_core::compaction::run::Generated;
+use soba_core::config::Config;
+use soba_core::session::entry::ContentBlock;
+use soba_core::session::trigger::Trigger;
+use soba_core::session::view::{ModelMessage, ModelView};
+use soba_core::session::Session;
+use soba_core::tokens::MESSAGE_OVERHEAD_TOKENS;
+use soba_core::tool_mapping::ToolMapping;
 
 /// The model input an action would produce.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,7 +55,7 @@ pub fn compact(
         title: None,
         config,
         mapping,
-        operation_id: crate::util::new_id("op_"),
+        operation_id: soba_core::util::new_id("op_"),
     };
     let plan = plan(session, session.leaf(), &request).map_err(|no| no.reason)?;
     let Generated::State {
@@ -68,7 +68,7 @@ pub fn compact(
     };
     let capsule = plan.capsule("ck_preview".into(), state, quality, degraded_reason);
     let mut messages = vec![user_message(
-        crate::session::capsule::render::render_for_model(&capsule),
+        soba_core::session::capsule::render::render_for_model(&capsule),
     )];
     let mut view = ModelView::build(session, session.leaf());
     if let Some(limit) = plan.elide_tool_results_over {
@@ -104,11 +104,11 @@ pub fn rewind(session: &Session, entry_id: &str) -> Result<Preview, String> {
 /// A Portable Capsule loaded at the leaf: the capsule alone opens the model input.
 pub fn capsule_load(
     session: &Session,
-    parsed: &crate::capsule::portable::Parsed,
+    parsed: &soba_core::capsule::portable::Parsed,
     path: &str,
 ) -> Preview {
     let entry = parsed.capsule.to_loaded_entry("ck_preview".into(), path);
-    let text = crate::session::capsule::render::render_for_model(&entry);
+    let text = soba_core::session::capsule::render::render_for_model(&entry);
     let view = ModelView::build(session, session.leaf()).breakdown(session);
     let tokens_after =
         view.system + view.tools + MESSAGE_OVERHEAD_TOKENS + session.tokenizer().count(&text);
@@ -156,8 +156,8 @@ pub fn document(title: &str, header: &[String], preview: &Preview) -> String {
     }
     doc.push_str(&format!(
         "\n{} → {} tokens, {} message{}.\n\n{fence}text\n{body}{fence}\n",
-        crate::util::human_tokens(preview.tokens_before),
-        crate::util::human_tokens(preview.tokens_after),
+        soba_core::util::human_tokens(preview.tokens_before),
+        soba_core::util::human_tokens(preview.tokens_after),
         preview.messages.len(),
         if preview.messages.len() == 1 { "" } else { "s" },
     ));

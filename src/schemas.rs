@@ -10,9 +10,9 @@ use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::Value;
 
-use crate::capsule::CapsuleEntry;
 use crate::daemon::protocol::{self as rpc, method, notification};
-use crate::session::entry::{Entry, SessionHeader};
+use soba_core::session::capsule::model::CapsuleEntry;
+use soba_core::session::entry::{Entry, SessionHeader};
 
 /// One line of a session log: the header (line 1) or an entry (every later line).
 #[derive(JsonSchema)]
@@ -189,7 +189,7 @@ pub const PROTOCOL_METHODS: &[MethodSchemas] = &[
     m(
         method::COMPACT,
         params_schema::<rpc::CompactParams>,
-        result_schema::<rpc::CompactionResult>,
+        result_schema::<soba_core::compaction::CompactionResult>,
     ),
     m(
         method::AUTO_COMPACT,
@@ -356,7 +356,7 @@ pub fn protocol_schemas() -> Vec<(String, Value)> {
 pub const SCHEMA_FILES: [(&str, SchemaFn); 3] = [
     ("capsule.schema.json", capsule_schema),
     ("session-entry.schema.json", session_entry_schema),
-    ("config.schema.json", crate::config::config_schema),
+    ("config.schema.json", soba_core::config::config_schema),
 ];
 
 /// The file text of a schema: pretty JSON and a final newline.

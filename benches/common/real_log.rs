@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use soba::import::transcript::import_str;
 use soba::import::{Format, ImportOptions};
-use soba::session::entry::{Entry, EntryBody, SessionHeader};
-use soba::session::token_file;
+use soba_core::session::entry::{Entry, EntryBody, SessionHeader};
+use soba_core::session::token_file;
 
 /// The imported Claude Code fixtures, in file-name order, or `None` without `../shared`.
 pub fn claude_code_fixtures() -> Option<(SessionHeader, Vec<Vec<Entry>>)> {
@@ -124,7 +124,7 @@ pub fn write(path: &Path, target_bytes: u64, header: &SessionHeader, sources: &[
 /// damaged or re-attached line, and its entries are the fixtures' in chained copies, at least
 /// two (so that the chaining itself is in what is measured).
 pub fn check(path: &Path, sources: &[Vec<Entry>]) {
-    let (session, report) = soba::session::log::read_session(path).expect("the log opens");
+    let (session, report) = soba_core::session::log::read_session(path).expect("the log opens");
     assert!(
         report.is_clean(),
         "the real-entries log loads cleanly: {:?}",

@@ -3,9 +3,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use soba::import::{import_str, Format, ImportOptions};
-use soba::session::view::ModelView;
-use soba::session::Session;
+use soba::import::transcript::import_str;
+use soba::import::{Format, ImportOptions};
+use soba_core::session::view::ModelView;
+use soba_core::session::Session;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else {

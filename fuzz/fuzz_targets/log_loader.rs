@@ -3,12 +3,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::{plan, PlanRequest};
-use soba::config::{Config, Durability};
-use soba::session::entry::Trigger;
-use soba::session::log::{read_session, SessionLog};
-use soba::session::view::ModelView;
+use soba_core::tool_mapping::ToolMapping;
+use soba_core::compaction::plan::{plan, PlanRequest};
+use soba_core::config::{Config, Durability};
+use soba_core::session::entry::Trigger;
+use soba_core::session::log::{read_session, SessionLog};
+use soba_core::session::view::ModelView;
 
 fuzz_target!(|data: &[u8]| {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::tail::Growth;
 use crate::import::stream::StreamImporter;
 use crate::import::{Format, ImportError, ImportOptions};
-use crate::session::entry::{Entry, EntryBody, ModelRef, SessionHeader, SettingEntry};
+use soba_core::session::entry::{Entry, EntryBody, ModelRef, SessionHeader, SettingEntry};
 
 pub struct Follower {
     format: Option<Format>,
@@ -65,7 +65,7 @@ impl Follower {
     }
 
     /// Entries the session already holds (it was followed before): their records are skipped.
-    pub fn know(&mut self, existing: &crate::session::Session) {
+    pub fn know(&mut self, existing: &soba_core::session::Session) {
         let mut rank: HashMap<String, usize> = HashMap::new();
         for i in 0..existing.len() {
             // Read once each: keeping a whole session parsed only to skip its records costs
@@ -341,9 +341,9 @@ mod tests {
             .into_iter()
             .map(|v| serde_json::from_value(v).unwrap())
             .collect();
-        let mut session = crate::session::Session::new(
-            crate::session::testing::header(),
-            crate::tokens::TokenizerKind::default(),
+        let mut session = soba_core::session::Session::new(
+            soba_core::session::testing::header(),
+            soba_core::tokens::TokenizerKind::default(),
         );
         for e in existing {
             session.push(e).unwrap();
@@ -377,18 +377,18 @@ mod tests {
     }
 
     /// The session the daemon creates when it attaches before any response: the default model.
-    fn session_with_default_model() -> crate::session::Session {
-        let mut header = crate::session::testing::header();
+    fn session_with_default_model() -> soba_core::session::Session {
+        let mut header = soba_core::session::testing::header();
         header.model = Some(ModelRef {
             name: Some("gpt-4o".into()),
             context_window: Some(128_000),
             max_output_tokens: Some(16_384),
             tokenizer: None,
         });
-        crate::session::Session::new(header, crate::tokens::TokenizerKind::default())
+        soba_core::session::Session::new(header, soba_core::tokens::TokenizerKind::default())
     }
 
-    fn push_all(session: &mut crate::session::Session, values: &[Value]) {
+    fn push_all(session: &mut soba_core::session::Session, values: &[Value]) {
         for v in values {
             session
                 .push(serde_json::from_value(v.clone()).unwrap())
@@ -479,9 +479,10 @@ mod tests {
 
     #[test]
     fn the_model_the_session_already_has_is_not_recorded_again() {
-        let mut header = crate::session::testing::header();
+        let mut header = soba_core::session::testing::header();
         header.model = Some(crate::import::model_ref("claude-opus-4-5"));
-        let session = crate::session::Session::new(header, crate::tokens::TokenizerKind::default());
+        let session =
+            soba_core::session::Session::new(header, soba_core::tokens::TokenizerKind::default());
         let mut f = Follower::new(Some(Format::ClaudeCode), options()).unwrap();
         f.know(&session);
         f.feed(Growth::Appended(

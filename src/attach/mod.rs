@@ -18,5 +18,3 @@ pub mod follow;
 pub mod integration;
 pub mod liveness;
 pub mod tail;
-
-pub use discover::{Agent, Homes};

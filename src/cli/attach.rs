@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use super::CommonArgs;
 use crate::daemon::paths::Paths;
 use crate::daemon::socket;
-use crate::util::human_tokens;
+use soba_core::util::human_tokens;
 
 #[derive(Debug, Clone, Args)]
 #[command(group(clap::ArgGroup::new("which").required(true).args(["transcript", "latest"])))]
@@ -190,7 +190,7 @@ fn budget_line(b: &Value) -> String {
     let pct = (effective * 100).checked_div(hard).unwrap_or(0);
     format!(
         "{}  {} / {} tokens ({pct}%)  soft {}{}",
-        crate::util::now_rfc3339().get(11..19).unwrap_or(""),
+        soba_core::util::now_rfc3339().get(11..19).unwrap_or(""),
         human_tokens(effective),
         human_tokens(hard),
         human_tokens(soft),

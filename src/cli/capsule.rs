@@ -8,13 +8,13 @@ use clap::Subcommand;
 use serde::Serialize;
 
 use super::{print_json, warn_load, CommonArgs};
-use crate::capsule::handoff::{export_capsule, list_capsules, load_capsule};
-use crate::capsule::portable::{read_capsule_file, write_capsule_file};
-use crate::config::Durability;
-use crate::session::entry::{HeaderTag, SessionHeader, LOG_FORMAT_VERSION};
-use crate::session::log::{read_session, SessionLog};
-use crate::session::rewind::rewind_session;
-use crate::util::human_tokens;
+use soba_core::capsule::handoff::{export_capsule, list_capsules, load_capsule};
+use soba_core::capsule::portable::{read_capsule_file, write_capsule_file};
+use soba_core::config::Durability;
+use soba_core::session::entry::{HeaderTag, SessionHeader, LOG_FORMAT_VERSION};
+use soba_core::session::log::{read_session, SessionLog};
+use soba_core::session::rewind::rewind_session;
+use soba_core::util::human_tokens;
 
 #[derive(Debug, Subcommand)]
 pub enum CapsuleCommand {
@@ -87,7 +87,7 @@ pub struct ExportReport {
     pub checkpoint_id: String,
     pub path: String,
     pub bytes: usize,
-    pub redactions: crate::redact::RedactionReport,
+    pub redactions: soba_core::redact::RedactionReport,
 }
 
 fn export(
@@ -137,9 +137,9 @@ fn new_session_header(workspace: Option<&Path>) -> anyhow::Result<SessionHeader>
     Ok(SessionHeader {
         kind: HeaderTag::Session,
         version: LOG_FORMAT_VERSION,
-        id: crate::util::new_id("s_"),
+        id: soba_core::util::new_id("s_"),
         workspace: dir.display().to_string(),
-        created_at: crate::util::now_rfc3339(),
+        created_at: soba_core::util::now_rfc3339(),
         model: None,
         source: None,
     })

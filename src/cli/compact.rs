@@ -3,13 +3,13 @@
 use std::path::Path;
 
 use super::{print_json, warn_load, CommonArgs};
-use crate::compaction::plan::Plan;
-use crate::compaction::run::Barrier;
-use crate::compaction::CompactionResult;
-use crate::config::Config;
-use crate::session::entry::Outcome;
-use crate::session::log::{read_session, LogError, SessionLog};
-use crate::util::human_tokens;
+use soba_core::compaction::plan::Plan;
+use soba_core::compaction::run::Barrier;
+use soba_core::compaction::CompactionResult;
+use soba_core::config::Config;
+use soba_core::session::entry::Outcome;
+use soba_core::session::log::{read_session, LogError, SessionLog};
+use soba_core::util::human_tokens;
 
 /// Open a session for writing with its layered configuration.
 fn open(path: &Path, common: &CommonArgs) -> anyhow::Result<(SessionLog, Config)> {
@@ -53,7 +53,7 @@ fn run_plan(
         errln!();
     }
     let elapsed = started.elapsed().as_millis() as u64;
-    let mut result = crate::compaction::run::commit(
+    let mut result = soba_core::compaction::run::commit(
         log,
         &plan,
         generation.generated.clone(),
@@ -138,7 +138,7 @@ pub fn create(path: &Path, title: &str, common: &CommonArgs) -> anyhow::Result<(
     let capsule_tokens = result
         .checkpoint_id
         .as_deref()
-        .and_then(|ck| crate::capsule::handoff::capsule_tokens(log.session(), ck))
+        .and_then(|ck| soba_core::capsule::handoff::capsule_tokens(log.session(), ck))
         .map(|counted| log.session().calibration().apply(counted))
         .unwrap_or(0);
     if common.json {

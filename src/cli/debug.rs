@@ -17,14 +17,14 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use crate::capsule::artifacts::ToolMapping;
-use crate::compaction::run::{Barrier, Preflight};
-use crate::config::{Config, ConfigFile, Durability, Overrides};
-use crate::session::entry::{
+use soba_core::compaction::run::{Barrier, Preflight};
+use soba_core::config::{Config, ConfigFile, Durability, Overrides};
+use soba_core::session::entry::{
     ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, RewindEntry, Role, SessionHeader,
     ToolResultEntry, LOG_FORMAT_VERSION,
 };
-use crate::session::log::SessionLog;
+use soba_core::session::log::SessionLog;
+use soba_core::tool_mapping::ToolMapping;
 
 #[derive(Debug, Subcommand)]
 pub enum DebugCommand {
@@ -112,9 +112,9 @@ fn open_or_create(path: &Path, durability: Durability) -> anyhow::Result<Session
     let header = SessionHeader {
         kind: HeaderTag::Session,
         version: LOG_FORMAT_VERSION,
-        id: crate::util::new_id("s_"),
+        id: soba_core::util::new_id("s_"),
         workspace: "/append-loop".into(),
-        created_at: crate::util::now_rfc3339(),
+        created_at: soba_core::util::now_rfc3339(),
         model: None,
         source: None,
     };
@@ -166,7 +166,7 @@ fn append_loop(
             "append-loop: {} keeps its model {} (hard limit {})",
             path.display(),
             config.model.name,
-            crate::util::human_tokens(config.limits().hard_limit)
+            soba_core::util::human_tokens(config.limits().hard_limit)
         );
     }
     let mapping = ToolMapping::default();
@@ -176,7 +176,7 @@ fn append_loop(
     };
     let mut rng = StdRng::seed_from_u64(seed);
     // Ids stay unique when several runs append to one log.
-    let run = crate::util::new_id("");
+    let run = soba_core::util::new_id("");
     let mut next = 0u64;
     let mut id = || {
         next += 1;
@@ -331,7 +331,7 @@ fn accuracy(paths: &[PathBuf], print_pairs: bool) -> anyhow::Result<()> {
             source_path: path.display().to_string(),
             default_workspace: "/".into(),
             default_session_id: "accuracy".into(),
-            now: crate::util::now_rfc3339(),
+            now: soba_core::util::now_rfc3339(),
         };
         let import = match import_str(&text, None, &options) {
             Ok(i) => i,
@@ -429,12 +429,13 @@ fn capsule_quality(gold: &Path, transcripts: &Path, json: bool) -> anyhow::Resul
                 .map(|(f, s)| (f.as_str().to_string(), json!(s)))
                 .collect::<serde_json::Map<_, _>>()
         };
-        let with_capsule = |s: &crate::eval::capsule_quality::CutScore,
-                            c: &crate::capsule::CapsuleEntry| {
-            let mut v = json!(s);
-            v["capsule"] = json!({"state": c.state, "artifacts": c.artifacts});
-            v
-        };
+        let with_capsule =
+            |s: &crate::eval::capsule_quality::CutScore,
+             c: &soba_core::session::capsule::model::CapsuleEntry| {
+                let mut v = json!(s);
+                v["capsule"] = json!({"state": c.state, "artifacts": c.artifacts});
+                v
+            };
         let local_cuts: Vec<_> = results
             .iter()
             .map(|r| with_capsule(&r.local, &r.local_capsule))

@@ -9,11 +9,11 @@ use clap::Args;
 use serde::Serialize;
 
 use super::{print_json, CommonArgs};
-use crate::config::Config;
 use crate::replay::host::CapsuleWriter;
 use crate::report::text::LivePrinter;
 use crate::report::{html, Event, Timeline};
-use crate::util::human_tokens;
+use soba_core::config::Config;
+use soba_core::util::human_tokens;
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -42,9 +42,9 @@ pub fn use_color() -> bool {
 pub fn fresh_dir(out: Option<&Path>, command: &str) -> anyhow::Result<PathBuf> {
     let dir = match out {
         Some(d) => d.to_path_buf(),
-        None => std::env::temp_dir().join(crate::util::new_id(&format!("soba-{command}-"))),
+        None => std::env::temp_dir().join(soba_core::util::new_id(&format!("soba-{command}-"))),
     };
-    crate::files::create_private_dir_all(&dir)
+    soba_core::files::create_private_dir_all(&dir)
         .with_context(|| format!("cannot create the output folder {}", dir.display()))?;
     Ok(dir)
 }

@@ -53,14 +53,14 @@ fn io_error_in<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a s
     if let Some(io) = cause.downcast_ref::<std::io::Error>() {
         return Some(io);
     }
-    if let Some(e) = cause.downcast_ref::<crate::session::log::LogError>() {
+    if let Some(e) = cause.downcast_ref::<soba_core::session::log::LogError>() {
         return e.io_cause();
     }
-    if let Some(e) = cause.downcast_ref::<crate::capsule::portable::PortableError>() {
+    if let Some(e) = cause.downcast_ref::<soba_core::capsule::portable::PortableError>() {
         return e.io_cause();
     }
     cause
-        .downcast_ref::<crate::capsule::memory::MirrorError>()
+        .downcast_ref::<soba_core::capsule::memory::MirrorError>()
         .and_then(|e| e.io_cause())
 }
 

@@ -18,8 +18,8 @@ use crate::hook::claude_code::{self, HookAction, HookInput, MAX_CONTEXT_CHARS};
 use crate::hook::install;
 use crate::import::transcript::import_str;
 use crate::import::{Format, ImportOptions, ImportResult};
-use crate::session::entry::{Entry, EntryBody, ForeignCompactionEntry};
-use crate::session::log::SessionLog;
+use soba_core::session::entry::{Entry, EntryBody, ForeignCompactionEntry};
+use soba_core::session::log::SessionLog;
 
 /// Most bytes read from stdin: a hook payload is a few hundred.
 const MAX_INPUT_BYTES: u64 = 1 << 20;
@@ -187,7 +187,7 @@ fn import_transcript(input: &HookInput) -> anyhow::Result<ImportResult> {
         source_path: path.display().to_string(),
         default_workspace: input.cwd.clone().unwrap_or_default(),
         default_session_id: input.session_id.clone(),
-        now: crate::util::now_rfc3339(),
+        now: soba_core::util::now_rfc3339(),
     };
     import_str(&text, Some(Format::ClaudeCode), &options).map_err(|e| {
         anyhow!(
@@ -211,7 +211,7 @@ pub fn session_log_path(paths: &Paths, input: &HookInput, imported: &ImportResul
 
 /// The focus the user gave the latest compaction, from the session's `PreCompact` record.
 fn recorded_instructions(log_path: &Path) -> Option<String> {
-    let (session, _) = crate::session::log::read_session(log_path).ok()?;
+    let (session, _) = soba_core::session::log::read_session(log_path).ok()?;
     session
         .entries()
         .iter()
@@ -233,8 +233,8 @@ fn record_pre_compact(
     instructions: Option<String>,
 ) -> anyhow::Result<()> {
     let dir = log_path.parent().context("a session log has a folder")?;
-    crate::files::create_private_dir_all(dir)?;
-    let earlier: Vec<Entry> = crate::session::log::read_session(log_path)
+    soba_core::files::create_private_dir_all(dir)?;
+    let earlier: Vec<Entry> = soba_core::session::log::read_session(log_path)
         .map(|(s, _)| {
             s.entries()
                 .iter()
@@ -252,11 +252,11 @@ fn record_pre_compact(
     let _ = std::fs::remove_file(&tmp);
     let _ = std::fs::remove_file(tmp.with_extension("soba-tmp.lock"));
     {
-        let mut log = SessionLog::create(&tmp, header, crate::config::Durability::Flush)?;
+        let mut log = SessionLog::create(&tmp, header, soba_core::config::Durability::Flush)?;
         log.append_all(imported.entries.clone())?;
         let mut records = earlier;
         let mut now = Entry::new(
-            crate::util::new_id("e_"),
+            soba_core::util::new_id("e_"),
             None,
             EntryBody::ForeignCompaction(Box::new(ForeignCompactionEntry {
                 agent: "claude-code".into(),
@@ -277,18 +277,23 @@ fn record_pre_compact(
             // not known after a re-import, only that it came after what is there.
             r.parent_id = log.session().leaf_id().map(str::to_string);
             if log.session().index_of(&r.id).is_some() {
-                r.id = crate::util::new_id("e_");
+                r.id = soba_core::util::new_id("e_");
             }
             log.append(r)?;
         }
         log.sync()?;
     }
-    let tmp_counts = crate::session::token_file::path_for(&tmp);
+    let tmp_counts = soba_core::session::token_file::path_for(&tmp);
     std::fs::rename(&tmp, log_path)
         .with_context(|| format!("cannot move the new log to {}", log_path.display()))?;
     let _ = std::fs::remove_file(tmp.with_extension("soba-tmp.lock"));
     // The counts were recorded for the same bytes at the same offsets: they stay valid.
-    if std::fs::rename(&tmp_counts, crate::session::token_file::path_for(log_path)).is_err() {
+    if std::fs::rename(
+        &tmp_counts,
+        soba_core::session::token_file::path_for(log_path),
+    )
+    .is_err()
+    {
         let _ = std::fs::remove_file(&tmp_counts);
     }
     Ok(())
@@ -321,7 +326,7 @@ pub fn install_into(
 ) -> anyhow::Result<Option<Option<PathBuf>>> {
     let existing = match std::fs::symlink_metadata(file) {
         Ok(_) => Some(
-            crate::files::read_regular_to_string(file)
+            soba_core::files::read_regular_to_string(file)
                 .with_context(|| format!("cannot read {}", file.display()))?,
         ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -346,13 +351,13 @@ pub fn install_into(
         if uninstall {
             return Ok(None);
         }
-        crate::files::create_private_dir_all(dir)?;
+        soba_core::files::create_private_dir_all(dir)?;
     }
     let backup = match &existing {
         Some(text) => {
             let backup = file.with_extension("json.soba-backup");
             let _ = std::fs::remove_file(&backup);
-            let mut f = crate::files::create_private(&backup, false)
+            let mut f = soba_core::files::create_private(&backup, false)
                 .with_context(|| format!("cannot write the backup {}", backup.display()))?;
             std::io::Write::write_all(&mut f, text.as_bytes())?;
             f.sync_all()?;
@@ -363,7 +368,7 @@ pub fn install_into(
     let tmp = file.with_extension("json.soba-tmp");
     let _ = std::fs::remove_file(&tmp);
     {
-        let mut f = crate::files::create_private(&tmp, false)
+        let mut f = soba_core::files::create_private(&tmp, false)
             .with_context(|| format!("cannot write {}", tmp.display()))?;
         std::io::Write::write_all(&mut f, install::settings_text(&updated).as_bytes())?;
         f.sync_all()?;

@@ -9,11 +9,11 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 
 use super::{print_json, CommonArgs};
-use crate::config::Durability;
 use crate::import::transcript::import_str;
 use crate::import::{model_ref, Format, ImportOptions, ImportReport, ImportResult};
-use crate::session::entry::SessionHeader;
-use crate::session::log::{LogError, SessionLog};
+use soba_core::config::Durability;
+use soba_core::session::entry::SessionHeader;
+use soba_core::session::log::{LogError, SessionLog};
 
 /// Entries written per append: one write call each, no sync until the end.
 const WRITE_BATCH: usize = 512;
@@ -84,8 +84,8 @@ pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
         default_workspace: std::env::current_dir()
             .map(|d| d.display().to_string())
             .unwrap_or_default(),
-        default_session_id: crate::util::new_id("s_"),
-        now: crate::util::now_rfc3339(),
+        default_session_id: soba_core::util::new_id("s_"),
+        now: soba_core::util::now_rfc3339(),
     };
     let spinner =
         if !common.json && text.len() >= SPINNER_MIN_BYTES && std::io::stderr().is_terminal() {
@@ -122,7 +122,7 @@ pub fn run(args: &ImportArgs, common: &CommonArgs) -> anyhow::Result<()> {
 }
 
 fn check_output(source: &Path, output: &Path, force: bool) -> anyhow::Result<()> {
-    crate::files::require_parent(output)?;
+    soba_core::files::require_parent(output)?;
     if std::fs::canonicalize(output).is_ok_and(|o| o == source) {
         bail!(
             "the output {} is the transcript itself; choose another path",
@@ -142,7 +142,7 @@ fn check_output(source: &Path, output: &Path, force: bool) -> anyhow::Result<()>
             return Err(e.into());
         }
         // Its recorded token counts go with it (they would not match the new log anyway).
-        let _ = std::fs::remove_file(crate::session::token_file::path_for(output));
+        let _ = std::fs::remove_file(soba_core::session::token_file::path_for(output));
         std::fs::remove_file(output)
             .with_context(|| format!("cannot replace {}", output.display()))?;
     }

@@ -4,9 +4,9 @@ use std::path::Path;
 
 use super::{print_json, warn_load, CommonArgs};
 use crate::inspect::{budget_report, context_report, preflight_outlook};
-use crate::session::log::{read_session, read_session_as_lines};
-use crate::session::unseen_store::{learn_from_session, UnseenStore};
-use crate::util::human_tokens;
+use soba_core::session::log::{read_session, read_session_as_lines};
+use soba_core::session::unseen_store::{learn_from_session, UnseenStore};
+use soba_core::util::human_tokens;
 
 pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     // A budget reads the index and the current turn: no entry needs to stay parsed.
@@ -75,43 +75,43 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     if let Some(w) = &r.learned_window {
         outln!(
             "note: {}",
-            crate::window::describe(w, config.limits().context_window)
+            soba_core::window::describe(w, config.limits().context_window)
         );
     }
     let c = r.calibration;
     // What the first line's source means: the provider's own count, or SOBA's.
     let counted = match r.source {
-        crate::budget::MeasurementSource::ProviderUsage => {
+        soba_core::budget::MeasurementSource::ProviderUsage => {
             "provider_usage: the input tokens the provider reported for the last response, plus \
              the entries after it"
         }
-        crate::budget::MeasurementSource::Estimated => {
+        soba_core::budget::MeasurementSource::Estimated => {
             "estimated: no usage report from the provider since the latest capsule, so every entry"
         }
     };
     match c.source {
-        crate::tokens::CalibrationSource::Exact => {
+        soba_core::tokens::CalibrationSource::Exact => {
             outln!("{counted}, counted with {}", c.tokenizer.as_str())
         }
-        crate::tokens::CalibrationSource::Session => outln!(
+        soba_core::tokens::CalibrationSource::Session => outln!(
             "{counted}, counted with {} × {:.2} (learned from this session's usage reports: the \
              provider counted its recent tails this much above SOBA's count)",
             c.tokenizer.as_str(),
             c.factor
         ),
-        crate::tokens::CalibrationSource::Provisional => outln!(
+        soba_core::tokens::CalibrationSource::Provisional => outln!(
             "{counted}, counted with {} × {:.2} (the catalog factor with a {:.0}% margin until this \
              session's usage reports teach its own: the model's own tokenizer is not public)",
             c.tokenizer.as_str(),
             c.factor,
-            (crate::tokens::PROVISIONAL_MARGIN - 1.0) * 100.0
+            (soba_core::tokens::PROVISIONAL_MARGIN - 1.0) * 100.0
         ),
         source => outln!(
             "{counted}, counted with {} × {:.2} ({} factor: the model's own tokenizer is not public)",
             c.tokenizer.as_str(),
             c.factor,
             match source {
-                crate::tokens::CalibrationSource::Config => "model.countFactor",
+                soba_core::tokens::CalibrationSource::Config => "model.countFactor",
                 _ => "catalog",
             }
         ),
@@ -133,10 +133,10 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
                 n => format!("  ·  not in the log {n}"),
             };
             let scale = match r.source {
-                crate::budget::MeasurementSource::Estimated => r
+                soba_core::budget::MeasurementSource::Estimated => r
                     .effective_tokens
                     .saturating_sub(b.total() + r.breakdown.not_in_log),
-                crate::budget::MeasurementSource::ProviderUsage => 0,
+                soba_core::budget::MeasurementSource::ProviderUsage => 0,
             };
             match scale {
                 0 => outside,
@@ -147,8 +147,8 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     if let Some(unseen) = &r.breakdown.unseen_text {
         outln!("{unseen}");
     }
-    if r.source == crate::budget::MeasurementSource::ProviderUsage {
-        if let Some(note) = crate::budget::not_in_log_note(r.breakdown.not_in_log) {
+    if r.source == soba_core::budget::MeasurementSource::ProviderUsage {
+        if let Some(note) = soba_core::budget::not_in_log_note(r.breakdown.not_in_log) {
             outln!("note: {note}");
         }
     }
@@ -204,7 +204,7 @@ pub fn context(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     for w in &r.warnings {
         errln!("warning: {w}");
     }
-    let k = crate::util::human_tokens;
+    let k = soba_core::util::human_tokens;
     let said = match preflight.decision {
         "send" => format!(
             "the next preflight sends this input as shown: {} tokens, hard limit {}; {}",

@@ -2,18 +2,18 @@
 //! No engine logic lives here.
 //!
 //! Every line of text for a person goes through [`outln!`] or [`errln!`], which escape control
-//! characters from the log (see [`crate::util::terminal_text`]); `--json` output does not.
+//! characters from the log (see [`soba_core::util::terminal_text`]); `--json` output does not.
 
 /// `println!` for text that may hold log text: control characters are escaped.
 macro_rules! outln {
     () => { println!() };
-    ($($arg:tt)*) => { println!("{}", $crate::util::terminal_text(&format!($($arg)*))) };
+    ($($arg:tt)*) => { println!("{}", soba_core::util::terminal_text(&format!($($arg)*))) };
 }
 
 /// `eprintln!` for text that may hold log text: control characters are escaped.
 macro_rules! errln {
     () => { eprintln!() };
-    ($($arg:tt)*) => { eprintln!("{}", $crate::util::terminal_text(&format!($($arg)*))) };
+    ($($arg:tt)*) => { eprintln!("{}", soba_core::util::terminal_text(&format!($($arg)*))) };
 }
 
 pub mod attach;
@@ -36,10 +36,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::config::layers::ConfigSources;
-use crate::config::{Config, ConfigFile, ModelFile, Overrides};
-use crate::session::entry::SessionHeader;
-use crate::session::Session;
+use soba_core::config::layers::ConfigSources;
+use soba_core::config::{Config, ConfigFile, ModelFile, Overrides};
+use soba_core::session::entry::SessionHeader;
+use soba_core::session::Session;
 
 /// Options every command takes.
 #[derive(Debug, Clone, Default, Args)]
@@ -111,7 +111,7 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 }
 
 /// Report load problems of a session log on stderr (they never stop a command).
-pub fn warn_load(path: &Path, report: &crate::session::log::LoadReport) {
+pub fn warn_load(path: &Path, report: &soba_core::session::log::LoadReport) {
     for m in report.messages(path) {
         errln!("warning: {m}");
     }
@@ -119,5 +119,5 @@ pub fn warn_load(path: &Path, report: &crate::session::log::LoadReport) {
 
 /// Log text as it may be shown on a terminal (control characters escaped).
 pub fn terminal_text(s: &str) -> std::borrow::Cow<'_, str> {
-    crate::util::terminal_text(s)
+    soba_core::util::terminal_text(s)
 }

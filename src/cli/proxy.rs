@@ -11,8 +11,12 @@ use clap::{Args, ValueEnum};
 use super::CommonArgs;
 use crate::daemon::paths::Paths;
 use crate::daemon::registry::{Daemon, DaemonOptions};
+use crate::proxy::server::check_listen;
+use crate::proxy::server::DaemonTarget;
+use crate::proxy::server::Proxy;
+use crate::proxy::server::ProxyConfig;
+use crate::proxy::server::ProxySummarizer;
 use crate::proxy::service::{self, Access, ServiceOptions};
-use crate::proxy::{check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 
 /// Which provider the upstream speaks when `--upstream` is left out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -69,7 +73,7 @@ pub struct ProxyArgs {
     pub local_capsules: bool,
     /// Conversations remembered at once; past it, the least recently used idle one is
     /// forgotten (its session stays in its log; if it comes back it starts a new session).
-    #[arg(long, value_name = "N", default_value_t = crate::proxy::DEFAULT_MAX_CONVERSATIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, value_name = "N", default_value_t = crate::proxy::server::DEFAULT_MAX_CONVERSATIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_conversations: usize,
 }
 
@@ -180,7 +184,7 @@ pub fn run(args: &ProxyArgs, common: &CommonArgs) -> anyhow::Result<()> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let paths = Paths::from_env()?;
-    let settings = crate::config::DaemonSettings::load(common.config.clone())?;
+    let settings = soba_core::config::DaemonSettings::load(common.config.clone())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -19,7 +19,7 @@ use crate::replay::host::CapsuleWriter;
 use crate::replay::{replay, Observers};
 use crate::report::text::LivePrinter;
 use crate::report::{html, Event};
-use crate::util::human_tokens;
+use soba_core::util::human_tokens;
 
 /// Below this many entries a replay is too quick for a progress bar to help.
 const PROGRESS_MIN_ENTRIES: usize = 500;
@@ -50,8 +50,8 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
         default_workspace: std::env::current_dir()
             .map(|d| d.display().to_string())
             .unwrap_or_default(),
-        default_session_id: crate::util::new_id("s_"),
-        now: crate::util::now_rfc3339(),
+        default_session_id: soba_core::util::new_id("s_"),
+        now: soba_core::util::now_rfc3339(),
     };
     let mut import = import_str(&text, format_of(args.format), &options)
         .with_context(|| format!("cannot import {}", path.display()))?;
@@ -123,12 +123,9 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
     let report = match &args.report {
         Some(p) => {
             // Redacted and private (0600) like every other export of the session.
-            crate::files::require_parent(p)
+            soba_core::files::require_parent(p)
                 .and_then(|()| {
-                    crate::capsule::portable::write_atomic(
-                        p,
-                        html::render(&replayed.timeline).as_bytes(),
-                    )
+                    soba_core::files::write_atomic(p, html::render(&replayed.timeline).as_bytes())
                 })
                 .with_context(|| format!("cannot write {}", p.display()))?;
             Some(p.display().to_string())
@@ -146,7 +143,7 @@ pub fn run(args: &ReplayArgs, common: &CommonArgs) -> anyhow::Result<()> {
     let completed = t
         .compactions
         .iter()
-        .filter(|c| c.result.outcome == crate::session::entry::Outcome::Completed)
+        .filter(|c| c.result.outcome == soba_core::session::entry::Outcome::Completed)
         .count();
     let peak = t
         .steps

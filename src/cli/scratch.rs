@@ -30,8 +30,8 @@ impl ScratchDir {
         let base = std::env::temp_dir();
         let mut last = None;
         for _ in 0..16 {
-            let path = base.join(crate::util::new_id(&format!("soba-{command}-")));
-            match crate::files::create_private_dir(&path) {
+            let path = base.join(soba_core::util::new_id(&format!("soba-{command}-")));
+            match soba_core::files::create_private_dir(&path) {
                 Ok(()) => {
                     LIVE.lock()
                         .unwrap_or_else(|e| e.into_inner())

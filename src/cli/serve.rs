@@ -3,13 +3,13 @@
 use std::path::Path;
 
 use super::{print_json, CommonArgs};
-use crate::config::DaemonSettings;
 use crate::daemon::paths::Paths;
 use crate::daemon::registry::{Daemon, DaemonOptions};
 use crate::daemon::{connection, socket};
 use crate::flight::{FlightLog, FlightRecord};
-use crate::session::log::read_session;
-use crate::util::human_tokens;
+use soba_core::config::DaemonSettings;
+use soba_core::session::log::read_session;
+use soba_core::util::human_tokens;
 
 /// How `soba serve` runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use clap::Args;
 use serde::Serialize;
 
 use super::{print_json, CommonArgs};
-use crate::trust::{canonical, edit_trust, list, TrustChange};
+use soba_core::trust::{canonical, edit_trust, list, TrustChange};
 
 #[derive(Debug, Clone, Args)]
 pub struct TrustArgs {
@@ -36,7 +36,7 @@ struct TrustOutput {
 }
 
 pub fn run(args: &TrustArgs, common: &CommonArgs) -> anyhow::Result<()> {
-    let user = crate::config::user_config_path().context(
+    let user = soba_core::config::user_config_path().context(
         "no user config folder is known on this system; set SOBA_CONFIG to the user config file",
     )?;
     if args.list {

@@ -24,20 +24,20 @@ use super::protocol::{
     PreflightResult, PreviewAction, PreviewResult, RewindResult, RpcError, SessionClosedNotice,
     TurnCompleteResult,
 };
-use crate::capsule::artifacts::ToolMapping;
-use crate::compaction::plan::Plan;
-use crate::compaction::run::{Barrier as Engine, Preflight};
-use crate::compaction::{reasons, CompactionResult};
-use crate::config::{Config, ConfigFile};
 use crate::flight::FlightLog;
 use crate::inspect::budget_report;
-use crate::session::entry::{
-    CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
-};
-use crate::session::log::{LogError, SessionLog};
 use crate::summarize::breaker::Breaker;
 use crate::summarize::summarizer::Summarizer;
-use crate::window::OverflowFigures;
+use soba_core::compaction::plan::Plan;
+use soba_core::compaction::run::{Barrier as Engine, Preflight};
+use soba_core::compaction::{reasons, CompactionResult};
+use soba_core::config::{Config, ConfigFile};
+use soba_core::session::entry::{
+    CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
+};
+use soba_core::session::log::{LogError, SessionLog};
+use soba_core::tool_mapping::ToolMapping;
+use soba_core::window::OverflowFigures;
 
 /// What the actor tells every interested client.
 #[derive(Debug, Clone)]
@@ -451,7 +451,7 @@ struct Actor {
     activity: Arc<Activity>,
     unseen_store: Option<PathBuf>,
     /// What the session last taught the store, so that only a change is written.
-    unseen_taught: crate::session::unseen::UnseenObservations,
+    unseen_taught: soba_core::session::unseen::UnseenObservations,
     /// Who compacts this session: SOBA, or the followed agent itself.
     control: Control,
 }
@@ -494,7 +494,7 @@ pub struct ActorSetup {
     pub flight: FlightLog,
     pub events: broadcast::Sender<Event>,
     /// Where this machine keeps what it learned about agents' unseen context
-    /// ([`crate::session::unseen_store`]); `None`: the agents' defaults, nothing learned.
+    /// ([`soba_core::session::unseen_store`]); `None`: the agents' defaults, nothing learned.
     pub unseen_store: Option<PathBuf>,
 }
 
@@ -611,7 +611,7 @@ fn no_capsule(r: CompactionResult) -> RpcError {
 
 impl Actor {
     fn capsule_list(&self) -> CapsuleListResult {
-        let rows = crate::capsule::handoff::list_capsules(self.log.session());
+        let rows = soba_core::capsule::handoff::list_capsules(self.log.session());
         CapsuleListResult {
             capsules: rows
                 .into_iter()
@@ -649,9 +649,10 @@ impl Actor {
                 path.display()
             )));
         }
-        let exported = crate::capsule::handoff::export_capsule(self.log.session(), checkpoint_id)
-            .map_err(|e| RpcError::invalid_params(format!("`checkpointId`: {e}")))?;
-        crate::capsule::portable::write_capsule_file(path, &exported.text)
+        let exported =
+            soba_core::capsule::handoff::export_capsule(self.log.session(), checkpoint_id)
+                .map_err(|e| RpcError::invalid_params(format!("`checkpointId`: {e}")))?;
+        soba_core::capsule::portable::write_capsule_file(path, &exported.text)
             .map_err(|e| RpcError::internal(e.to_string()))?;
         Ok(CapsuleExportResult {
             path: path.display().to_string(),
@@ -662,10 +663,10 @@ impl Actor {
         if let Some(refused) = self.control.refusal("soba/capsule/load") {
             return Err(refused);
         }
-        let parsed = crate::capsule::portable::read_capsule_file(path)
+        let parsed = soba_core::capsule::portable::read_capsule_file(path)
             .map_err(|e| RpcError::invalid_params(format!("`path`: {e}")))?;
         let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let r = crate::capsule::handoff::load_capsule(
+        let r = soba_core::capsule::handoff::load_capsule(
             &mut self.log,
             &parsed,
             &shown.display().to_string(),
@@ -956,7 +957,7 @@ impl Actor {
         let budget = self.engine().measure(self.log.session());
         CompactionResult::ended(
             "",
-            crate::session::trigger::Trigger::User,
+            soba_core::session::trigger::Trigger::User,
             Outcome::Cancelled,
             reason,
             budget.effective_tokens,
@@ -1136,7 +1137,7 @@ impl Actor {
             queued,
         } = running;
         let duration_ms = started.elapsed().as_millis() as u64;
-        let committed = crate::compaction::run::commit(
+        let committed = soba_core::compaction::run::commit(
             &mut self.log,
             &plan,
             generation.generated.clone(),
@@ -1194,7 +1195,7 @@ impl Actor {
             Waiter::Handoff { title, reply } => {
                 let r = outcome.and_then(|r| match (&r.checkpoint_id, r.outcome) {
                     (Some(ck), Outcome::Completed) => Ok(CapsuleCreateResult {
-                        tokens: crate::capsule::handoff::capsule_tokens(self.log.session(), ck)
+                        tokens: soba_core::capsule::handoff::capsule_tokens(self.log.session(), ck)
                             .unwrap_or(0),
                         checkpoint_id: ck.clone(),
                         title,
@@ -1288,7 +1289,7 @@ impl Actor {
             soft_limit: budget.budget["softLimit"].as_u64().unwrap_or(0),
             control: self.control.clone(),
             source: serde_json::from_value(budget.budget["source"].clone())
-                .unwrap_or(crate::budget::MeasurementSource::Estimated),
+                .unwrap_or(soba_core::budget::MeasurementSource::Estimated),
             usage: crate::inspect::context_usage(self.log.session(), limit),
         }
     }
@@ -1326,7 +1327,7 @@ impl Actor {
             ),
             PreviewAction::CapsuleLoad { path } => {
                 let file = Path::new(&path);
-                let parsed = crate::capsule::portable::read_capsule_file(file)
+                let parsed = soba_core::capsule::portable::read_capsule_file(file)
                     .map_err(|e| RpcError::invalid_params(format!("`path`: {e}")))?;
                 (
                     "capsuleLoad",
@@ -1378,7 +1379,7 @@ impl Actor {
 
     fn write(&mut self, entries: Vec<Entry>) -> Result<(), RpcError> {
         let reports = entries.iter().any(|e| {
-            matches!(&e.body, EntryBody::Message(m) if m.role == crate::session::entry::Role::Assistant && m.usage.is_some())
+            matches!(&e.body, EntryBody::Message(m) if m.role == soba_core::session::entry::Role::Assistant && m.usage.is_some())
         });
         let may_switch_model = entries
             .iter()
@@ -1399,7 +1400,7 @@ impl Actor {
         let Some(path) = &self.unseen_store else {
             return;
         };
-        let store = crate::session::unseen_store::UnseenStore::load(path);
+        let store = soba_core::session::unseen_store::UnseenStore::load(path);
         if let Some(problem) = store.problem() {
             eprintln!("soba: warning: {problem}");
         }
@@ -1422,7 +1423,7 @@ impl Actor {
             return;
         }
         if let Some(problem) =
-            crate::session::unseen_store::learn_from_session(path, s, &self.config.model.name)
+            soba_core::session::unseen_store::learn_from_session(path, s, &self.config.model.name)
         {
             eprintln!("soba: session {}: warning: {problem}", self.session_id());
         }
@@ -1441,7 +1442,7 @@ impl Actor {
         let resolved = Config::resolve(
             &self.config_files,
             model.as_ref(),
-            &crate::config::Overrides::default(),
+            &soba_core::config::Overrides::default(),
         );
         match resolved {
             Ok(config) if config.model != self.config.model => {
@@ -1475,7 +1476,7 @@ impl Actor {
 
     fn leaf_entry(&self, body: EntryBody) -> Entry {
         Entry::new(
-            crate::util::new_id("e_"),
+            soba_core::util::new_id("e_"),
             self.log.session().leaf_id().map(str::to_string),
             body,
         )
@@ -1521,7 +1522,7 @@ impl Actor {
         let mut parent = self.log.session().leaf_id().map(str::to_string);
         for change in changes {
             let e = Entry::new(
-                crate::util::new_id("e_"),
+                soba_core::util::new_id("e_"),
                 parent.take(),
                 EntryBody::File(change),
             );
@@ -1572,8 +1573,12 @@ pub fn prepare_entries(leaf: Option<&str>, raw: Vec<Value>) -> Result<Vec<Entry>
                 )));
             }
         }
-        fill(&mut obj, "id", || Value::String(crate::util::new_id("e_")));
-        fill(&mut obj, "ts", || Value::String(crate::util::now_rfc3339()));
+        fill(&mut obj, "id", || {
+            Value::String(soba_core::util::new_id("e_"))
+        });
+        fill(&mut obj, "ts", || {
+            Value::String(soba_core::util::now_rfc3339())
+        });
         fill(&mut obj, "parentId", || {
             parent.clone().map_or(Value::Null, Value::String)
         });

@@ -235,7 +235,7 @@ impl Daemon {
             source_path: transcript.display().to_string(),
             default_workspace: workspace.display().to_string(),
             default_session_id: String::new(),
-            now: crate::util::now_rfc3339(),
+            now: soba_core::util::now_rfc3339(),
         };
         let mut follower = Follower::new(agent.map(Agent::format), options)
             .map_err(|e| RpcError::invalid_params(format!("`agent`: {e}")))?;
@@ -293,7 +293,7 @@ impl Daemon {
         // A session followed before (an earlier daemon): its records are not imported again.
         let log = handle.path.clone();
         if let Ok(Ok((existing, _))) =
-            tokio::task::spawn_blocking(move || crate::session::log::read_session(&log)).await
+            tokio::task::spawn_blocking(move || soba_core::session::log::read_session(&log)).await
         {
             follower.know(&existing);
         }

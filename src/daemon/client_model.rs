@@ -21,8 +21,6 @@ use tower_lsp_server::ls_types::notification::Notification;
 use tower_lsp_server::Client;
 
 use super::protocol::{client_method, SummarizeCapability, SummarizeParams, SummarizeResult};
-use crate::capsule::CapsuleState;
-use crate::config::ModelDef;
 use crate::summarize::breaker::Breaker;
 use crate::summarize::client::{run_chunked, PromptSender, RunLimits, DEFAULT_MAX_OUTPUT_TOKENS};
 use crate::summarize::prompt::{Prompt, SIZING_TOKENIZER};
@@ -30,6 +28,8 @@ use crate::summarize::summarizer::Summarizer;
 use crate::summarize::summarizer::SummaryError;
 use crate::summarize::summarizer::SummaryRequest;
 use crate::summarize::wire::Reply;
+use soba_core::config::ModelDef;
+use soba_core::session::capsule::model::CapsuleState;
 
 /// A connection that offered its model, as a request of that connection carries it to the
 /// session it addresses.
@@ -228,7 +228,7 @@ fn client_error(client_name: &str, error: jsonrpc::Error) -> SummaryError {
         .and_then(|d| d.get("status"))
         .and_then(Value::as_u64)
         .and_then(|s| u16::try_from(s).ok());
-    let message = crate::redact::redact(&error.message).into_owned();
+    let message = soba_core::redact::redact(&error.message).into_owned();
     match status {
         Some(status) => SummaryError::Http { status, message },
         None if error.code == jsonrpc::ErrorCode::RequestCancelled => SummaryError::Cancelled,

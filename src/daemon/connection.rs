@@ -24,14 +24,14 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::protocol::{code, ConfigText, HelloParams, HelloResult, CLIENT_HELLO};
-use crate::capsule::CapsuleState;
-use crate::config::{
-    user_config_path, workspace_config_path, ConfigError, ConfigFile, SummarizerConfig,
-};
 use crate::summarize::breaker::Breaker;
 use crate::summarize::summarizer::Summarizer;
 use crate::summarize::summarizer::SummarizerConfigError;
 use crate::summarize::summarizer::SummaryError;
+use soba_core::config::{
+    user_config_path, workspace_config_path, ConfigError, ConfigFile, SummarizerConfig,
+};
+use soba_core::session::capsule::model::CapsuleState;
 
 /// What one connection's hello handed over.
 pub struct ConnectionConfig {
@@ -292,7 +292,7 @@ pub fn gather(
 ) -> anyhow::Result<(HelloParams, Vec<String>)> {
     use anyhow::Context;
     let read = |p: &Path| -> anyhow::Result<ConfigText> {
-        let text = crate::files::read_regular_to_string(p)
+        let text = soba_core::files::read_regular_to_string(p)
             .with_context(|| format!("cannot read config file {}", p.display()))?;
         Ok(ConfigText {
             path: p.display().to_string(),
@@ -316,11 +316,11 @@ pub fn gather(
     let extra = extra_config.as_ref().and_then(&mut parsed);
     let workspace = cwd.and_then(|ws| {
         // Never through a link; the daemon's own read says why.
-        crate::config::refuse_links_to_workspace_config(ws).ok()?;
+        soba_core::config::refuse_links_to_workspace_config(ws).ok()?;
         let p = workspace_config_path(ws);
-        let text = crate::files::read_regular_to_string(&p).ok()?;
+        let text = soba_core::files::read_regular_to_string(&p).ok()?;
         let file = ConfigFile::parse(&p.display().to_string(), &text).ok()?;
-        crate::trust::is_trusted(user.as_ref(), ws).then_some(file)
+        soba_core::trust::is_trusted(user.as_ref(), ws).then_some(file)
     });
     let mut names: Vec<&str> = [&user, &workspace, &extra]
         .into_iter()

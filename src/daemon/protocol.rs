@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::inspect::BudgetReport as CoreBudgetReport;
-use crate::session::entry::{CheckpointKind, Usage};
-use crate::session::view::ModelMessage;
+use soba_core::compaction::CompactionResult;
+use soba_core::session::entry::{CheckpointKind, Usage};
+use soba_core::session::view::ModelMessage;
 
 /// Requests a client sends to the daemon.
 pub mod method {
@@ -152,11 +153,11 @@ pub struct SessionOpenParams {
     pub model: Option<ModelParams>,
     /// The config file's `compaction` block, layered over the connection's config for this
     /// session only (same keys and checks).
-    #[schemars(with = "Option<crate::config::CompactionFile>")]
+    #[schemars(with = "Option<soba_core::config::CompactionFile>")]
     pub compaction: Option<Value>,
     /// The config file's `summarizer` block, for this session only. Its endpoint and key
     /// variable apply only in a workspace the user trusts (`soba trust`).
-    #[schemars(with = "Option<crate::config::SummarizerConfig>")]
+    #[schemars(with = "Option<soba_core::config::SummarizerConfig>")]
     pub summarizer: Option<Value>,
 }
 
@@ -597,7 +598,7 @@ pub struct ContextResult {
     /// How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
     /// the rest of the total is what the provider counted beyond the log, and with an estimate
     /// it is the count factor's scale.
-    pub source: crate::budget::MeasurementSource,
+    pub source: soba_core::budget::MeasurementSource,
     #[serde(flatten)]
     pub usage: crate::inspect::ContextUsage,
 }
@@ -620,9 +621,6 @@ pub struct AppendResult {
     pub leaf_id: Option<String>,
     pub budget: BudgetReport,
 }
-
-/// The outcome of one compaction operation (the engine's type, serialized as is).
-pub use crate::compaction::CompactionResult;
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -738,13 +736,13 @@ pub struct CapsuleSummary {
     /// The capsule's log entry: the parent for entries that continue from it.
     pub entry_id: String,
     pub title: Option<String>,
-    #[schemars(with = "crate::session::trigger::Trigger")]
+    #[schemars(with = "soba_core::session::trigger::Trigger")]
     pub trigger: String,
-    #[schemars(with = "crate::capsule::Quality")]
+    #[schemars(with = "soba_core::session::capsule::model::Quality")]
     pub quality: String,
     pub ts: String,
     pub tokens: CapsuleTokensView,
-    #[schemars(with = "crate::capsule::Origin")]
+    #[schemars(with = "soba_core::session::capsule::model::Origin")]
     pub origin: String,
 }
 
@@ -771,7 +769,7 @@ pub struct CompactionNotice {
     pub session_id: String,
     pub operation_id: String,
     pub phase: CompactionPhase,
-    #[schemars(with = "crate::session::trigger::Trigger")]
+    #[schemars(with = "soba_core::session::trigger::Trigger")]
     pub trigger: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub percent: Option<u8>,
@@ -899,7 +897,7 @@ pub struct AppendedEntry {
     /// Id of the record this entry comes from in the agent's own transcript.
     source_id: Option<String>,
     #[serde(flatten)]
-    body: crate::session::entry::EntryBody,
+    body: soba_core::session::entry::EntryBody,
 }
 
 #[cfg(test)]

@@ -22,15 +22,15 @@ use super::protocol::{
     code, ModelParams, RpcError, SessionCloseReason, SessionClosedNotice, SessionSummary,
 };
 use super::watcher::{WatchMode, WorkspaceWatcher};
-use crate::config::layers::Layers;
-use crate::config::{
+use crate::flight::{FlightLog, FlightRecord};
+use crate::summarize::summarizer::Summarizer;
+use soba_core::config::layers::Layers;
+use soba_core::config::{
     load_workspace_config, user_config_path, Config, ConfigError, ConfigFile, ModelFile, Overrides,
 };
-use crate::flight::{FlightLog, FlightRecord};
-use crate::session::entry::FileEntry;
-use crate::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
-use crate::session::log::{LogError, SessionLog};
-use crate::summarize::summarizer::Summarizer;
+use soba_core::session::entry::FileEntry;
+use soba_core::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
+use soba_core::session::log::{LogError, SessionLog};
 
 /// How the daemon behaves; tests turn the watcher off or force polling.
 #[derive(Clone)]
@@ -51,7 +51,7 @@ impl Default for DaemonOptions {
             watch: Some(WatchMode::Native),
             extra_config: None,
             summarizer: None,
-            max_idle_sessions: crate::config::DEFAULT_MAX_IDLE_SESSIONS,
+            max_idle_sessions: soba_core::config::DEFAULT_MAX_IDLE_SESSIONS,
         }
     }
 }
@@ -267,7 +267,7 @@ impl Daemon {
                 id.clone()
             }
             (None, Some(false)) => return self.active(&workspace).await,
-            (None, _) => crate::util::new_id("s_"),
+            (None, _) => soba_core::util::new_id("s_"),
         };
         let (live, dormant_in) = {
             let mut reg = self.lock();
@@ -372,7 +372,7 @@ impl Daemon {
             summarizer,
             flight: FlightLog::new(&self.paths.workspace_dir(workspace)),
             events: self.events.clone(),
-            unseen_store: Some(crate::session::unseen_store::UnseenStore::path_in(
+            unseen_store: Some(soba_core::session::unseen_store::UnseenStore::path_in(
                 &self.paths.data_dir,
             )),
         });
@@ -614,7 +614,7 @@ impl Daemon {
     ) -> Option<WorkspaceWatcher> {
         let daemon = Arc::downgrade(self);
         let ws = workspace.to_path_buf();
-        let sink = move |changes: Vec<crate::session::entry::FileEntry>| {
+        let sink = move |changes: Vec<soba_core::session::entry::FileEntry>| {
             if let Some(d) = daemon.upgrade() {
                 // Under the lock, so that each session gets the changes once: a live one through
                 // its queue (ahead of any close), a dormant one when it is opened again.
@@ -943,7 +943,7 @@ fn open_log(
             version: LOG_FORMAT_VERSION,
             id: id.to_string(),
             workspace: workspace.display().to_string(),
-            created_at: crate::util::now_rfc3339(),
+            created_at: soba_core::util::now_rfc3339(),
             // A guessed model's default figures are not recorded, so that adding the model
             // to the config later corrects the session when it is opened again.
             model: Some(if provisional.model_guessed {
@@ -962,7 +962,7 @@ fn open_log(
             source: None,
         };
         if let Some(dir) = path.parent() {
-            crate::files::create_private_dir_all(dir)
+            soba_core::files::create_private_dir_all(dir)
                 .map_err(|e| RpcError::internal(format!("{}: {e}", dir.display())))?;
         }
         SessionLog::create(path, header, provisional.durability).map_err(log_error)?

@@ -284,7 +284,7 @@ impl Backend {
         match method {
             method::SESSION_OPEN => {
                 let p: SessionOpenParams = parse_params(method, params)?;
-                let settings = crate::config::session_layer(p.compaction, p.summarizer)
+                let settings = soba_core::config::session_layer(p.compaction, p.summarizer)
                     .map_err(|e| {
                         RpcError::invalid_params(format!(
                             "{e}; the `compaction` and `summarizer` params take the keys and values of the config file's blocks (see docs/configuration.md)"
@@ -347,7 +347,7 @@ impl Backend {
             }
             method::OVERFLOW => {
                 let p: OverflowParams = parse_params(method, params)?;
-                let figures = crate::window::OverflowFigures {
+                let figures = soba_core::window::OverflowFigures {
                     provider_window: p.provider_window,
                     provider_tokens: p.provider_tokens,
                 };

@@ -41,7 +41,7 @@ pub fn authorized(peer_uid: u32, own_uid: u32) -> bool {
 /// Create the runtime folder private to the user, or check an existing one: it must belong to
 /// the user; group and other permissions are removed.
 pub fn prepare_runtime_dir(dir: &Path) -> anyhow::Result<()> {
-    crate::files::create_private_dir_all(dir)
+    soba_core::files::create_private_dir_all(dir)
         .with_context(|| format!("cannot create runtime folder {}", dir.display()))?;
     let meta = std::fs::metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
     if meta.uid() != own_uid() {

@@ -10,13 +10,13 @@ pub mod script;
 
 use std::path::Path;
 
-use crate::config::{Config, ConfigFile, Durability, Overrides};
 use crate::report::Timeline;
-use crate::session::entry::{
+use soba_core::config::{Config, ConfigFile, Durability, Overrides};
+use soba_core::session::entry::{
     ContentBlock, EntryBody, FileEntry, FileSource, HeaderTag, MessageEntry, Role, SessionHeader,
     SettingEntry, ToolResultEntry, LOG_FORMAT_VERSION,
 };
-use crate::session::log::SessionLog;
+use soba_core::session::log::SessionLog;
 
 use crate::replay::host::{CapsuleWriter, Sent, SimulatedHost, Sink};
 use script::Action;
@@ -42,7 +42,7 @@ pub fn demo_config() -> Config {
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error(transparent)]
-    Log(#[from] crate::session::log::LogError),
+    Log(#[from] soba_core::session::log::LogError),
     #[error("no model input could be sent at turn {turn}: {reason}")]
     Refused { turn: usize, reason: String },
 }
@@ -57,9 +57,9 @@ pub fn run<'a>(
     let header = SessionHeader {
         kind: HeaderTag::Session,
         version: LOG_FORMAT_VERSION,
-        id: crate::util::new_id("demo_"),
+        id: soba_core::util::new_id("demo_"),
         workspace: "/work/tinyjson".into(),
-        created_at: crate::util::now_rfc3339(),
+        created_at: soba_core::util::now_rfc3339(),
         model: None,
         source: None,
     };

@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 
-use crate::session::entry::{CheckpointKind, FileOp};
+use soba_core::session::entry::{CheckpointKind, FileOp};
 
 /// One thing that happens in the session, in order.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,20 +11,21 @@ use anyhow::{anyhow, bail, Context};
 use tokio_util::sync::CancellationToken;
 
 use super::capsule_quality::{score, user_prompts, Annotation, Cut, CutScore};
-use crate::capsule::{CapsuleEntry, Quality};
-use crate::compaction::plan::plan;
-use crate::compaction::plan::Plan;
-use crate::compaction::plan::PlanRequest;
-use crate::compaction::run::Generated;
-use crate::config::{Config, Overrides, Provider, SummarizerConfig};
 use crate::import::transcript::import_str;
 use crate::import::ImportOptions;
-use crate::session::entry::EntryBody;
-use crate::session::trigger::Trigger;
-use crate::session::view::ForeignCompactions;
-use crate::session::Session;
 use crate::summarize::client::ModelSummarizer;
 use crate::summarize::summarizer::Summarizer;
+use soba_core::compaction::plan::plan;
+use soba_core::compaction::plan::Plan;
+use soba_core::compaction::plan::PlanRequest;
+use soba_core::compaction::run::Generated;
+use soba_core::config::{Config, Overrides, Provider, SummarizerConfig};
+use soba_core::session::capsule::model::CapsuleEntry;
+use soba_core::session::capsule::model::Quality;
+use soba_core::session::entry::EntryBody;
+use soba_core::session::trigger::Trigger;
+use soba_core::session::view::ForeignCompactions;
+use soba_core::session::Session;
 
 /// The line printed when no model endpoint is given.
 pub const MODEL_SKIPPED: &str =

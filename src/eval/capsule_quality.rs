@@ -31,9 +31,10 @@ use std::fmt;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::capsule::{CapsuleEntry, VerificationOutcome};
-use crate::session::entry::{blocks_text, Role};
-use crate::session::Session;
+use soba_core::session::capsule::model::CapsuleEntry;
+use soba_core::session::capsule::model::VerificationOutcome;
+use soba_core::session::entry::{blocks_text, Role};
+use soba_core::session::Session;
 
 /// One term of a matcher: a case-insensitive substring, or a `/regular expression/`.
 #[derive(Debug, Clone)]
@@ -1040,10 +1041,14 @@ pub fn render_floors(cuts: &[CutScore], floors: &[Floor]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capsule::{
-        Artifacts, CapsuleState, Decision, FileArtifact, Origin, Quality, Verification,
-    };
-    use crate::session::trigger::Trigger;
+    use soba_core::session::capsule::model::Artifacts;
+    use soba_core::session::capsule::model::CapsuleState;
+    use soba_core::session::capsule::model::Decision;
+    use soba_core::session::capsule::model::FileArtifact;
+    use soba_core::session::capsule::model::Origin;
+    use soba_core::session::capsule::model::Quality;
+    use soba_core::session::capsule::model::Verification;
+    use soba_core::session::trigger::Trigger;
 
     fn capsule(state: CapsuleState, artifacts: Artifacts) -> CapsuleEntry {
         CapsuleEntry {

@@ -9,15 +9,16 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::capsule::builder::trim_state;
-use crate::capsule::render::{render_followed_by, Followed};
-use crate::capsule::{CapsuleEntry, Quality};
-use crate::compaction::plan::{plan, PlanRequest};
-use crate::config::Config;
 use crate::import::ImportResult;
-use crate::session::entry::EntryBody;
-use crate::session::trigger::Trigger;
-use crate::session::Session;
+use soba_core::capsule::builder::trim_state;
+use soba_core::compaction::plan::{plan, PlanRequest};
+use soba_core::config::Config;
+use soba_core::session::capsule::model::CapsuleEntry;
+use soba_core::session::capsule::model::Quality;
+use soba_core::session::capsule::render::{render_followed_by, Followed};
+use soba_core::session::entry::EntryBody;
+use soba_core::session::trigger::Trigger;
+use soba_core::session::Session;
 
 /// The capsule comes after Claude Code's own compaction: its summary and the messages after it
 /// are in the context, not SOBA's retained tail.
@@ -150,14 +151,14 @@ pub fn capsule_text(
         title: Some("Before Claude Code's compaction".into()),
         config,
         mapping: &config.tool_mapping,
-        operation_id: crate::util::new_id("op_"),
+        operation_id: soba_core::util::new_id("op_"),
     };
     let plan = plan(session, leaf, &req).ok()?;
     if plan.summarized_entry_ids.is_empty() {
         return None;
     }
     let capsule = |state| -> CapsuleEntry {
-        plan.capsule(crate::util::new_id("ck_"), state, Quality::Local, None)
+        plan.capsule(soba_core::util::new_id("ck_"), state, Quality::Local, None)
     };
     let full = render_followed_by(&capsule(plan.local_state.clone()), AFTER_CLAUDE_CODE);
     let text = if full.len() <= max_chars {
@@ -168,7 +169,7 @@ pub fn capsule_text(
             AFTER_CLAUDE_CODE,
         )
     };
-    let text = crate::redact::redact(&text).into_owned();
+    let text = soba_core::redact::redact(&text).into_owned();
     Some(fit(&text, max_chars))
 }
 
@@ -257,7 +258,7 @@ mod tests {
     /// compaction, not a retained tail of SOBA's: the capsule's opening says so.
     #[test]
     fn the_capsule_says_claude_code_compacted_and_what_it_was_built_from() {
-        let mut b = crate::session::testing::Builder::new();
+        let mut b = soba_core::session::testing::Builder::new();
         b.user("Fix the login bug in src/auth.rs; keep the cookie format");
         b.assistant("I'll start with the session check.");
         b.user("Also add a test for expired sessions");

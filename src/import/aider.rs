@@ -14,7 +14,7 @@
 //! aider talking to the user, never model input, and is counted as skipped.
 
 use super::{message, EntryBuilder, Format, HeaderInfo, ImportError, ImportOptions, ImportResult};
-use crate::session::entry::{
+use soba_core::session::entry::{
     ContentBlock, EntryBody, FileEntry, FileOp, FileSource, Role, ToolResultEntry,
 };
 
@@ -218,7 +218,7 @@ pub(super) mod tests {
     use super::*;
     use crate::import::check::{is_one_line, loads};
     use crate::import::testing::options;
-    use crate::session::entry::blocks_text;
+    use soba_core::session::entry::blocks_text;
 
     pub(in crate::import) const HISTORY: &str = "\n# aider chat started at 2026-05-01 10:00:00\n\n\
 > Aider v0.86.1  \n\

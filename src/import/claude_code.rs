@@ -19,7 +19,7 @@ use super::{
     message, nonzero, opaque_block, provider_fields, read_jsonl, str_field, u64_field, value_text,
     EntryBuilder, Format, HeaderInfo, ImportError, ImportOptions, ImportResult,
 };
-use crate::session::entry::{
+use soba_core::session::entry::{
     ContentBlock, EntryBody, ForeignCompactionEntry, Role, ToolResultEntry, Usage,
 };
 

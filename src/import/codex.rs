@@ -19,7 +19,7 @@ use super::{
     message, nonzero, opaque_block, read_jsonl, str_field, u64_field, value_text, EntryBuilder,
     Format, HeaderInfo, ImportError, ImportOptions, ImportResult,
 };
-use crate::session::entry::{
+use soba_core::session::entry::{
     ContentBlock, EntryBody, ForeignCompactionEntry, Role, SettingEntry, ToolResultEntry, Usage,
 };
 
@@ -405,13 +405,13 @@ impl Reader {
                 Some("developer" | "system") => Role::System,
                 _ => continue,
             };
-            let text = crate::session::entry::blocks_text(&message_content(
+            let text = soba_core::session::entry::blocks_text(&message_content(
                 item.get("content").unwrap_or(&Value::Null),
             ));
             let found = (0..entries.len()).rev().find(|&i| {
                 !taken[i]
                     && matches!(&entries[i].body, EntryBody::Message(m)
-                        if m.role == role && crate::session::entry::blocks_text(&m.content) == text)
+                        if m.role == role && soba_core::session::entry::blocks_text(&m.content) == text)
             });
             if let Some(i) = found {
                 taken[i] = true;
@@ -852,7 +852,10 @@ mod tests {
             .entries
             .iter()
             .map(|e| {
-                crate::session::count::entry_tokens(crate::tokens::TokenizerKind::O200kBase, e)
+                soba_core::session::count::entry_tokens(
+                    soba_core::tokens::TokenizerKind::O200kBase,
+                    e,
+                )
             })
             .sum();
         assert!(tokens > 3000, "the 21 KB of tools count: {tokens}");

@@ -17,7 +17,7 @@ use super::{
     message, read_jsonl, str_field, value_text, EntryBuilder, Format, HeaderInfo, ImportError,
     ImportOptions, ImportResult,
 };
-use crate::session::entry::{ContentBlock, EntryBody, Role, ToolResultEntry};
+use soba_core::session::entry::{ContentBlock, EntryBody, Role, ToolResultEntry};
 
 /// Event types that carry no model input: streaming pieces, turn markers, UI notices.
 const NOT_MODEL_INPUT: &[&str] = &[
@@ -232,7 +232,7 @@ pub(super) mod tests {
         // The prompt as typed, not the CLI's injected reminders.
         let user = r.entries[0].as_message().unwrap();
         assert_eq!(
-            crate::session::entry::blocks_text(&user.content),
+            soba_core::session::entry::blocks_text(&user.content),
             "why does the deploy fail?"
         );
         let failed = r
@@ -245,7 +245,7 @@ pub(super) mod tests {
             .unwrap();
         assert!(failed.is_error);
         assert_eq!(failed.tool_name.as_deref(), Some("bash"));
-        assert!(crate::session::entry::blocks_text(&failed.content).contains("KUBECONFIG"));
+        assert!(soba_core::session::entry::blocks_text(&failed.content).contains("KUBECONFIG"));
         assert_eq!(r.entries[1].source_id.as_deref(), Some("ev5"));
         assert!(is_one_line(&r));
         loads(&r);

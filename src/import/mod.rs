@@ -26,11 +26,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::session::entry::{
+use soba_core::session::entry::{
     ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, ModelRef, OpaqueBlock, ProviderFields,
     RewindEntry, Role, SessionHeader, SourceInfo, Usage, LOG_FORMAT_VERSION,
 };
-use crate::tokens::TokenizerKind;
+use soba_core::tokens::TokenizerKind;
 
 /// When a transcript reports its context window, the catalog's maximum output is capped at
 /// this fraction (1/n) of it.
@@ -170,7 +170,7 @@ pub fn decode_lossy(bytes: &[u8]) -> (std::borrow::Cow<'_, str>, Vec<CorruptLine
 pub fn read_transcript(path: &std::path::Path) -> std::io::Result<(String, Vec<CorruptLine>)> {
     use std::io::Read;
     let mut bytes = Vec::new();
-    crate::files::open_regular(path)?.read_to_end(&mut bytes)?;
+    soba_core::files::open_regular(path)?.read_to_end(&mut bytes)?;
     match String::from_utf8(bytes) {
         Ok(text) => Ok((text, Vec::new())),
         Err(e) => {
@@ -299,7 +299,7 @@ pub(crate) trait RecordReader: Send {
 
 /// The model named by a transcript, with the catalog's figures when it knows the name.
 pub fn model_ref(name: &str) -> ModelRef {
-    let known = crate::config::catalog_lookup(name);
+    let known = soba_core::config::catalog_lookup(name);
     ModelRef {
         name: Some(name.to_string()),
         context_window: known.map(|m| m.context_window),
@@ -687,8 +687,8 @@ pub(crate) mod testing {
 pub(crate) mod check {
     //! Assertions shared by the per-format tests.
     use super::ImportResult;
-    use crate::session::Session;
-    use crate::tokens::TokenizerKind;
+    use soba_core::session::Session;
+    use soba_core::tokens::TokenizerKind;
 
     /// The imported entries form a valid tree that a session loads.
     pub fn loads(result: &ImportResult) -> Session {

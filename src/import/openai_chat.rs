@@ -12,7 +12,9 @@ use super::{
     message, nonzero, str_field, u64_field, value_text, EntryBuilder, Format, HeaderInfo,
     ImportError, ImportOptions, ImportResult,
 };
-use crate::session::entry::{ContentBlock, EntryBody, Role, SettingEntry, ToolResultEntry, Usage};
+use soba_core::session::entry::{
+    ContentBlock, EntryBody, Role, SettingEntry, ToolResultEntry, Usage,
+};
 
 pub(crate) fn looks_like_message(v: &Value) -> bool {
     matches!(
@@ -88,7 +90,7 @@ pub fn import_str(text: &str, options: &ImportOptions) -> Result<ImportResult, I
     Ok(builder.finish(header))
 }
 
-fn assistant(m: &Value, header: &mut HeaderInfo) -> crate::session::entry::MessageEntry {
+fn assistant(m: &Value, header: &mut HeaderInfo) -> soba_core::session::entry::MessageEntry {
     let mut content: Vec<ContentBlock> = blocks(m.get("content"))
         .into_iter()
         .filter(|b| !matches!(b, ContentBlock::Text { text, .. } if text.is_empty()))
@@ -175,7 +177,7 @@ fn blocks(content: Option<&Value>) -> Vec<ContentBlock> {
 }
 
 fn text_of(content: Option<&Value>) -> String {
-    crate::session::entry::blocks_text(&blocks(content))
+    soba_core::session::entry::blocks_text(&blocks(content))
 }
 
 #[cfg(test)]

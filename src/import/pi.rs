@@ -13,7 +13,7 @@ use super::{
     message, nonzero, opaque_block, provider_fields, read_jsonl, str_field, u64_field, value_text,
     EntryBuilder, Format, HeaderInfo, ImportError, ImportOptions, ImportResult,
 };
-use crate::session::entry::{
+use soba_core::session::entry::{
     ContentBlock, EntryBody, ForeignCompactionEntry, Role, ToolResultEntry, Usage,
 };
 
@@ -323,7 +323,7 @@ mod tests {
         import_str(&lines(records), &options()).unwrap()
     }
 
-    fn by_source<'a>(r: &'a ImportResult, source: &str) -> &'a crate::session::entry::Entry {
+    fn by_source<'a>(r: &'a ImportResult, source: &str) -> &'a soba_core::session::entry::Entry {
         r.entries
             .iter()
             .find(|e| e.source_id.as_deref() == Some(source))

@@ -18,7 +18,7 @@ use super::{
     claude_code, codex, count_summary_tokens, pi, read_line, CorruptLine, Format, ImportError,
     ImportOptions, ImportResult, RecordReader,
 };
-use crate::session::entry::{Entry, ModelRef, SessionHeader};
+use soba_core::session::entry::{Entry, ModelRef, SessionHeader};
 
 /// Records looked at to recognize the format, as [`super::detect`] does.
 const DETECT_RECORDS: usize = 50;

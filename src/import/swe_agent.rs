@@ -17,7 +17,7 @@ use super::{
     message, str_field, value_text, EntryBuilder, Format, HeaderInfo, ImportError, ImportOptions,
     ImportResult,
 };
-use crate::session::entry::{ContentBlock, EntryBody, Role, SettingEntry, ToolResultEntry};
+use soba_core::session::entry::{ContentBlock, EntryBody, Role, SettingEntry, ToolResultEntry};
 
 /// Whether a whole-file document is a SWE-agent trajectory.
 pub(crate) fn looks_like_trajectory(doc: &Value) -> bool {
@@ -243,8 +243,8 @@ mod tests {
     use super::*;
     use crate::import::check::{is_one_line, loads};
     use crate::import::testing::options;
-    use crate::session::entry::blocks_text;
     use serde_json::json;
+    use soba_core::session::entry::blocks_text;
 
     fn replay_config() -> String {
         json!({"agent": {"model": {"name": "claude-sonnet-4-20250514"}}}).to_string()

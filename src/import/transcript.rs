@@ -6,7 +6,7 @@ use super::{
     aider, claude_code, codex, copilot_cli, openai_chat, pi, read_jsonl, swe_agent, Format,
     ImportError, ImportOptions, ImportResult,
 };
-use crate::session::entry::Entry;
+use soba_core::session::entry::Entry;
 
 /// Import `text` in `format`, or in the format detected from its content.
 pub fn import_str(

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::message::{Incoming, Outgoing};
 use super::wire::{content_fingerprint, Api};
-use crate::session::view::ModelMessage;
+use soba_core::session::view::ModelMessage;
 
 /// One message of the conversation as the session holds it. Only fingerprints and ids: the
 /// agent resends every message with each request, so the message itself is read from the
@@ -331,8 +331,8 @@ pub fn provider_messages(api: Api, outgoing: Vec<Outgoing>) -> Vec<Value> {
 mod tests {
     use super::*;
     use crate::proxy::wire::ChatRequest;
-    use crate::session::entry::ContentBlock;
     use serde_json::json;
+    use soba_core::session::entry::ContentBlock;
 
     fn request(messages: Value) -> ChatRequest {
         let body = json!({"model": "gpt-4o", "messages": messages});

@@ -4,8 +4,8 @@
 
 use serde_json::{json, Value};
 
-use crate::session::entry::Usage;
-use crate::session::view::ModelMessage;
+use soba_core::session::entry::Usage;
+use soba_core::session::view::ModelMessage;
 
 /// Why a request body could not be read as a chat request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -24,8 +24,3 @@ pub mod rpc;
 pub mod server;
 pub mod service;
 pub mod wire;
-
-pub use server::{
-    check_listen, DaemonTarget, Proxy, ProxyConfig, ProxySummarizer, DEFAULT_MAX_CONVERSATIONS,
-};
-pub use service::{Access, ServiceOptions};

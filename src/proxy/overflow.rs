@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::Value;
 
-use crate::window::OverflowFigures;
+use soba_core::window::OverflowFigures;
 
 /// Phrases that only a context overflow uses (lowercase).
 const OVERFLOW_PHRASES: &[&str] = &[

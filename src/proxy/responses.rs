@@ -17,8 +17,8 @@ use super::message::{
     arguments_text, image_url, message_entry, parse_arguments, text_block, tool_result_entry,
     BadRequest, Incoming, Outgoing, Reply,
 };
-use crate::session::entry::{ContentBlock, Usage};
-use crate::session::view::ModelMessage;
+use soba_core::session::entry::{ContentBlock, Usage};
+use soba_core::session::view::ModelMessage;
 
 /// The provider field on a `tool_call` block that says which Responses item made the call,
 /// when it is not a `function_call`: its result must go back as the matching output item.
@@ -326,7 +326,7 @@ fn render_message(m: &ModelMessage, calls: &mut HashMap<String, String>, out: &m
         "tool" => {
             let id = m.tool_call_id.clone().unwrap_or_default();
             let kind = output_type(calls.get(&id).map_or("function_call", String::as_str));
-            let mut text = crate::session::entry::blocks_text(&m.content);
+            let mut text = soba_core::session::entry::blocks_text(&m.content);
             if m.is_error == Some(true) && !text.starts_with("no result") {
                 text = format!("[error] {text}");
             }
@@ -665,7 +665,7 @@ mod tests {
                 let mut e = e.clone();
                 e["id"] = json!("e");
                 e["ts"] = json!("2026-01-01T00:00:00Z");
-                serde_json::from_value::<crate::session::entry::Entry>(e.clone())
+                serde_json::from_value::<soba_core::session::entry::Entry>(e.clone())
                     .unwrap_or_else(|err| panic!("{e}: {err}"));
             }
         }

@@ -29,7 +29,7 @@ use crate::daemon::protocol::{
     client_method, code, method, RpcError, SummarizeParams, SummarizeResult,
 };
 use crate::daemon::registry::Daemon;
-use crate::session::view::ModelMessage;
+use soba_core::session::view::ModelMessage;
 
 pub(crate) type ProxyBody = BoxBody<Bytes, std::io::Error>;
 
@@ -506,7 +506,7 @@ impl Proxy {
             offer["model"] = json!(m);
             // Sized for the summarization model when the catalog knows it; else for the
             // conversation's model.
-            if let Some(known) = crate::config::catalog_lookup(m) {
+            if let Some(known) = soba_core::config::catalog_lookup(m) {
                 offer["contextWindow"] = json!(known.context_window);
             }
         }
@@ -1227,7 +1227,7 @@ async fn summarize_upstream(
                 m = m.replace(s.as_str(), "[redacted]");
             }
         }
-        crate::redact::redact(&m).into_owned()
+        soba_core::redact::redact(&m).into_owned()
     };
     let Some(model) = p.model.or(model) else {
         return Err(RpcError::internal(
@@ -1283,7 +1283,7 @@ async fn summarize_upstream(
 async fn recover_from_overflow(
     rpc: &RpcClient,
     session: &str,
-    figures: crate::window::OverflowFigures,
+    figures: soba_core::window::OverflowFigures,
 ) -> Result<(String, Value), String> {
     let mut params = json!({"sessionId": session});
     if let Some(w) = figures.provider_window {

@@ -11,9 +11,9 @@ use super::message::{
 };
 use serde_json::{json, Map, Value};
 
-use crate::session::entry::{ContentBlock, Usage};
-use crate::session::view::ModelMessage;
 use crate::summarize::sse::{SseEvent, SseParser};
+use soba_core::session::entry::{ContentBlock, Usage};
+use soba_core::session::view::ModelMessage;
 
 /// The chat APIs whose requests the proxy rewrites.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,7 +298,7 @@ fn openai_assistant_entry(m: &Value) -> Value {
 }
 
 fn blocks_text(content: &[ContentBlock]) -> String {
-    crate::session::entry::blocks_text(content)
+    soba_core::session::entry::blocks_text(content)
 }
 
 /// SOBA messages as OpenAI Chat messages.

@@ -2,21 +2,21 @@
 //! owns, and records what happens on a [`Timeline`]. `soba demo` and `soba replay` both run on
 //! it; nothing here decides an outcome, the barrier does.
 
-use crate::capsule::artifacts::ToolMapping;
-use crate::capsule::render::render_for_model;
-use crate::compaction::plan::Plan;
-use crate::compaction::run::generate_local;
-use crate::compaction::run::{Barrier, Preflight};
-use crate::compaction::CompactionResult;
-use crate::config::Config;
 use crate::report::{Event, ForeignMark, Kept, Step, Timeline, TimelineCompaction};
-use crate::session::entry::{
+use crate::summarize::summarizer::Summarizer;
+use soba_core::compaction::plan::Plan;
+use soba_core::compaction::run::generate_local;
+use soba_core::compaction::run::{Barrier, Preflight};
+use soba_core::compaction::CompactionResult;
+use soba_core::config::Config;
+use soba_core::session::capsule::render::render_for_model;
+use soba_core::session::entry::{
     CheckpointKind, Entry, EntryBody, ForeignCompactionEntry, Role, Usage,
 };
-use crate::session::log::{LogError, SessionLog};
-use crate::session::view::{ModelMessage, ModelView};
-use crate::summarize::summarizer::Summarizer;
-use crate::util::new_id;
+use soba_core::session::log::{LogError, SessionLog};
+use soba_core::session::view::{ModelMessage, ModelView};
+use soba_core::tool_mapping::ToolMapping;
+use soba_core::util::new_id;
 
 /// How many compactions one preflight may run before it settles. The barrier needs at most a
 /// soft attempt and a hard-limit compaction; more means it is not converging.
@@ -176,7 +176,7 @@ impl<'a> SimulatedHost<'a> {
         let s = self.log.session();
         let view = ModelView::build(s, s.leaf());
         let (breakdown, anchor) = (view.breakdown(s), view.usage_anchor(s));
-        crate::budget::Budget::measure(
+        soba_core::budget::Budget::measure(
             self.config.limits(),
             breakdown,
             anchor,
@@ -243,7 +243,7 @@ impl<'a> SimulatedHost<'a> {
         let started = std::time::Instant::now();
         let generation = self.writer.generate(plan);
         before_commit(self)?;
-        let mut result = crate::compaction::run::commit(
+        let mut result = soba_core::compaction::run::commit(
             &mut self.log,
             plan,
             generation.generated.clone(),
@@ -277,7 +277,7 @@ impl<'a> SimulatedHost<'a> {
                     let s = self.log.session();
                     let view = ModelView::build(s, s.leaf());
                     let (breakdown, anchor) = (view.breakdown(s), view.usage_anchor(s));
-                    let budget = crate::budget::Budget::measure(
+                    let budget = soba_core::budget::Budget::measure(
                         self.config.limits(),
                         breakdown,
                         anchor,
@@ -322,14 +322,14 @@ impl<'a> SimulatedHost<'a> {
 
     /// The provider rejected the input as too long, without figures: the recovery compaction.
     pub fn overflow(&mut self) -> Result<CompactionResult, LogError> {
-        self.overflow_with(crate::window::OverflowFigures::default())
+        self.overflow_with(soba_core::window::OverflowFigures::default())
     }
 
     /// The provider rejected the input as too long and said by how much: the window is lowered
     /// to its figures, then the recovery compaction.
     pub fn overflow_with(
         &mut self,
-        figures: crate::window::OverflowFigures,
+        figures: soba_core::window::OverflowFigures,
     ) -> Result<CompactionResult, LogError> {
         match barrier!(self).overflow(&mut self.log, figures)? {
             Ok(plan) => self.run_plan(&plan),
@@ -381,12 +381,13 @@ impl<'a> SimulatedHost<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capsule::{CapsuleState, Quality};
-    use crate::config::{ConfigFile, Overrides};
-    use crate::session::entry::{ContentBlock, MessageEntry, Outcome};
-    use crate::session::testing::header;
     use crate::summarize::summarizer::SummaryError;
     use futures::future::BoxFuture;
+    use soba_core::config::{ConfigFile, Overrides};
+    use soba_core::session::capsule::model::CapsuleState;
+    use soba_core::session::capsule::model::Quality;
+    use soba_core::session::entry::{ContentBlock, MessageEntry, Outcome};
+    use soba_core::session::testing::header;
     use tokio_util::sync::CancellationToken;
 
     /// A model that answers with a fixed goal, or fails.
@@ -435,7 +436,7 @@ mod tests {
         let log = SessionLog::create(
             &dir.join("s.jsonl"),
             header(),
-            crate::config::Durability::Flush,
+            soba_core::config::Durability::Flush,
         )
         .unwrap();
         let mut h = SimulatedHost::new(log, config, "t", writer, Box::new(|_| {}));
@@ -498,7 +499,7 @@ mod tests {
         let r = h
             .explicit_with(Some("focus".into()), |h| {
                 h.push(EntryBody::TurnComplete(
-                    crate::session::entry::TurnCompleteEntry { usage: None },
+                    soba_core::session::entry::TurnCompleteEntry { usage: None },
                 ))
                 .map(drop)
             })

@@ -12,12 +12,12 @@ pub mod host;
 
 use std::path::Path;
 
-use crate::config::{Config, Durability};
 use crate::import::ImportResult;
 use crate::report::Timeline;
-use crate::session::entry::{EntryBody, Role};
-use crate::session::log::{LogError, SessionLog};
-use crate::session::view::{ForeignCompactions, ModelMessage};
+use soba_core::config::{Config, Durability};
+use soba_core::session::entry::{EntryBody, Role};
+use soba_core::session::log::{LogError, SessionLog};
+use soba_core::session::view::{ForeignCompactions, ModelMessage};
 
 use host::{CapsuleWriter, Sent, SimulatedHost, Sink};
 
@@ -130,7 +130,7 @@ pub fn replay<'a>(
 
 /// Image blocks an entry carries (a message's or a tool result's).
 fn image_blocks(body: &EntryBody) -> usize {
-    use crate::session::entry::ContentBlock;
+    use soba_core::session::entry::ContentBlock;
     let content = match body {
         EntryBody::Message(m) => &m.content,
         EntryBody::ToolResult(r) => &r.content,
@@ -145,7 +145,7 @@ fn image_blocks(body: &EntryBody) -> usize {
 /// Tool calls and results that the input separates: a result with no call before it, or a call
 /// whose result does not follow. Empty for a well-formed input.
 pub fn split_tool_pairs(messages: &[ModelMessage]) -> Vec<String> {
-    use crate::session::entry::ContentBlock;
+    use soba_core::session::entry::ContentBlock;
     let mut problems = Vec::new();
     let mut open: Vec<String> = Vec::new();
     for m in messages {
@@ -180,13 +180,13 @@ pub fn split_tool_pairs(messages: &[ModelMessage]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ConfigFile, Overrides};
-    use crate::session::entry::{
+    use serde_json::json;
+    use soba_core::config::{ConfigFile, Overrides};
+    use soba_core::session::entry::{
         ContentBlock, Entry, ForeignCompactionEntry, MessageEntry, ToolResultEntry, Usage,
     };
-    use crate::session::log::read_session;
-    use crate::session::testing::header;
-    use serde_json::json;
+    use soba_core::session::log::read_session;
+    use soba_core::session::testing::header;
 
     fn config() -> Config {
         let f = ConfigFile::parse(
@@ -313,7 +313,7 @@ mod tests {
             .timeline
             .compactions
             .iter()
-            .any(|c| c.result.outcome == crate::session::entry::Outcome::Completed));
+            .any(|c| c.result.outcome == soba_core::session::entry::Outcome::Completed));
         // The source agent's usage is charted, not used as SOBA's measure.
         assert_eq!(r.timeline.steps[0].source_agent_tokens, Some(1000));
         assert_eq!(r.timeline.steps[1].source_agent_tokens, None);
@@ -321,7 +321,7 @@ mod tests {
             .timeline
             .steps
             .iter()
-            .all(|s| s.source == crate::budget::MeasurementSource::Estimated));
+            .all(|s| s.source == soba_core::budget::MeasurementSource::Estimated));
         let f = &r.timeline.foreign_compactions;
         assert_eq!(f.len(), 1);
         // "By then" means recorded before it, not merely before the next inference.

@@ -6,10 +6,10 @@
 use std::fmt::Write;
 
 use super::Timeline;
-use crate::capsule::Quality;
-use crate::session::entry::Outcome;
-use crate::session::trigger::Trigger;
-use crate::util::human_tokens;
+use soba_core::session::capsule::model::Quality;
+use soba_core::session::entry::Outcome;
+use soba_core::session::trigger::Trigger;
+use soba_core::util::human_tokens;
 
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 360.0;
@@ -46,7 +46,7 @@ const ALL_TRIGGERS: [Trigger; 8] = [
 /// Text from the session as it goes into the page: secrets redacted, then escaped. The page is
 /// shared (attached to issues, sent to colleagues), so nothing from the log enters it raw.
 fn session_text(s: &str) -> String {
-    escape(&crate::redact::redact(s))
+    escape(&soba_core::redact::redact(s))
 }
 
 /// Text made safe for HTML element content and attribute values. Control characters
@@ -337,10 +337,10 @@ pub fn render(t: &Timeline) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::MeasurementSource;
-    use crate::compaction::CompactionResult;
-    use crate::limits::Limits;
     use crate::report::{ForeignMark, Step, TimelineCompaction};
+    use soba_core::budget::MeasurementSource;
+    use soba_core::compaction::CompactionResult;
+    use soba_core::limits::Limits;
 
     fn limits() -> Limits {
         Limits {

@@ -10,10 +10,10 @@ pub mod text;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::budget::MeasurementSource;
-use crate::compaction::CompactionResult;
-use crate::limits::Limits;
-use crate::util::human_tokens;
+use soba_core::budget::MeasurementSource;
+use soba_core::compaction::CompactionResult;
+use soba_core::limits::Limits;
+use soba_core::util::human_tokens;
 
 /// One preflight that handed out model input.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
@@ -151,7 +151,7 @@ impl Timeline {
         self.compactions
             .iter()
             .take(f.compactions_before)
-            .filter(|c| c.result.outcome == crate::session::entry::Outcome::Completed)
+            .filter(|c| c.result.outcome == soba_core::session::entry::Outcome::Completed)
     }
 }
 
@@ -233,7 +233,7 @@ pub struct BottomLine {
 impl Timeline {
     /// The run summed up; see [`BottomLine`].
     pub fn bottom_line(&self) -> BottomLine {
-        use crate::session::entry::Outcome;
+        use soba_core::session::entry::Outcome;
         let done = self
             .compactions
             .iter()
@@ -363,7 +363,7 @@ impl Timeline {
             n => format!(
                 "; SOBA counts the {n} image{} at a flat {} tokens each, the provider their real size",
                 if n == 1 { "" } else { "s" },
-                crate::tokens::IMAGE_TOKENS
+                soba_core::tokens::IMAGE_TOKENS
             ),
         };
         let span = if b.completed == 0 && self.foreign_compactions.is_empty() {
@@ -384,7 +384,7 @@ impl Timeline {
                 "SOBA counts the transcript's {} image{} at a flat {} tokens each; the provider counted their real size.",
                 self.images,
                 if self.images == 1 { "" } else { "s" },
-                crate::tokens::IMAGE_TOKENS
+                soba_core::tokens::IMAGE_TOKENS
             )),
             None => {}
         }
@@ -403,8 +403,8 @@ pub enum Event<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::entry::Outcome;
-    use crate::session::trigger::Trigger;
+    use soba_core::session::entry::Outcome;
+    use soba_core::session::trigger::Trigger;
 
     fn limits() -> Limits {
         Limits {

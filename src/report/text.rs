@@ -4,9 +4,9 @@
 //! visible. Colour is opt-in (the caller decides: a terminal, and `NO_COLOR` unset).
 
 use super::{Event, ForeignMark, Step, Timeline, TimelineCompaction};
-use crate::limits::Limits;
-use crate::session::entry::Outcome;
-use crate::util::human_tokens;
+use soba_core::limits::Limits;
+use soba_core::session::entry::Outcome;
+use soba_core::util::human_tokens;
 
 const BAR_CELLS: u64 = 20;
 
@@ -62,7 +62,7 @@ pub fn compaction_line(c: &TimelineCompaction, color: bool) -> String {
         &format!(
             "        {mark} turn {} · {}",
             c.turn,
-            crate::util::terminal_text(&c.result.completion_line())
+            soba_core::util::terminal_text(&c.result.completion_line())
         ),
     )
 }
@@ -78,8 +78,8 @@ pub fn foreign_line(f: &ForeignMark, color: bool) -> String {
     let mut line = format!(
         "        ◇ turn {} · {} compacted ({}) at {at}; SOBA's input was {} tokens",
         f.turn,
-        crate::util::terminal_text(&f.agent),
-        crate::util::terminal_text(f.trigger.as_deref().unwrap_or("unspecified")),
+        soba_core::util::terminal_text(&f.agent),
+        soba_core::util::terminal_text(f.trigger.as_deref().unwrap_or("unspecified")),
         human_tokens(f.soba_tokens)
     );
     if let Some(s) = f.summary_tokens {
@@ -150,14 +150,14 @@ pub fn comparison(timeline: &Timeline) -> Vec<String> {
         lines.push(format!(
             "  turn {:>2} · {} compacted ({}) at {}; kept {}",
             f.turn,
-            crate::util::terminal_text(&f.agent),
-            crate::util::terminal_text(f.trigger.as_deref().unwrap_or("unspecified")),
+            soba_core::util::terminal_text(&f.agent),
+            soba_core::util::terminal_text(f.trigger.as_deref().unwrap_or("unspecified")),
             f.tokens_before
                 .map_or("an unreported size".into(), |t| format!(
                     "{} tokens",
                     human_tokens(t)
                 )),
-            crate::util::terminal_text(&timeline.source_kept(f))
+            soba_core::util::terminal_text(&timeline.source_kept(f))
         ));
         let done: Vec<&TimelineCompaction> = timeline.completed_before(f).collect();
         let soba = match done.last() {
@@ -201,7 +201,7 @@ pub fn bottom_line(timeline: &Timeline) -> Vec<String> {
         timeline
             .bottom_line_sentences()
             .iter()
-            .map(|s| format!("  {}", crate::util::terminal_text(s))),
+            .map(|s| format!("  {}", soba_core::util::terminal_text(s))),
     );
     lines
 }
@@ -234,9 +234,9 @@ pub fn render(timeline: &Timeline, color: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::MeasurementSource;
-    use crate::compaction::CompactionResult;
-    use crate::session::trigger::Trigger;
+    use soba_core::budget::MeasurementSource;
+    use soba_core::compaction::CompactionResult;
+    use soba_core::session::trigger::Trigger;
 
     fn limits() -> Limits {
         Limits {

@@ -18,8 +18,8 @@ use super::sse::SseParser;
 use super::summarizer::{Summarizer, SummarizerConfigError, SummaryError, SummaryRequest};
 use super::wire::Reply;
 use super::wire::{self, EventError, StreamItem};
-use crate::capsule::CapsuleState;
-use crate::config::{catalog_lookup, Provider, SummarizerConfig};
+use soba_core::config::{catalog_lookup, Provider, SummarizerConfig};
+use soba_core::session::capsule::model::CapsuleState;
 
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -470,7 +470,7 @@ impl ModelSummarizer {
         if !self.redact_input {
             return text;
         }
-        match crate::redact::redact(&text) {
+        match soba_core::redact::redact(&text) {
             std::borrow::Cow::Borrowed(_) => text,
             std::borrow::Cow::Owned(clean) => clean,
         }
@@ -482,7 +482,7 @@ impl ModelSummarizer {
             Some(key) if message.contains(&key.0) => message.replace(&key.0, REDACTED),
             _ => message,
         };
-        crate::redact::redact(&message).into_owned()
+        soba_core::redact::redact(&message).into_owned()
     }
 
     /// Whether requests are redacted (for tests and `describe`).

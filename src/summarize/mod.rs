@@ -20,11 +20,12 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::capsule::{CapsuleState, Quality};
-use crate::compaction::plan::Plan;
-use crate::compaction::run::generate_local;
-use crate::compaction::run::Generated;
-use crate::config::{Provider, SummarizerConfig};
+use soba_core::compaction::plan::Plan;
+use soba_core::compaction::run::generate_local;
+use soba_core::compaction::run::Generated;
+use soba_core::config::{Provider, SummarizerConfig};
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::Quality;
 
 use breaker::Admission;
 use client::ModelSummarizer;
@@ -193,7 +194,7 @@ impl Generation {
     /// reason says how many claims were corrected when the model's capsule was kept. Returns
     /// the corrections for the flight record: none when the model's capsule was not kept (the
     /// local one stood in, or nothing was appended).
-    pub fn annotate(&self, result: &mut crate::compaction::CompactionResult) -> Corrections {
+    pub fn annotate(&self, result: &mut soba_core::compaction::CompactionResult) -> Corrections {
         if result.quality != Some(Quality::Model) {
             return Corrections::default();
         }
@@ -207,7 +208,7 @@ impl Generation {
 /// The generate step of the compaction barrier: the plan's history through `summarizer`
 /// (under the plan's `compaction.timeoutMs`), its local state on any failure, or
 /// [`Generated::Cancelled`]. Holds no borrow of the session; hand the result to
-/// [`crate::compaction::run::commit`], which checks the expected leaf before appending.
+/// [`soba_core::compaction::run::commit`], which checks the expected leaf before appending.
 pub async fn generate(
     plan: &Plan,
     summarizer: Option<&dyn Summarizer>,
@@ -272,7 +273,7 @@ pub async fn generate_checked(
 
 /// [`generate`] for a caller without a runtime (the CLI): runs it on a current-thread runtime,
 /// with Ctrl-C as external cancellation. Returns what was generated and whether it was
-/// cancelled (pass that to [`crate::compaction::run::commit`] as `aborted`).
+/// cancelled (pass that to [`soba_core::compaction::run::commit`] as `aborted`).
 ///
 /// Once this has run, Ctrl-C no longer ends the process by default; it is meant to be the last
 /// long step of a command.

@@ -2,10 +2,12 @@
 //! outputs middle-out, and cutting the history into chunks that each fit the summarizer's
 //! window. Pure: no I/O, token counts from the o200k encoding.
 
-use crate::capsule::{Artifacts, CapsuleState, FileArtifact};
-use crate::session::entry::{blocks_text, ContentBlock};
-use crate::session::view::ModelMessage;
-use crate::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
+use soba_core::session::capsule::model::Artifacts;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::FileArtifact;
+use soba_core::session::entry::{blocks_text, ContentBlock};
+use soba_core::session::view::ModelMessage;
+use soba_core::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
 
 /// Encoding used to size requests. Exact for OpenAI models; for others (Claude, Llama, …) it
 /// is the same estimate the budget uses, which is why [`WINDOW_RESERVE_RATIO`] is kept free.
@@ -175,7 +177,8 @@ impl HistoryFacts {
             .enumerate()
             .filter(|(_, m)| m.role == "user")
             .filter_map(|(i, m)| {
-                let text = crate::capsule::requests::typed_text(&clean(blocks_text(&m.content)))?;
+                let text =
+                    soba_core::capsule::requests::typed_text(&clean(blocks_text(&m.content)))?;
                 Some((
                     i,
                     UserMessage {
@@ -711,7 +714,7 @@ pub fn next_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capsule::FileArtifact;
+    use soba_core::session::capsule::model::FileArtifact;
 
     fn words(n: usize, seed: &str) -> String {
         (0..n)
@@ -828,7 +831,8 @@ mod tests {
 
     #[test]
     fn facts_carry_entry_ids_and_the_users_messages() {
-        use crate::capsule::{Verification, VerificationOutcome};
+        use soba_core::session::capsule::model::Verification;
+        use soba_core::session::capsule::model::VerificationOutcome;
         let artifacts = Artifacts {
             read_files: vec![FileArtifact {
                 path: "src/lexer.rs".into(),
@@ -883,7 +887,8 @@ mod tests {
 
     #[test]
     fn a_check_run_before_later_edits_is_marked_in_the_facts() {
-        use crate::capsule::{Verification, VerificationOutcome};
+        use soba_core::session::capsule::model::Verification;
+        use soba_core::session::capsule::model::VerificationOutcome;
         let artifacts = Artifacts {
             verification: vec![Verification {
                 command: "mise run lint".into(),
@@ -960,7 +965,7 @@ mod tests {
             kind = "OPENSSH PRIVATE KEY",
         );
         let history = vec![user_message("e1", &older), user_message("e2", "go on")];
-        let redact = |t: String| crate::redact::redact(&t).into_owned();
+        let redact = |t: String| soba_core::redact::redact(&t).into_owned();
         let leaked = |facts: &HistoryFacts| {
             facts.user_messages[0]
                 .text
@@ -1121,7 +1126,8 @@ mod tests {
 
     #[test]
     fn the_facts_shown_leave_out_what_only_the_kept_tail_recorded() {
-        use crate::capsule::{Verification, VerificationOutcome};
+        use soba_core::session::capsule::model::Verification;
+        use soba_core::session::capsule::model::VerificationOutcome;
         let file = |path: &str, ids: &[&str]| FileArtifact {
             path: path.into(),
             entry_ids: ids.iter().map(|s| s.to_string()).collect(),

@@ -17,8 +17,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::capsule::{Artifacts, CapsuleState, Decision, VerificationOutcome};
-use crate::session::entry::ContentBlock;
+use soba_core::session::capsule::model::Artifacts;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::Decision;
+use soba_core::session::capsule::model::VerificationOutcome;
+use soba_core::session::entry::ContentBlock;
 
 /// How many of a model capsule's claims were corrected from the facts, by kind. Numbers only:
 /// they go to flight records and results, which never hold capsule text.
@@ -825,9 +828,10 @@ mod tests {
 #[cfg(test)]
 mod vet_tests {
     use super::*;
-    use crate::capsule::{Artifacts, FileArtifact};
-    use crate::session::view::ModelMessage;
     use crate::summarize::summarizer::SummaryRequest;
+    use soba_core::session::capsule::model::Artifacts;
+    use soba_core::session::capsule::model::FileArtifact;
+    use soba_core::session::view::ModelMessage;
 
     fn text(role: &str, t: &str) -> ModelMessage {
         ModelMessage {
@@ -975,7 +979,9 @@ mod vet_tests {
 #[cfg(test)]
 mod claim_tests {
     use super::*;
-    use crate::capsule::{ErrorFix, FileArtifact, Verification};
+    use soba_core::session::capsule::model::ErrorFix;
+    use soba_core::session::capsule::model::FileArtifact;
+    use soba_core::session::capsule::model::Verification;
 
     fn check(command: &str, outcome: VerificationOutcome, edited_since: bool) -> Verification {
         Verification {

@@ -6,8 +6,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::breaker::{Breaker, FAILURE_THRESHOLD};
 use super::prompt;
-use crate::capsule::{Artifacts, CapsuleEntry, CapsuleState};
-use crate::session::view::ModelMessage;
+use soba_core::session::capsule::model::Artifacts;
+use soba_core::session::capsule::model::CapsuleEntry;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::view::ModelMessage;
 
 /// Everything a summarizer is given.
 #[derive(Debug, Clone, Default)]

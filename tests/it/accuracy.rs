@@ -8,15 +8,19 @@ use std::path::Path;
 
 use serde_json::Value;
 use soba::accuracy::{self, model_of, pairs, session_of, Distribution, Pair};
-use soba::budget::unseen::MAX_GROWTH_SHARE;
-use soba::budget::{Agent, Learned, UnseenKind, UnseenPrior, UnseenSource};
 use soba::import::transcript::import_str;
 use soba::import::{ImportOptions, ImportResult};
-use soba::session::entry::{EntryBody, Role};
-use soba::session::view::{ModelView, ViewItem, ViewPart};
-use soba::tokens::CalibrationSource;
-use soba::tokens::MAX_LEARNED_FACTOR;
-use soba::tokens::PROVISIONAL_MARGIN;
+use soba_core::budget::unseen::Agent;
+use soba_core::budget::unseen::Learned;
+use soba_core::budget::unseen::UnseenKind;
+use soba_core::budget::unseen::UnseenPrior;
+use soba_core::budget::unseen::UnseenSource;
+use soba_core::budget::unseen::MAX_GROWTH_SHARE;
+use soba_core::session::entry::{EntryBody, Role};
+use soba_core::session::view::{ModelView, ViewItem, ViewPart};
+use soba_core::tokens::CalibrationSource;
+use soba_core::tokens::MAX_LEARNED_FACTOR;
+use soba_core::tokens::PROVISIONAL_MARGIN;
 
 fn import(path: &Path) -> ImportResult {
     let text = std::fs::read_to_string(path).unwrap();

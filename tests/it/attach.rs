@@ -86,7 +86,7 @@ fn incremental_import_fed_in_random_chunks_equals_soba_import_on_every_fixture()
                 let imported: Vec<_> = whole
                     .entries
                     .iter()
-                    .filter(|e| !matches!(e.body, soba::session::entry::EntryBody::Rewind(_)))
+                    .filter(|e| !matches!(e.body, soba_core::session::entry::EntryBody::Rewind(_)))
                     .cloned()
                     .collect();
                 assert_same_entries(&streamed, &imported, &format!("{name} (seed {seed})"));
@@ -99,8 +99,8 @@ fn incremental_import_fed_in_random_chunks_equals_soba_import_on_every_fixture()
 
 /// Entries equal one by one; a difference names the first entry that differs.
 fn assert_same_entries(
-    got: &[soba::session::entry::Entry],
-    want: &[soba::session::entry::Entry],
+    got: &[soba_core::session::entry::Entry],
+    want: &[soba_core::session::entry::Entry],
     what: &str,
 ) {
     if let Some(i) = (0..got.len().min(want.len())).find(|&i| got[i] != want[i]) {

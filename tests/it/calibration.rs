@@ -10,10 +10,10 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::session::count::entry_tokens;
-use soba::session::entry::{Entry, EntryBody};
-use soba::tokens::TokenizerKind;
-use soba::tokens::MAX_LEARNED_FACTOR;
+use soba_core::session::count::entry_tokens;
+use soba_core::session::entry::{Entry, EntryBody};
+use soba_core::tokens::TokenizerKind;
+use soba_core::tokens::MAX_LEARNED_FACTOR;
 
 fn daemon(base: &std::path::Path) -> Arc<Daemon> {
     Daemon::new(
@@ -110,7 +110,7 @@ async fn a_learned_factor_is_shown_applied_and_the_same_after_reopening() {
     let before = c.request("soba/budget", json!({"sessionId": id})).await;
     assert_eq!(before["source"], "provider_usage");
     // No report has taught a factor yet: the catalog's, with the provisional margin.
-    let provisional = 1.15 * soba::tokens::PROVISIONAL_MARGIN;
+    let provisional = 1.15 * soba_core::tokens::PROVISIONAL_MARGIN;
     let (source, factor) = calibration(&before);
     assert_eq!(source, "provisional");
     assert!((factor - provisional).abs() < 1e-9, "{factor}");

@@ -5,19 +5,24 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-use soba::capsule::handoff::{export_capsule, list_capsules, load_capsule};
-use soba::capsule::portable::{read_capsule_file, write_capsule_file};
-use soba::capsule::{
-    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, FileArtifact, Origin, Quality,
-};
-use soba::config::Durability;
-use soba::session::entry::{
+use soba_core::capsule::handoff::{export_capsule, list_capsules, load_capsule};
+use soba_core::capsule::portable::{read_capsule_file, write_capsule_file};
+use soba_core::config::Durability;
+use soba_core::session::capsule::model::Artifacts;
+use soba_core::session::capsule::model::CapsuleEntry;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::CapsuleTokens;
+use soba_core::session::capsule::model::Decision;
+use soba_core::session::capsule::model::FileArtifact;
+use soba_core::session::capsule::model::Origin;
+use soba_core::session::capsule::model::Quality;
+use soba_core::session::entry::{
     ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, Role, SessionHeader,
     LOG_FORMAT_VERSION,
 };
-use soba::session::log::{read_session, SessionLog};
-use soba::session::trigger::Trigger;
-use soba::session::view::ModelView;
+use soba_core::session::log::{read_session, SessionLog};
+use soba_core::session::trigger::Trigger;
+use soba_core::session::view::ModelView;
 
 fn header(id: &str, workspace: &str) -> SessionHeader {
     SessionHeader {
@@ -145,7 +150,7 @@ fn export_load_export_is_byte_identical() {
     assert_eq!(view.capsule, b.index_of(&r.entry_id));
     let messages = view.messages(&b);
     assert_eq!(messages.len(), 1);
-    let opening = soba::session::entry::blocks_text(&messages[0].content);
+    let opening = soba_core::session::entry::blocks_text(&messages[0].content);
     assert!(
         opening.contains("Finish the importer") && opening.contains("[redacted:anthropic_key]"),
         "{opening}"

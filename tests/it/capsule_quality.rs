@@ -11,13 +11,13 @@ use crate::loopback::{json, Loopback};
 
 use std::path::PathBuf;
 
-use soba::capsule::Quality;
-use soba::config::{Provider, SummarizerConfig};
 use soba::eval::bench::{load_gold, run, GoldCut, ModelEndpoint, MODEL_SKIPPED};
 use soba::eval::capsule_quality::{
     failure_lines, floor, floor_miss_lines, render_floors, render_table, total_value, Cut,
     CutScore, Field, Floor, Measure, FLOORS,
 };
+use soba_core::config::{Provider, SummarizerConfig};
+use soba_core::session::capsule::model::Quality;
 
 /// The floors of `FLOORS` this test asserts at every annotated cut where they apply; the others
 /// are reported only. A floor goes in here once the local capsule meets it at every cut, so that

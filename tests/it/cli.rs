@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
-use soba::config::Durability;
-use soba::session::entry::*;
-use soba::session::log::SessionLog;
+use soba_core::config::Durability;
+use soba_core::session::entry::*;
+use soba_core::session::log::SessionLog;
 
 fn soba(args: &[&str], cwd: &Path) -> (bool, Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_soba"))
@@ -328,7 +328,7 @@ fn context_shows_the_preflights_decision_and_says_when_a_compaction_runs_first()
         text.lines().last().unwrap_or("")
     );
     // Reading never writes: the log is as it was.
-    let (s, _) = soba::session::log::read_session(&big).unwrap();
+    let (s, _) = soba_core::session::log::read_session(&big).unwrap();
     assert!(s.entries().iter().all(|e| e.as_capsule().is_none()));
 }
 

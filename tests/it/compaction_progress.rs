@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use soba::config::{Provider, SummarizerConfig};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::summarize::client::ModelSummarizer;
 use soba::summarize::summarizer::Summarizer;
+use soba_core::config::{Provider, SummarizerConfig};
 
 /// Pieces the reply streams in, and the pause before each.
 const PIECES: usize = 8;

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::run::{Barrier, Preflight};
-use soba::config::{Config, Durability};
-use soba::session::entry::{ContentBlock, Entry, EntryBody, MessageEntry, Role};
-use soba::session::log::{read_session, SessionLog};
+use soba_core::compaction::run::{Barrier, Preflight};
+use soba_core::config::{Config, Durability};
+use soba_core::session::entry::{ContentBlock, Entry, EntryBody, MessageEntry, Role};
+use soba_core::session::log::{read_session, SessionLog};
+use soba_core::tool_mapping::ToolMapping;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -197,7 +197,7 @@ fn verify(log: &Path, acknowledged: &[String], tally: &mut Tally) {
     let parent = reopened.session().leaf_id().map(str::to_string);
     reopened
         .append(Entry::new(
-            soba::util::new_id("after-crash-"),
+            soba_core::util::new_id("after-crash-"),
             parent,
             EntryBody::Message(MessageEntry {
                 role: Role::User,
@@ -337,7 +337,7 @@ fn a_writer_opening_a_long_real_log_compacts_only_past_the_logs_own_hard_limit()
             _ => continue,
         };
         barriers += 1;
-        if trigger == soba::session::trigger::Trigger::HardLimit {
+        if trigger == soba_core::session::trigger::Trigger::HardLimit {
             assert!(
                 tokens_before > hard_limit,
                 "a hard-limit compaction at {tokens_before} tokens, under the log's own \

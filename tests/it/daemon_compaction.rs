@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use lsp_client::LspClient;
 use serde_json::{json, Value};
-use soba::capsule::CapsuleState;
 use soba::daemon::paths::Paths;
 use soba::daemon::protocol::code;
 use soba::daemon::registry::{Daemon, DaemonOptions};
@@ -19,6 +18,7 @@ use soba::daemon::watcher::WatchMode;
 use soba::summarize::summarizer::Summarizer;
 use soba::summarize::summarizer::SummaryError;
 use soba::summarize::summarizer::SummaryRequest;
+use soba_core::session::capsule::model::CapsuleState;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -176,7 +176,7 @@ async fn eventually(mut cond: impl FnMut() -> bool) {
 
 fn session_types(daemon: &Daemon, id: &str) -> Vec<String> {
     let path = daemon.session(id).unwrap().path;
-    let (s, _) = soba::session::log::read_session(&path).unwrap();
+    let (s, _) = soba_core::session::log::read_session(&path).unwrap();
     s.entries()
         .iter()
         .map(|e| e.body.type_name().to_string())
@@ -227,8 +227,9 @@ async fn closing_during_a_compaction_cancels_it_and_answers_everyone() {
     );
     let appended = queued.await.unwrap();
     assert!(appended.get("result").is_some(), "{appended}");
-    let (log, _) = soba::session::log::SessionLog::open(&path, soba::config::Durability::Flush)
-        .expect("the log is released");
+    let (log, _) =
+        soba_core::session::log::SessionLog::open(&path, soba_core::config::Durability::Flush)
+            .expect("the log is released");
     let last = log.session().entries().last().unwrap();
     assert!(
         serde_json::to_string(&last.body)
@@ -434,7 +435,7 @@ async fn a_rewind_during_the_barrier_makes_it_stale() {
     let id = oversized_session(&c, &e).await;
     let first = {
         let path = e.daemon.session(&id).unwrap().path;
-        let (s, _) = soba::session::log::read_session(&path).unwrap();
+        let (s, _) = soba_core::session::log::read_session(&path).unwrap();
         s.entries()[0].id.clone()
     };
     let preflight = compacting(&c, &id).await;
@@ -473,7 +474,7 @@ async fn explicit_compact_with_instructions_from_the_editor() {
     assert_eq!(r["trigger"], "user");
     assert!(r["tokensAfter"].as_u64().unwrap() < r["tokensBefore"].as_u64().unwrap());
     let path = e.daemon.session(&id).unwrap().path;
-    let (s, _) = soba::session::log::read_session(&path).unwrap();
+    let (s, _) = soba_core::session::log::read_session(&path).unwrap();
     let capsule = s
         .entries()
         .iter()
@@ -637,7 +638,7 @@ async fn a_file_changed_on_disk_between_turns_reaches_the_next_capsule() {
     let r = c.request("soba/preflight", json!({"sessionId": id})).await;
     assert_eq!(r["compaction"]["outcome"], "completed", "{r}");
     let path = e.daemon.session(&id).unwrap().path;
-    let (s, _) = soba::session::log::read_session(&path).unwrap();
+    let (s, _) = soba_core::session::log::read_session(&path).unwrap();
     let capsule = s
         .entries()
         .iter()

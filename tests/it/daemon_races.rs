@@ -15,13 +15,13 @@ use futures::future::BoxFuture;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
-use soba::capsule::CapsuleState;
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::session::log::read_session;
 use soba::summarize::summarizer::Summarizer;
 use soba::summarize::summarizer::SummaryError;
 use soba::summarize::summarizer::SummaryRequest;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::log::read_session;
 use tokio_util::sync::CancellationToken;
 
 /// A model that takes a few milliseconds (seeded per call) and honours cancellation.
@@ -202,7 +202,7 @@ async fn no_capsule_after_cancel_or_on_a_changed_leaf() {
                     "seed {seed}: the capsule follows input sent during the compaction"
                 );
                 assert!(
-                    !matches!(e.body, soba::session::entry::EntryBody::Rewind(_)),
+                    !matches!(e.body, soba_core::session::entry::EntryBody::Rewind(_)),
                     "seed {seed}: a capsule appended on a changed leaf"
                 );
             }

@@ -213,7 +213,7 @@ async fn rewind_and_auto_compact_are_log_entries() {
 
     // Both survive a reload of the log.
     let path = e.daemon.session(&id).unwrap().path;
-    let (s, _) = soba::session::log::read_session(&path).unwrap();
+    let (s, _) = soba_core::session::log::read_session(&path).unwrap();
     assert_eq!(s.settings_at(s.leaf()).auto_compact, Some(true));
     let types: Vec<&str> = s.entries().iter().map(|e| e.body.type_name()).collect();
     assert_eq!(
@@ -491,12 +491,12 @@ async fn the_watcher_records_files_changed_on_disk() {
     let path = e.daemon.session(&id).unwrap().path;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let files = loop {
-        let (s, _) = soba::session::log::read_session(&path).unwrap();
+        let (s, _) = soba_core::session::log::read_session(&path).unwrap();
         let files: Vec<(String, String)> = s
             .entries()
             .iter()
             .filter_map(|e| match &e.body {
-                soba::session::entry::EntryBody::File(f) => Some((
+                soba_core::session::entry::EntryBody::File(f) => Some((
                     f.path.clone(),
                     serde_json::to_value(f.op)
                         .unwrap()
@@ -569,12 +569,12 @@ async fn polling_fallback_records_edits_of_existing_files() {
     let path = e.daemon.session(&id).unwrap().path;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (s, _) = soba::session::log::read_session(&path).unwrap();
+        let (s, _) = soba_core::session::log::read_session(&path).unwrap();
         let edits: Vec<_> = s
             .entries()
             .iter()
             .filter_map(|e| match &e.body {
-                soba::session::entry::EntryBody::File(f) => Some((f.path.clone(), f.op)),
+                soba_core::session::entry::EntryBody::File(f) => Some((f.path.clone(), f.op)),
                 _ => None,
             })
             .collect();
@@ -583,7 +583,7 @@ async fn polling_fallback_records_edits_of_existing_files() {
                 edits,
                 [(
                     "main.rs".to_string(),
-                    soba::session::entry::FileOp::Modified
+                    soba_core::session::entry::FileOp::Modified
                 )]
             );
             break;
@@ -628,8 +628,9 @@ async fn closing_a_session_releases_its_log_and_tells_every_client() {
 
     // The log is free for another writer the moment the answer arrives, and holds everything.
     {
-        let (log, _) = soba::session::log::SessionLog::open(&path, soba::config::Durability::Flush)
-            .expect("the closed session's log is released");
+        let (log, _) =
+            soba_core::session::log::SessionLog::open(&path, soba_core::config::Durability::Flush)
+                .expect("the closed session's log is released");
         assert_eq!(log.session().leaf_id(), appended["leafId"].as_str());
     }
 
@@ -881,7 +882,7 @@ async fn context_shows_what_fills_the_window_by_part_and_largest_entries() {
 /// Rewrite the side file of `log` with `tokens` as the count of every message entry, its
 /// checksums intact, so that a budget built from it shows it was read, not counted.
 fn forge_counts(log: &Path, tokens: u32) {
-    use soba::session::token_file;
+    use soba_core::session::token_file;
     let path = token_file::path_for(log);
     let bytes = std::fs::read(&path).unwrap();
     let mut out = Vec::new();
@@ -891,7 +892,7 @@ fn forge_counts(log: &Path, tokens: u32) {
                 &mut out,
                 r.key,
                 &r.id,
-                &soba::session::EntryCounts { tokens, ..r.counts },
+                &soba_core::session::EntryCounts { tokens, ..r.counts },
             ),
             _ => out.extend_from_slice(line),
         }
@@ -940,7 +941,7 @@ async fn a_reopened_session_takes_recorded_counts_and_recounts_a_damaged_file() 
     forge_counts(&path, 50_000);
     assert!(reopen().await >= 100_000, "both messages' counts were read");
     // One byte changed in each record: none passes its checksum.
-    let side = soba::session::token_file::path_for(&path);
+    let side = soba_core::session::token_file::path_for(&path);
     let text = std::fs::read_to_string(&side).unwrap();
     std::fs::write(&side, text.replace(" 50000 ", " 50001 ")).unwrap();
     assert_eq!(reopen().await, counted, "recounted");
@@ -948,7 +949,7 @@ async fn a_reopened_session_takes_recorded_counts_and_recounts_a_damaged_file() 
     let records: Vec<_> = rebuilt
         .split_inclusive(|&b| b == b'\n')
         .skip(1)
-        .map(|l| soba::session::token_file::decode_record(l).expect("a whole record"))
+        .map(|l| soba_core::session::token_file::decode_record(l).expect("a whole record"))
         .collect();
     assert!(!records.is_empty());
     assert!(

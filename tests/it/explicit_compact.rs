@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
-use soba::config::Durability;
-use soba::session::entry::*;
-use soba::session::log::SessionLog;
+use soba_core::config::Durability;
+use soba_core::session::entry::*;
+use soba_core::session::log::SessionLog;
 
 fn write_session(dir: &Path, turns: usize) -> PathBuf {
     write_session_with(

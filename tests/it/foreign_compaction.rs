@@ -10,9 +10,9 @@ use std::path::Path;
 use soba::accuracy::{model_of, pairs, session_of, Pair};
 use soba::import::transcript::import_str;
 use soba::import::{ImportOptions, ImportResult};
-use soba::session::entry::EntryBody;
-use soba::session::view::ForeignCompactions;
-use soba::session::Session;
+use soba_core::session::entry::EntryBody;
+use soba_core::session::view::ForeignCompactions;
+use soba_core::session::Session;
 
 fn import(path: &Path) -> ImportResult {
     let text = std::fs::read_to_string(path).unwrap();

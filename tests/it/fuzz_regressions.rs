@@ -1,7 +1,7 @@
 //! Inputs the fuzz targets (`fuzz/`) found crashing, kept as regression tests. Each file under
 //! `tests/it/fuzz_regressions/` is named after its target.
 
-use soba::capsule::portable::{parse, write};
+use soba_core::capsule::portable::{parse, write};
 
 /// A verification item whose `<!-- entry: … -->` comment was broken over two lines: the
 /// reader took the line break into the entry id, and the writer's one-line comment then read

@@ -123,9 +123,11 @@ async fn the_least_recently_used_idle_session_is_closed_and_reopened_on_use_with
     // Closed for real: the log is released, whole, for any writer.
     let second_path = PathBuf::from(dormant["path"].as_str().unwrap());
     {
-        let (log, _) =
-            soba::session::log::SessionLog::open(&second_path, soba::config::Durability::Flush)
-                .expect("an idle-closed session's log is released");
+        let (log, _) = soba_core::session::log::SessionLog::open(
+            &second_path,
+            soba_core::config::Durability::Flush,
+        )
+        .expect("an idle-closed session's log is released");
         assert_eq!(log.session().len(), 2);
     }
 

@@ -272,7 +272,7 @@ fn every_real_transcript_imports_and_its_log_works() {
         assert!(report["model"].is_string(), "{name}: no model");
 
         // The log loads cleanly, entry for entry.
-        let (session, load) = soba::session::log::read_session(&log).unwrap();
+        let (session, load) = soba_core::session::log::read_session(&log).unwrap();
         assert!(
             load.skipped.is_empty() && load.torn_tail.is_none(),
             "{name}: {load:?}"
@@ -315,7 +315,7 @@ fn every_real_transcript_imports_and_its_log_works() {
         let learned = calibration["source"] == "session";
         if learned {
             assert!(
-                factor > configured && factor <= soba::tokens::MAX_LEARNED_FACTOR,
+                factor > configured && factor <= soba_core::tokens::MAX_LEARNED_FACTOR,
                 "{name}: {budget}"
             );
         } else {
@@ -326,8 +326,8 @@ fn every_real_transcript_imports_and_its_log_works() {
             );
             assert_eq!(factor, configured, "{name}");
         }
-        let (mut reopened, _) = soba::session::log::read_session(&log).unwrap();
-        let model = soba::config::Config::resolve(
+        let (mut reopened, _) = soba_core::session::log::read_session(&log).unwrap();
+        let model = soba_core::config::Config::resolve(
             &[],
             reopened.header.model_config().as_ref(),
             &Default::default(),
@@ -505,17 +505,17 @@ fn swe_agent_aider_and_copilot_cli_files_are_imported_and_detected() {
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(report["format"], format, "{name}: {report}");
         assert_eq!(report["messages"]["user"], 1, "{name}: {report}");
-        let (session, _) = soba::session::log::read_session(&log).unwrap();
+        let (session, _) = soba_core::session::log::read_session(&log).unwrap();
         let prompt = session
             .entries()
             .iter()
             .find_map(|e| {
                 e.as_message()
-                    .filter(|m| m.role == soba::session::entry::Role::User)
+                    .filter(|m| m.role == soba_core::session::entry::Role::User)
             })
             .unwrap();
         assert_eq!(
-            soba::session::entry::blocks_text(&prompt.content),
+            soba_core::session::entry::blocks_text(&prompt.content),
             "fix the failing test",
             "{name}"
         );
@@ -571,7 +571,8 @@ fn a_log_being_written_is_not_replaced_even_with_force() {
     );
     let before = std::fs::read(&log).unwrap();
     let (writer, _) =
-        soba::session::log::SessionLog::open(&log, soba::config::Durability::Flush).unwrap();
+        soba_core::session::log::SessionLog::open(&log, soba_core::config::Durability::Flush)
+            .unwrap();
     let out = soba(&["import", i, "-o", log.to_str().unwrap(), "--force"]);
     assert!(!out.status.success());
     assert!(

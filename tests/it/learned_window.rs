@@ -1,13 +1,13 @@
 //! The window a provider's context-overflow error teaches a session: lowered by the recovery,
 //! kept in the log across a reload, shown by the budget with where it came from, raised again
-//! when a larger input succeeds (`soba::window`, `Barrier::overflow`).
+//! when a larger input succeeds (`soba_core::window`, `Barrier::overflow`).
 
 use crate::support::agent::{config, Agent};
 
-use soba::compaction::run::Preflight;
-use soba::session::entry::*;
-use soba::session::log::read_session;
-use soba::window::{OverflowFigures, WindowSource};
+use soba_core::compaction::run::Preflight;
+use soba_core::session::entry::*;
+use soba_core::session::log::read_session;
+use soba_core::window::{OverflowFigures, WindowSource};
 
 /// contextWindow 64000, maxOutputTokens 2000, keepRecentTokens 20000: hard limit 53808.
 const WINDOW_64K: &str = r#"{"model":{"name":"test","contextWindow":64000,"maxOutputTokens":2000},
@@ -231,7 +231,7 @@ fn a_provider_window_with_no_room_for_input_fails_the_recovery_and_says_what_to_
         refused.reason
     );
     assert!(refused.reason.contains(&r.reason), "{}", refused.reason);
-    assert!(soba::compaction::reasons::is_overflow_exhausted(
+    assert!(soba_core::compaction::reasons::is_overflow_exhausted(
         &refused.reason
     ));
 }

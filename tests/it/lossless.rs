@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use soba::config::Durability;
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::daemon::watcher::WatchMode;
-use soba::session::entry::*;
-use soba::session::log::{read_session, LogError, SessionLog};
+use soba_core::config::Durability;
+use soba_core::session::entry::*;
+use soba_core::session::log::{read_session, LogError, SessionLog};
 
 fn mode(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
@@ -580,7 +580,7 @@ async fn the_daemon_creates_private_folders_and_files() {
     }
     assert_eq!(mode(&flight), 0o600);
     // The recorded token counts (written after each append, the compaction's included).
-    let counts = soba::session::token_file::path_for(&log);
+    let counts = soba_core::session::token_file::path_for(&log);
     assert_eq!(mode(&counts), 0o600);
     let entries = std::fs::read_to_string(&log).unwrap().lines().count() - 1;
     let records = std::fs::read_to_string(&counts).unwrap().lines().count() - 1;

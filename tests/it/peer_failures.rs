@@ -11,18 +11,19 @@ use std::time::{Duration, Instant};
 use agent::{config, Agent};
 use futures::future::BoxFuture;
 use serde_json::json;
-use soba::capsule::{CapsuleState, Quality};
-use soba::compaction::run::Preflight;
-use soba::config::{Provider, SummarizerConfig};
-use soba::session::entry::*;
-use soba::session::log::read_session;
-use soba::session::trigger::Trigger;
-use soba::session::view::{ModelMessage, ModelView};
 use soba::summarize::client::ModelSummarizer;
 use soba::summarize::summarizer::Summarizer;
 use soba::summarize::summarizer::SummaryError;
 use soba::summarize::summarizer::SummaryRequest;
-use soba::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
+use soba_core::compaction::run::Preflight;
+use soba_core::config::{Provider, SummarizerConfig};
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::Quality;
+use soba_core::session::entry::*;
+use soba_core::session::log::read_session;
+use soba_core::session::trigger::Trigger;
+use soba_core::session::view::{ModelMessage, ModelView};
+use soba_core::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
 use tokio_util::sync::CancellationToken;
 
 /// A summarizer that counts its calls and answers at once with a short state, like a model

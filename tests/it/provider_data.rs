@@ -15,7 +15,7 @@ use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
 use soba::import::transcript::import_str;
 use soba::import::{Format, ImportOptions};
-use soba::session::entry::{ContentBlock, EntryBody};
+use soba_core::session::entry::{ContentBlock, EntryBody};
 
 fn daemon(base: &Path) -> Arc<Daemon> {
     Daemon::new(
@@ -216,7 +216,7 @@ fn unknown_claude_code_blocks_are_imported_whole() {
         .entries
         .iter()
         .filter_map(|e| e.as_message())
-        .find(|m| m.role == soba::session::entry::Role::Assistant)
+        .find(|m| m.role == soba_core::session::entry::Role::Assistant)
         .expect("the assistant message");
     assert_eq!(
         serde_json::to_value(&assistant.content).unwrap(),

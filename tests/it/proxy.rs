@@ -14,8 +14,11 @@ use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
-use soba::tokens::TokenizerKind;
+use soba::proxy::server::DaemonTarget;
+use soba::proxy::server::Proxy;
+use soba::proxy::server::ProxyConfig;
+use soba::proxy::server::ProxySummarizer;
+use soba_core::tokens::TokenizerKind;
 
 /// Context window of the test model: hard limit 20000 − 2000 − the safety reserve.
 const WINDOW: u64 = 20000;
@@ -497,7 +500,7 @@ async fn start_proxy_sized(
         config,
         summarizer,
         window,
-        soba::proxy::DEFAULT_MAX_CONVERSATIONS,
+        soba::proxy::server::DEFAULT_MAX_CONVERSATIONS,
     )
     .await
 }
@@ -595,13 +598,13 @@ impl Env {
 
 fn hard_limit() -> u64 {
     // Below a 64000-token window the default reserve scales with the window.
-    let reserve = soba::limits::CompactionConfig::default().safety_reserve_tokens;
-    soba::limits::Limits::compute(
+    let reserve = soba_core::limits::CompactionConfig::default().safety_reserve_tokens;
+    soba_core::limits::Limits::compute(
         WINDOW,
         MAX_OUTPUT,
-        &soba::limits::CompactionConfig {
-            safety_reserve_tokens: soba::config::scaled_safety_reserve(reserve, WINDOW),
-            ..soba::limits::CompactionConfig::default()
+        &soba_core::limits::CompactionConfig {
+            safety_reserve_tokens: soba_core::config::scaled_safety_reserve(reserve, WINDOW),
+            ..soba_core::limits::CompactionConfig::default()
         },
     )
     .unwrap()
@@ -719,13 +722,13 @@ async fn an_openai_conversation_is_compacted_and_no_request_exceeds_the_hard_lim
     // One session; each message of the history was appended once.
     let logs = env.session_logs();
     assert_eq!(logs.len(), 1, "{logs:?}");
-    let (session, _) = soba::session::log::read_session(&logs[0]).unwrap();
+    let (session, _) = soba_core::session::log::read_session(&logs[0]).unwrap();
     let users = session
         .entries()
         .iter()
         .filter(|e| {
             e.as_message()
-                .is_some_and(|m| m.role == soba::session::entry::Role::User)
+                .is_some_and(|m| m.role == soba_core::session::entry::Role::User)
         })
         .count();
     assert_eq!(users, 24, "every user message appended exactly once");
@@ -777,7 +780,7 @@ async fn anthropic_streaming_reaches_the_client_byte_identical_and_usage_anchors
     let logs = env.session_logs();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let (session, with_usage) = loop {
-        let (session, _) = soba::session::log::read_session(&logs[0]).unwrap();
+        let (session, _) = soba_core::session::log::read_session(&logs[0]).unwrap();
         let with_usage = session
             .entries()
             .iter()
@@ -797,7 +800,7 @@ async fn anthropic_streaming_reaches_the_client_byte_identical_and_usage_anchors
         .entries()
         .iter()
         .filter_map(|e| e.as_message())
-        .filter(|m| m.role == soba::session::entry::Role::Assistant)
+        .filter(|m| m.role == soba_core::session::entry::Role::Assistant)
         .count();
     assert_eq!(
         assistants, 3,
@@ -978,9 +981,12 @@ async fn a_provider_window_below_the_configured_one_is_learned_once_and_the_turn
     assert!(log[1..].iter().all(|l| !l.contains("overflow")), "{log:?}");
 
     // The session log records the learned window and the shortened tail.
-    let (session, _) = soba::session::log::read_session(&env.session_logs()[0]).unwrap();
+    let (session, _) = soba_core::session::log::read_session(&env.session_logs()[0]).unwrap();
     let window = *session.window_setting().expect("a learned window");
-    assert_eq!(window.source, soba::window::WindowSource::ProviderError);
+    assert_eq!(
+        window.source,
+        soba_core::window::WindowSource::ProviderError
+    );
     assert_eq!(window.figures.provider_window, Some(24_000));
     let learned = window.context_window.unwrap();
     assert!(learned <= 24_000, "{window:?}");
@@ -991,7 +997,7 @@ async fn a_provider_window_below_the_configured_one_is_learned_once_and_the_turn
         .expect("the recovery's capsule");
     assert_eq!(
         first.trigger,
-        soba::session::trigger::Trigger::ContextOverflow
+        soba_core::session::trigger::Trigger::ContextOverflow
     );
     let short = first
         .tokens
@@ -1085,7 +1091,7 @@ async fn the_rewritten_prefix_is_byte_identical_between_compactions_so_prompt_ca
     assert_eq!(hits, whole.len() - 1 - compactions, "{whole:?}");
     assert!(reads.iter().skip(1).all(|&r| r > 0), "{reads:?}");
     // Cache reads were recorded as such in the session.
-    let (session, _) = soba::session::log::read_session(&env.session_logs()[0]).unwrap();
+    let (session, _) = soba_core::session::log::read_session(&env.session_logs()[0]).unwrap();
     assert!(session
         .entries()
         .iter()
@@ -1151,11 +1157,11 @@ fn count(types: &[String], kind: &str) -> usize {
 
 /// The texts of the model view of a session log's current branch.
 fn view_texts(log: &std::path::Path) -> Vec<String> {
-    let (session, _) = soba::session::log::read_session(log).unwrap();
-    let view = soba::session::view::ModelView::build(&session, session.leaf());
+    let (session, _) = soba_core::session::log::read_session(log).unwrap();
+    let view = soba_core::session::view::ModelView::build(&session, session.leaf());
     view.messages(&session)
         .iter()
-        .map(|m| soba::session::entry::blocks_text(&m.content))
+        .map(|m| soba_core::session::entry::blocks_text(&m.content))
         .collect()
 }
 
@@ -1763,10 +1769,10 @@ async fn converse_until_compacted_with(env: &Env, api: &str, extra: Value) {
 }
 
 /// The session's capsule entries.
-fn capsules(env: &Env) -> Vec<soba::capsule::CapsuleEntry> {
+fn capsules(env: &Env) -> Vec<soba_core::session::capsule::model::CapsuleEntry> {
     let logs = env.session_logs();
     assert_eq!(logs.len(), 1, "{logs:?}");
-    let (session, _) = soba::session::log::read_session(&logs[0]).unwrap();
+    let (session, _) = soba_core::session::log::read_session(&logs[0]).unwrap();
     session
         .entries()
         .iter()
@@ -1848,7 +1854,11 @@ async fn by_default_the_conversations_own_upstream_model_writes_the_capsule_with
         // The capsule is the model's, validated: the invented file is gone.
         let caps = capsules(&env);
         let cap = caps.last().expect("a capsule");
-        assert_eq!(cap.quality, soba::capsule::Quality::Model, "{api}");
+        assert_eq!(
+            cap.quality,
+            soba_core::session::capsule::model::Quality::Model,
+            "{api}"
+        );
         assert_eq!(cap.state.goal, "Walk through every module step by step");
         assert_eq!(cap.state.completed, vec!["Checked the first modules"]);
         assert_eq!(cap.state.constraints, vec!["Keep each answer short"]);
@@ -1900,7 +1910,7 @@ async fn a_summarizer_model_flag_names_the_model_the_upstream_summarizes_with() 
         .all(|c| c.body()["model"] == "gpt-4o"));
     assert_eq!(
         capsules(&env).last().unwrap().quality,
-        soba::capsule::Quality::Model
+        soba_core::session::capsule::model::Quality::Model
     );
 }
 
@@ -1915,7 +1925,10 @@ async fn a_summarization_past_the_timeout_is_aborted_and_the_local_capsule_is_ma
     converse_until_compacted(&env, "openai").await;
     assert!(!env.upstream.summaries().is_empty(), "the model was asked");
     let cap = capsules(&env).last().cloned().unwrap();
-    assert_eq!(cap.quality, soba::capsule::Quality::Degraded);
+    assert_eq!(
+        cap.quality,
+        soba_core::session::capsule::model::Quality::Degraded
+    );
     assert_ne!(cap.state.goal, "Walk through every module step by step");
     // The flight record says why.
     let flight = walk(env.base.path())
@@ -1955,7 +1968,7 @@ async fn local_capsules_keep_summarization_off_the_upstream() {
     // Built with no summarization model at all: `local`, not the fallback `degraded`.
     assert_eq!(
         capsules(&env).last().unwrap().quality,
-        soba::capsule::Quality::Local
+        soba_core::session::capsule::model::Quality::Local
     );
 
     // An explicit `summarizer` block wins over the upstream too.
@@ -1964,7 +1977,7 @@ async fn local_capsules_keep_summarization_off_the_upstream() {
     assert!(env.upstream.summaries().is_empty());
     assert_eq!(
         capsules(&env).last().unwrap().quality,
-        soba::capsule::Quality::Local
+        soba_core::session::capsule::model::Quality::Local
     );
 }
 

@@ -10,8 +10,11 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Value};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
-use soba::tokens::TokenizerKind;
+use soba::proxy::server::DaemonTarget;
+use soba::proxy::server::Proxy;
+use soba::proxy::server::ProxyConfig;
+use soba::proxy::server::ProxySummarizer;
+use soba_core::tokens::TokenizerKind;
 
 use crate::loopback::{self, Loopback, Recorded, Step};
 
@@ -187,7 +190,7 @@ async fn start(config: Value) -> Env {
             DaemonOptions::default(),
         )),
         log: Arc::new(move |line: &str| l.lock().unwrap().push(line.to_string())),
-        max_conversations: soba::proxy::DEFAULT_MAX_CONVERSATIONS,
+        max_conversations: soba::proxy::server::DEFAULT_MAX_CONVERSATIONS,
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -242,13 +245,13 @@ impl Env {
         }
     }
 
-    fn sessions(&self) -> Vec<soba::session::Session> {
+    fn sessions(&self) -> Vec<soba_core::session::Session> {
         let dir = Paths::under(&self.base.path().join("soba")).sessions_dir(&self.workspace);
         std::fs::read_dir(dir)
             .map(|d| {
                 d.filter_map(|e| e.ok().map(|e| e.path()))
                     .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                    .map(|p| soba::session::log::read_session(&p).unwrap().0)
+                    .map(|p| soba_core::session::log::read_session(&p).unwrap().0)
                     .collect()
             })
             .unwrap_or_default()
@@ -256,7 +259,7 @@ impl Env {
 
     /// The session once the last reply is recorded (a streamed reply is recorded when its
     /// stream has ended, which may be just after the client read the last byte).
-    async fn session_with_replies(&self, replies: usize) -> soba::session::Session {
+    async fn session_with_replies(&self, replies: usize) -> soba_core::session::Session {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             let sessions = self.sessions();
@@ -349,13 +352,13 @@ fn input_tokens(body: &Value) -> u64 {
 
 fn hard_limit() -> u64 {
     // Below a 64000-token window the default reserve scales with the window.
-    let reserve = soba::limits::CompactionConfig::default().safety_reserve_tokens;
-    soba::limits::Limits::compute(
+    let reserve = soba_core::limits::CompactionConfig::default().safety_reserve_tokens;
+    soba_core::limits::Limits::compute(
         WINDOW,
         MAX_OUTPUT,
-        &soba::limits::CompactionConfig {
-            safety_reserve_tokens: soba::config::scaled_safety_reserve(reserve, WINDOW),
-            ..soba::limits::CompactionConfig::default()
+        &soba_core::limits::CompactionConfig {
+            safety_reserve_tokens: soba_core::config::scaled_safety_reserve(reserve, WINDOW),
+            ..soba_core::limits::CompactionConfig::default()
         },
     )
     .unwrap()
@@ -488,7 +491,7 @@ async fn codex_conversation(stream: bool) {
         .entries()
         .iter()
         .filter_map(|e| e.as_message())
-        .filter(|m| m.role == soba::session::entry::Role::User)
+        .filter(|m| m.role == soba_core::session::entry::Role::User)
         .count();
     assert_eq!(users, 25, "every user message appended exactly once");
     let measured = session
@@ -508,7 +511,7 @@ async fn codex_conversation(stream: bool) {
         .entries()
         .iter()
         .filter_map(|e| e.as_message())
-        .filter(|m| m.role == soba::session::entry::Role::Assistant)
+        .filter(|m| m.role == soba_core::session::entry::Role::Assistant)
         .count();
     let tool_rounds = sent.len() - 24;
     assert_eq!(replies, 2 * sent.len() + tool_rounds);
@@ -574,7 +577,10 @@ async fn the_conversations_upstream_writes_the_capsule_through_the_responses_api
         .filter_map(|e| e.as_capsule())
         .next_back()
         .expect("a capsule");
-    assert_eq!(capsule.quality, soba::capsule::Quality::Model);
+    assert_eq!(
+        capsule.quality,
+        soba_core::session::capsule::model::Quality::Model
+    );
     assert_eq!(capsule.state.goal, "Walk the repository module by module");
 }
 
@@ -609,7 +615,7 @@ async fn a_previous_response_id_request_goes_upstream_as_sent_and_is_recorded_in
         .entries()
         .iter()
         .filter_map(|e| e.as_message())
-        .map(|m| soba::session::entry::blocks_text(&m.content))
+        .map(|m| soba_core::session::entry::blocks_text(&m.content))
         .filter(|t| !t.is_empty())
         .collect();
     assert_eq!(
@@ -642,7 +648,7 @@ async fn a_previous_response_id_request_goes_upstream_as_sent_and_is_recorded_in
         .entries()
         .iter()
         .filter_map(|e| e.as_message())
-        .filter(|m| m.role == soba::session::entry::Role::User)
+        .filter(|m| m.role == soba_core::session::entry::Role::User)
         .count();
     assert_eq!(users, 3, "the stranger's input is in no session");
 
@@ -747,7 +753,7 @@ async fn a_stream_without_response_completed_is_not_recorded_and_bad_input_is_re
         .entries()
         .iter()
         .filter_map(|e| e.as_message())
-        .filter(|m| m.role == soba::session::entry::Role::Assistant)
+        .filter(|m| m.role == soba_core::session::entry::Role::Assistant)
         .count();
     assert_eq!(
         replies, 2,
@@ -804,7 +810,7 @@ fn every_item_of_real_codex_rollouts_reads_and_renders_back_to_the_same_entries(
             let entries = item_entries(item).unwrap_or_else(|e| panic!("{file}: {e}: {item}"));
             // Rendered from the log (as when the model input does not keep it whole), the item
             // reads as the same entries, encrypted reasoning included.
-            let messages: Vec<soba::session::view::ModelMessage> = entries
+            let messages: Vec<soba_core::session::view::ModelMessage> = entries
                 .iter()
                 .map(|e| {
                     let role = if e["type"] == "tool_result" {
@@ -888,12 +894,12 @@ async fn post_named(env: &Env, name: &str, body: &Value) -> reqwest::Response {
 }
 
 /// The texts of a session's messages, in order.
-fn session_texts(session: &soba::session::Session) -> Vec<String> {
+fn session_texts(session: &soba_core::session::Session) -> Vec<String> {
     session
         .entries()
         .iter()
         .filter_map(|e| e.as_message())
-        .map(|m| soba::session::entry::blocks_text(&m.content))
+        .map(|m| soba_core::session::entry::blocks_text(&m.content))
         .filter(|t| !t.is_empty())
         .collect()
 }

@@ -13,8 +13,11 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
+use soba::proxy::server::DaemonTarget;
+use soba::proxy::server::Proxy;
+use soba::proxy::server::ProxyConfig;
+use soba::proxy::server::ProxySummarizer;
 use soba::proxy::service::{Access, Secret, ServiceOptions, TOKEN_HEADER};
-use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -118,7 +121,7 @@ async fn start(options: ServiceOptions, upstream_url: impl FnOnce(SocketAddr) ->
             },
         )),
         log: Arc::new(move |line: &str| l.lock().unwrap().push(line.to_string())),
-        max_conversations: soba::proxy::DEFAULT_MAX_CONVERSATIONS,
+        max_conversations: soba::proxy::server::DEFAULT_MAX_CONVERSATIONS,
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

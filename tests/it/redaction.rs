@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use soba::redact::{redact, redact_with_report, SecretKind};
+use soba_core::redact::{redact, redact_with_report, SecretKind};
 
 const ALNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 const UPPER_DIGITS: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";

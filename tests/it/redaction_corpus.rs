@@ -9,7 +9,7 @@
 //! printed (`cargo test --test it redaction_corpus:: -- --nocapture`) and kept in
 //! docs/reliability.md.
 
-use soba::redact::redact;
+use soba_core::redact::redact;
 
 const ALNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 const UPPER_DIGITS: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
@@ -1148,9 +1148,12 @@ fn redaction_of_the_corpus_is_idempotent() {
 
 /// A model capsule whose goal is `text` and whose `completed` list holds `text` one line per
 /// item, as a model writes it.
-pub(crate) fn capsule_holding(text: &str, n: usize) -> soba::capsule::CapsuleEntry {
-    use soba::capsule::*;
-    use soba::session::trigger::Trigger;
+pub(crate) fn capsule_holding(
+    text: &str,
+    n: usize,
+) -> soba_core::session::capsule::model::CapsuleEntry {
+    use soba_core::session::capsule::model::*;
+    use soba_core::session::trigger::Trigger;
     CapsuleEntry {
         checkpoint_id: format!("ck_{n:012x}"),
         trigger: Trigger::User,
@@ -1180,12 +1183,12 @@ pub(crate) fn capsule_holding(text: &str, n: usize) -> soba::capsule::CapsuleEnt
 
 #[test]
 fn planted_secret_recall_on_every_output_path() {
-    use soba::capsule::portable::{write, PortableCapsule};
+    use soba_core::capsule::portable::{write, PortableCapsule};
     let s = secrets();
     let ws = tempfile::tempdir().unwrap();
     let flight = soba::flight::FlightLog::new(&ws.path().join("data"));
     std::fs::create_dir_all(ws.path().join("data")).unwrap();
-    let limits = soba::limits::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
+    let limits = soba_core::limits::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
     let mut missed: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for (n, (form, secret, text)) in s.iter().enumerate() {
         let capsule = capsule_holding(text, n);
@@ -1202,11 +1205,11 @@ fn planted_secret_recall_on_every_output_path() {
             None,
         ));
         check("export", &exported.text);
-        let src = soba::capsule::memory::MirrorSource {
+        let src = soba_core::capsule::memory::MirrorSource {
             created: "2026-12-01T00:00:00Z",
             session: Some("s1"),
         };
-        let m = soba::capsule::memory::mirror(ws.path(), &capsule, src, true).unwrap();
+        let m = soba_core::capsule::memory::mirror(ws.path(), &capsule, src, true).unwrap();
         check("memory", &std::fs::read_to_string(&m.path).unwrap());
         check("memory index", &std::fs::read_to_string(&m.index).unwrap());
         flight

@@ -19,15 +19,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
-use soba::config::{Provider, SummarizerConfig};
 use soba::daemon::paths::Paths;
 use soba::daemon::registry::{Daemon, DaemonOptions};
-use soba::proxy::{DaemonTarget, Proxy, ProxyConfig, ProxySummarizer};
-use soba::session::entry::ContentBlock;
-use soba::session::view::ModelMessage;
+use soba::proxy::server::DaemonTarget;
+use soba::proxy::server::Proxy;
+use soba::proxy::server::ProxyConfig;
+use soba::proxy::server::ProxySummarizer;
 use soba::summarize::client::ModelSummarizer;
 use soba::summarize::summarizer::Summarizer;
 use soba::summarize::summarizer::SummaryRequest;
+use soba_core::config::{Provider, SummarizerConfig};
+use soba_core::session::entry::ContentBlock;
+use soba_core::session::view::ModelMessage;
 use tokio_util::sync::CancellationToken;
 
 /// The most secrets of the attack corpus any path may leak.
@@ -51,9 +54,9 @@ fn holds(out: &str, secret: &str) -> bool {
 
 /// Leaks of the files SOBA writes: export, Project Memory (capsule and index), report.
 fn file_paths(corpus: &[Planted]) -> BTreeMap<&'static str, Vec<usize>> {
-    use soba::capsule::portable::{write, PortableCapsule};
+    use soba_core::capsule::portable::{write, PortableCapsule};
     let ws = tempfile::tempdir().unwrap();
-    let limits = soba::limits::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
+    let limits = soba_core::limits::Limits::compute(200_000, 8_000, &Default::default()).unwrap();
     let mut leaks: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
     for (n, p) in corpus.iter().enumerate() {
         let capsule = capsule_holding(&p.text, n);
@@ -63,11 +66,11 @@ fn file_paths(corpus: &[Planted]) -> BTreeMap<&'static str, Vec<usize>> {
             None,
             None,
         ));
-        let src = soba::capsule::memory::MirrorSource {
+        let src = soba_core::capsule::memory::MirrorSource {
             created: "2026-12-01T00:00:00Z",
             session: Some("s1"),
         };
-        let m = soba::capsule::memory::mirror(ws.path(), &capsule, src, true).unwrap();
+        let m = soba_core::capsule::memory::mirror(ws.path(), &capsule, src, true).unwrap();
         let memory =
             std::fs::read_to_string(&m.path).unwrap() + &std::fs::read_to_string(&m.index).unwrap();
         let mut t = soba::report::Timeline::new(p.text.clone(), "m", "o200k_base", limits);
@@ -259,7 +262,7 @@ async fn proxy_summarizer_calls(corpus: &[Planted]) -> Vec<usize> {
             },
         )),
         log: Arc::new(|_: &str| {}),
-        max_conversations: soba::proxy::DEFAULT_MAX_CONVERSATIONS,
+        max_conversations: soba::proxy::server::DEFAULT_MAX_CONVERSATIONS,
     })
     .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

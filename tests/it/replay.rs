@@ -8,13 +8,13 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use soba::config::{Config, ConfigFile, Overrides};
 use soba::import::transcript::import_str;
 use soba::import::ImportOptions;
 use soba::replay::host::CapsuleWriter;
 use soba::replay::{replay, Observers};
-use soba::session::entry::{ContentBlock, Outcome};
-use soba::session::view::ModelMessage;
+use soba_core::config::{Config, ConfigFile, Overrides};
+use soba_core::session::entry::{ContentBlock, Outcome};
+use soba_core::session::view::ModelMessage;
 
 /// A 13k window (hard limit 10k): even the smallest fixture outgrows it.
 const SMALL_WINDOW: &str = r#"{"model":{"name":"replay-test","contextWindow":13000,"maxOutputTokens":1500},
@@ -175,7 +175,7 @@ fn every_fixture_replays_with_inputs_under_the_hard_limit_and_no_tool_pair_split
             "{name}: the source agent's compactions are on the timeline"
         );
         // The replayed log reads back and its leaf input fits.
-        let (session, report) = soba::session::log::read_session(&log).unwrap();
+        let (session, report) = soba_core::session::log::read_session(&log).unwrap();
         assert!(
             report.messages(&log).is_empty(),
             "{name}: {:?}",

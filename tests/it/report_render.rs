@@ -6,9 +6,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use soba::config::{Config, ConfigFile, Overrides};
 use soba::replay::host::CapsuleWriter;
 use soba::report::{html, Timeline};
+use soba_core::config::{Config, ConfigFile, Overrides};
 
 fn chromium() -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|paths| {

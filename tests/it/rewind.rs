@@ -7,19 +7,24 @@ use crate::common;
 use std::path::Path;
 
 use serde_json::Value;
-use soba::capsule::handoff::list_capsules;
-use soba::capsule::{Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Origin, Quality};
-use soba::config::Durability;
 use soba::import::transcript::import_str;
 use soba::import::ImportOptions;
-use soba::session::entry::{
+use soba_core::capsule::handoff::list_capsules;
+use soba_core::config::Durability;
+use soba_core::session::capsule::model::Artifacts;
+use soba_core::session::capsule::model::CapsuleEntry;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::CapsuleTokens;
+use soba_core::session::capsule::model::Origin;
+use soba_core::session::capsule::model::Quality;
+use soba_core::session::entry::{
     ContentBlock, Entry, EntryBody, HeaderTag, MessageEntry, Role, SessionHeader, ToolResultEntry,
     LOG_FORMAT_VERSION,
 };
-use soba::session::log::{read_session, SessionLog};
-use soba::session::rewind::rewind_session;
-use soba::session::trigger::Trigger;
-use soba::session::view::{ModelMessage, ModelView};
+use soba_core::session::log::{read_session, SessionLog};
+use soba_core::session::rewind::rewind_session;
+use soba_core::session::trigger::Trigger;
+use soba_core::session::view::{ModelMessage, ModelView};
 
 fn header(id: &str) -> SessionHeader {
     SessionHeader {
@@ -105,7 +110,8 @@ fn capsule_messages(messages: &[ModelMessage]) -> usize {
         .iter()
         .filter(|m| {
             m.entry_id.is_none()
-                && soba::session::entry::blocks_text(&m.content).starts_with("# Context Capsule")
+                && soba_core::session::entry::blocks_text(&m.content)
+                    .starts_with("# Context Capsule")
         })
         .count()
 }

@@ -4,10 +4,10 @@
 use crate::support::agent::{config, Agent};
 
 use serde_json::json;
-use soba::compaction::reasons;
-use soba::compaction::run::Preflight;
-use soba::compaction::storm::STORM;
-use soba::session::entry::Outcome;
+use soba_core::compaction::reasons;
+use soba_core::compaction::run::Preflight;
+use soba_core::compaction::storm::STORM;
+use soba_core::session::entry::Outcome;
 
 /// A 16k window on the defaults: the reserve and the output scale with the window.
 const WINDOW_16K: &str = r#"{"model":{"name":"test","contextWindow":16384}}"#;

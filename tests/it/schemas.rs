@@ -5,15 +5,23 @@
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
-use soba::capsule::{
-    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, ErrorFix, FileArtifact,
-    LoadedFrom, Origin, Quality, Verification, VerificationOutcome,
-};
 use soba::schemas::{
     capsule_schema, protocol_schemas, schema_text, session_entry_schema, SCHEMA_FILES,
 };
-use soba::session::entry::*;
-use soba::session::trigger::Trigger;
+use soba_core::session::capsule::model::Artifacts;
+use soba_core::session::capsule::model::CapsuleEntry;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::CapsuleTokens;
+use soba_core::session::capsule::model::Decision;
+use soba_core::session::capsule::model::ErrorFix;
+use soba_core::session::capsule::model::FileArtifact;
+use soba_core::session::capsule::model::LoadedFrom;
+use soba_core::session::capsule::model::Origin;
+use soba_core::session::capsule::model::Quality;
+use soba_core::session::capsule::model::Verification;
+use soba_core::session::capsule::model::VerificationOutcome;
+use soba_core::session::entry::*;
+use soba_core::session::trigger::Trigger;
 
 fn schemas_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemas")
@@ -325,7 +333,7 @@ fn capsule_schema_accepts_a_capsule_and_rejects_a_bad_quality() {
 
 #[test]
 fn config_schema_accepts_a_config_and_rejects_unknown_keys() {
-    let v = validator(&soba::config::config_schema());
+    let v = validator(&soba_core::config::config_schema());
     let good = json!({"compaction": {"keepRecentTokens": 20000, "minSavingsRatio": 0.3}, "memory": {"mirrorExplicitCompacts": true}});
     assert!(errors(&v, &good).is_empty(), "{:?}", errors(&v, &good));
     assert!(!v.is_valid(&json!({"compaction": {"keepRecentToken": 1}})));
@@ -335,7 +343,7 @@ fn config_schema_accepts_a_config_and_rejects_unknown_keys() {
 /// The schema an editor validates with and the binary agree on every ratio: (0, 1].
 #[test]
 fn config_schema_refuses_the_ratios_the_binary_refuses() {
-    let v = validator(&soba::config::config_schema());
+    let v = validator(&soba_core::config::config_schema());
     for key in ["minSavingsRatio", "autoCompactThresholdRatio"] {
         for (ratio, allowed) in [
             (0.0, false),
@@ -347,8 +355,8 @@ fn config_schema_refuses_the_ratios_the_binary_refuses() {
             let doc = json!({"compaction": {key: ratio}});
             assert_eq!(v.is_valid(&doc), allowed, "schema: {key} = {ratio}");
             let binary =
-                soba::config::ConfigFile::parse("t.json", &doc.to_string()).and_then(|f| {
-                    soba::config::Config::resolve(&[f], None, &Default::default()).map(|_| ())
+                soba_core::config::ConfigFile::parse("t.json", &doc.to_string()).and_then(|f| {
+                    soba_core::config::Config::resolve(&[f], None, &Default::default()).map(|_| ())
                 });
             assert_eq!(
                 binary.is_ok(),

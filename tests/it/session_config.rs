@@ -433,21 +433,25 @@ async fn an_unknown_model_warns_with_the_default_window_and_the_models_catalog_f
 fn the_cli_warns_about_an_unknown_model_and_a_models_entry_silences_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.jsonl");
-    let header = soba::session::entry::SessionHeader {
-        kind: soba::session::entry::HeaderTag::Session,
-        version: soba::session::entry::LOG_FORMAT_VERSION,
+    let header = soba_core::session::entry::SessionHeader {
+        kind: soba_core::session::entry::HeaderTag::Session,
+        version: soba_core::session::entry::LOG_FORMAT_VERSION,
         id: "s".into(),
         workspace: dir.path().display().to_string(),
         created_at: "2026-01-01T00:00:00Z".into(),
-        model: Some(soba::session::entry::ModelRef {
+        model: Some(soba_core::session::entry::ModelRef {
             name: Some("acme-coder-7".into()),
             ..Default::default()
         }),
         source: None,
     };
     drop(
-        soba::session::log::SessionLog::create(&path, header, soba::config::Durability::Flush)
-            .unwrap(),
+        soba_core::session::log::SessionLog::create(
+            &path,
+            header,
+            soba_core::config::Durability::Flush,
+        )
+        .unwrap(),
     );
     let budget = |extra: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_soba"))

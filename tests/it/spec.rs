@@ -4,17 +4,18 @@ use crate::support::agent;
 
 use agent::{config, filler, Agent};
 use serde_json::json;
-use soba::capsule::{CapsuleState, Quality};
-use soba::compaction::reasons;
-use soba::compaction::run::commit;
-use soba::compaction::run::generate_local;
-use soba::compaction::run::{Generated, Preflight};
-use soba::config::Durability;
-use soba::session::entry::*;
-use soba::session::log::{read_session, SessionLog};
-use soba::session::trigger::Trigger;
-use soba::session::turn::turn_facts;
-use soba::session::view::{ModelMessage, ModelView};
+use soba_core::compaction::reasons;
+use soba_core::compaction::run::commit;
+use soba_core::compaction::run::generate_local;
+use soba_core::compaction::run::{Generated, Preflight};
+use soba_core::config::Durability;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::Quality;
+use soba_core::session::entry::*;
+use soba_core::session::log::{read_session, SessionLog};
+use soba_core::session::trigger::Trigger;
+use soba_core::session::turn::turn_facts;
+use soba_core::session::view::{ModelMessage, ModelView};
 
 fn ready_messages(p: &Preflight) -> &[ModelMessage] {
     match p {

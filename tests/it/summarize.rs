@@ -10,16 +10,18 @@ use std::time::{Duration, Instant};
 
 use loopback::{head, json, sse, Loopback, Recorded, Step};
 use serde_json::json;
-use soba::capsule::{Artifacts, CapsuleState, FileArtifact};
-use soba::config::{Provider, SummarizerConfig};
-use soba::session::entry::ContentBlock;
-use soba::session::view::ModelMessage;
 use soba::summarize::breaker::BreakerState;
 use soba::summarize::client::ModelSummarizer;
 use soba::summarize::summarizer::Summarizer;
 use soba::summarize::summarizer::SummaryRequest;
 use soba::summarize::{from_config, summarize_with_fallback, Summarized};
-use soba::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
+use soba_core::config::{Provider, SummarizerConfig};
+use soba_core::session::capsule::model::Artifacts;
+use soba_core::session::capsule::model::CapsuleState;
+use soba_core::session::capsule::model::FileArtifact;
+use soba_core::session::entry::ContentBlock;
+use soba_core::session::view::ModelMessage;
+use soba_core::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
 use tokio_util::sync::CancellationToken;
 
 const KEY: &str = "sk-test-SECRET123";
@@ -679,7 +681,7 @@ async fn a_missing_key_variable_is_named_in_the_error() {
 
 #[test]
 fn the_summarizer_block_of_a_config_file_resolves() {
-    use soba::config::{Config, ConfigFile, Overrides};
+    use soba_core::config::{Config, ConfigFile, Overrides};
     let file = ConfigFile::parse(
         "config.json",
         r#"{"summarizer":{"provider":"openai","baseUrl":"http://127.0.0.1:11434/v1","model":"qwen2.5:7b",
@@ -705,10 +707,10 @@ fn the_summarizer_block_of_a_config_file_resolves() {
 /// edit files, so the capsule has facts the model never mentions.
 mod engine {
     use super::*;
-    use soba::capsule::artifacts::ToolMapping;
-    use soba::config::{Config, ConfigFile, Durability, Overrides};
-    use soba::session::entry::*;
-    use soba::session::log::SessionLog;
+    use soba_core::config::{Config, ConfigFile, Durability, Overrides};
+    use soba_core::session::entry::*;
+    use soba_core::session::log::SessionLog;
+    use soba_core::tool_mapping::ToolMapping;
 
     pub struct Session {
         pub dir: tempfile::TempDir,
@@ -728,7 +730,7 @@ mod engine {
                 version: LOG_FORMAT_VERSION,
                 id: "s".into(),
                 workspace: "/ws".into(),
-                created_at: soba::util::now_rfc3339(),
+                created_at: soba_core::util::now_rfc3339(),
                 model: None,
                 source: None,
             };
@@ -796,8 +798,11 @@ mod engine {
         }
 
         /// Plan an explicit `/compact`.
-        pub fn explicit(&mut self, instructions: Option<&str>) -> soba::compaction::plan::Plan {
-            let barrier = soba::compaction::run::Barrier {
+        pub fn explicit(
+            &mut self,
+            instructions: Option<&str>,
+        ) -> soba_core::compaction::plan::Plan {
+            let barrier = soba_core::compaction::run::Barrier {
                 config: &self.config,
                 mapping: &self.mapping,
             };
@@ -815,10 +820,10 @@ mod engine {
 
 #[tokio::test]
 async fn an_explicit_compaction_writes_a_model_capsule_with_the_facts_merged() {
-    use soba::capsule::Quality;
-    use soba::compaction::run::commit;
-    use soba::session::entry::Outcome;
     use soba::summarize::generate;
+    use soba_core::compaction::run::commit;
+    use soba_core::session::capsule::model::Quality;
+    use soba_core::session::entry::Outcome;
 
     // The model's reply mentions no files at all.
     let server =
@@ -868,7 +873,7 @@ async fn an_explicit_compaction_writes_a_model_capsule_with_the_facts_merged() {
     for path in tail_only {
         assert!(!prompt.contains(path), "{path} is only in the kept tail");
     }
-    let (reloaded, _) = soba::session::log::read_session(&session.path).unwrap();
+    let (reloaded, _) = soba_core::session::log::read_session(&session.path).unwrap();
     let capsule = reloaded
         .entry(reloaded.capsule_on_path(reloaded.leaf().unwrap()).unwrap())
         .as_capsule()
@@ -884,10 +889,10 @@ async fn an_explicit_compaction_writes_a_model_capsule_with_the_facts_merged() {
 
 #[tokio::test]
 async fn a_cancelled_compaction_appends_nothing_even_when_the_model_answers_later() {
-    use soba::compaction::run::commit;
-    use soba::compaction::run::Generated;
-    use soba::session::entry::Outcome;
     use soba::summarize::generate;
+    use soba_core::compaction::run::commit;
+    use soba_core::compaction::run::Generated;
+    use soba_core::session::entry::Outcome;
 
     let server = Loopback::start(|_, _| {
         let mut steps = vec![
@@ -926,9 +931,9 @@ async fn a_cancelled_compaction_appends_nothing_even_when_the_model_answers_late
 
 #[tokio::test]
 async fn without_a_model_the_plan_gets_its_local_capsule() {
-    use soba::capsule::Quality;
-    use soba::compaction::run::Generated;
     use soba::summarize::generate;
+    use soba_core::compaction::run::Generated;
+    use soba_core::session::capsule::model::Quality;
 
     let mut session = engine::Session::new();
     let plan = session.explicit(None);
@@ -957,9 +962,9 @@ async fn without_a_model_the_plan_gets_its_local_capsule() {
 /// The CLI has no runtime: `generate_blocking` brings its own.
 #[test]
 fn generate_blocking_needs_no_runtime() {
-    use soba::capsule::Quality;
-    use soba::compaction::run::Generated;
     use soba::summarize::generate_blocking;
+    use soba_core::compaction::run::Generated;
+    use soba_core::session::capsule::model::Quality;
 
     let server_runtime = tokio::runtime::Runtime::new().unwrap();
     let server = server_runtime.block_on(Loopback::start(|_, _| {
@@ -1091,10 +1096,11 @@ fn credentials_in_the_base_url_are_refused_without_being_repeated() {
     let text = format!(
         r#"{{"summarizer":{{"provider":"openai","model":"gpt-4o-mini","baseUrl":"https://bob:{pw}@llm.example.com/v1"}}}}"#
     );
-    let file = soba::config::ConfigFile::parse("c.json", &text).unwrap();
-    let err = soba::config::Config::resolve(&[file], None, &soba::config::Overrides::default())
-        .unwrap_err()
-        .to_string();
+    let file = soba_core::config::ConfigFile::parse("c.json", &text).unwrap();
+    let err =
+        soba_core::config::Config::resolve(&[file], None, &soba_core::config::Overrides::default())
+            .unwrap_err()
+            .to_string();
     assert!(
         err.contains("summarizer.baseUrl") && err.contains("apiKeyEnv"),
         "{err}"
@@ -1185,8 +1191,8 @@ async fn no_second_try_when_the_time_left_is_shorter_than_the_first_took() {
 
 #[tokio::test]
 async fn the_analysis_block_is_dropped_and_never_reaches_the_session_log() {
-    use soba::compaction::run::commit;
     use soba::summarize::generate;
+    use soba_core::compaction::run::commit;
 
     const THOUGHT: &str = "ANALYSIS-ONLY-7f3c: the user asked three things";
     let reply = format!(
@@ -1203,7 +1209,7 @@ async fn the_analysis_block_is_dropped_and_never_reaches_the_session_log() {
     let result = commit(&mut session.log, &plan, generated, false, 1).unwrap();
     assert_eq!(
         result.quality,
-        Some(soba::capsule::Quality::Model),
+        Some(soba_core::session::capsule::model::Quality::Model),
         "{result:?}"
     );
     let log = session.file_text();
@@ -1217,7 +1223,8 @@ async fn the_analysis_block_is_dropped_and_never_reaches_the_session_log() {
 
 /// The request of [`request`] with entry ids and a failing check among its facts.
 fn request_with_a_failing_check() -> SummaryRequest {
-    use soba::capsule::{Verification, VerificationOutcome};
+    use soba_core::session::capsule::model::Verification;
+    use soba_core::session::capsule::model::VerificationOutcome;
     let mut req = request();
     for (n, m) in req.history.iter_mut().enumerate() {
         m.entry_id = Some(format!("e{n}"));
@@ -1260,9 +1267,9 @@ async fn a_check_outcome_the_facts_contradict_is_corrected_and_counted() {
 
 #[tokio::test]
 async fn a_deletion_the_facts_do_not_record_is_dropped_counted_and_reported() {
-    use soba::compaction::run::commit;
     use soba::flight::FlightLog;
     use soba::summarize::generate_checked;
+    use soba_core::compaction::run::commit;
 
     let reply = json!({
         "goal": "Finish the refactor",
@@ -1277,7 +1284,7 @@ async fn a_deletion_the_facts_do_not_record_is_dropped_counted_and_reported() {
     let plan = session.explicit(None);
     let generation = generate_checked(&plan, Some(&s), CancellationToken::new(), &|_| {}).await;
     assert_eq!(generation.corrections.deletions, 1, "{generation:?}");
-    let soba::compaction::run::Generated::State { state, .. } = &generation.generated else {
+    let soba_core::compaction::run::Generated::State { state, .. } = &generation.generated else {
         panic!("{generation:?}")
     };
     assert_eq!(state.completed, vec!["Edited src/f2.rs"]);

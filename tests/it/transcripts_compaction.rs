@@ -8,13 +8,13 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_json::Value;
-use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::run::Barrier;
-use soba::config::{Config, Durability, Overrides};
 use soba::import::transcript::import_str;
 use soba::import::ImportOptions;
-use soba::session::entry::{Entry, EntryBody, Outcome};
-use soba::session::log::SessionLog;
+use soba_core::compaction::run::Barrier;
+use soba_core::config::{Config, Durability, Overrides};
+use soba_core::session::entry::{Entry, EntryBody, Outcome};
+use soba_core::session::log::SessionLog;
+use soba_core::tool_mapping::ToolMapping;
 
 /// Files and checks named by tool calls, extracted here from the raw tool inputs without the
 /// engine's extractor: the path arguments of the file tools each agent uses, `apply_patch`
@@ -227,8 +227,8 @@ fn compact_at_several_points(path: &Path) {
             let outside = |p: &str| p.starts_with('/') || p.starts_with('~');
             // A list at its bound holds the newest files by any touch (a bulk `mv` of forty
             // files is newer than an edit before it); below the bound it holds every one.
-            let modified_full =
-                cap.artifacts.modified_files.len() == soba::capsule::artifacts::MAX_MODIFIED_FILES;
+            let modified_full = cap.artifacts.modified_files.len()
+                == soba_core::capsule::artifacts::MAX_MODIFIED_FILES;
             for m in seen
                 .modified
                 .newest(NEWEST_MODIFIED)
@@ -243,7 +243,7 @@ fn compact_at_several_points(path: &Path) {
             }
             // A file read and then modified is listed once, as modified.
             let read_full =
-                cap.artifacts.read_files.len() == soba::capsule::artifacts::MAX_READ_FILES;
+                cap.artifacts.read_files.len() == soba_core::capsule::artifacts::MAX_READ_FILES;
             // A file read and modified competes among the modified ones.
             for f in seen
                 .read
@@ -352,7 +352,7 @@ fn every_listed_file_of_every_real_transcript_is_a_path_the_log_names() {
             now: "2026-01-01T00:00:00Z".into(),
         };
         let imported = import_str(&text, None, &options).expect("imports");
-        let artifacts = soba::capsule::artifacts::collect(
+        let artifacts = soba_core::capsule::artifacts::collect(
             &imported.header.workspace,
             None,
             imported.entries.iter(),

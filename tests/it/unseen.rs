@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
-use soba::budget::{Agent, Fresh};
+use soba_core::budget::unseen::Agent;
+use soba_core::budget::unseen::Fresh;
 
 /// A Claude Code transcript as SOBA imports it: the header names the agent and the model.
 fn write_log(path: &Path, id: &str, model: &str, entries: &[Value]) {
@@ -85,7 +86,7 @@ fn a_second_session_starts_from_what_the_first_taught_and_another_model_does_not
         r["breakdown"]["unseenText"],
         format!(
             "not in the log: ~{}, default for Claude Code",
-            soba::util::human_tokens(default)
+            soba_core::util::human_tokens(default)
         )
     );
 
@@ -119,7 +120,7 @@ fn a_second_session_starts_from_what_the_first_taught_and_another_model_does_not
         r["breakdown"]["unseenText"],
         format!(
             "not in the log: ~{}, learned from 1 Claude Code session",
-            soba::util::human_tokens(tokens)
+            soba_core::util::human_tokens(tokens)
         )
     );
 

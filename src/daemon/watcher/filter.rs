@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use notify::event::{EventKind, MetadataKind, ModifyKind, RenameMode};
 
-use crate::session::entry::{FileEntry, FileOp, FileSource};
+use soba_core::session::entry::{FileEntry, FileOp, FileSource};
 
 /// Path components that are never recorded: SOBA's own folder, VCS metadata, build output.
 const SKIPPED_DIRS: &[&str] = &[".soba", ".git", ".hg", ".svn", "target", "node_modules"];

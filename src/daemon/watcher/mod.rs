@@ -12,7 +12,7 @@
 //! exhausted the watcher falls back to polling ([`snapshot`]) and says so instead of failing.
 
 mod burst;
-mod filter;
+pub mod filter;
 mod snapshot;
 
 use std::collections::HashSet;
@@ -22,12 +22,12 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use self::filter::{change_op, ChangeFilter, MAX_CHANGES_PER_BATCH};
 use notify::{RecommendedWatcher, RecursiveMode, Watcher, WatcherKind};
 
 use self::burst::Burst;
-pub use self::filter::{change_op, ChangeFilter, MAX_CHANGES_PER_BATCH};
 use self::snapshot::Snapshot;
-use crate::session::entry::{FileEntry, FileOp};
+use soba_core::session::entry::{FileEntry, FileOp};
 
 /// Quiet time before a burst of events is reported.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::filter::ChangeFilter;
-use crate::session::entry::FileOp;
+use soba_core::session::entry::FileOp;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {

@@ -9,18 +9,18 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use serde_json::json;
-use soba::budget::Budget;
-use soba::capsule::artifacts::ToolMapping;
-use soba::compaction::plan::Plan;
-use soba::compaction::run::commit;
-use soba::compaction::run::{Barrier, Preflight};
-use soba::compaction::CompactionResult;
-use soba::config::{Config, ConfigFile, Durability, Overrides};
-use soba::session::entry::*;
-use soba::session::log::SessionLog;
-use soba::session::view::{ModelMessage, ModelView};
 use soba::summarize::generate;
 use soba::summarize::summarizer::Summarizer;
+use soba_core::budget::Budget;
+use soba_core::compaction::plan::Plan;
+use soba_core::compaction::run::commit;
+use soba_core::compaction::run::{Barrier, Preflight};
+use soba_core::compaction::CompactionResult;
+use soba_core::config::{Config, ConfigFile, Durability, Overrides};
+use soba_core::session::entry::*;
+use soba_core::session::log::SessionLog;
+use soba_core::session::view::{ModelMessage, ModelView};
+use soba_core::tool_mapping::ToolMapping;
 use tokio_util::sync::CancellationToken;
 
 /// contextWindow 65000, maxOutputTokens 8000 → hard limit 48808, soft limit 39046.
@@ -80,7 +80,7 @@ impl Agent {
             version: LOG_FORMAT_VERSION,
             id: "s".into(),
             workspace: "/ws".into(),
-            created_at: soba::util::now_rfc3339(),
+            created_at: soba_core::util::now_rfc3339(),
             model: None,
             source: None,
         };

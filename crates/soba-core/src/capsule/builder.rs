@@ -1,0 +1,1887 @@
+//! The deterministic local capsule: built from the log alone, no model. It is the fallback the
+//! spec names and the default when no summarization model is configured, so it is always
+//! marked `quality: degraded`.
+//!
+//! It is a working state, not a list of facts: the task the user is driving at now, what was
+//! done (the agent's wrap-ups, commits, pushes, closed issues), what is in progress and
+//! pending, the decisions with their reasons, the next step, and what blocks it. Every item
+//! names the entries it came from (`CapsuleState::sources`).
+//!
+//! One pass over the history indexes calls, results, turns and user messages, so building
+//! stays linear in the session's length.
+
+use std::collections::BTreeMap;
+
+// foldhash, seeded per process: the maps here are keyed by entry ids, call ids and item texts
+// of the whole history, where SipHash was a visible share of building a capsule.
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+use serde_json::Value;
+
+use super::artifacts::result_outcome;
+use super::decisions::stated_decisions;
+use super::findings::{
+    chosen_option, offered_options, proposal, sentence_before_offer, stated_findings,
+};
+use super::intent::{classify, Intent, UserMessage};
+use super::milestones::milestones;
+use super::requests::typed_text;
+use super::work::{
+    capitalise, clip, covers, is_wrap_up, names_no_work, offers, reported_done, stated_next_steps,
+};
+use crate::session::capsule::model::{
+    Artifacts, CapsuleEntry, CapsuleState, Decision, ErrorFix, Verification, VerificationOutcome,
+};
+use crate::session::entry::{blocks_text, Entry, EntryBody, Role, ToolResultEntry};
+use crate::tokens::TokenizerKind;
+
+/// Every request keeps at least this many characters of its opening.
+pub const PROMPT_OPENING_CHARS: usize = 200;
+/// Budget for requests kept in full, newest first, across every roll-forward.
+pub const FULL_PROMPTS_BUDGET_TOKENS: u64 = 1000;
+/// Requests kept, newest: the agent that continues should know every thing it was asked,
+/// at least by its opening; older ones than these live on in the completed work and the log.
+const MAX_REQUESTS: usize = 40;
+/// The newest requests, kept in full within the budget or by a long opening; older ones keep
+/// [`OLDER_REQUEST_CHARS`].
+const RECENT_REQUESTS: usize = 10;
+const OLDER_REQUEST_CHARS: usize = 100;
+/// The goal is stated in a line or two: a longer request keeps its opening here (and stays
+/// whole in the requests).
+const GOAL_CHARS: usize = 400;
+/// Constraints kept, newest: older rules stay in the requests they came from.
+const MAX_CONSTRAINTS: usize = 10;
+/// Decisions kept, newest.
+const MAX_DECISIONS: usize = 8;
+/// Completed items kept, newest.
+const MAX_COMPLETED: usize = 12;
+/// Pending items and next steps kept.
+const MAX_STEPS: usize = 10;
+/// How many recent tool errors are considered unresolved blockers.
+const RECENT_TOOL_RESULTS: usize = 3;
+/// Request opening used to say which request a wrap-up answered.
+const REQUEST_LABEL_CHARS: usize = 100;
+/// Longest completed item.
+const MAX_DONE_CHARS: usize = 240;
+/// Findings kept, newest: older conclusions were often revised since.
+const MAX_FINDINGS: usize = 6;
+/// Findings are taken from this many latest turns.
+const FINDING_TURNS: usize = 4;
+/// Errors with their fixes kept, newest.
+const MAX_ERRORS: usize = 5;
+/// The agent's last message, quoted as where to pick up, up to this many characters.
+const LAST_WORDS_CHARS: usize = 600;
+/// A last message shorter than this many words is quoted with the message before it.
+const SHORT_LAST_WORDS: usize = 15;
+/// Said as the next step when the latest request is done and the agent named nothing further.
+pub const AWAIT_NEXT_REQUEST: &str =
+    "The latest request is done (see Completed); wait for the user's next request.";
+
+fn user_message(e: &Entry) -> Option<UserMessage> {
+    match &e.body {
+        EntryBody::Message(m) if m.role == Role::User && !m.synthetic => {
+            typed_text(&blocks_text(&m.content)).map(|t| classify(&t))
+        }
+        _ => None,
+    }
+}
+
+fn opening(text: &str) -> String {
+    clip(text, PROMPT_OPENING_CHARS)
+}
+
+/// The goal in a line or two: the request's first paragraph, cut at a sentence end near
+/// [`GOAL_CHARS`].
+fn goal_line(request: &str) -> String {
+    let t = request.trim();
+    if t.chars().count() <= GOAL_CHARS {
+        return t.to_string();
+    }
+    let head: String = t.chars().take(GOAL_CHARS).collect();
+    let cut = head
+        .rfind(['.', '!', '?', '\n'])
+        .filter(|&i| i >= GOAL_CHARS / 3)
+        .map(|i| head[..=i].trim_end().to_string())
+        .unwrap_or(head);
+    format!("{cut} …")
+}
+
+/// A task list snapshot from a task-list tool call (Claude Code TodoWrite, Codex update_plan).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TaskList {
+    pub completed: Vec<String>,
+    pub active: Vec<String>,
+    pub pending: Vec<String>,
+}
+
+fn task_list(name: &str, input: &Value) -> Option<TaskList> {
+    let (items, text_key) = match name {
+        "TodoWrite" | "todo_write" | "todowrite" => (input.get("todos")?.as_array()?, "content"),
+        "update_plan" => (input.get("plan")?.as_array()?, "step"),
+        _ => return None,
+    };
+    let mut list = TaskList::default();
+    for item in items {
+        let Some(text) = item.get(text_key).and_then(Value::as_str) else {
+            continue;
+        };
+        match item
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("pending")
+        {
+            "completed" | "done" => list.completed.push(text.to_string()),
+            "in_progress" | "active" => list.active.push(text.to_string()),
+            _ => list.pending.push(text.to_string()),
+        }
+    }
+    Some(list)
+}
+
+/// The shell script of a call, from the arguments shell tools use.
+fn shell_script(input: &Value) -> Option<String> {
+    let v = input
+        .get("command")
+        .or_else(|| input.get("cmd"))
+        .or_else(|| input.get("script"))?;
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        _ => None,
+    }
+}
+
+/// Which check a command is an instance of: its tool and subcommand (`cargo test`, `go test`,
+/// `mise run lint`), so a pass of `go test ./...` supersedes a failed `go test ./pkg`.
+pub fn check_family(command: &str) -> String {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let take = match words.get(1).copied() {
+        Some("run" | "run-script" | "exec" | "x" | "-m") => 3,
+        _ => 2,
+    };
+    words
+        .iter()
+        .take(take)
+        .filter(|w| !w.starts_with('-') || **w == "-m")
+        .copied()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A list that keeps first-seen order and drops repeats; the set makes a repeat check O(1),
+/// so a history of many thousand requests stays linear.
+#[derive(Default)]
+struct Items {
+    items: Vec<String>,
+    seen: HashSet<String>,
+}
+
+impl Items {
+    fn from(v: &[String]) -> Self {
+        let mut out = Items::default();
+        for i in v {
+            out.push(i.clone());
+        }
+        out
+    }
+
+    fn push(&mut self, item: String) -> bool {
+        if item.trim().is_empty() || self.seen.contains(&item) {
+            return false;
+        }
+        self.seen.insert(item.clone());
+        self.items.push(item);
+        true
+    }
+
+    fn newest(mut self, n: usize) -> Vec<String> {
+        let cut = self.items.len().saturating_sub(n);
+        self.items.drain(..cut);
+        self.items
+    }
+}
+
+/// The item → entries map, filled as items are found. Every request of the history becomes a
+/// key before the state keeps only the newest, so it is hashed rather than ordered.
+#[derive(Default)]
+struct Sources(HashMap<String, Vec<String>>);
+
+impl Sources {
+    fn add(&mut self, item: &str, entry_id: &str) {
+        if entry_id.is_empty() {
+            return;
+        }
+        let ids = self.0.entry(item.to_string()).or_default();
+        if !ids.iter().any(|i| i == entry_id) {
+            ids.push(entry_id.to_string());
+        }
+    }
+
+    /// Only the sources of items the state still holds.
+    fn keep(mut self, s: &CapsuleState) -> BTreeMap<String, Vec<String>> {
+        let mut held: Vec<&str> = vec![s.goal.as_str()];
+        for list in [
+            &s.requests,
+            &s.constraints,
+            &s.completed,
+            &s.active,
+            &s.pending,
+            &s.findings,
+            &s.blockers,
+            &s.next_steps,
+        ] {
+            held.extend(list.iter().map(String::as_str));
+        }
+        held.extend(s.decisions.iter().map(|d| d.decision.as_str()));
+        held.extend(s.errors.iter().map(|e| e.error.as_str()));
+        held.into_iter()
+            .filter_map(|k| self.0.remove_entry(k))
+            .collect()
+    }
+}
+
+/// A user turn: the message that opened it and what the agent said and did in it.
+struct Turn<'a> {
+    /// The request this turn works on: its own message, or for an approval or an answer to
+    /// the agent, the request it continues.
+    request: Option<usize>,
+    /// The message that opened the turn.
+    message: usize,
+    /// The last assistant text of the turn, with its entry id.
+    last_text: Option<(&'a str, String)>,
+    /// The assistant text before it, when the last one says too little on its own ("Let me
+    /// try a different approach:").
+    text_before: Option<String>,
+    /// Tool calls made after that text.
+    calls_after_text: usize,
+}
+
+/// What one pass over the history finds.
+#[derive(Default)]
+struct History<'a> {
+    /// User messages with their entry ids, oldest first.
+    messages: Vec<(&'a str, UserMessage)>,
+    turns: Vec<Turn<'a>>,
+    /// Done items: (text, entry id), oldest first.
+    done: Vec<(String, &'a str)>,
+    decisions: Vec<(Decision, &'a str)>,
+    /// The newest task list and its entry.
+    tasks: Option<(TaskList, &'a str)>,
+    /// Results of calls, by the call's entry id (the verification list points at calls).
+    result_of_call_entry: HashMap<&'a str, &'a ToolResultEntry>,
+    /// Where each entry with tool calls stands in the history, to tell what came after what.
+    call_position: HashMap<&'a str, usize>,
+    /// Where each user message stands.
+    message_position: Vec<usize>,
+    /// The last few results of calls that run no check, for unresolved tool errors.
+    recent_results: Vec<(&'a ToolResultEntry, &'a str)>,
+    /// Conclusions the agent stated, oldest first, with the number of turns begun by then.
+    findings: Vec<(String, &'a str, usize)>,
+    /// What the agent last offered or proposed, for a "yes" to approve.
+    open_proposal: Option<Proposal>,
+    /// Every proposal since the user last set the task, oldest first.
+    proposals: Vec<String>,
+    /// Options the agent put to the user that no reply has chosen from yet.
+    open_options: Option<(Vec<(String, String)>, &'a str)>,
+    /// Checks that failed and then passed: the error and what the agent said after it.
+    errors: Vec<(ErrorFix, &'a str)>,
+}
+
+/// What a "yes" would approve.
+enum Proposal {
+    /// An offer or recommendation that names its work.
+    Offer(String),
+    /// The sentence before an offer that names no work of its own ("Shall I proceed?").
+    Vague(String),
+}
+
+/// A check's failed run, until a pass of the same check fixes it.
+struct FailedRun<'a> {
+    error: String,
+    entry_id: &'a str,
+    /// The agent's first words after the failure: most often its diagnosis.
+    said_after: Option<String>,
+}
+
+/// One pass over `entries`: calls are indexed by id as they come, so each result finds its
+/// call in O(1).
+fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
+    struct Call<'a> {
+        entry_id: &'a str,
+        script: Option<String>,
+        runs_a_check: bool,
+    }
+    let mut calls: HashMap<&'a str, Call<'a>> = HashMap::default();
+    let mut h = History::default();
+    let mut failed_runs: HashMap<String, FailedRun<'a>> = HashMap::default();
+    // The request that the latest turns continue.
+    let mut current_request: Option<usize> = None;
+    for (position, e) in entries.iter().enumerate() {
+        match &e.body {
+            EntryBody::Message(m) if m.role == Role::User && !m.synthetic => {
+                let Some(msg) = user_message(e) else { continue };
+                // "yes, option 2": the choice is a decision, with the option's own text; a plain
+                // "yes" to what the agent offered or proposed decides that.
+                let chosen = h
+                    .open_options
+                    .take()
+                    .and_then(|(options, _)| {
+                        chosen_option(&msg.prose, &options).map(|c| (c.to_string(), "chose"))
+                    })
+                    .or_else(|| {
+                        (msg.intent == Intent::Approval).then_some(())?;
+                        let p = match h.open_proposal.take()? {
+                            Proposal::Offer(p) => p,
+                            // "Shall I proceed?" after questions and answers: the proposal
+                            // those questions were about, the first since the task was set.
+                            Proposal::Vague(p) => h.proposals.first().cloned().unwrap_or(p),
+                        };
+                        h.proposals.clear();
+                        Some((p, "approved"))
+                    });
+                // A new task ends what was proposed for the last one; a reply that still asks
+                // ("…, right?") is part of the discussion.
+                if msg.sets_goal() && !msg.prose.trim_end().ends_with('?') {
+                    h.open_proposal = None;
+                    h.proposals.clear();
+                }
+                if let Some((decision, how)) = chosen {
+                    h.decisions.push((
+                        Decision {
+                            decision,
+                            rationale: format!(
+                                "the user {how} it (\"{}\")",
+                                clip(&one_line(&msg.prose), 80)
+                            ),
+                        },
+                        &e.id,
+                    ));
+                }
+                let i = h.messages.len();
+                let continues = matches!(msg.intent, Intent::Approval)
+                    || (matches!(msg.intent, Intent::Preference | Intent::Request)
+                        && !msg.sets_goal()
+                        && current_request.is_some());
+                if !continues && msg.intent != Intent::Paste {
+                    current_request = Some(i);
+                }
+                h.messages.push((&e.id, msg));
+                h.message_position.push(position);
+                h.turns.push(Turn {
+                    request: current_request,
+                    message: i,
+                    last_text: None,
+                    text_before: None,
+                    calls_after_text: 0,
+                });
+            }
+            EntryBody::Message(m) if m.role == Role::Assistant => {
+                let text = blocks_text(&m.content);
+                if !text.trim().is_empty() {
+                    for d in stated_decisions(&text) {
+                        h.decisions.push((d, &e.id));
+                    }
+                    for f in stated_findings(&text) {
+                        h.findings.push((f, &e.id, h.turns.len()));
+                    }
+                    let options = offered_options(&text);
+                    if !options.is_empty() {
+                        h.open_options = Some((options, &e.id));
+                    }
+                    // What a "yes" would approve: the offer, or what a vague offer ("Shall I
+                    // proceed?") refers to, which may be a message or two back.
+                    let offered = offers(&text).into_iter().next();
+                    let proposed = match offered {
+                        Some(o) if !names_no_work(&o) => Some(Proposal::Offer(capitalise(&o))),
+                        Some(_) => proposal(&text)
+                            .or_else(|| sentence_before_offer(&text))
+                            .map(Proposal::Vague),
+                        None => proposal(&text).map(Proposal::Offer),
+                    };
+                    if let Some(p) = proposed {
+                        let (Proposal::Offer(text) | Proposal::Vague(text)) = &p;
+                        h.proposals.push(text.clone());
+                        h.open_proposal = Some(p);
+                    }
+                    for run in failed_runs.values_mut() {
+                        if run.said_after.is_none() {
+                            run.said_after = first_words(&text);
+                        }
+                    }
+                    if let Some(t) = h.turns.last_mut() {
+                        t.text_before = t.last_text.take().map(|(_, before)| before);
+                        t.last_text = Some((&e.id, text));
+                        t.calls_after_text = 0;
+                    }
+                }
+                for (call_id, name, input) in e.tool_calls() {
+                    h.call_position.insert(&e.id, position);
+                    if let Some(list) = task_list(name, input) {
+                        h.tasks = Some((list, &e.id));
+                    }
+                    let script = shell_script(input);
+                    let runs_a_check = script
+                        .as_deref()
+                        .is_some_and(|s| checks.iter().any(|c| s.contains(c)));
+                    calls.insert(
+                        call_id,
+                        Call {
+                            entry_id: &e.id,
+                            script,
+                            runs_a_check,
+                        },
+                    );
+                    if let Some(t) = h.turns.last_mut() {
+                        t.calls_after_text += 1;
+                    }
+                }
+            }
+            EntryBody::ToolResult(r) => {
+                let Some(call) = calls.get(r.call_id.as_str()) else {
+                    continue;
+                };
+                h.result_of_call_entry.insert(call.entry_id, r);
+                let outcome = result_outcome(r);
+                if let Some(script) = &call.script {
+                    if outcome == VerificationOutcome::Passed {
+                        for m in milestones(script) {
+                            h.done.push((m, call.entry_id));
+                        }
+                    }
+                    if call.runs_a_check {
+                        if let Some(check) = checks.iter().find(|c| script.contains(*c)) {
+                            let family = check_family(check);
+                            match outcome {
+                                VerificationOutcome::Failed => {
+                                    let line = first_error_line(&blocks_text(&r.content));
+                                    let error = match line {
+                                        Some(l) => format!("`{check}` failed: {l}"),
+                                        None => format!("`{check}` failed"),
+                                    };
+                                    failed_runs.insert(
+                                        family,
+                                        FailedRun {
+                                            error,
+                                            entry_id: call.entry_id,
+                                            said_after: None,
+                                        },
+                                    );
+                                }
+                                VerificationOutcome::Passed => {
+                                    if let Some(run) = failed_runs.remove(&family) {
+                                        let fix = match run.said_after {
+                                            Some(w) => format!("{w} — then `{check}` passed"),
+                                            None => format!("`{check}` passed on a later run"),
+                                        };
+                                        h.errors.push((
+                                            ErrorFix {
+                                                error: run.error,
+                                                fix,
+                                            },
+                                            run.entry_id,
+                                        ));
+                                    }
+                                }
+                                VerificationOutcome::Unknown => {}
+                            }
+                        }
+                    }
+                }
+                if !call.runs_a_check {
+                    h.recent_results.push((r, call.entry_id));
+                    if h.recent_results.len() > RECENT_TOOL_RESULTS {
+                        h.recent_results.remove(0);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    // Wrap-ups: what each finished turn reports done, labelled with the request it answered.
+    for turn in &h.turns {
+        let Some((id, text)) = &turn.last_text else {
+            continue;
+        };
+        if turn.calls_after_text > 0 || !is_wrap_up(text) {
+            continue;
+        }
+        let reported = reported_done(text);
+        if reported.is_empty() {
+            continue;
+        }
+        let label = turn
+            .request
+            .map(|r| clip(&one_line(&h.messages[r].1.text), REQUEST_LABEL_CHARS));
+        let what = reported.join("; ");
+        let item = match label {
+            Some(l) => format!("{l} → {what}"),
+            None => what,
+        };
+        h.done.push((clip(&item, MAX_DONE_CHARS), id));
+    }
+    h
+}
+
+/// Words that make a rule stand beyond the request it came with.
+static STANDING_RULE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(?i)\b(?:always|never|must|mustn't|under no circumstances|from now on|in general|any time|every time)\b")
+        .expect("valid regex")
+});
+
+static START_IMPLEMENTING: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"(?i)\b(?:start|begin|go ahead(?: and)?|proceed(?: with)?)\s+(?:implementing|implementation|to implement|with the implementation|the implementation)\b|\bimplement (?:it|this|that|the plan)\b",
+    )
+    .expect("valid regex")
+});
+
+static FINAL_STEP: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"(?i)^(?:when|once|after)\s+(?:you'?ve|you have|you are|you're|you|it'?s|it is|everything is|all is)\s+(?:completed|finished|done|complete|ready)\b",
+    )
+    .expect("valid regex")
+});
+
+/// Steps the user asked for at the end of the work: "When you've completed your work, you
+/// MUST submit your changes as a git patch."
+fn final_steps(prose: &str) -> Vec<String> {
+    prose
+        .lines()
+        .flat_map(|l| l.split_inclusive(". "))
+        .map(|s| s.trim().trim_start_matches(['-', '*', '•']).trim())
+        .filter(|s| FINAL_STEP.is_match(s))
+        .map(|s| format!("Finally: {}", clip(s, PROMPT_OPENING_CHARS)))
+        .collect()
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A decision's identity: its words, without the "I'll" / "we'll" that open it.
+fn decision_key(d: &str) -> String {
+    let lower = d.to_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let skip = words
+        .iter()
+        .take_while(|w| {
+            matches!(
+                **w,
+                "i" | "ll" | "we" | "will" | "let" | "s" | "going" | "to" | "m" | "so" | "then"
+            )
+        })
+        .count();
+    words[skip..].join(" ")
+}
+
+/// Build the narrative state from the history being folded, the previous capsule and the facts.
+pub fn build_state(
+    tokenizer: TokenizerKind,
+    previous: Option<&CapsuleEntry>,
+    summarized: &[&Entry],
+    artifacts: &Artifacts,
+) -> CapsuleState {
+    let prev = previous.map(|p| &p.state);
+    let mut sources = Sources::default();
+    if let Some(p) = prev {
+        for (k, v) in &p.sources {
+            for id in v {
+                sources.add(k, id);
+            }
+        }
+    }
+    let checks: Vec<&str> = artifacts
+        .verification
+        .iter()
+        .map(|v| v.command.as_str())
+        .collect();
+    let h = read_history(summarized, &checks);
+
+    // Requests: the previous capsule's, then this span's (approvals left out, pastes
+    // described); the newest in full within one budget for the whole rolled-forward list.
+    let mut all = Items::from(&prev.map(|p| p.requests.clone()).unwrap_or_default());
+    for (id, m) in &h.messages {
+        if m.intent != Intent::Approval {
+            all.push(m.text.clone());
+            sources.add(&m.text, id);
+        }
+    }
+    let all = all.newest(MAX_REQUESTS);
+    let mut budget = FULL_PROMPTS_BUDGET_TOKENS;
+    let mut requests: Vec<String> = Vec::with_capacity(all.len());
+    for (age, p) in all.iter().rev().enumerate() {
+        let t = tokenizer.count(p);
+        if age < RECENT_REQUESTS && t <= budget {
+            budget -= t;
+            requests.push(p.clone());
+        } else {
+            budget = 0;
+            let o = if age < RECENT_REQUESTS {
+                opening(p)
+            } else {
+                clip(p, OLDER_REQUEST_CHARS)
+            };
+            if let Some(ids) = sources.0.get(p).cloned() {
+                for id in ids {
+                    sources.add(&o, &id);
+                }
+            }
+            requests.push(o);
+        }
+    }
+    requests.reverse();
+    requests.dedup();
+
+    // Goal: the latest message of this span that sets one, else the previous capsule's, else
+    // the latest request of any kind. A plan the user then told the agent to implement is
+    // the implementation of that plan.
+    let goal_at = h.messages.iter().rposition(|(_, m)| m.sets_goal());
+    let implementing = goal_at.is_some_and(|g| {
+        h.messages[g + 1..]
+            .iter()
+            .any(|(_, m)| START_IMPLEMENTING.is_match(&m.prose))
+    });
+    let goal = goal_at
+        .map(|g| &h.messages[g])
+        .or_else(|| {
+            prev.is_none()
+                .then(|| {
+                    h.messages
+                        .iter()
+                        .rev()
+                        .find(|(_, m)| m.intent == Intent::Request)
+                })
+                .flatten()
+        })
+        .map(|(id, m)| {
+            let g = goal_line(&m.text);
+            let g = if implementing {
+                format!("Implement the plan asked for here: {g}")
+            } else if m.intent == Intent::Paste {
+                // A pasted error with nothing said around it asks for it to be fixed.
+                format!("Fix the error the user pasted: {g}")
+            } else {
+                g
+            };
+            sources.add(&g, id);
+            g
+        })
+        .or_else(|| {
+            prev.map(|p| p.goal.trim().to_string())
+                .filter(|g| !g.is_empty())
+        })
+        .or_else(|| {
+            h.messages.first().map(|(id, m)| {
+                let g = goal_line(&m.text);
+                sources.add(&g, id);
+                g
+            })
+        })
+        .unwrap_or_default();
+
+    // A goal that gave way to a newer one rolls forward among the requests, at least by its
+    // opening, however many newer requests came since.
+    if let Some(earlier) = prev.map(|p| p.goal.trim()).filter(|g| !g.is_empty()) {
+        let head: String = earlier.chars().take(40).collect();
+        if earlier != goal && !requests.iter().any(|r| r.starts_with(&head)) {
+            if requests.len() >= MAX_REQUESTS {
+                requests.remove(0);
+            }
+            let item = opening(earlier);
+            if let Some(ids) = prev.and_then(|p| p.sources.get(earlier)) {
+                for id in ids {
+                    sources.add(&item, id);
+                }
+            }
+            requests.insert(0, item);
+        }
+    }
+
+    // Constraints: rules, preferences and corrections the user stated; never a question.
+    let mut constraints = Items::from(&prev.map(|p| p.constraints.clone()).unwrap_or_default());
+    // A rule stated inside a request ("don't fix anything, just validate it works") holds for
+    // that request: once the user sets a new goal it is history, unless it says always or never.
+    let last_goal = h.messages.iter().rposition(|(_, m)| m.sets_goal());
+    for (i, (id, m)) in h.messages.iter().enumerate() {
+        let superseded =
+            (m.intent == Intent::Request || m.sets_goal()) && last_goal.is_some_and(|g| g > i);
+        for c in m.constraints() {
+            if superseded && !STANDING_RULE.is_match(&c) {
+                continue;
+            }
+            sources.add(&c, id);
+            constraints.push(c);
+        }
+    }
+    let constraints = constraints.newest(MAX_CONSTRAINTS);
+
+    // Done: what the previous capsule said, the agent's wrap-ups, commits and the like, and a
+    // task list's completed items.
+    // A task list's items come first: the wrap-ups and commits that follow them are newer.
+    let mut completed = Items::from(&prev.map(|p| p.completed.clone()).unwrap_or_default());
+    if let Some((t, id)) = &h.tasks {
+        for c in &t.completed {
+            sources.add(c, id);
+            completed.push(c.clone());
+        }
+    }
+    for (item, id) in &h.done {
+        sources.add(item, id);
+        completed.push(item.clone());
+    }
+    let completed = completed.newest(MAX_COMPLETED);
+    let is_done = |step: &str| completed.iter().any(|c| c == step || covers(c, step));
+
+    // The last turn: finished (its wrap-up names what is next, or offers), or in progress.
+    let last_turn = h.turns.last();
+    // A turn is finished when its last message wraps the work up, or answers the question
+    // that opened it with no tool call after the answer.
+    let in_progress = last_turn.is_some_and(|t| {
+        let answered = h.messages[t.message].1.intent == Intent::Question;
+        t.calls_after_text > 0
+            || t.last_text
+                .as_ref()
+                .is_none_or(|(_, text)| !is_wrap_up(text) && !answered)
+    });
+    let last_text = last_turn.and_then(|t| t.last_text.as_ref());
+    let last_request = last_turn
+        .and_then(|t| t.request)
+        .map(|r| (&h.messages[r].0, &h.messages[r].1));
+    // What the turn in progress works on: its own message when it asks for something (a
+    // correction, a question, a pasted error), else the request it continues.
+    let focus = last_turn
+        .map(|t| (&h.messages[t.message].0, &h.messages[t.message].1))
+        .filter(|(_, m)| {
+            m.intent != Intent::Approval && (m.intent != Intent::Paste || m.sets_goal())
+        })
+        .or(last_request);
+
+    let mut active = Items::default();
+    let mut pending = Items::default();
+    let mut next_steps = Items::default();
+    if let Some((t, id)) = &h.tasks {
+        for a in &t.active {
+            sources.add(a, id);
+            active.push(a.clone());
+        }
+        for p in &t.pending {
+            sources.add(p, id);
+            pending.push(p.clone());
+        }
+    }
+    if in_progress {
+        if let Some((id, m)) = focus {
+            let item = format!("In progress: {}", one_line(&goal_line(&m.text)));
+            sources.add(&item, id);
+            active.push(item);
+        }
+    }
+    // A question the agent has not answered yet.
+    if let Some((id, m)) = h.messages.last() {
+        let answered = last_turn.is_some_and(|t| t.last_text.is_some());
+        if m.intent == Intent::Question && !answered {
+            let item = format!("Answer the user's question: {}", one_line(&m.text));
+            sources.add(&item, id);
+            pending.push(item);
+        }
+    }
+    if let Some((id, text)) = last_text {
+        if !in_progress {
+            for o in offers(text) {
+                let item = format!("Offered to {o}; waiting for the user's answer");
+                sources.add(&item, id);
+                pending.push(item);
+            }
+        }
+        // Nothing in the span is newer than its last text, so nothing there completed these.
+        for step in stated_next_steps(text) {
+            if !names_no_work(&step) {
+                sources.add(&step, id);
+                next_steps.push(step);
+            }
+        }
+    }
+    for a in active.items.iter().chain(pending.items.iter()) {
+        if !a.starts_with("In progress: ") {
+            next_steps.push(a.clone());
+        }
+    }
+    // A turn cut in progress: after the step at hand, the rest of what was asked — unless a
+    // check failed since it was asked, which is then what stands between the work and done.
+    let asked_at = last_turn.map(|t| h.message_position[t.message]);
+    let failed_since = artifacts.verification.iter().any(|v| {
+        v.outcome == VerificationOutcome::Failed
+            && h.call_position
+                .get(v.entry_id.as_str())
+                .is_some_and(|&p| asked_at.is_some_and(|a| p > a))
+    });
+    // Where the turn stands is best said by the agent's own last words, quoted: a guess at
+    // the step from the request sends the next agent back to where the turn began.
+    let picked_up = match (in_progress, last_text) {
+        (true, Some((id, text))) => {
+            let last = one_line(text);
+            let words = match last_turn.and_then(|t| t.text_before.as_deref()) {
+                Some(before) if last.split_whitespace().count() < SHORT_LAST_WORDS => {
+                    format!("{} … {last}", clip(&one_line(before), LAST_WORDS_CHARS / 2))
+                }
+                _ => last,
+            };
+            let step = format!(
+                "Pick up where the agent's last message left off: \"{}\"",
+                clip(&words, LAST_WORDS_CHARS)
+            );
+            sources.add(&step, id);
+            Some(step)
+        }
+        _ => None,
+    };
+    // The request the turn works on, after the agent's words: what "done" means for it.
+    if in_progress && !failed_since {
+        if let Some((id, m)) = focus {
+            let step = format!("Continue: {}", one_line(&goal_line(&m.text)));
+            sources.add(&step, id);
+            next_steps.push(step);
+        }
+    }
+    // What the user said to do once the work is done ("When you've completed your work, you
+    // MUST submit …"), until it is.
+    if in_progress {
+        for (id, m) in &h.messages {
+            for step in final_steps(&m.prose) {
+                sources.add(&step, id);
+                next_steps.push(step);
+            }
+        }
+    }
+
+    // Checks: the last outcome of each; a failure that a later pass of the same check
+    // superseded blocks nothing.
+    // The verification list is ordered by each check's last run, so "later" is "after it".
+    // Where the request the latest turn works on was asked.
+    let request_at = last_turn
+        .and_then(|t| t.request.or(Some(t.message)))
+        .map(|r| h.message_position[r]);
+    let failing: Vec<&Verification> = artifacts
+        .verification
+        .iter()
+        .enumerate()
+        .filter(|(i, v)| {
+            let family = check_family(&v.command);
+            // A failure from before the task at hand, with files edited since, is history:
+            // it stays in the checks, marked, but blocks nothing and asks for no step.
+            let ran_for_this_task = request_at.is_none_or(|r| {
+                h.call_position
+                    .get(v.entry_id.as_str())
+                    .is_none_or(|&p| p > r)
+            });
+            v.outcome == VerificationOutcome::Failed
+                && (!v.edited_since || ran_for_this_task)
+                && !artifacts.verification[i + 1..].iter().any(|w| {
+                    w.outcome == VerificationOutcome::Passed && check_family(&w.command) == family
+                })
+        })
+        .map(|(_, v)| v)
+        .collect();
+    let mut blockers = Items::default();
+    for v in &failing {
+        let item = match failure_line(&h, &v.entry_id) {
+            Some(d) => format!("`{}` fails: {d}", v.command),
+            None => format!("`{}` fails", v.command),
+        };
+        sources.add(&item, &v.entry_id);
+        blockers.push(item);
+        let step = format!("Make `{}` pass", v.command);
+        sources.add(&step, &v.entry_id);
+        next_steps.push(step);
+    }
+    for (item, id) in recent_tool_errors(&h) {
+        sources.add(&item, id);
+        blockers.push(item);
+    }
+
+    // Nothing newer named a step: the previous capsule's, less those done since.
+    if next_steps.items.is_empty() {
+        let passed = |step: &str| {
+            artifacts.verification.iter().any(|v| {
+                v.outcome == VerificationOutcome::Passed
+                    && step == format!("Make `{}` pass", v.command)
+            })
+        };
+        for s in prev.map(|p| p.next_steps.clone()).unwrap_or_default() {
+            if !is_done(&s) && !passed(&s) && s != AWAIT_NEXT_REQUEST {
+                next_steps.push(s);
+            }
+        }
+    }
+    if pending.items.is_empty() && h.tasks.is_none() {
+        for s in prev.map(|p| p.pending.clone()).unwrap_or_default() {
+            if !is_done(&s) && h.messages.is_empty() {
+                pending.push(s);
+            }
+        }
+    }
+    if let Some(step) = picked_up {
+        next_steps.items.insert(0, step.clone());
+        next_steps.seen.insert(step);
+    }
+    if next_steps.items.is_empty() && (!h.messages.is_empty() || prev.is_some()) {
+        next_steps.push(AWAIT_NEXT_REQUEST.to_string());
+    }
+
+    // Findings: what the agent concluded, newest; options it put to the user and nobody
+    // chose from yet.
+    let mut findings = Items::from(&prev.map(|p| p.findings.clone()).unwrap_or_default());
+    // Only the latest turns' conclusions: older ones were often revised since, and the agent
+    // that continues needs where the work stands, not its history.
+    let recent_turns = h.turns.len().saturating_sub(FINDING_TURNS);
+    for (f, id, _) in h.findings.iter().filter(|(_, _, t)| *t > recent_turns) {
+        sources.add(f, id);
+        findings.push(f.clone());
+    }
+    if let Some((options, id)) = &h.open_options {
+        let listed: Vec<String> = options.iter().map(|(l, t)| format!("{l}) {t}")).collect();
+        let item = format!(
+            "Options put to the user, not answered yet: {}",
+            listed.join("; ")
+        );
+        sources.add(&item, id);
+        findings.push(item);
+    }
+    let findings = findings.newest(MAX_FINDINGS);
+
+    // Errors met and fixed: a check that failed and then passed, with what the agent said.
+    let mut errors: Vec<ErrorFix> = prev.map(|p| p.errors.clone()).unwrap_or_default();
+    for (e, id) in &h.errors {
+        errors.retain(|x| x.error != e.error);
+        sources.add(&e.error, id);
+        errors.push(e.clone());
+    }
+    let n = errors.len().saturating_sub(MAX_ERRORS);
+    errors.drain(..n);
+
+    // Decisions with the reason the text gave, each once.
+    let mut decisions: Vec<Decision> = prev.map(|p| p.decisions.clone()).unwrap_or_default();
+    let mut decided: HashSet<String> = decisions
+        .iter()
+        .map(|d| decision_key(&d.decision))
+        .collect();
+    for (d, id) in &h.decisions {
+        // "X (instead of Y)" states its reason as the alternative it was chosen over.
+        let d = &match d.decision.split_once(" (instead of ") {
+            Some((what, other)) if d.rationale.trim().is_empty() => Decision {
+                decision: what.to_string(),
+                rationale: format!("chosen instead of {}", other.trim_end_matches(')')),
+            },
+            _ => d.clone(),
+        };
+        let stated_why = !d.rationale.trim().is_empty();
+        if !stated_why || !decided.insert(decision_key(&d.decision)) {
+            continue;
+        }
+        sources.add(&d.decision, id);
+        decisions.push(d.clone());
+    }
+    let n = decisions.len().saturating_sub(MAX_DECISIONS);
+    decisions.drain(..n);
+
+    let mut state = CapsuleState {
+        goal,
+        requests,
+        constraints,
+        completed,
+        active: active.newest(MAX_STEPS),
+        pending: pending.newest(MAX_STEPS),
+        decisions,
+        findings,
+        errors,
+        blockers: blockers.newest(MAX_STEPS),
+        next_steps: next_steps.items.into_iter().take(MAX_STEPS).collect(),
+        sources: BTreeMap::new(),
+    };
+    fit_local_budget(&mut state, artifacts, tokenizer);
+    state.sources = sources.keep(&state);
+    state
+}
+
+/// The local capsule stays under this many tokens however many capsules came before it: each
+/// list is bounded, and what still does not fit gives up its oldest items.
+pub const LOCAL_CAPSULE_BUDGET_TOKENS: u64 = 3800;
+
+/// Drop the oldest items, list by list, until the rendered capsule fits
+/// [`LOCAL_CAPSULE_BUDGET_TOKENS`]. The goal, the newest request, the next step and the facts
+/// always stay.
+fn fit_local_budget(state: &mut CapsuleState, artifacts: &Artifacts, tokenizer: TokenizerKind) {
+    let tokens = |s: &CapsuleState| {
+        let c = CapsuleEntry {
+            checkpoint_id: "ck_000000000000".into(),
+            trigger: crate::session::trigger::Trigger::AutoThreshold,
+            quality: crate::session::capsule::model::Quality::Degraded,
+            first_kept_entry_id: None,
+            previous_checkpoint_id: None,
+            state: s.clone(),
+            artifacts: artifacts.clone(),
+            tokens: Default::default(),
+            origin: crate::session::capsule::model::Origin::Session,
+            mirrored: false,
+            title: None,
+            degraded_reason: None,
+            instructions: None,
+            elide_tool_results_over: None,
+            loaded_from: None,
+        };
+        tokenizer.count(&crate::session::capsule::render::render_for_model(&c))
+    };
+    // (list, items it keeps at least, whether its last item gives way first), in the order
+    // they give way. Lists are oldest first; next steps are in order, the first the step at
+    // hand.
+    type Pick = fn(&mut CapsuleState) -> &mut Vec<String>;
+    let rounds: [&[(Pick, usize, bool)]; 2] = [
+        &[
+            (|s| &mut s.requests, 4, false),
+            (|s| &mut s.completed, 6, false),
+            (|s| &mut s.findings, 3, false),
+            (|s| &mut s.constraints, 4, false),
+            (|s| &mut s.blockers, 3, false),
+            (|s| &mut s.pending, 3, false),
+            (|s| &mut s.active, 2, false),
+            (|s| &mut s.next_steps, 3, true),
+        ],
+        &[
+            (|s| &mut s.requests, 1, false),
+            (|s| &mut s.completed, 2, false),
+            (|s| &mut s.findings, 1, false),
+            (|s| &mut s.constraints, 2, false),
+            (|s| &mut s.blockers, 1, false),
+            (|s| &mut s.pending, 1, false),
+            (|s| &mut s.active, 1, false),
+            (|s| &mut s.next_steps, 1, true),
+        ],
+    ];
+    let mut current = tokens(state);
+    for round in rounds {
+        for &(pick, keep, last_first) in round {
+            while current > LOCAL_CAPSULE_BUDGET_TOKENS && pick(state).len() > keep {
+                let list = pick(state);
+                if last_first {
+                    list.pop();
+                } else {
+                    list.remove(0);
+                }
+                if state.decisions.len() > 3 {
+                    state.decisions.remove(0);
+                }
+                if state.errors.len() > 2 {
+                    state.errors.remove(0);
+                }
+                current = tokens(state);
+            }
+        }
+    }
+}
+
+/// Items kept per list by [`trim_state`].
+const TRIMMED_LIST_ITEMS: usize = 8;
+
+/// A shorter state for when the capsule itself does not fit a small window: prompts by their
+/// openings, the newest items of each list. The goal and every artifact stay.
+pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
+    let mut renamed: Vec<(String, String)> = Vec::new();
+    let mut newest = |v: &mut Vec<String>| {
+        let n = v.len().saturating_sub(TRIMMED_LIST_ITEMS);
+        v.drain(..n);
+        for item in v.iter_mut() {
+            let short = opening(item);
+            if short != *item {
+                renamed.push((item.clone(), short.clone()));
+                *item = short;
+            }
+        }
+    };
+    newest(&mut s.requests);
+    newest(&mut s.constraints);
+    newest(&mut s.completed);
+    newest(&mut s.active);
+    newest(&mut s.pending);
+    newest(&mut s.blockers);
+    newest(&mut s.findings);
+    // Next steps are in order: the first ones are the steps at hand.
+    s.next_steps.truncate(TRIMMED_LIST_ITEMS);
+    for item in s.next_steps.iter_mut() {
+        let short = opening(item);
+        if short != *item {
+            renamed.push((item.clone(), short.clone()));
+            *item = short;
+        }
+    }
+    let n = s.decisions.len().saturating_sub(TRIMMED_LIST_ITEMS);
+    s.decisions.drain(..n);
+    let n = s.errors.len().saturating_sub(TRIMMED_LIST_ITEMS);
+    s.errors.drain(..n);
+    for (long, short) in renamed {
+        if let Some(ids) = s.sources.remove(&long) {
+            s.sources.entry(short).or_default().extend(ids);
+        }
+    }
+    let sources = Sources(std::mem::take(&mut s.sources).into_iter().collect());
+    s.sources = sources.keep(&s);
+    s
+}
+
+/// First meaningful error line of the result of the call in `call_entry_id`.
+fn failure_line(h: &History, call_entry_id: &str) -> Option<String> {
+    let result = h.result_of_call_entry.get(call_entry_id)?;
+    first_error_line(&blocks_text(&result.content))
+}
+
+/// Terminal colour and cursor sequences, which test runners print and a capsule must not.
+static ANSI_ESCAPE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
+        .expect("valid regex")
+});
+
+/// The line of a check's output that says what failed: an error, a failed assertion, a panic,
+/// a FAIL line; else the first line that says anything. Colour codes and decoration removed.
+fn first_error_line(text: &str) -> Option<String> {
+    let clean = ANSI_ESCAPE.replace_all(text, "");
+    let lines: Vec<&str> = clean
+        .lines()
+        .map(|l| {
+            l.trim()
+                .trim_matches(|c: char| c == '⎯' || c == '─' || c == '=')
+        })
+        .map(str::trim)
+        .filter(|l| l.chars().any(char::is_alphanumeric))
+        .collect();
+    let says_what_failed = |l: &&str| {
+        let lower = l.to_ascii_lowercase();
+        (lower.starts_with("error")
+            || lower.contains("error:")
+            || lower.contains("error ts")
+            || lower.contains("panicked")
+            || lower.contains("assert")
+            || lower.contains("expected"))
+            && !lower.starts_with("debugger")
+    };
+    let loose = |l: &&str| {
+        let lower = l.to_ascii_lowercase();
+        (lower.starts_with("fail") || lower.contains("failed"))
+            && !lower.contains("0 failed")
+            && !lower.starts_with("debugger")
+    };
+    let line = lines
+        .iter()
+        .find(|l| says_what_failed(l))
+        .or_else(|| lines.iter().find(|l| loose(l)))
+        .or_else(|| {
+            lines
+                .iter()
+                .find(|l| !l.to_ascii_lowercase().starts_with("debugger"))
+        })?;
+    Some(clip(line, 160))
+}
+
+/// The opening of an assistant message, one line: its first sentence or two.
+fn first_words(text: &str) -> Option<String> {
+    let prose: String = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("```"))
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let prose = prose.replace("**", "");
+    let prose = prose.trim();
+    (!prose.is_empty()).then(|| clip(prose, 200))
+}
+
+/// Errors among the last few tool results that no later success of the same tool resolved.
+/// Runs of a verification command are left out: the verification list holds each command's
+/// latest outcome, so a test that failed and then passed is no blocker.
+fn recent_tool_errors<'a>(h: &History<'a>) -> Vec<(String, &'a str)> {
+    let recent = &h.recent_results;
+    recent
+        .iter()
+        .enumerate()
+        .filter(|(i, (r, _))| {
+            r.is_error
+                && !recent[i + 1..]
+                    .iter()
+                    .any(|(later, _)| !later.is_error && later.tool_name == r.tool_name)
+        })
+        .map(|(_, (r, id))| {
+            let first = blocks_text(&r.content);
+            let first = first
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("error");
+            (
+                format!(
+                    "{} error: {}",
+                    r.tool_name.as_deref().unwrap_or("tool"),
+                    clip(first, 160)
+                ),
+                *id,
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capsule::artifacts::collect;
+    use crate::session::entry::{ContentBlock, MessageEntry, ToolResultEntry};
+    use crate::session::testing::Builder;
+    use crate::tool_mapping::ToolMapping;
+    use serde_json::json;
+
+    fn state_of(b: &Builder) -> CapsuleState {
+        let entries: Vec<&Entry> = b.session.entries().iter().collect();
+        let artifacts = collect(
+            "/ws",
+            None,
+            entries.iter().copied(),
+            &ToolMapping::default(),
+        );
+        build_state(TokenizerKind::O200kBase, None, &entries, &artifacts)
+    }
+
+    #[test]
+    fn the_goal_is_the_latest_substantive_request_in_a_line_or_two() {
+        let mut b = Builder::new();
+        b.user("Can you audit the session module?");
+        let long = "Fix the flaky login test. ".repeat(40);
+        b.user(&long);
+        b.user("yes");
+        b.user("can you proof read this?");
+        let s = state_of(&b);
+        // The goal is a line or two; the request stays whole among the requests.
+        assert!(
+            s.goal.starts_with("Fix the flaky login test."),
+            "{}",
+            s.goal
+        );
+        assert!(s.goal.chars().count() <= GOAL_CHARS + 2, "{}", s.goal);
+        assert_eq!(
+            s.requests,
+            [
+                "Can you audit the session module?",
+                long.trim(),
+                "can you proof read this?"
+            ]
+        );
+        assert!(s.constraints.is_empty(), "{:?}", s.constraints);
+    }
+
+    #[test]
+    fn without_a_substantive_request_the_first_one_is_the_goal() {
+        let mut b = Builder::new();
+        b.user("Hey");
+        b.user("yes");
+        assert_eq!(state_of(&b).goal, "Hey");
+    }
+
+    #[test]
+    fn constraints_are_only_the_rules_the_user_stated() {
+        let mut b = Builder::new();
+        b.user("Port the selector to the new TUI. Never add a dependency.");
+        b.user("ok");
+        b.user("don't touch the theme API, and always run the tests");
+        let s = state_of(&b);
+        assert_eq!(
+            s.constraints,
+            [
+                "Never add a dependency.",
+                "don't touch the theme API, and always run the tests"
+            ]
+        );
+        assert_eq!(
+            s.goal,
+            "Port the selector to the new TUI. Never add a dependency."
+        );
+    }
+
+    #[test]
+    fn ide_boilerplate_around_a_prompt_is_cut_from_requests_and_goal() {
+        let mut b = Builder::new();
+        b.user("<ide_opened_file>The user opened /ws/src/a.rs in the IDE.</ide_opened_file>\nRefactor the parser into modules");
+        b.user("<system-reminder>\nplan mode\n</system-reminder>");
+        let s = state_of(&b);
+        assert_eq!(s.goal, "Refactor the parser into modules");
+        assert_eq!(s.requests, ["Refactor the parser into modules"]);
+    }
+
+    #[test]
+    fn stated_decisions_of_the_assistant_are_kept_with_their_reasons() {
+        let mut b = Builder::new();
+        b.user("Add caching to the client");
+        b.assistant("I'll use an LRU map because entries expire by use, not by time.");
+        b.assistant("Let me read the client first.");
+        let s = state_of(&b);
+        assert_eq!(s.decisions.len(), 1, "{:?}", s.decisions);
+        assert_eq!(s.decisions[0].decision, "I'll use an LRU map");
+        assert_eq!(
+            s.decisions[0].rationale,
+            "entries expire by use, not by time"
+        );
+    }
+
+    fn capsule_with(state: CapsuleState) -> CapsuleEntry {
+        CapsuleEntry {
+            state,
+            ..crate::session::testing::full_capsule()
+        }
+    }
+
+    fn exit(b: &mut Builder, call: &str, code: i64) {
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: call.into(),
+            tool_name: Some("Bash".into()),
+            content: vec![ContentBlock::text(if code == 0 {
+                "ok"
+            } else {
+                "error: boom"
+            })],
+            is_error: code != 0,
+            exit_code: Some(code),
+        }));
+    }
+
+    #[test]
+    fn a_next_step_whose_check_passed_since_is_not_carried_forward() {
+        let prev = capsule_with(CapsuleState {
+            goal: "make the tests pass".into(),
+            next_steps: vec![
+                "Make `cargo test -- --include-ignored` pass".into(),
+                "Write the changelog".into(),
+            ],
+            ..Default::default()
+        });
+        let mut b = Builder::new();
+        b.bash("c1", "cargo test -- --include-ignored");
+        exit(&mut b, "c1", 0);
+        let entries: Vec<&Entry> = b.session.entries().iter().collect();
+        let artifacts = collect(
+            "/ws",
+            None,
+            entries.iter().copied(),
+            &ToolMapping::default(),
+        );
+        let s = build_state(TokenizerKind::O200kBase, Some(&prev), &entries, &artifacts);
+        assert_eq!(s.next_steps, ["Write the changelog"]);
+        assert_eq!(
+            artifacts.verification[0].outcome,
+            VerificationOutcome::Passed
+        );
+    }
+
+    #[test]
+    fn a_check_that_failed_and_later_passed_is_no_blocker() {
+        let mut b = Builder::new();
+        b.user("fix the build");
+        b.bash("c1", "cargo build");
+        exit(&mut b, "c1", 101);
+        b.bash("c2", "cd /ws && cargo build 2>&1 | tail -5");
+        exit(&mut b, "c2", 0);
+        b.call("c3", "Read", json!({"file_path": "/ws/src/lib.rs"}));
+        b.result("c3", "fn main() {}");
+        let s = state_of(&b);
+        assert!(s.blockers.is_empty(), "{:?}", s.blockers);
+        assert!(
+            !s.next_steps.iter().any(|n| n.contains("cargo build")),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn every_request_keeps_at_least_its_opening_newest_in_full() {
+        let mut b = Builder::new();
+        b.user("goal");
+        let old = format!("OLD {}", "x ".repeat(5000));
+        let new = format!("NEW {}", "y ".repeat(500));
+        b.user(&old);
+        b.user(&new);
+        let s = state_of(&b);
+        assert_eq!(s.requests.len(), 3);
+        assert!(s.requests[1].starts_with("OLD x"));
+        assert_eq!(
+            s.requests[1].chars().count(),
+            PROMPT_OPENING_CHARS + 1,
+            "opening plus ellipsis"
+        );
+        assert_eq!(s.requests[2], new.trim());
+    }
+
+    #[test]
+    fn injected_and_synthetic_user_text_is_not_a_prompt() {
+        let mut b = Builder::new();
+        b.user("<command-name>/clear</command-name>");
+        b.push(EntryBody::Message(MessageEntry {
+            role: Role::User,
+            content: vec![ContentBlock::text("tool output echo")],
+            usage: None,
+            model: None,
+            synthetic: true,
+        }));
+        b.user("real goal");
+        assert_eq!(state_of(&b).goal, "real goal");
+    }
+
+    #[test]
+    fn task_list_statuses_become_completed_active_pending() {
+        let mut b = Builder::new();
+        b.user("do it");
+        b.call(
+            "t1",
+            "TodoWrite",
+            json!({"todos": [
+                {"content": "read code", "status": "completed", "activeForm": "Reading"},
+                {"content": "fix bug", "status": "in_progress", "activeForm": "Fixing"},
+                {"content": "add test", "status": "pending", "activeForm": "Adding"}
+            ]}),
+        );
+        let s = state_of(&b);
+        assert_eq!(s.completed, ["read code"]);
+        assert_eq!(s.active, ["fix bug"]);
+        assert_eq!(s.pending, ["add test"]);
+        assert_eq!(s.next_steps, ["fix bug", "add test"]);
+    }
+
+    #[test]
+    fn failing_checks_are_blockers_and_next_steps() {
+        let mut b = Builder::new();
+        b.user("make tests pass");
+        b.bash("c1", "cargo test");
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: "c1".into(),
+            tool_name: Some("Bash".into()),
+            content: vec![ContentBlock::text(
+                "running 2 tests\nthread 'x' panicked at src/lib.rs:3\ntest result: FAILED",
+            )],
+            is_error: true,
+            exit_code: Some(101),
+        }));
+        let s = state_of(&b);
+        assert_eq!(
+            s.blockers[0],
+            "`cargo test` fails: thread 'x' panicked at src/lib.rs:3"
+        );
+        assert!(s.next_steps.contains(&"Make `cargo test` pass".to_string()));
+    }
+
+    #[test]
+    fn the_full_prompt_budget_spans_every_roll_forward() {
+        let long = |tag: &str| format!("{tag} {}", "word ".repeat(3000));
+        let mut prev_state = CapsuleState {
+            goal: "goal".into(),
+            ..Default::default()
+        };
+        prev_state.requests = vec![long("A"), long("B")];
+        let prev = CapsuleEntry {
+            state: prev_state,
+            ..crate::session::testing::full_capsule()
+        };
+        let mut b = Builder::new();
+        b.user(&long("C"));
+        let entries: Vec<&Entry> = b.session.entries().iter().collect();
+        let s = build_state(
+            TokenizerKind::O200kBase,
+            Some(&prev),
+            &entries,
+            &Artifacts::default(),
+        );
+        let total: u64 = s
+            .requests
+            .iter()
+            .map(|c| TokenizerKind::O200kBase.count(c))
+            .sum();
+        assert!(total <= FULL_PROMPTS_BUDGET_TOKENS + 4 * 60, "{total}");
+        // The previous goal, which "C" replaced, rolls forward first.
+        assert_eq!(s.requests.len(), 4);
+        assert_eq!(s.requests[0], "goal");
+        assert!(s.requests[3].starts_with("C word"));
+        assert!(s.requests[1].starts_with("A word") && s.requests[1].ends_with('…'));
+    }
+
+    /// Two hundred compactions, each folding a turn that reads, edits, checks, commits and
+    /// says what it did and decided: the capsule stays under its budget and keeps the newest.
+    fn printed(b: &mut Builder, call: &str, text: &str, code: i64) {
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: call.into(),
+            tool_name: Some("Bash".into()),
+            content: vec![ContentBlock::text(text)],
+            is_error: code != 0,
+            exit_code: Some(code),
+        }));
+    }
+
+    /// A turn cut mid-work: the next step is the agent's own last message, quoted, not the
+    /// request echoed back.
+    #[test]
+    fn a_turn_in_progress_is_picked_up_from_the_agents_last_words() {
+        let mut b = Builder::new();
+        b.user("Fix the flaky login test in auth/session.rs");
+        b.assistant("The clock is read twice per request. Next I'll make the clock injectable in session.rs and pin it in the test.");
+        b.call("r1", "Read", json!({"file_path": "/ws/auth/session.rs"}));
+        let s = state_of(&b);
+        assert_eq!(
+            s.next_steps[0],
+            "Pick up where the agent's last message left off: \"The clock is read twice per request. Next I'll make the clock injectable in session.rs and pin it in the test.\""
+        );
+        assert_eq!(
+            s.next_steps[1..],
+            [
+                "Make the clock injectable in session.rs and pin it in the test.",
+                "Continue: Fix the flaky login test in auth/session.rs"
+            ]
+        );
+        // A last message that says little is quoted with the one before it.
+        b.assistant("Let me try a different approach:");
+        b.call("r2", "Read", json!({"file_path": "/ws/auth/clock.rs"}));
+        let s = state_of(&b);
+        assert!(
+            s.next_steps[0].contains("pin it in the test. … Let me try a different approach:"),
+            "{:?}",
+            s.next_steps
+        );
+        // Before the agent said anything, the request is what to continue.
+        let mut b = Builder::new();
+        b.user("Fix the flaky login test in auth/session.rs");
+        b.call("r1", "Read", json!({"file_path": "/ws/auth/session.rs"}));
+        let s = state_of(&b);
+        assert_eq!(
+            s.next_steps,
+            ["Continue: Fix the flaky login test in auth/session.rs"]
+        );
+        // "Let me fix this" names no work of its own.
+        let mut b = Builder::new();
+        b.user("Fix the flaky login test");
+        b.assistant("Done. The test passes now.\n\nLet me fix this. Next I'll document the clock in docs/auth.md.");
+        let s = state_of(&b);
+        assert_eq!(s.next_steps, ["Document the clock in docs/auth.md."]);
+    }
+
+    #[test]
+    fn conclusions_become_findings_and_a_chosen_option_a_decision() {
+        let mut b = Builder::new();
+        b.user("Why do the two sessions overwrite each other's metadata?");
+        b.assistant("The root cause is that both sessions write metadata.json at PostCommit. There are two options:\n\n1. Archive each session to a numbered subfolder\n2. Overwrite the metadata on every commit\n\nWhich do you prefer?");
+        let s = state_of(&b);
+        assert_eq!(
+            s.findings,
+            [
+                "The root cause is that both sessions write metadata.json at PostCommit.",
+                "Options put to the user, not answered yet: 1) Archive each session to a numbered subfolder; 2) Overwrite the metadata on every commit"
+            ]
+        );
+        b.user("yes, do option 1");
+        let s = state_of(&b);
+        assert_eq!(s.decisions.len(), 1, "{:?}", s.decisions);
+        assert_eq!(
+            s.decisions[0].decision,
+            "Archive each session to a numbered subfolder"
+        );
+        assert_eq!(
+            s.decisions[0].rationale,
+            "the user chose it (\"yes, do option 1\")"
+        );
+        assert_eq!(
+            s.findings,
+            ["The root cause is that both sessions write metadata.json at PostCommit."]
+        );
+        assert!(s
+            .sources
+            .contains_key("Archive each session to a numbered subfolder"));
+        // A plain "yes" to an offer or a proposal decides it.
+        let mut b = Builder::new();
+        b.user("Why do the two sessions overwrite each other's metadata?");
+        b.assistant("Both write metadata.json. Would you like me to archive each session to a numbered subfolder?");
+        b.user("yes");
+        let s = state_of(&b);
+        assert_eq!(
+            s.decisions[0].decision,
+            "Archive each session to a numbered subfolder"
+        );
+        assert_eq!(s.decisions[0].rationale, "the user approved it (\"yes\")");
+        let mut b = Builder::new();
+        b.user("How should we store the sessions?");
+        b.assistant("I'd recommend one folder per session, so nothing is overwritten.");
+        b.user("ok go ahead");
+        let s = state_of(&b);
+        assert_eq!(
+            s.decisions[0].decision,
+            "I'd recommend one folder per session, so nothing is overwritten."
+        );
+    }
+
+    #[test]
+    fn a_pasted_error_with_nothing_said_is_a_goal_to_fix_it() {
+        let mut b = Builder::new();
+        b.user("Add a --help flag to the CLI");
+        b.assistant("Done. `cli --help` prints the usage.");
+        b.user("node:internal/modules/cjs/loader:1228\n  throw err;\n  ^\n\nError: Cannot find module '/repo/src/package.json'\n    at Module._resolveFilename (node:internal/modules/cjs/loader:1225:15)\n    at Module._load (node:internal/modules/cjs/loader:1051:27)");
+        let s = state_of(&b);
+        assert!(
+            s.goal.starts_with("Fix the error the user pasted: ")
+                && s.goal
+                    .contains("[pasted 5 lines of error output: Error: Cannot find module"),
+            "{}",
+            s.goal
+        );
+    }
+
+    /// A rule that came with a request holds for it; a new goal ends it unless it says always
+    /// or never.
+    #[test]
+    fn a_rule_stated_with_a_request_ends_with_it_unless_it_says_always_or_never() {
+        let mut b = Builder::new();
+        b.user("Can you check the skip hook part is actually working? don't fix anything, but just validate it works.");
+        b.assistant("Done. The hook skips as it should.");
+        b.user("Now make the warning show the other session's prompt. Invalid prompts must never crash the hook.");
+        let s = state_of(&b);
+        assert_eq!(
+            s.constraints,
+            ["Invalid prompts must never crash the hook."]
+        );
+    }
+
+    /// A question the agent answered is a finished turn: no "Continue" of it, no quote of the
+    /// answer as where to pick up.
+    #[test]
+    fn an_answered_question_is_a_finished_turn() {
+        let mut b = Builder::new();
+        b.user("Add the first two initials of the logged-in user to the NavUser avatar");
+        b.assistant("Done. NavUser shows the initials.");
+        b.user("does it get the logged in user from the authStore?");
+        b.call("r1", "Read", json!({"file_path": "/ws/src/NavUser.tsx"}));
+        b.assistant("Yes: NavUser reads `user` from useAuthStore() and falls back to Guest.");
+        let s = state_of(&b);
+        assert!(s.active.is_empty(), "{:?}", s.active);
+        assert!(
+            !s.next_steps
+                .iter()
+                .any(|n| n.starts_with("Continue:") || n.starts_with("Pick up")),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    /// A failure from an earlier task, with edits since, is not what blocks the task at hand.
+    #[test]
+    fn a_failure_from_an_earlier_task_with_edits_since_blocks_nothing() {
+        let mut b = Builder::new();
+        b.user("Port the theme loader to the new API");
+        b.bash("t1", "npx tsc --noEmit src/theme.ts");
+        printed(
+            &mut b,
+            "t1",
+            "src/theme.ts(4,1): error TS2304: Cannot find name 'x'.",
+            2,
+        );
+        b.call("e1", "Edit", json!({"file_path": "/ws/src/theme.ts"}));
+        b.assistant("Done. The loader uses the new API.");
+        b.user("Now add a --verbose flag to the CLI");
+        b.call("e2", "Edit", json!({"file_path": "/ws/src/cli.ts"}));
+        let s = state_of(&b);
+        assert!(s.blockers.is_empty(), "{:?}", s.blockers);
+        assert!(
+            !s.next_steps.iter().any(|n| n.contains("npx tsc")),
+            "{:?}",
+            s.next_steps
+        );
+        // Failed for this task: a blocker, edits or not.
+        b.bash("t2", "npm test");
+        printed(&mut b, "t2", "FAIL src/cli.test.ts", 1);
+        b.call("e3", "Edit", json!({"file_path": "/ws/src/cli.ts"}));
+        let s = state_of(&b);
+        assert_eq!(s.blockers, ["`npm test` fails: FAIL src/cli.test.ts"]);
+    }
+
+    #[test]
+    fn a_check_that_failed_then_passed_is_an_error_with_its_fix() {
+        let mut b = Builder::new();
+        b.user("Make the parser tests pass");
+        b.bash("t1", "cargo test -p parser");
+        printed(
+            &mut b,
+            "t1",
+            "\u{1b}[31m⎯⎯⎯ Failed Tests 1 ⎯⎯⎯\u{1b}[39m\nthread 'lexes_numbers' panicked at src/lex.rs:9:5:\nassertion failed: tokens.len() == 3",
+            101,
+        );
+        b.assistant(
+            "The lexer drops the sign of negative numbers. I'll keep the minus in lex_number.",
+        );
+        b.call("e1", "Edit", json!({"file_path": "/ws/src/lex.rs"}));
+        b.bash("t2", "cargo test -p parser");
+        printed(&mut b, "t2", "test result: ok. 4 passed", 0);
+        let s = state_of(&b);
+        assert_eq!(s.errors.len(), 1, "{:?}", s.errors);
+        assert_eq!(
+            s.errors[0].error,
+            "`cargo test -p parser` failed: thread 'lexes_numbers' panicked at src/lex.rs:9:5:"
+        );
+        assert_eq!(
+            s.errors[0].fix,
+            "The lexer drops the sign of negative numbers. I'll keep the minus in lex_number. — then `cargo test -p parser` passed"
+        );
+        assert!(s.blockers.is_empty(), "{:?}", s.blockers);
+        // A failure still open is a blocker, its colour codes gone.
+        let mut b = Builder::new();
+        b.user("Make the parser tests pass");
+        b.bash("t1", "pnpm test");
+        printed(&mut b, "t1", "\u{1b}[31m⎯⎯⎯⎯\u{1b}[39m\u{1b}[1m Failed Tests 1 \u{1b}[22m\nDebugger attached.\nAssertionError: expected 2 to be 3", 1);
+        let s = state_of(&b);
+        assert_eq!(
+            s.blockers,
+            ["`pnpm test` fails: AssertionError: expected 2 to be 3"]
+        );
+    }
+
+    #[test]
+    fn the_capsule_stays_bounded_over_200_rolled_forward_compactions() {
+        use crate::capsule::artifacts::collect;
+        use crate::session::capsule::render::render_for_model;
+        use crate::tool_mapping::ToolMapping;
+        let mut previous: Option<CapsuleEntry> = None;
+        let mut sizes = Vec::new();
+        for round in 0..200 {
+            let mut b = Builder::new();
+            b.user(&format!(
+                "Implement feature {round}: add the handler, wire it into the router and never break the public API. {}",
+                "Details of the request. ".repeat(30)
+            ));
+            b.assistant(&format!("I'll use a trait object for handler {round} because the router stores them by name."));
+            for f in 0..6 {
+                b.call(
+                    &format!("r{f}"),
+                    "Read",
+                    json!({"file_path": format!("/ws/src/r{round}_{f}.rs")}),
+                );
+                b.call(
+                    &format!("w{f}"),
+                    "Edit",
+                    json!({"file_path": format!("/ws/src/w{round}_{f}.rs")}),
+                );
+            }
+            b.bash("t", &format!("cargo test -p crate{round}"));
+            exit(&mut b, "t", 0);
+            b.bash("g", &format!("git commit -am \"Feature {round}\""));
+            exit(&mut b, "g", 0);
+            b.assistant(&format!(
+                "Done. Feature {round} works.\n\n## Summary\n- Added handler {round}\n- Wired it into the router\n- Tests for {round}\n\n## Next steps\n- Document feature {round}"
+            ));
+            let entries: Vec<&Entry> = b.session.entries().iter().collect();
+            let artifacts = collect(
+                "/ws",
+                previous.as_ref().map(|p| &p.artifacts),
+                entries.iter().copied(),
+                &ToolMapping::default(),
+            );
+            let state = build_state(
+                TokenizerKind::O200kBase,
+                previous.as_ref(),
+                &entries,
+                &artifacts,
+            );
+            let capsule = CapsuleEntry {
+                state,
+                artifacts,
+                ..crate::session::testing::full_capsule()
+            };
+            sizes.push(TokenizerKind::O200kBase.count(&render_for_model(&capsule)));
+            previous = Some(capsule);
+        }
+        let max = *sizes.iter().max().unwrap();
+        assert!(max <= 4000, "largest capsule {max} tokens: {sizes:?}");
+        let last = previous.unwrap();
+        assert!(
+            last.state.goal.starts_with("Implement feature 199"),
+            "{}",
+            last.state.goal
+        );
+        assert!(
+            last.state
+                .completed
+                .iter()
+                .any(|c| c.contains("Feature 199")),
+            "{:?}",
+            last.state.completed
+        );
+        assert_eq!(last.state.next_steps, ["Document feature 199"]);
+        assert!(last
+            .artifacts
+            .modified_files
+            .iter()
+            .any(|f| f.path == "src/w199_5.rs"));
+        assert!(!last
+            .artifacts
+            .modified_files
+            .iter()
+            .any(|f| f.path == "src/w0_0.rs"));
+        assert!(
+            last.state.sources.len() <= 80,
+            "{}",
+            last.state.sources.len()
+        );
+    }
+
+    #[test]
+    fn previous_state_rolls_forward() {
+        let mut prev_state = CapsuleState {
+            goal: "original goal".into(),
+            ..Default::default()
+        };
+        prev_state.completed.push("step one".into());
+        prev_state
+            .decisions
+            .push(crate::session::capsule::model::Decision {
+                decision: "use sqlite".into(),
+                rationale: "simple".into(),
+            });
+        let prev = CapsuleEntry {
+            checkpoint_id: "ck_1".into(),
+            trigger: crate::session::trigger::Trigger::AutoThreshold,
+            quality: crate::session::capsule::model::Quality::Degraded,
+            first_kept_entry_id: None,
+            previous_checkpoint_id: None,
+            state: prev_state,
+            artifacts: Artifacts::default(),
+            tokens: Default::default(),
+            origin: crate::session::capsule::model::Origin::Session,
+            mirrored: false,
+            title: None,
+            degraded_reason: None,
+            instructions: None,
+            elide_tool_results_over: None,
+            loaded_from: None,
+        };
+        let mut b = Builder::new();
+        b.user("next request");
+        let entries: Vec<&Entry> = b.session.entries().iter().collect();
+        let s = build_state(
+            TokenizerKind::O200kBase,
+            Some(&prev),
+            &entries,
+            &Artifacts::default(),
+        );
+        assert_eq!(
+            s.goal, "original goal",
+            "a short follow-up does not replace the goal"
+        );
+        assert_eq!(s.completed, ["step one"]);
+        assert_eq!(s.requests, ["next request"]);
+        assert_eq!(s.decisions.len(), 1);
+    }
+}

@@ -1,0 +1,150 @@
+//! A session's capsules as hand-offs: find one by checkpoint id, list them, export one to the
+//! portable `.capsule.md` format, and load one back into a session. Shared by the command line
+//! and the daemon.
+
+use anyhow::bail;
+use serde::Serialize;
+
+use super::portable::{write, Exported, Parsed, PortableCapsule};
+use crate::session::capsule::model::{CapsuleEntry, Origin};
+use crate::session::entry::{Entry, EntryBody, EntryKind};
+use crate::session::log::SessionLog;
+use crate::session::Session;
+
+/// The capsule entry with this checkpoint id, or an error listing the ones there are.
+pub fn find_capsule<'a>(
+    session: &'a Session,
+    checkpoint: &str,
+) -> anyhow::Result<(&'a Entry, &'a CapsuleEntry)> {
+    let mut ids = Vec::new();
+    for e in session
+        .indices_of(EntryKind::Capsule)
+        .map(|i| session.entry(i))
+    {
+        if let Some(c) = e.as_capsule() {
+            if c.checkpoint_id == checkpoint {
+                return Ok((e, c));
+            }
+            ids.push(c.checkpoint_id.as_str());
+        }
+    }
+    if ids.is_empty() {
+        bail!("no capsule `{checkpoint}`: this session has no capsules yet");
+    }
+    let hint = crate::util::did_you_mean(checkpoint, &ids)
+        .map(|c| format!(" Did you mean `{c}`?"))
+        .unwrap_or_default();
+    bail!(
+        "no capsule `{checkpoint}` in this session.{hint} Its capsules: {}",
+        ids.join(", ")
+    )
+}
+
+/// Tokens of the capsule with this checkpoint id, as the session's tokenizer counts its entry:
+/// the capsule's own size, not the size of the state it describes.
+pub fn capsule_tokens(session: &Session, checkpoint: &str) -> Option<u64> {
+    let idx = session.indices_of(EntryKind::Capsule).find(|&i| {
+        session
+            .entry(i)
+            .as_capsule()
+            .is_some_and(|c| c.checkpoint_id == checkpoint)
+    })?;
+    Some(session.tokens_of(idx))
+}
+
+/// The `.capsule.md` text of a capsule of `session`.
+pub fn export_capsule(session: &Session, checkpoint: &str) -> anyhow::Result<Exported> {
+    let (entry, capsule) = find_capsule(session, checkpoint)?;
+    let h = &session.header;
+    Ok(write(&PortableCapsule::from_entry(
+        capsule,
+        &entry.ts,
+        Some(&h.workspace),
+        Some(&h.id),
+    )))
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadReport {
+    pub checkpoint_id: String,
+    pub entry_id: String,
+    pub title: Option<String>,
+    pub loaded_from: String,
+    pub source_checkpoint_id: String,
+    /// Lines of the file that are not part of the capsule (notes, unknown sections).
+    pub ignored_lines: Vec<usize>,
+}
+
+/// Append a parsed capsule file to a session as a capsule with `origin: loaded`, after the
+/// current leaf, so that it is the latest capsule of the model input.
+pub fn load_capsule(
+    log: &mut SessionLog,
+    parsed: &Parsed,
+    path: &str,
+) -> anyhow::Result<LoadReport> {
+    let checkpoint_id = crate::util::new_id("ck_");
+    let capsule = parsed.capsule.to_loaded_entry(checkpoint_id.clone(), path);
+    let entry_id = crate::util::new_id("e_");
+    let parent = log.session().leaf_id().map(str::to_string);
+    log.append(Entry::new(
+        entry_id.clone(),
+        parent,
+        EntryBody::Capsule(Box::new(capsule)),
+    ))?;
+    Ok(LoadReport {
+        checkpoint_id,
+        entry_id,
+        title: parsed.capsule.title.clone(),
+        loaded_from: path.to_string(),
+        source_checkpoint_id: parsed.capsule.checkpoint_id.clone(),
+        ignored_lines: parsed.ignored.iter().map(|i| i.line).collect(),
+    })
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapsuleRow {
+    pub checkpoint_id: String,
+    pub entry_id: String,
+    pub title: Option<String>,
+    pub trigger: String,
+    pub quality: String,
+    pub origin: String,
+    pub ts: String,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    /// On the branch of the current leaf.
+    pub on_branch: bool,
+    /// The capsule that opens the model input now.
+    pub current: bool,
+}
+
+/// Every capsule of the session, in log order.
+pub fn list_capsules(session: &Session) -> Vec<CapsuleRow> {
+    let leaf = session.leaf();
+    let current = leaf.and_then(|l| session.capsule_on_path(l));
+    session
+        .indices_of(EntryKind::Capsule)
+        .filter_map(|i| {
+            let e = session.entry(i);
+            let c = e.as_capsule()?;
+            Some(CapsuleRow {
+                checkpoint_id: c.checkpoint_id.clone(),
+                entry_id: e.id.clone(),
+                title: c.title.clone(),
+                trigger: c.trigger.as_str().into(),
+                quality: c.quality.as_str().into(),
+                origin: match c.origin {
+                    Origin::Session => "session".into(),
+                    Origin::Loaded => "loaded".into(),
+                },
+                ts: e.ts.clone(),
+                tokens_before: c.tokens.before,
+                tokens_after: c.tokens.after,
+                on_branch: leaf.is_some_and(|l| session.is_ancestor(i, l)),
+                current: current == Some(i),
+            })
+        })
+        .collect()
+}
