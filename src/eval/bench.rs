@@ -23,8 +23,8 @@ use soba_core::config::{Config, Overrides, Provider, SummarizerConfig};
 use soba_core::session::capsule::model::CapsuleEntry;
 use soba_core::session::capsule::model::Quality;
 use soba_core::session::entry::EntryBody;
+use soba_core::session::foreign::ForeignCompactions;
 use soba_core::session::trigger::Trigger;
-use soba_core::session::view::ForeignCompactions;
 use soba_core::session::Session;
 
 /// The line printed when no model endpoint is given.

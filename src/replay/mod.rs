@@ -16,8 +16,9 @@ use crate::import::ImportResult;
 use crate::report::Timeline;
 use soba_core::config::{Config, Durability};
 use soba_core::session::entry::{EntryBody, Role};
+use soba_core::session::foreign::ForeignCompactions;
 use soba_core::session::log::{LogError, SessionLog};
-use soba_core::session::view::{ForeignCompactions, ModelMessage};
+use soba_core::session::view::ModelMessage;
 
 use host::{CapsuleWriter, Sent, SimulatedHost, Sink};
 

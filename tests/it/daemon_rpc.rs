@@ -892,7 +892,7 @@ fn forge_counts(log: &Path, tokens: u32) {
                 &mut out,
                 r.key,
                 &r.id,
-                &soba_core::session::EntryCounts { tokens, ..r.counts },
+                &soba_core::session::index::EntryCounts { tokens, ..r.counts },
             ),
             _ => out.extend_from_slice(line),
         }

@@ -11,7 +11,7 @@ use soba::accuracy::{model_of, pairs, session_of, Pair};
 use soba::import::transcript::import_str;
 use soba::import::{ImportOptions, ImportResult};
 use soba_core::session::entry::EntryBody;
-use soba_core::session::view::ForeignCompactions;
+use soba_core::session::foreign::ForeignCompactions;
 use soba_core::session::Session;
 
 fn import(path: &Path) -> ImportResult {

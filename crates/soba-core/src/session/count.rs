@@ -46,6 +46,14 @@ pub fn entry_tokens(kind: TokenizerKind, entry: &Entry) -> u64 {
     }
 }
 
+/// Text of the result the view supplies for a call that never got one.
+pub const INTERRUPTED_RESULT_TEXT: &str = "no result: interrupted";
+
+/// Tokens of the synthetic result for an interrupted call.
+pub fn interrupted_result_tokens(kind: TokenizerKind, call_id: &str) -> u64 {
+    MESSAGE_OVERHEAD_TOKENS + kind.count(call_id) + kind.count(INTERRUPTED_RESULT_TEXT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

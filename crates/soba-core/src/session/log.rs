@@ -629,7 +629,7 @@ fn load_line(session: &mut Session, line: &[u8], gap: &mut Option<Option<usize>>
     if text.iter().all(u8::is_ascii_whitespace) {
         return LineOutcome::Loaded;
     }
-    let entry = match super::parse_line(text) {
+    let entry = match super::store::parse_line(text) {
         Ok(entry) => entry,
         Err(_) if !complete => return LineOutcome::Torn,
         Err(e) => {
@@ -1693,7 +1693,7 @@ mod tests {
     fn rewrite_record(
         log: &Path,
         id: &str,
-        change: impl Fn(crate::session::EntryCounts) -> crate::session::EntryCounts,
+        change: impl Fn(crate::session::index::EntryCounts) -> crate::session::index::EntryCounts,
     ) {
         let bytes = std::fs::read(counts_path(log)).unwrap();
         let mut out = Vec::new();
@@ -1710,7 +1710,10 @@ mod tests {
 
     /// Rewrite entry `id`'s record with a count no tokenizer gives it.
     fn forge(log: &Path, id: &str, tokens: u32) {
-        rewrite_record(log, id, |c| crate::session::EntryCounts { tokens, ..c });
+        rewrite_record(log, id, |c| crate::session::index::EntryCounts {
+            tokens,
+            ..c
+        });
     }
 
     fn real_tokens(s: &Session, id: &str) -> u64 {
@@ -1762,7 +1765,7 @@ mod tests {
 
     /// Rewrite entry `id`'s derived counts (stand-in results, a setting's overhead).
     fn forge_derived(log: &Path, id: &str, derived: &[u32]) {
-        rewrite_record(log, id, |c| crate::session::EntryCounts {
+        rewrite_record(log, id, |c| crate::session::index::EntryCounts {
             derived: derived.into(),
             ..c
         });
@@ -1816,7 +1819,7 @@ mod tests {
         ))
         .unwrap();
         let stand_in =
-            crate::session::view::interrupted_result_tokens(TokenizerKind::O200kBase, "call_2");
+            crate::session::count::interrupted_result_tokens(TokenizerKind::O200kBase, "call_2");
         let system = TokenizerKind::O200kBase.count("You are a careful coding agent.");
         drop(log);
         let by_id: std::collections::HashMap<String, Box<[u32]>> = records(&p)
@@ -1906,7 +1909,7 @@ mod tests {
             provider: 999,
             counted: 500,
         };
-        rewrite_record(&p, "r2", |c| crate::session::EntryCounts {
+        rewrite_record(&p, "r2", |c| crate::session::index::EntryCounts {
             sample: Some(Some(forged)),
             ..c
         });
@@ -1914,7 +1917,7 @@ mod tests {
         assert_eq!(s.count_sample(s.index_of("r2").unwrap()), Some(forged));
         // Another view policy measures other samples: the recorded ones are not used.
         let (mut s, _) = read_session(&p).unwrap();
-        s.set_foreign_compactions(crate::session::view::ForeignCompactions::WholeHistory);
+        s.set_foreign_compactions(crate::session::foreign::ForeignCompactions::WholeHistory);
         assert_eq!(s.count_sample(s.index_of("r2").unwrap()), measured);
     }
 
@@ -2179,7 +2182,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s.jsonl");
         let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
-        let entries: Vec<Entry> = (0..3 * super::super::PARALLEL_COUNT_MIN)
+        let entries: Vec<Entry> = (0..3 * crate::session::index::PARALLEL_COUNT_MIN)
             .map(|n| {
                 let parent = n.checked_sub(1).map(|p| format!("e{p}"));
                 msg(&format!("e{n}"), parent.as_deref(), &"word ".repeat(n % 50))

@@ -13,10 +13,10 @@
 use std::collections::HashSet;
 
 use super::entry::{EntryBody, EntryKind, IntentAction, Role, Usage};
+use super::index::SessionIndex;
 use super::trigger::Trigger;
 use super::turn::{turn_facts, PendingIntent, TurnFacts};
 use super::view::{ModelView, ViewItem, ViewPart, ViewSlot};
-use super::Session;
 use crate::budget::{Breakdown, UsageAnchor};
 use crate::tokens::TokenizerKind;
 
@@ -64,7 +64,7 @@ pub struct Tally {
 
 impl Tally {
     /// The tally at the session's leaf, from the model view.
-    pub fn build(session: &Session) -> Tally {
+    pub fn build(session: &SessionIndex) -> Tally {
         let leaf = session.leaf();
         let view = ModelView::build(session, leaf);
         let anchor = view.usage_anchor_at(session);
@@ -110,7 +110,7 @@ impl Tally {
 
     /// Account for entry `idx`, just pushed. `false` when the entry reshapes the view and only
     /// a rebuild can say what it is now.
-    pub(super) fn apply(&mut self, session: &Session, idx: usize) -> bool {
+    pub(super) fn apply(&mut self, session: &SessionIndex, idx: usize) -> bool {
         if session.parent_of(idx) != self.leaf
             || session.leaf() != Some(idx)
             || session.tokenizer() != self.tokenizer
@@ -169,7 +169,13 @@ impl Tally {
         applied
     }
 
-    fn message(&mut self, session: &Session, idx: usize, role: Role, usage: Option<Usage>) -> bool {
+    fn message(
+        &mut self,
+        session: &SessionIndex,
+        idx: usize,
+        role: Role,
+        usage: Option<Usage>,
+    ) -> bool {
         let e = session.entry(idx);
         let mut new_calls: Vec<(usize, &str)> = Vec::new();
         for (call, (id, _, _)) in e.tool_calls().enumerate() {
@@ -214,7 +220,7 @@ impl Tally {
         true
     }
 
-    fn result(&mut self, session: &Session, idx: usize, call_id: &str) -> bool {
+    fn result(&mut self, session: &SessionIndex, idx: usize, call_id: &str) -> bool {
         let answered_before = !self.result_call_ids.insert(call_key(call_id));
         let Some(pos) = self.unanswered.iter().position(|u| u.call_id == call_id) else {
             // No call waits for it: the view leaves it out.
@@ -542,7 +548,7 @@ mod tests {
         fn the_tally_kept_per_append_equals_the_view(steps in proptest::collection::vec(step(), 1..60), whole_history in any::<bool>()) {
             let mut b = Builder::new();
             if whole_history {
-                b.session.set_foreign_compactions(crate::session::view::ForeignCompactions::WholeHistory);
+                b.session.set_foreign_compactions(crate::session::foreign::ForeignCompactions::WholeHistory);
             }
             let mut calls = Vec::new();
             b.user("start");

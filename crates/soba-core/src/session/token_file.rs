@@ -30,7 +30,7 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::EntryCounts;
+use super::index::EntryCounts;
 use crate::budget::CountSample;
 use crate::tokens::{TokenizerKind, COUNT_RULES_VERSION};
 

@@ -2,7 +2,7 @@
 //! recoveries, and the pending intents of soft triggers.
 
 use super::entry::{EntryBody, EntryKind, IntentAction, Outcome, Role};
-use super::Session;
+use super::index::SessionIndex;
 use crate::session::trigger::Trigger;
 
 /// A soft trigger's request for a compaction at the next preflight, not yet consumed.
@@ -39,7 +39,7 @@ pub fn spends_the_soft_attempt(trigger: Trigger) -> bool {
 
 /// Read the turn facts at `leaf`: walk back to the start of the turn (the latest real user
 /// prompt) for attempts, and to the latest capsule for pending intents.
-pub fn turn_facts(session: &Session, leaf: Option<usize>) -> TurnFacts {
+pub fn turn_facts(session: &SessionIndex, leaf: Option<usize>) -> TurnFacts {
     let mut facts = TurnFacts::default();
     let mut in_turn = true;
     let mut consumed: Vec<String> = Vec::new();

@@ -2,7 +2,8 @@
 //! [`crate::budget::unseen`]) and what the session's own reports teach about it.
 
 use super::entry::{EntryBody, Role};
-use super::view::{replacing_compaction, ForeignCompactions, ModelView};
+use super::foreign::ForeignCompactions;
+use super::view::{replacing_compaction, ModelView};
 use super::Session;
 use crate::budget::unseen::Agent;
 use crate::budget::unseen::Fresh;

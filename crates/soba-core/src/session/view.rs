@@ -15,13 +15,12 @@ use std::collections::{HashMap, HashSet};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::count::INTERRUPTED_RESULT_TEXT;
 use super::entry::{ContentBlock, EntryBody, EntryKind, ForeignCompactionEntry, Role};
-use super::Session;
+use super::foreign::{foreign_summary_text, ForeignCompactions};
+use super::index::SessionIndex;
 use crate::budget::{Breakdown, UsageAnchor};
-use crate::tokens::{TokenizerKind, MESSAGE_OVERHEAD_TOKENS};
-
-/// Text of the result the view supplies for a call that never got one.
-pub const INTERRUPTED_RESULT_TEXT: &str = "no result: interrupted";
+use crate::tokens::MESSAGE_OVERHEAD_TOKENS;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -29,34 +28,6 @@ pub enum ViewPart {
     Capsule,
     RetainedTail,
     New,
-}
-
-/// What the view makes of a source agent's own compactions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ForeignCompactions {
-    /// The agent's context was replaced: the view starts from its latest compaction. This is
-    /// what the agent sends, so its provider usage after the compaction measures the view.
-    #[default]
-    Honour,
-    /// The whole history stays in the view, as if the agent had never compacted: what SOBA
-    /// alone would have sent (`soba replay` simulates that). Usage after a compaction measured
-    /// another context and is no anchor.
-    WholeHistory,
-}
-
-/// Prefix and suffix pi wraps a compaction summary in when it sends it to the model.
-const PI_SUMMARY_PREFIX: &str =
-    "The conversation history before this point was compacted into the following summary:\n\n<summary>\n";
-const PI_SUMMARY_SUFFIX: &str = "\n</summary>";
-
-/// The summary of a source agent's compaction as that agent sends it: a user message (Claude
-/// Code sends the text as written; pi wraps it).
-pub fn foreign_summary_text(f: &ForeignCompactionEntry) -> Option<String> {
-    let summary = f.summary.as_deref()?;
-    Some(match f.agent.as_str() {
-        "pi" => format!("{PI_SUMMARY_PREFIX}{summary}{PI_SUMMARY_SUFFIX}"),
-        _ => summary.to_string(),
-    })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +48,7 @@ pub enum ViewItem {
 
 impl ViewItem {
     /// The id of the call an `InterruptedResult` stands in for, from the index.
-    pub fn interrupted_call_id<'s>(&self, session: &'s Session) -> Option<&'s str> {
+    pub fn interrupted_call_id<'s>(&self, session: &'s SessionIndex) -> Option<&'s str> {
         match *self {
             ViewItem::InterruptedResult { call_entry, call } => {
                 session.call_ids_of(call_entry as usize).nth(call as usize)
@@ -87,7 +58,7 @@ impl ViewItem {
     }
 
     /// The id and tool name of the call an `InterruptedResult` stands in for.
-    pub fn interrupted_call<'s>(&self, session: &'s Session) -> Option<(&'s str, &'s str)> {
+    pub fn interrupted_call<'s>(&self, session: &'s SessionIndex) -> Option<(&'s str, &'s str)> {
         match *self {
             ViewItem::InterruptedResult { call_entry, call } => session
                 .entry(call_entry as usize)
@@ -140,21 +111,16 @@ pub struct ModelView {
     pub warnings: Vec<String>,
 }
 
-/// Tokens of the synthetic result for an interrupted call.
-pub fn interrupted_result_tokens(kind: TokenizerKind, call_id: &str) -> u64 {
-    MESSAGE_OVERHEAD_TOKENS + kind.count(call_id) + kind.count(INTERRUPTED_RESULT_TEXT)
-}
-
 impl ModelView {
     /// The view for `leaf` (usually `session.leaf()`), with the session's policy for foreign
     /// compactions.
-    pub fn build(session: &Session, leaf: Option<usize>) -> ModelView {
+    pub fn build(session: &SessionIndex, leaf: Option<usize>) -> ModelView {
         Self::build_with(session, leaf, session.foreign_compactions())
     }
 
     /// The view for `leaf`, with foreign compactions treated as `policy` says.
     pub fn build_with(
-        session: &Session,
+        session: &SessionIndex,
         leaf: Option<usize>,
         policy: ForeignCompactions,
     ) -> ModelView {
@@ -225,7 +191,7 @@ impl ModelView {
 
     /// The capsule's retained tail: the entries from its `firstKeptEntryId` to the capsule,
     /// oldest first.
-    fn capsule_tail(&mut self, session: &Session) -> Vec<usize> {
+    fn capsule_tail(&mut self, session: &SessionIndex) -> Vec<usize> {
         let Some(c) = self.capsule else {
             return Vec::new();
         };
@@ -254,7 +220,7 @@ impl ModelView {
     /// The entries the source agent carried over its compaction `f`: the run from its
     /// `firstKeptEntryId` (pi), or the entries it copied into its new history (Codex), in the
     /// agent's order.
-    fn kept_by_foreign(&mut self, session: &Session, f: usize) -> Vec<usize> {
+    fn kept_by_foreign(&mut self, session: &SessionIndex, f: usize) -> Vec<usize> {
         let fc = replacing_compaction(session, f).expect("the view starts from a compaction");
         let mut kept = Vec::new();
         let on_branch = |id: &str| {
@@ -290,7 +256,7 @@ impl ModelView {
     }
 
     /// The size over which tool results are shortened: the capsule's, while it opens the view.
-    pub fn elide_results_limit(&self, session: &Session) -> Option<u64> {
+    pub fn elide_results_limit(&self, session: &SessionIndex) -> Option<u64> {
         if self.foreign.is_some() {
             return None;
         }
@@ -301,7 +267,7 @@ impl ModelView {
 
     /// The model-visible entries of the whole history that the source agent's compaction left
     /// out of this view, oldest first: what a capsule made now must still account for.
-    pub fn superseded(&self, session: &Session) -> Vec<usize> {
+    pub fn superseded(&self, session: &SessionIndex) -> Vec<usize> {
         let Some(f) = self.foreign else {
             return Vec::new();
         };
@@ -316,7 +282,7 @@ impl ModelView {
     }
 
     /// Mark tool results larger than `limit` tokens as elided.
-    pub fn elide_results_over(&mut self, session: &Session, limit: u64) {
+    pub fn elide_results_over(&mut self, session: &SessionIndex, limit: u64) {
         for slot in &mut self.slots {
             if let ViewItem::Entry(i) = slot.item {
                 let i = i as usize;
@@ -335,7 +301,7 @@ impl ModelView {
         })
     }
 
-    pub fn slot_tokens(session: &Session, slot: &ViewSlot) -> u64 {
+    pub fn slot_tokens(session: &SessionIndex, slot: &ViewSlot) -> u64 {
         if slot.elided {
             if let ViewItem::Entry(i) = slot.item {
                 // Read for this count only: a capsule that elides results would otherwise keep
@@ -363,7 +329,7 @@ impl ModelView {
     }
 
     /// Counted tokens per part, with the system and tool overhead in force at the leaf.
-    pub fn breakdown(&self, session: &Session) -> Breakdown {
+    pub fn breakdown(&self, session: &SessionIndex) -> Breakdown {
         let (system, tools) = session.overhead_at(self.leaf);
         let mut b = Breakdown {
             system,
@@ -386,7 +352,7 @@ impl ModelView {
     /// from a source agent's own compaction, usage after it measured exactly this context and
     /// anchors; under [`ForeignCompactions::WholeHistory`] it measured the agent's compacted
     /// context, not this view, and is ignored.
-    pub fn usage_anchor(&self, session: &Session) -> Option<UsageAnchor> {
+    pub fn usage_anchor(&self, session: &SessionIndex) -> Option<UsageAnchor> {
         self.usage_anchor_at(session).map(|(_, a)| a)
     }
 
@@ -400,7 +366,7 @@ impl ModelView {
     ///
     /// Before the first usage after a source agent's own compaction there is no anchor: the
     /// budget counts the summary, the kept entries and what follows.
-    pub fn usage_anchor_at(&self, session: &Session) -> Option<(usize, UsageAnchor)> {
+    pub fn usage_anchor_at(&self, session: &SessionIndex) -> Option<(usize, UsageAnchor)> {
         let ignored_from = self.usage_ignored_from(session);
         // Parents precede children in the file, so on one branch a larger index is newer. The
         // index says which entries carry usage: only the newest is read (reading each would
@@ -441,7 +407,7 @@ impl ModelView {
 
     /// The entry from which provider usage no longer measures this view: the oldest foreign
     /// compaction in the new part, which only a whole-history view holds.
-    pub fn usage_ignored_from(&self, session: &Session) -> Option<usize> {
+    pub fn usage_ignored_from(&self, session: &SessionIndex) -> Option<usize> {
         match self.foreign {
             Some(_) => None,
             None => self.oldest_foreign_compaction(session),
@@ -451,7 +417,7 @@ impl ModelView {
     /// The oldest `foreign_compaction` that replaced the source agent's context between the
     /// latest capsule (or the root) and the leaf. Records of a compaction request alone (a
     /// `PreCompact` hook) replaced nothing and are passed over.
-    pub fn oldest_foreign_compaction(&self, session: &Session) -> Option<usize> {
+    pub fn oldest_foreign_compaction(&self, session: &SessionIndex) -> Option<usize> {
         let mut oldest = None;
         let mut cur = self.leaf;
         while let Some(i) = cur.filter(|&i| Some(i) != self.capsule) {
@@ -464,14 +430,14 @@ impl ModelView {
     }
 
     /// The messages to send, in order.
-    pub fn messages(&self, session: &Session) -> Vec<ModelMessage> {
+    pub fn messages(&self, session: &SessionIndex) -> Vec<ModelMessage> {
         self.slots.iter().map(|s| render_slot(session, s)).collect()
     }
 }
 
 /// The entries from `first_kept` down to the parent of `compaction` on its branch, oldest first:
 /// what a compaction that keeps from `first_kept` carries over (`first_kept` must be an ancestor).
-fn kept_run(session: &Session, first_kept: usize, compaction: usize) -> Vec<usize> {
+fn kept_run(session: &SessionIndex, first_kept: usize, compaction: usize) -> Vec<usize> {
     let mut run = Vec::new();
     let mut cur = session.parent_of(compaction);
     while let Some(i) = cur {
@@ -488,7 +454,7 @@ fn kept_run(session: &Session, first_kept: usize, compaction: usize) -> Vec<usiz
 /// The `foreign_compaction` at `idx`, when it replaced the source agent's context: it carries
 /// the summary the agent continued from or a record of what it kept.
 pub(super) fn replacing_compaction(
-    session: &Session,
+    session: &SessionIndex,
     idx: usize,
 ) -> Option<&ForeignCompactionEntry> {
     // Told by the index first: walks over a long history pass mostly other entries.
@@ -502,22 +468,16 @@ pub(super) fn replacing_compaction(
 }
 
 /// Tokens of the summary message of the foreign compaction at `idx`.
-fn foreign_summary_tokens(session: &Session, idx: usize) -> u64 {
+fn foreign_summary_tokens(session: &SessionIndex, idx: usize) -> u64 {
     session
         .derived_counts(idx)
         .first()
         .map_or(0, |&n| u64::from(n))
 }
 
-/// Tokens of the summary message a view that starts from the source agent's compaction `f`
-/// sends (0 where it has no summary).
-pub fn foreign_summary_tokens_of(kind: TokenizerKind, f: &ForeignCompactionEntry) -> u64 {
-    foreign_summary_text(f).map_or(0, |text| MESSAGE_OVERHEAD_TOKENS + kind.count(&text))
-}
-
 /// Emit the visible entries so that each assistant message with tool calls is followed by one
 /// result per call, in call order.
-fn pair_tool_results(session: &Session, ordered: &[(u32, ViewPart)], view: &mut ModelView) {
+fn pair_tool_results(session: &SessionIndex, ordered: &[(u32, ViewPart)], view: &mut ModelView) {
     // Entries are told apart by the index's types and call ids: a view of a long history
     // parses none of them.
     let is_result = |i: usize| session.kind_of(i) == EntryKind::ToolResult;
@@ -617,7 +577,7 @@ pub fn elided_text(entry_id: &str, r: &super::entry::ToolResultEntry) -> String 
     )
 }
 
-fn render_slot(session: &Session, slot: &ViewSlot) -> ModelMessage {
+fn render_slot(session: &SessionIndex, slot: &ViewSlot) -> ModelMessage {
     match &slot.item {
         ViewItem::Capsule(i) => {
             let cap = session
@@ -691,7 +651,7 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    fn roles(session: &Session) -> Vec<String> {
+    fn roles(session: &SessionIndex) -> Vec<String> {
         ModelView::build(session, session.leaf())
             .messages(session)
             .iter()
@@ -789,7 +749,9 @@ mod tests {
 mod foreign_compaction_tests {
     use super::*;
     use crate::session::entry::{ForeignCompactionEntry, Usage};
+    use crate::session::foreign::{PI_SUMMARY_PREFIX, PI_SUMMARY_SUFFIX};
     use crate::session::testing::Builder;
+    use crate::session::Session;
 
     fn set_usage(b: &mut Builder, id: &str, input: u64) {
         let idx = b.session.index_of(id).unwrap();
@@ -828,7 +790,7 @@ mod foreign_compaction_tests {
         }
     }
 
-    fn texts(s: &Session) -> Vec<String> {
+    fn texts(s: &SessionIndex) -> Vec<String> {
         ModelView::build(s, s.leaf())
             .messages(s)
             .iter()
