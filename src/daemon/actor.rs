@@ -32,7 +32,7 @@ use crate::config::{Config, ConfigFile};
 use crate::flight::FlightLog;
 use crate::inspect::budget_report;
 use crate::session::entry::{
-    CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
+    CheckpointKind, Entry, EntryBody, FileEntry, Outcome, SettingEntry, Usage,
 };
 use crate::session::log::{LogError, SessionLog};
 use crate::summarize::breaker::Breaker;
@@ -650,7 +650,7 @@ impl Actor {
             )));
         }
         let exported = crate::capsule::handoff::export_capsule(self.log.session(), checkpoint_id)
-            .map_err(|e| RpcError::invalid_params(format!("`checkpointId`: {e}")))?;
+            .map_err(|e| RpcError::from(e).about_param("checkpointId"))?;
         crate::capsule::portable::write_capsule_file(path, &exported.text)
             .map_err(|e| RpcError::internal(e.to_string()))?;
         Ok(CapsuleExportResult {
@@ -670,7 +670,7 @@ impl Actor {
             &parsed,
             &shown.display().to_string(),
         )
-        .map_err(|e| RpcError::internal(format!("{e:#}")));
+        .map_err(RpcError::from);
         self.publish();
         Ok(CapsuleLoadResult {
             checkpoint_id: r?.checkpoint_id,
@@ -1485,15 +1485,8 @@ impl Actor {
         if let Some(refused) = self.control.refusal("soba/rewind") {
             return Err(refused);
         }
-        if self.log.session().get(entry_id).is_none() {
-            return Err(RpcError::invalid_params(format!(
-                "`entryId`: entry `{entry_id}` is not in session `{}`",
-                self.session_id()
-            )));
-        }
-        let entry = self.leaf_entry(EntryBody::Rewind(RewindEntry {
-            to: entry_id.to_string(),
-        }));
+        let entry = crate::session::rewind::rewind_entry(&self.log, entry_id)
+            .map_err(|e| RpcError::from(e).about_param("entryId"))?;
         self.write(vec![entry])?;
         let budget = self.publish();
         Ok(RewindResult {
