@@ -12,6 +12,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // Before anything runs: the engine's warnings (the daemon's too) reach stderr through it.
+    install_warning_printer();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
@@ -69,5 +71,43 @@ fn usage_hint(rendered: &str) -> String {
     match rendered.lines().find(|l| l.starts_with("Usage: ")) {
         Some(usage) => format!("{}; `soba --help` lists every command", usage.trim()),
         None => "`soba --help` lists every command".to_string(),
+    }
+}
+
+/// Prints the warnings SOBA's own code logs (`log::warn!`) on stderr as `soba: warning: …`;
+/// the library prints nothing itself. Records of other crates are not SOBA's to show.
+struct WarningPrinter;
+
+impl log::Log for WarningPrinter {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::Level::Warn && is_soba_target(metadata.target())
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let level = match record.level() {
+            log::Level::Error => "error",
+            _ => "warning",
+        };
+        eprintln!("soba: {level}: {}", record.args());
+    }
+
+    fn flush(&self) {}
+}
+
+/// Whether a record comes from this package's crates (`soba`, `soba_…`): the target is the
+/// module path of the code that logged it.
+fn is_soba_target(target: &str) -> bool {
+    let krate = target.split("::").next().unwrap_or_default();
+    krate == "soba" || krate.starts_with("soba_")
+}
+
+fn install_warning_printer() {
+    static PRINTER: WarningPrinter = WarningPrinter;
+    // Only a second install fails, and there is none.
+    if log::set_logger(&PRINTER).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
     }
 }

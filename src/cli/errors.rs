@@ -59,6 +59,9 @@ fn io_error_in<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a s
     if let Some(e) = cause.downcast_ref::<soba_core::capsule::portable::PortableError>() {
         return e.io_cause();
     }
+    if let Some(e) = cause.downcast_ref::<soba_core::trust::TrustFileError>() {
+        return e.io_cause();
+    }
     cause
         .downcast_ref::<soba_core::capsule::memory::MirrorError>()
         .and_then(|e| e.io_cause())
@@ -99,6 +102,26 @@ mod tests {
                 ErrorReport::from_error(&e).hint.as_deref(),
                 Some(NO_SPACE_HINT)
             );
+        }
+    }
+
+    #[test]
+    fn the_engines_typed_errors_keep_their_io_hint() {
+        let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let trust = anyhow::Error::new(soba_core::trust::TrustFileError::Write {
+            path: "config.json".into(),
+            cause: denied(),
+        })
+        .context("cannot update config.json");
+        let rewind = anyhow::Error::new(soba_core::session::rewind::RewindError::Append(
+            soba_core::session::log::LogError::WriteFailed {
+                path: "s.jsonl".into(),
+                cause: denied(),
+            },
+        ));
+        for e in [trust, rewind] {
+            let r = ErrorReport::from_error(&e);
+            assert_eq!(r.hint.as_deref(), Some(PERMISSION_HINT), "{}", r.error);
         }
     }
 

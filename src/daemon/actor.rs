@@ -33,7 +33,7 @@ use soba_core::compaction::run::{Barrier as Engine, Preflight};
 use soba_core::compaction::{reasons, CompactionResult};
 use soba_core::config::{Config, ConfigFile};
 use soba_core::session::entry::{
-    CheckpointKind, Entry, EntryBody, FileEntry, Outcome, RewindEntry, SettingEntry, Usage,
+    CheckpointKind, Entry, EntryBody, FileEntry, Outcome, SettingEntry, Usage,
 };
 use soba_core::session::log::{LogError, SessionLog};
 use soba_core::tool_mapping::ToolMapping;
@@ -651,7 +651,7 @@ impl Actor {
         }
         let exported =
             soba_core::capsule::handoff::export_capsule(self.log.session(), checkpoint_id)
-                .map_err(|e| RpcError::invalid_params(format!("`checkpointId`: {e}")))?;
+                .map_err(|e| RpcError::from(e).about_param("checkpointId"))?;
         soba_core::capsule::portable::write_capsule_file(path, &exported.text)
             .map_err(|e| RpcError::internal(e.to_string()))?;
         Ok(CapsuleExportResult {
@@ -671,7 +671,7 @@ impl Actor {
             &parsed,
             &shown.display().to_string(),
         )
-        .map_err(|e| RpcError::internal(format!("{e:#}")));
+        .map_err(RpcError::from);
         self.publish();
         Ok(CapsuleLoadResult {
             checkpoint_id: r?.checkpoint_id,
@@ -1486,15 +1486,8 @@ impl Actor {
         if let Some(refused) = self.control.refusal("soba/rewind") {
             return Err(refused);
         }
-        if self.log.session().get(entry_id).is_none() {
-            return Err(RpcError::invalid_params(format!(
-                "`entryId`: entry `{entry_id}` is not in session `{}`",
-                self.session_id()
-            )));
-        }
-        let entry = self.leaf_entry(EntryBody::Rewind(RewindEntry {
-            to: entry_id.to_string(),
-        }));
+        let entry = soba_core::session::rewind::rewind_entry(&self.log, entry_id)
+            .map_err(|e| RpcError::from(e).about_param("entryId"))?;
         self.write(vec![entry])?;
         let budget = self.publish();
         Ok(RewindResult {

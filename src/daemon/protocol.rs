@@ -823,6 +823,53 @@ impl RpcError {
         self.data = Some(data);
         self
     }
+
+    /// Name the request field an invalid-params error is about (`` `entryId`: … ``). Other
+    /// errors are not the request's fault, so they name no field.
+    pub fn about_param(mut self, field: &str) -> Self {
+        if self.code == code::INVALID_PARAMS {
+            self.message = format!("`{field}`: {}", self.message);
+        }
+        self
+    }
+}
+
+/// An error's message followed by its causes, joined by `: ` (what `{:#}` prints for anyhow).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        message.push_str(": ");
+        message.push_str(&c.to_string());
+        cause = c.source();
+    }
+    message
+}
+
+// The engine's errors become protocol errors here, and only here: what the request asked for
+// that is not there is the caller's to fix (invalid params); a log that cannot be written is
+// the daemon's (internal).
+
+impl From<soba_core::session::rewind::RewindError> for RpcError {
+    fn from(e: soba_core::session::rewind::RewindError) -> Self {
+        use soba_core::session::rewind::RewindError;
+        match e {
+            RewindError::NoEntry { .. } => RpcError::invalid_params(e.to_string()),
+            RewindError::Append(_) => RpcError::internal(with_causes(&e)),
+        }
+    }
+}
+
+impl From<soba_core::capsule::handoff::HandoffError> for RpcError {
+    fn from(e: soba_core::capsule::handoff::HandoffError) -> Self {
+        use soba_core::capsule::handoff::HandoffError;
+        match e {
+            HandoffError::NoCapsules { .. } | HandoffError::NoCapsule { .. } => {
+                RpcError::invalid_params(e.to_string())
+            }
+            HandoffError::Append(_) => RpcError::internal(with_causes(&e)),
+        }
+    }
 }
 
 impl From<RpcError> for tower_lsp_server::jsonrpc::Error {
@@ -931,6 +978,75 @@ mod tests {
         .unwrap_err();
         assert!(
             e.message.contains("`enabled`: invalid type"),
+            "{}",
+            e.message
+        );
+    }
+
+    fn write_failure() -> soba_core::session::log::LogError {
+        soba_core::session::log::LogError::WriteFailed {
+            path: "/s.jsonl".into(),
+            cause: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        }
+    }
+
+    #[test]
+    fn an_unknown_rewind_target_is_the_callers_and_a_failed_append_the_daemons() {
+        use soba_core::session::rewind::RewindError;
+        let e = RpcError::from(RewindError::NoEntry {
+            to: "entry-onf".into(),
+            log: "/s.jsonl".into(),
+            suggestion: Some("entry-one".into()),
+        })
+        .about_param("entryId");
+        assert_eq!(e.code, code::INVALID_PARAMS);
+        assert!(
+            e.message
+                .starts_with("`entryId`: no entry `entry-onf` in /s.jsonl.")
+                && e.message.contains("Did you mean `entry-one`?"),
+            "{}",
+            e.message
+        );
+
+        let e = RpcError::from(RewindError::Append(write_failure())).about_param("entryId");
+        assert_eq!(e.code, code::INTERNAL);
+        assert!(
+            e.message
+                .starts_with("appending the rewind entry: could not write to /s.jsonl:"),
+            "the cause is in the message, and no field is blamed: {}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn an_unknown_checkpoint_is_the_callers_and_a_failed_load_the_daemons() {
+        use soba_core::capsule::handoff::HandoffError;
+        let none = RpcError::from(HandoffError::NoCapsules {
+            checkpoint: "ck_1".into(),
+        });
+        assert_eq!(none.code, code::INVALID_PARAMS);
+        assert!(
+            none.message.contains("has no capsules yet"),
+            "{}",
+            none.message
+        );
+        let other = RpcError::from(HandoffError::NoCapsule {
+            checkpoint: "ck_2".into(),
+            known: vec!["ck_1".into(), "ck_3".into()],
+            suggestion: None,
+        })
+        .about_param("checkpointId");
+        assert_eq!(other.code, code::INVALID_PARAMS);
+        assert_eq!(
+            other.message,
+            "`checkpointId`: no capsule `ck_2` in this session. Its capsules: ck_1, ck_3"
+        );
+
+        let e = RpcError::from(HandoffError::Append(write_failure()));
+        assert_eq!(e.code, code::INTERNAL);
+        assert!(
+            e.message
+                .starts_with("cannot add the capsule to the session: could not write to /s.jsonl:"),
             "{}",
             e.message
         );

@@ -211,6 +211,39 @@ fn soba(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// Put a folder that is not empty where a side file of the log goes, so it cannot be written.
+fn block_side_file(log: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut side = log.as_os_str().to_owned();
+    side.push(suffix);
+    let side = std::path::PathBuf::from(side);
+    let _ = std::fs::remove_file(&side);
+    std::fs::create_dir(&side).unwrap();
+    std::fs::write(side.join("keep"), "x").unwrap();
+    side
+}
+
+#[test]
+fn side_files_that_cannot_be_written_are_warnings_of_the_binary_not_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = session_a(dir.path());
+    let note = block_side_file(&a, ".lock");
+    let counts = block_side_file(&a, ".tokens");
+    let (ok, _, err) = soba(&["rewind", a.to_str().unwrap(), "u1"]);
+    assert!(ok, "{err}");
+    let warned = |what: &str, side: &Path| {
+        err.lines()
+            .any(|l| l.starts_with(&format!("soba: warning: {what} in {}: ", side.display())))
+    };
+    assert!(warned("cannot name this writer", &note), "{err}");
+    assert!(warned("cannot save token counts", &counts), "{err}");
+    assert!(
+        err.contains("the next open of this session counts its entries again"),
+        "{err}"
+    );
+    let (s, _) = read_session(&a).unwrap();
+    assert_eq!(s.len(), 3, "the rewind was written");
+}
+
 #[test]
 fn binary_exports_loads_lists_and_rewinds() {
     let dir = tempfile::tempdir().unwrap();

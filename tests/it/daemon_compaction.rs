@@ -718,8 +718,12 @@ async fn capsules_are_created_listed_exported_and_loaded() {
             json!({"checkpointId": "ck_nope", "path": e.workspace.join("x.capsule.md")}),
         )
         .await;
+    // An unknown checkpoint is the request's to fix, not the daemon's failure.
+    assert_eq!(err["code"], code::INVALID_PARAMS, "{err}");
+    let message = err["message"].as_str().unwrap();
     assert!(
-        err["message"].as_str().unwrap().contains("checkpointId"),
+        message.starts_with("`checkpointId`: no capsule `ck_nope` in this session.")
+            && message.contains(ck.as_str()),
         "{err}"
     );
 

@@ -190,7 +190,10 @@ async fn rewind_and_auto_compact_are_log_entries() {
         .await;
     assert_eq!(err["code"], code::INVALID_PARAMS);
     assert!(
-        err["message"].as_str().unwrap().contains("entryId"),
+        err["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("`entryId`: no entry `nope` in "),
         "{err}"
     );
 

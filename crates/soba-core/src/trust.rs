@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::config::{workspace_config_path, ConfigFile, SummarizerConfig};
+use crate::config::{workspace_config_path, ConfigError, ConfigFile, SummarizerConfig};
 
 /// The key in the user config file that lists trusted workspaces.
 pub const TRUSTED_KEY: &str = "trustedWorkspaces";
@@ -145,21 +145,67 @@ pub enum TrustChange {
     Revoke,
 }
 
+/// Why the user config's list of trusted workspaces cannot be edited.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotEditable {
+    #[error("the user config is not a JSON object")]
+    NotAnObject,
+    #[error("`{TRUSTED_KEY}` in the user config is not a list")]
+    NotAList,
+}
+
+/// Why the user config file could not be read for its trusted workspaces, or edited.
+// Each I/O message prints its cause, which is therefore not also a `source()`: `{:#}` would
+// print it twice. `io_cause` gives it to those who advise on its kind.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustFileError {
+    /// The file is not a valid user config, before the edit or after it.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("{}: cannot read: {cause}", path.display())]
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error(transparent)]
+    NotEditable(#[from] NotEditable),
+    /// The folder of a missing user config could not be created.
+    #[error("{cause}")]
+    CreateFolder { dir: PathBuf, cause: std::io::Error },
+    #[error("{cause}")]
+    Write {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+}
+
+impl TrustFileError {
+    /// The I/O error behind this one, for advice on its kind.
+    pub fn io_cause(&self) -> Option<&std::io::Error> {
+        match self {
+            TrustFileError::Read { cause, .. }
+            | TrustFileError::CreateFolder { cause, .. }
+            | TrustFileError::Write { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+}
+
 /// Apply `change` for `workspace` (already canonical) to the user config's JSON, keeping every
 /// other key as it is. Returns whether the list changed.
 pub fn apply_change(
     config: &mut Value,
     workspace: &str,
     change: TrustChange,
-) -> Result<bool, String> {
+) -> Result<bool, NotEditable> {
     let Some(obj) = config.as_object_mut() else {
-        return Err("the user config is not a JSON object".into());
+        return Err(NotEditable::NotAnObject);
     };
     let list = obj
         .entry(TRUSTED_KEY)
         .or_insert_with(|| Value::Array(Vec::new()));
     let Some(items) = list.as_array_mut() else {
-        return Err(format!("`{TRUSTED_KEY}` in the user config is not a list"));
+        return Err(NotEditable::NotAList);
     };
     let present = items.iter().any(|v| v.as_str() == Some(workspace));
     let changed = match change {
@@ -180,7 +226,7 @@ pub fn apply_change(
 }
 
 /// The trusted workspaces recorded in the user config file at `path` (none when it is missing).
-pub fn list(path: &Path) -> anyhow::Result<Vec<String>> {
+pub fn list(path: &Path) -> Result<Vec<String>, TrustFileError> {
     if !path.exists() {
         return Ok(Vec::new());
     }
@@ -192,24 +238,47 @@ pub fn list(path: &Path) -> anyhow::Result<Vec<String>> {
 /// Record or remove `workspace` in the user config file at `path`, creating the file (and its
 /// private folder) when missing. The file is validated before and after, so a typo in it is
 /// reported instead of being overwritten.
-pub fn edit_trust(path: &Path, workspace: &str, change: TrustChange) -> anyhow::Result<bool> {
+pub fn edit_trust(
+    path: &Path,
+    workspace: &str,
+    change: TrustChange,
+) -> Result<bool, TrustFileError> {
     let mut value = if path.exists() {
-        ConfigFile::load(path)?;
-        let text = crate::files::read_regular_to_string(path)?;
-        serde_json::from_str(&text)?
+        // Read once, and only a regular file: a FIFO at the path is refused, not waited on.
+        let file = path.display().to_string();
+        let text =
+            crate::files::read_regular_to_string(path).map_err(|cause| TrustFileError::Read {
+                path: path.to_path_buf(),
+                cause,
+            })?;
+        let value: Value = serde_json::from_str(&text).map_err(|e| ConfigError::Syntax {
+            file: file.clone(),
+            message: e.to_string(),
+        })?;
+        ConfigFile::from_value(&file, value.clone())?;
+        value
     } else {
         Value::Object(serde_json::Map::new())
     };
-    let changed = apply_change(&mut value, workspace, change).map_err(anyhow::Error::msg)?;
+    let changed = apply_change(&mut value, workspace, change)?;
     if !changed {
         return Ok(false);
     }
-    let text = serde_json::to_string_pretty(&value)? + "\n";
+    // A `Value` always serializes: its keys are strings.
+    let text = serde_json::to_string_pretty(&value).expect("a JSON value serializes") + "\n";
     ConfigFile::parse(&path.display().to_string(), &text)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        crate::files::create_private_dir_all(dir)?;
+        crate::files::create_private_dir_all(dir).map_err(|cause| {
+            TrustFileError::CreateFolder {
+                dir: dir.to_path_buf(),
+                cause,
+            }
+        })?;
     }
-    crate::files::write_atomic(path, text.as_bytes())?;
+    crate::files::write_atomic(path, text.as_bytes()).map_err(|cause| TrustFileError::Write {
+        path: path.to_path_buf(),
+        cause,
+    })?;
     Ok(true)
 }
 
@@ -340,6 +409,83 @@ mod tests {
         assert!(v.get(TRUSTED_KEY).is_none());
         assert_eq!(v["compaction"]["auto"], false);
         let mut bad = serde_json::json!({TRUSTED_KEY: "oops"});
-        assert!(apply_change(&mut bad, "/w", TrustChange::Trust).is_err());
+        assert_eq!(
+            apply_change(&mut bad, "/w", TrustChange::Trust),
+            Err(NotEditable::NotAList)
+        );
+        let mut bad = serde_json::json!(["/w"]);
+        assert_eq!(
+            apply_change(&mut bad, "/w", TrustChange::Trust),
+            Err(NotEditable::NotAnObject)
+        );
+    }
+
+    #[test]
+    fn a_user_config_with_a_typo_is_reported_and_left_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let typo = r#"{"compactoin":{}}"#;
+        std::fs::write(&path, typo).unwrap();
+        let err = edit_trust(&path, "/w", TrustChange::Trust).unwrap_err();
+        assert!(
+            matches!(err, TrustFileError::Config(ConfigError::UnknownKey { .. })),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("unknown key `compactoin`"),
+            "{err}"
+        );
+        std::fs::write(&path, "{").unwrap();
+        let err = edit_trust(&path, "/w", TrustChange::Trust).unwrap_err();
+        assert!(
+            matches!(err, TrustFileError::Config(ConfigError::Syntax { .. })),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{");
+        std::fs::write(&path, r#"{"trustedWorkspaces":"/w"}"#).unwrap();
+        let err = edit_trust(&path, "/w", TrustChange::Trust).unwrap_err();
+        assert!(matches!(err, TrustFileError::Config(_)), "{err}");
+    }
+
+    #[test]
+    fn a_user_config_that_is_not_a_file_is_refused_with_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::create_dir(&path).unwrap();
+        let err = edit_trust(&path, "/w", TrustChange::Trust).unwrap_err();
+        assert!(matches!(err, TrustFileError::Read { .. }), "{err}");
+        assert!(err.io_cause().is_some());
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{}: cannot read: ", path.display())),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_user_config_folder_that_cannot_be_made_is_a_create_folder_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocker = dir.path().join("soba");
+        std::fs::write(&blocker, "a file where the folder goes").unwrap();
+        let err = edit_trust(&blocker.join("config.json"), "/w", TrustChange::Trust).unwrap_err();
+        assert!(matches!(err, TrustFileError::CreateFolder { .. }), "{err}");
+        assert!(err.io_cause().is_some());
+    }
+
+    #[test]
+    fn a_user_config_that_cannot_be_replaced_is_a_write_error_and_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, "{}").unwrap();
+        // The temporary file the new text goes to first is taken by a folder that is not empty.
+        let tmp = dir
+            .path()
+            .join(format!(".config.json.tmp-{}", std::process::id()));
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::write(tmp.join("keep"), "x").unwrap();
+        let err = edit_trust(&path, "/w", TrustChange::Trust).unwrap_err();
+        assert!(matches!(err, TrustFileError::Write { .. }), "{err}");
+        assert!(err.io_cause().is_some());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{}");
     }
 }

@@ -2,20 +2,46 @@
 //! portable `.capsule.md` format, and load one back into a session. Shared by the command line
 //! and the daemon.
 
-use anyhow::bail;
 use serde::Serialize;
 
 use super::portable::{write, Exported, Parsed, PortableCapsule};
 use crate::session::capsule::model::{CapsuleEntry, Origin};
 use crate::session::entry::{Entry, EntryBody, EntryKind};
-use crate::session::log::SessionLog;
+use crate::session::log::{LogError, SessionLog};
 use crate::session::Session;
+
+/// Why a capsule could not be found or handed over.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    /// The session has no capsule at all.
+    #[error("no capsule `{checkpoint}`: this session has no capsules yet")]
+    NoCapsules { checkpoint: String },
+    /// The session has capsules, none with this checkpoint id.
+    #[error("no capsule `{checkpoint}` in this session.{} Its capsules: {}", did_you_mean(.suggestion), .known.join(", "))]
+    NoCapsule {
+        checkpoint: String,
+        /// The checkpoint ids of the session's capsules, in log order.
+        known: Vec<String>,
+        /// The known id nearest to `checkpoint`, when one is near.
+        suggestion: Option<String>,
+    },
+    /// The loaded capsule could not be appended to the session's log.
+    #[error("cannot add the capsule to the session")]
+    Append(#[source] LogError),
+}
+
+fn did_you_mean(suggestion: &Option<String>) -> String {
+    suggestion
+        .as_ref()
+        .map(|c| format!(" Did you mean `{c}`?"))
+        .unwrap_or_default()
+}
 
 /// The capsule entry with this checkpoint id, or an error listing the ones there are.
 pub fn find_capsule<'a>(
     session: &'a Session,
     checkpoint: &str,
-) -> anyhow::Result<(&'a Entry, &'a CapsuleEntry)> {
+) -> Result<(&'a Entry, &'a CapsuleEntry), HandoffError> {
     let mut ids = Vec::new();
     for e in session
         .indices_of(EntryKind::Capsule)
@@ -29,15 +55,15 @@ pub fn find_capsule<'a>(
         }
     }
     if ids.is_empty() {
-        bail!("no capsule `{checkpoint}`: this session has no capsules yet");
+        return Err(HandoffError::NoCapsules {
+            checkpoint: checkpoint.to_string(),
+        });
     }
-    let hint = crate::util::did_you_mean(checkpoint, &ids)
-        .map(|c| format!(" Did you mean `{c}`?"))
-        .unwrap_or_default();
-    bail!(
-        "no capsule `{checkpoint}` in this session.{hint} Its capsules: {}",
-        ids.join(", ")
-    )
+    Err(HandoffError::NoCapsule {
+        checkpoint: checkpoint.to_string(),
+        suggestion: crate::util::did_you_mean(checkpoint, &ids).map(str::to_string),
+        known: ids.into_iter().map(str::to_string).collect(),
+    })
 }
 
 /// Tokens of the capsule with this checkpoint id, as the session's tokenizer counts its entry:
@@ -53,7 +79,7 @@ pub fn capsule_tokens(session: &Session, checkpoint: &str) -> Option<u64> {
 }
 
 /// The `.capsule.md` text of a capsule of `session`.
-pub fn export_capsule(session: &Session, checkpoint: &str) -> anyhow::Result<Exported> {
+pub fn export_capsule(session: &Session, checkpoint: &str) -> Result<Exported, HandoffError> {
     let (entry, capsule) = find_capsule(session, checkpoint)?;
     let h = &session.header;
     Ok(write(&PortableCapsule::from_entry(
@@ -82,7 +108,7 @@ pub fn load_capsule(
     log: &mut SessionLog,
     parsed: &Parsed,
     path: &str,
-) -> anyhow::Result<LoadReport> {
+) -> Result<LoadReport, HandoffError> {
     let checkpoint_id = crate::util::new_id("ck_");
     let capsule = parsed.capsule.to_loaded_entry(checkpoint_id.clone(), path);
     let entry_id = crate::util::new_id("e_");
@@ -91,7 +117,8 @@ pub fn load_capsule(
         entry_id.clone(),
         parent,
         EntryBody::Capsule(Box::new(capsule)),
-    ))?;
+    ))
+    .map_err(HandoffError::Append)?;
     Ok(LoadReport {
         checkpoint_id,
         entry_id,

@@ -320,10 +320,7 @@ fn lock_outcome(path: &Path, r: Result<(), std::fs::TryLockError>) -> Result<(),
     // The lock is on the log itself; the note only names the holder for a second writer's
     // error, so a note that cannot be written is worth a warning, not a refusal.
     if let Err(e) = write_holder_note(&note, &who) {
-        eprintln!(
-            "soba: warning: cannot name this writer in {}: {e}",
-            note.display()
-        );
+        ::log::warn!("cannot name this writer in {}: {e}", note.display());
     }
     Ok(())
 }
@@ -949,8 +946,8 @@ impl SessionLog {
             },
             Err(e) => {
                 self.counts_file.file = None;
-                eprintln!(
-                    "soba: warning: cannot save token counts in {}: {e}; the next open of this session counts its entries again",
+                ::log::warn!(
+                    "cannot save token counts in {}: {e}; the next open of this session counts its entries again",
                     self.counts_file.path.display()
                 );
                 CountsState::Off
