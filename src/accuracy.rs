@@ -45,7 +45,7 @@ pub struct Pair {
     /// What the estimate added for content the provider counts beyond the log (included in
     /// `soba`): the unseen-context allowance of an unanchored request, the unseen-growth
     /// allowance of an anchored one.
-    pub unseen: soba_core::budget::unseen::Unseen,
+    pub unseen: soba_core::budget::unseen_allowance::Unseen,
 }
 
 impl Pair {

@@ -76,7 +76,7 @@ pub struct ReportBreakdown {
     /// before the session's usage anchors the budget, the agent's unseen context (system
     /// prompt, tool schemas), learned on this machine or the agent's default; after, the
     /// growth its reports showed beyond the log.
-    pub unseen: soba_core::budget::unseen::Unseen,
+    pub unseen: soba_core::budget::unseen_allowance::Unseen,
     /// `unseen` in words, e.g. `not in the log: ~39.9k, learned from 12 Claude Code sessions`;
     /// absent when there is no allowance.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -63,7 +63,7 @@ fn io_error_in<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a s
         return e.io_cause();
     }
     cause
-        .downcast_ref::<soba_core::capsule::memory::MirrorError>()
+        .downcast_ref::<soba_core::capsule::project_memory::MirrorError>()
         .and_then(|e| e.io_cause())
 }
 

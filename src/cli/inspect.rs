@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{print_json, warn_load, CommonArgs};
 use crate::inspect::{budget_report, context_report, preflight_outlook};
 use soba_core::session::log::{read_session, read_session_as_lines};
-use soba_core::session::unseen_store::{learn_from_session, UnseenStore};
+use soba_core::session::unseen_priors::{learn_from_session, UnseenStore};
 use soba_core::util::human_tokens;
 
 pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {

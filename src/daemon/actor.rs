@@ -451,7 +451,7 @@ struct Actor {
     activity: Arc<Activity>,
     unseen_store: Option<PathBuf>,
     /// What the session last taught the store, so that only a change is written.
-    unseen_taught: soba_core::session::unseen::UnseenObservations,
+    unseen_taught: soba_core::session::unseen_measure::UnseenObservations,
     /// Who compacts this session: SOBA, or the followed agent itself.
     control: Control,
 }
@@ -494,7 +494,7 @@ pub struct ActorSetup {
     pub flight: FlightLog,
     pub events: broadcast::Sender<Event>,
     /// Where this machine keeps what it learned about agents' unseen context
-    /// ([`soba_core::session::unseen_store`]); `None`: the agents' defaults, nothing learned.
+    /// ([`soba_core::session::unseen_priors`]); `None`: the agents' defaults, nothing learned.
     pub unseen_store: Option<PathBuf>,
 }
 
@@ -1400,7 +1400,7 @@ impl Actor {
         let Some(path) = &self.unseen_store else {
             return;
         };
-        let store = soba_core::session::unseen_store::UnseenStore::load(path);
+        let store = soba_core::session::unseen_priors::UnseenStore::load(path);
         if let Some(problem) = store.problem() {
             eprintln!("soba: warning: {problem}");
         }
@@ -1423,7 +1423,7 @@ impl Actor {
             return;
         }
         if let Some(problem) =
-            soba_core::session::unseen_store::learn_from_session(path, s, &self.config.model.name)
+            soba_core::session::unseen_priors::learn_from_session(path, s, &self.config.model.name)
         {
             eprintln!("soba: session {}: warning: {problem}", self.session_id());
         }

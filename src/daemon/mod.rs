@@ -23,7 +23,7 @@ pub mod client_model;
 pub mod connection;
 pub mod control;
 pub mod framing;
-pub mod memory;
+pub mod heap_trim;
 pub mod paths;
 pub mod protocol;
 pub mod registry;

@@ -372,7 +372,7 @@ impl Daemon {
             summarizer,
             flight: FlightLog::new(&self.paths.workspace_dir(workspace)),
             events: self.events.clone(),
-            unseen_store: Some(soba_core::session::unseen_store::UnseenStore::path_in(
+            unseen_store: Some(soba_core::session::unseen_priors::UnseenStore::path_in(
                 &self.paths.data_dir,
             )),
         });
@@ -513,7 +513,7 @@ impl Daemon {
                     reason: SessionCloseReason::Idle,
                 }));
                 drop(handle);
-                super::memory::return_freed_memory();
+                super::heap_trim::return_freed_memory();
             });
         }
     }
@@ -724,7 +724,7 @@ impl Daemon {
             workspace: workspace.display().to_string(),
             reason: SessionCloseReason::Closed,
         }));
-        super::memory::return_freed_memory();
+        super::heap_trim::return_freed_memory();
         Ok(path)
     }
 

@@ -48,8 +48,8 @@ const ORDER: &[&str] = &[
     "session::log",
     "session::calibrate",
     "session::rewind",
-    "session::unseen",
-    "session::unseen_store",
+    "session::unseen_measure",
+    "session::unseen_priors",
     // Capsules and compaction: the last of the engine (the core crate).
     "capsule",
     "compaction",

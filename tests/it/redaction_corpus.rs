@@ -1205,11 +1205,11 @@ fn planted_secret_recall_on_every_output_path() {
             None,
         ));
         check("export", &exported.text);
-        let src = soba_core::capsule::memory::MirrorSource {
+        let src = soba_core::capsule::project_memory::MirrorSource {
             created: "2026-12-01T00:00:00Z",
             session: Some("s1"),
         };
-        let m = soba_core::capsule::memory::mirror(ws.path(), &capsule, src, true).unwrap();
+        let m = soba_core::capsule::project_memory::mirror(ws.path(), &capsule, src, true).unwrap();
         check("memory", &std::fs::read_to_string(&m.path).unwrap());
         check("memory index", &std::fs::read_to_string(&m.index).unwrap());
         flight

@@ -66,11 +66,11 @@ fn file_paths(corpus: &[Planted]) -> BTreeMap<&'static str, Vec<usize>> {
             None,
             None,
         ));
-        let src = soba_core::capsule::memory::MirrorSource {
+        let src = soba_core::capsule::project_memory::MirrorSource {
             created: "2026-12-01T00:00:00Z",
             session: Some("s1"),
         };
-        let m = soba_core::capsule::memory::mirror(ws.path(), &capsule, src, true).unwrap();
+        let m = soba_core::capsule::project_memory::mirror(ws.path(), &capsule, src, true).unwrap();
         let memory =
             std::fs::read_to_string(&m.path).unwrap() + &std::fs::read_to_string(&m.index).unwrap();
         let mut t = soba::report::Timeline::new(p.text.clone(), "m", "o200k_base", limits);

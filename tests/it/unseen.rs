@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
-use soba_core::budget::unseen::Agent;
-use soba_core::budget::unseen::Fresh;
+use soba_core::budget::unseen_allowance::Agent;
+use soba_core::budget::unseen_allowance::Fresh;
 
 /// A Claude Code transcript as SOBA imports it: the header names the agent and the model.
 fn write_log(path: &Path, id: &str, model: &str, entries: &[Value]) {

@@ -6,9 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::limits::Limits;
 use crate::session::entry::Usage;
 use crate::tokens::{CalibrationSource, TokenizerKind, MAX_LEARNED_FACTOR, PROVISIONAL_MARGIN};
-use unseen::Unseen;
+use unseen_allowance::Unseen;
 
-pub mod unseen;
+pub mod unseen_allowance;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -237,18 +237,18 @@ fn mirror(
     capsule: &mut crate::session::capsule::model::CapsuleEntry,
     result: &mut CompactionResult,
 ) -> Option<std::path::PathBuf> {
-    use crate::capsule::memory;
-    if let Err(why) = memory::should_mirror(capsule, true) {
+    use crate::capsule::project_memory;
+    if let Err(why) = project_memory::should_mirror(capsule, true) {
         result.mirror_note = Some(why.to_string());
         return None;
     }
     capsule.mirrored = true;
     let created = crate::util::now_rfc3339();
-    let source = memory::MirrorSource {
+    let source = project_memory::MirrorSource {
         created: &created,
         session: Some(&log.session().header.id),
     };
-    match memory::mirror(std::path::Path::new(&plan.workspace), capsule, source, true) {
+    match project_memory::mirror(std::path::Path::new(&plan.workspace), capsule, source, true) {
         Ok(m) => {
             result.mirrored_to = Some(m.path.display().to_string());
             Some(m.path)

@@ -107,7 +107,7 @@ mod tests {
             },
             None,
             crate::budget::Calibration::exact(crate::tokens::TokenizerKind::O200kBase),
-            crate::budget::unseen::Unseen::NONE,
+            crate::budget::unseen_allowance::Unseen::NONE,
         )
     }
 

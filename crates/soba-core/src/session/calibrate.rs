@@ -215,7 +215,7 @@ mod tests {
             tally.breakdown(),
             Some(anchor),
             c,
-            crate::budget::unseen::Unseen::NONE,
+            crate::budget::unseen_allowance::Unseen::NONE,
         );
         assert_eq!(anchor.usage.context_tokens(), prompt + 100);
         assert_eq!(

@@ -254,7 +254,7 @@ pub struct SessionIndex {
     pub(super) foreign_compactions: ForeignCompactions,
     /// What this machine learned about the agent's unseen context; `None`: the agent's
     /// defaults (see [`Session::unseen_prior`]).
-    pub(super) unseen_prior: Option<crate::budget::unseen::UnseenPrior>,
+    pub(super) unseen_prior: Option<crate::budget::unseen_allowance::UnseenPrior>,
     /// Whether budgets add the allowances for what the provider counts beyond the log.
     pub(super) allow_for_unseen: bool,
     /// The newest window setting in file order (see [`SettingEntry::window`]).

@@ -16,8 +16,8 @@ pub mod tally;
 pub mod token_file;
 pub mod trigger;
 pub mod turn;
-pub mod unseen;
-pub mod unseen_store;
+pub mod unseen_measure;
+pub mod unseen_priors;
 pub mod view;
 
 use std::ops::{Deref, DerefMut};

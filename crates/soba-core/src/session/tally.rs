@@ -603,7 +603,7 @@ mod tests {
                     tally.breakdown(),
                     tally.usage_anchor(),
                     b.session.calibration(),
-                    crate::budget::unseen::Unseen::NONE,
+                    crate::budget::unseen_allowance::Unseen::NONE,
                 );
                 if anchor.usage.context_tokens() > 0 {
                     prop_assert!(

@@ -1,15 +1,15 @@
 //! What a session's requests hold beyond its log: the allowance the budget adds for it (see
-//! [`crate::budget::unseen`]) and what the session's own reports teach about it.
+//! [`crate::budget::unseen_allowance`]) and what the session's own reports teach about it.
 
 use super::entry::{EntryBody, Role};
 use super::foreign::ForeignCompactions;
 use super::view::{replacing_compaction, ModelView};
 use super::Session;
-use crate::budget::unseen::Agent;
-use crate::budget::unseen::Fresh;
-use crate::budget::unseen::Unseen;
-use crate::budget::unseen::UnseenPrior;
-use crate::budget::unseen::LEARN_GROWTH_FROM_REPORTS;
+use crate::budget::unseen_allowance::Agent;
+use crate::budget::unseen_allowance::Fresh;
+use crate::budget::unseen_allowance::Unseen;
+use crate::budget::unseen_allowance::UnseenPrior;
+use crate::budget::unseen_allowance::LEARN_GROWTH_FROM_REPORTS;
 use crate::budget::UsageAnchor;
 
 /// What a session's reports showed beyond its counted log, for the requests that had no earlier
@@ -167,12 +167,12 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
-    use crate::budget::unseen::Agent;
-    use crate::budget::unseen::Fresh;
-    use crate::budget::unseen::Learned;
-    use crate::budget::unseen::UnseenKind;
-    use crate::budget::unseen::UnseenPrior;
-    use crate::budget::unseen::UnseenSource;
+    use crate::budget::unseen_allowance::Agent;
+    use crate::budget::unseen_allowance::Fresh;
+    use crate::budget::unseen_allowance::Learned;
+    use crate::budget::unseen_allowance::UnseenKind;
+    use crate::budget::unseen_allowance::UnseenPrior;
+    use crate::budget::unseen_allowance::UnseenSource;
     use crate::session::entry::*;
     use crate::session::testing::Builder;
 
@@ -200,7 +200,7 @@ mod tests {
         b
     }
 
-    fn unseen(b: &Builder) -> crate::budget::unseen::Unseen {
+    fn unseen(b: &Builder) -> crate::budget::unseen_allowance::Unseen {
         let s = &b.session;
         let t = s.tally();
         s.unseen_at(s.leaf(), t.usage_anchor())
@@ -254,7 +254,7 @@ mod tests {
         b.user("hello");
         assert_eq!(
             unseen(&b),
-            crate::budget::unseen::Unseen::NONE,
+            crate::budget::unseen_allowance::Unseen::NONE,
             "no agent named"
         );
     }
@@ -306,7 +306,7 @@ mod tests {
         let mut b = claude_code();
         b.user("start");
         b.session.set_allow_for_unseen(false);
-        assert_eq!(unseen(&b), crate::budget::unseen::Unseen::NONE);
+        assert_eq!(unseen(&b), crate::budget::unseen_allowance::Unseen::NONE);
         b.session.set_allow_for_unseen(true);
         assert_eq!(unseen(&b).kind, UnseenKind::Context);
     }

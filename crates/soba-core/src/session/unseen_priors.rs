@@ -1,7 +1,7 @@
 //! What this machine learned about each agent's unseen context: per agent and model, what the
 //! first request of each session (and the first after each of the agent's own compactions)
 //! held beyond the log. One small private JSON file in SOBA's data folder; the arithmetic is in
-//! [`crate::budget::unseen`], this is the shell that keeps it.
+//! [`crate::budget::unseen_allowance`], this is the shell that keeps it.
 //!
 //! A file that cannot be read or parsed is never fatal: the budget falls back to the agents'
 //! defaults with a warning, and the next write keeps the unreadable file beside the new one
@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::unseen::UnseenObservations;
-use crate::budget::unseen::Agent;
-use crate::budget::unseen::Learned;
-use crate::budget::unseen::UnseenPrior;
+use super::unseen_measure::UnseenObservations;
+use crate::budget::unseen_allowance::Agent;
+use crate::budget::unseen_allowance::Learned;
+use crate::budget::unseen_allowance::UnseenPrior;
 
 /// The file's name in the data folder.
 pub const UNSEEN_CONTEXT_FILE: &str = "unseen-context.json";
@@ -24,7 +24,7 @@ pub const UNSEEN_CONTEXT_FILE: &str = "unseen-context.json";
 const FORMAT_VERSION: u32 = 1;
 
 /// Sessions kept per agent and model: many more than the learning window
-/// ([`crate::budget::unseen::LEARN_FROM_SESSIONS`]), so that "learned from N sessions" says how
+/// ([`crate::budget::unseen_allowance::LEARN_FROM_SESSIONS`]), so that "learned from N sessions" says how
 /// much this machine has seen, and the file stays a few kilobytes.
 pub const KEEP_SESSIONS: usize = 64;
 
