@@ -20,3 +20,4 @@ pub mod replay;
 pub mod report;
 pub mod schemas;
 pub mod summarize;
+pub mod wire;

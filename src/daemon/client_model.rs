@@ -27,7 +27,7 @@ use crate::summarize::prompt::{Prompt, SIZING_TOKENIZER};
 use crate::summarize::summarizer::Summarizer;
 use crate::summarize::summarizer::SummaryError;
 use crate::summarize::summarizer::SummaryRequest;
-use crate::summarize::wire::Reply;
+use crate::wire::summary::Reply;
 use soba_core::config::ModelDef;
 use soba_core::session::capsule::model::CapsuleState;
 

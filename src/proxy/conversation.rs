@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::message::{Incoming, Outgoing};
-use super::wire::{content_fingerprint, Api};
+use crate::wire::message::{Incoming, Outgoing};
+use crate::wire::{content_fingerprint, Api};
 use soba_core::session::view::ModelMessage;
 
 /// One message of the conversation as the session holds it. Only fingerprints and ids: the
@@ -305,22 +305,22 @@ pub fn provider_messages(api: Api, outgoing: Vec<Outgoing>) -> Vec<Value> {
             for o in outgoing {
                 match o {
                     Outgoing::Raw(v) => {
-                        out.extend(super::wire::render_openai(&std::mem::take(&mut rendered)));
+                        out.extend(crate::wire::render_openai(&std::mem::take(&mut rendered)));
                         out.push(v);
                     }
                     Outgoing::Rendered(m) => rendered.push(m),
                 }
             }
-            out.extend(super::wire::render_openai(&rendered));
+            out.extend(crate::wire::render_openai(&rendered));
             out
         }
-        Api::OpenAiResponses => super::responses::render_items(outgoing),
-        Api::Anthropic => super::wire::merge_anthropic_turns(
+        Api::OpenAiResponses => crate::wire::responses::render_items(outgoing),
+        Api::Anthropic => crate::wire::merge_anthropic_turns(
             outgoing
                 .into_iter()
                 .map(|o| match o {
                     Outgoing::Raw(v) => v,
-                    Outgoing::Rendered(m) => super::wire::render_anthropic_one(&m),
+                    Outgoing::Rendered(m) => crate::wire::render_anthropic_one(&m),
                 })
                 .collect(),
         ),
@@ -330,7 +330,7 @@ pub fn provider_messages(api: Api, outgoing: Vec<Outgoing>) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::wire::ChatRequest;
+    use crate::wire::ChatRequest;
     use serde_json::json;
     use soba_core::session::entry::ContentBlock;
 

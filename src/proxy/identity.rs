@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::wire::{content_fingerprint, fingerprint, Api, ChatRequest};
+use crate::wire::{content_fingerprint, fingerprint, Api, ChatRequest};
 
 /// The request header that names the conversation explicitly; it never goes upstream.
 pub const SESSION_HEADER: &str = "x-soba-session";
@@ -797,7 +797,7 @@ mod tests {
         r.synced(a.id, &first);
         // One reply, one message per output item, as the server announces it.
         for item in [&reasoning, &call] {
-            r.replied(a.id, &super::super::responses::item_entries(item).unwrap());
+            r.replied(a.id, &crate::wire::responses::item_entries(item).unwrap());
         }
         r.name(a.id, "resp_1");
         r.finished(a.id);

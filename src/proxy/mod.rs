@@ -17,10 +17,7 @@
 
 pub mod conversation;
 pub mod identity;
-pub mod message;
 pub mod overflow;
-pub mod responses;
 pub mod rpc;
 pub mod server;
 pub mod service;
-pub mod wire;

@@ -19,16 +19,16 @@ use tokio::sync::Mutex;
 
 use super::conversation::{provider_messages, Conversation};
 use super::identity::{self, ConversationId, Registry, Signature};
-use super::message::Reply;
 use super::overflow;
-use super::responses;
 use super::rpc::{ClientSetup, RequestHandler, RpcClient};
-use super::wire::{self, Api, ChatRequest, StreamEnd, StreamTap};
 use crate::daemon::paths::Paths;
 use crate::daemon::protocol::{
     client_method, code, method, RpcError, SummarizeParams, SummarizeResult,
 };
 use crate::daemon::registry::Daemon;
+use crate::wire::message::Reply;
+use crate::wire::responses;
+use crate::wire::{self, Api, ChatRequest, StreamEnd, StreamTap};
 use soba_core::session::view::ModelMessage;
 
 pub(crate) type ProxyBody = BoxBody<Bytes, std::io::Error>;
@@ -1234,17 +1234,12 @@ async fn summarize_upstream(
             "the request being served names no `model`, so the proxy cannot summarize with it; start soba proxy with --summarizer-model NAME",
         ));
     };
-    let wire_api = match api {
-        Api::OpenAiChat => crate::summarize::client::Api::OpenAi,
-        Api::Anthropic => crate::summarize::client::Api::Anthropic,
-        Api::OpenAiResponses => crate::summarize::client::Api::OpenAiResponses,
-    };
     let prompt = crate::summarize::prompt::Prompt {
         system: p.system,
         user: p.user,
     };
     let mut body =
-        crate::summarize::client::request_body(wire_api, &model, &prompt, p.max_output_tokens);
+        crate::summarize::client::request_body(api, &model, &prompt, p.max_output_tokens);
     if max_completion_tokens {
         if let Some(limit) = body.as_object_mut().and_then(|b| b.remove("max_tokens")) {
             body["max_completion_tokens"] = limit;
@@ -1252,7 +1247,7 @@ async fn summarize_upstream(
     }
     let reply = crate::summarize::client::send_body(
         http,
-        wire_api,
+        api,
         url.as_str(),
         headers,
         &body,

@@ -35,7 +35,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::server::{Proxy, ProxyBody};
-use super::wire::{self, Api};
+use crate::wire::{self, Api};
 
 /// Largest request body by default: the largest request the providers' own APIs take (32 MB
 /// for Anthropic Messages).

@@ -14,10 +14,11 @@ use super::breaker::Breaker;
 use super::progress::stream_fraction;
 use super::prompt::{self, input_window, next_chunk, Prompt, PromptContext, SIZING_TOKENIZER};
 use super::response::parse_capsule_state;
-use super::sse::SseParser;
 use super::summarizer::{Summarizer, SummarizerConfigError, SummaryError, SummaryRequest};
-use super::wire::Reply;
-use super::wire::{self, EventError, StreamItem};
+use crate::wire::sse::SseParser;
+use crate::wire::summary::Reply;
+use crate::wire::summary::{self, EventError, StreamItem};
+use crate::wire::Api;
 use soba_core::config::{catalog_lookup, Provider, SummarizerConfig};
 use soba_core::session::capsule::model::CapsuleState;
 
@@ -35,17 +36,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most of an error body kept for the message.
 const MAX_ERROR_BODY_BYTES: usize = 16 * 1024;
 const REDACTED: &str = "[redacted]";
-
-/// The API shape a summarization request is sent in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
-    /// OpenAI Chat Completions (and every server compatible with it).
-    OpenAi,
-    /// Anthropic Messages.
-    Anthropic,
-    /// OpenAI Responses (the proxy summarizing for an agent that talks it).
-    OpenAiResponses,
-}
 
 /// One summarization request's transport: sends a prompt, returns the whole reply text. The
 /// chunking loop ([`run_chunked`]) is the same whoever sends: an endpoint SOBA calls itself
@@ -162,9 +152,15 @@ pub async fn send_prompt(
 /// The body [`send_prompt`] sends.
 pub fn request_body(api: Api, model: &str, prompt: &Prompt, max_output_tokens: u64) -> Value {
     match api {
-        Api::OpenAi => wire::openai::request_body(model, prompt, max_output_tokens),
-        Api::Anthropic => wire::anthropic::request_body(model, prompt, max_output_tokens),
-        Api::OpenAiResponses => wire::responses::request_body(model, prompt, max_output_tokens),
+        Api::OpenAiChat => {
+            summary::openai::request_body(model, &prompt.system, &prompt.user, max_output_tokens)
+        }
+        Api::Anthropic => {
+            summary::anthropic::request_body(model, &prompt.system, &prompt.user, max_output_tokens)
+        }
+        Api::OpenAiResponses => {
+            summary::responses::request_body(model, &prompt.system, &prompt.user, max_output_tokens)
+        }
     }
 }
 
@@ -178,10 +174,10 @@ pub async fn send_body(
     on_tokens: &(dyn Fn(u64) + Send + Sync),
     cancel: &CancellationToken,
 ) -> Result<Reply, SummaryError> {
-    let decode: wire::EventDecoder = match api {
-        Api::OpenAi => wire::openai::event,
-        Api::Anthropic => wire::anthropic::event,
-        Api::OpenAiResponses => wire::responses::event,
+    let decode: summary::EventDecoder = match api {
+        Api::OpenAiChat => summary::openai::event,
+        Api::Anthropic => summary::anthropic::event,
+        Api::OpenAiResponses => summary::responses::event,
     };
     let mut request = http
         .post(url)
@@ -189,7 +185,7 @@ pub async fn send_body(
         .header(reqwest::header::ACCEPT, "text/event-stream")
         .json(body);
     if api == Api::Anthropic {
-        request = request.header("anthropic-version", wire::anthropic::API_VERSION);
+        request = request.header("anthropic-version", summary::anthropic::API_VERSION);
     }
 
     let response = tokio::select! {
@@ -206,7 +202,7 @@ pub async fn send_body(
         };
         return Err(SummaryError::Http {
             status: status.as_u16(),
-            message: wire::http_error_message(&body),
+            message: summary::http_error_message(&body),
         });
     }
 
@@ -223,9 +219,9 @@ pub async fn send_body(
             b = response.bytes() => b.map_err(|e| SummaryError::Transport(describe_error(&e)))?,
         };
         let complete = match api {
-            Api::OpenAi => wire::openai::complete_reply(&body),
-            Api::Anthropic => wire::anthropic::complete_reply(&body),
-            Api::OpenAiResponses => wire::responses::complete_reply(&body),
+            Api::OpenAiChat => summary::openai::complete_reply(&body),
+            Api::Anthropic => summary::anthropic::complete_reply(&body),
+            Api::OpenAiResponses => summary::responses::complete_reply(&body),
         };
         let reply = complete.map_err(|e| match e {
             EventError::Provider(m) => SummaryError::Provider(m),
@@ -324,7 +320,7 @@ impl ModelSummarizer {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<ModelSummarizer, SummarizerConfigError> {
         let (api, provider_name, default_base) = match cfg.provider {
-            Provider::Openai => (Api::OpenAi, "openai", DEFAULT_OPENAI_BASE_URL),
+            Provider::Openai => (Api::OpenAiChat, "openai", DEFAULT_OPENAI_BASE_URL),
             Provider::Anthropic => (Api::Anthropic, "anthropic", DEFAULT_ANTHROPIC_BASE_URL),
             Provider::Local => return Err(SummarizerConfigError::LocalProvider),
         };
@@ -339,7 +335,7 @@ impl ModelSummarizer {
                 None => return Err(SummarizerConfigError::MissingApiKey { var: var.clone() }),
             },
             (None, Api::Anthropic) => return Err(SummarizerConfigError::MissingApiKeyEnv),
-            (None, Api::OpenAi | Api::OpenAiResponses) => None,
+            (None, Api::OpenAiChat | Api::OpenAiResponses) => None,
         };
 
         let base_url = cfg
@@ -375,7 +371,7 @@ impl ModelSummarizer {
         // otherwise; a summarizer on this machine sees what the agent saw.
         let redact_input = cfg.redact_input.unwrap_or(!is_loopback(&url));
         let endpoint = match api {
-            Api::OpenAi => format!("{base_url}/chat/completions"),
+            Api::OpenAiChat => format!("{base_url}/chat/completions"),
             Api::Anthropic => format!("{base_url}/v1/messages"),
             Api::OpenAiResponses => format!("{base_url}/responses"),
         };
@@ -450,7 +446,7 @@ impl ModelSummarizer {
             return headers;
         };
         let (name, value) = match self.api {
-            Api::OpenAi | Api::OpenAiResponses => {
+            Api::OpenAiChat | Api::OpenAiResponses => {
                 (reqwest::header::AUTHORIZATION, format!("Bearer {}", key.0))
             }
             Api::Anthropic => (
@@ -534,7 +530,7 @@ impl PromptSender for ModelSummarizer {
 impl Summarizer for ModelSummarizer {
     fn describe(&self) -> String {
         let provider = match self.api {
-            Api::OpenAi | Api::OpenAiResponses => "openai",
+            Api::OpenAiChat | Api::OpenAiResponses => "openai",
             Api::Anthropic => "anthropic",
         };
         format!("{provider} {} @ {}", self.model, self.shown_url)

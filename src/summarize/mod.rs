@@ -12,9 +12,7 @@ pub mod client;
 pub mod progress;
 pub mod prompt;
 pub mod response;
-pub mod sse;
 pub mod summarizer;
-pub mod wire;
 
 use std::time::{Duration, Instant};
 

@@ -61,6 +61,8 @@ const ORDER: &[&str] = &[
     "attach",
     "preview",
     "report",
+    // Provider wire formats: what the proxy reads and sends, and the summarizer's requests.
+    "wire",
     "summarize",
     "flight",
     // The capsule-quality benchmark: imports transcripts, plans and summarizes.

@@ -796,8 +796,8 @@ fn rollout_items(file: &str) -> Option<Vec<Value>> {
 
 #[test]
 fn every_item_of_real_codex_rollouts_reads_and_renders_back_to_the_same_entries() {
-    use soba::proxy::message::Outgoing;
-    use soba::proxy::responses::{item_entries, render_items};
+    use soba::wire::message::Outgoing;
+    use soba::wire::responses::{item_entries, render_items};
     for file in [
         "agentv-two-compactions.jsonl",
         "agentcmd-rollout-v0.40.jsonl",

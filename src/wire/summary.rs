@@ -3,7 +3,6 @@
 
 use serde_json::{json, Value};
 
-use super::prompt::Prompt;
 use super::sse::SseEvent;
 
 /// A whole reply.
@@ -71,12 +70,12 @@ pub mod openai {
     use super::*;
 
     /// `POST {baseUrl}/chat/completions`, streaming with usage.
-    pub fn request_body(model: &str, prompt: &Prompt, max_output_tokens: u64) -> Value {
+    pub fn request_body(model: &str, system: &str, user: &str, max_output_tokens: u64) -> Value {
         json!({
             "model": model,
             "messages": [
-                {"role": "system", "content": prompt.system},
-                {"role": "user", "content": prompt.user},
+                {"role": "system", "content": system},
+                {"role": "user", "content": user},
             ],
             // No `temperature`: OpenAI's reasoning models reject any value but the default.
             "max_tokens": max_output_tokens,
@@ -142,11 +141,11 @@ pub mod anthropic {
     pub const API_VERSION: &str = "2023-06-01";
 
     /// `POST {baseUrl}/v1/messages`, streaming.
-    pub fn request_body(model: &str, prompt: &Prompt, max_output_tokens: u64) -> Value {
+    pub fn request_body(model: &str, system: &str, user: &str, max_output_tokens: u64) -> Value {
         json!({
             "model": model,
-            "system": prompt.system,
-            "messages": [{"role": "user", "content": prompt.user}],
+            "system": system,
+            "messages": [{"role": "user", "content": user}],
             "max_tokens": max_output_tokens,
             "temperature": 0,
             "stream": true,
@@ -219,11 +218,11 @@ pub mod responses {
     use super::*;
 
     /// `POST {baseUrl}/responses`, streaming, stored nowhere.
-    pub fn request_body(model: &str, prompt: &Prompt, max_output_tokens: u64) -> Value {
+    pub fn request_body(model: &str, system: &str, user: &str, max_output_tokens: u64) -> Value {
         json!({
             "model": model,
-            "instructions": prompt.system,
-            "input": [{"role": "user", "content": [{"type": "input_text", "text": prompt.user}]}],
+            "instructions": system,
+            "input": [{"role": "user", "content": [{"type": "input_text", "text": user}]}],
             "max_output_tokens": max_output_tokens,
             "store": false,
             "stream": true,
@@ -444,17 +443,13 @@ mod tests {
 
     #[test]
     fn request_bodies_stream_and_carry_the_prompt() {
-        let p = Prompt {
-            system: "S".into(),
-            user: "U".into(),
-        };
-        let o = openai::request_body("gpt-4o-mini", &p, 2048);
+        let o = openai::request_body("gpt-4o-mini", "S", "U", 2048);
         assert_eq!(o["stream"], true);
         assert_eq!(o["stream_options"]["include_usage"], true);
         assert_eq!(o["messages"][1]["content"], "U");
         assert_eq!(o["max_tokens"], 2048);
         assert!(o.get("temperature").is_none());
-        let a = anthropic::request_body("claude-haiku-4-5", &p, 2048);
+        let a = anthropic::request_body("claude-haiku-4-5", "S", "U", 2048);
         assert_eq!(a["system"], "S");
         assert_eq!(a["messages"][0]["role"], "user");
         assert_eq!(a["stream"], true);
@@ -462,11 +457,7 @@ mod tests {
 
     #[test]
     fn responses_events_and_bodies() {
-        let p = Prompt {
-            system: "S".into(),
-            user: "U".into(),
-        };
-        let b = responses::request_body("gpt-5", &p, 2048);
+        let b = responses::request_body("gpt-5", "S", "U", 2048);
         assert_eq!(b["instructions"], "S");
         assert_eq!(b["input"][0]["content"][0]["text"], "U");
         assert_eq!(

@@ -1,17 +1,24 @@
-//! Provider formats at the proxy's edge: OpenAI Chat Completions and Anthropic Messages
-//! requests split into the agent's fixed part (system prompt, tools) and its messages; each
-//! message turned into the session-log entries it stands for; SOBA's model input rendered back
+//! Provider wire formats, one module for every request SOBA reads or sends: which API a request
+//! speaks ([`Api`]); at the proxy's edge, OpenAI Chat Completions and Anthropic Messages
+//! requests split into the agent's fixed part (system prompt, tools) and its messages, each
+//! message turned into the session-log entries it stands for, SOBA's model input rendered back
 //! into the provider's messages (the mapping of `docs/protocol.md`, "Sending the input to a
-//! provider"); replies (whole or streamed) turned into an assistant entry with its usage.
-//! Pure: JSON in, JSON out.
+//! provider"), replies (whole or streamed) turned into an assistant entry with its usage; the
+//! Responses API ([`responses`]); server-sent events ([`sse`]); and the summarizer's own
+//! requests and streamed replies ([`summary`]). Pure: JSON in, JSON out.
 
-use super::message::{
+pub mod message;
+pub mod responses;
+pub mod sse;
+pub mod summary;
+
+use self::message::{
     arguments_text, image_url, message_entry, parse_arguments, text_block, tool_result_entry,
     BadRequest, Incoming, Reply,
 };
 use serde_json::{json, Map, Value};
 
-use crate::summarize::sse::{SseEvent, SseParser};
+use self::sse::{SseEvent, SseParser};
 use soba_core::session::entry::{ContentBlock, Usage};
 use soba_core::session::view::ModelMessage;
 
@@ -78,7 +85,7 @@ impl ChatRequest {
             Api::OpenAiChat => openai_messages(&body)?,
             Api::Anthropic => anthropic_messages(&body)?,
             Api::OpenAiResponses => {
-                let input = super::responses::parse_input(&body)?;
+                let input = self::responses::parse_input(&body)?;
                 (input.system, input.preamble, input.messages)
             }
         };
@@ -633,7 +640,7 @@ pub fn parse_reply(api: Api, body: &[u8]) -> Reply {
                 response_id: None,
             }
         }
-        Api::OpenAiResponses => super::responses::parse_reply(&v),
+        Api::OpenAiResponses => self::responses::parse_reply(&v),
     }
 }
 
@@ -658,7 +665,7 @@ pub struct StreamTap {
     has_usage: bool,
     wants_tools: bool,
     saw_any: bool,
-    responses: super::responses::ResponsesTap,
+    responses: self::responses::ResponsesTap,
 }
 
 impl StreamTap {
