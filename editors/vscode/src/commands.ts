@@ -70,6 +70,7 @@ export const COMMAND_IDS = [
   'soba.rewind',
   'soba.showContext',
   'soba.viewCapsule',
+  'soba.cancelCompaction',
 ] as const;
 export type CommandId = (typeof COMMAND_IDS)[number];
 
@@ -179,6 +180,20 @@ export async function compact(ctx: CommandContext): Promise<void> {
     return;
   }
   reportCompaction(ctx, result);
+  ctx.refresh();
+}
+
+/**
+ * Stops a compaction: the one the notifications show running (the agent's own, or one asked for
+ * elsewhere), else the active session's, running or queued. The daemon says whether there was
+ * one; its result (outcome `cancelled`) arrives as the compaction's end.
+ */
+export async function cancelCompaction(ctx: CommandContext): Promise<void> {
+  const client = requireClient(ctx);
+  const sessionId =
+    ctx.progress.runningSession() ?? ctx.shownBudget()?.sessionId ?? (await client.request('soba/budget', ctx.target())).sessionId;
+  const { cancelled } = await client.request('soba/cancel', { sessionId });
+  if (!cancelled) void ctx.ui.info(`No compaction is running in session ${sessionId}: there is nothing to cancel.`);
   ctx.refresh();
 }
 
@@ -387,5 +402,6 @@ export function commandHandlers(ctx: CommandContext): Record<CommandId, CommandH
     'soba.rewind': guarded(rewind),
     'soba.showContext': guarded(showContext),
     'soba.viewCapsule': guarded(viewCapsule),
+    'soba.cancelCompaction': guarded(cancelCompaction),
   };
 }

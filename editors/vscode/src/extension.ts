@@ -282,6 +282,7 @@ class SobaExtension {
     // The palette offers only the auto-compact command that changes something (package.json `when`).
     void vscode.commands.executeCommand('setContext', 'soba.hasSession', report !== undefined);
     void vscode.commands.executeCommand('setContext', 'soba.autoCompact', report?.autoCompact ?? false);
+    this.renderCompacting();
     if (!report || !this.settings.statusBarEnabled) {
       this.statusItem.hide();
       return;
@@ -291,6 +292,27 @@ class SobaExtension {
     const color = backgroundColorId(severity(report));
     this.statusItem.backgroundColor = color ? new vscode.ThemeColor(color) : undefined;
     this.statusItem.show();
+  }
+
+  /** `SOBA: Cancel Compaction` is offered while a compaction runs or waits (package.json `when`). */
+  private renderCompacting(): void {
+    const report = this.tracker.report;
+    const compacting = this.running.size > 0 || report?.compacting === true || report?.compactQueued === true;
+    void vscode.commands.executeCommand('setContext', 'soba.compacting', compacting);
+  }
+
+  /** The progress's Cancel: `soba/cancel` for the compacting session. */
+  private async cancel(sessionId: string): Promise<void> {
+    const client = this.requester();
+    if (!client) return;
+    try {
+      const { cancelled } = await client.request('soba/cancel', { sessionId });
+      // Not cancelled: the compaction ended first, and its end already said how.
+      this.output.appendLine(`cancel ${sessionId}: ${cancelled ? 'cancelled' : 'no compaction was running'}`);
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      void vscode.window.showErrorMessage(`SOBA: could not cancel the compaction: ${message}`);
+    }
   }
 
   private refreshing = false;
@@ -322,12 +344,16 @@ class SobaExtension {
     switch (action.kind) {
       case 'begin':
         void vscode.window.withProgress(
-          { location: vscode.ProgressLocation.Notification, title: action.title, cancellable: false },
-          (report) =>
+          { location: vscode.ProgressLocation.Notification, title: action.title, cancellable: true },
+          (report, token) =>
             new Promise<void>((resolve) => {
               this.running.set(action.operationId, { report, done: resolve });
+              // Cancel stops the compaction in the daemon; the progress closes with its `end`
+              // (outcome `cancelled`), which says what came of it.
+              token.onCancellationRequested(() => void this.cancel(action.sessionId));
             }),
         );
+        this.renderCompacting();
         break;
       case 'report':
         this.running.get(action.operationId)?.report.report({ increment: action.increment, message: action.message });
@@ -335,6 +361,7 @@ class SobaExtension {
       case 'end': {
         this.running.get(action.operationId)?.done();
         this.running.delete(action.operationId);
+        this.renderCompacting();
         if (action.line === undefined) break;
         if (action.warning) void vscode.window.showWarningMessage(action.line);
         else void vscode.window.showInformationMessage(action.line);

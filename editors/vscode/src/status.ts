@@ -204,6 +204,10 @@ export function completionLine(result: CompactionResult): string {
           `the context is unchanged at ${formatTokens(result.tokensBefore)} tokens`
       : `capsule creation ${result.outcome}: ${result.reason}`;
   }
+  if (result.outcome === 'cancelled') {
+    // Stopped on purpose (SOBA: Cancel Compaction, the progress's Cancel, `:Soba cancel`): not a failure.
+    return `${result.trigger} compact cancelled: no capsule written; the context is unchanged`;
+  }
   if (result.outcome !== 'completed') {
     return `${result.trigger} compact ${result.outcome}: ${result.reason}`;
   }
@@ -261,7 +265,8 @@ export class BudgetTracker {
 
 /** What the editor should do with one `soba/compaction` notification. */
 export type ProgressAction =
-  | { kind: 'begin'; operationId: string; title: string }
+  /** `sessionId` is the session a Cancel on the progress stops (`soba/cancel`). */
+  | { kind: 'begin'; operationId: string; sessionId: string; title: string }
   | { kind: 'report'; operationId: string; increment: number; message: string }
   /** `line` is undefined when the result was already shown (by the command that asked for it). */
   | { kind: 'end'; operationId: string; line: string | undefined; warning: boolean };
@@ -283,18 +288,22 @@ function progressTitle(trigger: string): string {
 export class CompactionProgress {
   private readonly percentSoFar = new Map<string, number>();
   private readonly announced = new Set<string>();
+  /** The session of each operation between its first notification and its end, oldest first. */
+  private readonly sessions = new Map<string, string>();
 
   handle(event: CompactionNotification): ProgressAction[] {
     const id = event.operationId;
     switch (event.phase) {
       case 'start':
         this.percentSoFar.set(id, 0);
-        return [{ kind: 'begin', operationId: id, title: event.title ?? progressTitle(event.trigger) }];
+        this.sessions.set(id, event.sessionId);
+        return [{ kind: 'begin', operationId: id, sessionId: event.sessionId, title: event.title ?? progressTitle(event.trigger) }];
       case 'progress': {
         const actions: ProgressAction[] = [];
         if (!this.percentSoFar.has(id)) {
           this.percentSoFar.set(id, 0);
-          actions.push({ kind: 'begin', operationId: id, title: progressTitle(event.trigger) });
+          this.sessions.set(id, event.sessionId);
+          actions.push({ kind: 'begin', operationId: id, sessionId: event.sessionId, title: progressTitle(event.trigger) });
         }
         const before = this.percentSoFar.get(id) ?? 0;
         const percent = Math.min(100, Math.max(before, event.percent ?? before));
@@ -304,15 +313,28 @@ export class CompactionProgress {
       }
       case 'end': {
         this.percentSoFar.delete(id);
+        this.sessions.delete(id);
         if (this.announced.has(id)) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
         this.announced.add(id);
         // *Create Capsule* reports its own result (or error): one message, not two.
         if (event.trigger === HANDOFF) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
-        const line = event.message ?? (event.result ? completionLine(event.result) : `${event.trigger} compact finished`);
+        // A cancelled compaction says plainly that nothing was written, whatever the daemon's words.
+        const cancelled = event.result?.outcome === 'cancelled';
+        const line =
+          (cancelled ? undefined : event.message) ??
+          (event.result ? completionLine(event.result) : `${event.trigger} compact finished`);
         const warning = event.result ? event.result.fallback || event.result.outcome === 'failed' : false;
         return [{ kind: 'end', operationId: id, line, warning }];
       }
     }
+  }
+
+  /**
+   * The session whose compaction started most recently and has not ended (the agent's own, seen
+   * through notifications, or one an editor asked for), or undefined when none runs.
+   */
+  runningSession(): string | undefined {
+    return [...this.sessions.values()].pop();
   }
 
   /**

@@ -145,6 +145,35 @@ describe('commands', () => {
     assert.deepEqual(failed.shown, [['error', 'user compact failed: summarizer timed out']]);
   });
 
+  it('cancels the compaction the notifications show running, in its own session', async () => {
+    const h = new Harness({ 'soba/cancel': () => ({ cancelled: true }) });
+    h.budget = report({ sessionId: 's_shown' });
+    h.progress.handle({ sessionId: 's_agent', operationId: 'op_7', phase: 'start', trigger: 'auto_threshold' });
+    await h.run('soba.cancelCompaction');
+    assert.deepEqual(h.sent, [['soba/cancel', { sessionId: 's_agent' }]]);
+    // The compaction's end notification says how it ended.
+    assert.deepEqual(h.shown, []);
+  });
+
+  it('says so when no compaction runs in the active session', async () => {
+    const h = new Harness({ 'soba/budget': () => report({ sessionId: 's_1' }), 'soba/cancel': () => ({ cancelled: false }) });
+    await h.run('soba.cancelCompaction');
+    assert.deepEqual(h.sent, [
+      ['soba/budget', { workspace: '/w' }],
+      ['soba/cancel', { sessionId: 's_1' }],
+    ]);
+    assert.deepEqual(h.shown, [['info', 'No compaction is running in session s_1: there is nothing to cancel.']]);
+  });
+
+  it('shows a compaction cancelled while queued as cancelled, not as a failure', async () => {
+    const h = new Harness({
+      'soba/compact': () => result({ outcome: 'cancelled', reason: 'cancelled', checkpointId: null, quality: null }),
+    });
+    h.inputs = [''];
+    await h.run('soba.compact');
+    assert.deepEqual(h.shown, [['info', 'user compact cancelled: no capsule written; the context is unchanged']]);
+  });
+
   it('shows the budget and compacts when asked from the message', async () => {
     const h = new Harness({ 'soba/budget': () => report(), 'soba/compact': () => result() });
     h.infoChoice = 'Compact Now';

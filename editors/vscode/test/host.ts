@@ -28,7 +28,16 @@ export interface Recorded {
   infos: string[];
   /** The status bar item as the extension last left it. */
   status: { text: string; tooltip: string; background: string | undefined; visible: boolean };
-  progress: Array<{ title: string; reports: Array<{ increment?: number; message?: string }>; done: boolean }>;
+  progress: Array<{
+    title: string;
+    cancellable: boolean;
+    reports: Array<{ increment?: number; message?: string }>;
+    done: boolean;
+    /** The user's Cancel on the notification. */
+    cancel(): void;
+  }>;
+  /** Context keys as the extension last set them (`setContext`). */
+  contexts: Map<string, unknown>;
 }
 
 /** Any property is another stand-in, any call or `new` returns one: enough for the language client. */
@@ -65,6 +74,9 @@ function fakeVscode(recorded: Recorded, settings: Record<string, unknown>, folde
     recorded.trees.push(id);
     recorded.views.set(id, provider);
     return disposable;
+  };
+  vscode.commands.executeCommand = async (id: string, ...args: unknown[]) => {
+    if (id === 'setContext') recorded.contexts.set(args[0] as string, args[1]);
   };
   const configurationListeners: Array<(e: { affectsConfiguration(s: string): boolean }) => void> = [];
   recorded.changeConfiguration = (section) => {
@@ -104,10 +116,27 @@ function fakeVscode(recorded: Recorded, settings: Record<string, unknown>, folde
   vscode.window.showWarningMessage = async (message: string) => void recorded.infos.push(`warning: ${message}`);
   vscode.window.showInputBox = async () => '';
   // Notification progress is the extension's; the language client shows `$/progress` in the window.
-  vscode.window.withProgress = async (options: { title: string; location: unknown }, task: (p: unknown, token: unknown) => Promise<void>) => {
-    const entry = { title: options.title, reports: [] as Array<{ increment?: number; message?: string }>, done: false };
+  vscode.window.withProgress = async (
+    options: { title: string; location: unknown; cancellable?: boolean },
+    task: (p: unknown, token: unknown) => Promise<void>,
+  ) => {
+    const listeners: Array<() => void> = [];
+    const token = {
+      isCancellationRequested: false,
+      onCancellationRequested: (listener: () => void) => (listeners.push(listener), disposable),
+    };
+    const entry = {
+      title: options.title,
+      cancellable: options.cancellable === true,
+      reports: [] as Array<{ increment?: number; message?: string }>,
+      done: false,
+      cancel: () => {
+        assert.ok(options.cancellable, `the progress "${options.title}" offers no Cancel`);
+        token.isCancellationRequested = true;
+        for (const listener of listeners) listener();
+      },
+    };
     if (options.location === vscode.ProgressLocation.Notification) recorded.progress.push(entry);
-    const token = { isCancellationRequested: false, onCancellationRequested: () => disposable };
     await task({ report: (r: { increment?: number; message?: string }) => void entry.reports.push(r) }, token);
     entry.done = true;
   };
@@ -149,6 +178,7 @@ export async function activate(
     infos: [],
     status: { text: '', tooltip: '', background: undefined, visible: false },
     progress: [],
+    contexts: new Map(),
   };
   const vscode = fakeVscode(recorded, settings, folders);
   const loader = Module as unknown as { _load: (request: string, ...rest: unknown[]) => unknown };

@@ -172,6 +172,13 @@ describe('summaries', () => {
     );
   });
 
+  it('says a cancelled compaction wrote nothing, not why it failed', () => {
+    assert.equal(
+      completionLine(result({ outcome: 'cancelled', reason: 'cancelled by a client', checkpointId: null, quality: null })),
+      'user compact cancelled: no capsule written; the context is unchanged',
+    );
+  });
+
   it('reports a created capsule as a creation that leaves the context as it was, not as a compaction', () => {
     const created = result({ trigger: 'handoff', tokensBefore: 117_600, tokensAfter: 117_600, reclaimedPercent: 0, quality: 'local' });
     assert.equal(completionLine(created), 'capsule created: ck_3f9a (local); the context is unchanged at 117.6k tokens');
@@ -217,7 +224,7 @@ describe('CompactionProgress', () => {
     const progress = new CompactionProgress();
     assert.deepEqual(
       progress.handle({ sessionId: 's_1', operationId: 'op_9', trigger: 'user', phase: 'start', title: 'Compacting context (/compact)' }),
-      [{ kind: 'begin', operationId: 'op_9', title: 'Compacting context (/compact)' }],
+      [{ kind: 'begin', operationId: 'op_9', sessionId: 's_1', title: 'Compacting context (/compact)' }],
     );
   });
 
@@ -226,7 +233,7 @@ describe('CompactionProgress', () => {
     const progress = new CompactionProgress();
     const base = { sessionId: 's_1', operationId: 'op_1', trigger: 'auto_threshold' as const };
     assert.deepEqual(progress.handle({ ...base, phase: 'start' }), [
-      { kind: 'begin', operationId: 'op_1', title: 'Compacting context (auto_threshold)' },
+      { kind: 'begin', operationId: 'op_1', sessionId: 's_1', title: 'Compacting context (auto_threshold)' },
     ]);
     assert.deepEqual(progress.handle({ ...base, phase: 'progress', percent: 40 }), [
       { kind: 'report', operationId: 'op_1', increment: 40, message: '40%' },
@@ -247,7 +254,7 @@ describe('CompactionProgress', () => {
   it('shows a capsule creation as one, and leaves its message to the Create Capsule command', () => {
     const progress = new CompactionProgress();
     const base = { sessionId: 's_1', operationId: 'op_h', trigger: 'handoff' as const };
-    assert.deepEqual(progress.handle({ ...base, phase: 'start' }), [{ kind: 'begin', operationId: 'op_h', title: 'Creating capsule' }]);
+    assert.deepEqual(progress.handle({ ...base, phase: 'start' }), [{ kind: 'begin', operationId: 'op_h', sessionId: 's_1', title: 'Creating capsule' }]);
     const created = result({ trigger: 'handoff', quality: 'local', reclaimedPercent: 0 });
     assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'capsule created: ck_3f9a (local)', result: created }), [
       { kind: 'end', operationId: 'op_h', line: undefined, warning: false },
@@ -278,5 +285,27 @@ describe('CompactionProgress', () => {
       line: 'user compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, degraded',
       warning: true,
     });
+  });
+
+  it('knows which session runs a compaction until it ends, for Cancel', () => {
+    const progress = new CompactionProgress();
+    assert.equal(progress.runningSession(), undefined);
+    progress.handle({ sessionId: 's_a', operationId: 'op_a', trigger: 'user', phase: 'start' });
+    progress.handle({ sessionId: 's_b', operationId: 'op_b', trigger: 'auto_threshold', phase: 'progress', percent: 5 });
+    assert.equal(progress.runningSession(), 's_b', 'the newest');
+    progress.handle({ sessionId: 's_b', operationId: 'op_b', trigger: 'auto_threshold', phase: 'end' });
+    assert.equal(progress.runningSession(), 's_a');
+    progress.handle({ sessionId: 's_a', operationId: 'op_a', trigger: 'user', phase: 'end' });
+    assert.equal(progress.runningSession(), undefined);
+  });
+
+  it('ends a cancelled compaction with its plain line, not a warning, whatever the daemon worded', () => {
+    const progress = new CompactionProgress();
+    const base = { sessionId: 's_1', operationId: 'op_c', trigger: 'user' as const };
+    progress.handle({ ...base, phase: 'start' });
+    const cancelled = result({ operationId: 'op_c', outcome: 'cancelled', reason: 'cancelled', checkpointId: null, quality: null });
+    assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'user compact cancelled: cancelled', result: cancelled }), [
+      { kind: 'end', operationId: 'op_c', line: 'user compact cancelled: no capsule written; the context is unchanged', warning: false },
+    ]);
   });
 });
