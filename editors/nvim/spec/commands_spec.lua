@@ -9,12 +9,12 @@ end
 describe(':Soba', function()
   it('is defined with completion', function()
     assert.are.equal(2, vim.fn.exists(':Soba'))
-    assert.are.same({ 'auto-compact', 'budget', 'capsule', 'compact', 'context', 'flight', 'rewind' }, vim.fn.getcompletion('Soba ', 'cmdline'))
+    assert.are.same({ 'auto-compact', 'budget', 'cancel', 'capsule', 'compact', 'context', 'flight', 'rewind' }, vim.fn.getcompletion('Soba ', 'cmdline'))
   end)
 
   it('completes subcommands and their arguments', function()
-    assert.are.same({ 'auto-compact', 'budget', 'capsule', 'compact', 'context', 'flight', 'rewind' }, complete('Soba '))
-    assert.are.same({ 'capsule', 'compact', 'context' }, complete('Soba c'))
+    assert.are.same({ 'auto-compact', 'budget', 'cancel', 'capsule', 'compact', 'context', 'flight', 'rewind' }, complete('Soba '))
+    assert.are.same({ 'cancel', 'capsule', 'compact', 'context' }, complete('Soba c'))
     assert.are.same({ 'off', 'on' }, complete('Soba auto-compact '))
     assert.are.same({ 'on' }, complete('Soba auto-compact on'))
     assert.are.same({ 'create', 'export', 'list', 'load', 'show' }, complete('Soba capsule '))
@@ -56,11 +56,73 @@ describe(':Soba', function()
       assert.are.equal(vim.log.levels.INFO, messages[1].level)
     end)
 
+    it(':Soba cancel says the daemon is not running instead of failing', function()
+      vim.cmd('Soba cancel')
+      assert.matches('the daemon is not running', messages[1].msg)
+      assert.are.equal(vim.log.levels.ERROR, messages[1].level)
+    end)
+
     it('says the daemon is not running instead of failing', function()
       vim.cmd('Soba budget')
       assert.matches('the daemon is not running', messages[1].msg)
       assert.are.equal('', require('soba').statusline())
     end)
+  end)
+end)
+
+describe(':Soba cancel with a fake client', function()
+  local soba = require('soba')
+  local messages, sent
+  local original_notify, original_client, original_report = vim.notify, soba.client, soba.report
+  --- A client that answers `soba/budget` with session s_7 and `soba/cancel` with `cancelled`.
+  local function fake(cancelled)
+    return {
+      root_dir = vim.fn.getcwd(),
+      request = function(_, method, params, callback)
+        sent[#sent + 1] = { method, params }
+        if method == 'soba/budget' then
+          callback(nil, { sessionId = 's_7', workspace = vim.fn.getcwd(), effectiveTokens = 10, hardLimit = 100, softLimit = 80 })
+        elseif method == 'soba/cancel' then
+          callback(nil, { cancelled = cancelled })
+        else
+          callback({ code = -32601, message = 'not scripted: ' .. method })
+        end
+      end,
+    }
+  end
+  before_each(function()
+    messages, sent = {}, {}
+    vim.notify = function(msg, level)
+      messages[#messages + 1] = { msg = msg, level = level }
+    end
+  end)
+  after_each(function()
+    vim.notify, soba.client, soba.report = original_notify, original_client, original_report
+  end)
+
+  it('sends soba/cancel for the active session and says it was cancelled', function()
+    -- No budget shown yet: the daemon names the active session.
+    soba.report = function() end
+    soba.client = function()
+      return fake(true)
+    end
+    vim.cmd('Soba cancel')
+    assert.are.same({ 'soba/budget', 'soba/cancel' }, { sent[1][1], sent[2][1] })
+    assert.are.equal('s_7', sent[2][2].sessionId)
+    assert.are.equal('SOBA: cancelled the compaction of session s_7: no capsule is written', messages[1].msg)
+    assert.are.equal(vim.log.levels.INFO, messages[1].level)
+  end)
+
+  it('cancels the session the statusline shows, and says when none was running', function()
+    soba.report = function()
+      return { sessionId = 's_shown' }
+    end
+    soba.client = function()
+      return fake(false)
+    end
+    vim.cmd('Soba cancel')
+    assert.are.same({ { 'soba/cancel', { sessionId = 's_shown', workspace = sent[1][2].workspace } } }, sent)
+    assert.are.equal('SOBA: no compaction running in session s_shown: nothing to cancel', messages[1].msg)
   end)
 end)
 
@@ -148,7 +210,7 @@ describe('doc/soba.txt', function()
     vim.cmd.helptags(vim.fn.fnameescape(dir))
     local tags = table.concat(vim.fn.readfile(dir .. '/tags'), '\n')
     vim.fn.delete(dir, 'rf')
-    for _, tag in ipairs({ ':Soba', ':Soba-compact', 'soba.setup()', 'soba.statusline()', 'soba.lualine()', 'soba-health' }) do
+    for _, tag in ipairs({ ':Soba', ':Soba-compact', ':Soba-cancel', 'soba.setup()', 'soba.statusline()', 'soba.lualine()', 'soba-health' }) do
       assert.matches('\n?' .. vim.pesc(tag) .. '\t', tags)
     end
   end)

@@ -112,6 +112,7 @@ describe('against the real daemon', function()
     for _, dir in ipairs({ 'data', 'runtime', 'config', 'xdg-data' }) do
       vim.fn.mkdir(tmp .. '/' .. dir, 'p')
     end
+    vim.fn.writefile({ vim.json.encode({ trustedWorkspaces = { workspace } }) }, tmp .. '/user-config.json')
     vim.notify = function(msg, level)
       messages[#messages + 1] = { msg = msg, level = level }
     end
@@ -122,7 +123,8 @@ describe('against the real daemon', function()
         cmd_env = {
           SOBA_DATA_DIR = tmp .. '/data',
           SOBA_RUNTIME_DIR = tmp .. '/runtime',
-          SOBA_CONFIG = tmp .. '/no-user-config.json',
+          -- Trusts the workspace: a session's own summarizer endpoint applies (:Soba cancel).
+          SOBA_CONFIG = tmp .. '/user-config.json',
           XDG_CONFIG_HOME = tmp .. '/config',
           XDG_DATA_HOME = tmp .. '/xdg-data',
         },
@@ -381,5 +383,63 @@ describe('against the real daemon', function()
       return soba.statusline() == ''
     end)
     assert.are.same({}, request('soba/sessions', { workspace = workspace }).sessions)
+  end)
+
+  it(':Soba cancel stops a compaction mid-model-call, and says when none runs', function()
+    -- A summarization model that reads each request and never replies.
+    local server = assert(vim.uv.new_tcp())
+    assert(server:bind('127.0.0.1', 0))
+    local asked, sockets = 0, {}
+    assert(server:listen(16, function()
+      local socket = assert(vim.uv.new_tcp())
+      server:accept(socket)
+      sockets[#sockets + 1] = socket
+      socket:read_start(function(_, data)
+        if data then
+          asked = asked + 1
+        end
+      end)
+    end))
+    local base_url = string.format('http://127.0.0.1:%d/v1', server:getsockname().port)
+    local opened = request('soba/session/open', {
+      workspace = workspace,
+      create = true,
+      model = { contextWindow = 8000, maxOutputTokens = 1000 },
+      -- Long enough that only the cancel ends the model call.
+      compaction = { timeoutMs = 60000 },
+      summarizer = { provider = 'openai', baseUrl = base_url, model = 'never-answers' },
+    })
+    local id = opened.sessionId
+    request('soba/session/append', {
+      sessionId = id,
+      entries = { message('user', prose(11, 1200)), message('assistant', prose(12, 1200)), message('user', prose(13, 900)) },
+    })
+    wait_for('the statusline to show the new session', function()
+      local report = soba.report()
+      return report ~= nil and report.sessionId == id
+    end)
+
+    local before = #messages
+    vim.cmd('Soba compact')
+    wait_for('the summarization model to be asked', function()
+      return asked > 0
+    end)
+    vim.cmd('Soba cancel')
+    notified('cancelled the compaction of session ' .. vim.pesc(id) .. ': no capsule is written', before)
+    notified('user compact cancelled: no capsule written; the context is unchanged', before)
+    assert.are.same({}, request('soba/capsule/list', { sessionId = id }).capsules)
+    wait_for('the statusline to stop showing the compaction', function()
+      return not soba.statusline():find('⟳', 1, true)
+    end)
+
+    local after = #messages
+    vim.cmd('Soba cancel')
+    notified('no compaction running in session ' .. vim.pesc(id) .. ': nothing to cancel', after)
+
+    request('soba/session/close', { sessionId = id })
+    for _, socket in ipairs(sockets) do
+      socket:close()
+    end
+    server:close()
   end)
 end)

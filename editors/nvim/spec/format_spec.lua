@@ -208,6 +208,8 @@ describe('format', function()
     assert.are.equal('manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model', format.completion_line(result))
     result.outcome, result.reason = 'skipped', 'nothing before the retained tail'
     assert.are.equal('manual compact skipped: nothing before the retained tail', format.completion_line(result))
+    result.outcome, result.reason = 'cancelled', 'cancelled by a client'
+    assert.are.equal('manual compact cancelled: no capsule written; the context is unchanged', format.completion_line(result))
     local created = vim.tbl_extend('force', result, { outcome = 'completed', trigger = 'handoff', quality = 'local', tokensBefore = 117600 })
     assert.are.equal(
       'capsule created: ck_3f9a (local); the context is unchanged at 117.6k tokens',

@@ -100,6 +100,28 @@ function M.compact(args)
   end)
 end
 
+--- `:Soba cancel`: stops the compaction of the workspace's active session, running (the
+--- agent's own too, even mid-model-call) or waiting behind the agent's model call. It ends
+--- `cancelled` and writes no capsule; its end notice says so.
+function M.cancel()
+  local function send(session_id)
+    request('soba/cancel', { sessionId = session_id }, function(result)
+      if result.cancelled then
+        soba.notify(string.format('cancelled the compaction of session %s: no capsule is written', session_id))
+      else
+        soba.notify(string.format('no compaction running in session %s: nothing to cancel', session_id))
+      end
+    end)
+  end
+  local shown = soba.report()
+  if shown then
+    return send(shown.sessionId)
+  end
+  request('soba/budget', {}, function(report)
+    send(report.sessionId)
+  end)
+end
+
 function M.auto_compact(args)
   local choice = args[1]
   if choice ~= 'on' and choice ~= 'off' then
@@ -343,6 +365,7 @@ end
 M.subcommands = {
   budget = M.budget,
   compact = M.compact,
+  cancel = M.cancel,
   ['auto-compact'] = M.auto_compact,
   capsule = M.capsule,
   flight = M.flight,
@@ -351,7 +374,7 @@ M.subcommands = {
 }
 
 M.USAGE =
-  'usage: :Soba budget | context | compact [instructions] | auto-compact on|off | capsule create|export|load|list|show | rewind [checkpoint] | flight'
+  'usage: :Soba budget | context | compact [instructions] | cancel | auto-compact on|off | capsule create|export|load|list|show | rewind [checkpoint] | flight'
 
 --- `:Soba {subcommand} [args]`.
 function M.run(fargs)

@@ -214,6 +214,10 @@ function M.completion_line(result)
     end
     return string.format('capsule creation %s: %s', result.outcome, result.reason)
   end
+  if result.outcome == 'cancelled' then
+    -- Stopped on purpose (`:Soba cancel`, an editor's Cancel): not a failure.
+    return string.format('%s compact cancelled: no capsule written; the context is unchanged', result.trigger)
+  end
   if result.outcome ~= 'completed' then
     return string.format('%s compact %s: %s', result.trigger, result.outcome, result.reason)
   end

@@ -231,7 +231,11 @@ local function on_compaction(event)
       return
     end
     local result = present(event.result)
-    local line = present(event.message) or (result and format.completion_line(result)) or (event.trigger .. ' compact finished')
+    -- A cancelled compaction says plainly that nothing was written, whatever the daemon's words.
+    local cancelled = result and result.outcome == 'cancelled'
+    local line = (not cancelled and present(event.message))
+      or (result and format.completion_line(result))
+      or (event.trigger .. ' compact finished')
     local warn = result and (result.fallback or result.outcome == 'failed')
     if result and result.fallback then
       line = format.fallback_line(result, line)
