@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{print_json, warn_load, CommonArgs};
 use crate::inspect::{budget_report, context_report, preflight_outlook};
 use soba_core::session::log::{read_session, read_session_as_lines};
-use soba_core::session::unseen_priors::{learn_from_session, UnseenStore};
+use soba_core::session::unseen_priors::UnseenStore;
 use soba_core::util::human_tokens;
 
 pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
@@ -14,9 +14,10 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     warn_load(path, &report);
     let config = common.config_for_session(&session)?;
     session.configure_counting(&config.model);
-    let learned = unseen_store_path();
-    if let Some(store) = &learned {
-        let store = UnseenStore::load(store);
+    // Read, never written: what this machine learned is taught by the processes that write
+    // sessions (the daemon), so a budget reads the same whatever logs were inspected before.
+    if let Some(store) = unseen_store_path() {
+        let store = UnseenStore::load(&store);
         if let Some(problem) = store.problem() {
             errln!("warning: {problem}");
         }
@@ -31,13 +32,6 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         &config.model.name,
         summarizer.as_deref(),
     );
-    // What this log showed beyond itself teaches the next session of its agent and model; the
-    // budget above used only what earlier sessions taught.
-    if let Some(store) = &learned {
-        if let Some(problem) = learn_from_session(store, &session, &config.model.name) {
-            errln!("warning: {problem}");
-        }
-    }
     let warning = report.summary(path);
     let keep_note = config.keep_recent_capped.map(|c| c.note());
     let small_note = config.small_window.map(|w| w.note());

@@ -276,6 +276,7 @@ impl Daemon {
                 session_id: Some(session_id_for(&agent_name, &transcript)),
                 create: Some(true),
                 model,
+                source: follower.header().and_then(|h| h.source),
                 settings: None,
                 connection,
             })

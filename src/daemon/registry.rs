@@ -29,7 +29,9 @@ use soba_core::config::{
     load_workspace_config, user_config_path, Config, ConfigError, ConfigFile, ModelFile, Overrides,
 };
 use soba_core::session::entry::FileEntry;
-use soba_core::session::entry::{HeaderTag, ModelRef, SessionHeader, LOG_FORMAT_VERSION};
+use soba_core::session::entry::{
+    HeaderTag, ModelRef, SessionHeader, SourceInfo, LOG_FORMAT_VERSION,
+};
 use soba_core::session::log::{LogError, SessionLog};
 
 /// How the daemon behaves; tests turn the watcher off or force polling.
@@ -207,6 +209,10 @@ pub struct OpenRequest {
     pub session_id: Option<String>,
     pub create: Option<bool>,
     pub model: Option<ModelParams>,
+    /// What a created log's header records as its source: the agent transcript `soba attach`
+    /// follows, so that the session is budgeted as that agent's (the allowance for what its
+    /// transcript never records) exactly as `soba import` of the same transcript is.
+    pub source: Option<SourceInfo>,
     /// The session's own settings (`compaction`, `summarizer`), over every config file.
     pub settings: Option<ConfigFile>,
     /// The config and keys of the connection opening it; `None` for a client that sent no
@@ -306,8 +312,15 @@ impl Daemon {
                     settings: req.settings.clone(),
                     connection: req.connection.as_ref().map(Arc::downgrade),
                 };
-                self.load(&workspace, &id, create, req.model.clone(), opened_with)
-                    .await?
+                self.load(
+                    &workspace,
+                    &id,
+                    create,
+                    req.model.clone(),
+                    req.source.clone(),
+                    opened_with,
+                )
+                .await?
             }
         };
         self.set_active(&workspace, &handle.id);
@@ -322,6 +335,7 @@ impl Daemon {
         id: &str,
         create: bool,
         model: Option<ModelParams>,
+        source: Option<SourceInfo>,
         opened_with: OpenedWith,
     ) -> Result<InUse, RpcError> {
         let released = self.lock().dormant.get(id).map(|d| d.released.clone());
@@ -341,7 +355,7 @@ impl Daemon {
         );
         let (ws, id_owned) = (workspace.to_path_buf(), id.to_string());
         let (log, config, config_files, warnings) = tokio::task::spawn_blocking(move || {
-            open_log(&path, &ws, &id_owned, create, model, layers?)
+            open_log(&path, &ws, &id_owned, create, model, source, layers?)
         })
         .await
         .map_err(|e| RpcError::internal(format!("opening the session failed: {e}")))??;
@@ -415,7 +429,10 @@ impl Daemon {
             }
         };
         let (workspace, opened_with) = workspace;
-        match self.load(&workspace, id, false, None, opened_with).await {
+        match self
+            .load(&workspace, id, false, None, None, opened_with)
+            .await
+        {
             Ok(h) => Ok(Some(h)),
             Err(e) => {
                 if e.code == code::UNKNOWN_SESSION {
@@ -917,6 +934,7 @@ fn open_log(
     id: &str,
     create: bool,
     model: Option<ModelParams>,
+    source: Option<SourceInfo>,
     layers: Layers,
 ) -> Result<(SessionLog, Config, Vec<ConfigFile>, Vec<String>), RpcError> {
     let loaded = layers.stack();
@@ -959,7 +977,7 @@ fn open_log(
                     tokenizer: Some(provisional.model.tokenizer),
                 }
             }),
-            source: None,
+            source,
         };
         if let Some(dir) = path.parent() {
             soba_core::files::create_private_dir_all(dir)

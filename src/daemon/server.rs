@@ -297,6 +297,7 @@ impl Backend {
                         session_id: p.session_id,
                         create: p.create,
                         model: p.model,
+                        source: None,
                         settings,
                         connection: self.connection(),
                     })

@@ -11,6 +11,7 @@ use soba::accuracy::{self, model_of, pairs, session_of, Distribution, Pair};
 use soba::import::transcript::import_str;
 use soba::import::{ImportOptions, ImportResult};
 use soba_core::budget::unseen_allowance::Agent;
+use soba_core::budget::unseen_allowance::Fresh;
 use soba_core::budget::unseen_allowance::Learned;
 use soba_core::budget::unseen_allowance::UnseenKind;
 use soba_core::budget::unseen_allowance::UnseenPrior;
@@ -238,7 +239,7 @@ fn first_requests_and_the_first_after_an_agents_compaction_are_not_under_estimat
             .filter(|(a, n, _)| a == agent && n != name)
             .map(|(_, _, gap)| *gap)
             .collect();
-        let Some(start) = Learned::from_gaps(&others) else {
+        let Some(start) = Learned::from_gaps(&others, agent.default_unseen(Fresh::Start)) else {
             continue;
         };
         let mut session = session_of(import, model);

@@ -281,6 +281,12 @@ fn effective(b: &Value) -> u64 {
     b["effectiveTokens"].as_u64().unwrap_or(0)
 }
 
+/// The budget stands on a usage report and reaches `at_least`: the allowance for what the
+/// transcript never records makes an estimate before the first report large already.
+fn anchored_at(b: &Value, at_least: u64) -> bool {
+    b["source"] == "provider_usage" && effective(b) >= at_least
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attach_through_the_daemon_follows_appends_and_a_half_written_line() {
     let e = env();
@@ -295,7 +301,7 @@ async fn attach_through_the_daemon_follows_appends_and_a_half_written_line() {
         .await;
     assert_eq!(r["agent"], "claude-code");
     assert_eq!(r["sessionId"], "claude-code-session-1");
-    let first = budget_until(&c, &e.workspace, |b| effective(b) >= 1010).await;
+    let first = budget_until(&c, &e.workspace, |b| anchored_at(b, 1010)).await;
     assert_eq!(first["sessionId"], "claude-code-session-1");
 
     // The next turn arrives in two writes, the first ending mid-line.
@@ -309,7 +315,7 @@ async fn attach_through_the_daemon_follows_appends_and_a_half_written_line() {
         "a half-written record was imported: {mid}"
     );
     append_to(&e.transcript, &turn[cut..]);
-    let after = budget_until(&c, &e.workspace, |b| effective(b) >= 5010).await;
+    let after = budget_until(&c, &e.workspace, |b| anchored_at(b, 5010)).await;
 
     // Attaching again starts no second follower and imports nothing twice.
     let again = c
@@ -342,7 +348,7 @@ async fn a_rewritten_transcript_is_followed_without_importing_twice() {
             json!({"workspace": e.workspace, "transcript": e.transcript, "idleSecs": 60}),
         )
         .await;
-    budget_until(&c, &e.workspace, |b| effective(b) >= 1010).await;
+    budget_until(&c, &e.workspace, |b| anchored_at(b, 1010)).await;
     // The agent rewrites its file: same records, then a new one, under a new inode.
     let tmp = e.transcript.with_extension("tmp");
     std::fs::write(
@@ -351,7 +357,7 @@ async fn a_rewritten_transcript_is_followed_without_importing_twice() {
     )
     .unwrap();
     std::fs::rename(&tmp, &e.transcript).unwrap();
-    budget_until(&c, &e.workspace, |b| effective(b) >= 7010).await;
+    budget_until(&c, &e.workspace, |b| anchored_at(b, 7010)).await;
     let log = std::fs::read_to_string(r["path"].as_str().unwrap()).unwrap();
     let sources: Vec<String> = log
         .lines()
@@ -978,4 +984,63 @@ async fn attached_before_the_first_response_the_budget_takes_the_transcripts_mod
     let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(cli["model"], "gpt-4.1");
     assert_eq!(cli["hardLimit"], switched["hardLimit"]);
+}
+
+/// `soba attach` and `soba import` of the same transcript give the same first-request budget:
+/// both allow for what the agent sends that its transcript never records (its system prompt and
+/// tools), from the same data folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_and_import_of_one_transcript_give_the_same_first_request_budget() {
+    let e = env();
+    // The agent has written the user's first prompt; no response, no usage report yet.
+    let first = claude_turn_with(&e.workspace, 0, 1000, "claude-opus-4-5");
+    let prompt_end = first.find('\n').unwrap() + 1;
+    append_to(&e.transcript, &first[..prompt_end]);
+
+    let data = e.workspace.parent().unwrap().join("soba/data");
+    let soba = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_soba"))
+            .args(args)
+            .env("SOBA_DATA_DIR", &data)
+            .env("SOBA_CONFIG", e.workspace.join("no-user-config.json"))
+            .current_dir(&e.workspace)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let imported = e.workspace.join("imported.jsonl");
+    let transcript = e.transcript.to_str().unwrap();
+    soba(&[
+        "import",
+        transcript,
+        "-o",
+        imported.to_str().unwrap(),
+        "--json",
+    ]);
+    let import_budget = soba(&["budget", "--json", imported.to_str().unwrap()]);
+    let unseen = &import_budget["breakdown"]["unseen"];
+    assert_eq!(unseen["kind"], "context", "{import_budget}");
+    assert_eq!(unseen["agent"], "claude-code", "{import_budget}");
+
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    c.request(
+        "soba/attach",
+        json!({"workspace": e.workspace, "transcript": e.transcript, "agent": "claude-code", "idleSecs": 60}),
+    )
+    .await;
+    // The prompt is followed once the file has been quiet a moment: wait for the same total
+    // (a first request without the allowance reads ~99% lower and never gets there).
+    let want = effective(&import_budget);
+    let attached = budget_until(&c, &e.workspace, |b| effective(b) == want).await;
+    assert_eq!(
+        attached["breakdown"]["unseen"], import_budget["breakdown"]["unseen"],
+        "attached: {attached}"
+    );
+    assert_eq!(attached["hardLimit"], import_budget["hardLimit"]);
 }

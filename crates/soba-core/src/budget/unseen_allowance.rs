@@ -118,14 +118,41 @@ pub struct Learned {
 /// system prompt replaces the old figure within a day or two of work.
 pub const LEARN_FROM_SESSIONS: usize = 8;
 
+/// A gap more than this many times the usual gap of its agent and model is an outlier, left out
+/// of what is learned: Claude Code's own set-ups span 2.7× (14.6k without MCP servers, 40.0k
+/// with them), while a session measured against a log that lost messages (an importer that
+/// dropped what the agent kept after its compaction) shows 10× its agent's gap. One such
+/// session must not make every later first request read that high.
+pub const OUTLIER_FACTOR: u64 = 3;
+
+/// Gaps this small are never outliers, however small the usual gap: a usual gap of a few
+/// hundred tokens (or none) says nothing about whether 1.5k is far from it.
+pub const OUTLIER_FLOOR: u64 = 1_000;
+
 impl Learned {
     /// The largest of the newest [`LEARN_FROM_SESSIONS`] gaps (`newest_last`, oldest first), so
-    /// a first request errs high rather than low; `sessions` counts every gap given.
-    pub fn from_gaps(newest_last: &[u64]) -> Option<Learned> {
+    /// a first request errs high rather than low, with **outliers left out**: a gap above
+    /// [`OUTLIER_FACTOR`] × the usual gap, where the usual gap is the median of those newest
+    /// gaps and the agent's `default` (its measured default, a vote that stands for the
+    /// sessions of other machines; the lower middle of an even count). With the default among
+    /// the votes, the first session a machine learns from cannot move the allowance beyond 3×
+    /// the default on its own; a set-up that really grew (an upgrade, a new MCP server) is
+    /// taken as soon as the sessions showing it hold the median (the second such session on a
+    /// machine that learned nothing else; the larger half of the newest sessions on one that
+    /// learned the smaller set-up). Only high gaps are left out: a low one
+    /// never raises the largest. `sessions` counts every gap given but the outliers; `None`
+    /// when no gap is left.
+    pub fn from_gaps(newest_last: &[u64], default: Option<u64>) -> Option<Learned> {
         let recent = &newest_last[newest_last.len().saturating_sub(LEARN_FROM_SESSIONS)..];
+        let mut votes: Vec<u64> = recent.iter().copied().chain(default).collect();
+        votes.sort_unstable();
+        let usual = *votes.get(votes.len().checked_sub(1)? / 2)?;
+        let ceiling = usual.max(OUTLIER_FLOOR).saturating_mul(OUTLIER_FACTOR);
+        let kept = || recent.iter().copied().filter(|&gap| gap <= ceiling);
+        let outliers = recent.len() - kept().count();
         Some(Learned {
-            tokens: *recent.iter().max()?,
-            sessions: newest_last.len().min(u32::MAX as usize) as u32,
+            tokens: kept().max()?,
+            sessions: (newest_last.len() - outliers).min(u32::MAX as usize) as u32,
         })
     }
 }
@@ -422,15 +449,65 @@ mod tests {
 
     #[test]
     fn learning_takes_the_largest_of_the_newest_sessions_and_counts_them_all() {
-        assert_eq!(Learned::from_gaps(&[]), None);
+        assert_eq!(Learned::from_gaps(&[], None), None);
+        assert_eq!(Learned::from_gaps(&[], Some(40_500)), None);
         let mut gaps = vec![90_000];
         gaps.extend([10_000; LEARN_FROM_SESSIONS]);
         gaps.push(12_000);
         assert_eq!(
-            Learned::from_gaps(&gaps),
+            Learned::from_gaps(&gaps, None),
             learned(12_000, LEARN_FROM_SESSIONS as u32 + 2),
             "an old session's larger set-up falls out of the window"
         );
+        // Claude Code's spread of set-ups (14.6k to 40.0k) is no outlier.
+        assert_eq!(
+            Learned::from_gaps(&[14_600, 40_000, 17_600], Some(40_500)),
+            learned(40_000, 3)
+        );
+    }
+
+    #[test]
+    fn one_session_far_above_what_others_showed_does_not_move_what_is_learned() {
+        // pi's usual gap is ~2.6k; one session measured 31.2k (a log that lost the messages pi
+        // kept after its compaction).
+        let usual = [2_600, 1_600, 2_600, 2_400];
+        let mut with_outlier = usual.to_vec();
+        with_outlier.push(31_200);
+        assert_eq!(
+            Learned::from_gaps(&with_outlier, Some(3_000)),
+            learned(2_600, 4),
+            "the outlier is left out and not counted"
+        );
+        // The first session a machine learns from is weighed against the agent's default.
+        assert_eq!(Learned::from_gaps(&[31_200], Some(3_000)), None);
+        assert_eq!(
+            Learned::from_gaps(&[8_000], Some(3_000)),
+            learned(8_000, 1),
+            "within 3× the default"
+        );
+        // With no default, a lone session is all there is to go on.
+        assert_eq!(Learned::from_gaps(&[31_200], None), learned(31_200, 1));
+        // A set-up that really grew is taken once the sessions showing it are most of the
+        // votes: at once on a machine that learned nothing else, …
+        assert_eq!(
+            Learned::from_gaps(&[31_000, 31_200], Some(3_000)),
+            learned(31_200, 2)
+        );
+        // … after three more sessions on one that learned the smaller set-up.
+        assert_eq!(
+            Learned::from_gaps(&[2_600, 31_000, 31_200], Some(3_000)),
+            learned(2_600, 1)
+        );
+        assert_eq!(
+            Learned::from_gaps(&[2_600, 31_000, 31_200, 30_800], Some(3_000)),
+            learned(31_200, 4)
+        );
+        // Small gaps are never outliers, however small the usual one.
+        assert_eq!(
+            Learned::from_gaps(&[0, 0, 0, 2_900], None),
+            learned(2_900, 4)
+        );
+        assert_eq!(Learned::from_gaps(&[0, 0, 0, 3_100], None), learned(0, 3));
     }
 
     #[test]

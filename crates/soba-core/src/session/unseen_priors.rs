@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::unseen_measure::UnseenObservations;
 use crate::budget::unseen_allowance::Agent;
+use crate::budget::unseen_allowance::Fresh;
 use crate::budget::unseen_allowance::Learned;
 use crate::budget::unseen_allowance::UnseenPrior;
 
@@ -111,10 +112,18 @@ impl UnseenStore {
                 .filter_map(pick)
                 .collect()
         };
+        // Every gap is kept in the file; outliers are left out here, when the prior is read,
+        // so that a set-up that really changed is learned once later sessions agree with it.
+        let learned = |pick: fn(&SessionRecord) -> Option<u64>, fresh: Fresh| {
+            Learned::from_gaps(&gaps(pick), agent?.default_unseen(fresh))
+        };
         UnseenPrior {
             agent,
-            start: Learned::from_gaps(&gaps(|r| r.start)),
-            after_agent_compaction: Learned::from_gaps(&gaps(|r| r.after_agent_compaction)),
+            start: learned(|r| r.start, Fresh::Start),
+            after_agent_compaction: learned(
+                |r| r.after_agent_compaction,
+                Fresh::AfterAgentCompaction,
+            ),
         }
     }
 
