@@ -497,14 +497,14 @@ async fn an_editor_opening_the_workspace_sees_the_running_agents_budget_live() {
         .unwrap();
     let c = LspClient::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
     c.initialize(&[&h.workspace], false).await;
-    let first = budget_until(&c, &h.workspace, |b| effective(b) >= 2010).await;
+    let first = budget_until(&c, &h.workspace, |b| anchored_at(b, 2010)).await;
     assert_eq!(first["sessionId"], "claude-code-7d1c2f");
     append_to(&h.transcript, &claude_turn(&h.workspace, 1, 9000));
     let changed = loop {
         let n = c
             .expect_notification("soba/budgetChanged", Duration::from_secs(20))
             .await;
-        if effective(&n) >= 9010 {
+        if anchored_at(&n, 9010) {
             break n;
         }
     };
@@ -580,7 +580,7 @@ async fn a_transcript_that_cannot_be_followed_is_announced_once_not_at_every_ret
     let mut first = serve();
     let a = LspClient::new(first.stdout.take().unwrap(), first.stdin.take().unwrap());
     a.initialize(&[&h.workspace], false).await;
-    budget_until(&a, &h.workspace, |b| effective(b) >= 2010).await;
+    budget_until(&a, &h.workspace, |b| anchored_at(b, 2010)).await;
 
     // A second, standalone one cannot open that log: its editor asks again and again.
     let mut second = serve();
@@ -794,7 +794,7 @@ async fn actions_on_a_followed_agent_are_previews_and_the_budget_says_who_compac
         .unwrap();
     let c = LspClient::new(child.stdout.take().unwrap(), child.stdin.take().unwrap());
     c.initialize(&[&h.workspace], false).await;
-    let before = budget_until(&c, &h.workspace, |b| effective(b) >= 5950).await;
+    let before = budget_until(&c, &h.workspace, |b| anchored_at(b, 5950)).await;
     let control = &before["control"];
     assert_eq!(control["compactedBy"], "agent", "{before}");
     assert_eq!(control["agent"], "claude-code");
@@ -951,7 +951,7 @@ async fn attached_before_the_first_response_the_budget_takes_the_transcripts_mod
         &claude_turn_with(&e.workspace, 1, 3000, "gpt-4.1"),
     );
     let switched = budget_until(&c, &e.workspace, |b| {
-        b["model"] == "gpt-4.1" && effective(b) >= 3010
+        b["model"] == "gpt-4.1" && anchored_at(b, 3010)
     })
     .await;
     assert_eq!(switched["contextWindow"], 1_047_576, "{switched}");
