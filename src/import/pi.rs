@@ -55,6 +55,11 @@ pub(crate) struct Reader {
     header: HeaderInfo,
     /// The id of the latest record with one: the source's leaf.
     leaf_source: Option<String>,
+    /// How many records were read, the session header included: the index pi v1's compactions
+    /// name their first kept entry by (`firstKeptEntryIndex`, before entries had ids).
+    records_read: usize,
+    /// The first entry made from each record, by that record's index, for files without ids.
+    entry_of_record: Vec<(usize, String)>,
 }
 
 impl Reader {
@@ -63,6 +68,8 @@ impl Reader {
             builder: EntryBuilder::new(Format::Pi, &options.now),
             header: HeaderInfo::new(Format::Pi, options),
             leaf_source: None,
+            records_read: 0,
+            entry_of_record: Vec::new(),
         }
     }
 
@@ -77,6 +84,12 @@ impl Reader {
     }
 
     fn record(&mut self, r: &Value) {
+        let index = self.records_read;
+        self.records_read += 1;
+        let kept_by_index = r
+            .get("firstKeptEntryIndex")
+            .and_then(Value::as_u64)
+            .and_then(|i| self.first_entry_from_record(i as usize));
         let builder = &mut self.builder;
         let header = &mut self.header;
         let kind = str_field(r, "type").unwrap_or("(no type)");
@@ -107,7 +120,8 @@ impl Reader {
                     summary_tokens: None,
                     // The source id of the kept entry becomes the id of the entry it was imported as.
                     first_kept_entry_id: str_field(r, "firstKeptEntryId")
-                        .and_then(|k| builder.first_entry_of(k).map(str::to_string)),
+                        .and_then(|k| builder.first_entry_of(k).map(str::to_string))
+                        .or(kept_by_index),
                     kept_items: None,
                     kept_entry_ids: None,
                     instructions: None,
@@ -138,7 +152,8 @@ impl Reader {
         };
         match (body, id) {
             (Some(body), _) => {
-                builder.push(parent, id, ts, body);
+                let made = builder.push(parent, id, ts, body);
+                self.entry_of_record.push((index, made));
             }
             (None, Some(id)) => builder.alias(id, parent),
             (None, None) => {}
@@ -146,6 +161,15 @@ impl Reader {
         if id.is_some() {
             self.leaf_source = id.map(str::to_string);
         }
+    }
+}
+
+impl Reader {
+    /// The first entry made from record `index` or, when that record made none (a model
+    /// change, a line pi keeps for itself), from the first record after it that did.
+    fn first_entry_from_record(&self, index: usize) -> Option<String> {
+        let at = self.entry_of_record.partition_point(|(i, _)| *i < index);
+        self.entry_of_record.get(at).map(|(_, id)| id.clone())
     }
 }
 
@@ -472,6 +496,64 @@ mod tests {
         assert_eq!(
             by_source(&r, "u2").parent_id.as_deref(),
             Some(by_source(&r, "c1").id.as_str())
+        );
+    }
+
+    #[test]
+    fn a_v1_compaction_keeps_the_entries_from_its_first_kept_index() {
+        // pi v1 files have no ids: a compaction names the first entry it kept by its index
+        // among the file's records, the session header being record 0.
+        let v1_header = json!({"type": "session", "id": "old", "timestamp": "2025-11-01T10:00:00.000Z", "cwd": "/proj", "provider": "anthropic", "modelId": "claude-sonnet-4-5"});
+        let said = |role: &str, text: &str| json!({"type": "message", "timestamp": "2025-11-01T10:00:01.000Z", "message": {"role": role, "content": [{"type": "text", "text": text}]}});
+        let r = import(&[
+            v1_header,
+            said("user", "first task"),
+            said("assistant", "done with the first"),
+            json!({"type": "model_change", "timestamp": "2025-11-01T10:00:02.000Z", "provider": "anthropic", "modelId": "claude-sonnet-4-5"}),
+            said("user", "second task"),
+            said("assistant", "working on the second"),
+            json!({"type": "compaction", "timestamp": "2025-11-01T10:00:03.000Z", "summary": "## Goal\nthe second task", "firstKeptEntryIndex": 3, "tokensBefore": 120000}),
+            said("user", "go on"),
+        ]);
+        let compaction = r
+            .entries
+            .iter()
+            .find_map(|e| match &e.body {
+                EntryBody::ForeignCompaction(fc) => Some(fc),
+                _ => None,
+            })
+            .expect("the compaction is imported");
+        // Record 3 is the model change, which makes no entry: the next record's entry is kept.
+        let second_task = r
+            .entries
+            .iter()
+            .find(|e| {
+                e.as_message()
+                    .is_some_and(|m| m.content == [ContentBlock::text("second task")])
+            })
+            .unwrap();
+        assert_eq!(
+            compaction.first_kept_entry_id.as_deref(),
+            Some(second_task.id.as_str())
+        );
+        let mut session = soba_core::session::Session::new(r.header.clone(), Default::default());
+        for e in &r.entries {
+            session.push(e.clone()).unwrap();
+        }
+        let view = soba_core::session::view::ModelView::build(&session, session.leaf());
+        let texts: Vec<String> = view
+            .messages(&session)
+            .iter()
+            .map(|m| soba_core::session::entry::blocks_text(&m.content))
+            .collect();
+        assert!(
+            texts.iter().any(|t| t == "second task")
+                && texts.iter().any(|t| t == "working on the second"),
+            "the kept messages stay in the model input after pi's compaction: {texts:?}"
+        );
+        assert!(
+            !texts.iter().any(|t| t == "first task"),
+            "what pi compacted is replaced by its summary: {texts:?}"
         );
     }
 }
