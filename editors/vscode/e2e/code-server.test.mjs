@@ -398,7 +398,11 @@ function claudeExchange(cwd, turn, inputTokens, request = `request ${turn}`) {
 test('a Claude Code running in the workspace shows its budget once the SOBA session is gone', async () => {
   await page.keyboard.press('Escape');
   await agent.request('soba/session/close', { sessionId: agent.session.sessionId });
-  await until('the status bar item to go', async () => (await statusItem()) === undefined);
+  // No session left in the workspace: the item says the extension is connected and waits for one.
+  await until('the idle state', async () => {
+    const s = await statusItem();
+    return s && s.text.endsWith('SOBA: no agent session') ? s : undefined;
+  });
   await screenshot('no-session');
 
   // Claude Code's project folder: the workspace path with every non-alphanumeric character as `-`.
