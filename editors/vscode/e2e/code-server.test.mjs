@@ -370,7 +370,8 @@ test('the sidebar lists the session, its budget, compactions and capsules', asyn
   });
   const rows = await until('the SOBA views to fill', async () => {
     const texts = await page.evaluate(() => [...document.querySelectorAll('.sidebar .monaco-list-row')].map((r) => r.innerText.replace(/\s+/g, ' ').trim()));
-    return texts.some((t) => t.includes('Parser hand-off')) && texts.some((t) => /completed|manual/.test(t)) ? texts : undefined;
+    // A completed compaction is listed by its capsule's quality (model, local, degraded).
+    return texts.some((t) => t.includes('Parser hand-off')) && texts.some((t) => /(model|local|degraded|completed) · |manual/.test(t)) ? texts : undefined;
   });
   await screenshot('sidebar');
   assert.ok(rows.some((t) => t.includes(agent.session.sessionId.slice(0, 8))), `a row names the session: ${rows.join(' | ')}`);
