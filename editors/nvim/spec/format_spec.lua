@@ -205,7 +205,16 @@ describe('format', function()
       quality = 'model',
       fallback = false,
     }
-    assert.are.equal('manual compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model', format.completion_line(result))
+    assert.are.equal('manual compact: 41.2k → 18.3k tokens (−56%), model, ck_3f9a', format.completion_line(result))
+    local degraded = vim.tbl_extend('force', result, {
+      fallback = true,
+      quality = 'degraded',
+      reason = 'the summarization model did not finish within 30000 ms; the local capsule was used',
+    })
+    assert.are.equal(
+      'manual compact, degraded (model timed out): 41.2k → 18.3k tokens (−56%), ck_3f9a',
+      format.completion_line(degraded)
+    )
     result.outcome, result.reason = 'skipped', 'nothing before the retained tail'
     assert.are.equal('manual compact skipped: nothing before the retained tail', format.completion_line(result))
     result.outcome, result.reason = 'cancelled', 'cancelled by a client'
@@ -215,6 +224,25 @@ describe('format', function()
       'capsule created: ck_3f9a (local); the context is unchanged at 117.6k tokens',
       format.completion_line(created)
     )
+  end)
+
+  it('names each way the summarization model fails in a few words', function()
+    local used = '; the local capsule was used'
+    assert.are.equal('model timed out', format.fallback_why('the summarization model did not finish within 30000 ms' .. used))
+    assert.are.equal('model answered HTTP 503', format.fallback_why('the summarization model answered HTTP 503: overloaded' .. used))
+    assert.are.equal('model unreachable', format.fallback_why('could not talk to the summarization model: refused' .. used))
+    assert.are.equal(
+      'model reply cut off',
+      format.fallback_why("the summarization model's stream ended before the reply was complete" .. used)
+    )
+    assert.are.equal('invalid model reply', format.fallback_why('invalid reply from the summarization model: no JSON' .. used))
+    assert.are.equal('model reported an error', format.fallback_why('the summarization model reported an error: quota' .. used))
+    assert.are.equal(
+      'model paused after repeated failures',
+      format.fallback_why('the summarization model is paused after 3 consecutive failures; it is tried again in 30000 ms' .. used)
+    )
+    assert.are.equal('no key in OPENAI_API_KEY', format.fallback_why('no key in OPENAI_API_KEY' .. used))
+    assert.are.equal(string.rep('x', 47) .. '…', format.fallback_why(string.rep('x', 80)))
   end)
 
   it('lists flight records and capsules newest first, or says there are none', function()

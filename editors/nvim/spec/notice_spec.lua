@@ -53,7 +53,7 @@ local TIMEOUT_FALLBACK = [[
   local result = {
     outcome = 'completed', trigger = 'hard_limit', fallback = true, quality = 'degraded',
     tokensBefore = 21000, tokensAfter = 8400, reclaimedPercent = 60, checkpointId = 'ck_5f3a9c2e7b1d',
-    reason = 'summarization timed out after 15000 ms; the local capsule was used',
+    reason = 'the summarization model did not finish within 15000 ms; the local capsule was used',
   }
   vim.schedule(function()
     soba.handlers['soba/compaction'](nil, { phase = 'start', operationId = 'op1', sessionId = 's', trigger = 'hard_limit' })
@@ -64,7 +64,7 @@ local TIMEOUT_FALLBACK = [[
   end)
   vim.schedule(function()
     soba.handlers['window/showMessage'](nil, { type = 2,
-      message = 'The compaction used the local capsule: summarization timed out after 15000 ms; the local capsule was used' })
+      message = 'The compaction used the local capsule: the summarization model did not finish within 15000 ms; the local capsule was used' })
   end)
 ]]
 
@@ -89,18 +89,18 @@ describe('notices', function()
     assert.are.same({ mode = 'r', blocking = true }, mode)
   end)
 
-  it('a timeout fallback is announced without a hit-enter prompt, and its reason is kept', function()
+  it('a timeout fallback is one line that says why, without a hit-enter prompt, and the warning does not replace it', function()
     local mode = after(chan, TIMEOUT_FALLBACK)
     assert.are.same({ mode = 'n', blocking = false }, mode)
     local messages = vim.rpcrequest(chan, 'nvim_exec2', 'messages', { output = true }).output
     local lines = vim.split(messages, '\n', { trimempty = true })
-    assert.are.equal(3, #lines, messages)
+    -- The start and the result: the daemon's warning of the same fallback does not replace the result.
+    assert.are.equal(2, #lines, messages)
     for _, line in ipairs(lines) do
       assert.is_true(vim.fn.strdisplaywidth(line) <= 80, line)
     end
-    -- Why it fell back comes first, so a narrow command line still shows it.
-    assert.truthy(lines[2]:find('^SOBA: summarization timed out after 15000 ms'), lines[2])
-    assert.truthy(lines[3]:find('^SOBA: The compaction used the local capsule'), lines[3])
+    -- Why it fell back comes first, so the line fit to the command line shows it.
+    assert.truthy(lines[2]:find('^SOBA: hard_limit compact, degraded %(model timed out%): 21k → 8.4k'), lines[2])
     -- Still responsive: a command runs at once.
     vim.rpcrequest(chan, 'nvim_command', 'let g:after_notice = 1')
     assert.are.equal(1, vim.rpcrequest(chan, 'nvim_get_var', 'after_notice'))
@@ -149,12 +149,7 @@ describe('format for notices', function()
     assert.are.equal(9, vim.fn.strdisplaywidth(format.fit('21.0k → 8.4k tokens', 9)))
   end)
 
-  it('puts a fallback reason before what the compaction reclaimed', function()
-    assert.are.equal(
-      'model timed out — hard_limit compact: 21.0k → 8.4k',
-      format.fallback_line({ reason = 'model timed out' }, 'hard_limit compact: 21.0k → 8.4k')
-    )
-    assert.are.equal('line', format.fallback_line({ reason = vim.NIL }, 'line'))
+  it('puts line breaks on one line', function()
     assert.are.equal('a; b; c', format.one_line('a\nb\n\n  c'))
   end)
 end)

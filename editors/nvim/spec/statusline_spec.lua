@@ -133,10 +133,19 @@ describe('statusline from notifications', function()
     assert.are.equal('31.2k / 48.8k ⟳ 82%', soba.statusline())
     compaction(nil, vim.tbl_extend('force', event, {
       phase = 'end',
-      message = 'auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_1, model',
-      result = { fallback = false, outcome = 'completed' },
+      message = 'the daemon line',
+      result = {
+        fallback = false,
+        outcome = 'completed',
+        trigger = 'auto_threshold',
+        tokensBefore = 41200,
+        tokensAfter = 18300,
+        reclaimedPercent = 55.6,
+        checkpointId = 'ck_1',
+        quality = 'model',
+      },
     }))
-    assert.are.equal('SOBA: auto_threshold compact: 41.2k → 18.3k tokens (−56%), ck_1, model', messages[2].msg)
+    assert.are.equal('SOBA: auto_threshold compact: 41.2k → 18.3k tokens (−56%), model, ck_1', messages[2].msg)
     assert.are.equal(vim.log.levels.INFO, messages[2].level)
     assert.is_false(soba.claim('op_9'), 'the end notification showed the result')
     assert.are.equal('31.2k / 48.8k', soba.statusline())
@@ -156,7 +165,7 @@ describe('statusline from notifications', function()
       phase = 'end',
       result = {
         outcome = 'completed',
-        reason = 'summarizer timed out',
+        reason = 'the summarization model did not finish within 15000 ms; the local capsule was used',
         trigger = 'hard_limit',
         tokensBefore = 50000,
         tokensAfter = 20000,
@@ -168,10 +177,16 @@ describe('statusline from notifications', function()
     })
     assert.are.same(
       {
-        msg = 'SOBA: summarizer timed out — hard_limit compact: 50k → 20k tokens (−60%), ck_2, degraded',
+        msg = 'SOBA: hard_limit compact, degraded (model timed out): 50k → 20k tokens (−60%), ck_2',
         level = vim.log.levels.WARN,
       },
       messages[1]
     )
+    -- The daemon's warning of the same fallback does not replace the line; another warning shows.
+    local show = soba.handlers['window/showMessage']
+    show(nil, { type = 2, message = 'The compaction used the local capsule: the summarization model did not finish within 15000 ms; the local capsule was used' })
+    assert.are.equal(1, #messages)
+    show(nil, { type = 2, message = 'file changes in /w are not recorded: too many files' })
+    assert.are.equal('SOBA: file changes in /w are not recorded: too many files', messages[2].msg)
   end)
 end)

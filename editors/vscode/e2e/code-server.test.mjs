@@ -370,7 +370,8 @@ test('the sidebar lists the session, its budget, compactions and capsules', asyn
   });
   const rows = await until('the SOBA views to fill', async () => {
     const texts = await page.evaluate(() => [...document.querySelectorAll('.sidebar .monaco-list-row')].map((r) => r.innerText.replace(/\s+/g, ' ').trim()));
-    return texts.some((t) => t.includes('Parser hand-off')) && texts.some((t) => /completed|manual/.test(t)) ? texts : undefined;
+    // A completed compaction is listed by its capsule's quality (model, local, degraded).
+    return texts.some((t) => t.includes('Parser hand-off')) && texts.some((t) => /(model|local|degraded|completed) · |manual/.test(t)) ? texts : undefined;
   });
   await screenshot('sidebar');
   assert.ok(rows.some((t) => t.includes(agent.session.sessionId.slice(0, 8))), `a row names the session: ${rows.join(' | ')}`);
@@ -398,7 +399,11 @@ function claudeExchange(cwd, turn, inputTokens, request = `request ${turn}`) {
 test('a Claude Code running in the workspace shows its budget once the SOBA session is gone', async () => {
   await page.keyboard.press('Escape');
   await agent.request('soba/session/close', { sessionId: agent.session.sessionId });
-  await until('the status bar item to go', async () => (await statusItem()) === undefined);
+  // No session left in the workspace: the item says the extension is connected and waits for one.
+  await until('the idle state', async () => {
+    const s = await statusItem();
+    return s && s.text.endsWith('SOBA: no agent session') ? s : undefined;
+  });
   await screenshot('no-session');
 
   // Claude Code's project folder: the workspace path with every non-alphanumeric character as `-`.

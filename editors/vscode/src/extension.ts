@@ -10,6 +10,7 @@ import {
   BUDGET_CHANGED,
   COMPACTION,
   SESSION_CLOSED,
+  SHOW_MESSAGE,
   type BudgetReport,
   type CompactionNotification,
   type SessionClosedNotification,
@@ -17,7 +18,19 @@ import {
   type SobaRequester,
 } from './protocol';
 import { findServer, readSettings, serverCommand, type Settings } from './settings';
-import { backgroundColorId, BUDGET_RETRY_MS, BudgetTracker, CompactionProgress, severity, statusBarText, tooltipLines, type ProgressAction } from './status';
+import {
+  backgroundColorId,
+  BUDGET_RETRY_MS,
+  BudgetTracker,
+  CompactionLog,
+  CompactionProgress,
+  IDLE_TEXT,
+  idleTooltipLines,
+  severity,
+  statusBarText,
+  tooltipLines,
+  type ProgressAction,
+} from './status';
 import { budgetNodes, capsuleNodes, compactionNodes, sessionNodes, VIEW_IDS, type TreeNode } from './views';
 
 let extension: SobaExtension | undefined;
@@ -125,6 +138,7 @@ class SobaExtension {
   private readonly statusItem = vscode.window.createStatusBarItem('soba.budget', vscode.StatusBarAlignment.Right, 100);
   private readonly tracker = new BudgetTracker(realFolderPaths);
   private readonly progress = new CompactionProgress();
+  private readonly compactionLog = new CompactionLog();
   private readonly running = new Map<string, { report: vscode.Progress<{ increment?: number; message?: string }>; done: () => void }>();
   private readonly views = {
     sessions: new NodeProvider(),
@@ -213,7 +227,18 @@ class SobaExtension {
       void this.refreshViews();
     });
     client.onNotification(COMPACTION, (event: CompactionNotification) => {
+      const logged = this.compactionLog.ended(event, new Date());
+      if (logged) this.output.appendLine(`compaction: ${logged}`);
       for (const action of this.progress.handle(event)) this.showProgress(action);
+    });
+    // Replaces the language client's own handler: the daemon's warning after a compaction that
+    // fell back repeats what its result line says, so it is logged, not shown a second time.
+    client.onNotification(SHOW_MESSAGE, (message: { type: number; message: string }) => {
+      this.output.appendLine(`daemon: ${message.message}`);
+      if (this.progress.absorbs(message.message)) return;
+      if (message.type === 1) void vscode.window.showErrorMessage(message.message);
+      else if (message.type === 2) void vscode.window.showWarningMessage(message.message);
+      else void vscode.window.showInformationMessage(message.message);
     });
     client.onNotification(SESSION_CLOSED, (closed: SessionClosedNotification) => {
       // The bar moves to the workspace's next active session, or hides when there is none.
@@ -265,6 +290,8 @@ class SobaExtension {
       this.lastBudgetMiss = undefined;
       if (this.tracker.accept(report)) this.renderStatus();
     } catch (err) {
+      // No session to show: the idle state, once the client is up.
+      if (!this.tracker.report) this.renderStatus();
       // A workspace without sessions yet: the bar stays hidden until an agent opens one. The
       // retry asks every few seconds; the output says why once, not every time.
       const message = err instanceof Error ? err.message : String(err);
@@ -283,10 +310,20 @@ class SobaExtension {
     void vscode.commands.executeCommand('setContext', 'soba.hasSession', report !== undefined);
     void vscode.commands.executeCommand('setContext', 'soba.autoCompact', report?.autoCompact ?? false);
     this.renderCompacting();
-    if (!report || !this.settings.statusBarEnabled) {
+    if (!this.settings.statusBarEnabled || (!report && !this.requester())) {
       this.statusItem.hide();
       return;
     }
+    if (!report) {
+      // Connected, no agent yet: say so, so that a newcomer sees the extension works.
+      this.statusItem.text = IDLE_TEXT;
+      this.statusItem.tooltip = idleTooltipLines().join('\n');
+      this.statusItem.backgroundColor = undefined;
+      this.statusItem.command = undefined;
+      this.statusItem.show();
+      return;
+    }
+    this.statusItem.command = 'soba.showBudget';
     this.statusItem.text = statusBarText(report);
     this.statusItem.tooltip = tooltipLines(report, new Date()).join('\n');
     const color = backgroundColorId(severity(report));
@@ -330,7 +367,12 @@ class SobaExtension {
         client.request('soba/capsule/list', target),
       ]);
       if (sessions.status === 'fulfilled') this.views.sessions.set(sessionNodes(sessions.value.sessions));
-      if (flight.status === 'fulfilled') this.views.compactions.set(compactionNodes(flight.value.records));
+      if (flight.status === 'fulfilled') {
+        // Skips send no notification: the flight records are where the output learns of them.
+        for (const line of this.compactionLog.recorded(flight.value.records)) this.output.appendLine(`compaction: ${line}`);
+        const qualities = capsules.status === 'fulfilled' ? capsules.value.capsules : [];
+        this.views.compactions.set(compactionNodes(flight.value.records, qualities));
+      }
       if (capsules.status === 'fulfilled') this.views.capsules.set(capsuleNodes(capsules.value.capsules));
       for (const failed of [sessions, flight, capsules]) {
         if (failed.status === 'rejected') this.output.appendLine(`sidebar: ${String(failed.reason?.message ?? failed.reason)}`);

@@ -40,6 +40,8 @@ export type PreviewAction = PreviewParams extends infer P ? (P extends unknown ?
 export const BUDGET_CHANGED = 'soba/budgetChanged' satisfies NotificationName;
 export const COMPACTION = 'soba/compaction' satisfies NotificationName;
 export const SESSION_CLOSED = 'soba/session/closed' satisfies NotificationName;
+/** The LSP notification the daemon sends its warnings with. */
+export const SHOW_MESSAGE = 'window/showMessage';
 
 /** Sends one typed request; implemented over vscode-languageclient or vscode-jsonrpc. */
 export interface SobaRequester {

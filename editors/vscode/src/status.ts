@@ -2,7 +2,7 @@
 // which report to show, and the compaction progress model. No `vscode` import: the adapter in
 // extension.ts turns these values into a StatusBarItem and progress notifications.
 
-import type { BudgetReport, CompactionNotification, CompactionResult, ContextResult, LastCompaction } from './protocol';
+import type { BudgetReport, CompactionNotification, CompactionResult, ContextResult, FlightRecord, LastCompaction } from './protocol';
 
 /** `950`, `1.2k`, `48.8k`, `128k`, `1.2M`: short enough for a status bar, exact enough to act on. */
 export function formatTokens(tokens: number): string {
@@ -195,7 +195,38 @@ export function budgetSummary(report: BudgetReport): string {
   );
 }
 
-/** The persistent line a finished compaction leaves behind when the daemon sent none. */
+/**
+ * Why a compaction fell back to the local capsule, in a few words, from the daemon's reason
+ * (`the summarization model did not finish within 30000 ms; the local capsule was used`). The
+ * whole reason goes to the output channel and the flight records; a notification has room for this.
+ */
+export function fallbackWhy(reason: string): string {
+  const http = /answered HTTP (\d+)/.exec(reason);
+  if (http) return `model answered HTTP ${http[1]}`;
+  const known: Array<[RegExp, string]> = [
+    [/did not finish within/, 'model timed out'],
+    [/could not talk to the summarization model/, 'model unreachable'],
+    [/stream ended before the reply was complete/, 'model reply cut off'],
+    [/invalid reply from the summarization model/, 'invalid model reply'],
+    [/reported an error/, 'model reported an error'],
+    [/paused after \d+ consecutive failures/, 'model paused after repeated failures'],
+  ];
+  for (const [pattern, words] of known) if (pattern.test(reason)) return words;
+  // Another reason: its first clause, short enough for one line.
+  const first = reason.split(';')[0].trim();
+  return first.length > 48 ? `${first.slice(0, 47).trimEnd()}…` : first || 'model failed';
+}
+
+/** `model`, `local`, or for a fallback `degraded (model timed out)`. */
+export function qualityText(quality: CompactionResult['quality'], fallback: boolean, reason: string): string {
+  if (fallback || quality === 'degraded') return `degraded (${fallbackWhy(reason)})`;
+  return quality ?? 'unknown quality';
+}
+
+/**
+ * The one line a finished compaction shows: trigger, before → after, quality, checkpoint; when
+ * it fell back to the local capsule, `degraded` and why in a few words right after the trigger.
+ */
 export function completionLine(result: CompactionResult): string {
   if (result.trigger === HANDOFF) {
     // A created capsule records state and compacts nothing.
@@ -211,10 +242,67 @@ export function completionLine(result: CompactionResult): string {
   if (result.outcome !== 'completed') {
     return `${result.trigger} compact ${result.outcome}: ${result.reason}`;
   }
-  return (
-    `${result.trigger} compact: ${formatTokens(result.tokensBefore)} → ${formatTokens(result.tokensAfter)} tokens ` +
-    `(−${Math.round(result.reclaimedPercent)}%), ${result.checkpointId ?? 'no checkpoint'}, ${result.quality ?? 'unknown quality'}`
-  );
+  const reclaimed =
+    `${formatTokens(result.tokensBefore)} → ${formatTokens(result.tokensAfter)} tokens (−${Math.round(result.reclaimedPercent)}%)`;
+  const checkpoint = result.checkpointId ?? 'no checkpoint';
+  if (result.fallback || result.quality === 'degraded') {
+    // Why first: a line cut to the width of a notification or a command line still says it.
+    return `${result.trigger} compact, ${qualityText(result.quality, result.fallback, result.reason)}: ${reclaimed}, ${checkpoint}`;
+  }
+  return `${result.trigger} compact: ${reclaimed}, ${result.quality ?? 'unknown quality'}, ${checkpoint}`;
+}
+
+/** The daemon's warning after a compaction that fell back: the result line already says why. */
+export function fallbackWarning(result: CompactionResult): string {
+  return `The compaction used the local capsule: ${result.reason}`;
+}
+
+/**
+ * The output channel's record of compactions: one line for each compaction, skip and failure,
+ * with the whole reason, whether it came as a `soba/compaction` end or only as a flight record
+ * (a skip sends no notification). Each operation is written once.
+ */
+export class CompactionLog {
+  private readonly written = new Set<string>();
+  private baseline = false;
+
+  /** The line for a compaction's end, or undefined when it was written already. */
+  ended(event: CompactionNotification, now: Date): string | undefined {
+    if (event.phase !== 'end' || this.written.has(event.operationId)) return undefined;
+    this.written.add(event.operationId);
+    const r = event.result;
+    if (!r) return `${now.toISOString()} ${event.trigger} failed: ${event.message ?? 'no result'}`;
+    const quality = r.outcome === 'completed' ? `, ${r.quality ?? 'unknown quality'}${r.fallback ? ' (fallback)' : ''}` : '';
+    return (
+      `${now.toISOString()} ${r.trigger} ${r.outcome}: ${formatTokens(r.tokensBefore)} → ${formatTokens(r.tokensAfter)} tokens` +
+      `${quality}, ${r.checkpointId ?? 'no checkpoint'}, ${r.durationMs} ms: ${r.reason}`
+    );
+  }
+
+  /**
+   * Lines for the flight records not written yet, oldest first. The first list is what happened
+   * before the editor connected (*Show Flight Records* lists it): it is taken as written.
+   */
+  recorded(records: readonly FlightRecord[]): string[] {
+    const fresh = [...records]
+      .filter((r) => !this.written.has(recordKey(r)))
+      .sort((a, b) => a.ts.localeCompare(b.ts));
+    for (const r of fresh) this.written.add(recordKey(r));
+    if (!this.baseline) {
+      this.baseline = true;
+      return [];
+    }
+    return fresh.map(
+      (r) =>
+        `${r.ts} ${r.trigger} ${r.outcome}: ${formatTokens(r.tokensBefore)} → ${formatTokens(r.tokensAfter)} tokens, ` +
+        `${r.checkpointId ?? 'no checkpoint'}, ${r.durationMs} ms: ${r.reason}`,
+    );
+  }
+}
+
+/** A record's operation, or for one that never started (no id) its time and trigger. */
+function recordKey(r: FlightRecord): string {
+  return r.operationId || `${r.ts} ${r.trigger}`;
 }
 
 function samePath(a: string, b: string): boolean {
@@ -290,6 +378,8 @@ export class CompactionProgress {
   private readonly announced = new Set<string>();
   /** The session of each operation between its first notification and its end, oldest first. */
   private readonly sessions = new Map<string, string>();
+  /** Fallback warnings the daemon is about to send whose why a result line already shows. */
+  private readonly absorbed = new Set<string>();
 
   handle(event: CompactionNotification): ProgressAction[] {
     const id = event.operationId;
@@ -314,19 +404,28 @@ export class CompactionProgress {
       case 'end': {
         this.percentSoFar.delete(id);
         this.sessions.delete(id);
+        // The daemon follows a fallback's end with a warning of the whole reason; the result
+        // line says why in a few words, so that warning goes to the output, not a second toast.
+        if (event.result?.fallback && event.trigger !== HANDOFF) this.absorbed.add(fallbackWarning(event.result));
         if (this.announced.has(id)) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
         this.announced.add(id);
         // *Create Capsule* reports its own result (or error): one message, not two.
         if (event.trigger === HANDOFF) return [{ kind: 'end', operationId: id, line: undefined, warning: false }];
-        // A cancelled compaction says plainly that nothing was written, whatever the daemon's words.
-        const cancelled = event.result?.outcome === 'cancelled';
-        const line =
-          (cancelled ? undefined : event.message) ??
-          (event.result ? completionLine(event.result) : `${event.trigger} compact finished`);
+        // The editor's own line from the result (it says the quality, and why a fallback fell
+        // back); the daemon's message only when there is no result (the compaction could not be written).
+        const line = event.result ? completionLine(event.result) : (event.message ?? `${event.trigger} compact finished`);
         const warning = event.result ? event.result.fallback || event.result.outcome === 'failed' : false;
         return [{ kind: 'end', operationId: id, line, warning }];
       }
     }
+  }
+
+  /**
+   * Whether a `window/showMessage` from the daemon repeats the fallback of a compaction whose
+   * result line was shown (or is being shown by the command that asked for it): true once.
+   */
+  absorbs(message: string): boolean {
+    return this.absorbed.delete(message);
   }
 
   /**
@@ -347,4 +446,17 @@ export class CompactionProgress {
     this.announced.add(operationId);
     return true;
   }
+}
+
+/** The status bar before any agent session in the workspace: the daemon is there, no agent yet. */
+export const IDLE_TEXT = '$(dashboard) SOBA: no agent session';
+
+/** What the idle status bar item says on hover: that SOBA works, and how a session appears. */
+export function idleTooltipLines(): string[] {
+  return [
+    'SOBA is connected: no agent session in this workspace yet.',
+    'A session appears here by itself when an agent opens one: an agent through the SOBA SDK, ' +
+      'one started with `soba proxy`, or a Claude Code, Codex or pi session in this folder ' +
+      '(followed by itself, or with `soba attach`).',
+  ];
 }

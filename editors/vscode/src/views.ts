@@ -1,7 +1,7 @@
 // View models for the sidebar: plain data the tree view adapter renders. No `vscode` import.
 
-import type { BudgetReport, CapsuleSummary, FlightRecord, SessionSummary } from './protocol';
-import { formatTokens, reclaimedPercent, sourceLabel, statusText, uncountedPart } from './status';
+import type { BudgetReport, CapsuleSummary, FlightRecord, Quality, SessionSummary } from './protocol';
+import { fallbackWhy, formatTokens, reclaimedPercent, sourceLabel, statusText, uncountedPart } from './status';
 
 export interface TreeNode {
   id: string;
@@ -90,22 +90,44 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
   ];
 }
 
-/** Most recent first. */
-export function compactionNodes(records: readonly FlightRecord[], limit = 10): TreeNode[] {
+/** What a completed compaction's quality means, for its tooltip. */
+function qualityMeaning(quality: Quality, reason: string): string {
+  switch (quality) {
+    case 'model':
+      return 'Quality: model (the summarization model wrote the capsule)';
+    case 'local':
+      return 'Quality: local (SOBA built the capsule from the log; no summarization model is configured)';
+    case 'degraded':
+      return `Quality: degraded (${fallbackWhy(reason)}: the summarization model failed, so the local capsule stands in)`;
+  }
+}
+
+/**
+ * Most recent first. A completed one shows its capsule's quality (from `capsules`, by checkpoint):
+ * model, local, or degraded with why in a few words, the whole reason in its tooltip.
+ */
+export function compactionNodes(records: readonly FlightRecord[], capsules: readonly CapsuleSummary[] = [], limit = 10): TreeNode[] {
+  const quality = new Map(capsules.map((c) => [c.checkpointId, c.quality]));
   return [...records]
     .sort((a, b) => b.ts.localeCompare(a.ts))
     .slice(0, limit)
-    .map((r) => ({
-      id: `compaction:${r.operationId}`,
-      label: `${r.outcome} · ${r.trigger}`,
-      description:
-        r.outcome === 'completed'
-          ? `−${reclaimedPercent(r.tokensBefore, r.tokensAfter)}% (${formatTokens(r.tokensBefore)} → ${formatTokens(r.tokensAfter)})`
-          : r.reason,
-      tooltip: `${r.ts} · ${r.durationMs} ms · ${r.checkpointId ?? 'no checkpoint'}\n${r.reason}`,
-      icon: r.outcome === 'completed' ? 'pass' : r.outcome === 'failed' ? 'error' : 'circle-slash',
-      checkpointId: r.checkpointId ?? undefined,
-    }));
+    .map((r) => {
+      const q = r.outcome === 'completed' && r.checkpointId ? quality.get(r.checkpointId) : undefined;
+      const reclaimed = `−${reclaimedPercent(r.tokensBefore, r.tokensAfter)}% (${formatTokens(r.tokensBefore)} → ${formatTokens(r.tokensAfter)})`;
+      return {
+        id: `compaction:${r.operationId}`,
+        label: `${q ?? r.outcome} · ${r.trigger}`,
+        description: r.outcome === 'completed' ? (q === 'degraded' ? `${reclaimed} · ${fallbackWhy(r.reason)}` : reclaimed) : r.reason,
+        tooltip: [
+          `${r.ts} · ${r.durationMs} ms · ${r.checkpointId ?? 'no checkpoint'}`,
+          ...(q ? [qualityMeaning(q, r.reason)] : []),
+          r.reason,
+        ].join('\n'),
+        icon:
+          r.outcome === 'failed' ? 'error' : q === 'degraded' ? 'warning' : r.outcome === 'completed' ? 'pass' : 'circle-slash',
+        checkpointId: r.checkpointId ?? undefined,
+      };
+    });
 }
 
 export function capsuleNodes(capsules: readonly CapsuleSummary[]): TreeNode[] {

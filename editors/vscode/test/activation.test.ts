@@ -111,7 +111,7 @@ describe('activation of the bundle', () => {
         assert.equal(recorded.status.background, undefined);
         assert.equal(recorded.progress.length, 1, 'one progress notification');
         assert.ok(recorded.progress[0].done, 'the progress notification closed');
-        const lines = recorded.infos.filter((m) => /^(warning: )?\w+ compact: .* tokens \(−\d+%\), ck_/.test(m));
+        const lines = recorded.infos.filter((m) => /^(warning: )?\w+ compact(, degraded \(.*\))?: .* tokens \(−\d+%\), (model, |local, )?ck_/.test(m));
         assert.equal(lines.length, 1, `the completion line is shown once: ${JSON.stringify(recorded.infos)}`);
       });
     } finally {

@@ -114,7 +114,7 @@ describe('commands', () => {
     h.inputs = ['  keep the failing test  '];
     await h.run('soba.compact');
     assert.deepEqual(h.sent, [['soba/compact', { workspace: '/w', instructions: 'keep the failing test', mirror: true }]]);
-    assert.deepEqual(h.shown, [['info', 'user compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model']]);
+    assert.deepEqual(h.shown, [['info', 'user compact: 41.2k → 18.3k tokens (−56%), model, ck_3f9a']]);
     assert.equal(h.refreshed, 1);
   });
 

@@ -7,7 +7,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describe, it, type TestContext } from 'node:test';
 import type { BudgetReport } from '../src/protocol';
-import { BUDGET_RETRY_MS, statusBarText } from '../src/status';
+import { BUDGET_RETRY_MS, IDLE_TEXT, statusBarText } from '../src/status';
 import { AgentHome, appendRecords, ClaudeSession, SHARED_TRANSCRIPTS } from './agents';
 import { SOBA_BIN, WAIT_MS } from './daemon';
 import { activate, waitFor, type Recorded } from './host';
@@ -28,9 +28,10 @@ async function showing(recorded: Recorded, text: string, what: string, ms = WAIT
   }
 }
 
-async function hidden(recorded: Recorded, what: string, ms = WAIT_MS): Promise<void> {
+/** The bar lets go of the budget: it says the extension waits for an agent session. */
+async function idle(recorded: Recorded, what: string, ms = WAIT_MS): Promise<void> {
   try {
-    await waitFor(() => !recorded.status.visible, ms);
+    await waitFor(() => recorded.status.visible && recorded.status.text === IDLE_TEXT, ms);
   } catch {
     assert.fail(`the status bar still shows ${JSON.stringify(recorded.status.text)} after ${what}`);
   }
@@ -82,7 +83,7 @@ describe('a running agent in the status bar', () => {
         await waitFor(() => recorded.views.get('soba.sessions')!.getChildren().some((n) => n.label === 'claude-code-7d1c2f'));
 
         // The agent stops writing: after the idle time its session closes and the bar goes.
-        await hidden(recorded, 'the agent went idle', (IDLE_SECS + 10) * 1000);
+        await idle(recorded, 'the agent went idle', (IDLE_SECS + 10) * 1000);
         // The editor asked for the workspace's next session at once; there was none yet.
         await waitFor(() => recorded.output.some((line) => /^SOBA: budget: .*no active session/.test(line)));
 
@@ -100,7 +101,7 @@ describe('a running agent in the status bar', () => {
     const home = new AgentHome();
     try {
       await withEditor(home, { serverArgs: ['--standalone'] }, async (recorded) => {
-        // No agent yet: nothing to show, and Show Budget says so.
+        // No agent yet: the idle state, and Show Budget says so.
         const misses = () => recorded.output.filter((line) => /^SOBA: budget: .*no active session/.test(line)).length;
         await waitFor(() => misses() > 0);
         // A retry passes, still finding nothing: the output said why once, not at every retry.
@@ -108,7 +109,7 @@ describe('a running agent in the status bar', () => {
         assert.equal(misses(), 1, recorded.output.join('\n'));
         await recorded.handlers.get('soba.showBudget')!();
         assert.match(recorded.errors[0] ?? '', /^SOBA: .*no active session/);
-        assert.equal(recorded.status.visible, false);
+        assert.equal(recorded.status.text, IDLE_TEXT);
 
         const agent = new ClaudeSession(home.transcript('b7710c'), home.workspace);
         agent.prompt('hello', 1_500);

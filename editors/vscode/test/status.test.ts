@@ -6,8 +6,13 @@ import {
   percentLeftUntilAutoCompact,
   budgetSummary,
   BudgetTracker,
+  CompactionLog,
   CompactionProgress,
   completionLine,
+  fallbackWarning,
+  fallbackWhy,
+  IDLE_TEXT,
+  idleTooltipLines,
   formatTokens,
   severity,
   sourceExplanation,
@@ -16,6 +21,7 @@ import {
   timeAgo,
   tooltipLines,
 } from '../src/status';
+import type { FlightRecord } from '../src/protocol';
 import { drivenControl, followedControl, report, result } from './fixtures';
 
 describe('formatTokens', () => {
@@ -165,11 +171,38 @@ describe('summaries', () => {
   });
 
   it('writes the completion line of a compaction and the reason of any other outcome', () => {
-    assert.equal(completionLine(result()), 'user compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, model');
+    assert.equal(completionLine(result()), 'user compact: 41.2k → 18.3k tokens (−56%), model, ck_3f9a');
+    assert.equal(completionLine(result({ quality: 'local' })), 'user compact: 41.2k → 18.3k tokens (−56%), local, ck_3f9a');
     assert.equal(
       completionLine(result({ outcome: 'skipped', reason: 'nothing before the retained tail' })),
       'user compact skipped: nothing before the retained tail',
     );
+  });
+
+  it('says first why a compaction fell back, in a few words', () => {
+    const degraded = result({
+      fallback: true,
+      quality: 'degraded',
+      reason: 'the summarization model did not finish within 30000 ms; the local capsule was used',
+    });
+    assert.equal(completionLine(degraded), 'user compact, degraded (model timed out): 41.2k → 18.3k tokens (−56%), ck_3f9a');
+  });
+
+  it('names each way the summarization model fails in a few words', () => {
+    const used = '; the local capsule was used';
+    assert.equal(fallbackWhy(`the summarization model did not finish within 30000 ms${used}`), 'model timed out');
+    assert.equal(fallbackWhy(`the summarization model answered HTTP 503: overloaded${used}`), 'model answered HTTP 503');
+    assert.equal(fallbackWhy(`could not talk to the summarization model: connection refused${used}`), 'model unreachable');
+    assert.equal(fallbackWhy(`the summarization model's stream ended before the reply was complete${used}`), 'model reply cut off');
+    assert.equal(fallbackWhy(`invalid reply from the summarization model: no JSON object (asked twice)${used}`), 'invalid model reply');
+    assert.equal(fallbackWhy(`the summarization model reported an error: quota${used}`), 'model reported an error');
+    assert.equal(
+      fallbackWhy(`the summarization model is paused after 3 consecutive failures; it is tried again in 30000 ms${used}`),
+      'model paused after repeated failures',
+    );
+    // Any other reason: its first clause, cut to a few words.
+    assert.equal(fallbackWhy(`no key in OPENAI_API_KEY${used}`), 'no key in OPENAI_API_KEY');
+    assert.equal(fallbackWhy('x'.repeat(80)), `${'x'.repeat(47)}…`);
   });
 
   it('says a cancelled compaction wrote nothing, not why it failed', () => {
@@ -229,7 +262,7 @@ describe('CompactionProgress', () => {
   });
 
 
-  it('turns absolute percents into increments and ends with the daemon line', () => {
+  it('turns absolute percents into increments and ends with the result line', () => {
     const progress = new CompactionProgress();
     const base = { sessionId: 's_1', operationId: 'op_1', trigger: 'auto_threshold' as const };
     assert.deepEqual(progress.handle({ ...base, phase: 'start' }), [
@@ -245,8 +278,9 @@ describe('CompactionProgress', () => {
     assert.deepEqual(progress.handle({ ...base, phase: 'progress', percent: 50 }), [
       { kind: 'report', operationId: 'op_1', increment: 0, message: '82%' },
     ]);
-    assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'the line', result: result() }), [
-      { kind: 'end', operationId: 'op_1', line: 'the line', warning: false },
+    // The daemon's message does not say why a fallback fell back: the editor's line from the result does.
+    assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'the daemon line', result: result() }), [
+      { kind: 'end', operationId: 'op_1', line: 'user compact: 41.2k → 18.3k tokens (−56%), model, ck_3f9a', warning: false },
     ]);
     assert.equal(progress.claim('op_1'), false, 'the end notification showed the result');
   });
@@ -278,13 +312,29 @@ describe('CompactionProgress', () => {
     const actions = progress.handle({ ...base, phase: 'progress', percent: 10 });
     assert.equal(actions[0].kind, 'begin');
     assert.deepEqual(actions[1], { kind: 'report', operationId: 'op_2', increment: 10, message: '10%' });
-    const [end] = progress.handle({ ...base, phase: 'end', result: result({ fallback: true, quality: 'degraded' }) });
+    const degraded = result({ fallback: true, quality: 'degraded', reason: 'the summarization model answered HTTP 500: boom; the local capsule was used' });
+    const [end] = progress.handle({ ...base, phase: 'end', result: degraded });
     assert.deepEqual(end, {
       kind: 'end',
       operationId: 'op_2',
-      line: 'user compact: 41.2k → 18.3k tokens (−56%), ck_3f9a, degraded',
+      line: 'user compact, degraded (model answered HTTP 500): 41.2k → 18.3k tokens (−56%), ck_3f9a',
       warning: true,
     });
+  });
+
+  it("takes the daemon's fallback warning as said by the result line, once, and no other message", () => {
+    const progress = new CompactionProgress();
+    const degraded = result({ fallback: true, quality: 'degraded', reason: 'the summarization model did not finish within 5 ms; the local capsule was used' });
+    assert.equal(progress.absorbs(fallbackWarning(degraded)), false, 'before the compaction ended');
+    // The command that asked showed the result first: the end shows nothing, the warning is still absorbed.
+    assert.equal(progress.claim('op_4'), true);
+    progress.handle({ sessionId: 's_1', operationId: 'op_4', trigger: 'user', phase: 'end', result: degraded });
+    assert.equal(progress.absorbs('file changes in /w are not recorded: too many files'), false);
+    assert.equal(progress.absorbs(fallbackWarning(degraded)), true);
+    assert.equal(progress.absorbs(fallbackWarning(degraded)), false, 'only once');
+    // A created capsule's fallback is reported by Create Capsule, which does not say why: the warning stays.
+    progress.handle({ sessionId: 's_1', operationId: 'op_h', trigger: 'handoff', phase: 'end', result: { ...degraded, trigger: 'handoff' } });
+    assert.equal(progress.absorbs(fallbackWarning(degraded)), false);
   });
 
   it('knows which session runs a compaction until it ends, for Cancel', () => {
@@ -307,5 +357,66 @@ describe('CompactionProgress', () => {
     assert.deepEqual(progress.handle({ ...base, phase: 'end', message: 'user compact cancelled: cancelled', result: cancelled }), [
       { kind: 'end', operationId: 'op_c', line: 'user compact cancelled: no capsule written; the context is unchanged', warning: false },
     ]);
+  });
+});
+
+describe('CompactionLog', () => {
+  const now = new Date('2026-11-29T12:00:00Z');
+  const record = (overrides: Partial<FlightRecord>): FlightRecord => ({
+    operationId: 'op_1',
+    sessionId: 's_1',
+    trigger: 'auto_threshold',
+    outcome: 'completed',
+    reason: 'compacted',
+    durationMs: 900,
+    checkpointId: 'ck_1',
+    tokensBefore: 40_000,
+    tokensAfter: 10_000,
+    reclaimed: 30_000,
+    hardLimit: 48_800,
+    softLimit: 39_040,
+    ts: '2026-11-29T12:00:00Z',
+    ...overrides,
+  });
+
+  it('writes each compaction once with its quality and whole reason, from its end or its flight record', () => {
+    const log = new CompactionLog();
+    const why = 'the summarization model did not finish within 30000 ms; the local capsule was used';
+    const end = { sessionId: 's_1', operationId: 'op_1', trigger: 'user' as const, phase: 'end' as const };
+    assert.equal(log.ended({ ...end, phase: 'progress', percent: 5 }, now), undefined);
+    assert.equal(
+      log.ended({ ...end, result: result({ operationId: 'op_1', fallback: true, quality: 'degraded', reason: why }) }, now),
+      `2026-11-29T12:00:00.000Z user completed: 41.2k → 18.3k tokens, degraded (fallback), ck_3f9a, 1200 ms: ${why}`,
+    );
+    assert.equal(log.ended({ ...end, result: result({ operationId: 'op_1' }) }, now), undefined, 'once');
+    assert.equal(
+      log.ended({ ...end, operationId: 'op_2', message: 'the compaction could not be written: disk full' }, now),
+      '2026-11-29T12:00:00.000Z user failed: the compaction could not be written: disk full',
+    );
+    // The records of before the editor connected are Show Flight Records' to list.
+    assert.deepEqual(log.recorded([record({ operationId: 'op_0' })]), []);
+    // A skip sends no notification: its record is where it is written from; op_1 was written already.
+    assert.deepEqual(
+      log.recorded([
+        record({ operationId: 'op_0' }),
+        record({ operationId: 'op_1' }),
+        record({ operationId: 'op_3', outcome: 'skipped', trigger: 'auto_threshold', checkpointId: null, tokensAfter: 40_000, reason: 'nothing before the retained tail', ts: '2026-11-29T12:02:00Z' }),
+        record({ operationId: 'op_4', outcome: 'failed', trigger: 'hard_limit', checkpointId: null, reason: 'context budget exceeded', ts: '2026-11-29T12:01:00Z' }),
+      ]),
+      [
+        '2026-11-29T12:01:00Z hard_limit failed: 40k → 10k tokens, no checkpoint, 900 ms: context budget exceeded',
+        '2026-11-29T12:02:00Z auto_threshold skipped: 40k → 40k tokens, no checkpoint, 900 ms: nothing before the retained tail',
+      ],
+    );
+    assert.deepEqual(log.recorded([record({ operationId: 'op_3' })]), []);
+  });
+});
+
+describe('idle state', () => {
+  it('says the extension is connected with no agent session yet, and how one appears', () => {
+    assert.equal(IDLE_TEXT, '$(dashboard) SOBA: no agent session');
+    const tooltip = idleTooltipLines().join('\n');
+    assert.match(tooltip, /^SOBA is connected: no agent session in this workspace yet\./);
+    for (const way of ['SOBA SDK', '`soba proxy`', '`soba attach`']) assert.ok(tooltip.includes(way), way);
   });
 });

@@ -128,7 +128,35 @@ describe('sidebar view models', () => {
         ['compaction:op_old', 'completed · auto_threshold', '−75% (40k → 10k)', 'ck_1'],
       ],
     );
-    assert.equal(compactionNodes([record({}), record({ operationId: 'op_2' })], 1).length, 1);
+    assert.equal(compactionNodes([record({}), record({ operationId: 'op_2' })], [], 1).length, 1);
+  });
+
+  it("shows a compaction's capsule quality, and why a degraded one fell back", () => {
+    const why = 'the summarization model did not finish within 30000 ms; the local capsule was used';
+    const capsule = (checkpointId: string, quality: 'model' | 'local' | 'degraded') =>
+      ({ checkpointId, entryId: 'e', title: '', trigger: 'auto_threshold', quality, ts: 't', tokens: { before: 40_000, after: 10_000 }, origin: 'session' }) as const;
+    const nodes = compactionNodes(
+      [
+        record({ operationId: 'op_m', checkpointId: 'ck_m', ts: '2026-11-29T12:00:03Z' }),
+        record({ operationId: 'op_l', checkpointId: 'ck_l', ts: '2026-11-29T12:00:02Z' }),
+        record({ operationId: 'op_d', checkpointId: 'ck_d', reason: why, ts: '2026-11-29T12:00:01Z' }),
+      ],
+      [capsule('ck_m', 'model'), capsule('ck_l', 'local'), capsule('ck_d', 'degraded')],
+    );
+    assert.deepEqual(
+      nodes.map((n) => [n.label, n.description, n.icon]),
+      [
+        ['model · auto_threshold', '−75% (40k → 10k)', 'pass'],
+        ['local · auto_threshold', '−75% (40k → 10k)', 'pass'],
+        ['degraded · auto_threshold', '−75% (40k → 10k) · model timed out', 'warning'],
+      ],
+    );
+    assert.match(nodes[0].tooltip!, /Quality: model \(the summarization model wrote the capsule\)/);
+    assert.match(nodes[1].tooltip!, /Quality: local/);
+    assert.equal(
+      nodes[2].tooltip,
+      `2026-11-29T12:00:01Z · 900 ms · ck_d\nQuality: degraded (model timed out: the summarization model failed, so the local capsule stands in)\n${why}`,
+    );
   });
 
   it('makes capsules exportable from the context menu', () => {

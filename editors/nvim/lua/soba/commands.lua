@@ -90,7 +90,7 @@ function M.compact(args)
     local level = result.outcome == 'failed' and levels.ERROR or result.fallback and levels.WARN or levels.INFO
     local line = format.completion_line(result)
     -- The same notice as the daemon's end notification, whichever arrives first.
-    soba.notice(result.fallback and format.fallback_line(result, line) or line, level)
+    soba.notice(line, level)
   end, function(err)
     -- A followed session the statusline had not shown yet: the daemon changed nothing.
     if agent_compacts(err) then

@@ -200,7 +200,47 @@ function M.budget_lines(report)
   return lines
 end
 
---- The line a finished compaction leaves when the daemon sent none.
+--- Why a compaction fell back to the local capsule, in a few words, from the daemon's reason
+--- (`the summarization model did not finish within 30000 ms; the local capsule was used`). The
+--- whole reason is in `:Soba flight`. Keep in step with fallbackWhy in status.ts.
+function M.fallback_why(reason)
+  reason = type(reason) == 'string' and reason or ''
+  local status = reason:match('answered HTTP (%d+)')
+  if status then
+    return 'model answered HTTP ' .. status
+  end
+  local known = {
+    { 'did not finish within', 'model timed out' },
+    { 'could not talk to the summarization model', 'model unreachable' },
+    { 'stream ended before the reply was complete', 'model reply cut off' },
+    { 'invalid reply from the summarization model', 'invalid model reply' },
+    { 'reported an error', 'model reported an error' },
+    { 'paused after %d+ consecutive failures', 'model paused after repeated failures' },
+  }
+  for _, k in ipairs(known) do
+    if reason:find(k[1]) then
+      return k[2]
+    end
+  end
+  -- Another reason: its first clause, short enough for one line.
+  local first = vim.trim(reason:match('^[^;]*'))
+  if vim.fn.strchars(first) > 48 then
+    return vim.trim(vim.fn.strcharpart(first, 0, 47)) .. '…'
+  end
+  return first ~= '' and first or 'model failed'
+end
+
+--- `model`, `local`, or for a fallback `degraded (model timed out)`.
+function M.quality_text(result)
+  local quality = result.quality ~= vim.NIL and result.quality or nil
+  if result.fallback == true or quality == 'degraded' then
+    return 'degraded (' .. M.fallback_why(result.reason) .. ')'
+  end
+  return quality or 'unknown quality'
+end
+
+--- The one line a finished compaction shows: trigger, before → after, quality, checkpoint; when
+--- it fell back to the local capsule, `degraded` and why in a few words right after the trigger.
 function M.completion_line(result)
   if result.trigger == 'handoff' then
     -- A created capsule records state and compacts nothing.
@@ -222,26 +262,22 @@ function M.completion_line(result)
     return string.format('%s compact %s: %s', result.trigger, result.outcome, result.reason)
   end
   local checkpoint = result.checkpointId ~= vim.NIL and result.checkpointId or 'no checkpoint'
-  local quality = result.quality ~= vim.NIL and result.quality or 'unknown quality'
-  return string.format(
-    '%s compact: %s → %s tokens (−%d%%), %s, %s',
-    result.trigger,
+  local reclaimed = string.format(
+    '%s → %s tokens (−%d%%)',
     M.tokens(result.tokensBefore),
     M.tokens(result.tokensAfter),
-    math.floor((result.reclaimedPercent or 0) + 0.5),
-    checkpoint,
-    quality
+    math.floor((result.reclaimedPercent or 0) + 0.5)
   )
+  if result.fallback == true or result.quality == 'degraded' then
+    -- Why first: a line fit to the command line still says it.
+    return string.format('%s compact, %s: %s, %s', result.trigger, M.quality_text(result), reclaimed, checkpoint)
+  end
+  return string.format('%s compact: %s, %s, %s', result.trigger, reclaimed, M.quality_text(result), checkpoint)
 end
 
---- The line a compaction that fell back to the local capsule ends with: why first (the model
---- timed out, failed, …), then what it reclaimed, so a narrow command line still shows the why.
-function M.fallback_line(result, completion)
-  local reason = result.reason ~= vim.NIL and result.reason or ''
-  if reason == '' then
-    return completion
-  end
-  return reason .. ' — ' .. completion
+--- The daemon's warning after a compaction that fell back: the result line already says why.
+function M.fallback_warning(result)
+  return 'The compaction used the local capsule: ' .. tostring(result.reason)
 end
 
 --- `text` on one line: line breaks become `; `.

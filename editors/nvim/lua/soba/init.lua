@@ -29,6 +29,8 @@ local state = {
   focus_workspace = nil,
   compacting = {},
   announced = {},
+  --- Daemon warnings a compaction's result line already said (its fallback), shown no more.
+  absorbed = {},
 }
 M._state = state
 
@@ -226,20 +228,24 @@ local function on_compaction(event)
     state.compacting[event.sessionId] = math.max(state.compacting[event.sessionId] or 0, present(event.percent) or 0)
   elseif event.phase == 'end' then
     state.compacting[event.sessionId] = nil
+    local result = present(event.result)
+    -- The daemon follows a fallback with a warning of the whole reason (`:Soba flight` keeps
+    -- it): where a result line says why (the command that asked, or this notice), the warning
+    -- must not replace it.
+    local said = state.announced[id] or (M.config.notify_compaction and not creation)
+    if result and result.fallback and said then
+      state.absorbed[format.fallback_warning(result)] = true
+    end
     if not M.claim(id) then
       refresh_statusline()
       return
     end
-    local result = present(event.result)
-    -- A cancelled compaction says plainly that nothing was written, whatever the daemon's words.
-    local cancelled = result and result.outcome == 'cancelled'
-    local line = (not cancelled and present(event.message))
-      or (result and format.completion_line(result))
+    -- The line from the result says the quality, and why a fallback fell back; the daemon's
+    -- message only when there is no result (the compaction could not be written).
+    local line = (result and format.completion_line(result))
+      or present(event.message)
       or (event.trigger .. ' compact finished')
     local warn = result and (result.fallback or result.outcome == 'failed')
-    if result and result.fallback then
-      line = format.fallback_line(result, line)
-    end
     if M.config.notify_compaction and not creation then
       notice(line, warn and vim.log.levels.WARN or vim.log.levels.INFO)
     end
@@ -271,6 +277,10 @@ M.handlers = {
   ['window/showMessage'] = function(_, params)
     local levels = vim.log.levels
     local level = ({ levels.ERROR, levels.WARN, levels.INFO, levels.DEBUG })[params.type] or levels.INFO
+    if state.absorbed[params.message] then
+      state.absorbed[params.message] = nil
+      return
+    end
     notice(params.message, level)
   end,
   ['soba/session/closed'] = function(_, closed, ctx)
