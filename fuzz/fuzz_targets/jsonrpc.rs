@@ -30,6 +30,7 @@ fuzz_target!(|data: &[u8]| {
             watch: None,
             extra_config: None,
             summarizer: None,
+            ..DaemonOptions::default()
         },
     );
     RUNTIME.block_on(async {

@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 use soba_core::tool_mapping::ToolMapping;
 use soba_core::compaction::plan::{plan, PlanRequest};
 use soba_core::config::{Config, Durability};
-use soba_core::session::entry::Trigger;
+use soba_core::session::trigger::Trigger;
 use soba_core::session::log::{read_session, SessionLog};
 use soba_core::session::view::ModelView;
 
