@@ -379,8 +379,8 @@ describe('against the real daemon', function()
     assert.are.equal(session_id, soba.report().sessionId)
     local closed = request('soba/session/close', { sessionId = session_id })
     assert.are.equal(session_id, closed.sessionId)
-    wait_for('the statusline to go blank', function()
-      return soba.statusline() == ''
+    wait_for('the statusline to say no agent session', function()
+      return soba.statusline() == soba.IDLE_TEXT
     end)
     assert.are.same({}, request('soba/sessions', { workspace = workspace }).sessions)
   end)

@@ -252,7 +252,7 @@ describe('a running agent in the statusline', function()
 
     -- Quiet for the idle time: the session closes and the statusline goes blank.
     asked = 0
-    statusline_shows('', 'the statusline to go blank once the agent is idle', (IDLE_SECS + 10) * 1000)
+    statusline_shows(soba.IDLE_TEXT, 'the statusline to say no agent session once the agent is idle', (IDLE_SECS + 10) * 1000)
     -- It asks at once (there is no other session yet), and again while it shows nothing.
     wait_for('the budget asked for again', function()
       return asked >= 2
@@ -271,7 +271,7 @@ describe('a running agent in the statusline', function()
     wait_for('the budget asked for again', function()
       return asked >= 2
     end, soba.BUDGET_RETRY_MS + WAIT_MS)
-    assert.are.equal('', soba.statusline())
+    assert.are.equal(soba.IDLE_TEXT, soba.statusline(), 'connected, nothing to count yet')
 
     local agent = claude_session(workspace, 'b7710c')
     agent.prompt('hello', 1500)

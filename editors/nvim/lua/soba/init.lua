@@ -156,8 +156,8 @@ function M.accept_report(report)
   refresh_statusline()
 end
 
---- Takes a `soba/session/closed`: the statusline stops showing that session (it goes blank
---- until the workspace's next session reports).
+--- Takes a `soba/session/closed`: the statusline stops showing that session (it says no
+--- agent session until the workspace's next session reports).
 function M.forget_session(closed)
   local workspace = real(closed.workspace)
   local shown = state.reports[workspace]
@@ -171,11 +171,17 @@ function M.forget_session(closed)
   refresh_statusline()
 end
 
---- `31.2k / 48.8k` (and ` ⟳ 82%` while compacting), or '' before any session reported.
+--- What the statusline shows while the daemon is connected and no agent session of the
+--- buffer's workspace has reported: the plugin works, there is nothing to count yet (an agent
+--- appears through the SDK, `soba attach` or `soba proxy`).
+M.IDLE_TEXT = 'SOBA: no agent session'
+
+--- `31.2k / 48.8k` (and ` ⟳ 82%` while compacting); `SOBA: no agent session` while the daemon
+--- is connected and no session reported; '' without a daemon.
 function M.statusline()
   local report = M.report()
   if not report then
-    return ''
+    return M.client() and M.IDLE_TEXT or ''
   end
   return format.statusline(report, state.compacting[report.sessionId])
 end
@@ -184,7 +190,7 @@ end
 function M.statusline_hl()
   local report = M.report()
   if not report then
-    return ''
+    return M.statusline()
   end
   -- `82%` must reach the screen as text: a bare `%` would start a statusline item (`%*`).
   local text = M.statusline():gsub('%%', '%%%%')
@@ -198,7 +204,7 @@ function M.lualine()
       return M.statusline()
     end,
     cond = function()
-      return M.report() ~= nil
+      return M.statusline() ~= ''
     end,
     color = function()
       local report = M.report()
