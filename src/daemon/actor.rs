@@ -1497,6 +1497,12 @@ impl Actor {
     }
 
     fn set_auto_compact(&mut self, enabled: bool) -> Result<AutoCompactResult, RpcError> {
+        // The agent compacts a followed session itself, and a setting appended to SOBA's copy
+        // of its log would sit on a branch the transcript never continues: refused, not undone
+        // behind the user's back.
+        if let Some(refused) = self.control.refusal("soba/autoCompact") {
+            return Err(refused);
+        }
         let entry = self.leaf_entry(EntryBody::Setting(SettingEntry {
             auto_compact: Some(enabled),
             ..SettingEntry::default()

@@ -841,6 +841,25 @@ async fn actions_on_a_followed_agent_are_previews_and_the_budget_says_who_compac
         0,
         "nothing was appended as if the agent took it"
     );
+    // Auto-compact is the agent's to set: SOBA's setting would sit on a branch the transcript
+    // never continues.
+    let lines_before = std::fs::read_to_string(&log).unwrap().lines().count();
+    let auto = c
+        .raw(
+            "soba/autoCompact",
+            json!({"workspace": h.workspace, "enabled": false}),
+        )
+        .await;
+    assert_eq!(auto["error"]["code"], -32005, "{auto}");
+    assert!(auto["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("soba/autoCompact was not applied: Claude Code compacts this session itself"));
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap().lines().count(),
+        lines_before,
+        "no setting entry was appended"
+    );
 
     // The preview is what SOBA would send: its capsule, then the retained tail.
     let preview = c

@@ -309,6 +309,8 @@ class SobaExtension {
     // The palette offers only the auto-compact command that changes something (package.json `when`).
     void vscode.commands.executeCommand('setContext', 'soba.hasSession', report !== undefined);
     void vscode.commands.executeCommand('setContext', 'soba.autoCompact', report?.autoCompact ?? false);
+    // A followed agent compacts its session itself: auto-compact is not SOBA's to toggle there.
+    void vscode.commands.executeCommand('setContext', 'soba.followed', report?.control?.compactedBy === 'agent');
     this.renderCompacting();
     if (!this.settings.statusBarEnabled || (!report && !this.requester())) {
       this.statusItem.hide();

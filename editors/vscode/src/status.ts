@@ -191,7 +191,9 @@ export function budgetSummary(report: BudgetReport): string {
   return (
     `Context budget: ${statusText(report)} tokens (${pct}% of the hard limit), ` +
     `soft limit ${formatTokens(report.softLimit)}, ${sourceLabel(report.source)}, ` +
-    `auto-compact ${report.autoCompact ? 'on' : 'off'}`
+    (followed(report)
+      ? `compacted by ${report.control?.agent ?? 'the agent'} itself`
+      : `auto-compact ${report.autoCompact ? 'on' : 'off'}`)
   );
 }
 
