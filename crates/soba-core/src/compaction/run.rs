@@ -555,8 +555,22 @@ impl Barrier<'_> {
         instructions: Option<String>,
         mirror: bool,
     ) -> Result<Result<Plan, CompactionResult>, LogError> {
+        self.requested(log, Trigger::User, instructions, mirror)
+    }
+
+    /// A compaction a client asks for now, recorded with what made it ask: `user` (a
+    /// `/compact`), or the agent's own automatic compaction (`auto_threshold`, held to the ROI
+    /// minimums as a soft trigger is; `context_overflow`, its overflow recovery). The trigger
+    /// decides as it does for SOBA's own compactions: ROI gate, mirroring, storm history.
+    pub fn requested(
+        &self,
+        log: &mut SessionLog,
+        trigger: Trigger,
+        instructions: Option<String>,
+        mirror: bool,
+    ) -> Result<Result<Plan, CompactionResult>, LogError> {
         Ok(self
-            .planned(log, Trigger::User, instructions, None)?
+            .planned(log, trigger, instructions, None)?
             .map(|mut p| {
                 p.mirror_requested = mirror;
                 p
