@@ -31,6 +31,7 @@ fn capsule_build(c: &mut Criterion) {
             b.iter(|| {
                 let req = PlanRequest {
                     trigger: Trigger::User,
+                    requested: false,
                     instructions: None,
                     title: None,
                     config: &config,

@@ -165,6 +165,7 @@ fn main() -> anyhow::Result<()> {
     let check_time = median(Duration::from_secs(2), 10_000, || check(&session, &barrier));
     let req = PlanRequest {
         trigger: Trigger::User,
+        requested: false,
         instructions: None,
         title: None,
         config: &config,

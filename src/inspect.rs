@@ -239,6 +239,7 @@ pub fn preflight_outlook(
         Decision::Compact { trigger, .. } => {
             let req = soba_core::compaction::plan::PlanRequest {
                 trigger: *trigger,
+                requested: false,
                 instructions: None,
                 title: None,
                 config,

@@ -51,6 +51,7 @@ pub fn compact(
 ) -> Result<Preview, String> {
     let request = PlanRequest {
         trigger: Trigger::User,
+        requested: false,
         instructions,
         title: None,
         config,

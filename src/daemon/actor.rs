@@ -36,6 +36,7 @@ use soba_core::session::entry::{
     CheckpointKind, Entry, EntryBody, FileEntry, Outcome, SettingEntry, Usage,
 };
 use soba_core::session::log::{LogError, SessionLog};
+use soba_core::session::trigger::Trigger;
 use soba_core::tool_mapping::ToolMapping;
 use soba_core::window::OverflowFigures;
 
@@ -120,6 +121,8 @@ enum Command {
         model: Option<ClientModel>,
         instructions: Option<String>,
         mirror: Option<bool>,
+        /// What made the client ask (`user`, or the agent's own automatic compaction).
+        trigger: Trigger,
         reply: Reply<CompactionResult>,
     },
     Cancel {
@@ -326,12 +329,14 @@ impl SessionHandle {
         model: Option<ClientModel>,
         instructions: Option<String>,
         mirror: Option<bool>,
+        trigger: Trigger,
     ) -> Result<CompactionResult, RpcError> {
         self.request(|reply| Command::Compact {
             client,
             model,
             instructions,
             mirror,
+            trigger,
             reply,
         })
         .await
@@ -466,6 +471,7 @@ struct QueuedCompact {
     model: Option<ClientModel>,
     instructions: Option<String>,
     mirror: Option<bool>,
+    trigger: Trigger,
     reply: Reply<CompactionResult>,
 }
 
@@ -770,6 +776,7 @@ impl Actor {
                         queued.model,
                         queued.instructions,
                         queued.mirror,
+                        queued.trigger,
                         queued.reply,
                     );
                     self.handle(cmd);
@@ -780,6 +787,7 @@ impl Actor {
                         model: queued.model,
                         instructions: queued.instructions,
                         mirror: queued.mirror,
+                        trigger: queued.trigger,
                         reply: queued.reply,
                     });
                 }
@@ -809,7 +817,9 @@ impl Actor {
             }
             Command::Cancel { reply } => {
                 let cancelled = self.queued_compact.take().map(|q| {
-                    let _ = q.reply.send(Ok(self.not_run(reasons::CANCELLED)));
+                    let _ = q
+                        .reply
+                        .send(Ok(self.not_run(q.trigger, reasons::CANCELLED)));
                     self.publish();
                 });
                 let _ = reply.send(Ok(CancelResult {
@@ -818,9 +828,10 @@ impl Actor {
             }
             Command::Close { reply } => {
                 if let Some(q) = self.queued_compact.take() {
-                    let _ = q.reply.send(Ok(
-                        self.not_run("the session closed before the agent's inference ended")
-                    ));
+                    let _ = q.reply.send(Ok(self.not_run(
+                        q.trigger,
+                        "the session closed before the agent's inference ended",
+                    )));
                 }
                 self.closing = Some(reply)
             }
@@ -867,6 +878,7 @@ impl Actor {
                 model,
                 instructions,
                 mirror,
+                trigger,
                 reply,
             } => {
                 if let Some(refused) = self.control.refusal("soba/compact") {
@@ -879,7 +891,7 @@ impl Actor {
                     self.inference_in_flight = None;
                 }
                 if self.inference_in_flight.is_none() {
-                    self.compact(model, instructions, mirror, reply);
+                    self.compact(model, instructions, mirror, trigger, reply);
                 } else if self.queued_compact.is_some() {
                     let _ = reply.send(Err(RpcError::new(
                         code::INVALID_REQUEST,
@@ -892,6 +904,7 @@ impl Actor {
                         model,
                         instructions,
                         mirror,
+                        trigger,
                         reply,
                     });
                     self.publish();
@@ -931,16 +944,19 @@ impl Actor {
         }
     }
 
-    /// An explicit compaction, now.
+    /// A compaction a client asked for, now.
     fn compact(
         &mut self,
         model: Option<ClientModel>,
         instructions: Option<String>,
         mirror: Option<bool>,
+        trigger: Trigger,
         reply: Reply<CompactionResult>,
     ) {
-        let mirror = mirror.unwrap_or(self.config.mirror_explicit_compacts);
-        match self.engine_step(|e, log| e.explicit_mirrored(log, instructions, mirror)) {
+        // Only a `/compact` is mirrored unless asked: the setting is about explicit compacts.
+        let mirror =
+            mirror.unwrap_or(trigger == Trigger::User && self.config.mirror_explicit_compacts);
+        match self.engine_step(|e, log| e.requested(log, trigger, instructions, mirror)) {
             Err(e) => {
                 let _ = reply.send(Err(e));
             }
@@ -953,11 +969,11 @@ impl Actor {
     }
 
     /// The answer to a queued `/compact` that never started: nothing was planned or written.
-    fn not_run(&self, reason: &str) -> CompactionResult {
+    fn not_run(&self, trigger: Trigger, reason: &str) -> CompactionResult {
         let budget = self.engine().measure(self.log.session());
         CompactionResult::ended(
             "",
-            soba_core::session::trigger::Trigger::User,
+            trigger,
             Outcome::Cancelled,
             reason,
             budget.effective_tokens,

@@ -391,6 +391,30 @@ pub struct CompactParams {
     pub workspace: Option<String>,
     pub instructions: Option<String>,
     pub mirror: Option<bool>,
+    /// What made the client compact (default `user`).
+    pub trigger: Option<RequestedTrigger>,
+}
+
+/// The triggers a client may give `soba/compact`: a `/compact`, or an agent's own automatic
+/// compaction (its threshold, its recovery from a context overflow). SOBA's other triggers
+/// are its own decisions at the preflight barrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestedTrigger {
+    User,
+    AutoThreshold,
+    ContextOverflow,
+}
+
+impl From<RequestedTrigger> for soba_core::session::trigger::Trigger {
+    fn from(t: RequestedTrigger) -> Self {
+        use soba_core::session::trigger::Trigger;
+        match t {
+            RequestedTrigger::User => Trigger::User,
+            RequestedTrigger::AutoThreshold => Trigger::AutoThreshold,
+            RequestedTrigger::ContextOverflow => Trigger::ContextOverflow,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

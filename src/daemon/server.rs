@@ -368,9 +368,18 @@ impl Backend {
                 let h = self
                     .target(p.session_id.as_deref(), p.workspace.as_deref())
                     .await?;
+                let trigger = p
+                    .trigger
+                    .map_or(soba_core::session::trigger::Trigger::User, Into::into);
                 to_value(
-                    h.compact(self.id, self.client_model(), p.instructions, p.mirror)
-                        .await?,
+                    h.compact(
+                        self.id,
+                        self.client_model(),
+                        p.instructions,
+                        p.mirror,
+                        trigger,
+                    )
+                    .await?,
                 )
             }
             method::CAPSULE_CREATE => {

@@ -198,6 +198,7 @@ fn leaf_of(session: &Session, cut: &Cut) -> anyhow::Result<usize> {
 fn plan_at(imported: &Imported, leaf: usize) -> anyhow::Result<Plan> {
     let req = PlanRequest {
         trigger: Trigger::Handoff,
+        requested: false,
         instructions: None,
         title: None,
         config: &imported.config,

@@ -147,6 +147,7 @@ pub fn capsule_text(
 ) -> Option<String> {
     let req = PlanRequest {
         trigger: Trigger::Handoff,
+        requested: false,
         instructions,
         title: Some("Before Claude Code's compaction".into()),
         config,

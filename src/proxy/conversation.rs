@@ -403,6 +403,50 @@ mod tests {
     }
 
     #[test]
+    fn a_history_resent_with_other_whitespace_continues_and_goes_out_as_resent() {
+        let mut c = Conversation::new("s".into());
+        let r1 =
+            request(json!([{"role": "user", "content": "Fix the parser.\n\nIt fails on tabs."}]));
+        c.applied(&r1.messages, 0, vec![ids("a", 1)]);
+        c.replied(reply_entry("Found it."), "b0".into());
+        let resent = |opening: &str| {
+            request(json!([
+                {"role": "user", "content": opening},
+                {"role": "assistant", "content": "Found it.\n"},
+                {"role": "user", "content": "fix it"},
+            ]))
+        };
+        let r2 = resent("Fix the parser.\nIt fails on tabs.  ");
+        let plan = c.plan(&r2.messages);
+        assert_eq!(
+            plan,
+            SyncPlan {
+                rewind_to: None,
+                append_from: 2,
+                restart: false
+            }
+        );
+        c.applied(&r2.messages, plan.append_from, vec![ids("c", 1)]);
+        assert_eq!(c.len(), 3, "nothing recorded twice");
+        // The session keeps the wording it recorded; the model gets the agent's latest.
+        let input = [
+            shown("a0", "user", "Fix the parser.\n\nIt fails on tabs."),
+            shown("b0", "assistant", "Found it."),
+            shown("c0", "user", "fix it"),
+        ];
+        let out = c.compose(&input, &r2.messages);
+        let raw: Vec<Outgoing> = r2
+            .messages
+            .iter()
+            .map(|m| Outgoing::Raw(m.raw.clone()))
+            .collect();
+        assert_eq!(out, raw);
+        // Any other edit of the first message is another history.
+        let edited = resent("Fix the parser.\n\nIt fails on spaces.");
+        assert!(c.plan(&edited.messages).restart);
+    }
+
+    #[test]
     fn messages_kept_whole_go_out_as_sent_and_the_capsule_is_rendered() {
         let mut c = Conversation::new("s".into());
         // Key order and spacing the agent chose survive: the raw value is sent.

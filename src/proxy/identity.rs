@@ -9,7 +9,9 @@
 //! A request that carries no reply the proxy forwarded is the first of a conversation, or a
 //! retry of one whose earlier attempts got no reply: it continues a conversation that opened
 //! the same way only when that one has no reply yet and no request in flight; otherwise it
-//! starts a new one. An explicit name (`X-Soba-Session`, or an id the server knows, such as a
+//! starts a new one. Messages are compared with the whitespace of their text folded
+//! ([`crate::wire::content_fingerprint`]): an agent that resends its history re-wrapped (aider
+//! restoring its chat history) still continues its conversation. An explicit name (`X-Soba-Session`, or an id the server knows, such as a
 //! response id the next request refers to) wins over all of this.
 //!
 //! Pure: no I/O, no locks. The server holds the registry behind a short-lived lock, separate
@@ -20,7 +22,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::wire::{content_fingerprint, fingerprint, Api, ChatRequest};
+use crate::wire::{content_fingerprint, fingerprint, fold_whitespace, Api, ChatRequest};
 
 /// The request header that names the conversation explicitly; it never goes upstream.
 pub const SESSION_HEADER: &str = "x-soba-session";
@@ -54,7 +56,7 @@ impl ReplyKeys {
     /// Keys of an assistant message from the entries it stands for.
     pub fn of(entries: &[Value]) -> ReplyKeys {
         let mut keys = vec![ReplyKey::Content(content_fingerprint(entries))];
-        let mut text = String::new();
+        let mut texts: Vec<&str> = Vec::new();
         for block in entries
             .iter()
             .filter_map(|e| e.get("content").and_then(Value::as_array))
@@ -72,12 +74,15 @@ impl ReplyKeys {
                 }
                 Some("text") => {
                     if let Some(t) = block.get("text").and_then(Value::as_str) {
-                        text.push_str(t.trim());
+                        texts.push(t);
                     }
                 }
                 _ => {}
             }
         }
+        // Each block folded, then joined as they come: a reply resent in more blocks than it
+        // was recorded in reads the same.
+        let text: String = texts.iter().map(|t| fold_whitespace(t)).collect();
         if !text.is_empty() {
             keys.push(ReplyKey::Text(fingerprint(&["text", &text])));
         }
@@ -700,14 +705,62 @@ mod tests {
             None,
             "Done.",
         );
-        // Another conversation whose agent wrote "Done." itself, with a thinking-free resend
-        // that differs in content: not a's.
+        // Another conversation whose agent wrote "Done." itself, resent in other blocks, so
+        // that it differs in content: not a's.
         let other = openai(json!([
             {"role": "user", "content": "task two"},
-            {"role": "assistant", "content": [{"type": "text", "text": " Done. "}, {"type": "text", "text": ""}]},
+            {"role": "assistant", "content": [{"type": "text", "text": " Done"}, {"type": "text", "text": ". "}]},
             {"role": "user", "content": "next"},
         ]));
         assert_ne!(r.assign(&other, None).id, a.id);
+    }
+
+    #[test]
+    fn an_opening_resent_with_other_whitespace_continues_its_conversation_and_an_edited_one_does_not(
+    ) {
+        let mut r = Registry::new();
+        let first =
+            openai(json!([{"role": "user", "content": "Fix the parser.\n\nIt fails on tabs."}]));
+        let a = r.assign(&first, None);
+        r.synced(a.id, &first);
+        // The agent resends the reply without its thinking: only its text finds it, a key that
+        // counts for conversations that opened the same way.
+        r.replied(
+            a.id,
+            &[json!({"type": "message", "role": "assistant", "content": [
+                {"type": "thinking", "thinking": "the lexer", "signature": "sig=="},
+                {"type": "text", "text": "The lexer  splits on spaces only."},
+            ]})],
+        );
+        r.finished(a.id);
+        let resent = |opening: &str| {
+            openai(json!([
+                {"role": "user", "content": opening},
+                {"role": "assistant", "content": "The lexer splits\non spaces only. "},
+                {"role": "user", "content": "fix it"},
+            ]))
+        };
+        let rewrapped = resent("  Fix the parser.\nIt fails  on\ttabs.\n");
+        assert_eq!(rewrapped.opening(), first.opening());
+        assert_eq!(
+            r.assign(&rewrapped, None),
+            Assignment {
+                id: a.id,
+                by: AssignedBy::Reply
+            }
+        );
+        r.finished(a.id);
+        for edited in [
+            "Fix the parser.\n\nIt fails on tab.",
+            "Fix the parser. It fails on tabs!",
+            "Fix the parser.It fails on tabs.",
+        ] {
+            let sig = resent(edited);
+            assert_ne!(sig.opening(), first.opening(), "{edited:?}");
+            let got = r.assign(&sig, None);
+            assert_eq!(got.by, AssignedBy::New, "{edited:?}");
+            r.finished(got.id);
+        }
     }
 
     #[test]

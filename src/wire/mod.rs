@@ -16,6 +16,8 @@ use self::message::{
     arguments_text, image_url, message_entry, parse_arguments, text_block, tool_result_entry,
     BadRequest, Incoming, Reply,
 };
+use std::borrow::Cow;
+
 use serde_json::{json, Map, Value};
 
 use self::sse::{SseEvent, SseParser};
@@ -207,9 +209,66 @@ pub fn fingerprint(parts: &[&str]) -> u64 {
     h
 }
 
-/// The fingerprint of a message by its content: the entries it stands for.
+/// The fingerprint of a message by its content: the entries it stands for, the text of its
+/// user and assistant messages compared with whitespace folded ([`fold_whitespace`]). Agents
+/// resend a message re-wrapped or re-trimmed (aider restoring its chat history from markdown)
+/// and it is still the same message; any other edit makes it another.
 pub fn content_fingerprint(entries: &[Value]) -> u64 {
-    fingerprint(&[&serde_json::to_string(entries).unwrap_or_default()])
+    let folded = whitespace_folded(entries);
+    fingerprint(&[&serde_json::to_string(folded.as_ref()).unwrap_or_default()])
+}
+
+/// `text` with every run of whitespace as one space and none at either end.
+pub fn fold_whitespace(text: &str) -> Cow<'_, str> {
+    if text.is_empty() || text.split_whitespace().eq(text.split(' ')) {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(text.split_whitespace().collect::<Vec<_>>().join(" "))
+    }
+}
+
+/// Whether `entry` is a user or assistant message, whose text is compared whitespace-folded
+/// (tool results and thinking keep their whitespace: it can be what they say).
+fn is_message(entry: &Value) -> bool {
+    entry.get("type").and_then(Value::as_str) == Some("message")
+}
+
+fn is_text_block(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some("text")
+}
+
+/// `entries` with the text of their messages whitespace-folded; borrowed when it already is.
+fn whitespace_folded(entries: &[Value]) -> Cow<'_, [Value]> {
+    let unfolded = |entry: &Value| {
+        is_message(entry)
+            && entry
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|b| is_text_block(b))
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .any(|t| matches!(fold_whitespace(t), Cow::Owned(_)))
+    };
+    if !entries.iter().any(unfolded) {
+        return Cow::Borrowed(entries);
+    }
+    let mut owned = entries.to_vec();
+    for entry in owned.iter_mut().filter(|e| is_message(e)) {
+        let Some(blocks) = entry.get_mut("content").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for text in blocks
+            .iter_mut()
+            .filter(|b| is_text_block(b))
+            .filter_map(|b| b.get_mut("text"))
+        {
+            if let Some(folded) = text.as_str().map(|t| fold_whitespace(t).into_owned()) {
+                *text = Value::String(folded);
+            }
+        }
+    }
+    Cow::Owned(owned)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -488,6 +488,59 @@ async fn explicit_compact_with_instructions_from_the_editor() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_the_agent_starts_on_its_own_is_recorded_with_its_trigger() {
+    let e = env();
+    let agent = connect(&e.daemon);
+    agent.initialize(&[], false).await;
+    let id = oversized_session(&agent, &e).await;
+    e.gate.add_permits(1);
+    // pi compacting at its own threshold.
+    let r = agent
+        .request(
+            "soba/compact",
+            json!({"sessionId": id, "trigger": "auto_threshold"}),
+        )
+        .await;
+    assert_eq!(r["outcome"], "completed", "{r}");
+    assert_eq!(r["trigger"], "auto_threshold");
+    let path = e.daemon.session(&id).unwrap().path;
+    let (s, _) = soba_core::session::log::read_session(&path).unwrap();
+    let capsule = s
+        .entries()
+        .iter()
+        .rev()
+        .find_map(|e| e.as_capsule())
+        .unwrap();
+    assert_eq!(
+        capsule.trigger,
+        soba_core::session::trigger::Trigger::AutoThreshold
+    );
+    let budget = agent.request("soba/budget", json!({"sessionId": id})).await;
+    assert_eq!(budget["lastCompaction"]["trigger"], "auto_threshold");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_a_client_cannot_give_is_refused_with_the_ones_it_can() {
+    let e = env();
+    let agent = connect(&e.daemon);
+    agent.initialize(&[], false).await;
+    let id = oversized_session(&agent, &e).await;
+    let before = session_types(&e.daemon, &id);
+    for trigger in ["hard_limit", "milestone", "handoff", "threshold"] {
+        let err = agent
+            .error("soba/compact", json!({"sessionId": id, "trigger": trigger}))
+            .await;
+        assert_eq!(err["code"], code::INVALID_PARAMS, "{err}");
+        let message = err["message"].as_str().unwrap();
+        for accepted in ["`user`", "`auto_threshold`", "`context_overflow`"] {
+            assert!(message.contains(accepted), "{message}");
+        }
+        assert!(message.contains(trigger), "{message}");
+    }
+    assert_eq!(session_types(&e.daemon, &id), before, "nothing recorded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overflow_allows_one_recovery_per_turn() {
     let e = env();
     let c = connect(&e.daemon);

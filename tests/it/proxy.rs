@@ -1324,6 +1324,62 @@ async fn regenerate_edit_and_drop_last_turn_rewind_within_the_conversation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_message_resent_with_other_whitespace_keeps_the_session() {
+    let env = env().await;
+    let ask = |text: &str| json!({"role": "user", "content": text});
+    let opening = "Fix the parser.\n\nIt fails on tabs.";
+    let r1 = openai_turn(&env, &[ask(opening)], &[]).await;
+    // Aider restoring its chat history resends the first message re-wrapped.
+    let rewrapped = "Fix the parser.\nIt fails on tabs.\n";
+    let r2 = openai_turn(
+        &env,
+        &[ask(rewrapped), r1.clone(), ask("now the tests")],
+        &[],
+    )
+    .await;
+
+    let logs = env.session_logs();
+    assert_eq!(logs.len(), 1, "one session: {logs:?}");
+    let types = entry_types(&logs[0]);
+    assert_eq!(count(&types, "rewind"), 0, "{types:?}");
+    assert_eq!(
+        view_texts(&logs[0]),
+        vec![
+            opening.to_string(),
+            r1["content"].as_str().unwrap().to_string(),
+            "now the tests".to_string(),
+            r2["content"].as_str().unwrap().to_string(),
+        ],
+        "each message recorded once"
+    );
+    // The model reads the history as the agent sent it.
+    let sent = env.upstream.chats().last().unwrap().body();
+    let sent = sent["messages"].as_array().unwrap();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(sent[0]["content"], rewrapped);
+    assert_eq!(sent[2]["content"], "now the tests");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_message_resent_with_its_text_edited_starts_a_new_session() {
+    let env = env().await;
+    let ask = |text: &str| json!({"role": "user", "content": text});
+    let r1 = openai_turn(&env, &[ask("Fix the parser.\n\nIt fails on tabs.")], &[]).await;
+    let edited = "Fix the parser.\n\nIt fails on spaces.";
+    openai_turn(&env, &[ask(edited), r1, ask("now the tests")], &[]).await;
+
+    let mut logs = env.session_logs();
+    assert_eq!(
+        logs.len(),
+        2,
+        "the edited history is another session: {logs:?}"
+    );
+    logs.sort_by_key(|l| std::fs::metadata(l).unwrap().len());
+    let texts = view_texts(logs.last().unwrap());
+    assert_eq!(texts[0], edited);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_soba_session_separates_otherwise_identical_conversations() {
     let env = env().await;
     let hi = json!({"role": "user", "content": "hi"});

@@ -5,6 +5,7 @@ import {
   fullSync,
   planSync,
   type PiEntry,
+  type PiMessage,
   type SobaEntry,
   type SobaMark,
 } from './entries.js';
@@ -21,6 +22,59 @@ export interface CompactionInput {
   instructions?: string;
   tokensBefore: number;
   model?: { name?: string; contextWindow?: number; maxOutputTokens?: number };
+  /** Why pi compacts, as SOBA records it (default `user`). */
+  trigger?: SobaTrigger;
+}
+
+/** The triggers SOBA records for a compaction its client starts. */
+export type SobaTrigger = NonNullable<Methods['soba/compact']['params']['trigger']>;
+
+/** pi's reasons for compacting: `/compact`, its context past its threshold, a context overflow. */
+export type PiReason = 'manual' | 'threshold' | 'overflow';
+
+const TRIGGER_OF_PI_REASON: Record<PiReason, SobaTrigger> = {
+  manual: 'user',
+  threshold: 'auto_threshold',
+  overflow: 'context_overflow',
+};
+
+export function triggerOf(reason: PiReason): SobaTrigger {
+  return TRIGGER_OF_PI_REASON[reason];
+}
+
+/** What pi's compaction event holds that tells its reason. */
+export interface PiCompactionEvent {
+  customInstructions?: string;
+  branch: PiEntry[];
+  tokensBefore: number;
+  settings: { enabled: boolean; reserveTokens: number };
+  /** The model pi runs now: its overflow error counts only if it answered it (pi's own rule). */
+  model?: { provider?: string; id?: string; contextWindow?: number };
+}
+
+/**
+ * pi's reason for a compaction. pi does not pass it to extensions, so it is read as pi decides
+ * it: instructions come only with `/compact`, and pi compacts on its own only when its automatic
+ * compaction is on; then after the model's context-overflow error (`isOverflow`, pi's own test,
+ * on the latest assistant message since the last compaction), or with the context past
+ * `contextWindow - reserveTokens`. Anything else is a `/compact`.
+ */
+export function piReason(
+  event: PiCompactionEvent,
+  isOverflow: (message: PiMessage, contextWindow?: number) => boolean,
+): PiReason {
+  if (event.customInstructions !== undefined || !event.settings.enabled) return 'manual';
+  const window = event.model?.contextWindow ?? 0;
+  let last: PiMessage | undefined;
+  for (let i = event.branch.length - 1; i >= 0 && !last; i--) {
+    const e = event.branch[i];
+    if (e.type === 'compaction') break;
+    if (e.type === 'message' && e.message?.role === 'assistant') last = e.message;
+  }
+  const sameModel = last !== undefined && last.provider === event.model?.provider && last.model === event.model?.id;
+  if (last && sameModel && isOverflow(last, window)) return 'overflow';
+  if (window > 0 && event.tokensBefore > window - event.settings.reserveTokens) return 'threshold';
+  return 'manual';
 }
 
 export interface SobaCompaction {
@@ -51,6 +105,7 @@ export async function compactWithSoba(
   const result = await daemon.request('soba/compact', {
     sessionId,
     ...(input.instructions ? { instructions: input.instructions } : {}),
+    ...(input.trigger && input.trigger !== 'user' ? { trigger: input.trigger } : {}),
   });
   if (result.outcome !== 'completed' || !result.checkpointId) {
     throw new SobaDeclined(`SOBA's compaction ended ${result.outcome}${result.reason ? `: ${result.reason}` : ''}`);

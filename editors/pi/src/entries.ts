@@ -18,6 +18,9 @@ export interface PiMessage {
   role: string;
   content?: string | PiBlock[];
   model?: string;
+  provider?: string;
+  stopReason?: string;
+  errorMessage?: string;
   usage?: { input?: number; output?: number; cacheRead?: number; cacheWrite?: number };
   toolCallId?: string;
   toolName?: string;

@@ -2,9 +2,10 @@
 // SOBA's cut its firstKeptEntryId; unless SOBA's config names a summarizer, pi's own model writes
 // the capsule from SOBA's prompt and facts. When SOBA cannot answer, pi compacts on its own and
 // says why: in pi's UI (interactive, RPC), else on stderr (`pi -p`, `--mode json`).
+import { isContextOverflow, type AssistantMessage } from '@mariozechner/pi-ai';
 import type { ExtensionAPI, ExtensionContext, ExtensionUIContext } from '@mariozechner/pi-coding-agent';
 import { SobaConnection, SobaUnavailable } from './client.js';
-import { compactWithSoba, SobaDeclined, SyncMemory } from './compact.js';
+import { compactWithSoba, piReason, SobaDeclined, SyncMemory, triggerOf } from './compact.js';
 import type { PiEntry } from './entries.js';
 import { summarizeWithPi, type Compacting } from './summarize.js';
 
@@ -145,13 +146,25 @@ export default function soba(pi: ExtensionAPI): void {
       }
       compacting = { model: view.model, modelRegistry: view.modelRegistry, signal: event.signal };
       const model = view.model;
+      const branch = event.branchEntries as unknown as PiEntry[];
+      const reason = piReason(
+        {
+          customInstructions: event.customInstructions,
+          branch,
+          tokensBefore: event.preparation.tokensBefore,
+          settings: event.preparation.settings,
+          model,
+        },
+        (message, window) => isContextOverflow(message as unknown as AssistantMessage, window),
+      );
       const result = await compactWithSoba(
         c,
         {
           workspace: view.cwd,
-          branch: event.branchEntries as unknown as PiEntry[],
+          branch,
           instructions: event.customInstructions,
           tokensBefore: event.preparation.tokensBefore,
+          trigger: triggerOf(reason),
           model: model
             ? { name: model.id, contextWindow: model.contextWindow, maxOutputTokens: model.maxTokens }
             : undefined,

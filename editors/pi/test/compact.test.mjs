@@ -2,7 +2,8 @@
 // it answers what the daemon says (dist/compact.js).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { compactWithSoba, SobaDeclined, SyncMemory } from '../dist/compact.js';
+import { isContextOverflow } from '@mariozechner/pi-ai';
+import { compactWithSoba, piReason, SobaDeclined, SyncMemory, triggerOf } from '../dist/compact.js';
 
 const user = (id, text) => ({ type: 'message', id, message: { role: 'user', content: text } });
 const assistant = (id, text) => ({ type: 'message', id, message: { role: 'assistant', content: [{ type: 'text', text }] } });
@@ -145,4 +146,60 @@ test('an input SOBA cannot map onto the branch is declined', async () => {
     'soba/preflight': { messages: [{ role: 'user', content: [{ type: 'text', text: 'capsule' }] }] },
   });
   await assert.rejects(compactWithSoba(d, input([user('u1', 'a')]), new SyncMemory()), /kept no entry/);
+});
+
+test("pi's reason goes to soba/compact as SOBA's trigger; a /compact sends none", async () => {
+  assert.deepEqual(
+    ['manual', 'threshold', 'overflow'].map(triggerOf),
+    ['user', 'auto_threshold', 'context_overflow'],
+  );
+  for (const [trigger, sent] of [
+    ['auto_threshold', { trigger: 'auto_threshold' }],
+    ['context_overflow', { trigger: 'context_overflow' }],
+    ['user', {}],
+    [undefined, {}],
+  ]) {
+    const d = daemon({
+      'soba/session/open': { sessionId: 's_1' },
+      'soba/session/append': {},
+      'soba/compact': completed,
+      'soba/preflight': preflight('u2'),
+    });
+    const branch = [user('u1', 'a'), assistant('a1', 'b'), user('u2', 'c')];
+    await compactWithSoba(d, input(branch, trigger ? { trigger } : {}), new SyncMemory());
+    assert.deepEqual(d.calls[2].params, { sessionId: 's_1', ...sent }, String(trigger));
+  }
+});
+
+test("pi's reason is read as pi decides it: instructions, overflow of its model, threshold", () => {
+  const model = { provider: 'fake', id: 'm1', contextWindow: 16000 };
+  const settings = { enabled: true, reserveTokens: 4000, keepRecentTokens: 2000 };
+  const overflowed = {
+    type: 'message',
+    id: 'a2',
+    message: {
+      role: 'assistant',
+      content: [],
+      provider: 'fake',
+      model: 'm1',
+      stopReason: 'error',
+      errorMessage: 'prompt is too long: 17000 tokens > 16000 maximum',
+    },
+  };
+  const branch = [user('u1', 'a'), assistant('a1', 'b'), user('u2', 'c')];
+  const reason = (extra) =>
+    piReason({ branch, tokensBefore: 5000, settings, model, ...extra }, isContextOverflow);
+  // Below the threshold with nothing overflowing: only `/compact` compacts.
+  assert.equal(reason({}), 'manual');
+  // Past contextWindow - reserveTokens: pi's threshold.
+  assert.equal(reason({ tokensBefore: 12001 }), 'threshold');
+  assert.equal(reason({ tokensBefore: 12000 }), 'manual');
+  // The model pi runs answered with a context overflow.
+  assert.equal(reason({ branch: [...branch, overflowed], tokensBefore: 15000 }), 'overflow');
+  // Another model's overflow, or one before the latest compaction, is not pi's reason now.
+  assert.equal(reason({ branch: [...branch, overflowed], model: { ...model, id: 'm2' } }), 'manual');
+  assert.equal(reason({ branch: [...branch, overflowed, mark('c1', 's_1', 'ck_1')] }), 'manual');
+  // Instructions come only with /compact; with automatic compaction off pi never compacts alone.
+  assert.equal(reason({ tokensBefore: 15000, customInstructions: 'keep auth' }), 'manual');
+  assert.equal(reason({ branch: [...branch, overflowed], settings: { ...settings, enabled: false } }), 'manual');
 });

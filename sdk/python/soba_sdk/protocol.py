@@ -340,6 +340,8 @@ class CompactParams(TypedDict):
     workspace: NotRequired[Optional[str]]
     instructions: NotRequired[Optional[str]]
     mirror: NotRequired[Optional[bool]]
+    # What made the client compact (default `user`).
+    trigger: NotRequired[Optional[RequestedTrigger]]
 
 
 class CompactResult(TypedDict):
@@ -1131,6 +1133,12 @@ Provider = Union[Literal["local"], Literal["openai"], Literal["anthropic"]]
 
 Quality = Union[Literal["model"], Literal["local"], Literal["degraded"]]
 """How a capsule's narrative state was written."""
+
+
+RequestedTrigger = Literal["user", "auto_threshold", "context_overflow"]
+"""The triggers a client may give `soba/compact`: a `/compact`, or an agent's own automatic
+compaction (its threshold, its recovery from a context overflow). SOBA's other triggers
+are its own decisions at the preflight barrier."""
 
 
 Role = Literal["user", "assistant", "system"]

@@ -465,6 +465,13 @@ export type ReportBreakdown = {
   unseenText?: string | null;
 };
 
+/**
+ * The triggers a client may give `soba/compact`: a `/compact`, or an agent's own automatic
+ * compaction (its threshold, its recovery from a context overflow). SOBA's other triggers
+ * are its own decisions at the preflight barrier.
+ */
+export type RequestedTrigger = "user" | "auto_threshold" | "context_overflow";
+
 export type Role = "user" | "assistant" | "system";
 
 /** Why a session left the daemon's memory. */
@@ -860,6 +867,8 @@ export type CompactParams = {
   workspace?: string | null;
   instructions?: string | null;
   mirror?: boolean | null;
+  /** What made the client compact (default `user`). */
+  trigger?: RequestedTrigger | null;
 };
 
 /**

@@ -28,6 +28,8 @@ use super::reasons;
 pub struct Plan {
     pub operation_id: String,
     pub trigger: Trigger,
+    /// A client asked for it: no ROI minimum applies ([`PlanRequest::requested`]).
+    pub requested: bool,
     /// The leaf when the plan was made; a capsule is appended only if it is still the leaf.
     pub expected_leaf: String,
     pub limits: Limits,
@@ -124,6 +126,9 @@ impl Plan {
 #[derive(Debug, Clone)]
 pub struct PlanRequest<'a> {
     pub trigger: Trigger,
+    /// A client asked for it (`soba/compact`): the agent decided to compact, so no ROI minimum
+    /// holds it back, whatever its trigger.
+    pub requested: bool,
     pub instructions: Option<String>,
     pub title: Option<String>,
     pub config: &'a Config,
@@ -461,7 +466,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         ));
     }
 
-    if req.trigger.is_soft() {
+    if req.trigger.is_soft() && !req.requested {
         // No capsule can make the continuation smaller than system + tools + retained tail:
         // when even that misses the post-generation minimums, asking a model is wasted.
         let best = super::roi::post_generation(tokens_before, overhead_tokens + tail_tokens, c);
@@ -519,6 +524,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         tokenizer: session.tokenizer(),
         roi: c.clone(),
         mirror_requested: false,
+        requested: req.requested,
         calibration: budget.calibration,
         learned_window: session
             .window_setting()
@@ -615,6 +621,7 @@ mod tests {
     fn overflow_plan(b: &Builder, config: &Config) -> Plan {
         let req = PlanRequest {
             trigger: Trigger::ContextOverflow,
+            requested: false,
             instructions: None,
             title: None,
             config,
@@ -720,6 +727,7 @@ mod tests {
         }
         let req = PlanRequest {
             trigger: Trigger::HardLimit,
+            requested: false,
             instructions: None,
             title: None,
             config: &config,
@@ -771,6 +779,7 @@ mod tests {
         let config = Config::resolve(&[], None, &Overrides::default()).unwrap();
         let req = PlanRequest {
             trigger: Trigger::Handoff,
+            requested: false,
             instructions: None,
             title: None,
             config: &config,

@@ -152,7 +152,7 @@ pub fn commit(
         );
     }
     if plan.trigger != Trigger::Handoff {
-        if plan.is_soft() {
+        if plan.is_soft() && !plan.requested {
             let check = roi::post_generation(plan.tokens_before, after, &plan.roi);
             if !check.passes {
                 return end(
@@ -163,7 +163,7 @@ pub fn commit(
                 );
             }
         } else if after >= plan.tokens_before {
-            let outcome = if plan.trigger == Trigger::User {
+            let outcome = if plan.trigger == Trigger::User || plan.requested {
                 Outcome::Skipped
             } else {
                 Outcome::Failed
@@ -352,12 +352,14 @@ impl Barrier<'_> {
         &self,
         log: &SessionLog,
         trigger: Trigger,
+        requested: bool,
         instructions: Option<String>,
         title: Option<String>,
     ) -> Result<Plan, NoPlan> {
         let s = log.session();
         let req = PlanRequest {
             trigger,
+            requested,
             instructions,
             title,
             config: self.config,
@@ -460,7 +462,7 @@ impl Barrier<'_> {
                 if let Some(reason) = super::storm::storm_facts(s, s.leaf()).reason() {
                     return self.storm(log, trigger, reason, &budget);
                 }
-                self.start(log, trigger, None, None)
+                self.start(log, trigger, false, None, None)
             }
         }
     }
@@ -505,10 +507,11 @@ impl Barrier<'_> {
         &self,
         log: &mut SessionLog,
         trigger: Trigger,
+        requested: bool,
         instructions: Option<String>,
         title: Option<String>,
     ) -> Result<Preflight, LogError> {
-        match self.plan(log, trigger, instructions, title) {
+        match self.plan(log, trigger, requested, instructions, title) {
             Ok(p) => Ok(Preflight::Compact(Box::new(p))),
             Err(no) => {
                 let limits = self.config.limits_under(log.session().window_setting());
@@ -555,8 +558,23 @@ impl Barrier<'_> {
         instructions: Option<String>,
         mirror: bool,
     ) -> Result<Result<Plan, CompactionResult>, LogError> {
+        self.requested(log, Trigger::User, instructions, mirror)
+    }
+
+    /// A compaction a client asks for now, recorded with what made it ask: `user` (a
+    /// `/compact`), or the agent's own automatic compaction (`auto_threshold`, its threshold;
+    /// `context_overflow`, its overflow recovery). The agent decided to compact, so no ROI
+    /// minimum holds it back (as for `/compact`); the trigger decides the rest as it does for
+    /// SOBA's own compactions: mirroring only for `user`, the storm history, a mandatory cut.
+    pub fn requested(
+        &self,
+        log: &mut SessionLog,
+        trigger: Trigger,
+        instructions: Option<String>,
+        mirror: bool,
+    ) -> Result<Result<Plan, CompactionResult>, LogError> {
         Ok(self
-            .planned(log, Trigger::User, instructions, None)?
+            .planned(log, trigger, true, instructions, None)?
             .map(|mut p| {
                 p.mirror_requested = mirror;
                 p
@@ -570,7 +588,7 @@ impl Barrier<'_> {
         log: &mut SessionLog,
         title: String,
     ) -> Result<Result<Plan, CompactionResult>, LogError> {
-        self.planned(log, Trigger::Handoff, None, Some(title))
+        self.planned(log, Trigger::Handoff, false, None, Some(title))
     }
 
     /// The provider reported a real context overflow: the session's window is lowered to what
@@ -624,7 +642,7 @@ impl Barrier<'_> {
         if log.session().tally().facts().overflow_recoveries >= 1 {
             return fail(log, reasons::OVERFLOW_RETRY_USED.to_string(), limits);
         }
-        self.planned(log, Trigger::ContextOverflow, None, None)
+        self.planned(log, Trigger::ContextOverflow, false, None, None)
     }
 
     /// A usage report after a lowered window showed the provider accepting a larger input:
@@ -652,10 +670,11 @@ impl Barrier<'_> {
         &self,
         log: &mut SessionLog,
         trigger: Trigger,
+        requested: bool,
         instructions: Option<String>,
         title: Option<String>,
     ) -> Result<Result<Plan, CompactionResult>, LogError> {
-        match self.start(log, trigger, instructions, title)? {
+        match self.start(log, trigger, requested, instructions, title)? {
             Preflight::Compact(p) => Ok(Ok(*p)),
             Preflight::Failed(r) => Ok(Err(r)),
             Preflight::Ready { skipped, .. } => Ok(Err(
