@@ -190,10 +190,10 @@ export function budgetSummary(report: BudgetReport): string {
   const pct = report.hardLimit > 0 ? Math.round((report.effectiveTokens / report.hardLimit) * 100) : 0;
   return (
     `Context budget: ${statusText(report)} tokens (${pct}% of the hard limit), ` +
-    `soft limit ${formatTokens(report.softLimit)}, ${sourceLabel(report.source)}, ` +
-    (followed(report)
-      ? `compacted by ${report.control?.agent ?? 'the agent'} itself`
-      : `auto-compact ${report.autoCompact ? 'on' : 'off'}`)
+    `soft limit ${formatTokens(report.softLimit)}, ${sourceLabel(report.source)}` +
+    // A followed agent compacts the session itself: who compacts is said after this line, and
+    // SOBA's auto-compact setting does not apply.
+    (followed(report) ? '' : `, auto-compact ${report.autoCompact ? 'on' : 'off'}`)
   );
 }
 

@@ -367,7 +367,8 @@ describe('commands', () => {
     h.infoChoice = 'Preview Compaction';
     h.inputs = [''];
     await h.run('soba.showBudget');
-    assert.match(h.shown[0][1], /auto-compact on\. Claude Code compacts this session itself/);
+    assert.match(h.shown[0][1], /estimated\. Claude Code compacts this session itself/);
+    assert.doesNotMatch(h.shown[0][1], /auto-compact/, 'SOBA\'s auto-compact does not apply to a followed agent');
     assert.deepEqual(h.sent.map(([m]) => m), ['soba/budget', 'soba/preview']);
   });
 

@@ -60,10 +60,11 @@ describe('package.json contract', () => {
   it('offers only the applicable auto-compact command in the palette', () => {
     const palette = contributes.menus.commandPalette as Array<{ command: string; when: string }>;
     const when = (id: string) => palette.find((entry) => entry.command === id)?.when;
-    assert.equal(when('soba.autoCompactOn'), 'soba.hasSession && !soba.autoCompact');
-    assert.equal(when('soba.autoCompactOff'), 'soba.hasSession && soba.autoCompact');
+    // A followed agent compacts its session itself: neither toggle is offered there.
+    assert.equal(when('soba.autoCompactOn'), 'soba.hasSession && !soba.autoCompact && !soba.followed');
+    assert.equal(when('soba.autoCompactOff'), 'soba.hasSession && soba.autoCompact && !soba.followed');
     const source = fs.readFileSync(path.join(root, 'src', 'extension.ts'), 'utf8');
-    for (const key of ['soba.hasSession', 'soba.autoCompact']) {
+    for (const key of ['soba.hasSession', 'soba.autoCompact', 'soba.followed']) {
       assert.match(source, new RegExp(`executeCommand\\('setContext', '${key.replace('.', '\\.')}'`), `extension.ts sets ${key}`);
     }
   });
