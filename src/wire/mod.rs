@@ -220,11 +220,20 @@ pub fn content_fingerprint(entries: &[Value]) -> u64 {
 
 /// `text` with every run of whitespace as one space and none at either end.
 pub fn fold_whitespace(text: &str) -> Cow<'_, str> {
-    if text.is_empty() || text.split_whitespace().eq(text.split(' ')) {
+    if is_folded(text) {
         Cow::Borrowed(text)
     } else {
         Cow::Owned(text.split_whitespace().collect::<Vec<_>>().join(" "))
     }
+}
+
+/// Whether [`fold_whitespace`] leaves `text` as it is, found without building the folded text:
+/// every request's messages are fingerprinted, and most are folded already or not at all.
+fn is_folded(text: &str) -> bool {
+    !text.starts_with(char::is_whitespace)
+        && !text.ends_with(char::is_whitespace)
+        && !text.contains(|c: char| c.is_whitespace() && c != ' ')
+        && !text.contains("  ")
 }
 
 /// Whether `entry` is a user or assistant message, whose text is compared whitespace-folded
@@ -248,7 +257,7 @@ fn whitespace_folded(entries: &[Value]) -> Cow<'_, [Value]> {
                 .flatten()
                 .filter(|b| is_text_block(b))
                 .filter_map(|b| b.get("text").and_then(Value::as_str))
-                .any(|t| matches!(fold_whitespace(t), Cow::Owned(_)))
+                .any(|t| !is_folded(t))
     };
     if !entries.iter().any(unfolded) {
         return Cow::Borrowed(entries);
@@ -1074,6 +1083,28 @@ pub fn error_body(api: Api, kind: &str, message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whitespace_folds_to_single_spaces_and_folded_text_is_borrowed() {
+        for folded in ["", "a", "fix the parser", "a b c"] {
+            assert!(
+                matches!(fold_whitespace(folded), Cow::Borrowed(_)),
+                "{folded:?}"
+            );
+        }
+        for (text, folded) in [
+            (" a", "a"),
+            ("a ", "a"),
+            ("a  b", "a b"),
+            ("a\nb", "a b"),
+            ("a\t\r\n  b\n", "a b"),
+            ("\n", ""),
+        ] {
+            let got = fold_whitespace(text);
+            assert!(matches!(got, Cow::Owned(_)), "{text:?}");
+            assert_eq!(got, folded, "{text:?}");
+        }
+    }
 
     #[test]
     fn only_creating_a_response_is_rewritten() {
