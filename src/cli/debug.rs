@@ -433,7 +433,12 @@ fn capsule_quality(gold: &Path, transcripts: &Path, json: bool) -> anyhow::Resul
             |s: &crate::eval::capsule_quality::CutScore,
              c: &soba_core::session::capsule::model::CapsuleEntry| {
                 let mut v = json!(s);
-                v["capsule"] = json!({"state": c.state, "artifacts": c.artifacts});
+                v["capsule"] = json!({
+                    "state": c.state,
+                    "artifacts": c.artifacts,
+                    // What the agent that continues reads: for a reader judging the capsule.
+                    "rendered": soba_core::session::capsule::render::render_for_model(c),
+                });
                 v
             };
         let local_cuts: Vec<_> = results

@@ -31,8 +31,8 @@ use std::fmt;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use soba_core::session::capsule::model::CapsuleEntry;
 use soba_core::session::capsule::model::VerificationOutcome;
+use soba_core::session::capsule::model::{CapsuleEntry, CapsuleState};
 use soba_core::session::entry::{blocks_text, Role};
 use soba_core::session::Session;
 
@@ -510,6 +510,17 @@ pub fn user_prompts(session: &Session, leaf: usize) -> Vec<String> {
         .collect()
 }
 
+/// Where a capsule keeps the user's words: its requests, and the messages its recent
+/// exchanges quote.
+fn kept_prompts(state: &CapsuleState) -> Vec<String> {
+    state
+        .requests
+        .iter()
+        .chain(state.exchanges.iter().map(|x| &x.user))
+        .cloned()
+        .collect()
+}
+
 /// The user's prompts against the capsule's requests: recall is the share of prompts whose
 /// opening ([`PROMPT_OPENING_CHARS`]) is in a request, precision the share of requests that
 /// hold the opening of a prompt.
@@ -797,7 +808,7 @@ pub fn score(
             (Field::Checks, checks),
             (Field::Decisions, decisions),
             (Field::Files, files),
-            (Field::Prompts, score_prompts(prompts, &state.requests)),
+            (Field::Prompts, score_prompts(prompts, &kept_prompts(state))),
         ]),
         failures,
     }

@@ -249,7 +249,12 @@ pub async fn generate_checked(
     match summarize_with_fallback(summarizer, &req, timeout, cancel, progress, local).await {
         Summarized::Model(state, corrections) => Generation {
             generated: Generated::State {
-                state,
+                // What was said is quoted from the log, not written by the model: the same
+                // exchanges as the local capsule's.
+                state: CapsuleState {
+                    exchanges: plan.local_state.exchanges.clone(),
+                    ..state
+                },
                 quality: Quality::Model,
                 degraded_reason: None,
             },

@@ -14,6 +14,7 @@ use soba_core::session::capsule::model::CapsuleState;
 use soba_core::session::capsule::model::CapsuleTokens;
 use soba_core::session::capsule::model::Decision;
 use soba_core::session::capsule::model::ErrorFix;
+use soba_core::session::capsule::model::Exchange;
 use soba_core::session::capsule::model::FileArtifact;
 use soba_core::session::capsule::model::LoadedFrom;
 use soba_core::session::capsule::model::Origin;
@@ -117,6 +118,10 @@ fn capsule() -> CapsuleEntry {
             }],
             blockers: vec!["b".into()],
             next_steps: vec!["n".into()],
+            exchanges: vec![Exchange {
+                user: "u".into(),
+                agent: "a".into(),
+            }],
             sources: Default::default(),
         },
         artifacts: Artifacts {

@@ -176,8 +176,10 @@ async fn session_settings_drive_compaction() {
         assert_eq!(r["outcome"], "completed", "{r}");
         after.push(r["tokensAfter"].as_u64().unwrap());
     }
+    // 6,500 tokens less kept; the capsule of the longer history quotes up to 2,000 tokens of
+    // its latest exchanges, so what stays apart is at least about half of it.
     assert!(
-        after[0] + 4000 < after[1],
+        after[0] + 3000 < after[1],
         "the session that keeps less keeps less: {after:?}"
     );
 }

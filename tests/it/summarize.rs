@@ -1354,3 +1354,33 @@ async fn claude_code_reminders_do_not_hide_the_users_task_from_the_model() {
         "{facts}"
     );
 }
+
+/// A model capsule quotes what was said from the log, as the local one does: the model writes
+/// the state, never the user's words.
+#[test]
+fn a_model_capsule_quotes_the_same_exchanges_as_the_local_capsule() {
+    use soba::summarize::generate_blocking;
+    use soba_core::compaction::run::Generated;
+    use soba_core::session::capsule::model::Quality;
+
+    let server_runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = server_runtime.block_on(Loopback::start(|_, _| {
+        sse(&anthropic_events(&capsule_json("a goal from the model")))
+    }));
+    let mut cfg = config(Provider::Anthropic, &server);
+    cfg.context_window = Some(200_000);
+    let s = summarizer(&cfg);
+    let mut session = engine::Session::new();
+    let plan = session.explicit(None);
+    assert!(
+        !plan.local_state.exchanges.is_empty(),
+        "the history has user turns to quote"
+    );
+    let (generation, _) = generate_blocking(&plan, Some(&s), &|_| {}).unwrap();
+    let Generated::State { state, quality, .. } = generation.generated else {
+        panic!("no state")
+    };
+    assert_eq!(quality, Quality::Model);
+    assert_eq!(state.goal, "a goal from the model");
+    assert_eq!(state.exchanges, plan.local_state.exchanges);
+}

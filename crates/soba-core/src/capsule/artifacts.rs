@@ -202,7 +202,9 @@ impl ArtifactCollector {
         if path.is_empty() || path == "." || self.outside_workspace(&path) {
             return None;
         }
-        if !self.seeding {
+        // A file in the home folder (an agent's or a tool's settings) is no code a check
+        // covers: it leaves earlier checks standing.
+        if !self.seeding && !path.starts_with('~') {
             self.run_seq += 1;
             self.last_edit = self.run_seq;
         }
@@ -280,12 +282,11 @@ impl ArtifactCollector {
                     self.shell_cwd = None;
                 }
                 if let Some(reads) = self.pending_reads.remove(&r.call_id) {
-                    let failed = r.is_error || r.exit_code.is_some_and(|c| c != 0);
-                    let text = if failed {
-                        blocks_text(&r.content)
-                    } else {
-                        String::new()
-                    };
+                    let text = blocks_text(&r.content);
+                    // Codex reports a command its sandbox stopped in the result's text.
+                    let failed = r.is_error
+                        || r.exit_code.is_some_and(|c| c != 0)
+                        || text.starts_with("failed in sandbox");
                     for (whole_call, path, entry_id) in reads {
                         if !failed || !(whole_call || named_as_missing(&text, &path)) {
                             self.add_read(&path, &entry_id);
@@ -454,12 +455,10 @@ impl ArtifactCollector {
     /// forward, the newest files and checks are kept (a file the agent modified is not listed
     /// again as read), each with its newest entries.
     pub fn finish(mut self) -> Artifacts {
-        // Calls whose results lie beyond the history: their reads stand, in call order.
-        for call in std::mem::take(&mut self.pending_read_calls) {
-            for (_, path, entry_id) in self.pending_reads.remove(&call).unwrap_or_default() {
-                self.add_read(&path, &entry_id);
-            }
-        }
+        // Calls that never got a result (the turn was cut off, the agent interrupted) read
+        // nothing the agent saw.
+        self.pending_read_calls.clear();
+        self.pending_reads.clear();
         for v in &mut self.verification {
             let ran = self.last_run.get(&v.command).copied().unwrap_or(0);
             v.edited_since = self.last_edit > ran || self.stale_seeded.contains(&v.command);
@@ -955,6 +954,7 @@ mod tests {
             active: true,
         }));
         let outside = b.call("r2", "Read", json!({"file_path": "/etc/hosts"}));
+        answered(&mut b);
         let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
         let files = |v: &[FileArtifact]| {
             v.iter()
@@ -977,6 +977,35 @@ mod tests {
             ]
         );
         assert_eq!(a.active_skills, ["pdf"]);
+    }
+
+    /// Every call still without a result answered, as a finished turn's calls are: a read
+    /// stands only once its result came.
+    fn answered(b: &mut Builder) {
+        let mut done: std::collections::HashSet<String> = b
+            .session
+            .entries()
+            .iter()
+            .filter_map(|e| match &e.body {
+                EntryBody::ToolResult(r) => Some(r.call_id.clone()),
+                _ => None,
+            })
+            .collect();
+        let calls: Vec<String> = b
+            .session
+            .entries()
+            .iter()
+            .flat_map(|e| {
+                e.tool_calls()
+                    .map(|(id, _, _)| id.to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for id in calls {
+            if done.insert(id.clone()) {
+                result(b, &id, "ok", Some(0));
+            }
+        }
     }
 
     fn result(b: &mut Builder, call_id: &str, text: &str, exit_code: Option<i64>) {
@@ -1031,6 +1060,25 @@ mod tests {
                 "{passed}"
             );
         }
+    }
+
+    #[test]
+    fn a_settings_file_in_the_home_folder_leaves_checks_standing() {
+        let mut b = Builder::new();
+        b.bash("c1", "pnpm build");
+        result(&mut b, "c1", "built", Some(0));
+        b.bash("d1", "rm ~/.dmux.global.json");
+        result(&mut b, "d1", "", Some(0));
+        b.call("w1", "Write", json!({"file_path": "/tmp/check.js"}));
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        assert!(
+            a.modified_files
+                .iter()
+                .any(|f| f.path == "~/.dmux.global.json" && f.deleted),
+            "still listed as changed: {:?}",
+            a.modified_files
+        );
+        assert!(a.verification.iter().all(|v| !v.edited_since), "{a:?}");
     }
 
     #[test]
@@ -1179,6 +1227,7 @@ mod tests {
             "Read",
             json!({"file_path": "./packages/api/../api/index.ts"}),
         );
+        answered(&mut b);
         let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
         let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
         let modified: Vec<&str> = a.modified_files.iter().map(|f| f.path.as_str()).collect();
@@ -1188,6 +1237,7 @@ mod tests {
         let mut b = Builder::new();
         b.call("p1", "bash", json!({"command": "cd pkg"}));
         b.call("p2", "bash", json!({"command": "cat a.ts"}));
+        answered(&mut b);
         let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
         assert_eq!(a.read_files[0].path, "a.ts");
     }
@@ -1212,11 +1262,32 @@ mod tests {
         );
         b.call("r2", "Read", json!({"file_path": "/ws/src/b.rs"}));
         result(&mut b, "r2", "fn b() {}", None);
-        // No result yet (it lies beyond the history): the read stands.
+        // No result (the turn was cut off): the agent saw nothing of it.
         b.call("r3", "Read", json!({"file_path": "/ws/src/c.rs"}));
         let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
         let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
-        assert_eq!(read, ["src/a.rs", "src/b.rs", "src/c.rs"]);
+        assert_eq!(read, ["src/a.rs", "src/b.rs"]);
+        // A command Codex's sandbox stopped read nothing either.
+        b.call(
+            "x1",
+            "shell",
+            json!({"command": ["zsh", "-lc", "sed -n '1,200p' src/d.ts"]}),
+        );
+        result(
+            &mut b,
+            "x1",
+            "failed in sandbox MacosSeatbelt with execution error: sandbox denied exec error, exit code: 1, stdout: , stderr: sed: src/d.ts: No such file or directory",
+            None,
+        );
+        b.call(
+            "x2",
+            "shell",
+            json!({"command": ["zsh", "-lc", "sed -n '1,200p' src/e.ts"]}),
+        );
+        result(&mut b, "x2", "export const e = 1;", None);
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(read, ["src/a.rs", "src/b.rs", "src/e.ts"]);
     }
 
     #[test]
@@ -1235,6 +1306,7 @@ mod tests {
         ] {
             b.call("r", "Read", json!({"file_path": p}));
         }
+        answered(&mut b);
         let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
         let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(read, ["src/main.rs", ".github/workflows/ci.yml"]);
@@ -1304,6 +1376,7 @@ mod tests {
                 json!({"file_path": format!("/ws/mod{i}.rs")}),
             );
         }
+        answered(&mut b);
         let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
         assert_eq!(a.read_files.len(), MAX_READ_FILES);
         assert_eq!(a.modified_files.len(), MAX_MODIFIED_FILES);

@@ -22,16 +22,19 @@ use serde_json::Value;
 use super::artifacts::result_outcome;
 use super::decisions::stated_decisions;
 use super::findings::{
-    chosen_option, offered_options, proposal, sentence_before_offer, stated_findings,
+    chosen_option, offered_options, proposal, proposed_section, sentence_before_offer,
+    stated_findings,
 };
 use super::intent::{classify, Intent, UserMessage};
 use super::milestones::milestones;
 use super::requests::typed_text;
 use super::work::{
-    capitalise, clip, covers, is_wrap_up, names_no_work, offers, reported_done, stated_next_steps,
+    capitalise, clip, covers, is_wrap_up, names_no_work, offers, planned_next_steps, reported_done,
+    stated_next_steps,
 };
 use crate::session::capsule::model::{
-    Artifacts, CapsuleEntry, CapsuleState, Decision, ErrorFix, Verification, VerificationOutcome,
+    Artifacts, CapsuleEntry, CapsuleState, Decision, ErrorFix, Exchange, Verification,
+    VerificationOutcome,
 };
 use crate::session::entry::{blocks_text, Entry, EntryBody, Role, ToolResultEntry};
 use crate::tokens::TokenizerKind;
@@ -42,7 +45,7 @@ pub const PROMPT_OPENING_CHARS: usize = 200;
 pub const FULL_PROMPTS_BUDGET_TOKENS: u64 = 1000;
 /// Requests kept, newest: the agent that continues should know every thing it was asked,
 /// at least by its opening; older ones than these live on in the completed work and the log.
-const MAX_REQUESTS: usize = 40;
+const MAX_REQUESTS: usize = 160;
 /// The newest requests, kept in full within the budget or by a long opening; older ones keep
 /// [`OLDER_REQUEST_CHARS`].
 const RECENT_REQUESTS: usize = 10;
@@ -68,6 +71,8 @@ const MAX_DONE_CHARS: usize = 240;
 const MAX_FINDINGS: usize = 6;
 /// Findings are taken from this many latest turns.
 const FINDING_TURNS: usize = 4;
+/// Messages whose conclusions are kept: the latest that stated any.
+const FINDING_MESSAGES: usize = 3;
 /// Errors with their fixes kept, newest.
 const MAX_ERRORS: usize = 5;
 /// The agent's last message, quoted as where to pick up, up to this many characters.
@@ -240,6 +245,7 @@ impl Sources {
             held.extend(list.iter().map(String::as_str));
         }
         held.extend(s.decisions.iter().map(|d| d.decision.as_str()));
+        held.extend(s.exchanges.iter().map(|x| x.user.as_str()));
         held.extend(s.errors.iter().map(|e| e.error.as_str()));
         held.into_iter()
             .filter_map(|k| self.0.remove_entry(k))
@@ -292,6 +298,12 @@ struct History<'a> {
     open_options: Option<(Vec<(String, String)>, &'a str)>,
     /// Checks that failed and then passed: the error and what the agent said after it.
     errors: Vec<(ErrorFix, &'a str)>,
+    /// The latest proposal or option the user approved, with the index of the approving
+    /// message.
+    approved: Option<(usize, String)>,
+    /// The agent's last text before the span's first user message: the end of a turn the
+    /// previous capsule holds the start of.
+    leading_text: Option<String>,
 }
 
 /// What a "yes" would approve.
@@ -333,18 +345,20 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     .open_options
                     .take()
                     .and_then(|(options, _)| {
-                        chosen_option(&msg.prose, &options).map(|c| (c.to_string(), "chose"))
+                        chosen_option(&msg.prose, &options).map(|c| (c.to_string(), "chose", true))
                     })
                     .or_else(|| {
                         (msg.intent == Intent::Approval).then_some(())?;
-                        let p = match h.open_proposal.take()? {
-                            Proposal::Offer(p) => p,
+                        let (p, named) = match h.open_proposal.take()? {
+                            Proposal::Offer(p) => (p, true),
                             // "Shall I proceed?" after questions and answers: the proposal
                             // those questions were about, the first since the task was set.
-                            Proposal::Vague(p) => h.proposals.first().cloned().unwrap_or(p),
+                            Proposal::Vague(p) => {
+                                (h.proposals.first().cloned().unwrap_or(p), false)
+                            }
                         };
                         h.proposals.clear();
-                        Some((p, "approved"))
+                        Some((p, "approved", named))
                     });
                 // A new task ends what was proposed for the last one; a reply that still asks
                 // ("…, right?") is part of the discussion.
@@ -352,7 +366,12 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     h.open_proposal = None;
                     h.proposals.clear();
                 }
-                if let Some((decision, how)) = chosen {
+                // Only work the agent named: a guess at what "Shall I proceed?" referred to
+                // decides nothing about the task.
+                if let Some((decision, _, true)) = &chosen {
+                    h.approved = Some((h.messages.len(), decision.clone()));
+                }
+                if let Some((decision, how, _)) = chosen {
                     h.decisions.push((
                         Decision {
                             decision,
@@ -384,7 +403,8 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
             }
             EntryBody::Message(m) if m.role == Role::Assistant => {
                 let text = blocks_text(&m.content);
-                if !text.trim().is_empty() {
+                // Claude Code's placeholder after a local command (`/exit`) is no reply.
+                if !text.trim().is_empty() && text.trim() != "No response requested." {
                     for d in stated_decisions(&text) {
                         h.decisions.push((d, &e.id));
                     }
@@ -400,7 +420,8 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     let offered = offers(&text).into_iter().next();
                     let proposed = match offered {
                         Some(o) if !names_no_work(&o) => Some(Proposal::Offer(capitalise(&o))),
-                        Some(_) => proposal(&text)
+                        Some(_) => proposed_section(&text)
+                            .or_else(|| proposal(&text))
                             .or_else(|| sentence_before_offer(&text))
                             .map(Proposal::Vague),
                         None => proposal(&text).map(Proposal::Offer),
@@ -415,10 +436,13 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                             run.said_after = first_words(&text);
                         }
                     }
-                    if let Some(t) = h.turns.last_mut() {
-                        t.text_before = t.last_text.take().map(|(_, before)| before);
-                        t.last_text = Some((&e.id, text));
-                        t.calls_after_text = 0;
+                    match h.turns.last_mut() {
+                        Some(t) => {
+                            t.text_before = t.last_text.take().map(|(_, before)| before);
+                            t.last_text = Some((&e.id, text));
+                            t.calls_after_text = 0;
+                        }
+                        None => h.leading_text = Some(text),
                     }
                 }
                 for (call_id, name, input) in e.tool_calls() {
@@ -494,7 +518,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                         }
                     }
                 }
-                if !call.runs_a_check {
+                if !call.runs_a_check && !is_no_problem(r, call.script.as_deref()) {
                     h.recent_results.push((r, call.entry_id));
                     if h.recent_results.len() > RECENT_TOOL_RESULTS {
                         h.recent_results.remove(0);
@@ -528,6 +552,12 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
     }
     h
 }
+
+/// A conclusion that says it was checked.
+static CONFIRMED: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(?i)(?-u:\b)(?:confirm(?:ed|s)|root cause is|verified that)(?-u:\b)")
+        .expect("valid regex")
+});
 
 /// Words that make a rule stand beyond the request it came with.
 static STANDING_RULE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
@@ -651,41 +681,60 @@ pub fn build_state(
             .iter()
             .any(|(_, m)| START_IMPLEMENTING.is_match(&m.prose))
     });
-    let goal = goal_at
-        .map(|g| &h.messages[g])
-        .or_else(|| {
-            prev.is_none()
-                .then(|| {
-                    h.messages
-                        .iter()
-                        .rev()
-                        .find(|(_, m)| m.intent == Intent::Request)
-                })
-                .flatten()
-        })
-        .map(|(id, m)| {
-            let g = goal_line(&m.text);
-            let g = if implementing {
-                format!("Implement the plan asked for here: {g}")
-            } else if m.intent == Intent::Paste {
-                // A pasted error with nothing said around it asks for it to be fixed.
-                format!("Fix the error the user pasted: {g}")
-            } else {
-                g
-            };
+    // "yeah, do it all" after the agent laid out the release steps: what was approved is the
+    // task now, in the agent's words.
+    let approved_goal = h
+        .approved
+        .as_ref()
+        .filter(|(at, _)| goal_at.is_none_or(|g| *at > g))
+        .map(|(at, what)| {
+            let (id, m) = &h.messages[*at];
+            let g = format!(
+                "{} (the agent's proposal, which the user approved: \"{}\")",
+                capitalise(what),
+                clip(&one_line(&m.prose), 80)
+            );
             sources.add(&g, id);
             g
-        })
+        });
+    let goal = approved_goal
         .or_else(|| {
-            prev.map(|p| p.goal.trim().to_string())
-                .filter(|g| !g.is_empty())
-        })
-        .or_else(|| {
-            h.messages.first().map(|(id, m)| {
-                let g = goal_line(&m.text);
-                sources.add(&g, id);
-                g
-            })
+            goal_at
+                .map(|g| &h.messages[g])
+                .or_else(|| {
+                    prev.is_none()
+                        .then(|| {
+                            h.messages
+                                .iter()
+                                .rev()
+                                .find(|(_, m)| m.intent == Intent::Request)
+                        })
+                        .flatten()
+                })
+                .map(|(id, m)| {
+                    let g = goal_line(&m.text);
+                    let g = if implementing {
+                        format!("Implement the plan asked for here: {g}")
+                    } else if m.intent == Intent::Paste {
+                        // A pasted error with nothing said around it asks for it to be fixed.
+                        format!("Fix the error the user pasted: {g}")
+                    } else {
+                        g
+                    };
+                    sources.add(&g, id);
+                    g
+                })
+                .or_else(|| {
+                    prev.map(|p| p.goal.trim().to_string())
+                        .filter(|g| !g.is_empty())
+                })
+                .or_else(|| {
+                    h.messages.first().map(|(id, m)| {
+                        let g = goal_line(&m.text);
+                        sources.add(&g, id);
+                        g
+                    })
+                })
         })
         .unwrap_or_default();
 
@@ -746,12 +795,14 @@ pub fn build_state(
     let last_turn = h.turns.last();
     // A turn is finished when its last message wraps the work up, or answers the question
     // that opened it with no tool call after the answer.
+    // A turn whose last words put a question to the user, with no call after them, waits for
+    // the user: whatever it offered or asked is theirs to answer.
     let in_progress = last_turn.is_some_and(|t| {
         let answered = h.messages[t.message].1.intent == Intent::Question;
         t.calls_after_text > 0
-            || t.last_text
-                .as_ref()
-                .is_none_or(|(_, text)| !is_wrap_up(text) && !answered)
+            || t.last_text.as_ref().is_none_or(|(_, text)| {
+                !is_wrap_up(text) && !answered && asks_the_user(text).is_none()
+            })
     });
     let last_text = last_turn.and_then(|t| t.last_text.as_ref());
     let last_request = last_turn
@@ -797,14 +848,38 @@ pub fn build_state(
     }
     if let Some((id, text)) = last_text {
         if !in_progress {
-            for o in offers(text) {
-                let item = format!("Offered to {o}; waiting for the user's answer");
+            let offered = offers(text);
+            // "these steps" say what only beside the request they answer.
+            let about = focus
+                .map(|(_, m)| {
+                    format!(
+                        " (for the user's request \"{}\")",
+                        clip(&one_line(&m.text), 120)
+                    )
+                })
+                .unwrap_or_default();
+            for o in &offered {
+                let item = if names_no_work(o) || o.contains("these") || o.contains("this") {
+                    format!("Offered to {o}{about}; waiting for the user's answer")
+                } else {
+                    format!("Offered to {o}; waiting for the user's answer")
+                };
+                sources.add(&item, id);
+                pending.push(item);
+            }
+            if let Some(q) = asks_the_user(text).filter(|_| offered.is_empty()) {
+                let item = format!("The agent asked the user \"{q}\"; waiting for the answer");
                 sources.add(&item, id);
                 pending.push(item);
             }
         }
         // Nothing in the span is newer than its last text, so nothing there completed these.
-        for step in stated_next_steps(text) {
+        let steps = if in_progress {
+            stated_next_steps(text)
+        } else {
+            planned_next_steps(text)
+        };
+        for step in steps {
             if !names_no_work(&step) {
                 sources.add(&step, id);
                 next_steps.push(step);
@@ -836,9 +911,11 @@ pub fn build_state(
                 }
                 _ => last,
             };
+            // The whole message is quoted under the recent conversation; its end is where the
+            // agent stood.
             let step = format!(
                 "Pick up where the agent's last message left off: \"{}\"",
-                clip(&words, LAST_WORDS_CHARS)
+                clip_start(&words, LAST_WORDS_CHARS)
             );
             sources.add(&step, id);
             Some(step)
@@ -944,7 +1021,28 @@ pub fn build_state(
     // Only the latest turns' conclusions: older ones were often revised since, and the agent
     // that continues needs where the work stands, not its history.
     let recent_turns = h.turns.len().saturating_sub(FINDING_TURNS);
-    for (f, id, _) in h.findings.iter().filter(|(_, _, t)| *t > recent_turns) {
+    // Within a long turn too: a debugging turn states guesses before the cause it confirms,
+    // so only the messages that concluded last count.
+    // A cause the agent confirmed replaces the guesses before it.
+    let confirmed_at = h
+        .findings
+        .iter()
+        .rposition(|(f, _, _)| CONFIRMED.is_match(f))
+        .unwrap_or(0);
+    let findings_since = &h.findings[confirmed_at..];
+    let mut concluding: Vec<&str> = Vec::new();
+    for (_, id, _) in findings_since.iter().rev() {
+        if !concluding.contains(id) {
+            if concluding.len() == FINDING_MESSAGES {
+                break;
+            }
+            concluding.push(id);
+        }
+    }
+    for (f, id, _) in findings_since
+        .iter()
+        .filter(|(_, id, t)| *t > recent_turns && concluding.contains(id))
+    {
         sources.add(f, id);
         findings.push(f.clone());
     }
@@ -994,6 +1092,7 @@ pub fn build_state(
     let n = decisions.len().saturating_sub(MAX_DECISIONS);
     decisions.drain(..n);
 
+    let exchanges = recent_exchanges(&h, prev, &mut sources, tokenizer);
     let mut state = CapsuleState {
         goal,
         requests,
@@ -1006,6 +1105,7 @@ pub fn build_state(
         errors,
         blockers: blockers.newest(MAX_STEPS),
         next_steps: next_steps.items.into_iter().take(MAX_STEPS).collect(),
+        exchanges,
         sources: BTreeMap::new(),
     };
     fit_local_budget(&mut state, artifacts, tokenizer);
@@ -1013,9 +1113,133 @@ pub fn build_state(
     state
 }
 
+/// The question the agent's last words put to the user, when they end with one.
+fn asks_the_user(text: &str) -> Option<String> {
+    let last = super::work::prose_lines(text)
+        .into_iter()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())?;
+    let last = last.trim_end_matches(['*', '_', ' ']);
+    if !last.ends_with('?') {
+        return None;
+    }
+    // The sentence that asks: from the last sentence end before the question mark.
+    let body = &last[..last.len() - 1];
+    let start = body.rfind(['.', '!', '?', ':']).map_or(0, |i| i + 1);
+    let q = last[start..]
+        .trim()
+        .trim_start_matches(['*', '_', '-', ' ']);
+    (q.split_whitespace().count() >= 2).then(|| clip(q, 200))
+}
+
+/// `s` within `n` characters, keeping its end.
+fn clip_start(s: &str, n: usize) -> String {
+    let count = s.chars().count();
+    if count <= n {
+        return s.to_string();
+    }
+    let tail: String = s.chars().skip(count - n).collect();
+    format!("…{}", tail.trim_start())
+}
+
+/// Exchanges quoted, newest: enough for the conversation the next step comes out of.
+const MAX_EXCHANGES: usize = 8;
+/// Tokens the quoted exchanges take at most; older ones give way first.
+const EXCHANGES_BUDGET_TOKENS: u64 = 2000;
+/// Characters an older exchange keeps of each side; the latest, the anchor of the next step,
+/// keeps [`LATEST_QUOTE_CHARS`].
+const QUOTE_CHARS: usize = 700;
+const LATEST_QUOTE_CHARS: usize = 1600;
+
+/// The latest exchanges, quoted: each user turn of the span (approvals and answers included:
+/// a "yes" means something only next to what it answers) with the agent's last words in it,
+/// after the previous capsule's, newest within [`EXCHANGES_BUDGET_TOKENS`].
+fn recent_exchanges(
+    h: &History,
+    prev: Option<&CapsuleState>,
+    sources: &mut Sources,
+    tokenizer: TokenizerKind,
+) -> Vec<Exchange> {
+    let mut all: Vec<(Exchange, Option<&str>)> = prev
+        .map(|p| p.exchanges.iter().map(|x| (x.clone(), None)).collect())
+        .unwrap_or_default();
+    // The turn the previous capsule ended in went on in this span: its newest words are here.
+    if let (Some((last, _)), Some(text)) = (all.last_mut(), h.leading_text.as_deref()) {
+        last.agent = text.trim().to_string();
+    }
+    for t in &h.turns {
+        let (id, m) = &h.messages[t.message];
+        let agent = match &t.last_text {
+            Some((_, last)) => match t.text_before.as_deref() {
+                // "Let me try another way:" says little without what came before it.
+                Some(before) if last.split_whitespace().count() < SHORT_LAST_WORDS => {
+                    format!("{}\n…\n{}", before.trim(), last.trim())
+                }
+                _ => last.trim().to_string(),
+            },
+            None => String::new(),
+        };
+        all.push((
+            Exchange {
+                user: m.text.trim().to_string(),
+                agent,
+            },
+            Some(id),
+        ));
+    }
+    let mut budget = EXCHANGES_BUDGET_TOKENS;
+    let mut kept: Vec<Exchange> = Vec::new();
+    for (age, (x, id)) in all.into_iter().rev().take(MAX_EXCHANGES).enumerate() {
+        let n = if age == 0 {
+            LATEST_QUOTE_CHARS
+        } else {
+            QUOTE_CHARS
+        };
+        let x = Exchange {
+            user: quote(&x.user, n),
+            agent: quote(&x.agent, n),
+        };
+        let t = tokenizer.count(&x.user) + tokenizer.count(&x.agent);
+        // The latest exchange always stays: it is where the work stands.
+        if age > 0 && t > budget {
+            break;
+        }
+        budget = budget.saturating_sub(t);
+        if let Some(id) = id {
+            sources.add(&x.user, id);
+        }
+        kept.push(x);
+    }
+    kept.reverse();
+    kept
+}
+
+/// `text` within `n` characters: a longer one keeps its opening and its end (where a message
+/// states what it asks, or a reply its conclusion), with a marker where the middle was left out.
+fn quote(text: &str, n: usize) -> String {
+    let count = text.chars().count();
+    if count <= n {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(n * 2 / 3).collect();
+    let tail: String = text.chars().skip(count - n / 3).collect();
+    format!(
+        "{} [… {} characters left out …] {}",
+        head.trim_end(),
+        count - head.chars().count() - tail.chars().count(),
+        tail.trim_start()
+    )
+}
+
 /// The local capsule stays under this many tokens however many capsules came before it: each
 /// list is bounded, and what still does not fit gives up its oldest items.
-pub const LOCAL_CAPSULE_BUDGET_TOKENS: u64 = 3800;
+pub const LOCAL_CAPSULE_BUDGET_TOKENS: u64 = 6000;
+
+/// Characters an older request keeps when the capsule must shrink: enough to recognise it.
+const SHORTEST_REQUEST_CHARS: usize = 64;
+/// Exchanges kept however tight the budget.
+const MIN_EXCHANGES: usize = 3;
 
 /// Drop the oldest items, list by list, until the rendered capsule fits
 /// [`LOCAL_CAPSULE_BUDGET_TOKENS`]. The goal, the newest request, the next step and the facts
@@ -1068,6 +1292,19 @@ fn fit_local_budget(state: &mut CapsuleState, artifacts: &Artifacts, tokenizer: 
         ],
     ];
     let mut current = tokens(state);
+    // Every request stays known by its opening before any gives way; then the older quoted
+    // exchanges, which the requests still name.
+    if current > LOCAL_CAPSULE_BUDGET_TOKENS {
+        let older = state.requests.len().saturating_sub(RECENT_REQUESTS);
+        for r in &mut state.requests[..older] {
+            *r = clip(r, SHORTEST_REQUEST_CHARS);
+        }
+        current = tokens(state);
+    }
+    while current > LOCAL_CAPSULE_BUDGET_TOKENS && state.exchanges.len() > MIN_EXCHANGES {
+        state.exchanges.remove(0);
+        current = tokens(state);
+    }
     for round in rounds {
         for &(pick, keep, last_first) in round {
             while current > LOCAL_CAPSULE_BUDGET_TOKENS && pick(state).len() > keep {
@@ -1091,6 +1328,9 @@ fn fit_local_budget(state: &mut CapsuleState, artifacts: &Artifacts, tokenizer: 
 
 /// Items kept per list by [`trim_state`].
 const TRIMMED_LIST_ITEMS: usize = 8;
+/// Exchanges [`trim_state`] keeps, and the characters each side keeps.
+const TRIMMED_EXCHANGES: usize = 2;
+const TRIMMED_QUOTE_CHARS: usize = 400;
 
 /// A shorter state for when the capsule itself does not fit a small window: prompts by their
 /// openings, the newest items of each list. The goal and every artifact stay.
@@ -1122,6 +1362,12 @@ pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
             renamed.push((item.clone(), short.clone()));
             *item = short;
         }
+    }
+    let n = s.exchanges.len().saturating_sub(TRIMMED_EXCHANGES);
+    s.exchanges.drain(..n);
+    for x in &mut s.exchanges {
+        x.user = quote(&x.user, TRIMMED_QUOTE_CHARS);
+        x.agent = quote(&x.agent, TRIMMED_QUOTE_CHARS);
     }
     let n = s.decisions.len().saturating_sub(TRIMMED_LIST_ITEMS);
     s.decisions.drain(..n);
@@ -1207,6 +1453,33 @@ fn first_words(text: &str) -> Option<String> {
 /// Errors among the last few tool results that no later success of the same tool resolved.
 /// Runs of a verification command are left out: the verification list holds each command's
 /// latest outcome, so a test that failed and then passed is no blocker.
+/// A failed result that blocks nothing: the user declined the call (their next message says
+/// what they want instead), or a search found nothing (grep's exit status 1).
+fn is_no_problem(r: &ToolResultEntry, script: Option<&str>) -> bool {
+    let text = blocks_text(&r.content);
+    let declined = text.contains("doesn't want to proceed with this tool use")
+        || text.contains("tool use was rejected");
+    let exit_1 = r.exit_code == Some(1) || text.contains("exited with code 1");
+    declined || (exit_1 && script.is_some_and(ends_in_a_search))
+}
+
+/// Whether the command that decides a script's exit status is a search, whose status 1 only
+/// says nothing matched.
+fn ends_in_a_search(script: &str) -> bool {
+    let last = script
+        .trim()
+        .rsplit(['|', ';', '&', '\n'])
+        .map(str::trim)
+        .find(|c| !c.is_empty())
+        .unwrap_or("");
+    let mut words = last.split_whitespace();
+    match words.next() {
+        Some("grep" | "egrep" | "fgrep" | "rg" | "ag" | "ack" | "find" | "fd") => true,
+        Some("git") => words.next() == Some("grep"),
+        _ => false,
+    }
+}
+
 fn recent_tool_errors<'a>(h: &History<'a>) -> Vec<(String, &'a str)> {
     let recent = &h.recent_results;
     recent
@@ -1255,6 +1528,175 @@ mod tests {
             &ToolMapping::default(),
         );
         build_state(TokenizerKind::O200kBase, None, &entries, &artifacts)
+    }
+
+    #[test]
+    fn a_declined_call_or_a_search_that_found_nothing_blocks_nothing() {
+        let mut b = Builder::new();
+        b.user("Find where the cache is built");
+        let failed = |b: &mut Builder, call: &str, text: &str| {
+            b.push(EntryBody::ToolResult(ToolResultEntry {
+                call_id: call.into(),
+                tool_name: Some("Bash".into()),
+                content: vec![ContentBlock::text(text)],
+                is_error: true,
+                exit_code: None,
+            }));
+        };
+        b.bash("g", "cd /ws && grep -rn invalidate src/text.ts");
+        failed(&mut b, "g", "Command exited with code 1");
+        b.bash("v", "gh repo view");
+        failed(
+            &mut b,
+            "v",
+            "The user doesn't want to proceed with this tool use. The tool use was rejected.",
+        );
+        b.bash("c", "cat missing.txt");
+        failed(&mut b, "c", "cat: missing.txt: No such file or directory");
+        let s = state_of(&b);
+        assert_eq!(s.blockers.len(), 1, "{:?}", s.blockers);
+        assert!(s.blockers[0].contains("missing.txt"), "{:?}", s.blockers);
+        assert!(ends_in_a_search("cd x && rg foo src"));
+        assert!(ends_in_a_search("git grep -n foo"));
+        assert!(!ends_in_a_search("grep foo a.txt && cargo test"));
+    }
+
+    #[test]
+    fn every_turn_is_quoted_with_the_agents_last_words_approvals_included() {
+        let mut b = Builder::new();
+        b.user("Should the cache be per user or global? Propose something.");
+        b.assistant("Looking at the code first.");
+        b.call("r", "Read", json!({"file_path": "/ws/src/cache.rs"}));
+        b.assistant("Option 1: a per-user cache keyed by id.\nOption 2: one global cache.\nI recommend option 1. Shall I implement it?");
+        b.user("yes, option 1");
+        b.assistant("Implemented the per-user cache in src/cache.rs.");
+        let s = state_of(&b);
+        assert_eq!(s.exchanges.len(), 2, "{:?}", s.exchanges);
+        assert!(s.exchanges[0]
+            .user
+            .starts_with("Should the cache be per user"));
+        assert!(
+            s.exchanges[0].agent.ends_with("Shall I implement it?"),
+            "the last words of the turn, not its first: {:?}",
+            s.exchanges[0].agent
+        );
+        assert_eq!(s.exchanges[1].user, "yes, option 1");
+        assert_eq!(
+            s.exchanges[1].agent,
+            "Implemented the per-user cache in src/cache.rs."
+        );
+    }
+
+    #[test]
+    fn a_long_message_keeps_its_opening_and_its_end_with_a_marker() {
+        let long = format!(
+            "Please fix the parser. {} The real ask: keep the API.",
+            "filler words here. ".repeat(200)
+        );
+        let q = quote(&long, 300);
+        assert!(q.starts_with("Please fix the parser."), "{q}");
+        assert!(q.ends_with("The real ask: keep the API."), "{q}");
+        assert!(q.contains("characters left out"), "{q}");
+        assert!(q.chars().count() < 360, "{}", q.chars().count());
+        assert_eq!(quote("short", 300), "short");
+    }
+
+    #[test]
+    fn only_the_newest_exchanges_stay_and_the_latest_always_does() {
+        let mut b = Builder::new();
+        for i in 0..20 {
+            b.user(&format!("Request number {i}: {}", "detail ".repeat(150)));
+            b.assistant(&format!("Answer {i}: {}", "words ".repeat(150)));
+        }
+        let s = state_of(&b);
+        assert!(s.exchanges.len() < 20 && s.exchanges.len() >= MIN_EXCHANGES);
+        assert!(s
+            .exchanges
+            .last()
+            .unwrap()
+            .user
+            .starts_with("Request number 19"));
+        let first_kept: usize = s.exchanges[0].user["Request number ".len()..]
+            .split(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(first_kept, 20 - s.exchanges.len(), "the newest, in order");
+    }
+
+    #[test]
+    fn a_finished_answers_let_me_narrates_and_names_no_next_step() {
+        let mut b = Builder::new();
+        b.user("does the sidebar get the logged in user from the authStore?");
+        b.assistant("Let me trace through the flow. Yes: AppSidebar reads `user` from useAuthStore and falls back to 'Guest User' when it has no name.");
+        let s = state_of(&b);
+        assert!(
+            s.next_steps
+                .iter()
+                .all(|n| !n.contains("Trace through the flow")),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_confirmed_cause_replaces_the_guesses_before_it() {
+        let mut b = Builder::new();
+        b.user("separability_matrix is wrong for nested compound models, fix it");
+        b.assistant(
+            "The issue is that `_cstack` does not use `_separable` for compound models at all.",
+        );
+        b.call("r", "Read", json!({"file_path": "/ws/separable.py"}));
+        b.assistant("The bug is confirmed. In `_cstack` the code sets the block to all ones instead of the `right` matrix.");
+        b.call("e", "Edit", json!({"file_path": "/ws/separable.py"}));
+        let s = state_of(&b);
+        assert_eq!(
+            s.findings,
+            vec!["The bug is confirmed. In `_cstack` the code sets the block to all ones instead of the `right` matrix."]
+        );
+    }
+
+    #[test]
+    fn a_turn_that_ends_by_asking_the_user_waits_for_the_answer() {
+        let mut b = Builder::new();
+        b.user("Investigate why the build is slow and give me a plan.");
+        b.call("r", "Read", json!({"file_path": "/ws/build.rs"}));
+        b.assistant("The root cause is the codegen step running twice.\n\nWhich of the two fixes do you prefer, caching or a single pass?");
+        let s = state_of(&b);
+        assert!(
+            s.active.iter().all(|a| !a.starts_with("In progress: ")),
+            "the agent waits for the user: {:?}",
+            s.active
+        );
+        assert!(
+            s.pending
+                .iter()
+                .any(|p| p
+                    .contains("Which of the two fixes do you prefer, caching or a single pass?")),
+            "{:?}",
+            s.pending
+        );
+    }
+
+    #[test]
+    fn the_previous_capsules_last_exchange_takes_the_newer_words_of_its_turn() {
+        let mut prev = crate::session::testing::full_capsule();
+        prev.state.exchanges = vec![Exchange {
+            user: "Port the tests to the new runner".into(),
+            agent: "Starting with the parser tests.".into(),
+        }];
+        let mut b = Builder::new();
+        b.assistant("All 40 tests are ported and pass.");
+        let entries: Vec<&Entry> = b.session.entries().iter().collect();
+        let s = build_state(
+            TokenizerKind::O200kBase,
+            Some(&prev),
+            &entries,
+            &Artifacts::default(),
+        );
+        assert_eq!(s.exchanges.len(), 1);
+        assert_eq!(s.exchanges[0].agent, "All 40 tests are ported and pass.");
     }
 
     #[test]
@@ -1804,7 +2246,10 @@ mod tests {
             previous = Some(capsule);
         }
         let max = *sizes.iter().max().unwrap();
-        assert!(max <= 4000, "largest capsule {max} tokens: {sizes:?}");
+        assert!(
+            max <= LOCAL_CAPSULE_BUDGET_TOKENS + 200,
+            "largest capsule {max} tokens: {sizes:?}"
+        );
         let last = previous.unwrap();
         assert!(
             last.state.goal.starts_with("Implement feature 199"),

@@ -12,6 +12,8 @@ use regex::Regex;
 use super::decisions::sentences;
 use super::work::{clip, prose_lines};
 
+/// A conclusion shorter than this many words leads in to the sentence after it.
+const LEAD_IN_WORDS: usize = 6;
 /// Longest finding kept whole.
 const MAX_FINDING_CHARS: usize = 300;
 /// Findings taken from one message.
@@ -83,29 +85,37 @@ fn tidy(s: &str, max: usize) -> String {
 
 /// The sentences of an assistant message that state a conclusion, quoted.
 pub fn stated_findings(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for line in prose_lines(text) {
-        for sentence in sentences(line) {
-            let s = sentence
-                .trim()
+    let all: Vec<&str> = prose_lines(text)
+        .into_iter()
+        .flat_map(sentences)
+        .map(|s| {
+            s.trim()
                 .trim_start_matches(['-', '*', '•', '>', '#'])
-                .trim();
-            // A sentence ending in ':' introduces what follows ("The issue is likely that:").
-            if s.split_whitespace().count() < 5
-                || s.ends_with('?')
-                || s.ends_with(':')
-                || NOT_A_FINDING.is_match(s)
-                || !CONCLUSION.is_match(s)
-            {
-                continue;
+                .trim()
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut out: Vec<String> = Vec::new();
+    for (i, s) in all.iter().enumerate() {
+        if s.ends_with('?') || NOT_A_FINDING.is_match(s) || !CONCLUSION.is_match(s) {
+            continue;
+        }
+        // A lead-in ("The problem is in `_cstack`:", "The bug is confirmed.") says what it
+        // concluded in the sentence after it.
+        let lead_in = s.ends_with(':') || s.split_whitespace().count() < LEAD_IN_WORDS;
+        let f = match (lead_in, all.get(i + 1)) {
+            (true, Some(next)) if !next.ends_with('?') && next.split_whitespace().count() >= 4 => {
+                format!("{s} {next}")
             }
-            let f = tidy(s, MAX_FINDING_CHARS);
-            if !out.contains(&f) {
-                out.push(f);
-            }
-            if out.len() == MAX_PER_MESSAGE {
-                return out;
-            }
+            (true, _) => continue,
+            (false, _) => s.to_string(),
+        };
+        let f = tidy(&f, MAX_FINDING_CHARS);
+        if !out.contains(&f) {
+            out.push(f);
+        }
+        if out.len() == MAX_PER_MESSAGE {
+            return out;
         }
     }
     out
@@ -167,6 +177,38 @@ pub fn proposal(text: &str) -> Option<String> {
                 .then(|| tidy(s, MAX_FINDING_CHARS))
         })
     })
+}
+
+static PROPOSAL_HEADING: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?-u:\b)(?:proposed|proposal|recommend\w*|solution|suggested)(?-u:\b)")
+        .expect("valid regex")
+});
+
+/// A weaker heading, taken when no [`PROPOSAL_HEADING`] is there.
+static PLAN_HEADING: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?i)(?-u:\b)(?:approach|plan)(?-u:\b)").expect("valid regex"));
+
+/// What a message proposes under a heading that says so ("### Proposed Solution",
+/// "**Recommendation:**"): the first statement under it, for an offer that only points at it
+/// ("Would you like me to implement this solution?").
+pub fn proposed_section(text: &str) -> Option<String> {
+    let lines = prose_lines(text);
+    let heading = |pattern: &Regex| {
+        lines.iter().position(|l| {
+            let t = l.trim();
+            let is_heading = t.starts_with('#')
+                || (t.starts_with("**")
+                    && (t.ends_with("**") || t.ends_with("**:") || t.ends_with(":**")));
+            is_heading && pattern.is_match(t)
+        })
+    };
+    let heading_at = heading(&PROPOSAL_HEADING).or_else(|| heading(&PLAN_HEADING))?;
+    lines[heading_at + 1..]
+        .iter()
+        .map(|l| l.trim())
+        .take_while(|l| !l.starts_with('#'))
+        .find(|l| l.split_whitespace().count() >= 6 && !l.ends_with('?'))
+        .map(|l| tidy(l.trim_end_matches(':'), MAX_FINDING_CHARS))
 }
 
 /// The sentence a message's closing offer refers to: the last statement of at least six words
@@ -239,6 +281,16 @@ pub fn chosen_option<'a>(reply: &str, options: &'a [(String, String)]) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_offer_to_implement_this_solution_points_at_the_proposed_section() {
+        let text = "## Investigation\nClaude is launched in 3 places.\n\n### Proposed Solution\n\nAdd a `skipPermissions` setting that defaults to false.\n- it is read at launch\n\n### Notes\nThe setting needs a warning.\n\nWould you like me to implement this solution?";
+        assert_eq!(
+            proposed_section(text).as_deref(),
+            Some("Add a `skipPermissions` setting that defaults to false.")
+        );
+        assert_eq!(proposed_section("Shall I go ahead? It is small."), None);
+    }
 
     #[test]
     fn conclusions_are_quoted_and_narration_is_not() {

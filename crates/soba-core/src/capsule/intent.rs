@@ -33,6 +33,10 @@ pub struct UserMessage {
     pub pastes: Vec<String>,
 }
 
+/// A fenced block of at most this many lines, none longer than [`SHORT_FENCE_CHARS`], is kept
+/// as written rather than described.
+const SHORT_FENCE_LINES: usize = 1;
+const SHORT_FENCE_CHARS: usize = 200;
 /// A run of this many material lines (or a fenced block of any length) is a paste.
 const MIN_PASTE_LINES: usize = 4;
 /// Prose shorter than this many words around a paste makes the message a paste.
@@ -109,6 +113,14 @@ impl UserMessage {
         if matches!(first.as_str(), "btw" | "fyi" | "also" | "ps" | "aside") {
             return false;
         }
+        // "then we need to tackle this bash issue: … how can we prevent it?", "How about this
+        // logic: - …": work set out (a question about it may follow).
+        if self.intent != Intent::Approval
+            && SETS_OUT_WORK.is_match(&self.prose)
+            && self.text.split_whitespace().count() >= GOAL_SETTING_WORDS
+        {
+            return true;
+        }
         match self.intent {
             Intent::Request => is_substantive(&self.prose),
             // A direction sets it; a correction that also asks something ("actually, can you
@@ -122,6 +134,7 @@ impl UserMessage {
             }
             // A pasted error with nothing said around it asks for it to be fixed.
             Intent::Paste => self.pastes.iter().any(|p| p.contains(" of error output")),
+
             _ => false,
         }
     }
@@ -132,7 +145,8 @@ impl UserMessage {
         if matches!(self.intent, Intent::Approval | Intent::Paste) {
             return Vec::new();
         }
-        let mut out: Vec<String> = stated_rules(&self.prose)
+        let own_words: Vec<&str> = self.prose.lines().filter(|l| !is_machine_text(l)).collect();
+        let mut out: Vec<String> = stated_rules(&own_words.join("\n"))
             .into_iter()
             .filter(|r| !is_question(r))
             .collect();
@@ -153,6 +167,12 @@ impl UserMessage {
         }
         out
     }
+}
+
+/// A line a program wrote, pasted among the user's words (a JSON log record, an API error):
+/// its "must" is the program's, not a rule of the user's.
+fn is_machine_text(line: &str) -> bool {
+    ["{\"", "\":\"", "\\\""].iter().any(|m| line.contains(m))
 }
 
 /// Longest preference kept whole as a constraint.
@@ -278,6 +298,12 @@ fn opens_with_work(prose: &str) -> bool {
         || is_polite_request(first)
 }
 
+/// Opens by setting out work or proposing a design, whatever question follows.
+static SETS_OUT_WORK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^\s*(?:(?:ok(?:ay)?|alright|so|then|now|and|well)[,.!]?\s+)*(?:(?:we|you) (?:need|have) to (?:tackle|fix|solve|look at|handle|implement|add|build|change|address)|let'?s (?:tackle|fix|solve|implement|add|build|change|address|look at|do)|how about (?:this|the following|we)|what if we)(?-u:\b)")
+        .expect("valid regex")
+});
+
 static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)^\s*(?:no|nope|not|actually|instead|rather|wait)\b").expect("valid regex")
 });
@@ -322,6 +348,20 @@ fn describe_pastes(typed: &str) -> (String, String, Vec<String>) {
                 end += 1;
             }
             let body = &lines[start..end.min(lines.len())];
+            // A command or a line of code in a fence is part of what the user wrote ("submit
+            // with ```echo DONE && git add -A```"): kept as written, where a description would
+            // lose the one thing that matters.
+            let short = body.iter().filter(|l| !l.trim().is_empty()).count() <= SHORT_FENCE_LINES
+                && body.iter().all(|l| l.chars().count() <= SHORT_FENCE_CHARS);
+            if short {
+                text.extend(
+                    lines[i..(end + 1).min(lines.len())]
+                        .iter()
+                        .map(|l| l.to_string()),
+                );
+                i = (end + 1).min(lines.len().max(end + 1));
+                continue;
+            }
             let d = describe(body, (!lang.is_empty()).then_some(lang.as_str()));
             text.push(format!("[{d}]"));
             pastes.push(d);
@@ -514,6 +554,12 @@ fn kind_of(body: &[&str]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_inside_a_pasted_log_line_is_no_constraint() {
+        let m = classify("then we need to tackle this bash issue:\n\n{\"type\":\"error\",\"error\":{\"message\":\"messages.3: `tool_use` ids were found without `tool_result` blocks. Each `tool_use` block must have a corresponding `tool_result` block in the next message\"}}\n\nreason being that we injected the bash message. Never reorder the user's messages.");
+        assert_eq!(m.constraints(), vec!["Never reorder the user's messages."]);
+    }
 
     #[test]
     fn a_pasted_log_is_described_never_quoted_as_the_request() {

@@ -20,8 +20,8 @@ use serde::Serialize;
 use crate::files::write_atomic;
 use crate::redact::{redact_with_report, RedactionReport};
 use crate::session::capsule::model::{
-    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, ErrorFix, FileArtifact,
-    LoadedFrom, Origin, Quality, Verification, VerificationOutcome,
+    Artifacts, CapsuleEntry, CapsuleState, CapsuleTokens, Decision, ErrorFix, Exchange,
+    FileArtifact, LoadedFrom, Origin, Quality, Verification, VerificationOutcome,
 };
 use crate::session::capsule::render::DECISIONS_NEED_A_MODEL;
 use crate::session::trigger::Trigger;
@@ -187,6 +187,7 @@ fn format_err(line: usize, expected: impl Into<String>, found: &str) -> FormatEr
 enum Section {
     Goal,
     Requests,
+    Exchanges,
     Constraints,
     Completed,
     Active,
@@ -202,9 +203,10 @@ enum Section {
     ActiveSkills,
 }
 
-const SECTIONS: [(Section, &str); 15] = [
+const SECTIONS: [(Section, &str); 16] = [
     (Section::Goal, "Goal"),
     (Section::Requests, "User requests"),
+    (Section::Exchanges, "Recent conversation"),
     (Section::Constraints, "Constraints"),
     (Section::Completed, "Completed"),
     (Section::Active, "Active"),
@@ -228,7 +230,16 @@ fn section_named(name: &str) -> Option<Section> {
 }
 
 /// Sections added after the format's first files: never required, empty when missing.
-const LATER_SECTIONS: [Section; 3] = [Section::Requests, Section::Findings, Section::Errors];
+const LATER_SECTIONS: [Section; 4] = [
+    Section::Requests,
+    Section::Exchanges,
+    Section::Findings,
+    Section::Errors,
+];
+
+/// How an exchange's two sides open in the Recent conversation section.
+const USER_SAID: &str = "User: ";
+const AGENT_SAID: &str = "Agent: ";
 
 /// Written after a check's outcome when files were modified after its last run.
 const EDITED_SINCE_MARK: &str = "; edited since";
@@ -376,6 +387,23 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
                 }
             }
         }
+        Section::Exchanges => {
+            for x in s
+                .exchanges
+                .iter()
+                .filter(|x| !normalize_item(&x.user).is_empty())
+            {
+                write_item(&mut out, "", &format!("{USER_SAID}{}", x.user.trim()), None);
+                if !normalize_item(&x.agent).is_empty() {
+                    write_item(
+                        &mut out,
+                        "  ",
+                        &format!("{AGENT_SAID}{}", x.agent.trim()),
+                        None,
+                    );
+                }
+            }
+        }
         Section::Findings => items(&mut out, &s.findings),
         Section::Errors => {
             for e in s
@@ -507,6 +535,14 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
                 .map(|d| Decision {
                     decision: r(&d.decision),
                     rationale: r(&d.rationale),
+                })
+                .collect(),
+            exchanges: state
+                .exchanges
+                .iter()
+                .map(|x| Exchange {
+                    user: r(&x.user),
+                    agent: r(&x.agent),
                 })
                 .collect(),
             findings: list(&state.findings, &mut r),
@@ -865,6 +901,13 @@ fn parse_items(
         blank_run = 0;
     }
     items
+}
+
+/// `text` less its `label`, written or not: a hand-edited file may drop it.
+fn strip_label<'a>(text: &'a str, label: &str) -> &'a str {
+    strip_prefix_ignore_case(text, label)
+        .unwrap_or(text)
+        .trim_start()
 }
 
 fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
@@ -1232,6 +1275,7 @@ fn fill_section(
     let sub_item: &[&str] = match section {
         Section::Decisions => &["why:", "rationale:"],
         Section::Errors => &["fix:", "fixed by:"],
+        Section::Exchanges => &["agent:"],
         _ => &[],
     };
     let items = parse_items(&lines, sub_item, ignored);
@@ -1245,6 +1289,23 @@ fn fill_section(
         Section::Active => s.active = plain_items(items),
         Section::Pending => s.pending = plain_items(items),
         Section::Findings => s.findings = plain_items(items),
+        Section::Exchanges => {
+            s.exchanges = items
+                .into_iter()
+                .map(|i| {
+                    let user = normalize_item(&i.text);
+                    Exchange {
+                        user: strip_label(&user, USER_SAID).to_string(),
+                        agent: i
+                            .rationale
+                            .as_deref()
+                            .map(normalize_item)
+                            .unwrap_or_default(),
+                    }
+                })
+                .filter(|x| !x.user.is_empty())
+                .collect();
+        }
         Section::Errors => {
             s.errors = items
                 .into_iter()
@@ -1459,6 +1520,35 @@ mod tests {
         let parsed = parse(&old).unwrap();
         assert!(parsed.capsule.state.requests.is_empty());
         assert_eq!(parsed.capsule.state.constraints, sample().state.constraints);
+    }
+
+    #[test]
+    fn recent_exchanges_round_trip_with_their_line_breaks() {
+        let mut c = sample();
+        c.state.exchanges = vec![
+            Exchange {
+                user: "why does the hook fire twice?\n\n- once on save\n- once on commit".into(),
+                agent: "It is registered in two places.\nShall I remove one?".into(),
+            },
+            Exchange {
+                user: "yes".into(),
+                agent: String::new(),
+            },
+        ];
+        let out = write(&c);
+        assert!(
+            out.text
+                .contains("## Recent conversation\n\n- User: why does the hook fire twice?"),
+            "{}",
+            out.text
+        );
+        let parsed = parse(&out.text).unwrap();
+        assert_eq!(parsed.capsule.state.exchanges, c.state.exchanges);
+        assert_eq!(
+            write(&parsed.capsule).text,
+            out.text,
+            "export → load → export is byte-identical"
+        );
     }
 
     #[test]

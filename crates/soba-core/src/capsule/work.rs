@@ -246,6 +246,17 @@ fn says_what_was_done(item: &str) -> bool {
 
 /// Steps the agent says come next: a "Next steps" section, or sentences such as "Next I'll …".
 pub fn stated_next_steps(text: &str) -> Vec<String> {
+    next_steps_in(text, true)
+}
+
+/// [`stated_next_steps`] of a finished message: its "Let me …" sentences narrate what the
+/// message then did, so only what it plans for later counts ("Next I'll …", a "Next steps"
+/// section).
+pub fn planned_next_steps(text: &str) -> Vec<String> {
+    next_steps_in(text, false)
+}
+
+fn next_steps_in(text: &str, with_let_me: bool) -> Vec<String> {
     let mut out = section_items(text, &NEXT_HEADING);
     for line in prose_lines(text) {
         for sentence in sentences(line) {
@@ -253,6 +264,9 @@ pub fn stated_next_steps(text: &str) -> Vec<String> {
                 .trim()
                 .trim_start_matches(['-', '*', '•', '>'])
                 .trim();
+            if !with_let_me && NARRATION.is_match(s) {
+                continue;
+            }
             if let Some(c) = NEXT_SENTENCE.captures(s) {
                 let step = capitalise(&clean(&c["step"]));
                 if !step.is_empty() && !out.contains(&step) {
@@ -263,6 +277,11 @@ pub fn stated_next_steps(text: &str) -> Vec<String> {
     }
     out
 }
+
+static NARRATION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^(?:now,?\s+|first,?\s+|ok(?:ay)?,?\s+)?let(?:'s| me)(?-u:\b)")
+        .expect("valid regex")
+});
 
 /// What the agent offered to do, waiting for the user's answer.
 pub fn offers(text: &str) -> Vec<String> {

@@ -102,6 +102,11 @@ pub struct CapsuleState {
     pub blockers: Vec<String>,
     #[serde(default)]
     pub next_steps: Vec<String>,
+    /// The latest exchanges, oldest first, quoted from the log: each user message (pastes
+    /// described, long ones shortened with a marker) and the agent's last words in that turn.
+    /// Where a summary would have to guess, the agent that continues reads what was said.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exchanges: Vec<Exchange>,
     /// The entries each item above came from, by the item's text (the goal's too): where a
     /// reader of the capsule can check it in the log.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -114,6 +119,16 @@ pub struct Decision {
     pub decision: String,
     #[serde(default)]
     pub rationale: String,
+}
+
+/// One user turn, quoted: what the user wrote and the agent's last words in reply.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Exchange {
+    pub user: String,
+    /// The agent's last words in that turn; empty when it has said nothing yet.
+    #[serde(default)]
+    pub agent: String,
 }
 
 /// An error the work ran into and what fixed it.

@@ -27,6 +27,32 @@ fn one_line(s: &str) -> String {
     s.trim().replace("\r\n", "\n").replace('\n', " ⏎ ")
 }
 
+/// `text` as a block quote opened by `who`, its line breaks kept.
+fn quoted(out: &mut String, who: &str, text: &str) {
+    for (i, line) in text.trim().lines().enumerate() {
+        let line = line.trim_end();
+        match (i, line.is_empty()) {
+            (0, _) => {
+                let _ = writeln!(out, "> **{who}:** {line}");
+            }
+            (_, true) => out.push_str(">\n"),
+            (_, false) => {
+                let _ = writeln!(out, "> {line}");
+            }
+        }
+    }
+}
+
+/// Whether a request is one of the quoted exchanges: the quote holds its opening.
+fn quoted_below(request: &str, exchanges: &[super::model::Exchange]) -> bool {
+    let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let opening: String = words(request.trim_end_matches('…'))
+        .chars()
+        .take(60)
+        .collect();
+    !opening.is_empty() && exchanges.iter().any(|x| words(&x.user).contains(&opening))
+}
+
 /// What the model reads after the capsule. The capsule's opening says it, so that the model
 /// knows how the capsule and what follows fit together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +110,29 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
             i.trim()
         );
     }
-    list(&mut out, "User requests", &c.state.requests);
+    if c.state.exchanges.is_empty() {
+        list(&mut out, "User requests", &c.state.requests);
+    } else {
+        let earlier: Vec<String> = c
+            .state
+            .requests
+            .iter()
+            .filter(|r| !quoted_below(r, &c.state.exchanges))
+            .cloned()
+            .collect();
+        list(&mut out, "Earlier user requests", &earlier);
+        out.push_str("\n## Recent conversation (quoted, oldest first)\n");
+        for (i, x) in c.state.exchanges.iter().enumerate() {
+            if i > 0 {
+                out.push_str(">\n");
+            }
+            quoted(&mut out, "User", &x.user);
+            if !x.agent.trim().is_empty() {
+                out.push_str(">\n");
+                quoted(&mut out, "Agent", &x.agent);
+            }
+        }
+    }
     list(&mut out, "Constraints", &c.state.constraints);
     list(&mut out, "Completed", &c.state.completed);
     list(&mut out, "Active", &c.state.active);
@@ -143,9 +191,15 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
     );
     if !c.artifacts.verification.is_empty() {
         out.push_str("\n## Verification\n");
+        // Said once: the mark repeated on every line in full buried the outcomes.
+        if c.artifacts.verification.iter().any(|v| v.edited_since) {
+            out.push_str(
+                "(*before later edits*: files were modified after that run; run it again before relying on it)\n",
+            );
+        }
         for v in &c.artifacts.verification {
             let since = if v.edited_since {
-                " (files were modified after this run; run it again before relying on it)"
+                " (before later edits)"
             } else {
                 ""
             };
@@ -237,6 +291,32 @@ mod tests {
     }
 
     #[test]
+    fn recent_exchanges_are_quoted_and_their_requests_not_listed_twice() {
+        let mut c = full_capsule();
+        c.state.requests = vec![
+            "Fix the flaky login test".into(),
+            "now add a regression test".into(),
+        ];
+        c.state.exchanges = vec![super::super::model::Exchange {
+            user: "now add a regression test".into(),
+            agent: "Added it.\n\nShall I run the whole suite?".into(),
+        }];
+        let r = render_for_model(&c);
+        assert!(
+            r.contains("## Earlier user requests\n- Fix the flaky login test\n"),
+            "{r}"
+        );
+        assert!(
+            !r.contains("- now add a regression test"),
+            "listed once, quoted: {r}"
+        );
+        assert!(
+            r.contains("## Recent conversation (quoted, oldest first)\n> **User:** now add a regression test\n>\n> **Agent:** Added it.\n>\n> Shall I run the whole suite?\n"),
+            "{r}"
+        );
+    }
+
+    #[test]
     fn findings_errors_and_checks_run_before_later_edits_are_rendered() {
         let mut c = full_capsule();
         c.state.findings = vec!["root cause: the subagent is still running at PostCommit".into()];
@@ -258,8 +338,8 @@ mod tests {
             "## Errors and fixes\n- E0599 no method `tick` on Clock — fixed: imported the Tick trait\n- flaky timeout in login test — not fixed yet\n"
         ));
         assert!(text.contains(
-            "- `cargo test -p auth` — failed (files were modified after this run; run it again before relying on it)"
-        ));
+            "## Verification\n(*before later edits*: files were modified after that run; run it again before relying on it)\n- `cargo test -p auth` — failed (before later edits)\n"
+        ), "{text}");
     }
 
     /// After the agent's own compaction, no retained tail follows the capsule: its opening says
