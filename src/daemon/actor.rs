@@ -151,6 +151,7 @@ enum Command {
     /// SOBA follows the agent's transcript into this session: the agent compacts itself.
     Follow {
         control: Control,
+        agent: Following,
         reply: Reply<BudgetReport>,
     },
     /// What an action would send, changing nothing.
@@ -380,9 +381,17 @@ impl SessionHandle {
     }
 
     /// Mark the session as one SOBA follows (see [`Control`]); the budget says so from now on.
-    pub async fn follow(&self, control: Control) -> Result<BudgetReport, RpcError> {
-        self.request(|reply| Command::Follow { control, reply })
-            .await
+    pub async fn follow(
+        &self,
+        control: Control,
+        agent: Following,
+    ) -> Result<BudgetReport, RpcError> {
+        self.request(|reply| Command::Follow {
+            control,
+            agent,
+            reply,
+        })
+        .await
     }
 
     /// What compact, capsule load or rewind would send, without doing it.
@@ -459,6 +468,22 @@ struct Actor {
     unseen_taught: soba_core::session::unseen_measure::UnseenObservations,
     /// Who compacts this session: SOBA, or the followed agent itself.
     control: Control,
+    /// The agent SOBA follows into this session, and what its settings say.
+    following: Option<Following>,
+}
+
+/// A followed agent and its own settings (read by `soba/attach`).
+#[derive(Debug, Clone)]
+pub struct Following {
+    pub agent: crate::attach::discover::Agent,
+    pub settings: crate::attach::agent_settings::AgentSettings,
+    /// SOBA's limits are those of the settings' default model: the transcript has named none
+    /// yet, and SOBA's catalog knows the default.
+    pub settings_model_in_use: bool,
+    /// The transcript named the agent's model when SOBA started following it (the session
+    /// header's model is then the agent's; otherwise it is SOBA's default until a `setting`
+    /// entry names the agent's).
+    pub header_names_model: bool,
 }
 
 /// One connection to the daemon (an agent, an editor), as the session actor tells them apart.
@@ -542,6 +567,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         unseen_store,
         unseen_taught: Default::default(),
         control: Control::driven(),
+        following: None,
     };
     actor
         .log
@@ -578,6 +604,7 @@ fn placeholder_status() -> Status {
             compacting: false,
             compact_queued: false,
             control: Control::driven(),
+            followed: None,
         },
         entries: 0,
         leaf_id: None,
@@ -808,8 +835,14 @@ impl Actor {
                 let r = self.rewind(&entry_id);
                 let _ = reply.send(r);
             }
-            Command::Follow { control, reply } => {
+            Command::Follow {
+                control,
+                agent,
+                reply,
+            } => {
                 self.control = control;
+                self.following = Some(agent);
+                self.use_settings_default_model();
                 let _ = reply.send(Ok(self.publish()));
             }
             Command::Preview { action, reply } => {
@@ -1325,9 +1358,79 @@ impl Actor {
                 breaker: Some(self.client_breaker.state(Instant::now())),
             };
         }
+        let followed = self.following.as_ref().map(|f| {
+            let limits = self.config.limits_under(s.window_setting());
+            let transcript_model = self.transcript_model(f);
+            super::followed::followed_agent(
+                &super::followed::Observed {
+                    agent: f.agent,
+                    settings: &f.settings,
+                    transcript_model: transcript_model.as_deref(),
+                    settings_model_in_use: f.settings_model_in_use,
+                    context_window: limits.context_window,
+                    max_output_tokens: limits.max_output_tokens,
+                    hard_limit: limits.hard_limit,
+                },
+                s,
+            )
+        });
         BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
             .with_compact_queued(self.queued_compact.is_some())
             .with_control(self.control.clone())
+            .with_followed(followed)
+    }
+
+    /// The model the followed agent's transcript named: the newest `setting` on the branch that
+    /// names one, else the header's where the transcript named it when following began.
+    fn transcript_model(&self, following: &Following) -> Option<String> {
+        let s = self.log.session();
+        s.settings_at(s.leaf())
+            .model
+            .and_then(|m| m.name)
+            .or_else(|| {
+                following
+                    .header_names_model
+                    .then(|| s.header.model.as_ref().and_then(|m| m.name.clone()))
+                    .flatten()
+            })
+    }
+
+    /// Before the followed agent's transcript names its model, SOBA's limits are those of the
+    /// default its settings name, where SOBA's catalog knows it: never another model's.
+    fn use_settings_default_model(&mut self) {
+        let Some(following) = &self.following else {
+            return;
+        };
+        if self.transcript_model(following).is_some() {
+            return;
+        }
+        let Some(default) = &following.settings.default_model else {
+            return;
+        };
+        let named = soba_core::config::ModelFile {
+            name: Some(default.name.clone()),
+            ..Default::default()
+        };
+        let resolved = Config::resolve(
+            &self.config_files,
+            Some(&named),
+            &soba_core::config::Overrides::default(),
+        );
+        let in_use = match resolved {
+            Ok(config) if !config.model_guessed => {
+                self.log.session_mut().configure_counting(&config.model);
+                let model_changed = config.model.name != self.config.model.name;
+                self.config = config;
+                if model_changed {
+                    self.load_unseen_prior();
+                }
+                true
+            }
+            _ => false,
+        };
+        if let Some(f) = &mut self.following {
+            f.settings_model_in_use = in_use;
+        }
     }
 
     fn preview(&self, action: PreviewAction) -> Result<PreviewResult, RpcError> {

@@ -517,6 +517,10 @@ pub struct BudgetReport {
     pub compact_queued: bool,
     /// Who compacts this session's context, and what SOBA's actions do to it.
     pub control: Control,
+    /// For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+    /// which it compacts itself, its own latest compaction).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub followed: Option<Box<super::followed::FollowedAgent>>,
 }
 
 /// Who compacts a session: SOBA, for an agent that takes its model input from SOBA (the SDKs,
@@ -576,7 +580,14 @@ impl BudgetReport {
             compacting,
             compact_queued: false,
             control: Control::driven(),
+            followed: None,
         }
+    }
+
+    /// The report, with the followed agent's view of itself.
+    pub fn with_followed(mut self, followed: Option<super::followed::FollowedAgent>) -> Self {
+        self.followed = followed.map(Box::new);
+        self
     }
 
     pub fn with_control(mut self, control: Control) -> Self {

@@ -7,6 +7,21 @@ from __future__ import annotations
 from typing import Any, Dict, List, Literal, NotRequired, Optional, TypedDict, Union
 
 
+class AgentCompaction(TypedDict):
+    """One of the agent's own compactions (Claude Code's `compact_boundary`, Codex `compacted`, a pi
+    compaction entry), as the session log holds it."""
+
+    # The `foreign_compaction` entry.
+    entryId: str
+    ts: str
+    # `auto`, `manual`, or what the agent said.
+    trigger: NotRequired[Optional[str]]
+    # The context size the agent reported when it compacted.
+    tokensBefore: NotRequired[Optional[int]]
+    # The agent's summary, counted with the session's tokenizer: what its context starts from.
+    summaryTokens: NotRequired[Optional[int]]
+
+
 class AppendedEntryFields(TypedDict):
     """An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
     `ts` may be left out. Entry types the daemon alone writes are not accepted."""
@@ -131,6 +146,9 @@ class BudgetChangedNotification(TypedDict):
     compactQueued: bool
     # Who compacts this session's context, and what SOBA's actions do to it.
     control: Control
+    # For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+    # which it compacts itself, its own latest compaction).
+    followed: NotRequired[Optional[FollowedAgent]]
 
 
 class BudgetParams(TypedDict):
@@ -172,6 +190,9 @@ class BudgetReport(TypedDict):
     compactQueued: bool
     # Who compacts this session's context, and what SOBA's actions do to it.
     control: Control
+    # For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+    # which it compacts itself, its own latest compaction).
+    followed: NotRequired[Optional[FollowedAgent]]
 
 
 class BudgetResult(TypedDict):
@@ -208,6 +229,9 @@ class BudgetResult(TypedDict):
     compactQueued: bool
     # Who compacts this session's context, and what SOBA's actions do to it.
     control: Control
+    # For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+    # which it compacts itself, its own latest compaction).
+    followed: NotRequired[Optional[FollowedAgent]]
 
 
 class Calibration(TypedDict):
@@ -591,6 +615,30 @@ class FlightResult(TypedDict):
     """soba/flight result."""
 
     records: List[FlightRecord]
+
+
+class FollowedAgent(TypedDict):
+    """The followed agent, as it sees itself; in `soba/budget` as `followed`."""
+
+    # The agent's model: named by its transcript, or by its settings until the transcript does;
+    # absent while neither names one.
+    model: NotRequired[Optional[str]]
+    modelSource: ModelSource
+    # The settings file that names the model, for `modelSource: settings`.
+    settingsFile: NotRequired[Optional[str]]
+    # Tokens at which the agent compacts its own context: the limit that says whether the
+    # session is healthy. Absent while the model is not known, or when the agent does not
+    # compact by itself.
+    compactsAt: NotRequired[Optional[int]]
+    # How `compactsAt` follows from the agent's own rule and settings, in words.
+    compactsAtBasis: str
+    # One line for a tooltip: `Claude Code compacts at ~167.0k; SOBA's hard limit 127.8k`,
+    # or `model not known yet: …`.
+    text: str
+    # The agent's own latest compaction on the active branch.
+    lastCompaction: NotRequired[Optional[AgentCompaction]]
+    # Settings files that exist but were not read, and why.
+    problems: NotRequired[List[str]]
 
 
 class ForeignCompactionEntry(TypedDict):
@@ -1114,6 +1162,10 @@ Integration = Union[Literal["claude-code-hook"], Literal["pi-extension"]]
 
 
 MeasurementSource = Union[Literal["provider_usage"], Literal["estimated"]]
+
+
+ModelSource = Union[Literal["transcript"], Literal["settings"], Literal["unknown"]]
+"""Where the followed agent's model comes from."""
 
 
 Origin = Union[Literal["session"], Literal["loaded"]]

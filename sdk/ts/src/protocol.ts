@@ -9,6 +9,22 @@
 export type Agent = "claude-code" | "codex" | "pi" | "openai-chat" | "swe-agent" | "aider" | "copilot-cli";
 
 /**
+ * One of the agent's own compactions (Claude Code's `compact_boundary`, Codex `compacted`, a pi
+ * compaction entry), as the session log holds it.
+ */
+export type AgentCompaction = {
+  /** The `foreign_compaction` entry. */
+  entryId: string;
+  ts: string;
+  /** `auto`, `manual`, or what the agent said. */
+  trigger?: string | null;
+  /** The context size the agent reported when it compacted. */
+  tokensBefore?: number | null;
+  /** The agent's summary, counted with the session's tokenizer: what its context starts from. */
+  summaryTokens?: number | null;
+};
+
+/**
  * An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
  * `ts` may be left out. Entry types the daemon alone writes are not accepted.
  */
@@ -112,6 +128,11 @@ export type BudgetReport = {
   compactQueued: boolean;
   /** Who compacts this session's context, and what SOBA's actions do to it. */
   control: Control;
+  /**
+   * For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+   * which it compacts itself, its own latest compaction).
+   */
+  followed?: FollowedAgent | null;
 };
 
 /**
@@ -321,6 +342,35 @@ export type FlightRecord = {
   ts: string;
 };
 
+/** The followed agent, as it sees itself; in `soba/budget` as `followed`. */
+export type FollowedAgent = {
+  /**
+   * The agent's model: named by its transcript, or by its settings until the transcript does;
+   * absent while neither names one.
+   */
+  model?: string | null;
+  modelSource: ModelSource;
+  /** The settings file that names the model, for `modelSource: settings`. */
+  settingsFile?: string | null;
+  /**
+   * Tokens at which the agent compacts its own context: the limit that says whether the
+   * session is healthy. Absent while the model is not known, or when the agent does not
+   * compact by itself.
+   */
+  compactsAt?: number | null;
+  /** How `compactsAt` follows from the agent's own rule and settings, in words. */
+  compactsAtBasis: string;
+  /**
+   * One line for a tooltip: `Claude Code compacts at ~167.0k; SOBA's hard limit 127.8k`,
+   * or `model not known yet: …`.
+   */
+  text: string;
+  /** The agent's own latest compaction on the active branch. */
+  lastCompaction?: AgentCompaction | null;
+  /** Settings files that exist but were not read, and why. */
+  problems?: Array<string>;
+};
+
 export type ForeignCompactionEntry = {
   /** `claude-code`, `codex` or `pi`. */
   agent: string;
@@ -429,6 +479,9 @@ export type ModelRef = {
   maxOutputTokens?: number | null;
   tokenizer?: TokenizerKind | null;
 };
+
+/** Where the followed agent's model comes from. */
+export type ModelSource = "transcript" | "settings" | "unknown";
 
 export type Origin = "session" | "loaded";
 
@@ -739,6 +792,11 @@ export type BudgetResult = {
   compactQueued: boolean;
   /** Who compacts this session's context, and what SOBA's actions do to it. */
   control: Control;
+  /**
+   * For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+   * which it compacts itself, its own latest compaction).
+   */
+  followed?: FollowedAgent | null;
 };
 
 /**
@@ -782,6 +840,11 @@ export type BudgetChangedNotification = {
   compactQueued: boolean;
   /** Who compacts this session's context, and what SOBA's actions do to it. */
   control: Control;
+  /**
+   * For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+   * which it compacts itself, its own latest compaction).
+   */
+  followed?: FollowedAgent | null;
 };
 
 /** soba/cancel params. */
