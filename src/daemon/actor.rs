@@ -1435,6 +1435,8 @@ impl Actor {
 
     fn preview(&self, action: PreviewAction) -> Result<PreviewResult, RpcError> {
         let session = self.log.session();
+        let budget = self.budget();
+        let not_in_log = budget.budget["breakdown"]["notInLog"].as_u64().unwrap_or(0);
         let (name, title, preview) = match action {
             PreviewAction::Compact { instructions } => (
                 "compact",
@@ -1461,6 +1463,9 @@ impl Actor {
                     .map_err(|why| RpcError::invalid_params(format!("`entryId`: {why}")))?,
             ),
         };
+        // One basis with the status bar: the budget's total before, and what the log does not
+        // hold (which no action changes) in the figure after.
+        let preview = preview.on_budget_basis(budget.effective_tokens(), not_in_log);
         let mut header =
             vec!["Preview: nothing was changed, and the agent does not receive this.".to_string()];
         header.extend([self.control.note.clone(), self.control.actions.clone()]);
@@ -1475,6 +1480,7 @@ impl Actor {
             control: self.control.clone(),
             tokens_before: preview.tokens_before,
             tokens_after: preview.tokens_after,
+            not_in_log,
             text: crate::preview::document(title, &header, &preview),
         })
     }

@@ -559,9 +559,14 @@ pub struct PreviewResult {
     /// `compact`, `capsuleLoad` or `rewind`.
     pub action: String,
     pub control: Control,
+    /// The budget's total now, as `soba/budget` reports it (the status bar's figure).
     pub tokens_before: u64,
-    /// The model input after the action, measured as a preflight would.
+    /// The model input after the action, on the budget's basis: SOBA's count of it, scaled as
+    /// the budget scales counts, plus `notInLog`.
     pub tokens_after: u64,
+    /// The budget's part that is not in the log (a system prompt and tool schemas the log does
+    /// not hold), in both figures: no action changes it.
+    pub not_in_log: u64,
     /// Markdown: a header saying that this is a preview and who compacts, then the model input.
     pub text: String,
 }

@@ -237,5 +237,70 @@ async fn the_agents_own_compaction_is_its_last_compaction() {
     assert!(last["entryId"].as_str().is_some(), "{after}");
     // SOBA wrote no capsule of its own: its last compaction stays none.
     assert!(after["lastCompaction"].is_null(), "{after}");
+
+    // View Current Capsule's source: the agent's summary is what its context starts from.
+    let context = c
+        .request(
+            "soba/context",
+            json!({"workspace": h.workspace, "limit": 0}),
+        )
+        .await;
+    let summary = &context["agentSummary"];
+    assert_eq!(summary["agent"], "claude-code", "{context}");
+    assert_eq!(summary["entryId"], last["entryId"], "{context}");
+    assert!(
+        summary["text"]
+            .as_str()
+            .unwrap()
+            .contains("The parser is done."),
+        "{context}"
+    );
+    assert!(summary["tokens"].as_u64() > Some(0), "{context}");
+    assert!(context["capsule"].is_null(), "{context}");
+    let _ = child.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previews_stand_on_the_budgets_basis() {
+    let h = before_the_first_response();
+    append_to(&h.transcript, &claude_response(&h.workspace, 0, 30_000));
+    append_to(&h.transcript, &claude_prompt(&h.workspace, 1));
+    let (mut child, c) = serve(&h).await;
+    let b = budget_until(&c, &h.workspace, |b| {
+        b["followed"]["modelSource"] == "transcript"
+    })
+    .await;
+    let not_in_log = b["breakdown"]["notInLog"].as_u64().unwrap();
+    assert!(not_in_log > 0, "the transcript holds no system prompt: {b}");
+    let context = c
+        .request(
+            "soba/context",
+            json!({"workspace": h.workspace, "limit": 10}),
+        )
+        .await;
+    let first_prompt = context["largest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["label"] == "user: request 0")
+        .unwrap_or_else(|| panic!("{context}"))["entryId"]
+        .clone();
+    let rewind = c
+        .request(
+            "soba/preview",
+            json!({"workspace": h.workspace, "action": "rewind", "entryId": first_prompt}),
+        )
+        .await;
+    let now = budget_until(&c, &h.workspace, |_| true).await;
+    assert_eq!(
+        rewind["tokensBefore"], now["effectiveTokens"],
+        "before is the status bar's figure: {rewind}"
+    );
+    assert_eq!(rewind["notInLog"], now["breakdown"]["notInLog"], "{rewind}");
+    let after = rewind["tokensAfter"].as_u64().unwrap();
+    assert!(
+        after >= not_in_log && after < rewind["tokensBefore"].as_u64().unwrap(),
+        "after keeps what is not in the log: {rewind}"
+    );
     let _ = child.kill().await;
 }

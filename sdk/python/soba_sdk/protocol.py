@@ -22,6 +22,23 @@ class AgentCompaction(TypedDict):
     summaryTokens: NotRequired[Optional[int]]
 
 
+class AgentSummary(TypedDict):
+    """A followed agent's own compaction summary (Claude Code's `compact_boundary` summary, Codex
+    `compacted`, a pi compaction entry), as the agent sends it."""
+
+    # The `foreign_compaction` entry.
+    entryId: str
+    # `claude-code`, `codex` or `pi`.
+    agent: str
+    # `auto`, `manual`, or what the agent said.
+    trigger: NotRequired[Optional[str]]
+    ts: str
+    # The summary message's tokens in the model input.
+    tokens: int
+    # The summary as the agent sends it.
+    text: str
+
+
 class AppendedEntryFields(TypedDict):
     """An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
     `ts` may be left out. Entry types the daemon alone writes are not accepted."""
@@ -537,6 +554,9 @@ class ContextResult(TypedDict):
     largest: List[LargestEntry]
     # The capsule the model input starts from; absent before the first compaction.
     capsule: Optional[CurrentCapsule]
+    # The summary a followed agent's own latest compaction wrote, where the model input starts
+    # from it (the agent compacted its context after SOBA's latest capsule, or SOBA wrote none).
+    agentSummary: NotRequired[Optional[AgentSummary]]
 
 
 class Control(TypedDict):
@@ -791,9 +811,14 @@ class PreviewResult(TypedDict):
     # `compact`, `capsuleLoad` or `rewind`.
     action: str
     control: Control
+    # The budget's total now, as `soba/budget` reports it (the status bar's figure).
     tokensBefore: int
-    # The model input after the action, measured as a preflight would.
+    # The model input after the action, on the budget's basis: SOBA's count of it, scaled as
+    # the budget scales counts, plus `notInLog`.
     tokensAfter: int
+    # The budget's part that is not in the log (a system prompt and tool schemas the log does
+    # not hold), in both figures: no action changes it.
+    notInLog: int
     # Markdown: a header saying that this is a preview and who compacts, then the model input.
     text: str
 

@@ -25,6 +25,24 @@ export type AgentCompaction = {
 };
 
 /**
+ * A followed agent's own compaction summary (Claude Code's `compact_boundary` summary, Codex
+ * `compacted`, a pi compaction entry), as the agent sends it.
+ */
+export type AgentSummary = {
+  /** The `foreign_compaction` entry. */
+  entryId: string;
+  /** `claude-code`, `codex` or `pi`. */
+  agent: string;
+  /** `auto`, `manual`, or what the agent said. */
+  trigger?: string | null;
+  ts: string;
+  /** The summary message's tokens in the model input. */
+  tokens: number;
+  /** The summary as the agent sends it. */
+  text: string;
+};
+
+/**
  * An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
  * `ts` may be left out. Entry types the daemon alone writes are not accepted.
  */
@@ -1031,6 +1049,11 @@ export type ContextResult = {
   largest: Array<LargestEntry>;
   /** The capsule the model input starts from; absent before the first compaction. */
   capsule: CurrentCapsule | null;
+  /**
+   * The summary a followed agent's own latest compaction wrote, where the model input starts
+   * from it (the agent compacted its context after SOBA's latest capsule, or SOBA wrote none).
+   */
+  agentSummary?: AgentSummary | null;
 };
 
 /** soba/flight params. */
@@ -1110,9 +1133,18 @@ export type PreviewResult = {
   /** `compact`, `capsuleLoad` or `rewind`. */
   action: string;
   control: Control;
+  /** The budget's total now, as `soba/budget` reports it (the status bar's figure). */
   tokensBefore: number;
-  /** The model input after the action, measured as a preflight would. */
+  /**
+   * The model input after the action, on the budget's basis: SOBA's count of it, scaled as
+   * the budget scales counts, plus `notInLog`.
+   */
   tokensAfter: number;
+  /**
+   * The budget's part that is not in the log (a system prompt and tool schemas the log does
+   * not hold), in both figures: no action changes it.
+   */
+  notInLog: number;
   /** Markdown: a header saying that this is a preview and who compacts, then the model input. */
   text: string;
 };
