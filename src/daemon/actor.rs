@@ -649,20 +649,28 @@ impl Actor {
             capsules: rows
                 .into_iter()
                 .map(|r| CapsuleSummary {
+                    tokens: CapsuleTokensView {
+                        before: r.tokens_before,
+                        after: r.tokens_after,
+                        capsule: self.capsule_size(&r.checkpoint_id),
+                    },
                     checkpoint_id: r.checkpoint_id,
                     entry_id: r.entry_id,
                     title: r.title,
                     trigger: r.trigger,
                     quality: r.quality,
                     ts: r.ts,
-                    tokens: CapsuleTokensView {
-                        before: r.tokens_before,
-                        after: r.tokens_after,
-                    },
                     origin: r.origin,
                 })
                 .collect(),
         }
+    }
+
+    /// A capsule's own size on the budget's scale: what every view shows for it.
+    fn capsule_size(&self, checkpoint_id: &str) -> u64 {
+        let session = self.log.session();
+        soba_core::capsule::handoff::capsule_tokens(session, checkpoint_id)
+            .map_or(0, |counted| session.calibration().apply(counted))
     }
 
     fn capsule_export(
@@ -1244,8 +1252,7 @@ impl Actor {
             Waiter::Handoff { title, reply } => {
                 let r = outcome.and_then(|r| match (&r.checkpoint_id, r.outcome) {
                     (Some(ck), Outcome::Completed) => Ok(CapsuleCreateResult {
-                        tokens: soba_core::capsule::handoff::capsule_tokens(self.log.session(), ck)
-                            .unwrap_or(0),
+                        tokens: self.capsule_size(ck),
                         checkpoint_id: ck.clone(),
                         title,
                         session_tokens: r.tokens_before,

@@ -743,7 +743,8 @@ pub struct FlightResult {
 pub struct CapsuleCreateResult {
     pub checkpoint_id: String,
     pub title: String,
-    /// The capsule's own size in tokens.
+    /// The capsule's own size in tokens, scaled as the budget scales counts (as `tokens.capsule`
+    /// in `soba/capsule/list`).
     pub tokens: u64,
     /// Effective tokens of the session state the capsule describes.
     pub session_tokens: u64,
@@ -765,8 +766,13 @@ pub struct CapsuleLoadResult {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleTokensView {
+    /// The context when the capsule was written.
     pub before: u64,
+    /// The context the capsule left (the capsule and what was kept after it).
     pub after: u64,
+    /// The capsule's own size, scaled as the budget scales counts: the one figure every view
+    /// gives for a capsule (`soba/capsule/create`'s `tokens` is the same).
+    pub capsule: u64,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

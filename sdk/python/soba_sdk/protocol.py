@@ -286,7 +286,8 @@ class CapsuleCreateResult(TypedDict):
 
     checkpointId: str
     title: str
-    # The capsule's own size in tokens.
+    # The capsule's own size in tokens, scaled as the budget scales counts (as `tokens.capsule`
+    # in `soba/capsule/list`).
     tokens: int
     # Effective tokens of the session state the capsule describes.
     sessionTokens: int
@@ -348,8 +349,13 @@ class CapsuleSummary(TypedDict):
 
 
 class CapsuleTokensView(TypedDict):
+    # The context when the capsule was written.
     before: int
+    # The context the capsule left (the capsule and what was kept after it).
     after: int
+    # The capsule's own size, scaled as the budget scales counts: the one figure every view
+    # gives for a capsule (`soba/capsule/create`'s `tokens` is the same).
+    capsule: int
 
 
 class CheckpointEntry(TypedDict):

@@ -180,8 +180,15 @@ export type CapsuleSummary = {
 };
 
 export type CapsuleTokensView = {
+  /** The context when the capsule was written. */
   before: number;
+  /** The context the capsule left (the capsule and what was kept after it). */
   after: number;
+  /**
+   * The capsule's own size, scaled as the budget scales counts: the one figure every view
+   * gives for a capsule (`soba/capsule/create`'s `tokens` is the same).
+   */
+  capsule: number;
 };
 
 export type CheckpointEntry = {
@@ -886,7 +893,10 @@ export type CapsuleCreateParams = {
 export type CapsuleCreateResult = {
   checkpointId: string;
   title: string;
-  /** The capsule's own size in tokens. */
+  /**
+   * The capsule's own size in tokens, scaled as the budget scales counts (as `tokens.capsule`
+   * in `soba/capsule/list`).
+   */
   tokens: number;
   /** Effective tokens of the session state the capsule describes. */
   sessionTokens: number;
