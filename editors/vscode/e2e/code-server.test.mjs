@@ -526,7 +526,8 @@ test("Claude Code's own compaction is the last compaction, and View Current Caps
   const text = await until('the capsule document', () =>
     page.evaluate(() =>
       [...document.querySelectorAll('.monaco-editor .view-lines')]
-        .map((e) => e.innerText.replace(/\u00a0/g, ' '))
+        // Long lines wrap in the editor: one space for every run of white space.
+        .map((e) => e.innerText.replace(/\s+/g, ' '))
         .find((t) => t.includes('The e2e parser work is done.')),
     ),
   );
