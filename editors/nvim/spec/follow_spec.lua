@@ -376,6 +376,17 @@ describe('a running agent in the statusline', function()
       '# What SOBA would send after rewinding',
       vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://preview'), 0, 1, false)[1]
     )
+    -- One basis with the statusline: the preview's "before" is the budget's total, and its
+    -- "after" keeps what is not in the log.
+    local sizes
+    for _, line in ipairs(vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://preview'), 0, -1, false)) do
+      sizes = sizes or { line:match('^(%S+) → (%S+) tokens, ') }
+      if #sizes == 0 then
+        sizes = nil
+      end
+    end
+    assert.is_truthy(sizes, 'the sizes line')
+    assert.are.equal(string.format('%.1fk', soba.report().effectiveTokens / 1000), sizes[1])
     assert.are.equal(report.effectiveTokens, soba.report().effectiveTokens)
     vim.cmd('bwipeout! soba://preview')
     -- What fills the window says who compacts, not where SOBA would start.
