@@ -92,8 +92,10 @@ impl Format {
             Format::Chat => json!({"model": "gpt-4o", "messages": messages, "stream": stream}),
             Format::Messages => json!({"model": "claude-sonnet-4-5", "max_tokens": 4096,
                 "system": "You are a careful coding agent.", "messages": messages, "stream": stream}),
-            Format::Responses => json!({"model": "gpt-5", "instructions": "You are a careful coding agent.",
-                "input": messages, "store": false, "stream": stream}),
+            Format::Responses => {
+                json!({"model": "gpt-5", "instructions": "You are a careful coding agent.",
+                "input": messages, "store": false, "stream": stream})
+            }
         }
     }
 }
@@ -116,7 +118,8 @@ fn sse(events: &[Value], done: bool) -> String {
 
 /// The fake upstream's answer to a request of `prompt` tokens: (content type, body).
 fn answer(format: Format, stream: bool, prompt: usize, n: u64) -> (&'static str, String) {
-    let usage_chat = json!({"prompt_tokens": prompt, "completion_tokens": 4, "total_tokens": prompt + 4});
+    let usage_chat =
+        json!({"prompt_tokens": prompt, "completion_tokens": 4, "total_tokens": prompt + 4});
     let usage_anthropic = json!({"input_tokens": prompt, "output_tokens": 4});
     let response = || {
         json!({"id": format!("resp_{n}"), "object": "response", "status": "completed", "model": "gpt-5",
@@ -171,8 +174,8 @@ async fn fake_upstream() -> SocketAddr {
             };
             let served = served.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    move |req: http::Request<hyper::body::Incoming>| {
+                let service =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let served = served.clone();
                         async move {
                             let format = Format::of_path(req.uri().path());
@@ -187,8 +190,7 @@ async fn fake_upstream() -> SocketAddr {
                                     .unwrap(),
                             )
                         }
-                    },
-                );
+                    });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                     .await;
@@ -201,7 +203,13 @@ async fn fake_upstream() -> SocketAddr {
 /// A user turn of about 800 tokens and a short answer, distinct per turn and format.
 fn turn(format: Format, i: usize) -> (Value, Value) {
     let text: String = (0..130)
-        .map(|j| format!("step{i}.{j} edits src/{}/module_{}.rs ", format.name(), j % 17))
+        .map(|j| {
+            format!(
+                "step{i}.{j} edits src/{}/module_{}.rs ",
+                format.name(),
+                j % 17
+            )
+        })
         .collect();
     (
         format.message("user", &text),
@@ -258,7 +266,10 @@ async fn send(
         bytes.extend_from_slice(&chunk);
     }
     assert!(!bytes.is_empty(), "an empty answer");
-    (first.unwrap_or_else(|| started.elapsed()), started.elapsed())
+    (
+        first.unwrap_or_else(|| started.elapsed()),
+        started.elapsed(),
+    )
 }
 
 /// The figures of one format, whole or streamed.
@@ -278,8 +289,14 @@ impl Figures {
     fn report(&mut self) -> Value {
         self.direct.sort();
         self.proxied.sort();
-        let (d50, d99) = (percentile(&self.direct, 0.5), percentile(&self.direct, 0.99));
-        let (p50, p99) = (percentile(&self.proxied, 0.5), percentile(&self.proxied, 0.99));
+        let (d50, d99) = (
+            percentile(&self.direct, 0.5),
+            percentile(&self.direct, 0.99),
+        );
+        let (p50, p99) = (
+            percentile(&self.proxied, 0.5),
+            percentile(&self.proxied, 0.99),
+        );
         let n = self.cpu_requests.max(1) as u32;
         let cpu_added = self.cpu_proxied.saturating_sub(self.cpu_direct) / n;
         let report = json!({
@@ -459,7 +476,11 @@ fn main() {
             .filter_map(|l| l.split("(session ").nth(1))
             .filter_map(|s| s.split(',').next())
             .collect();
-        assert_eq!(sessions.len(), runs.len(), "one session per conversation: {sessions:?}");
+        assert_eq!(
+            sessions.len(),
+            runs.len(),
+            "one session per conversation: {sessions:?}"
+        );
         let faults: Vec<&String> = lines
             .iter()
             .filter(|l| !l.contains("→ 200") || l.contains("not recorded"))
