@@ -336,26 +336,27 @@ async fn measure(
     if format == Format::Chat {
         messages.push(json!({"role": "system", "content": "You are a careful coding agent."}));
     }
-    let turns = if full { 76 } else { 10 };
     // Each run its own conversation: the opening says which.
     messages.push(format.message(
         "user",
         &format!("Bench conversation {} stream={stream}", format.name()),
     ));
     messages.push(format.message("assistant", "Ready."));
-    for i in 0..turns {
+    let count = soba_core::tokens::TokenizerKind::O200kBase;
+    let text_tokens = |m: &Value| match &m["content"] {
+        Value::String(s) => count.count(s),
+        blocks => count.count(blocks[0]["text"].as_str().unwrap_or("")),
+    };
+    let target: u64 = if full { 100_000 } else { 15_000 };
+    let mut tokens: u64 = messages.iter().map(text_tokens).sum();
+    let mut i = 0;
+    while tokens < target {
         let (u, a) = turn(format, i);
+        tokens += text_tokens(&u) + text_tokens(&a);
         messages.push(u);
         messages.push(a);
+        i += 1;
     }
-    let count = soba_core::tokens::TokenizerKind::O200kBase;
-    let tokens: u64 = messages
-        .iter()
-        .map(|m| match &m["content"] {
-            Value::String(s) => count.count(s),
-            blocks => count.count(blocks[0]["text"].as_str().unwrap_or("")),
-        })
-        .sum();
     // Every answer is the same text, which the agent resends as the next assistant message.
     let reply = format.message("assistant", ANSWER);
     let mut step = 0;
