@@ -5,7 +5,7 @@
 //! `soba/sessions` read that snapshot and never wait for the actor, so they answer at once
 //! even while the actor is busy.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
@@ -37,6 +37,7 @@ use soba_core::session::entry::{
 };
 use soba_core::session::log::{LogError, SessionLog};
 use soba_core::session::trigger::Trigger;
+use soba_core::session::view::ModelMessage;
 use soba_core::tool_mapping::ToolMapping;
 use soba_core::window::OverflowFigures;
 
@@ -98,6 +99,8 @@ enum Command {
         client: ClientId,
         /// The connection's model, when it offered it (see [`ClientModel`]).
         model: Option<ClientModel>,
+        /// Runs of entries whose content the client holds (see [`PreflightParams`]).
+        omit_content_of: Vec<Vec<String>>,
         reply: Reply<PreflightResult>,
     },
     TurnComplete {
@@ -281,14 +284,18 @@ impl SessionHandle {
     /// The model input for the next inference, after any compaction the barrier requires.
     /// `model`: the asking client's offer to summarize with the agent's own model, for a
     /// compaction this preflight starts.
+    /// `omit_content_of`: runs of entries whose content the client holds, left out of the
+    /// answer where it shows them whole (see [`PreflightResult::omitted`]).
     pub async fn preflight(
         &self,
         client: ClientId,
         model: Option<ClientModel>,
+        omit_content_of: Vec<Vec<String>>,
     ) -> Result<PreflightResult, RpcError> {
         self.request(|reply| Command::Preflight {
             client,
             model,
+            omit_content_of,
             reply,
         })
         .await
@@ -416,6 +423,7 @@ impl SessionHandle {
 enum Waiter {
     Preflight {
         client: ClientId,
+        omit_content_of: Vec<Vec<String>>,
         reply: Reply<PreflightResult>,
     },
     Overflow(Reply<OverflowResult>),
@@ -890,8 +898,9 @@ impl Actor {
             Command::Preflight {
                 client,
                 model,
+                omit_content_of,
                 reply,
-            } => self.preflight(client, model, reply),
+            } => self.preflight(client, model, omit_content_of, reply),
             Command::Overflow {
                 figures,
                 model,
@@ -1040,6 +1049,7 @@ impl Actor {
         &mut self,
         client: ClientId,
         model: Option<ClientModel>,
+        omit_content_of: Vec<Vec<String>>,
         reply: Reply<PreflightResult>,
     ) {
         if model.is_some() {
@@ -1049,15 +1059,73 @@ impl Actor {
             Err(e) => {
                 let _ = reply.send(Err(e));
             }
-            Ok(Preflight::Compact(plan)) => {
-                self.start(*plan, Waiter::Preflight { client, reply }, model)
-            }
+            Ok(Preflight::Compact(plan)) => self.start(
+                *plan,
+                Waiter::Preflight {
+                    client,
+                    omit_content_of,
+                    reply,
+                },
+                model,
+            ),
             Ok(other) => {
-                let answer = self.preflight_answer(other);
+                let answer = self
+                    .preflight_answer(other)
+                    .map(|r| self.content_omitted(r, &omit_content_of));
                 self.inference_in_flight = answer.is_ok().then_some(client);
                 let _ = reply.send(answer);
             }
         }
+    }
+
+    /// `result` without the content of each run of `runs` it shows whole, in order, each
+    /// entry's content as logged (the client that asked holds it: see [`PreflightParams`]).
+    fn content_omitted(
+        &self,
+        mut result: PreflightResult,
+        runs: &[Vec<String>],
+    ) -> PreflightResult {
+        if runs.is_empty() {
+            return result;
+        }
+        let session = self.log.session();
+        let by_first: HashMap<&str, &[String]> = runs
+            .iter()
+            .filter_map(|run| Some((run.first()?.as_str(), run.as_slice())))
+            .collect();
+        let shown_as_logged = |m: &ModelMessage, id: &str| {
+            m.entry_id.as_deref() == Some(id)
+                && session.get(id).is_some_and(|entry| match &entry.body {
+                    EntryBody::Message(e) => e.content == m.content,
+                    EntryBody::ToolResult(e) => e.content == m.content,
+                    _ => false,
+                })
+        };
+        let mut pos = 0;
+        while pos < result.messages.len() {
+            let run = result.messages[pos]
+                .entry_id
+                .as_deref()
+                .and_then(|id| by_first.get(id))
+                .filter(|run| {
+                    result.messages.len() - pos >= run.len()
+                        && run
+                            .iter()
+                            .zip(&result.messages[pos..])
+                            .all(|(id, m)| shown_as_logged(m, id))
+                });
+            let Some(run) = run else {
+                pos += 1;
+                continue;
+            };
+            let n = run.len();
+            for at in pos..pos + n {
+                result.messages[at].content = Vec::new();
+                result.omitted.push(at);
+            }
+            pos += n;
+        }
+        result
     }
 
     fn preflight_answer(&self, p: Preflight) -> Result<PreflightResult, RpcError> {
@@ -1074,6 +1142,7 @@ impl Actor {
                     messages,
                     tokens,
                     compaction: skipped,
+                    omitted: Vec::new(),
                 })
             }
             Preflight::Failed(r) => {
@@ -1268,7 +1337,11 @@ impl Actor {
                 });
                 let _ = reply.send(r);
             }
-            Waiter::Preflight { client, reply } => {
+            Waiter::Preflight {
+                client,
+                omit_content_of,
+                reply,
+            } => {
                 // The input as it is now, never a second compaction in a loop: a compaction that
                 // could not bring the input under the hard limit is reported as such.
                 let r = outcome.and_then(|compaction| {
@@ -1278,11 +1351,15 @@ impl Actor {
                     {
                         Preflight::Ready {
                             messages, tokens, ..
-                        } => Ok(PreflightResult {
-                            messages,
-                            tokens,
-                            compaction: Some(compaction),
-                        }),
+                        } => Ok(self.content_omitted(
+                            PreflightResult {
+                                messages,
+                                tokens,
+                                compaction: Some(compaction),
+                                omitted: Vec::new(),
+                            },
+                            &omit_content_of,
+                        )),
                         Preflight::Failed(mut r) => {
                             r.operation_id = compaction.operation_id.clone();
                             r.trigger = compaction.trigger;

@@ -668,6 +668,24 @@ pub struct PreflightResult {
     pub messages: Vec<ModelMessage>,
     pub tokens: u64,
     pub compaction: Option<CompactionResult>,
+    /// Positions in `messages` whose `content` was left out (an empty list), as the params'
+    /// `omitContentOf` asked: the client holds it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<usize>,
+}
+
+/// `soba/preflight`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightParams {
+    pub session_id: String,
+    /// Runs of entry ids whose content the client holds (each run one message of the client's,
+    /// such as a message the proxy's agent resends with every request): where the model input
+    /// shows a run whole, in order, each entry's content as it was logged, those messages come
+    /// back without their content (the result's `omitted`). A run shown in part, shortened or
+    /// not at all comes back as it is.
+    #[serde(default)]
+    pub omit_content_of: Vec<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

@@ -786,9 +786,17 @@ class OverflowResult(TypedDict):
 
 
 class PreflightParams(TypedDict):
-    """soba/preflight params."""
+    """soba/preflight params.
+    
+    `soba/preflight`."""
 
     sessionId: str
+    # Runs of entry ids whose content the client holds (each run one message of the client's,
+    # such as a message the proxy's agent resends with every request): where the model input
+    # shows a run whole, in order, each entry's content as it was logged, those messages come
+    # back without their content (the result's `omitted`). A run shown in part, shortened or
+    # not at all comes back as it is.
+    omitContentOf: NotRequired[List[List[str]]]
 
 
 class PreflightResult(TypedDict):
@@ -797,6 +805,9 @@ class PreflightResult(TypedDict):
     messages: List[ModelMessage]
     tokens: int
     compaction: Optional[CompactionResult]
+    # Positions in `messages` whose `content` was left out (an empty list), as the params'
+    # `omitContentOf` asked: the client holds it.
+    omitted: NotRequired[List[int]]
 
 
 class PreviewParamsFields(TypedDict):

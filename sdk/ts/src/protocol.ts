@@ -1098,9 +1098,21 @@ export type OverflowResult = {
   retryAllowed: boolean;
 };
 
-/** soba/preflight params. */
+/**
+ * soba/preflight params.
+ *
+ * `soba/preflight`.
+ */
 export type PreflightParams = {
   sessionId: string;
+  /**
+   * Runs of entry ids whose content the client holds (each run one message of the client's,
+   * such as a message the proxy's agent resends with every request): where the model input
+   * shows a run whole, in order, each entry's content as it was logged, those messages come
+   * back without their content (the result's `omitted`). A run shown in part, shortened or
+   * not at all comes back as it is.
+   */
+  omitContentOf?: Array<Array<string>>;
 };
 
 /** soba/preflight result. */
@@ -1108,6 +1120,11 @@ export type PreflightResult = {
   messages: Array<ModelMessage>;
   tokens: number;
   compaction: CompactionResult | null;
+  /**
+   * Positions in `messages` whose `content` was left out (an empty list), as the params'
+   * `omitContentOf` asked: the client holds it.
+   */
+  omitted?: Array<number>;
 };
 
 /**
