@@ -406,7 +406,14 @@ class CompactResult(TypedDict):
     checkpointId: Optional[str]
     quality: Optional[Quality]
     firstKeptEntryId: Optional[str]
+    # The whole operation: planning (cut, facts, the local capsule) and generation.
     durationMs: int
+    # Of `duration_ms`: choosing the cut, collecting the facts and building the local
+    # capsule, before anything is generated.
+    planningMs: int
+    # Of `duration_ms`: writing the capsule (a model's summary, or the local one) and
+    # committing it.
+    generationMs: int
     # A summarization model was configured but failed, and the local capsule stands in for
     # its summary. Who wrote the capsule is `quality`; without a model configured the local
     # capsule is the normal case and this stays false.
@@ -475,7 +482,14 @@ class CompactionResult(TypedDict):
     checkpointId: Optional[str]
     quality: Optional[Quality]
     firstKeptEntryId: Optional[str]
+    # The whole operation: planning (cut, facts, the local capsule) and generation.
     durationMs: int
+    # Of `duration_ms`: choosing the cut, collecting the facts and building the local
+    # capsule, before anything is generated.
+    planningMs: int
+    # Of `duration_ms`: writing the capsule (a model's summary, or the local one) and
+    # committing it.
+    generationMs: int
     # A summarization model was configured but failed, and the local capsule stands in for
     # its summary. Who wrote the capsule is `quality`; without a model configured the local
     # capsule is the normal case and this stays false.

@@ -239,7 +239,18 @@ export type CompactionResult = {
   checkpointId: string | null;
   quality: Quality | null;
   firstKeptEntryId: string | null;
+  /** The whole operation: planning (cut, facts, the local capsule) and generation. */
   durationMs: number;
+  /**
+   * Of `duration_ms`: choosing the cut, collecting the facts and building the local
+   * capsule, before anything is generated.
+   */
+  planningMs: number;
+  /**
+   * Of `duration_ms`: writing the capsule (a model's summary, or the local one) and
+   * committing it.
+   */
+  generationMs: number;
   /**
    * A summarization model was configured but failed, and the local capsule stands in for
    * its summary. Who wrote the capsule is `quality`; without a model configured the local
@@ -978,7 +989,18 @@ export type CompactResult = {
   checkpointId: string | null;
   quality: Quality | null;
   firstKeptEntryId: string | null;
+  /** The whole operation: planning (cut, facts, the local capsule) and generation. */
   durationMs: number;
+  /**
+   * Of `duration_ms`: choosing the cut, collecting the facts and building the local
+   * capsule, before anything is generated.
+   */
+  planningMs: number;
+  /**
+   * Of `duration_ms`: writing the capsule (a model's summary, or the local one) and
+   * committing it.
+   */
+  generationMs: number;
   /**
    * A summarization model was configured but failed, and the local capsule stands in for
    * its summary. Who wrote the capsule is `quality`; without a model configured the local
