@@ -300,6 +300,29 @@ pub struct ContextUsage {
     pub largest: Vec<LargestEntry>,
     /// The capsule the model input starts from; absent before the first compaction.
     pub capsule: Option<CurrentCapsule>,
+    /// The summary a followed agent's own latest compaction wrote, where the model input starts
+    /// from it (the agent compacted its context after SOBA's latest capsule, or SOBA wrote none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_summary: Option<AgentSummary>,
+}
+
+/// A followed agent's own compaction summary (Claude Code's `compact_boundary` summary, Codex
+/// `compacted`, a pi compaction entry), as the agent sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSummary {
+    /// The `foreign_compaction` entry.
+    pub entry_id: String,
+    /// `claude-code`, `codex` or `pi`.
+    pub agent: String,
+    /// `auto`, `manual`, or what the agent said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    pub ts: String,
+    /// The summary message's tokens in the model input.
+    pub tokens: u64,
+    /// The summary as the agent sends it.
+    pub text: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, JsonSchema)]
@@ -560,12 +583,28 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
             text: soba_core::session::capsule::render::render_for_model(c),
         }
     });
+    let agent_summary = view.foreign.and_then(|i| {
+        let e = session.entry(i);
+        let EntryBody::ForeignCompaction(f) = &e.body else {
+            return None;
+        };
+        let text = soba_core::session::foreign::foreign_summary_text(f)?;
+        Some(AgentSummary {
+            entry_id: e.id.clone(),
+            agent: f.agent.clone(),
+            trigger: f.trigger.clone(),
+            ts: e.ts.clone(),
+            tokens: soba_core::session::foreign::foreign_summary_tokens_of(session.tokenizer(), f),
+            text,
+        })
+    });
     ContextUsage {
         tokens: breakdown.total(),
         breakdown,
         by_kind,
         largest: items,
         capsule,
+        agent_summary,
     }
 }
 

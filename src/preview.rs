@@ -18,12 +18,27 @@ use soba_core::session::Session;
 use soba_core::tokens::MESSAGE_OVERHEAD_TOKENS;
 use soba_core::tool_mapping::ToolMapping;
 
-/// The model input an action would produce.
+/// The model input an action would produce. The token figures are the session's count of its
+/// log, scaled by its calibration as the budget scales it; [`Preview::on_budget_basis`] adds
+/// what the budget holds beyond the log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Preview {
     pub tokens_before: u64,
     pub tokens_after: u64,
     pub messages: Vec<ModelMessage>,
+}
+
+impl Preview {
+    /// The figures on the budget's basis, so that they agree with the status bar: "before" is
+    /// the budget's total, and "after" keeps the budget's not-in-log part (a system prompt and
+    /// tool schemas the log does not hold), which no action of SOBA's changes.
+    pub fn on_budget_basis(self, effective_tokens: u64, not_in_log: u64) -> Preview {
+        Preview {
+            tokens_before: effective_tokens,
+            tokens_after: self.tokens_after + not_in_log,
+            ..self
+        }
+    }
 }
 
 fn user_message(text: String) -> ModelMessage {
@@ -37,9 +52,17 @@ fn user_message(text: String) -> ModelMessage {
 }
 
 fn tokens_now(session: &Session) -> u64 {
-    ModelView::build(session, session.leaf())
-        .breakdown(session)
-        .total()
+    counted(
+        session,
+        ModelView::build(session, session.leaf())
+            .breakdown(session)
+            .total(),
+    )
+}
+
+/// Counted tokens as the budget scales them (a model whose tokenizer is not public).
+fn counted(session: &Session, tokens: u64) -> u64 {
+    session.calibration().apply(tokens)
 }
 
 /// An explicit `/compact` with the local builder: the capsule, then the retained tail.
@@ -97,7 +120,7 @@ pub fn rewind(session: &Session, entry_id: &str) -> Result<Preview, String> {
     let view = ModelView::build(session, Some(idx));
     Ok(Preview {
         tokens_before: tokens_now(session),
-        tokens_after: view.breakdown(session).total(),
+        tokens_after: counted(session, view.breakdown(session).total()),
         messages: view.messages(session),
     })
 }
@@ -114,8 +137,8 @@ pub fn capsule_load(
     let tokens_after =
         view.system + view.tools + MESSAGE_OVERHEAD_TOKENS + session.tokenizer().count(&text);
     Preview {
-        tokens_before: view.total(),
-        tokens_after,
+        tokens_before: counted(session, view.total()),
+        tokens_after: counted(session, tokens_after),
         messages: vec![user_message(text)],
     }
 }
@@ -191,5 +214,17 @@ mod tests {
             doc.contains("````text\n── user\na ```rust block``` inside\n````\n"),
             "{doc}"
         );
+    }
+
+    #[test]
+    fn on_the_budgets_basis_before_is_the_budget_and_after_keeps_what_is_not_in_the_log() {
+        let counted = Preview {
+            tokens_before: 8_000,
+            tokens_after: 413,
+            messages: Vec::new(),
+        };
+        let p = counted.on_budget_basis(62_228, 54_272);
+        assert_eq!(p.tokens_before, 62_228);
+        assert_eq!(p.tokens_after, 54_685);
     }
 }

@@ -143,7 +143,7 @@ pub const PROTOCOL_METHODS: &[MethodSchemas] = &[
     ),
     m(
         method::PREFLIGHT,
-        params_schema::<rpc::SessionParams>,
+        params_schema::<rpc::PreflightParams>,
         result_schema::<rpc::PreflightResult>,
     ),
     m(

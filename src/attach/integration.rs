@@ -31,6 +31,8 @@ pub struct SettingsHomes {
     pub claude: PathBuf,
     /// `$PI_CODING_AGENT_DIR`, else `~/.pi/agent`.
     pub pi: PathBuf,
+    /// `$CODEX_HOME`, else `~/.codex`.
+    pub codex: PathBuf,
 }
 
 impl SettingsHomes {
@@ -44,6 +46,7 @@ impl SettingsHomes {
         SettingsHomes {
             claude: var("CLAUDE_CONFIG_DIR").unwrap_or_else(|| home.join(".claude")),
             pi: var("PI_CODING_AGENT_DIR").unwrap_or_else(|| home.join(".pi/agent")),
+            codex: var("CODEX_HOME").unwrap_or_else(|| home.join(".codex")),
         }
     }
 }
@@ -173,6 +176,7 @@ mod tests {
         let homes = SettingsHomes {
             claude: dir.path().join("claude-home"),
             pi: dir.path().join("pi-home"),
+            codex: dir.path().join("codex-home"),
         };
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(ws.join(".claude")).unwrap();

@@ -7,16 +7,18 @@ use soba_core::compaction::plan::Plan;
 use soba_core::compaction::run::Barrier;
 use soba_core::compaction::CompactionResult;
 use soba_core::config::Config;
+use soba_core::config::Durability;
 use soba_core::session::entry::Outcome;
-use soba_core::session::log::{read_session, LogError, SessionLog};
+use soba_core::session::log::{LogError, SessionLog};
 use soba_core::util::human_tokens;
 
-/// Open a session for writing with its layered configuration.
+/// Open a session for writing with its layered configuration. The log is read once: its
+/// configuration comes from the session it holds (a long log took as long again to read
+/// only for that), and the configured durability applies from the first append.
 fn open(path: &Path, common: &CommonArgs) -> anyhow::Result<(SessionLog, Config)> {
-    let (probe, _) = read_session(path)?;
-    let config = common.config_for_session(&probe)?;
-    drop(probe);
-    let (mut log, report) = SessionLog::open(path, config.durability)?;
+    let (mut log, report) = SessionLog::open(path, Durability::default())?;
+    let config = common.config_for_session(log.session())?;
+    log.set_durability(config.durability);
     warn_load(path, &report);
     log.session_mut().configure_counting(&config.model);
     Ok((log, config))

@@ -5,7 +5,7 @@
 //! `soba/sessions` read that snapshot and never wait for the actor, so they answer at once
 //! even while the actor is busy.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Weak};
@@ -37,6 +37,7 @@ use soba_core::session::entry::{
 };
 use soba_core::session::log::{LogError, SessionLog};
 use soba_core::session::trigger::Trigger;
+use soba_core::session::view::ModelMessage;
 use soba_core::tool_mapping::ToolMapping;
 use soba_core::window::OverflowFigures;
 
@@ -98,6 +99,8 @@ enum Command {
         client: ClientId,
         /// The connection's model, when it offered it (see [`ClientModel`]).
         model: Option<ClientModel>,
+        /// Runs of entries whose content the client holds (see [`PreflightParams`]).
+        omit_content_of: Vec<Vec<String>>,
         reply: Reply<PreflightResult>,
     },
     TurnComplete {
@@ -151,6 +154,7 @@ enum Command {
     /// SOBA follows the agent's transcript into this session: the agent compacts itself.
     Follow {
         control: Control,
+        agent: Following,
         reply: Reply<BudgetReport>,
     },
     /// What an action would send, changing nothing.
@@ -280,14 +284,18 @@ impl SessionHandle {
     /// The model input for the next inference, after any compaction the barrier requires.
     /// `model`: the asking client's offer to summarize with the agent's own model, for a
     /// compaction this preflight starts.
+    /// `omit_content_of`: runs of entries whose content the client holds, left out of the
+    /// answer where it shows them whole (see [`PreflightResult::omitted`]).
     pub async fn preflight(
         &self,
         client: ClientId,
         model: Option<ClientModel>,
+        omit_content_of: Vec<Vec<String>>,
     ) -> Result<PreflightResult, RpcError> {
         self.request(|reply| Command::Preflight {
             client,
             model,
+            omit_content_of,
             reply,
         })
         .await
@@ -380,9 +388,17 @@ impl SessionHandle {
     }
 
     /// Mark the session as one SOBA follows (see [`Control`]); the budget says so from now on.
-    pub async fn follow(&self, control: Control) -> Result<BudgetReport, RpcError> {
-        self.request(|reply| Command::Follow { control, reply })
-            .await
+    pub async fn follow(
+        &self,
+        control: Control,
+        agent: Following,
+    ) -> Result<BudgetReport, RpcError> {
+        self.request(|reply| Command::Follow {
+            control,
+            agent,
+            reply,
+        })
+        .await
     }
 
     /// What compact, capsule load or rewind would send, without doing it.
@@ -407,6 +423,7 @@ impl SessionHandle {
 enum Waiter {
     Preflight {
         client: ClientId,
+        omit_content_of: Vec<Vec<String>>,
         reply: Reply<PreflightResult>,
     },
     Overflow(Reply<OverflowResult>),
@@ -459,6 +476,22 @@ struct Actor {
     unseen_taught: soba_core::session::unseen_measure::UnseenObservations,
     /// Who compacts this session: SOBA, or the followed agent itself.
     control: Control,
+    /// The agent SOBA follows into this session, and what its settings say.
+    following: Option<Following>,
+}
+
+/// A followed agent and its own settings (read by `soba/attach`).
+#[derive(Debug, Clone)]
+pub struct Following {
+    pub agent: crate::attach::discover::Agent,
+    pub settings: crate::attach::agent_settings::AgentSettings,
+    /// SOBA's limits are those of the settings' default model: the transcript has named none
+    /// yet, and SOBA's catalog knows the default.
+    pub settings_model_in_use: bool,
+    /// The transcript named the agent's model when SOBA started following it (the session
+    /// header's model is then the agent's; otherwise it is SOBA's default until a `setting`
+    /// entry names the agent's).
+    pub header_names_model: bool,
 }
 
 /// One connection to the daemon (an agent, an editor), as the session actor tells them apart.
@@ -542,6 +575,7 @@ pub fn spawn(setup: ActorSetup) -> SessionHandle {
         unseen_store,
         unseen_taught: Default::default(),
         control: Control::driven(),
+        following: None,
     };
     actor
         .log
@@ -578,6 +612,7 @@ fn placeholder_status() -> Status {
             compacting: false,
             compact_queued: false,
             control: Control::driven(),
+            followed: None,
         },
         entries: 0,
         leaf_id: None,
@@ -622,20 +657,28 @@ impl Actor {
             capsules: rows
                 .into_iter()
                 .map(|r| CapsuleSummary {
+                    tokens: CapsuleTokensView {
+                        before: r.tokens_before,
+                        after: r.tokens_after,
+                        capsule: self.capsule_size(&r.checkpoint_id),
+                    },
                     checkpoint_id: r.checkpoint_id,
                     entry_id: r.entry_id,
                     title: r.title,
                     trigger: r.trigger,
                     quality: r.quality,
                     ts: r.ts,
-                    tokens: CapsuleTokensView {
-                        before: r.tokens_before,
-                        after: r.tokens_after,
-                    },
                     origin: r.origin,
                 })
                 .collect(),
         }
+    }
+
+    /// A capsule's own size on the budget's scale: what every view shows for it.
+    fn capsule_size(&self, checkpoint_id: &str) -> u64 {
+        let session = self.log.session();
+        soba_core::capsule::handoff::capsule_tokens(session, checkpoint_id)
+            .map_or(0, |counted| session.calibration().apply(counted))
     }
 
     fn capsule_export(
@@ -808,8 +851,14 @@ impl Actor {
                 let r = self.rewind(&entry_id);
                 let _ = reply.send(r);
             }
-            Command::Follow { control, reply } => {
+            Command::Follow {
+                control,
+                agent,
+                reply,
+            } => {
                 self.control = control;
+                self.following = Some(agent);
+                self.use_settings_default_model();
                 let _ = reply.send(Ok(self.publish()));
             }
             Command::Preview { action, reply } => {
@@ -849,8 +898,9 @@ impl Actor {
             Command::Preflight {
                 client,
                 model,
+                omit_content_of,
                 reply,
-            } => self.preflight(client, model, reply),
+            } => self.preflight(client, model, omit_content_of, reply),
             Command::Overflow {
                 figures,
                 model,
@@ -999,6 +1049,7 @@ impl Actor {
         &mut self,
         client: ClientId,
         model: Option<ClientModel>,
+        omit_content_of: Vec<Vec<String>>,
         reply: Reply<PreflightResult>,
     ) {
         if model.is_some() {
@@ -1008,15 +1059,73 @@ impl Actor {
             Err(e) => {
                 let _ = reply.send(Err(e));
             }
-            Ok(Preflight::Compact(plan)) => {
-                self.start(*plan, Waiter::Preflight { client, reply }, model)
-            }
+            Ok(Preflight::Compact(plan)) => self.start(
+                *plan,
+                Waiter::Preflight {
+                    client,
+                    omit_content_of,
+                    reply,
+                },
+                model,
+            ),
             Ok(other) => {
-                let answer = self.preflight_answer(other);
+                let answer = self
+                    .preflight_answer(other)
+                    .map(|r| self.content_omitted(r, &omit_content_of));
                 self.inference_in_flight = answer.is_ok().then_some(client);
                 let _ = reply.send(answer);
             }
         }
+    }
+
+    /// `result` without the content of each run of `runs` it shows whole, in order, each
+    /// entry's content as logged (the client that asked holds it: see [`PreflightParams`]).
+    fn content_omitted(
+        &self,
+        mut result: PreflightResult,
+        runs: &[Vec<String>],
+    ) -> PreflightResult {
+        if runs.is_empty() {
+            return result;
+        }
+        let session = self.log.session();
+        let by_first: HashMap<&str, &[String]> = runs
+            .iter()
+            .filter_map(|run| Some((run.first()?.as_str(), run.as_slice())))
+            .collect();
+        let shown_as_logged = |m: &ModelMessage, id: &str| {
+            m.entry_id.as_deref() == Some(id)
+                && session.get(id).is_some_and(|entry| match &entry.body {
+                    EntryBody::Message(e) => e.content == m.content,
+                    EntryBody::ToolResult(e) => e.content == m.content,
+                    _ => false,
+                })
+        };
+        let mut pos = 0;
+        while pos < result.messages.len() {
+            let run = result.messages[pos]
+                .entry_id
+                .as_deref()
+                .and_then(|id| by_first.get(id))
+                .filter(|run| {
+                    result.messages.len() - pos >= run.len()
+                        && run
+                            .iter()
+                            .zip(&result.messages[pos..])
+                            .all(|(id, m)| shown_as_logged(m, id))
+                });
+            let Some(run) = run else {
+                pos += 1;
+                continue;
+            };
+            let n = run.len();
+            for at in pos..pos + n {
+                result.messages[at].content = Vec::new();
+                result.omitted.push(at);
+            }
+            pos += n;
+        }
+        result
     }
 
     fn preflight_answer(&self, p: Preflight) -> Result<PreflightResult, RpcError> {
@@ -1033,6 +1142,7 @@ impl Actor {
                     messages,
                     tokens,
                     compaction: skipped,
+                    omitted: Vec::new(),
                 })
             }
             Preflight::Failed(r) => {
@@ -1211,8 +1321,7 @@ impl Actor {
             Waiter::Handoff { title, reply } => {
                 let r = outcome.and_then(|r| match (&r.checkpoint_id, r.outcome) {
                     (Some(ck), Outcome::Completed) => Ok(CapsuleCreateResult {
-                        tokens: soba_core::capsule::handoff::capsule_tokens(self.log.session(), ck)
-                            .unwrap_or(0),
+                        tokens: self.capsule_size(ck),
                         checkpoint_id: ck.clone(),
                         title,
                         session_tokens: r.tokens_before,
@@ -1228,7 +1337,11 @@ impl Actor {
                 });
                 let _ = reply.send(r);
             }
-            Waiter::Preflight { client, reply } => {
+            Waiter::Preflight {
+                client,
+                omit_content_of,
+                reply,
+            } => {
                 // The input as it is now, never a second compaction in a loop: a compaction that
                 // could not bring the input under the hard limit is reported as such.
                 let r = outcome.and_then(|compaction| {
@@ -1238,11 +1351,15 @@ impl Actor {
                     {
                         Preflight::Ready {
                             messages, tokens, ..
-                        } => Ok(PreflightResult {
-                            messages,
-                            tokens,
-                            compaction: Some(compaction),
-                        }),
+                        } => Ok(self.content_omitted(
+                            PreflightResult {
+                                messages,
+                                tokens,
+                                compaction: Some(compaction),
+                                omitted: Vec::new(),
+                            },
+                            &omit_content_of,
+                        )),
                         Preflight::Failed(mut r) => {
                             r.operation_id = compaction.operation_id.clone();
                             r.trigger = compaction.trigger;
@@ -1325,13 +1442,85 @@ impl Actor {
                 breaker: Some(self.client_breaker.state(Instant::now())),
             };
         }
+        let followed = self.following.as_ref().map(|f| {
+            let limits = self.config.limits_under(s.window_setting());
+            let transcript_model = self.transcript_model(f);
+            super::followed::followed_agent(
+                &super::followed::Observed {
+                    agent: f.agent,
+                    settings: &f.settings,
+                    transcript_model: transcript_model.as_deref(),
+                    settings_model_in_use: f.settings_model_in_use,
+                    context_window: limits.context_window,
+                    max_output_tokens: limits.max_output_tokens,
+                    hard_limit: limits.hard_limit,
+                },
+                s,
+            )
+        });
         BudgetReport::new(&s.header.id, &self.workspace, &core, self.running.is_some())
             .with_compact_queued(self.queued_compact.is_some())
             .with_control(self.control.clone())
+            .with_followed(followed)
+    }
+
+    /// The model the followed agent's transcript named: the newest `setting` on the branch that
+    /// names one, else the header's where the transcript named it when following began.
+    fn transcript_model(&self, following: &Following) -> Option<String> {
+        let s = self.log.session();
+        s.settings_at(s.leaf())
+            .model
+            .and_then(|m| m.name)
+            .or_else(|| {
+                following
+                    .header_names_model
+                    .then(|| s.header.model.as_ref().and_then(|m| m.name.clone()))
+                    .flatten()
+            })
+    }
+
+    /// Before the followed agent's transcript names its model, SOBA's limits are those of the
+    /// default its settings name, where SOBA's catalog knows it: never another model's.
+    fn use_settings_default_model(&mut self) {
+        let Some(following) = &self.following else {
+            return;
+        };
+        if self.transcript_model(following).is_some() {
+            return;
+        }
+        let Some(default) = &following.settings.default_model else {
+            return;
+        };
+        let named = soba_core::config::ModelFile {
+            name: Some(default.name.clone()),
+            ..Default::default()
+        };
+        let resolved = Config::resolve(
+            &self.config_files,
+            Some(&named),
+            &soba_core::config::Overrides::default(),
+        );
+        let in_use = match resolved {
+            Ok(config) if !config.model_guessed => {
+                self.log.session_mut().configure_counting(&config.model);
+                let model_changed = config.model.name != self.config.model.name;
+                self.config = config;
+                if model_changed {
+                    self.load_unseen_prior();
+                }
+                true
+            }
+            _ => false,
+        };
+        if let Some(f) = &mut self.following {
+            f.settings_model_in_use = in_use;
+        }
     }
 
     fn preview(&self, action: PreviewAction) -> Result<PreviewResult, RpcError> {
         let session = self.log.session();
+        let budget = self.budget();
+        let not_in_log = budget.budget["breakdown"]["notInLog"].as_u64().unwrap_or(0);
         let (name, title, preview) = match action {
             PreviewAction::Compact { instructions } => (
                 "compact",
@@ -1358,6 +1547,9 @@ impl Actor {
                     .map_err(|why| RpcError::invalid_params(format!("`entryId`: {why}")))?,
             ),
         };
+        // One basis with the status bar: the budget's total before, and what the log does not
+        // hold (which no action changes) in the figure after.
+        let preview = preview.on_budget_basis(budget.effective_tokens(), not_in_log);
         let mut header =
             vec!["Preview: nothing was changed, and the agent does not receive this.".to_string()];
         header.extend([self.control.note.clone(), self.control.actions.clone()]);
@@ -1372,6 +1564,7 @@ impl Actor {
             control: self.control.clone(),
             tokens_before: preview.tokens_before,
             tokens_after: preview.tokens_after,
+            not_in_log,
             text: crate::preview::document(title, &header, &preview),
         })
     }

@@ -17,6 +17,7 @@ use super::actor::SessionHandle;
 use super::paths::workspace_path;
 use super::protocol::{code, AttachParams, AttachResult, Control, ModelParams, RpcError};
 use super::registry::{Daemon, OpenRequest};
+use crate::attach::agent_settings;
 use crate::attach::discover::{self, Agent, Homes};
 use crate::attach::follow::Follower;
 use crate::attach::integration;
@@ -270,6 +271,7 @@ impl Daemon {
                 context_window: m.context_window,
                 max_output_tokens: m.max_output_tokens,
             });
+        let header_names_model = model.as_ref().is_some_and(|m| m.name.is_some());
         let handle = self
             .open(OpenRequest {
                 workspace: workspace.display().to_string(),
@@ -288,8 +290,30 @@ impl Daemon {
             &integration::SettingsHomes::from_env(),
             &workspace,
         );
+        // What the agent's own settings say of its default model and its compaction threshold,
+        // read here (the shell), never by the engine.
+        let settings = {
+            let workspace = workspace.clone();
+            tokio::task::spawn_blocking(move || {
+                agent_settings::read(
+                    followed_agent,
+                    &integration::SettingsHomes::from_env(),
+                    &workspace,
+                )
+            })
+            .await
+            .map_err(|e| RpcError::internal(format!("reading the agent's settings failed: {e}")))?
+        };
         handle
-            .follow(Control::followed(followed_agent, integration))
+            .follow(
+                Control::followed(followed_agent, integration),
+                super::actor::Following {
+                    agent: followed_agent,
+                    settings,
+                    settings_model_in_use: false,
+                    header_names_model,
+                },
+            )
             .await?;
         // A session followed before (an earlier daemon): its records are not imported again.
         let log = handle.path.clone();

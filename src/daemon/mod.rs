@@ -22,6 +22,7 @@ pub mod attach;
 pub mod client_model;
 pub mod connection;
 pub mod control;
+pub mod followed;
 pub mod framing;
 pub mod heap_trim;
 pub mod paths;

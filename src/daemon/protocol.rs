@@ -517,6 +517,10 @@ pub struct BudgetReport {
     pub compact_queued: bool,
     /// Who compacts this session's context, and what SOBA's actions do to it.
     pub control: Control,
+    /// For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+    /// which it compacts itself, its own latest compaction).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub followed: Option<Box<super::followed::FollowedAgent>>,
 }
 
 /// Who compacts a session: SOBA, for an agent that takes its model input from SOBA (the SDKs,
@@ -555,9 +559,14 @@ pub struct PreviewResult {
     /// `compact`, `capsuleLoad` or `rewind`.
     pub action: String,
     pub control: Control,
+    /// The budget's total now, as `soba/budget` reports it (the status bar's figure).
     pub tokens_before: u64,
-    /// The model input after the action, measured as a preflight would.
+    /// The model input after the action, on the budget's basis: SOBA's count of it, scaled as
+    /// the budget scales counts, plus `notInLog`.
     pub tokens_after: u64,
+    /// The budget's part that is not in the log (a system prompt and tool schemas the log does
+    /// not hold), in both figures: no action changes it.
+    pub not_in_log: u64,
     /// Markdown: a header saying that this is a preview and who compacts, then the model input.
     pub text: String,
 }
@@ -576,7 +585,14 @@ impl BudgetReport {
             compacting,
             compact_queued: false,
             control: Control::driven(),
+            followed: None,
         }
+    }
+
+    /// The report, with the followed agent's view of itself.
+    pub fn with_followed(mut self, followed: Option<super::followed::FollowedAgent>) -> Self {
+        self.followed = followed.map(Box::new);
+        self
     }
 
     pub fn with_control(mut self, control: Control) -> Self {
@@ -652,6 +668,24 @@ pub struct PreflightResult {
     pub messages: Vec<ModelMessage>,
     pub tokens: u64,
     pub compaction: Option<CompactionResult>,
+    /// Positions in `messages` whose `content` was left out (an empty list), as the params'
+    /// `omitContentOf` asked: the client holds it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub omitted: Vec<usize>,
+}
+
+/// `soba/preflight`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreflightParams {
+    pub session_id: String,
+    /// Runs of entry ids whose content the client holds (each run one message of the client's,
+    /// such as a message the proxy's agent resends with every request): where the model input
+    /// shows a run whole, in order, each entry's content as it was logged, those messages come
+    /// back without their content (the result's `omitted`). A run shown in part, shortened or
+    /// not at all comes back as it is.
+    #[serde(default)]
+    pub omit_content_of: Vec<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -727,7 +761,8 @@ pub struct FlightResult {
 pub struct CapsuleCreateResult {
     pub checkpoint_id: String,
     pub title: String,
-    /// The capsule's own size in tokens.
+    /// The capsule's own size in tokens, scaled as the budget scales counts (as `tokens.capsule`
+    /// in `soba/capsule/list`).
     pub tokens: u64,
     /// Effective tokens of the session state the capsule describes.
     pub session_tokens: u64,
@@ -749,8 +784,13 @@ pub struct CapsuleLoadResult {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CapsuleTokensView {
+    /// The context when the capsule was written.
     pub before: u64,
+    /// The context the capsule left (the capsule and what was kept after it).
     pub after: u64,
+    /// The capsule's own size, scaled as the budget scales counts: the one figure every view
+    /// gives for a capsule (`soba/capsule/create`'s `tokens` is the same).
+    pub capsule: u64,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]

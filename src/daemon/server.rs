@@ -320,11 +320,11 @@ impl Backend {
                 to_value(self.session(&p.session_id).await?.append(p.entries).await?)
             }
             method::PREFLIGHT => {
-                let p: SessionParams = parse_params(method, params)?;
+                let p: PreflightParams = parse_params(method, params)?;
                 to_value(
                     self.session(&p.session_id)
                         .await?
-                        .preflight(self.id, self.client_model())
+                        .preflight(self.id, self.client_model(), p.omit_content_of)
                         .await?,
                 )
             }

@@ -6,10 +6,12 @@
 
 use std::collections::HashMap;
 
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::wire::message::{Incoming, Outgoing};
 use crate::wire::{content_fingerprint, Api};
+use soba_core::session::entry::ContentBlock;
 use soba_core::session::view::ModelMessage;
 
 /// One message of the conversation as the session holds it. Only fingerprints and ids: the
@@ -22,21 +24,50 @@ struct Mapped {
     fingerprint: u64,
     /// Whether the agent has sent this message (a reply it has not resent yet has not).
     sent_by_agent: bool,
-    /// Each entry's content, fingerprinted key order aside: whether the model input still
-    /// shows it unchanged.
-    contents: Vec<u64>,
+    /// Each entry's content: whether the model input still shows it unchanged.
+    contents: Vec<EntryContent>,
     entry_ids: Vec<String>,
 }
 
+/// What the conversation keeps of an entry's content to tell whether the model input shows it
+/// as the agent sent it.
+#[derive(Debug, Clone, Copy)]
+struct EntryContent {
+    /// Fingerprinted key order aside, as appended.
+    fingerprint: u64,
+    /// The session logs it as appended: read into the log's content blocks and written back
+    /// it is the same (a block of a kind the log keeps in part would not be). A message the
+    /// daemon says it shows as logged then shows it as the agent sent it, and the daemon can
+    /// leave its content out of the model input.
+    logged_as_sent: bool,
+}
+
+impl EntryContent {
+    fn of(entry: &Value) -> EntryContent {
+        let content = entry.get("content").unwrap_or(&Value::Null);
+        let fingerprint = value_fingerprint(content);
+        let logged_as_sent = Vec::<ContentBlock>::deserialize(content)
+            .ok()
+            .and_then(|blocks| serde_json::to_value(blocks).ok())
+            .is_some_and(|logged| value_fingerprint(&logged) == fingerprint);
+        EntryContent {
+            fingerprint,
+            logged_as_sent,
+        }
+    }
+}
+
 impl Mapped {
-    fn of(entries: &[Value], entry_ids: Vec<String>, sent_by_agent: bool) -> Mapped {
+    fn of(
+        fingerprint: u64,
+        entries: &[Value],
+        entry_ids: Vec<String>,
+        sent_by_agent: bool,
+    ) -> Mapped {
         Mapped {
-            fingerprint: content_fingerprint(entries),
+            fingerprint,
             sent_by_agent,
-            contents: entries
-                .iter()
-                .map(|e| value_fingerprint(e.get("content").unwrap_or(&Value::Null)))
-                .collect(),
+            contents: entries.iter().map(EntryContent::of).collect(),
             entry_ids,
         }
     }
@@ -160,7 +191,7 @@ impl Conversation {
             .mapped
             .iter()
             .zip(incoming)
-            .take_while(|(m, i)| m.fingerprint == content_fingerprint(&i.entries))
+            .take_while(|(m, i)| m.fingerprint == i.fingerprint)
             .count();
         if common == self.mapped.len() {
             return SyncPlan {
@@ -191,7 +222,8 @@ impl Conversation {
             m.sent_by_agent = true;
         }
         for (msg, ids) in incoming[keep..].iter().zip(appended) {
-            self.mapped.push(Mapped::of(&msg.entries, ids, true));
+            self.mapped
+                .push(Mapped::of(msg.fingerprint, &msg.entries, ids, true));
         }
     }
 
@@ -199,8 +231,9 @@ impl Conversation {
     /// message of its history.
     pub fn replied(&mut self, entry: Value, entry_id: String) {
         let entries = vec![without_usage(entry)];
+        let fingerprint = content_fingerprint(&entries);
         self.mapped
-            .push(Mapped::of(&entries, vec![entry_id], false));
+            .push(Mapped::of(fingerprint, &entries, vec![entry_id], false));
     }
 
     /// The reply just recorded (its entries passed to [`Conversation::replied`]) is the
@@ -231,14 +264,45 @@ impl Conversation {
     pub fn continued(&mut self, keep: usize, incoming: &[Incoming], appended: Vec<Vec<String>>) {
         self.mapped.truncate(keep);
         for (msg, ids) in incoming.iter().zip(appended) {
-            self.mapped.push(Mapped::of(&msg.entries, ids, true));
+            self.mapped
+                .push(Mapped::of(msg.fingerprint, &msg.entries, ids, true));
         }
+    }
+
+    /// The entries of each message the agent sent whose content the session logs as the agent
+    /// sent it, one run a message: the agent's request holds their content, so the daemon
+    /// need not send it back where the model input shows them whole ([`Conversation::compose`]
+    /// sends such a message as the agent sent it).
+    pub fn held_runs(&self, incoming: usize) -> Vec<&[String]> {
+        self.mapped
+            .iter()
+            .take(incoming)
+            .filter(|m| {
+                m.sent_by_agent
+                    && !m.entry_ids.is_empty()
+                    && m.contents.iter().all(|c| c.logged_as_sent)
+            })
+            .map(|m| m.entry_ids.as_slice())
+            .collect()
     }
 
     /// Lay out the model input: every run of messages that is one of the agent's messages,
     /// whole and unchanged, goes out as the agent sent it in `incoming` (the request the
-    /// conversation was just brought in step with); the rest is rendered.
-    pub fn compose(&self, input: &[ModelMessage], incoming: &[Incoming]) -> Vec<Outgoing> {
+    /// conversation was just brought in step with); the rest is rendered. `omitted`: the
+    /// positions of the input's messages the daemon left the content out of, each a run of
+    /// [`Conversation::held_runs`] it shows whole and as logged.
+    pub fn compose(
+        &self,
+        input: &[ModelMessage],
+        omitted: &[usize],
+        incoming: &[Incoming],
+    ) -> Vec<Outgoing> {
+        let mut shown_as_logged = vec![false; input.len()];
+        for &i in omitted {
+            if let Some(at) = shown_as_logged.get_mut(i) {
+                *at = true;
+            }
+        }
         let mut first_entry: HashMap<&str, usize> = HashMap::new();
         for (i, m) in self.mapped.iter().enumerate() {
             if let Some(first) = m.entry_ids.first() {
@@ -255,7 +319,9 @@ impl Conversation {
                 .and_then(|id| first_entry.get(id))
                 .filter(|&&i| {
                     let m = &self.mapped[i];
-                    m.sent_by_agent && i < incoming.len() && kept_whole(m, &input[pos..])
+                    m.sent_by_agent
+                        && i < incoming.len()
+                        && kept_whole(m, &input[pos..], &shown_as_logged[pos..])
                 });
             match whole {
                 Some(&i) => {
@@ -280,19 +346,25 @@ fn without_usage(mut entry: Value) -> Value {
 }
 
 /// Whether the model input shows all of `m`'s entries, in order, with the content they were
-/// appended with (a tool result the view shortened is not).
-fn kept_whole(m: &Mapped, input: &[ModelMessage]) -> bool {
+/// appended with (a tool result the view shortened is not). A message whose content the
+/// daemon left out is shown as logged, which is as appended when the log holds it so; another
+/// is compared by its content.
+fn kept_whole(m: &Mapped, input: &[ModelMessage], shown_as_logged: &[bool]) -> bool {
     if input.len() < m.entry_ids.len() {
         return false;
     }
     m.entry_ids
         .iter()
         .zip(&m.contents)
-        .zip(input)
-        .all(|((id, content), shown)| {
+        .zip(input.iter().zip(shown_as_logged))
+        .all(|((id, content), (shown, &as_logged))| {
             shown.entry_id.as_deref() == Some(id.as_str())
-                && serde_json::to_value(&shown.content)
-                    .is_ok_and(|c| value_fingerprint(&c) == *content)
+                && if as_logged {
+                    content.logged_as_sent
+                } else {
+                    serde_json::to_value(&shown.content)
+                        .is_ok_and(|c| value_fingerprint(&c) == content.fingerprint)
+                }
         })
 }
 
@@ -434,7 +506,7 @@ mod tests {
             shown("b0", "assistant", "Found it."),
             shown("c0", "user", "fix it"),
         ];
-        let out = c.compose(&input, &r2.messages);
+        let out = c.compose(&input, &[], &r2.messages);
         let raw: Vec<Outgoing> = r2
             .messages
             .iter()
@@ -459,7 +531,11 @@ mod tests {
             entry_id: None,
             ..shown("", "user", "# Context Capsule")
         };
-        let out = c.compose(&[capsule.clone(), shown("b0", "user", "kept")], &r.messages);
+        let out = c.compose(
+            &[capsule.clone(), shown("b0", "user", "kept")],
+            &[],
+            &r.messages,
+        );
         assert_eq!(
             out,
             vec![
@@ -480,7 +556,7 @@ mod tests {
         c.applied(&r.messages, 0, vec![ids("a", 1), ids("b", 1), ids("c", 1)]);
         let mut result = shown("c0", "tool", "long … [elided]");
         result.tool_call_id = Some("c1".into());
-        let out = c.compose(&[result.clone()], &r.messages);
+        let out = c.compose(&[result.clone()], &[], &r.messages);
         assert_eq!(out, vec![Outgoing::Rendered(result)]);
     }
 
@@ -550,6 +626,7 @@ mod tests {
         thinking.entry_id = Some("b0".into());
         let out = c.compose(
             &[capsule, thinking, shown("c0", "user", "kept")],
+            &[],
             &r.messages,
         );
         let items = provider_messages(Api::OpenAiResponses, out);
@@ -580,7 +657,7 @@ mod tests {
             entry_id: None,
             ..shown("", "user", "capsule")
         };
-        let out = c.compose(&[capsule, shown("a1", "user", "and now")], &r.messages);
+        let out = c.compose(&[capsule, shown("a1", "user", "and now")], &[], &r.messages);
         assert!(matches!(out[1], Outgoing::Rendered(_)));
         let msgs = provider_messages(Api::Anthropic, out);
         assert_eq!(msgs.len(), 1, "two user messages share one turn: {msgs:?}");
@@ -611,7 +688,7 @@ mod tests {
         let plan = c.plan(&r2.messages);
         assert_eq!(plan.append_from, 1);
         c.applied(&r2.messages, plan.append_from, vec![]);
-        let out = c.compose(&[shown("a0", "user", "kept")], &r2.messages);
+        let out = c.compose(&[shown("a0", "user", "kept")], &[], &r2.messages);
         assert_eq!(
             out,
             vec![Outgoing::Raw(json!({"content": "kept", "role": "user"}))]
@@ -619,7 +696,47 @@ mod tests {
         // A reply the agent has not resent is rendered, never taken from another request.
         c.replied(reply_entry("hello"), "b0".into());
         let reply = shown("b0", "assistant", "hello");
-        let out = c.compose(&[shown("a0", "user", "kept"), reply.clone()], &r2.messages);
+        let out = c.compose(
+            &[shown("a0", "user", "kept"), reply.clone()],
+            &[],
+            &r2.messages,
+        );
         assert_eq!(out[1], Outgoing::Rendered(reply));
+    }
+
+    #[test]
+    fn a_message_whose_content_the_daemon_left_out_goes_out_as_sent() {
+        let mut c = Conversation::new("s".into());
+        let r = request(json!([
+            {"role": "user", "content": "old"},
+            {"role": "user", "content": "kept"},
+        ]));
+        c.applied(&r.messages, 0, vec![ids("a", 1), ids("b", 1)]);
+        // Every message the agent sent is held: its content is logged as sent.
+        let held: Vec<Vec<String>> = c.held_runs(2).iter().map(|r| r.to_vec()).collect();
+        assert_eq!(held, vec![ids("a", 1), ids("b", 1)]);
+        // The daemon left out the content of the second message: the agent's message stands
+        // for it. The first, shown with other content, is rendered.
+        let left_out = ModelMessage {
+            content: Vec::new(),
+            ..shown("b0", "user", "")
+        };
+        let changed = shown("a0", "user", "old, shortened");
+        let out = c.compose(&[changed.clone(), left_out], &[1], &r.messages);
+        assert_eq!(
+            out,
+            vec![
+                Outgoing::Rendered(changed),
+                Outgoing::Raw(json!({"role": "user", "content": "kept"}))
+            ]
+        );
+        // A reply the agent has not resent yet is not held: its content must come back.
+        c.replied(reply_entry("done"), "c0".into());
+        assert_eq!(c.held_runs(2).len(), 2);
+        assert_eq!(
+            c.held_runs(3).len(),
+            2,
+            "the reply was not sent by the agent"
+        );
     }
 }

@@ -55,7 +55,12 @@ pub struct ReplyKeys(Vec<ReplyKey>);
 impl ReplyKeys {
     /// Keys of an assistant message from the entries it stands for.
     pub fn of(entries: &[Value]) -> ReplyKeys {
-        let mut keys = vec![ReplyKey::Content(content_fingerprint(entries))];
+        ReplyKeys::with_content(content_fingerprint(entries), entries)
+    }
+
+    /// [`ReplyKeys::of`] when the entries' content fingerprint is known already.
+    fn with_content(content: u64, entries: &[Value]) -> ReplyKeys {
+        let mut keys = vec![ReplyKey::Content(content)];
         let mut texts: Vec<&str> = Vec::new();
         for block in entries
             .iter()
@@ -106,13 +111,13 @@ impl Signature {
         let mut messages = Vec::with_capacity(chat.messages.len());
         let mut assistant = Vec::new();
         for m in &chat.messages {
-            messages.push(content_fingerprint(&m.entries));
+            messages.push(m.fingerprint);
             let from_assistant = m.entries.first().is_some_and(|e| {
                 e.get("type").and_then(Value::as_str) == Some("message")
                     && e.get("role").and_then(Value::as_str) == Some("assistant")
             });
             if from_assistant {
-                assistant.push(ReplyKeys::of(&m.entries));
+                assistant.push(ReplyKeys::with_content(m.fingerprint, &m.entries));
             }
         }
         Signature {
@@ -272,8 +277,9 @@ impl Registry {
         let Some(k) = self.known.get_mut(&id) else {
             return;
         };
-        k.trail.push(content_fingerprint(entries));
-        let keys = ReplyKeys::of(entries);
+        let content = content_fingerprint(entries);
+        k.trail.push(content);
+        let keys = ReplyKeys::with_content(content, entries);
         for key in &keys.0 {
             let owners = self.owners.entry(*key).or_default();
             if !owners.contains(&id) {

@@ -14,6 +14,7 @@ use futures::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderName, Method, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::Frame;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
@@ -843,9 +844,8 @@ impl Proxy {
             }
         }
         conv.applied(&chat.messages, plan.append_from, appended);
-        let input = rpc
-            .request(method::PREFLIGHT, json!({"sessionId": session}))
-            .await?;
+        let params = preflight_params(&session, conv, chat);
+        let input = rpc.request(method::PREFLIGHT, params).await?;
         Ok(Some(input))
     }
 
@@ -857,10 +857,14 @@ impl Proxy {
     ) -> (Bytes, usize) {
         let messages: Vec<ModelMessage> = input
             .get("messages")
-            .cloned()
-            .and_then(|m| serde_json::from_value(m).ok())
+            .and_then(|m| Vec::<ModelMessage>::deserialize(m).ok())
             .unwrap_or_default();
-        let outgoing = provider_messages(chat.api, conv.compose(&messages, &chat.messages));
+        let omitted: Vec<usize> = input
+            .get("omitted")
+            .and_then(|l| Vec::<usize>::deserialize(l).ok())
+            .unwrap_or_default();
+        let outgoing =
+            provider_messages(chat.api, conv.compose(&messages, &omitted, &chat.messages));
         let n = outgoing.len();
         (Bytes::from(chat.with_messages(outgoing).to_string()), n)
     }
@@ -945,7 +949,14 @@ impl Proxy {
             };
             // The provider counted more than SOBA did: learn its window, recover once, retry.
             let session = live.conv().session_id.clone();
-            let input = match recover_from_overflow(&rpc, &session, figures).await {
+            let input = match recover_from_overflow(
+                &rpc,
+                &session,
+                figures,
+                preflight_params(&session, live.conv(), &chat),
+            )
+            .await
+            {
                 Ok((compaction, input)) => {
                     note.compaction = Some(compaction);
                     input
@@ -970,7 +981,8 @@ impl Proxy {
                 if let Some(figures) = overflow::parse(status.as_u16(), &bytes) {
                     // The turn's one retry is spent; what the provider said still lowers the
                     // window for the turns after it.
-                    let why = recover_from_overflow(&rpc, &session, figures)
+                    let preflight = preflight_params(&session, live.conv(), &chat);
+                    let why = recover_from_overflow(&rpc, &session, figures, preflight)
                         .await
                         .err()
                         .unwrap_or_default();
@@ -1279,6 +1291,7 @@ async fn recover_from_overflow(
     rpc: &RpcClient,
     session: &str,
     figures: soba_core::window::OverflowFigures,
+    preflight: Value,
 ) -> Result<(String, Value), String> {
     let mut params = json!({"sessionId": session});
     if let Some(w) = figures.provider_window {
@@ -1301,7 +1314,7 @@ async fn recover_from_overflow(
         return Err(overflow::not_recovered(&compaction));
     }
     let input = rpc
-        .request(method::PREFLIGHT, json!({"sessionId": session}))
+        .request(method::PREFLIGHT, preflight)
         .await
         .map_err(|e| format!("overflow: no input after the recovery: {}", e.message))?;
     let outcome = compaction
@@ -1309,6 +1322,13 @@ async fn recover_from_overflow(
         .and_then(Value::as_str)
         .unwrap_or("?");
     Ok((format!("{outcome} (overflow)"), input))
+}
+
+/// `soba/preflight` for a conversation's session: the messages the agent resent come back
+/// without their content where the model input shows them as sent (the request holds it), so
+/// the daemon hop carries what the daemon decided, not the history again.
+fn preflight_params(session: &str, conv: &Conversation, chat: &ChatRequest) -> Value {
+    json!({"sessionId": session, "omitContentOf": conv.held_runs(chat.messages.len())})
 }
 
 /// `completed (hard_limit, model)`; a fallback also says why the model was not used.

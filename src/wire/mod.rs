@@ -63,7 +63,9 @@ impl Api {
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
     pub api: Api,
-    /// The whole body; the upstream request is this with its messages replaced.
+    /// The body as sent but for its history (`messages`; Responses: `input`), which was
+    /// moved into `preamble` and `messages` (an empty list stands in its place): the upstream
+    /// request is this with the history put back as the model input has it.
     pub body: Map<String, Value>,
     pub model: Option<String>,
     pub stream: bool,
@@ -80,14 +82,14 @@ impl ChatRequest {
     pub fn parse(api: Api, body: &[u8]) -> Result<ChatRequest, BadRequest> {
         let value: Value = serde_json::from_slice(body)
             .map_err(|e| BadRequest(format!("the request body is not JSON: {e}")))?;
-        let Value::Object(body) = value else {
+        let Value::Object(mut body) = value else {
             return Err(BadRequest("the request body must be a JSON object".into()));
         };
         let (system, preamble, messages) = match api {
-            Api::OpenAiChat => openai_messages(&body)?,
-            Api::Anthropic => anthropic_messages(&body)?,
+            Api::OpenAiChat => openai_messages(&mut body)?,
+            Api::Anthropic => anthropic_messages(&mut body)?,
             Api::OpenAiResponses => {
-                let input = self::responses::parse_input(&body)?;
+                let input = self::responses::parse_input(&mut body)?;
                 (input.system, input.preamble, input.messages)
             }
         };
@@ -131,39 +133,39 @@ impl ChatRequest {
 /// System prompt, preamble and messages of a request.
 type Split = (String, Vec<Value>, Vec<Incoming>);
 
-fn messages_array(body: &Map<String, Value>) -> Result<&Vec<Value>, BadRequest> {
-    match body.get("messages") {
-        Some(Value::Array(messages)) => Ok(messages),
+/// The request's messages, taken out of `body` (an empty list is left in their place), not
+/// copied: a request's history is read once.
+fn take_messages(body: &mut Map<String, Value>) -> Result<Vec<Value>, BadRequest> {
+    match body.get_mut("messages") {
+        Some(Value::Array(messages)) => Ok(std::mem::take(messages)),
         _ => Err(BadRequest(
             "the request has no `messages` array; send a chat request".into(),
         )),
     }
 }
 
-fn openai_messages(body: &Map<String, Value>) -> Result<Split, BadRequest> {
-    let messages = messages_array(body)?;
+fn openai_messages(body: &mut Map<String, Value>) -> Result<Split, BadRequest> {
+    let messages = take_messages(body)?;
     let mut preamble = Vec::new();
     let mut system = String::new();
     let mut out = Vec::with_capacity(messages.len());
     let mut leading = true;
-    for (i, m) in messages.iter().enumerate() {
+    for (i, m) in messages.into_iter().enumerate() {
         let role = m.get("role").and_then(Value::as_str).unwrap_or("");
         if leading && (role == "system" || role == "developer") {
             push_line(&mut system, &openai_text(m.get("content")));
-            preamble.push(m.clone());
+            preamble.push(m);
             continue;
         }
         leading = false;
-        out.push(Incoming {
-            raw: m.clone(),
-            entries: openai_entries(m).map_err(|e| at(i, e))?,
-        });
+        let entries = openai_entries(&m).map_err(|e| at(i, e))?;
+        out.push(Incoming::new(m, entries));
     }
     Ok((system, preamble, out))
 }
 
-fn anthropic_messages(body: &Map<String, Value>) -> Result<Split, BadRequest> {
-    let messages = messages_array(body)?;
+fn anthropic_messages(body: &mut Map<String, Value>) -> Result<Split, BadRequest> {
+    let messages = take_messages(body)?;
     let mut system = String::new();
     match body.get("system") {
         Some(Value::String(s)) => system.push_str(s),
@@ -177,11 +179,9 @@ fn anthropic_messages(body: &Map<String, Value>) -> Result<Split, BadRequest> {
         _ => {}
     }
     let mut out = Vec::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        out.push(Incoming {
-            raw: m.clone(),
-            entries: anthropic_entries(m).map_err(|e| at(i, e))?,
-        });
+    for (i, m) in messages.into_iter().enumerate() {
+        let entries = anthropic_entries(&m).map_err(|e| at(i, e))?;
+        out.push(Incoming::new(m, entries));
     }
     Ok((system, Vec::new(), out))
 }
@@ -215,7 +215,37 @@ pub fn fingerprint(parts: &[&str]) -> u64 {
 /// and it is still the same message; any other edit makes it another.
 pub fn content_fingerprint(entries: &[Value]) -> u64 {
     let folded = whitespace_folded(entries);
-    fingerprint(&[&serde_json::to_string(folded.as_ref()).unwrap_or_default()])
+    // Hashed as it is serialized: the same value as `fingerprint` of the JSON text, without
+    // building the text (a copy of the message) first.
+    let mut hasher = Fnv1a(0xcbf2_9ce4_8422_2325);
+    if serde_json::to_writer(&mut hasher, folded.as_ref()).is_err() {
+        hasher = Fnv1a(0xcbf2_9ce4_8422_2325);
+    }
+    hasher.eat(0xff);
+    hasher.0
+}
+
+/// FNV-1a over the bytes written to it.
+struct Fnv1a(u64);
+
+impl Fnv1a {
+    fn eat(&mut self, b: u8) {
+        self.0 ^= u64::from(b);
+        self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+}
+
+impl std::io::Write for Fnv1a {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for &b in buf {
+            self.eat(b);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `text` with every run of whitespace as one space and none at either end.
@@ -1083,6 +1113,37 @@ pub fn error_body(api: Api, kind: &str, message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_content_fingerprint_hashes_the_entries_json_text_without_building_it() {
+        let entries = vec![
+            json!({"type": "message", "role": "user", "content": [{"type": "text", "text": "a  b\nc"}]}),
+            json!({"type": "tool_result", "callId": "c1", "content": [{"type": "text", "text": "x\ty"}]}),
+        ];
+        let mut folded = entries.clone();
+        folded[0]["content"][0]["text"] = json!("a b c");
+        let text = serde_json::to_string(&folded).unwrap();
+        assert_eq!(content_fingerprint(&entries), fingerprint(&[&text]));
+        assert_ne!(
+            content_fingerprint(&entries),
+            content_fingerprint(&entries[..1])
+        );
+    }
+
+    #[test]
+    fn the_history_is_taken_out_of_the_body_and_put_back_in_its_place() {
+        let body = json!({"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}], "stream": true});
+        let chat = ChatRequest::parse(Api::OpenAiChat, body.to_string().as_bytes()).unwrap();
+        assert_eq!(chat.body["messages"], json!([]), "not a second copy");
+        let out = chat.with_messages(vec![json!({"role": "user", "content": "hi"})]);
+        let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            ["model", "messages", "stream"],
+            "the key order the agent sent"
+        );
+        assert_eq!(out["messages"], body["messages"]);
+    }
 
     #[test]
     fn whitespace_folds_to_single_spaces_and_folded_text_is_borrowed() {

@@ -34,8 +34,9 @@ pub struct ResponsesInput {
     pub messages: Vec<Incoming>,
 }
 
-/// Read `instructions` and `input` (text, or a list of items).
-pub fn parse_input(body: &Map<String, Value>) -> Result<ResponsesInput, BadRequest> {
+/// Read `instructions` and `input` (text, or a list of items). The items are taken out of
+/// `body` (an empty list is left in their place), not copied: a request's history is read once.
+pub fn parse_input(body: &mut Map<String, Value>) -> Result<ResponsesInput, BadRequest> {
     let mut system = String::new();
     match body.get("instructions") {
         Some(Value::String(s)) => system.push_str(s),
@@ -46,12 +47,12 @@ pub fn parse_input(body: &Map<String, Value>) -> Result<ResponsesInput, BadReque
             ))
         }
     }
-    let items = match body.get("input") {
+    let items = match body.get_mut("input") {
         Some(Value::String(text)) => vec![json!({
             "type": "message", "role": "user",
             "content": [{"type": "input_text", "text": text}],
         })],
-        Some(Value::Array(items)) => items.clone(),
+        Some(Value::Array(items)) => std::mem::take(items),
         _ => {
             return Err(BadRequest(
                 "the request has no `input`; send the conversation as `input` text or items".into(),
@@ -71,7 +72,7 @@ pub fn parse_input(body: &Map<String, Value>) -> Result<ResponsesInput, BadReque
         leading = false;
         let entries =
             item_entries(&item).map_err(|e| BadRequest(format!("input[{i}]: {}", e.0)))?;
-        messages.push(Incoming { raw: item, entries });
+        messages.push(Incoming::new(item, entries));
     }
     Ok(ResponsesInput {
         system,
@@ -631,7 +632,7 @@ mod tests {
 
     #[test]
     fn codex_items_become_entries_and_the_developer_message_joins_the_instructions() {
-        let parsed = parse_input(&codex_body()).unwrap();
+        let parsed = parse_input(&mut codex_body()).unwrap();
         assert_eq!(
             parsed.system,
             "You are Codex.\n<permissions instructions>\nApproval policy is currently never."
@@ -674,7 +675,7 @@ mod tests {
     #[test]
     fn text_input_and_the_sdks_short_messages_are_user_messages() {
         let body = json!({"model": "m", "input": "hi"});
-        let parsed = parse_input(body.as_object().unwrap()).unwrap();
+        let parsed = parse_input(&mut body.as_object().unwrap().clone()).unwrap();
         assert_eq!(
             parsed.messages[0].entries,
             vec![
@@ -682,14 +683,18 @@ mod tests {
             ]
         );
         let body = json!({"model": "m", "input": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hey"}]});
-        let parsed = parse_input(body.as_object().unwrap()).unwrap();
+        let parsed = parse_input(&mut body.as_object().unwrap().clone()).unwrap();
         assert_eq!(parsed.messages[1].entries[0]["role"], "assistant");
         assert_eq!(parsed.messages[1].entries[0]["content"][0]["text"], "hey");
     }
 
     #[test]
     fn bad_requests_say_what_to_send() {
-        let err = |body: Value| parse_input(body.as_object().unwrap()).unwrap_err().0;
+        let err = |body: Value| {
+            parse_input(&mut body.as_object().unwrap().clone())
+                .unwrap_err()
+                .0
+        };
         assert!(err(json!({"model": "m"})).contains("no `input`"));
         assert!(err(json!({"input": "x", "instructions": 3}))
             .contains("`instructions` must be a string"));
@@ -867,7 +872,7 @@ mod tests {
     fn items_kept_in_the_log_render_back_to_the_same_items() {
         // Through the log's block type: what the capsule path renders when an item is not
         // sent raw.
-        let parsed = parse_input(&codex_body()).unwrap();
+        let parsed = parse_input(&mut codex_body()).unwrap();
         let messages: Vec<ModelMessage> = parsed
             .messages
             .iter()

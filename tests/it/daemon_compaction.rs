@@ -743,6 +743,8 @@ async fn capsules_are_created_listed_exported_and_loaded() {
     assert_eq!(row["trigger"], "handoff");
     assert_eq!(row["origin"], "session");
     assert_eq!(row["title"], "handoff auth work");
+    // One size for the capsule wherever it is shown: the toast's and the list's agree.
+    assert_eq!(row["tokens"]["capsule"], created["tokens"], "{list}");
 
     let out = e.workspace.join("handoff.capsule.md");
     let exported = c

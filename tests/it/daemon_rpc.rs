@@ -960,3 +960,48 @@ async fn a_reopened_session_takes_recorded_counts_and_recounts_a_damaged_file() 
         "written afresh: {records:?}"
     );
 }
+
+#[tokio::test]
+async fn preflight_leaves_out_the_content_of_runs_the_client_holds_only_where_shown_whole() {
+    let e = env();
+    let c = connect(&e.daemon);
+    c.initialize(&[&e.workspace], false).await;
+    let id = open(&c, &e.workspace).await;
+    let appended = c
+        .request(
+            "soba/session/append",
+            json!({"sessionId": id, "entries": [user("first"), user("second"), user("third")]}),
+        )
+        .await;
+    let ids: Vec<String> = serde_json::from_value(appended["entryIds"].clone()).unwrap();
+    // Without the ask, every message has its content and nothing is said to be left out.
+    let plain = c.request("soba/preflight", json!({"sessionId": id})).await;
+    assert!(plain.get("omitted").is_none(), "{plain}");
+    assert_eq!(plain["messages"][0]["content"][0]["text"], "first");
+    // A run shown whole loses its content; one that names an entry the input does not show
+    // in that order (here: a run of the second and first) keeps it, and so does one it does
+    // not name.
+    let r = c
+        .request(
+            "soba/preflight",
+            json!({"sessionId": id, "omitContentOf": [[ids[0]], [ids[1], ids[0]], ["e_unknown"]]}),
+        )
+        .await;
+    assert_eq!(r["omitted"], json!([0]), "{r}");
+    assert_eq!(r["messages"][0]["content"], json!([]));
+    assert_eq!(r["messages"][0]["entryId"], ids[0].as_str());
+    assert_eq!(r["messages"][1]["content"][0]["text"], "second");
+    assert_eq!(r["messages"][2]["content"][0]["text"], "third");
+    assert_eq!(
+        r["tokens"], plain["tokens"],
+        "the budget is the same either way"
+    );
+    // A run of two consecutive messages shown whole: both left out.
+    let r = c
+        .request(
+            "soba/preflight",
+            json!({"sessionId": id, "omitContentOf": [[ids[1], ids[2]]]}),
+        )
+        .await;
+    assert_eq!(r["omitted"], json!([1, 2]), "{r}");
+}

@@ -20,6 +20,7 @@ mod daemon_races;
 mod daemon_rpc;
 mod demo;
 mod explicit_compact;
+mod followed_agent;
 mod foreign_compaction;
 mod fuzz_regressions;
 mod idle_sessions;

@@ -255,6 +255,27 @@ fn completion_leaves_one_persistent_line_with_trigger_tokens_reclaimed_and_check
 }
 
 #[test]
+fn a_compactions_duration_covers_its_planning_and_its_generation() {
+    let mut h = Agent::new();
+    for _ in 0..12 {
+        h.turn(4000);
+    }
+    let settings = h.settings();
+    let b = settings.barrier();
+    let mut plan = b.explicit(&mut h.log, None).unwrap().unwrap();
+    // The barrier timed the planning; a fixed figure makes the sum checkable.
+    plan.planning_ms = 40;
+    let r = commit(&mut h.log, &plan, generate_local(&plan), false, 7).unwrap();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!((r.planning_ms, r.generation_ms), (40, 7));
+    assert_eq!(r.duration_ms, 47, "durationMs is planning + generation");
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["planningMs"], 40);
+    assert_eq!(json["generationMs"], 7);
+    assert_eq!(json["durationMs"], 47);
+}
+
+#[test]
 fn an_abort_never_appends_a_late_capsule() {
     let mut h = Agent::new();
     for _ in 0..12 {

@@ -101,6 +101,32 @@ local function claude_session(workspace, id)
     append(session.file, { response({ { type = 'text', text = text } }, input_tokens) })
   end
 
+  --- Claude Code compacting its own context: the `compact_boundary` record (a new root, its
+  --- logical parent the last record) and the summary it continues from.
+  function session.compact(pre_tokens, summary)
+    local boundary = string.format('cb%s-%d', id, session.turn)
+    append(session.file, {
+      {
+        type = 'system',
+        subtype = 'compact_boundary',
+        uuid = boundary,
+        parentUuid = vim.NIL,
+        logicalParentUuid = session.parent,
+        sessionId = id,
+        cwd = workspace,
+        timestamp = os.date('!%Y-%m-%dT%H:%M:%SZ'),
+        compactMetadata = { trigger = 'auto', preTokens = pre_tokens },
+      },
+    })
+    session.parent = boundary
+    local rec = record('user', { role = 'user', content = 'This session is being continued from a previous conversation. ' .. summary })
+    rec.isCompactSummary = true
+    -- Its own uuid: the prompt of this turn already has the one `record` gives.
+    rec.uuid = 's' .. boundary
+    session.parent = rec.uuid
+    append(session.file, { rec })
+  end
+
   --- A response calling Bash, then its result: about `result_tokens` tokens of output.
   function session.tool_call(command, input_tokens, result_tokens)
     session.turn = session.turn + 1
@@ -130,8 +156,15 @@ local function imported_budget(transcript)
   return vim.json.decode(measured.stdout)
 end
 
+--- Where Claude Code compacts itself for the budget's model: its window less what it keeps for
+--- output (at most 20k) less its 13k auto-compact buffer.
+local function claude_code_compacts_at(budget)
+  return budget.contextWindow - math.min(budget.maxOutputTokens, 20000) - 13000
+end
+
+--- The statusline of a followed Claude Code session: measured against where it compacts itself.
 local function text_of(budget)
-  return format.tokens(budget.effectiveTokens) .. ' / ' .. format.tokens(budget.hardLimit)
+  return format.tokens(budget.effectiveTokens) .. ' / ' .. format.tokens(claude_code_compacts_at(budget))
 end
 
 local function wait_for(what, predicate, ms)
@@ -343,6 +376,17 @@ describe('a running agent in the statusline', function()
       '# What SOBA would send after rewinding',
       vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://preview'), 0, 1, false)[1]
     )
+    -- One basis with the statusline: the preview's "before" is the budget's total, and its
+    -- "after" keeps what is not in the log.
+    local sizes
+    for _, line in ipairs(vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://preview'), 0, -1, false)) do
+      sizes = sizes or { line:match('^(%S+) → (%S+) tokens, ') }
+      if #sizes == 0 then
+        sizes = nil
+      end
+    end
+    assert.is_truthy(sizes, 'the sizes line')
+    assert.are.equal(string.format('%.1fk', soba.report().effectiveTokens / 1000), sizes[1])
     assert.are.equal(report.effectiveTokens, soba.report().effectiveTokens)
     vim.cmd('bwipeout! soba://preview')
     -- What fills the window says who compacts, not where SOBA would start.
@@ -373,11 +417,23 @@ describe('a running agent in the statusline', function()
       return r ~= nil and r.sessionId == 'claude-code-c0ffee'
     end, soba.BUDGET_RETRY_MS + WAIT_MS)
     assert.are_not.equal('claude-opus-4-5', soba.report().model, 'no record named the model yet')
+    -- No limits before the model is known, and none of another model's.
+    assert.matches(' · model not known yet$', soba.statusline())
+    assert.are.equal('normal', format.severity(soba.report()))
+    local early = table.concat(format.budget_lines(soba.report()), '\n')
+    assert.matches('^Context budget: %S+ tokens, model not known yet\n', early)
+    assert.matches("model not known yet: Claude Code's first response names it", early)
+    assert.is_nil(early:find(soba.report().model, 1, true), early)
 
     agent.answer('Refactored.', 3000)
-    statusline_shows('3k / 127.8k', "Opus's hard limit (200k − 64k − 8192), not the default model's")
+    statusline_shows('3k / 167k', 'where Claude Code compacts with Opus (200k − 20k − 13k)')
     assert.are.equal('claude-opus-4-5', soba.report().model)
     assert.are.equal(200000, soba.report().contextWindow)
+    assert.are.equal(127808, soba.report().hardLimit, "SOBA's own hard limit is Opus's (200k − 64k − 8192)")
+    assert.are.equal(
+      "Claude Code compacts at ~167.0k (claude-opus-4-5); SOBA's hard limit 127.8k",
+      format.budget_lines(soba.report())[2]
+    )
 
     -- The user switches the agent to a model with a smaller output reserve.
     agent.model = 'claude-opus-4-1'
@@ -385,9 +441,42 @@ describe('a running agent in the statusline', function()
     -- The figure is the provider's 4k plus the growth allowance its reports teach (unseen context).
     wait_for("the new model's hard limit (200k − 32k − 8192)", function()
       local r = soba.report()
-      return soba.statusline():find(' / 159.8k', 1, true) ~= nil and r.effectiveTokens >= 4000
+      return r.hardLimit == 159808 and r.effectiveTokens >= 4000
     end)
     assert.are.equal('claude-opus-4-1', soba.report().model)
+    assert.matches(' / 167k$', soba.statusline())
+    running:close()
+  end)
+
+  it("colours by the agent's own threshold and shows its own compaction as the last one", function()
+    local workspace = tmp .. '/compacting_app'
+    vim.fn.mkdir(workspace .. '/.git', 'p')
+    workspace = vim.uv.fs_realpath(workspace)
+    local agent = claude_session(workspace, 'c0d3c0')
+    agent.prompt('read the whole codebase', 150000)
+    local running = assert(io.open(agent.file, 'r'))
+    open_workspace('compacting_app')
+    local big = imported_budget(agent.file)
+    assert.is_true(big.effectiveTokens > big.hardLimit, big.effectiveTokens .. ' / ' .. big.hardLimit)
+    statusline_shows(text_of(big), "the budget against Claude Code's own threshold")
+    -- Past SOBA's hard limit, under the agent's own threshold: healthy, no red.
+    assert.are.equal('%#SobaBudgetOk#' .. text_of(big) .. '%*', soba.statusline_hl())
+    assert.are.equal('Last compaction: none yet', format.budget_lines(soba.report())[#format.budget_lines(soba.report())])
+
+    agent.compact(150000, 'The codebase is read.')
+    agent.prompt('now fix the failing test', 21000)
+    wait_for("Claude Code's own compaction as the last one", function()
+      local lines = format.budget_lines(soba.report())
+      return lines[#lines]:find("^Last compaction: Claude Code's own %(auto%): 150k → summary ") ~= nil
+    end)
+    vim.cmd('Soba capsule show')
+    wait_for('the capsule buffer', function()
+      return vim.fn.bufnr('soba://capsule') ~= -1
+    end)
+    local shown = vim.api.nvim_buf_get_lines(vim.fn.bufnr('soba://capsule'), 0, -1, false)
+    assert.matches("^<!%-%- Claude Code's own compaction summary %(auto, ", shown[1])
+    assert.is_truthy(table.concat(shown, '\n'):find('The codebase is read.', 1, true))
+    vim.cmd('bwipeout! soba://capsule')
     running:close()
   end)
 

@@ -106,6 +106,69 @@ describe('format', function()
     assert.are.equal('Auto-compact: on', format.budget_lines(driven)[6])
   end)
 
+  it("shows a followed agent as it sees itself: its threshold, SOBA's hard limit as SOBA's, its own compaction", function()
+    local control = { compactedBy = 'agent', agent = 'claude-code', note = 'Claude Code compacts this session itself; SOBA follows it.' }
+    local early = report({
+      effectiveTokens = 30,
+      hardLimit = 103400,
+      model = 'gpt-4o',
+      control = control,
+      followed = {
+        modelSource = 'unknown',
+        compactsAtBasis = "Claude Code's threshold depends on its model",
+        text = "model not known yet: Claude Code's first response names it; no limits are shown until then",
+      },
+    })
+    assert.are.equal('30 · model not known yet', format.status_text(early))
+    assert.are.equal('normal', format.severity(early))
+    local lines = table.concat(format.budget_lines(early), '\n')
+    assert.is_nil(lines:find('gpt-4o', 1, true), lines)
+    assert.is_nil(lines:find('103.4k', 1, true), lines)
+
+    local known = report({
+      effectiveTokens = 150000,
+      hardLimit = 127800,
+      model = 'claude-sonnet-4-5',
+      control = control,
+      followed = {
+        model = 'claude-sonnet-4-5',
+        modelSource = 'transcript',
+        compactsAt = 167000,
+        compactsAtBasis = 'Claude Code auto-compacts 13.0k below its usable window',
+        text = "Claude Code compacts at ~167.0k (claude-sonnet-4-5); SOBA's hard limit 127.8k",
+        lastCompaction = { entryId = 'e_cb', ts = '2026-12-01T10:05:00Z', trigger = 'auto', tokensBefore = 150000, summaryTokens = 2200 },
+      },
+    })
+    assert.are.equal('150k / 167k', format.status_text(known))
+    assert.are.equal('normal', format.severity(known), "past SOBA's hard limit, under the agent's own threshold")
+    assert.are.equal('warning', format.severity(vim.tbl_extend('force', known, { effectiveTokens = 167000 })))
+    local budget = format.budget_lines(known)
+    assert.are.equal('Context budget: 150k / 167k tokens (90% of where Claude Code compacts)', budget[1])
+    assert.are.equal("Claude Code compacts at ~167.0k (claude-sonnet-4-5); SOBA's hard limit 127.8k", budget[2])
+    assert.are.equal("Last compaction: Claude Code's own (auto): 150k → summary 2.2k, 2026-12-01T10:05:00Z", budget[#budget])
+  end)
+
+  it("shows a followed agent's own summary as the capsule in force, and counts what is not in the log by kind", function()
+    local ctx = {
+      sessionId = 's_1',
+      effectiveTokens = 62228,
+      hardLimit = 127800,
+      softLimit = 102200,
+      source = 'provider_usage',
+      control = { compactedBy = 'agent', agent = 'claude-code', note = 'Claude Code compacts this session itself; SOBA follows it.' },
+      breakdown = { system = 0, tools = 0, capsule = 2200, retainedTail = 0, newEntries = 5756 },
+      byKind = { system = 0, toolSchemas = 0, capsule = 2200, userMessages = 1000, assistantMessages = 1756, fileReads = 2000, toolOutputs = 1000 },
+      largest = {},
+      capsule = vim.NIL,
+      agentSummary = { entryId = 'e_cb', agent = 'claude-code', trigger = 'auto', ts = 't', tokens = 2200, text = 'The parser is done.' },
+    }
+    local lines = format.context_lines(ctx)
+    local text = table.concat(lines, '\n')
+    local by_kind = text:match('By kind\n(.-)\n\nLargest')
+    assert.is_truthy(by_kind and by_kind:find('Not in the log', 1, true), text)
+    assert.are.equal("Capsule in force: Claude Code's own compaction summary (auto, e_cb, 2.2k tokens): :Soba capsule show", lines[#lines])
+  end)
+
   it('lists a checkpoint by title or by what made it, never as nil', function()
     local c = {
       checkpointId = 'ck_1',
@@ -113,13 +176,14 @@ describe('format', function()
       trigger = 'auto_threshold',
       quality = 'degraded',
       origin = 'session',
-      tokens = { before = 41200, after = 2200 },
+      tokens = { before = 41200, after = 2200, capsule = 1500 },
     }
-    assert.are.equal('compaction (auto threshold)  ck_1 · degraded · 41.2k → 2.2k tokens', format.checkpoint_item(c))
+    -- The capsule's own size, as its creation's notice and `:Soba capsule list` give it.
+    assert.are.equal('compaction (auto threshold)  ck_1 · degraded · 1.5k tokens', format.checkpoint_item(c))
     c.title = nil
     assert.is_nil(format.checkpoint_item(c):find('nil'))
     c.trigger, c.title = 'handoff', 'Parser hand-off'
-    assert.are.equal('Parser hand-off  ck_1 · degraded · 41.2k → 2.2k tokens', format.checkpoint_item(c))
+    assert.are.equal('Parser hand-off  ck_1 · degraded · 1.5k tokens', format.checkpoint_item(c))
     c.title, c.origin = '', 'loaded'
     assert.matches('^loaded capsule  ck_1', format.checkpoint_item(c))
     c.origin, c.trigger = 'session', 'user'
@@ -257,8 +321,8 @@ describe('format', function()
     }, lines)
     assert.are.same({ 'No capsules in the active session yet.' }, format.capsule_lines({}))
     assert.are.same(
-      { 'ck_7  Auth hand-off  manual · model · 3.1k tokens · loaded' },
-      format.capsule_lines({ { checkpointId = 'ck_7', title = 'Auth hand-off', trigger = 'manual', quality = 'model', ts = 't', tokens = { before = 40000, after = 3100 }, origin = 'loaded' } })
+      { 'ck_7  Auth hand-off  manual · model · 2.4k tokens · loaded' },
+      format.capsule_lines({ { checkpointId = 'ck_7', title = 'Auth hand-off', trigger = 'manual', quality = 'model', ts = 't', tokens = { before = 40000, after = 3100, capsule = 2400 }, origin = 'loaded' } })
     )
   end)
 

@@ -409,8 +409,17 @@ test('a Claude Code running in the workspace shows its budget once the SOBA sess
   // Claude Code's project folder: the workspace path with every non-alphanumeric character as `-`.
   const project = mk('claude', 'projects', workspace.replace(/[^A-Za-z0-9]/g, '-'));
   const transcript = path.join(project, 'e2e0c1.jsonl');
-  fs.writeFileSync(transcript, claudeExchange(workspace, 0, 42_000));
+  // Claude Code has written the user's prompt, not its first response: nothing names its model.
+  const [prompt, response] = claudeExchange(workspace, 0, 42_000).split(/(?<=\n)/);
+  fs.writeFileSync(transcript, prompt);
   // The extension asks again every few seconds while it shows nothing; the daemon then follows it.
+  const early = await until('the transcript followed before its first response', async () => {
+    const s = await statusItem();
+    return s && /model not known yet$/.test(s.text) ? s : undefined;
+  });
+  await screenshot('followed-before-first-response');
+  assert.doesNotMatch(early.text, / \/ /, 'no limits before the model is known, and none of another model');
+  fs.appendFileSync(transcript, response);
   const item = await until('the followed transcript\'s budget', async () => {
     const s = await statusItem();
     return s && /\b42k \/ \d/.test(s.text) ? s : undefined;
@@ -452,6 +461,9 @@ test('for the Claude Code SOBA follows, the tooltip says who compacts and Compac
   await screenshot('followed-tooltip');
   assert.match(hover, /Claude Code compacts this session itself; SOBA follows it\./);
   assert.doesNotMatch(hover, /compacts before the next response/);
+  // The bar stands against the agent's own threshold; SOBA's hard limit is named as SOBA's.
+  assert.match(hover, /Claude Code compacts at ~167\.0k \(claude-sonnet-4-5\); SOBA's hard limit \d/);
+  assert.match((await statusItem()).text, /\b64k \/ 167k$/);
   await page.mouse.move(700, 400);
 
   await palette('SOBA: Compact Context');
@@ -479,4 +491,46 @@ test('for the Claude Code SOBA follows, the tooltip says who compacts and Compac
   await screenshot('followed-show-context');
   assert.equal(open.filter((t) => t.includes('SOBA Context')).length, 1, `one context tab: ${open.join(' | ')}`);
   assert.ok(!open.some((t) => /Untitled/.test(t)), `no Untitled document: ${open.join(' | ')}`);
+});
+
+test("Claude Code's own compaction is the last compaction, and View Current Capsule shows its summary", async () => {
+  await page.keyboard.press('Escape');
+  const project = path.join(tmp, 'claude', 'projects', workspace.replace(/[^A-Za-z0-9]/g, '-'));
+  const transcript = path.join(project, 'e2e0c1.jsonl');
+  const now = new Date().toISOString();
+  const boundary = { type: 'system', subtype: 'compact_boundary', uuid: 'cb', parentUuid: null, logicalParentUuid: 'a3', sessionId: 'e2e0c1', cwd: workspace, timestamp: now, compactMetadata: { trigger: 'auto', preTokens: 64_000 } };
+  const summary = {
+    type: 'user', uuid: 'cs', parentUuid: 'cb', sessionId: 'e2e0c1', cwd: workspace, timestamp: now, isCompactSummary: true,
+    message: { role: 'user', content: 'This session is being continued from a previous conversation. The e2e parser work is done.' },
+  };
+  const next = claudeExchange(workspace, 4, 9_000).replace('"parentUuid":"a3"', '"parentUuid":"cs"');
+  fs.appendFileSync(transcript, `${JSON.stringify(boundary)}\n${JSON.stringify(summary)}\n${next}`);
+  await until('the budget after the compaction', async () => {
+    const s = await statusItem();
+    return s && /\b9k \/ 167k$/.test(s.text) ? s : undefined;
+  });
+  await page.mouse.move(700, 400);
+  await page.hover('.statusbar-item[id*="soba.budget"]');
+  const hover = await until("the tooltip naming Claude Code's own compaction", () =>
+    page.evaluate(() =>
+      [...document.querySelectorAll('.monaco-hover, .workbench-hover, .custom-hover')]
+        .map((e) => e.innerText)
+        .find((t) => t.includes("Last compaction: Claude Code's own (auto): 64k → summary")),
+    ),
+  );
+  await screenshot('followed-own-compaction-tooltip');
+  assert.doesNotMatch(hover, /Last compaction: none yet/);
+  await page.mouse.move(700, 400);
+
+  await palette('SOBA: View Current Capsule');
+  const text = await until('the capsule document', () =>
+    page.evaluate(() =>
+      [...document.querySelectorAll('.monaco-editor .view-lines')]
+        // Long lines wrap in the editor: one space for every run of white space.
+        .map((e) => e.innerText.replace(/\s+/g, ' '))
+        .find((t) => t.includes('The e2e parser work is done.')),
+    ),
+  );
+  await screenshot('followed-own-compaction-capsule');
+  assert.match(text, /Claude Code's own compaction summary \(auto, /);
 });

@@ -103,7 +103,8 @@ export function checkpointItem(c: CapsuleSummary, now: Date): PickItem<CapsuleSu
   return {
     label: c.title || made,
     description: when,
-    detail: `${c.checkpointId} · ${c.title ? `${made} · ` : ''}${c.quality} · ${formatTokens(c.tokens.before)} → ${formatTokens(c.tokens.after)} tokens`,
+    // The capsule's own size, as the toast and the sidebar give it.
+    detail: `${c.checkpointId} · ${c.title ? `${made} · ` : ''}${c.quality} · ${formatTokens(c.tokens.capsule)} tokens`,
     value: c,
   };
 }

@@ -57,6 +57,8 @@ export function contextMarkdown(ctx: ContextResult): string {
     row('Tool outputs', ctx.byKind.toolOutputs, limit),
     row('Capsule', ctx.byKind.capsule, limit),
     row('System + tool schemas', ctx.byKind.system + ctx.byKind.toolSchemas, limit),
+    // The same rest as under "By part", so that the kinds too add up to the total.
+    ...(uncounted ? [row(uncounted.label, uncounted.tokens, limit)] : []),
     '',
     '## Largest entries',
     '',
@@ -71,7 +73,13 @@ export function contextMarkdown(ctx: ContextResult): string {
     }
   }
   lines.push('', '## Capsule in force', '');
-  if (ctx.capsule) {
+  const agent = ctx.agentSummary;
+  if (agent) {
+    lines.push(
+      `The ${agentLabel(agent.agent)}'s own compaction summary (${agent.trigger ?? 'compaction'}, \`${agent.entryId}\`), ` +
+        `${formatTokens(agent.tokens)} tokens: the agent's context starts from it. *SOBA: View Current Capsule* shows it.`,
+    );
+  } else if (ctx.capsule) {
     const c = ctx.capsule;
     lines.push(
       `\`${c.checkpointId}\`${c.title ? ` “${c.title}”` : ''}: ${c.trigger}, ${c.quality}, ${formatTokens(c.tokens)} tokens. ` +
@@ -83,8 +91,24 @@ export function contextMarkdown(ctx: ContextResult): string {
   return lines.join('\n') + '\n';
 }
 
-/** The capsule in force, as the model reads it, with a header naming it. */
+const AGENT_LABELS: Record<string, string> = { 'claude-code': 'Claude Code', codex: 'Codex', pi: 'pi' };
+
+function agentLabel(agent: string): string {
+  return AGENT_LABELS[agent] ?? agent;
+}
+
+/**
+ * The capsule in force, as the model reads it, with a header naming it: for a followed agent
+ * that compacted itself, its own summary, which its context starts from.
+ */
 export function capsuleDocument(ctx: ContextResult): string | undefined {
+  const agent = ctx.agentSummary;
+  if (agent) {
+    return (
+      `<!-- ${agentLabel(agent.agent)}'s own compaction summary (${agent.trigger ?? 'compaction'}, ${agent.entryId}, ${agent.ts}): ` +
+      `${formatTokens(agent.tokens)} tokens -->\n\n${agent.text}\n`
+    );
+  }
   const c = ctx.capsule;
   if (!c) return undefined;
   const title = c.title ? ` “${c.title}”` : '';

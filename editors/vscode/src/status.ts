@@ -16,15 +16,57 @@ function trimZero(fixed: string): string {
   return fixed.endsWith('.0') ? fixed.slice(0, -2) : fixed;
 }
 
-/** `31.2k / 48.8k`: the active session's effective tokens against the hard limit. */
+/** What a followed agent's model and threshold are, as the daemon sees them; absent for a driven session. */
+export type FollowedAgent = NonNullable<BudgetReport['followed']>;
+export type AgentCompaction = NonNullable<FollowedAgent['lastCompaction']>;
+
+/** The followed agent's own view of itself, for a session SOBA only follows. */
+export function followedAgent(report: BudgetReport): FollowedAgent | undefined {
+  return report.control?.compactedBy === 'agent' ? (report.followed ?? undefined) : undefined;
+}
+
+/** Before a followed agent's first response names its model: no limit is the agent's yet. */
+export function modelNotKnownYet(report: BudgetReport): boolean {
+  return followedAgent(report)?.modelSource === 'unknown';
+}
+
+/**
+ * The limit the bar measures against: for a followed agent, the threshold at which it compacts
+ * itself (SOBA's hard limit is SOBA's, not the agent's); otherwise SOBA's hard limit.
+ */
+export function barLimit(report: BudgetReport): number {
+  return followedAgent(report)?.compactsAt ?? report.hardLimit;
+}
+
+/**
+ * `31.2k / 48.8k`: the active session's effective tokens against the limit that matters: SOBA's
+ * hard limit, or where a followed agent compacts itself; `30 · model not known yet` before a
+ * followed agent has named its model, never another model's limits.
+ */
 export function statusText(report: BudgetReport): string {
-  return `${formatTokens(report.effectiveTokens)} / ${formatTokens(report.hardLimit)}`;
+  if (modelNotKnownYet(report)) return `${formatTokens(report.effectiveTokens)} · model not known yet`;
+  return `${formatTokens(report.effectiveTokens)} / ${formatTokens(barLimit(report))}`;
+}
+
+/** `31.2k / 48.8k tokens`, or `30 tokens, model not known yet`: the figure in a sentence. */
+export function budgetFigure(report: BudgetReport): string {
+  if (modelNotKnownYet(report)) return `${formatTokens(report.effectiveTokens)} tokens, model not known yet`;
+  return `${statusText(report)} tokens`;
 }
 
 export type Severity = 'normal' | 'warning' | 'error';
 
-/** Warning past the soft limit (auto-compaction territory), error at the hard limit. */
+/**
+ * Warning past the soft limit (auto-compaction territory), error at the hard limit. A followed
+ * agent is healthy under its own threshold and compacts itself at it: a warning there, never an
+ * error for SOBA's limit, and nothing while its model is not known.
+ */
 export function severity(report: BudgetReport): Severity {
+  const agent = followedAgent(report);
+  if (agent) {
+    if (agent.compactsAt == null) return 'normal';
+    return report.effectiveTokens >= agent.compactsAt ? 'warning' : 'normal';
+  }
   if (report.effectiveTokens >= report.hardLimit) return 'error';
   if (report.effectiveTokens > report.softLimit) return 'warning';
   return 'normal';
@@ -126,6 +168,32 @@ export function timeAgo(ts: string, now: Date): string {
   return `${Math.round(hours / 24)} days ago`;
 }
 
+const AGENT_NAMES: Record<string, string> = { 'claude-code': 'Claude Code', codex: 'Codex', pi: 'pi' };
+
+/** `Claude Code`, from the daemon's `claude-code`. */
+export function agentName(report: BudgetReport): string {
+  const agent = report.control?.agent;
+  return agent ? (AGENT_NAMES[agent] ?? agent) : 'the agent';
+}
+
+/** `Claude Code's own (auto): 150k → summary 2.2k, 5 min ago`: the agent's compaction of itself. */
+export function agentCompactionLine(name: string, c: AgentCompaction, now: Date): string {
+  const before = c.tokensBefore != null ? `${formatTokens(c.tokensBefore)} → ` : '';
+  const summary = c.summaryTokens != null ? `summary ${formatTokens(c.summaryTokens)}` : 'summary';
+  return `${name}'s own${c.trigger ? ` (${c.trigger})` : ''}: ${before}${summary}, ${timeAgo(c.ts, now)}`;
+}
+
+/**
+ * The session's last compaction, whoever made it: SOBA's capsule, or for a followed agent its
+ * own compaction when that came later (or SOBA wrote none).
+ */
+export function lastCompactionOf(report: BudgetReport, now: Date): string {
+  const own = followedAgent(report)?.lastCompaction ?? undefined;
+  const soba = report.lastCompaction;
+  if (own && (!soba || own.ts >= soba.ts)) return agentCompactionLine(agentName(report), own, now);
+  return lastCompactionLine(soba, now);
+}
+
 export function lastCompactionLine(last: LastCompaction | null, now: Date): string {
   if (!last) return 'none yet';
   const pct = reclaimedPercent(last.tokensBefore, last.tokensAfter);
@@ -169,15 +237,22 @@ export function followed(report: BudgetReport): boolean {
  * SOBA follows, the daemon's sentence says who compacts instead of SOBA's auto-compact promise.
  */
 export function tooltipLines(report: BudgetReport, now: Date): string[] {
+  const agent = followedAgent(report);
+  const limits = agent
+    ? // The agent's own threshold, with SOBA's hard limit named as SOBA's (or that no limit is
+      // known before its model is).
+      [agent.text, ...(agent.problems ?? [])]
+    : followed(report)
+      ? [`Soft limit: ${formatTokens(report.softLimit)}`]
+      : [`Soft limit: ${formatTokens(report.softLimit)} (auto-compaction starts past it)`];
+  const model = agent && agent.modelSource === 'unknown' ? 'model not known yet' : report.model;
   return [
-    `SOBA context budget: ${statusText(report)} tokens`,
-    followed(report)
-      ? `Soft limit: ${formatTokens(report.softLimit)}`
-      : `Soft limit: ${formatTokens(report.softLimit)} (auto-compaction starts past it)`,
-    `Measured: ${sourceLabel(report.source)} (${report.model}, ${countedWith(report)})`,
+    `SOBA context budget: ${budgetFigure(report)}`,
+    ...limits,
+    `Measured: ${sourceLabel(report.source)} (${model}, ${countedWith(report)})`,
     sourceExplanation(report),
     ...(followed(report) && report.control ? [report.control.note] : [autoCompactLine(report)]),
-    `Last compaction: ${lastCompactionLine(report.lastCompaction, now)}`,
+    `Last compaction: ${lastCompactionOf(report, now)}`,
     ...(report.compacting ? ['Compacting now…'] : []),
     ...(report.compactQueued && !report.compacting
       ? ["Compaction queued: it runs when the agent's current model call ends"]
@@ -187,6 +262,13 @@ export function tooltipLines(report: BudgetReport, now: Date): string[] {
 
 /** One line for *SOBA: Show Budget* and `:Soba budget`. */
 export function budgetSummary(report: BudgetReport): string {
+  const agent = followedAgent(report);
+  if (agent) {
+    // The agent's own threshold, SOBA's hard limit named as SOBA's; no limit before its model is known.
+    const at = agent.compactsAt;
+    const pct = at ? ` (${Math.round((report.effectiveTokens / at) * 100)}% of where ${agentName(report)} compacts)` : '';
+    return `Context budget: ${budgetFigure(report)}${pct}, ${sourceLabel(report.source)}; ${agent.text}`;
+  }
   const pct = report.hardLimit > 0 ? Math.round((report.effectiveTokens / report.hardLimit) * 100) : 0;
   return (
     `Context budget: ${statusText(report)} tokens (${pct}% of the hard limit), ` +

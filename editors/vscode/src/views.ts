@@ -1,7 +1,18 @@
 // View models for the sidebar: plain data the tree view adapter renders. No `vscode` import.
 
 import type { BudgetReport, CapsuleSummary, FlightRecord, Quality, SessionSummary } from './protocol';
-import { fallbackWhy, formatTokens, reclaimedPercent, sourceLabel, statusText, uncountedPart } from './status';
+import {
+  agentCompactionLine,
+  agentName,
+  fallbackWhy,
+  followedAgent,
+  formatTokens,
+  HANDOFF,
+  reclaimedPercent,
+  sourceLabel,
+  statusText,
+  uncountedPart,
+} from './status';
 
 export interface TreeNode {
   id: string;
@@ -37,7 +48,38 @@ export function sessionNodes(sessions: readonly SessionSummary[]): TreeNode[] {
   }));
 }
 
-export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
+/**
+ * The limits a followed agent lives by: where it compacts itself (or that its model is not known
+ * yet), SOBA's hard limit named as SOBA's, and the agent's own latest compaction.
+ */
+function followedLimitNodes(report: BudgetReport, now: Date): TreeNode[] {
+  const agent = followedAgent(report);
+  if (!agent) return [{ id: 'budget:soft', label: 'Soft limit', description: formatTokens(report.softLimit), icon: 'warning' }];
+  const name = agentName(report);
+  return [
+    {
+      id: 'budget:agentCompactsAt',
+      label: `${name} compacts at`,
+      description:
+        agent.modelSource === 'unknown'
+          ? 'model not known yet'
+          : agent.compactsAt != null
+            ? `~${formatTokens(agent.compactsAt)} · ${agent.model ?? ''}${agent.modelSource === 'settings' ? ' (its default)' : ''}`
+            : `never by itself · ${agent.model ?? ''}`,
+      tooltip: [agent.text, agent.compactsAtBasis, ...(agent.problems ?? [])].join('\n'),
+      icon: 'warning',
+    },
+    { id: 'budget:sobaHard', label: "SOBA's hard limit", description: formatTokens(report.hardLimit), icon: 'symbol-number' },
+    {
+      id: 'budget:agentLast',
+      label: 'Last compaction',
+      description: agent.lastCompaction ? agentCompactionLine(name, agent.lastCompaction, now) : 'none yet',
+      icon: 'history',
+    },
+  ];
+}
+
+export function budgetNodes(report: BudgetReport | undefined, now: Date = new Date()): TreeNode[] {
   if (!report) return [{ id: 'budget:none', label: 'No active session', icon: 'info' }];
   type Part = 'system' | 'tools' | 'capsule' | 'retainedTail' | 'newEntries' | 'notInLog';
   const part = (key: Part, label: string): TreeNode => ({
@@ -56,7 +98,7 @@ export function budgetNodes(report: BudgetReport | undefined): TreeNode[] {
       icon: 'dashboard',
       command: 'soba.showBudget',
     },
-    { id: 'budget:soft', label: 'Soft limit', description: formatTokens(report.softLimit), icon: 'warning' },
+    ...followedLimitNodes(report, now),
     part('system', 'System prompt'),
     part('tools', 'Tool schemas'),
     part('capsule', 'Capsule'),
@@ -109,6 +151,8 @@ function qualityMeaning(quality: Quality, reason: string): string {
 export function compactionNodes(records: readonly FlightRecord[], capsules: readonly CapsuleSummary[] = [], limit = 10): TreeNode[] {
   const quality = new Map(capsules.map((c) => [c.checkpointId, c.quality]));
   return [...records]
+    // A created capsule records the state and compacts nothing: the Capsules view lists it.
+    .filter((r) => r.trigger !== HANDOFF)
     .sort((a, b) => b.ts.localeCompare(a.ts))
     .slice(0, limit)
     .map((r) => {
@@ -130,12 +174,19 @@ export function compactionNodes(records: readonly FlightRecord[], capsules: read
     });
 }
 
+/** A capsule's own size on the budget's scale: the one figure every view gives for it. */
+export function capsuleSize(c: CapsuleSummary): number {
+  return c.tokens.capsule;
+}
+
 export function capsuleNodes(capsules: readonly CapsuleSummary[]): TreeNode[] {
   return capsules.map((c) => ({
     id: `capsule:${c.checkpointId}`,
     label: c.title || c.checkpointId,
-    description: `${c.checkpointId} · ${formatTokens(c.tokens.after)} · ${c.quality}${c.origin === 'loaded' ? ' · loaded' : ''}`,
-    tooltip: `${c.trigger} at ${c.ts}: ${formatTokens(c.tokens.before)} → ${formatTokens(c.tokens.after)} tokens`,
+    description: `${c.checkpointId} · ${formatTokens(capsuleSize(c))} · ${c.quality}${c.origin === 'loaded' ? ' · loaded' : ''}`,
+    tooltip:
+      `${c.trigger} at ${c.ts}: the capsule is ${formatTokens(capsuleSize(c))} tokens` +
+      (c.trigger === HANDOFF ? '' : `; the context went ${formatTokens(c.tokens.before)} → ${formatTokens(c.tokens.after)} tokens`),
     icon: 'package',
     contextValue: 'capsule',
     checkpointId: c.checkpointId,

@@ -52,7 +52,9 @@ export class AgentHome {
   }
 
   /** The budget `soba import` + `soba budget` give for `transcript` as it is now. */
-  importedBudget(transcript: string): Pick<BudgetReport, 'effectiveTokens' | 'hardLimit' | 'softLimit' | 'source'> {
+  importedBudget(
+    transcript: string,
+  ): Pick<BudgetReport, 'effectiveTokens' | 'hardLimit' | 'softLimit' | 'source' | 'contextWindow' | 'maxOutputTokens'> {
     const env = { ...process.env, ...this.env(300) };
     const out = path.join(makeDir(path.join(this.tmp, 'imported')), `${path.basename(transcript)}-${++this.imports}.jsonl`);
     execFileSync(SOBA_BIN, ['import', transcript, '--output', out, '--json'], { env, stdio: 'pipe' });
@@ -100,9 +102,19 @@ export class ClaudeSession {
 
   /** A prompt and a text answer. */
   prompt(text: string, inputTokens: number): void {
+    this.ask(text);
+    this.answer(text, inputTokens);
+  }
+
+  /** The user's prompt alone: the agent has not answered, so nothing names its model yet. */
+  ask(text: string): void {
     this.turn++;
+    appendRecords(this.file, [this.record('user', { role: 'user', content: text })]);
+  }
+
+  /** The answer to the last prompt, naming the model, with the usage its API call reported. */
+  answer(text: string, inputTokens: number): void {
     appendRecords(this.file, [
-      this.record('user', { role: 'user', content: text }),
       this.record('assistant', {
         id: `msg_${this.sessionId}_${this.turn}`,
         model: 'claude-sonnet-4-5',
@@ -111,6 +123,36 @@ export class ClaudeSession {
         content: [{ type: 'text', text: `Done: ${text}` }],
         usage: { input_tokens: inputTokens, output_tokens: 10 },
       }),
+    ]);
+  }
+
+  /**
+   * Claude Code compacting its own context: the `compact_boundary` record (a new root, its
+   * logical parent the last record) and the summary it continues from.
+   */
+  compact(preTokens: number, summary: string): void {
+    const boundary = `cb${this.sessionId}-${this.turn}`;
+    const logicalParent = this.parent;
+    this.parent = null;
+    appendRecords(this.file, [
+      {
+        type: 'system',
+        subtype: 'compact_boundary',
+        uuid: boundary,
+        parentUuid: null,
+        logicalParentUuid: logicalParent,
+        sessionId: this.sessionId,
+        cwd: this.cwd,
+        timestamp: new Date().toISOString(),
+        compactMetadata: { trigger: 'auto', preTokens },
+      },
+    ]);
+    this.parent = boundary;
+    appendRecords(this.file, [
+      {
+        ...this.record('user', { role: 'user', content: `This session is being continued from a previous conversation. ${summary}` }),
+        isCompactSummary: true,
+      },
     ]);
   }
 

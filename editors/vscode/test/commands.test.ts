@@ -104,7 +104,7 @@ const capsule = (id: string, title: string): CapsuleSummary => ({
   trigger: 'user',
   quality: 'model',
   ts: '2026-11-29T12:00:00Z',
-  tokens: { before: 9000, after: 900 },
+  tokens: { before: 9000, after: 900, capsule: 700 },
   origin: 'session',
 });
 
@@ -309,6 +309,44 @@ describe('commands', () => {
     assert.match(h.shown[1][1], /^<!-- SOBA capsule ck_1 “Parser”: user, model, 900 tokens -->\n\n## Goal/);
   });
 
+  it("counts what is not in the log by kind too, so that the kinds add up to the total", async () => {
+    const unseen = contextResult({
+      effectiveTokens: 62_228,
+      source: 'provider_usage',
+      tokens: 7_956,
+      breakdown: { system: 0, tools: 0, capsule: 2_200, retainedTail: 0, newEntries: 5_756 },
+      byKind: { system: 0, toolSchemas: 0, capsule: 2_200, userMessages: 1_000, assistantMessages: 1_756, fileReads: 2_000, toolOutputs: 1_000 },
+    });
+    const h = new Harness({ 'soba/context': () => unseen });
+    await h.run('soba.showContext');
+    const byKind = h.shown[0][1].split('## By kind')[1].split('## Largest')[0];
+    assert.match(byKind, /\| Not in the log \| 54\.3k \| /, byKind);
+  });
+
+  it("shows a followed agent's own compaction summary as the capsule in force", async () => {
+    const h = new Harness({
+      'soba/context': () =>
+        contextResult({
+          control: followedControl,
+          capsule: null,
+          agentSummary: {
+            entryId: 'e_cb',
+            agent: 'claude-code',
+            trigger: 'auto',
+            ts: '2026-12-01T10:05:00Z',
+            tokens: 2_200,
+            text: 'This session is being continued from a previous conversation. The parser is done.',
+          },
+        }),
+    });
+    await h.run('soba.showContext');
+    assert.match(h.shown[0][1], /Claude Code's own compaction summary \(auto, `e_cb`\), 2\.2k tokens/);
+    assert.doesNotMatch(h.shown[0][1], /has not been compacted/);
+    await h.run('soba.viewCapsule');
+    assert.equal(h.shown[1][0], 'document:capsule');
+    assert.match(h.shown[1][1], /^<!-- Claude Code's own compaction summary \(auto, e_cb, 2026-12-01T10:05:00Z\): 2\.2k tokens -->\n\nThis session is being continued/);
+  });
+
   it('previews instead of compacting a session its agent compacts, with no success message', async () => {
     const h = new Harness({ 'soba/preview': () => preview() });
     h.budget = report({ control: followedControl });
@@ -378,7 +416,7 @@ describe('commands', () => {
     assert.equal(titled.label, 'Parser');
     assert.match(titled.description ?? '', /^30 min ago · /);
     assert.doesNotMatch(titled.description ?? '', /2026-11-29T12:00:00Z/, 'no raw ISO time');
-    assert.equal(titled.detail, 'ck_1 · Capsule · model · 9k → 900 tokens');
+    assert.equal(titled.detail, 'ck_1 · Capsule · model · 700 tokens', "the capsule's own size, as the toast and the sidebar give it");
     const untitled = checkpointItem({ ...capsule('ck_2', ''), trigger: 'auto_threshold' }, now);
     assert.equal(untitled.label, 'Compaction (auto threshold)');
     const all = [untitled.label, untitled.description, untitled.detail].join(' ');

@@ -49,6 +49,32 @@ export function result(overrides: Partial<CompactionResult> = {}): CompactionRes
   };
 }
 
+/** What the daemon says of a followed Claude Code session whose transcript named its model. */
+export function followedAgent(overrides: Partial<NonNullable<BudgetReport['followed']>> = {}): NonNullable<BudgetReport['followed']> {
+  return {
+    model: 'claude-sonnet-4-5',
+    modelSource: 'transcript',
+    compactsAt: 167_000,
+    compactsAtBasis: 'Claude Code auto-compacts 13.0k below its usable window (200.0k less 20.0k kept for output)',
+    text: "Claude Code compacts at ~167.0k (claude-sonnet-4-5); SOBA's hard limit 127.8k",
+    ...overrides,
+  };
+}
+
+/** A followed Claude Code session's budget, as the daemon reports it. */
+export function followedReport(overrides: Partial<BudgetReport> = {}): BudgetReport {
+  return report({
+    effectiveTokens: 150_000,
+    hardLimit: 127_800,
+    softLimit: 102_200,
+    contextWindow: 200_000,
+    model: 'claude-sonnet-4-5',
+    control: followedControl,
+    followed: followedAgent(),
+    ...overrides,
+  });
+}
+
 /** A Claude Code session SOBA follows, with SOBA's hook installed: the daemon's sentences. */
 export const followedControl: Control = {
   compactedBy: 'agent',
@@ -72,6 +98,7 @@ export function preview(overrides: Partial<PreviewResult> = {}): PreviewResult {
     control: followedControl,
     tokensBefore: 130_600,
     tokensAfter: 24_800,
+    notInLog: 20_000,
     text: '# What SOBA would send after compacting\n\n> Preview: nothing was changed, and the agent does not receive this.\n',
     ...overrides,
   };

@@ -15,9 +15,28 @@ import { activate, waitFor, type Recorded } from './host';
 /** Long enough for the test's own steps between writes, short enough to wait for. */
 const IDLE_SECS = 8;
 
-/** The status bar text of a measured budget, with no compaction running. */
-function barText(budget: Pick<BudgetReport, 'effectiveTokens' | 'hardLimit' | 'softLimit'>): string {
-  return statusBarText({ ...budget, compacting: false, compactQueued: false } as BudgetReport);
+type Measured = Pick<BudgetReport, 'effectiveTokens' | 'hardLimit' | 'softLimit' | 'contextWindow' | 'maxOutputTokens'>;
+
+/**
+ * Where Claude Code compacts itself for the budget's model: its window less what it keeps for
+ * output (at most 20k) less its 13k auto-compact buffer.
+ */
+function claudeCodeCompactsAt(budget: Measured): number {
+  return budget.contextWindow - Math.min(budget.maxOutputTokens, 20_000) - 13_000;
+}
+
+/**
+ * The status bar text of a followed Claude Code session's measured budget, with no compaction
+ * running: measured against the threshold at which Claude Code compacts itself.
+ */
+function barText(budget: Measured): string {
+  return statusBarText({
+    ...budget,
+    compacting: false,
+    compactQueued: false,
+    control: { compactedBy: 'agent', agent: 'claude-code', note: '', actions: '' },
+    followed: { modelSource: 'transcript', compactsAt: claudeCodeCompactsAt(budget), compactsAtBasis: '', text: '' },
+  } as BudgetReport);
 }
 
 async function showing(recorded: Recorded, text: string, what: string, ms = WAIT_MS): Promise<void> {
@@ -114,6 +133,44 @@ describe('a running agent in the status bar', () => {
         const agent = new ClaudeSession(home.transcript('b7710c'), home.workspace);
         agent.prompt('hello', 1_500);
         await showing(recorded, barText(home.importedBudget(agent.file)), 'the new agent\'s budget', BUDGET_RETRY_MS + WAIT_MS);
+      });
+    } finally {
+      home.remove();
+    }
+  });
+
+  it('shows a transcript attached before its first response as the agent sees itself, then its own compaction', { timeout: 120_000 }, async () => {
+    const home = new AgentHome();
+    try {
+      const agent = new ClaudeSession(home.transcript('5e11ab'), home.workspace);
+      agent.ask('list the files');
+      await withEditor(home, { serverArgs: ['--standalone'] }, async (recorded) => {
+        // Before the first response: no model, so no limits, and none of another model's.
+        await waitFor(() => recorded.status.visible && / · model not known yet$/.test(recorded.status.text));
+        assert.match(recorded.status.tooltip, /model not known yet: Claude Code's first response names it/);
+        assert.doesNotMatch(recorded.status.tooltip, /gpt-4o/, recorded.status.tooltip);
+        assert.equal(recorded.status.background, undefined);
+
+        // The response names the model: the bar measures against where Claude Code compacts,
+        // past SOBA's hard limit and still healthy.
+        agent.answer('list the files', 150_000);
+        const answered = home.importedBudget(agent.file);
+        assert.ok(answered.effectiveTokens > answered.hardLimit, `${answered.effectiveTokens} / ${answered.hardLimit}`);
+        await showing(recorded, barText(answered), 'the budget against Claude Code\'s own threshold');
+        assert.equal(recorded.status.background, undefined, 'no red for a healthy agent under its own threshold');
+        assert.match(recorded.status.tooltip, /Claude Code compacts at ~167\.0k \(claude-sonnet-4-5\); SOBA's hard limit /);
+        assert.match(recorded.status.tooltip, /Last compaction: none yet/);
+
+        // Claude Code compacts itself: its compaction is the last one, in the tooltip and the sidebar.
+        agent.compact(150_000, 'The file listing is done.');
+        agent.prompt('now fix the failing test', 21_000);
+        await waitFor(() => /Last compaction: Claude Code's own \(auto\): 150k → summary /.test(recorded.status.tooltip));
+        await waitFor(() =>
+          recorded.views
+            .get('soba.budget')!
+            .getChildren()
+            .some((n) => n.label === 'Last compaction' && /^Claude Code's own \(auto\)/.test(n.description ?? '')),
+        );
       });
     } finally {
       home.remove();

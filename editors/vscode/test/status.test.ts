@@ -22,7 +22,7 @@ import {
   tooltipLines,
 } from '../src/status';
 import type { FlightRecord } from '../src/protocol';
-import { drivenControl, followedControl, report, result } from './fixtures';
+import { drivenControl, followedAgent, followedControl, followedReport, report, result } from './fixtures';
 
 describe('formatTokens', () => {
   it('keeps small counts exact and abbreviates thousands and millions', () => {
@@ -418,5 +418,57 @@ describe('idle state', () => {
     const tooltip = idleTooltipLines().join('\n');
     assert.match(tooltip, /^SOBA is connected: no agent session in this workspace yet\./);
     for (const way of ['SOBA SDK', '`soba proxy`', '`soba attach`']) assert.ok(tooltip.includes(way), way);
+  });
+});
+
+describe('a followed agent as it sees itself', () => {
+  const now = new Date('2026-12-01T10:10:00Z');
+
+  it('says the model is not known yet before the first response, never another model\'s limits', () => {
+    const early = followedReport({
+      effectiveTokens: 30,
+      hardLimit: 103_400,
+      model: 'gpt-4o',
+      followed: followedAgent({
+        model: undefined,
+        modelSource: 'unknown',
+        compactsAt: undefined,
+        text: "model not known yet: Claude Code's first response names it; no limits are shown until then",
+      }),
+    });
+    assert.equal(statusText(early), '30 · model not known yet');
+    assert.equal(severity(early), 'normal');
+    const tooltip = tooltipLines(early, now).join('\n');
+    assert.match(tooltip, /^SOBA context budget: 30 tokens, model not known yet$/m);
+    assert.match(tooltip, /model not known yet: Claude Code's first response names it/);
+    assert.doesNotMatch(tooltip, /gpt-4o|103\.4k/, tooltip);
+    assert.doesNotMatch(budgetSummary(early), /gpt-4o|103\.4k/);
+  });
+
+  it('colours the bar by the agent\'s own threshold and names SOBA\'s hard limit as SOBA\'s', () => {
+    const healthy = followedReport();
+    assert.equal(statusText(healthy), '150k / 167k');
+    assert.equal(severity(healthy), 'normal', 'past SOBA\'s hard limit, under the agent\'s own threshold: no red');
+    assert.equal(severity(followedReport({ effectiveTokens: 167_000 })), 'warning');
+    const lines = tooltipLines(healthy, now);
+    assert.ok(lines.includes("Claude Code compacts at ~167.0k (claude-sonnet-4-5); SOBA's hard limit 127.8k"), lines.join('\n'));
+    assert.match(budgetSummary(healthy), /^Context budget: 150k \/ 167k tokens \(90% of where Claude Code compacts\), estimated; Claude Code compacts at/);
+    const fromSettings = followedReport({
+      followed: followedAgent({ modelSource: 'settings', settingsFile: '/home/u/.claude/settings.json' }),
+    });
+    assert.equal(statusText(fromSettings), '150k / 167k');
+  });
+
+  it('shows the agent\'s own compaction as the last compaction', () => {
+    const compacted = followedReport({
+      effectiveTokens: 21_000,
+      followed: followedAgent({
+        lastCompaction: { entryId: 'e_cb', ts: '2026-12-01T10:05:00Z', trigger: 'auto', tokensBefore: 150_000, summaryTokens: 2_200 },
+      }),
+    });
+    assert.ok(
+      tooltipLines(compacted, now).includes("Last compaction: Claude Code's own (auto): 150k → summary 2.2k, 5 min ago"),
+      tooltipLines(compacted, now).join('\n'),
+    );
   });
 });

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { FlightRecord } from '../src/protocol';
 import { budgetNodes, capsuleNodes, compactionNodes, flightLines, sessionNodes } from '../src/views';
-import { followedControl, noUnseen, report } from './fixtures';
+import { followedAgent, followedControl, followedReport, noUnseen, report } from './fixtures';
 
 function record(overrides: Partial<FlightRecord>): FlightRecord {
   return {
@@ -134,7 +134,7 @@ describe('sidebar view models', () => {
   it("shows a compaction's capsule quality, and why a degraded one fell back", () => {
     const why = 'the summarization model did not finish within 30000 ms; the local capsule was used';
     const capsule = (checkpointId: string, quality: 'model' | 'local' | 'degraded') =>
-      ({ checkpointId, entryId: 'e', title: '', trigger: 'auto_threshold', quality, ts: 't', tokens: { before: 40_000, after: 10_000 }, origin: 'session' }) as const;
+      ({ checkpointId, entryId: 'e', title: '', trigger: 'auto_threshold', quality, ts: 't', tokens: { before: 40_000, after: 10_000, capsule: 2_100 }, origin: 'session' }) as const;
     const nodes = compactionNodes(
       [
         record({ operationId: 'op_m', checkpointId: 'ck_m', ts: '2026-11-29T12:00:03Z' }),
@@ -161,10 +161,10 @@ describe('sidebar view models', () => {
 
   it('makes capsules exportable from the context menu', () => {
     const [node] = capsuleNodes([
-      { checkpointId: 'ck_7', entryId: 'e_7', title: 'Auth hand-off', trigger: 'user', quality: 'model', ts: 't', tokens: { before: 40_000, after: 3_100 }, origin: 'loaded' },
+      { checkpointId: 'ck_7', entryId: 'e_7', title: 'Auth hand-off', trigger: 'user', quality: 'model', ts: 't', tokens: { before: 40_000, after: 3_100, capsule: 2_400 }, origin: 'loaded' },
     ]);
     assert.equal(node.label, 'Auth hand-off');
-    assert.equal(node.description, 'ck_7 · 3.1k · model · loaded');
+    assert.equal(node.description, 'ck_7 · 2.4k · model · loaded');
     assert.equal(node.contextValue, 'capsule');
     assert.equal(node.checkpointId, 'ck_7');
   });
@@ -173,5 +173,37 @@ describe('sidebar view models', () => {
     assert.deepEqual(flightLines([]), ['No flight records yet.']);
     const [line] = flightLines([record({})]);
     assert.match(line, /^2026-11-29T12:00:00Z {2}completed auto_threshold {3}40k → 10k \(hard 48.8k, soft 39k\) {2}900 ms {2}ck_1 {2}s_1 {2}compacted$/);
+  });
+
+  it('gives a followed agent its own threshold, SOBA\'s hard limit as SOBA\'s, and its own last compaction', () => {
+    const now = new Date('2026-12-01T10:10:00Z');
+    const nodes = budgetNodes(
+      followedReport({
+        followed: followedAgent({
+          lastCompaction: { entryId: 'e_cb', ts: '2026-12-01T10:05:00Z', trigger: 'auto', tokensBefore: 150_000, summaryTokens: 2_200 },
+        }),
+      }),
+      now,
+    );
+    const byId = new Map(nodes.map((n) => [n.id, n]));
+    assert.equal(byId.get('budget:total')?.description, '150k / 167k (estimated)');
+    assert.equal(byId.get('budget:agentCompactsAt')?.label, 'Claude Code compacts at');
+    assert.equal(byId.get('budget:agentCompactsAt')?.description, '~167k · claude-sonnet-4-5');
+    assert.equal(byId.get('budget:sobaHard')?.description, '127.8k');
+    assert.equal(byId.get('budget:agentLast')?.description, "Claude Code's own (auto): 150k → summary 2.2k, 5 min ago");
+    assert.ok(!byId.has('budget:soft'), 'SOBA\'s soft limit is not the followed agent\'s');
+    const early = budgetNodes(followedReport({ followed: followedAgent({ modelSource: 'unknown', model: undefined, compactsAt: undefined }) }), now);
+    assert.equal(early.find((n) => n.id === 'budget:agentCompactsAt')?.description, 'model not known yet');
+  });
+
+  it('never lists a created capsule among the compactions', () => {
+    const nodes = compactionNodes([
+      record({ operationId: 'op_c', trigger: 'user', ts: '2026-11-29T12:00:02Z' }),
+      record({ operationId: 'op_h', trigger: 'handoff', ts: '2026-11-29T12:00:03Z' }),
+    ]);
+    assert.deepEqual(
+      nodes.map((n) => n.id),
+      ['compaction:op_c'],
+    );
   });
 });

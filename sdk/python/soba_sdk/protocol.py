@@ -7,6 +7,38 @@ from __future__ import annotations
 from typing import Any, Dict, List, Literal, NotRequired, Optional, TypedDict, Union
 
 
+class AgentCompaction(TypedDict):
+    """One of the agent's own compactions (Claude Code's `compact_boundary`, Codex `compacted`, a pi
+    compaction entry), as the session log holds it."""
+
+    # The `foreign_compaction` entry.
+    entryId: str
+    ts: str
+    # `auto`, `manual`, or what the agent said.
+    trigger: NotRequired[Optional[str]]
+    # The context size the agent reported when it compacted.
+    tokensBefore: NotRequired[Optional[int]]
+    # The agent's summary, counted with the session's tokenizer: what its context starts from.
+    summaryTokens: NotRequired[Optional[int]]
+
+
+class AgentSummary(TypedDict):
+    """A followed agent's own compaction summary (Claude Code's `compact_boundary` summary, Codex
+    `compacted`, a pi compaction entry), as the agent sends it."""
+
+    # The `foreign_compaction` entry.
+    entryId: str
+    # `claude-code`, `codex` or `pi`.
+    agent: str
+    # `auto`, `manual`, or what the agent said.
+    trigger: NotRequired[Optional[str]]
+    ts: str
+    # The summary message's tokens in the model input.
+    tokens: int
+    # The summary as the agent sends it.
+    text: str
+
+
 class AppendedEntryFields(TypedDict):
     """An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
     `ts` may be left out. Entry types the daemon alone writes are not accepted."""
@@ -131,6 +163,9 @@ class BudgetChangedNotification(TypedDict):
     compactQueued: bool
     # Who compacts this session's context, and what SOBA's actions do to it.
     control: Control
+    # For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+    # which it compacts itself, its own latest compaction).
+    followed: NotRequired[Optional[FollowedAgent]]
 
 
 class BudgetParams(TypedDict):
@@ -172,6 +207,9 @@ class BudgetReport(TypedDict):
     compactQueued: bool
     # Who compacts this session's context, and what SOBA's actions do to it.
     control: Control
+    # For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+    # which it compacts itself, its own latest compaction).
+    followed: NotRequired[Optional[FollowedAgent]]
 
 
 class BudgetResult(TypedDict):
@@ -208,6 +246,9 @@ class BudgetResult(TypedDict):
     compactQueued: bool
     # Who compacts this session's context, and what SOBA's actions do to it.
     control: Control
+    # For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+    # which it compacts itself, its own latest compaction).
+    followed: NotRequired[Optional[FollowedAgent]]
 
 
 class Calibration(TypedDict):
@@ -245,7 +286,8 @@ class CapsuleCreateResult(TypedDict):
 
     checkpointId: str
     title: str
-    # The capsule's own size in tokens.
+    # The capsule's own size in tokens, scaled as the budget scales counts (as `tokens.capsule`
+    # in `soba/capsule/list`).
     tokens: int
     # Effective tokens of the session state the capsule describes.
     sessionTokens: int
@@ -307,8 +349,13 @@ class CapsuleSummary(TypedDict):
 
 
 class CapsuleTokensView(TypedDict):
+    # The context when the capsule was written.
     before: int
+    # The context the capsule left (the capsule and what was kept after it).
     after: int
+    # The capsule's own size, scaled as the budget scales counts: the one figure every view
+    # gives for a capsule (`soba/capsule/create`'s `tokens` is the same).
+    capsule: int
 
 
 class CheckpointEntry(TypedDict):
@@ -359,7 +406,14 @@ class CompactResult(TypedDict):
     checkpointId: Optional[str]
     quality: Optional[Quality]
     firstKeptEntryId: Optional[str]
+    # The whole operation: planning (cut, facts, the local capsule) and generation.
     durationMs: int
+    # Of `duration_ms`: choosing the cut, collecting the facts and building the local
+    # capsule, before anything is generated.
+    planningMs: int
+    # Of `duration_ms`: writing the capsule (a model's summary, or the local one) and
+    # committing it.
+    generationMs: int
     # A summarization model was configured but failed, and the local capsule stands in for
     # its summary. Who wrote the capsule is `quality`; without a model configured the local
     # capsule is the normal case and this stays false.
@@ -428,7 +482,14 @@ class CompactionResult(TypedDict):
     checkpointId: Optional[str]
     quality: Optional[Quality]
     firstKeptEntryId: Optional[str]
+    # The whole operation: planning (cut, facts, the local capsule) and generation.
     durationMs: int
+    # Of `duration_ms`: choosing the cut, collecting the facts and building the local
+    # capsule, before anything is generated.
+    planningMs: int
+    # Of `duration_ms`: writing the capsule (a model's summary, or the local one) and
+    # committing it.
+    generationMs: int
     # A summarization model was configured but failed, and the local capsule stands in for
     # its summary. Who wrote the capsule is `quality`; without a model configured the local
     # capsule is the normal case and this stays false.
@@ -513,6 +574,9 @@ class ContextResult(TypedDict):
     largest: List[LargestEntry]
     # The capsule the model input starts from; absent before the first compaction.
     capsule: Optional[CurrentCapsule]
+    # The summary a followed agent's own latest compaction wrote, where the model input starts
+    # from it (the agent compacted its context after SOBA's latest capsule, or SOBA wrote none).
+    agentSummary: NotRequired[Optional[AgentSummary]]
 
 
 class Control(TypedDict):
@@ -591,6 +655,30 @@ class FlightResult(TypedDict):
     """soba/flight result."""
 
     records: List[FlightRecord]
+
+
+class FollowedAgent(TypedDict):
+    """The followed agent, as it sees itself; in `soba/budget` as `followed`."""
+
+    # The agent's model: named by its transcript, or by its settings until the transcript does;
+    # absent while neither names one.
+    model: NotRequired[Optional[str]]
+    modelSource: ModelSource
+    # The settings file that names the model, for `modelSource: settings`.
+    settingsFile: NotRequired[Optional[str]]
+    # Tokens at which the agent compacts its own context: the limit that says whether the
+    # session is healthy. Absent while the model is not known, or when the agent does not
+    # compact by itself.
+    compactsAt: NotRequired[Optional[int]]
+    # How `compactsAt` follows from the agent's own rule and settings, in words.
+    compactsAtBasis: str
+    # One line for a tooltip: `Claude Code compacts at ~167.0k; SOBA's hard limit 127.8k`,
+    # or `model not known yet: …`.
+    text: str
+    # The agent's own latest compaction on the active branch.
+    lastCompaction: NotRequired[Optional[AgentCompaction]]
+    # Settings files that exist but were not read, and why.
+    problems: NotRequired[List[str]]
 
 
 class ForeignCompactionEntry(TypedDict):
@@ -712,9 +800,17 @@ class OverflowResult(TypedDict):
 
 
 class PreflightParams(TypedDict):
-    """soba/preflight params."""
+    """soba/preflight params.
+    
+    `soba/preflight`."""
 
     sessionId: str
+    # Runs of entry ids whose content the client holds (each run one message of the client's,
+    # such as a message the proxy's agent resends with every request): where the model input
+    # shows a run whole, in order, each entry's content as it was logged, those messages come
+    # back without their content (the result's `omitted`). A run shown in part, shortened or
+    # not at all comes back as it is.
+    omitContentOf: NotRequired[List[List[str]]]
 
 
 class PreflightResult(TypedDict):
@@ -723,6 +819,9 @@ class PreflightResult(TypedDict):
     messages: List[ModelMessage]
     tokens: int
     compaction: Optional[CompactionResult]
+    # Positions in `messages` whose `content` was left out (an empty list), as the params'
+    # `omitContentOf` asked: the client holds it.
+    omitted: NotRequired[List[int]]
 
 
 class PreviewParamsFields(TypedDict):
@@ -743,9 +842,14 @@ class PreviewResult(TypedDict):
     # `compact`, `capsuleLoad` or `rewind`.
     action: str
     control: Control
+    # The budget's total now, as `soba/budget` reports it (the status bar's figure).
     tokensBefore: int
-    # The model input after the action, measured as a preflight would.
+    # The model input after the action, on the budget's basis: SOBA's count of it, scaled as
+    # the budget scales counts, plus `notInLog`.
     tokensAfter: int
+    # The budget's part that is not in the log (a system prompt and tool schemas the log does
+    # not hold), in both figures: no action changes it.
+    notInLog: int
     # Markdown: a header saying that this is a preview and who compacts, then the model input.
     text: str
 
@@ -1114,6 +1218,10 @@ Integration = Union[Literal["claude-code-hook"], Literal["pi-extension"]]
 
 
 MeasurementSource = Union[Literal["provider_usage"], Literal["estimated"]]
+
+
+ModelSource = Union[Literal["transcript"], Literal["settings"], Literal["unknown"]]
+"""Where the followed agent's model comes from."""
 
 
 Origin = Union[Literal["session"], Literal["loaded"]]

@@ -9,6 +9,40 @@
 export type Agent = "claude-code" | "codex" | "pi" | "openai-chat" | "swe-agent" | "aider" | "copilot-cli";
 
 /**
+ * One of the agent's own compactions (Claude Code's `compact_boundary`, Codex `compacted`, a pi
+ * compaction entry), as the session log holds it.
+ */
+export type AgentCompaction = {
+  /** The `foreign_compaction` entry. */
+  entryId: string;
+  ts: string;
+  /** `auto`, `manual`, or what the agent said. */
+  trigger?: string | null;
+  /** The context size the agent reported when it compacted. */
+  tokensBefore?: number | null;
+  /** The agent's summary, counted with the session's tokenizer: what its context starts from. */
+  summaryTokens?: number | null;
+};
+
+/**
+ * A followed agent's own compaction summary (Claude Code's `compact_boundary` summary, Codex
+ * `compacted`, a pi compaction entry), as the agent sends it.
+ */
+export type AgentSummary = {
+  /** The `foreign_compaction` entry. */
+  entryId: string;
+  /** `claude-code`, `codex` or `pi`. */
+  agent: string;
+  /** `auto`, `manual`, or what the agent said. */
+  trigger?: string | null;
+  ts: string;
+  /** The summary message's tokens in the model input. */
+  tokens: number;
+  /** The summary as the agent sends it. */
+  text: string;
+};
+
+/**
  * An entry as `soba/session/append` takes it: a session-log entry whose `id`, `parentId` and
  * `ts` may be left out. Entry types the daemon alone writes are not accepted.
  */
@@ -112,6 +146,11 @@ export type BudgetReport = {
   compactQueued: boolean;
   /** Who compacts this session's context, and what SOBA's actions do to it. */
   control: Control;
+  /**
+   * For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+   * which it compacts itself, its own latest compaction).
+   */
+  followed?: FollowedAgent | null;
 };
 
 /**
@@ -141,8 +180,15 @@ export type CapsuleSummary = {
 };
 
 export type CapsuleTokensView = {
+  /** The context when the capsule was written. */
   before: number;
+  /** The context the capsule left (the capsule and what was kept after it). */
   after: number;
+  /**
+   * The capsule's own size, scaled as the budget scales counts: the one figure every view
+   * gives for a capsule (`soba/capsule/create`'s `tokens` is the same).
+   */
+  capsule: number;
 };
 
 export type CheckpointEntry = {
@@ -193,7 +239,18 @@ export type CompactionResult = {
   checkpointId: string | null;
   quality: Quality | null;
   firstKeptEntryId: string | null;
+  /** The whole operation: planning (cut, facts, the local capsule) and generation. */
   durationMs: number;
+  /**
+   * Of `duration_ms`: choosing the cut, collecting the facts and building the local
+   * capsule, before anything is generated.
+   */
+  planningMs: number;
+  /**
+   * Of `duration_ms`: writing the capsule (a model's summary, or the local one) and
+   * committing it.
+   */
+  generationMs: number;
   /**
    * A summarization model was configured but failed, and the local capsule stands in for
    * its summary. Who wrote the capsule is `quality`; without a model configured the local
@@ -321,6 +378,35 @@ export type FlightRecord = {
   ts: string;
 };
 
+/** The followed agent, as it sees itself; in `soba/budget` as `followed`. */
+export type FollowedAgent = {
+  /**
+   * The agent's model: named by its transcript, or by its settings until the transcript does;
+   * absent while neither names one.
+   */
+  model?: string | null;
+  modelSource: ModelSource;
+  /** The settings file that names the model, for `modelSource: settings`. */
+  settingsFile?: string | null;
+  /**
+   * Tokens at which the agent compacts its own context: the limit that says whether the
+   * session is healthy. Absent while the model is not known, or when the agent does not
+   * compact by itself.
+   */
+  compactsAt?: number | null;
+  /** How `compactsAt` follows from the agent's own rule and settings, in words. */
+  compactsAtBasis: string;
+  /**
+   * One line for a tooltip: `Claude Code compacts at ~167.0k; SOBA's hard limit 127.8k`,
+   * or `model not known yet: …`.
+   */
+  text: string;
+  /** The agent's own latest compaction on the active branch. */
+  lastCompaction?: AgentCompaction | null;
+  /** Settings files that exist but were not read, and why. */
+  problems?: Array<string>;
+};
+
 export type ForeignCompactionEntry = {
   /** `claude-code`, `codex` or `pi`. */
   agent: string;
@@ -429,6 +515,9 @@ export type ModelRef = {
   maxOutputTokens?: number | null;
   tokenizer?: TokenizerKind | null;
 };
+
+/** Where the followed agent's model comes from. */
+export type ModelSource = "transcript" | "settings" | "unknown";
 
 export type Origin = "session" | "loaded";
 
@@ -739,6 +828,11 @@ export type BudgetResult = {
   compactQueued: boolean;
   /** Who compacts this session's context, and what SOBA's actions do to it. */
   control: Control;
+  /**
+   * For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+   * which it compacts itself, its own latest compaction).
+   */
+  followed?: FollowedAgent | null;
 };
 
 /**
@@ -782,6 +876,11 @@ export type BudgetChangedNotification = {
   compactQueued: boolean;
   /** Who compacts this session's context, and what SOBA's actions do to it. */
   control: Control;
+  /**
+   * For a session SOBA follows: the agent as it sees itself (its model, the threshold at
+   * which it compacts itself, its own latest compaction).
+   */
+  followed?: FollowedAgent | null;
 };
 
 /** soba/cancel params. */
@@ -805,7 +904,10 @@ export type CapsuleCreateParams = {
 export type CapsuleCreateResult = {
   checkpointId: string;
   title: string;
-  /** The capsule's own size in tokens. */
+  /**
+   * The capsule's own size in tokens, scaled as the budget scales counts (as `tokens.capsule`
+   * in `soba/capsule/list`).
+   */
   tokens: number;
   /** Effective tokens of the session state the capsule describes. */
   sessionTokens: number;
@@ -887,7 +989,18 @@ export type CompactResult = {
   checkpointId: string | null;
   quality: Quality | null;
   firstKeptEntryId: string | null;
+  /** The whole operation: planning (cut, facts, the local capsule) and generation. */
   durationMs: number;
+  /**
+   * Of `duration_ms`: choosing the cut, collecting the facts and building the local
+   * capsule, before anything is generated.
+   */
+  planningMs: number;
+  /**
+   * Of `duration_ms`: writing the capsule (a model's summary, or the local one) and
+   * committing it.
+   */
+  generationMs: number;
   /**
    * A summarization model was configured but failed, and the local capsule stands in for
    * its summary. Who wrote the capsule is `quality`; without a model configured the local
@@ -968,6 +1081,11 @@ export type ContextResult = {
   largest: Array<LargestEntry>;
   /** The capsule the model input starts from; absent before the first compaction. */
   capsule: CurrentCapsule | null;
+  /**
+   * The summary a followed agent's own latest compaction wrote, where the model input starts
+   * from it (the agent compacted its context after SOBA's latest capsule, or SOBA wrote none).
+   */
+  agentSummary?: AgentSummary | null;
 };
 
 /** soba/flight params. */
@@ -1002,9 +1120,21 @@ export type OverflowResult = {
   retryAllowed: boolean;
 };
 
-/** soba/preflight params. */
+/**
+ * soba/preflight params.
+ *
+ * `soba/preflight`.
+ */
 export type PreflightParams = {
   sessionId: string;
+  /**
+   * Runs of entry ids whose content the client holds (each run one message of the client's,
+   * such as a message the proxy's agent resends with every request): where the model input
+   * shows a run whole, in order, each entry's content as it was logged, those messages come
+   * back without their content (the result's `omitted`). A run shown in part, shortened or
+   * not at all comes back as it is.
+   */
+  omitContentOf?: Array<Array<string>>;
 };
 
 /** soba/preflight result. */
@@ -1012,6 +1142,11 @@ export type PreflightResult = {
   messages: Array<ModelMessage>;
   tokens: number;
   compaction: CompactionResult | null;
+  /**
+   * Positions in `messages` whose `content` was left out (an empty list), as the params'
+   * `omitContentOf` asked: the client holds it.
+   */
+  omitted?: Array<number>;
 };
 
 /**
@@ -1047,9 +1182,18 @@ export type PreviewResult = {
   /** `compact`, `capsuleLoad` or `rewind`. */
   action: string;
   control: Control;
+  /** The budget's total now, as `soba/budget` reports it (the status bar's figure). */
   tokensBefore: number;
-  /** The model input after the action, measured as a preflight would. */
+  /**
+   * The model input after the action, on the budget's basis: SOBA's count of it, scaled as
+   * the budget scales counts, plus `notInLog`.
+   */
   tokensAfter: number;
+  /**
+   * The budget's part that is not in the log (a system prompt and tool schemas the log does
+   * not hold), in both figures: no action changes it.
+   */
+  notInLog: number;
   /** Markdown: a header saying that this is a preview and who compacts, then the model input. */
   text: string;
 };

@@ -755,7 +755,7 @@ pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
 fn exit_code_in_output(text: &str) -> Option<i64> {
     static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(
-            r"(?i)(?:exit code:?|exited with code|<returncode>|exit status)\s*(-?\d+)",
+            r"(?i)(?:exit code:?|exited with code|<returncode>|exit status)\s*(-?[0-9]+)",
         )
         .expect("valid regex")
     });
@@ -767,22 +767,23 @@ fn exit_code_in_output(text: &str) -> Option<i64> {
 /// Failure lines no passing run prints: what a check printed decides over an exit status
 /// that a pipe, a wrapper script or a task runner reported as 0.
 ///
-/// Word boundaries are ASCII (`(?-u:\b)`): the Unicode ones keep the regex engine off its fast
-/// paths on non-ASCII output, and every marker here is ASCII.
+/// Word boundaries, digits and word characters are ASCII (`(?-u:\b)`, `[0-9]`): the Unicode
+/// ones keep the regex engine off its fast paths on non-ASCII output and make each pattern
+/// many times larger to compile, and every marker here is ASCII.
 fn strong_failure_marker(text: &str) -> bool {
     static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(concat!(
             r"(?m)(",
             // Test runners' summaries: cargo, go, jest/vitest, pytest.
-            r"test result: FAILED|^FAIL(?-u:\b)|^--- FAIL:|^Tests:\s+[1-9]\d* failed|^=+ .*(?-u:\b)[1-9]\d* failed(?-u:\b).*=+\s*$",
+            r"test result: FAILED|^FAIL(?-u:\b)|^--- FAIL:|^Tests:\s+[1-9][0-9]* failed|^=+ .*(?-u:\b)[1-9][0-9]* failed(?-u:\b).*=+\s*$",
             r"|^thread '.*' panicked at|Traceback \(most recent call last\)",
             // Compilers and linters: tsc, cargo, mypy/ruff, eslint, golangci-lint.
-            r"|(?-u:\b)error TS\d+:|^error: could not compile|^error: \d+ target|^Found [1-9]\d* errors?(?-u:\b)",
-            r"|^\s*(?:\S+ )?[1-9]\d* problems? \(|^[1-9]\d* issues?(?: found)?[:.]?\s*$",
+            r"|(?-u:\b)error TS[0-9]+:|^error: could not compile|^error: [0-9]+ target|^Found [1-9][0-9]* errors?(?-u:\b)",
+            r"|^\s*(?:\S+ )?[1-9][0-9]* problems? \(|^[1-9][0-9]* issues?(?: found)?[:.]?\s*$",
             // Package managers and task runners: npm, pnpm, yarn, make, mise, task, just,
             // gradle/maven.
-            r"|npm ERR!|(?-u:\b)ERR_PNPM_\w+|^error Command failed with exit code [1-9]|(?-u:\b)ELIFECYCLE(?-u:\b)",
-            r"|^make(?:\[\d+\])?: \*\*\* .*Error \d+|(?-u:\b)ERROR(?-u:\b)[^\n]*(?-u:\b)(?:task|command|recipe|job) failed(?-u:\b)",
+            r"|npm ERR!|(?-u:\b)ERR_PNPM_[A-Za-z0-9_]+|^error Command failed with exit code [1-9]|(?-u:\b)ELIFECYCLE(?-u:\b)",
+            r"|^make(?:\[[0-9]+\])?: \*\*\* .*Error [0-9]+|(?-u:\b)ERROR(?-u:\b)[^\n]*(?-u:\b)(?:task|command|recipe|job) failed(?-u:\b)",
             r"|^error: Recipe `[^`]*` failed|^task: Failed to run task|BUILD FAILURE|^FAILURE: Build failed",
             r"|^error: command '[^']*' failed|(?-u:\b)failed with exit (?:code|status) [1-9]",
             // A test script's own marks for a failing case: ✗ ✕ ✘ ❌.
@@ -808,7 +809,7 @@ fn aborted(text: &str) -> bool {
 fn failure_marker(text: &str) -> bool {
     static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         regex::Regex::new(
-            r"(?m)(test result: FAILED|^FAILED(?-u:\b)|^FAIL(?-u:\b)|(?-u:\b)\d+ (?:failed|failing|errors?)(?-u:\b)|^error(?:\[E\d+\])?:|npm ERR!|Traceback \(most recent call last\)|BUILD FAILURE|Build FAILED|Found \d+ errors?)",
+            r"(?m)(test result: FAILED|^FAILED(?-u:\b)|^FAIL(?-u:\b)|(?-u:\b)[0-9]+ (?:failed|failing|errors?)(?-u:\b)|^error(?:\[E[0-9]+\])?:|npm ERR!|Traceback \(most recent call last\)|BUILD FAILURE|Build FAILED|Found [0-9]+ errors?)",
         )
         .expect("valid regex")
     });

@@ -472,10 +472,17 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     continue;
                 };
                 h.result_of_call_entry.insert(call.entry_id, r);
-                let outcome = result_outcome(r);
                 if let Some(script) = &call.script {
+                    // The outcome scans the whole output: read it only for a script whose
+                    // outcome decides something (a milestone, a check), once.
+                    let done = milestones(script);
+                    let outcome = if done.is_empty() && !call.runs_a_check {
+                        VerificationOutcome::Unknown
+                    } else {
+                        result_outcome(r)
+                    };
                     if outcome == VerificationOutcome::Passed {
-                        for m in milestones(script) {
+                        for m in done {
                             h.done.push((m, call.entry_id));
                         }
                     }

@@ -12,7 +12,7 @@
 //! 2. For `Compact(plan)`: emit `compaction_start`, produce a [`run::Generated`] from the plan with no
 //!    session borrow (`generate_local(&plan)`, or a model summarizer with fallback), queueing any
 //!    input that arrives meanwhile.
-//! 3. `commit(&mut log, &plan, generated, aborted, duration_ms)` → the terminal
+//! 3. `commit(&mut log, &plan, generated, aborted, generation_ms)` → the terminal
 //!    [`CompactionResult`]; then apply queued input in order and call `preflight` again.
 //!
 //! `barrier.explicit`, `overflow` and `handoff` return `Ok(plan)` for step 2, or the result that
@@ -46,7 +46,16 @@ pub struct CompactionResult {
     pub checkpoint_id: Option<String>,
     pub quality: Option<Quality>,
     pub first_kept_entry_id: Option<String>,
+    /// The whole operation: planning (cut, facts, the local capsule) and generation.
     pub duration_ms: u64,
+    /// Of `duration_ms`: choosing the cut, collecting the facts and building the local
+    /// capsule, before anything is generated.
+    #[serde(default)]
+    pub planning_ms: u64,
+    /// Of `duration_ms`: writing the capsule (a model's summary, or the local one) and
+    /// committing it.
+    #[serde(default)]
+    pub generation_ms: u64,
     /// A summarization model was configured but failed, and the local capsule stands in for
     /// its summary. Who wrote the capsule is `quality`; without a model configured the local
     /// capsule is the normal case and this stays false.
@@ -114,6 +123,8 @@ impl CompactionResult {
             quality: None,
             first_kept_entry_id: None,
             duration_ms: 0,
+            planning_ms: 0,
+            generation_ms: 0,
             fallback: false,
             hard_limit: limits.hard_limit,
             soft_limit: limits.soft_limit,

@@ -63,6 +63,9 @@ pub struct Plan {
     pub mirror_requested: bool,
     /// The window setting the limits come from, when a provider's overflow lowered them.
     pub learned_window: Option<crate::window::WindowSetting>,
+    /// How long making this plan took, for the operation's `planning_ms`: set by the host that
+    /// timed it ([`plan`] itself reads no clock, so it is 0 there).
+    pub planning_ms: u64,
 }
 
 impl Plan {
@@ -530,6 +533,7 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
             .window_setting()
             .filter(|w| w.context_window == Some(limits.context_window))
             .copied(),
+        planning_ms: 0,
     })
 }
 

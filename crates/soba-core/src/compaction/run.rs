@@ -72,12 +72,15 @@ fn record(log: &mut SessionLog, r: &CompactionResult) -> Result<(), LogError> {
 /// Cancelled and stale operations never append a capsule. A cancelled automatic attempt (soft
 /// or hard limit) on the leaf it planned for leaves its compaction record, so that the turn's
 /// one soft attempt stays spent; on a moved leaf it appends nothing at all.
+///
+/// `generation_ms` is how long generating took; the result's `duration_ms` adds the plan's own
+/// `planning_ms` to it, so it covers the whole operation.
 pub fn commit(
     log: &mut SessionLog,
     plan: &Plan,
     generated: Generated,
     aborted: bool,
-    duration_ms: u64,
+    generation_ms: u64,
 ) -> Result<CompactionResult, LogError> {
     let c = CompactionResult::ended(
         &plan.operation_id,
@@ -87,7 +90,12 @@ pub fn commit(
         plan.tokens_before,
         plan.limits,
     );
-    let mut result = CompactionResult { duration_ms, ..c };
+    let mut result = CompactionResult {
+        duration_ms: plan.planning_ms + generation_ms,
+        planning_ms: plan.planning_ms,
+        generation_ms,
+        ..c
+    };
     let cancelled = |log: &mut SessionLog, result: CompactionResult| {
         let spent = crate::session::turn::spends_the_soft_attempt(plan.trigger)
             && log.session().leaf_id() == Some(plan.expected_leaf.as_str());
@@ -366,7 +374,10 @@ impl Barrier<'_> {
             mapping: self.mapping,
             operation_id: new_id("op_"),
         };
-        plan(s, s.leaf(), &req)
+        let started = std::time::Instant::now();
+        let mut plan = plan(s, s.leaf(), &req)?;
+        plan.planning_ms = started.elapsed().as_millis() as u64;
+        Ok(plan)
     }
 
     /// The model input if it is within the hard limit, else a failure: an input known to be

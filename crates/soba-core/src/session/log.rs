@@ -853,6 +853,13 @@ impl SessionLog {
         self.durability
     }
 
+    /// Apply the durability policy a configuration chose after the log was opened: a writer
+    /// that reads its configuration from the log's own header opens the log once, not once
+    /// to learn the policy and again to write.
+    pub fn set_durability(&mut self, durability: Durability) {
+        self.durability = durability;
+    }
+
     /// Force everything appended so far to stable storage, whatever the durability policy:
     /// lets a bulk writer append with [`Durability::Flush`] and sync once at the end.
     pub fn sync(&mut self) -> Result<(), LogError> {

@@ -259,6 +259,20 @@ end
 --- `:Soba capsule show`: the capsule in force, as the model reads it, in `soba://capsule`.
 local function capsule_show()
   request('soba/context', { limit = 0 }, function(ctx)
+    -- A followed agent that compacted itself: its own summary is what its context starts from.
+    local own = ctx.agentSummary
+    if own and own ~= vim.NIL then
+      local header = string.format(
+        "<!-- %s's own compaction summary (%s, %s, %s): %s tokens -->",
+        format.agent_name(own.agent),
+        own.trigger ~= vim.NIL and own.trigger or 'compaction',
+        own.entryId,
+        own.ts,
+        format.tokens(own.tokens)
+      )
+      scratch('soba://capsule', vim.list_extend({ header, '' }, vim.split(own.text, '\n', { plain = true })), 'markdown')
+      return
+    end
     local c = ctx.capsule
     if not c or c == vim.NIL then
       soba.notify('the active session has no capsule yet: it has not been compacted')

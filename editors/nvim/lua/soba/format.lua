@@ -18,13 +18,57 @@ function M.tokens(n)
   return trim_zero(string.format('%.1f', n / 1000000)) .. 'M'
 end
 
---- `31.2k / 48.8k`: effective tokens against the hard limit.
-function M.status_text(report)
-  return M.tokens(report.effectiveTokens) .. ' / ' .. M.tokens(report.hardLimit)
+local function present(v)
+  return v ~= nil and v ~= vim.NIL
 end
 
---- 'normal' up to the soft limit, 'warning' past it, 'error' at the hard limit.
+--- The followed agent as it sees itself (its model, its own threshold, its own last
+--- compaction), for a session SOBA only follows; nil otherwise.
+function M.followed_agent(report)
+  local control = report and report.control
+  if type(control) ~= 'table' or control.compactedBy ~= 'agent' then
+    return nil
+  end
+  return type(report.followed) == 'table' and report.followed or nil
+end
+
+--- Before a followed agent's first response names its model: no limit is the agent's yet.
+function M.model_not_known_yet(report)
+  local agent = M.followed_agent(report)
+  return agent ~= nil and agent.modelSource == 'unknown'
+end
+
+--- The limit the statusline measures against: where a followed agent compacts itself, else
+--- SOBA's hard limit.
+function M.bar_limit(report)
+  local agent = M.followed_agent(report)
+  if agent and present(agent.compactsAt) then
+    return agent.compactsAt
+  end
+  return report.hardLimit
+end
+
+--- `31.2k / 48.8k`: effective tokens against the limit that matters (SOBA's hard limit, or
+--- where a followed agent compacts itself); `30 · model not known yet` before a followed agent
+--- has named its model, never another model's limits.
+function M.status_text(report)
+  if M.model_not_known_yet(report) then
+    return M.tokens(report.effectiveTokens) .. ' · model not known yet'
+  end
+  return M.tokens(report.effectiveTokens) .. ' / ' .. M.tokens(M.bar_limit(report))
+end
+
+--- 'normal' up to the soft limit, 'warning' past it, 'error' at the hard limit. A followed agent
+--- is healthy under its own threshold and compacts itself at it: 'warning' there, never 'error'
+--- for SOBA's limit, and 'normal' while its model is not known.
 function M.severity(report)
+  local agent = M.followed_agent(report)
+  if agent then
+    if present(agent.compactsAt) and report.effectiveTokens >= agent.compactsAt then
+      return 'warning'
+    end
+    return 'normal'
+  end
   if report.effectiveTokens >= report.hardLimit then
     return 'error'
   elseif report.effectiveTokens > report.softLimit then
@@ -114,6 +158,33 @@ function M.reclaimed_percent(before, after)
   return math.floor((before - after) / before * 100 + 0.5)
 end
 
+local agent_names = { ['claude-code'] = 'Claude Code', codex = 'Codex', pi = 'pi' }
+
+--- `Claude Code`, from the daemon's `claude-code`.
+function M.agent_name(agent)
+  return agent_names[agent] or agent or 'the agent'
+end
+
+--- `Claude Code's own (auto): 150k → summary 2.2k, <ts>`: the agent's compaction of itself.
+function M.agent_compaction(name, c)
+  local before = present(c.tokensBefore) and (M.tokens(c.tokensBefore) .. ' → ') or ''
+  local summary = present(c.summaryTokens) and ('summary ' .. M.tokens(c.summaryTokens)) or 'summary'
+  local trigger = present(c.trigger) and (' (' .. c.trigger .. ')') or ''
+  return string.format("%s's own%s: %s%s, %s", name, trigger, before, summary, c.ts)
+end
+
+--- The session's last compaction, whoever made it: SOBA's capsule, or for a followed agent its
+--- own compaction when that came later (or SOBA wrote none).
+function M.last_compaction_of(report)
+  local agent = M.followed_agent(report)
+  local own = agent and present(agent.lastCompaction) and agent.lastCompaction or nil
+  local soba = present(report.lastCompaction) and report.lastCompaction or nil
+  if own and (not soba or own.ts >= soba.ts) then
+    return M.agent_compaction(M.agent_name(report.control.agent), own)
+  end
+  return M.last_compaction(soba)
+end
+
 function M.last_compaction(last)
   if last == nil or last == vim.NIL then
     return 'none yet'
@@ -157,13 +228,13 @@ function M.checkpoint_item(c)
   local made = c.origin == 'loaded' and 'loaded capsule'
     or c.trigger == 'handoff' and 'capsule'
     or ('compaction (' .. (c.trigger == 'user' and '/compact' or tostring(c.trigger):gsub('_', ' ')) .. ')')
+  -- The capsule's own size, as the notice of its creation and `:Soba capsule list` give it.
   return string.format(
-    '%s  %s · %s · %s → %s tokens',
+    '%s  %s · %s · %s tokens',
     title or made,
     c.checkpointId,
     c.quality,
-    M.tokens(c.tokens and c.tokens.before),
-    M.tokens(c.tokens and c.tokens.after)
+    M.tokens(c.tokens and c.tokens.capsule)
   )
 end
 
@@ -175,11 +246,36 @@ function M.budget_lines(report)
   for _, part in ipairs(M.extra_parts(report.effectiveTokens, b, report.source)) do
     extra = extra .. string.format(', %s %s', part[1], M.tokens(part[2]))
   end
+  local agent = M.followed_agent(report)
+  local first, limits, model
+  if agent then
+    -- The agent's own threshold, SOBA's hard limit named as SOBA's; no limit before its model is known.
+    local at = present(agent.compactsAt) and agent.compactsAt or nil
+    first = M.model_not_known_yet(report)
+        and string.format('Context budget: %s tokens, model not known yet', M.tokens(report.effectiveTokens))
+      or string.format(
+        'Context budget: %s tokens%s',
+        M.status_text(report),
+        at
+            and string.format(
+              ' (%d%% of where %s compacts)',
+              math.floor(report.effectiveTokens / at * 100 + 0.5),
+              M.agent_name(report.control.agent)
+            )
+          or ''
+      )
+    limits = agent.text
+    model = agent.modelSource == 'unknown' and 'model not known yet' or report.model
+  else
+    first = string.format('Context budget: %s tokens (%d%% of the hard limit)', M.status_text(report), pct)
+    limits = M.followed(report) and string.format('Soft limit: %s', M.tokens(report.softLimit))
+      or string.format('Soft limit: %s (auto-compaction starts past it)', M.tokens(report.softLimit))
+    model = report.model
+  end
   local lines = {
-    string.format('Context budget: %s tokens (%d%% of the hard limit)', M.status_text(report), pct),
-    M.followed(report) and string.format('Soft limit: %s', M.tokens(report.softLimit))
-      or string.format('Soft limit: %s (auto-compaction starts past it)', M.tokens(report.softLimit)),
-    string.format('Measured: %s (%s, %s)', M.source_label(report.source), report.model, M.counted_with(report)),
+    first,
+    limits,
+    string.format('Measured: %s (%s, %s)', M.source_label(report.source), model, M.counted_with(report)),
     M.source_explanation(report),
     string.format(
       'Breakdown: system %s, tools %s, capsule %s, retained tail %s, new entries %s',
@@ -191,8 +287,11 @@ function M.budget_lines(report)
     ) .. extra,
     -- For a followed agent, who compacts; SOBA's auto-compact never runs there.
     M.followed(report) and report.control.note or ('Auto-compact: ' .. (report.autoCompact and 'on' or 'off')),
-    'Last compaction: ' .. M.last_compaction(report.lastCompaction),
+    'Last compaction: ' .. M.last_compaction_of(report),
   }
+  for _, problem in ipairs(agent and type(agent.problems) == 'table' and agent.problems or {}) do
+    lines[#lines + 1] = problem
+  end
   -- Where the allowance for the agent's unseen system prompt and tools comes from.
   if type(b.unseenText) == 'string' then
     table.insert(lines, 6, 'Allowance: ' .. b.unseenText)
@@ -351,7 +450,7 @@ function M.capsule_lines(capsules)
       c.title ~= '' and c.title or '(untitled)',
       c.trigger,
       c.quality,
-      M.tokens(c.tokens and c.tokens.after),
+      M.tokens(c.tokens and c.tokens.capsule),
       c.origin == 'loaded' and ' · loaded' or ''
     )
   end
@@ -408,9 +507,13 @@ function M.context_lines(ctx)
     row('Tool outputs', k.toolOutputs),
     row('Capsule', k.capsule),
     row('System + tools', k.system + k.toolSchemas),
-    '',
-    'Largest entries',
   }
+  -- The same rest as under "By part", so that the kinds too add up to the total.
+  for _, part in ipairs(extra) do
+    lines[#lines + 1] = row(part[1]:sub(1, 1):upper() .. part[1]:sub(2), part[2])
+  end
+  lines[#lines + 1] = ''
+  lines[#lines + 1] = 'Largest entries'
   -- Before `Free`, so the parts above it sum to the total.
   for i, part in ipairs(extra) do
     table.insert(lines, 8 + i, row(part[1]:sub(1, 1):upper() .. part[1]:sub(2), part[2]))
@@ -430,7 +533,16 @@ function M.context_lines(ctx)
   end
   lines[#lines + 1] = ''
   local c = ctx.capsule
-  if c and c ~= vim.NIL then
+  local own = ctx.agentSummary
+  if present(own) then
+    lines[#lines + 1] = string.format(
+      "Capsule in force: %s's own compaction summary (%s, %s, %s tokens): :Soba capsule show",
+      M.agent_name(own.agent),
+      present(own.trigger) and own.trigger or 'compaction',
+      own.entryId,
+      M.tokens(own.tokens)
+    )
+  elseif c and c ~= vim.NIL then
     local title = (c.title and c.title ~= vim.NIL) and (' "' .. c.title .. '"') or ''
     lines[#lines + 1] = string.format(
       'Capsule in force: %s%s (%s, %s, %s tokens): :Soba capsule show',
