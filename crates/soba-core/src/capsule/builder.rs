@@ -568,7 +568,7 @@ static CONFIRMED: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|
 
 /// Words that make a rule stand beyond the request it came with.
 static STANDING_RULE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-    regex::Regex::new(r"(?i)\b(?:always|never|must|mustn't|under no circumstances|from now on|in general|any time|every time)\b")
+    regex::Regex::new(r"(?i)(?-u:\b)(?:always|never|must|mustn't|under no circumstances|from now on|in general|any time|every time|only (?:ever )?want|(?:don't|do not) ever)(?-u:\b)")
         .expect("valid regex")
 });
 
@@ -811,6 +811,38 @@ pub fn build_state(
                 !is_wrap_up(text) && !answered && asks_the_user(text).is_none()
             })
     });
+    // A goal whose request was answered and wrapped up, with the user's questions about it
+    // since: still the subject, but done — the agent that continues must not redo it.
+    let goal = match (
+        goal_at,
+        h.turns.iter().position(|t| Some(t.message) == goal_at),
+    ) {
+        (Some(g), Some(goal_turn)) if !in_progress && goal_turn + 1 < h.turns.len() => {
+            let t = &h.turns[goal_turn];
+            let wrapped_up = t.calls_after_text == 0
+                && t.last_text
+                    .as_ref()
+                    .is_some_and(|(_, text)| is_wrap_up(text));
+            let asked_since = h.turns[goal_turn + 1..]
+                .iter()
+                .all(|t| h.messages[t.message].1.intent == Intent::Question);
+            match (wrapped_up && asked_since, h.messages.last()) {
+                (true, Some((latest_id, latest)))
+                    if goal.starts_with(&goal_line(&h.messages[g].1.text)) =>
+                {
+                    let done = format!(
+                        "{goal} (done; since then the user asked about it, latest: \"{}\")",
+                        clip(&one_line(&latest.text), 160)
+                    );
+                    sources.add(&done, h.messages[g].0);
+                    sources.add(&done, latest_id);
+                    done
+                }
+                _ => goal,
+            }
+        }
+        _ => goal,
+    };
     let last_text = last_turn.and_then(|t| t.last_text.as_ref());
     let last_request = last_turn
         .and_then(|t| t.request)
