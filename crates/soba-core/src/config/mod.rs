@@ -125,6 +125,18 @@ pub struct Config {
     /// (the safety reserve, the maximum output). `soba budget` shows it.
     #[serde(skip)]
     pub small_window: Option<SmallWindow>,
+    /// The defaults no layer gave, before any window scaled them: what another window would
+    /// apply (see [`Config::smallest_window_above`]). `None` for a value given as it is.
+    #[serde(skip)]
+    pub unscaled_defaults: UnscaledDefaults,
+}
+
+/// The safety reserve and maximum output a window of any size would start from, where no
+/// layer gave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UnscaledDefaults {
+    pub safety_reserve: Option<u64>,
+    pub max_output: Option<u64>,
 }
 
 /// Windows below this many tokens scale the defaults that the spec sizes for large windows:
@@ -245,6 +257,7 @@ impl Default for Config {
             warnings: Vec::new(),
             keep_recent_capped: None,
             small_window: None,
+            unscaled_defaults: UnscaledDefaults::default(),
         }
     }
 }
@@ -1103,6 +1116,16 @@ impl Config {
             config.compaction.keep_recent_tokens = k;
         }
         let (resolved, guessed) = resolve_model(&model, &user_models);
+        // The output the model reserves before a window caps it: its catalog's, or the default.
+        let unscaled_output = model.max_output_tokens.is_none().then(|| {
+            let unsized_model = ModelFile {
+                context_window: None,
+                ..model.clone()
+            };
+            resolve_model(&unsized_model, &user_models)
+                .0
+                .max_output_tokens
+        });
         config.model = resolved;
         config.model_guessed = guessed;
         if guessed {
@@ -1113,6 +1136,10 @@ impl Config {
                 .as_ref()
                 .is_some_and(|c| c.safety_reserve_tokens.is_some())
         });
+        config.unscaled_defaults = UnscaledDefaults {
+            safety_reserve: (!reserve_given).then_some(config.compaction.safety_reserve_tokens),
+            max_output: unscaled_output,
+        };
         config.scale_to_small_window(model.max_output_tokens.is_some(), reserve_given);
         let keep_recent_given = overrides.keep_recent_tokens.is_some()
             || files.iter().any(|f| {
@@ -1192,6 +1219,40 @@ impl Config {
             &self.compaction,
         )
         .expect("validated configuration has a positive hard limit")
+    }
+
+    /// The smallest context window, in whole thousands of tokens, whose hard limit is above
+    /// `tokens` under this configuration: its maximum output and safety reserve, scaled as a
+    /// window of that size scales the defaults (a value the user gave stays as given).
+    pub fn smallest_window_above(&self, tokens: u64) -> u64 {
+        let defaults = self.unscaled_defaults;
+        let (reserve, reserve_scales) = match defaults.safety_reserve {
+            Some(default) => (default, true),
+            None => (self.compaction.safety_reserve_tokens, false),
+        };
+        let (output, output_scales) = match defaults.max_output {
+            Some(default) => (default, true),
+            None => (self.model.max_output_tokens, false),
+        };
+        let hard_limit = |window: u64| {
+            let reserve = if reserve_scales {
+                scaled_safety_reserve(reserve, window)
+            } else {
+                reserve
+            };
+            let output = if output_scales {
+                scaled_max_output(output, window)
+            } else {
+                output
+            };
+            window.saturating_sub(output + reserve)
+        };
+        // Unscaled, the answer is exact; a small window's scaled defaults need less.
+        let mut window = (tokens + 1 + output + reserve).div_ceil(1000) * 1000;
+        while window > 1000 && hard_limit(window - 1000) > tokens {
+            window -= 1000;
+        }
+        window
     }
 
     /// The limits of a session whose window a provider's overflow lowered (see
@@ -1659,6 +1720,43 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("model.contextWindow"), "{err}");
+    }
+
+    /// The window a refusal names is the smallest, in thousands, whose own limits hold the
+    /// tokens: a small window's scaled defaults where they would apply, given values as given.
+    #[test]
+    fn the_smallest_window_above_a_size_is_the_first_whose_hard_limit_exceeds_it() {
+        let hard_at = |text: String| resolve_text(&text).unwrap().limits().hard_limit;
+        let cases = [
+            // Defaults scaled at 32k; the answer lies above 64k, where they are not.
+            (r#"{"model":{"name":"test","contextWindow":32768}}"#, 60_000),
+            // Defaults scaled at 16k, and still scaled at the answer.
+            (r#"{"model":{"name":"test","contextWindow":16384}}"#, 20_000),
+            // Given values stay as given at every size.
+            (
+                r#"{"model":{"name":"test","contextWindow":16384,"maxOutputTokens":6000},"compaction":{"safetyReserveTokens":1000}}"#,
+                20_000,
+            ),
+            (
+                r#"{"model":{"name":"test","contextWindow":128000}}"#,
+                150_000,
+            ),
+        ];
+        for (text, tokens) in cases {
+            let c = resolve_text(text).unwrap();
+            let w = c.smallest_window_above(tokens);
+            assert_eq!(w % 1000, 0, "{text}");
+            let with_window = |w: u64| {
+                let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+                v["model"]["contextWindow"] = w.into();
+                v.to_string()
+            };
+            assert!(hard_at(with_window(w)) > tokens, "{text}: {w}");
+            assert!(
+                hard_at(with_window(w - 1000)) <= tokens,
+                "{text}: {w} is not the smallest"
+            );
+        }
     }
 
     /// Issue 38: a 16k window on the defaults had a hard limit of 16384 − 4096 − 8192 = 4096.
