@@ -523,6 +523,7 @@ mod tests {
             source: unseen_allowance::UnseenSource::Default,
             learned_from: 0,
             agent: None,
+            restored_files: 0,
         };
         let e = Budget::measure(spec_limits(), counted, None, claude, unseen);
         assert_eq!(
@@ -604,6 +605,7 @@ mod tests {
                 source: unseen_allowance::UnseenSource::Session,
                 learned_from: 0,
                 agent: None,
+                restored_files: 0,
             };
             let b = Budget::measure(spec_limits(), breakdown, anchor, calibration, unseen);
             proptest::prop_assert_eq!(b.parts.total(), b.effective_tokens, "{:?}", b);

@@ -989,6 +989,9 @@ class Unseen(TypedDict):
     learnedFrom: int
     # The agent whose requests it stands for.
     agent: NotRequired[Optional[Agent]]
+    # Of `tokens`, what stands for the files the agent attaches again after its own
+    # compaction (at most its per-file size for each file it read or edited before).
+    restoredFiles: NotRequired[int]
 
 
 class Usage(TypedDict):

@@ -618,6 +618,11 @@ export type Unseen = {
   learnedFrom: number;
   /** The agent whose requests it stands for. */
   agent?: Agent | null;
+  /**
+   * Of `tokens`, what stands for the files the agent attaches again after its own
+   * compaction (at most its per-file size for each file it read or edited before).
+   */
+  restoredFiles?: number;
 };
 
 export type UnseenKind = "none" | "context" | "growth";
