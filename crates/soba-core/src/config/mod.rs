@@ -1159,6 +1159,16 @@ impl Config {
     fn scale_to_small_window(&mut self, max_output_given: bool, reserve_given: bool) {
         let window = self.model.context_window;
         if window >= SMALL_WINDOW_TOKENS {
+            // A catalog's maximum output sized for the model's own window can leave a window
+            // the user set no room at all (Claude Sonnet's 64000 at `--context-window 64000`):
+            // the default is then capped to a quarter of the window as below it.
+            let output = self.model.max_output_tokens;
+            if !max_output_given
+                && output + self.compaction.safety_reserve_tokens >= window
+                && window / 4 < output
+            {
+                self.model.max_output_tokens = window / 4;
+            }
             return;
         }
         let mut small = SmallWindow {
@@ -1741,6 +1751,11 @@ mod tests {
                 r#"{"model":{"name":"test","contextWindow":128000}}"#,
                 150_000,
             ),
+            // A catalog model whose output a small window caps (Claude Sonnet: 64000).
+            (
+                r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":32768}}"#,
+                38_064,
+            ),
         ];
         for (text, tokens) in cases {
             let c = resolve_text(text).unwrap();
@@ -1757,6 +1772,26 @@ mod tests {
                 "{text}: {w} is not the smallest"
             );
         }
+    }
+
+    /// `--context-window 64000` for a model whose catalog output is 64000 (Claude Sonnet) was an
+    /// invalid configuration: a default output that leaves the window no room is capped to a
+    /// quarter of it; a given one is still refused.
+    #[test]
+    fn a_catalog_output_that_fills_a_window_of_64k_or_more_is_capped_to_a_quarter() {
+        let c = resolve_text(r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":64000}}"#)
+            .unwrap();
+        assert_eq!(c.model.max_output_tokens, 16_000);
+        assert_eq!(c.limits().hard_limit, 64_000 - 16_000 - 8192);
+        let given = resolve_text(
+            r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":64000,"maxOutputTokens":64000}}"#,
+        );
+        assert!(given.is_err());
+        // A window the output leaves room in keeps the catalog's output.
+        let roomy =
+            resolve_text(r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":200000}}"#)
+                .unwrap();
+        assert_eq!(roomy.model.max_output_tokens, 64_000);
     }
 
     /// Issue 38: a 16k window on the defaults had a hard limit of 16384 − 4096 − 8192 = 4096.
