@@ -1250,10 +1250,12 @@ impl Config {
             } else {
                 reserve
             };
-            let output = if output_scales {
-                scaled_max_output(output, window)
-            } else {
-                output
+            let output = match output_scales {
+                // As resolving that window would cap it (see `scale_to_small_window`).
+                true if window < SMALL_WINDOW_TOKENS || output + reserve >= window => {
+                    output.min(window / 4)
+                }
+                _ => output,
             };
             window.saturating_sub(output + reserve)
         };
