@@ -697,12 +697,8 @@ fn decodes_to_secret(v: &str) -> bool {
     !run_rules(decoded, false).1.is_empty()
 }
 
-/// A base64 value in a text that has a `data` section (a Kubernetes Secret, shown as YAML or
-/// as JSON) that decodes to a secret.
-fn is_encoded_secret_data(v: &str, text: &str) -> bool {
-    mentions_data(text) && decodes_to_secret(v)
-}
-
+/// Whether a text has a `data` section (a Kubernetes Secret's, shown as YAML or as JSON),
+/// whose values are decoded.
 fn mentions_data(text: &str) -> bool {
     memchr::memmem::find(text.as_bytes(), b"data").is_some()
 }
@@ -1157,8 +1153,10 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         rule(
             EncodedSecret,
             r#"(?m)(?:^|\\n|[→│])[ \t]+\\?["']?[A-Za-z0-9_.-]+\\?["']?:[ \t]*\\?["']?(?P<secret>[A-Za-z0-9+/]{8,}={0,2})\\?["']?,?[ \t]*\r?(?:$|\\n)|\\?"[A-Za-z0-9_.-]+\\?"[ \t]*:[ \t]*\\?"(?P<sig>[A-Za-z0-9+/]{8,}={0,2})\\?""#,
-            InText(is_encoded_secret_data),
+            Value(decodes_to_secret),
         )
+        // Only in a text that has a `data` section: the scan stands in for a check of each
+        // value against the whole text.
         .scanned(mentions_data),
         rule(
             EncodedSecret,
@@ -1253,8 +1251,21 @@ fn redact_joining_splits(text: &str) -> (Cow<'_, str>, RedactionReport, bool) {
         return (out, report, false);
     };
     let (joined_out, joined_report) = run_rules(&joined, true);
-    let count = |hay: &str, needle: &str| memchr::memmem::find_iter(hay.as_bytes(), needle).count();
-    if tails.iter().any(|t| count(&out, t) > count(&joined_out, t)) {
+    // How often each part after a split occurs, counted for all of them in one pass over each
+    // text (a search per part would make a text with many splits quadratic).
+    let counter = aho_corasick::AhoCorasick::new(&tails).expect("the parts make an automaton");
+    let count = |hay: &str| {
+        let mut counts = vec![0usize; tails.len()];
+        for m in counter.find_overlapping_iter(hay) {
+            counts[m.pattern().as_usize()] += 1;
+        }
+        counts
+    };
+    if count(&out)
+        .iter()
+        .zip(count(&joined_out))
+        .any(|(&kept, joined)| kept > joined)
+    {
         return (Cow::Owned(joined_out.into_owned()), joined_report, true);
     }
     (out, report, false)
