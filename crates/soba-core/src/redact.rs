@@ -20,6 +20,11 @@
 //! (`config/gitleaks.toml`, MIT). Shapes left alone on purpose are listed in
 //! docs/reliability.md.
 //!
+//! Two shapes are looked at twice: a base64 value under a Kubernetes Secret's `data:` or an
+//! `auth`/`_auth` key is decoded one level and redacted when what it decodes to holds a secret,
+//! and a secret split by a line continuation or a string join is found in the text with its
+//! splits joined (see [`redact_with_report`]).
+//!
 //! Stripe publishable keys (`pk_live_…`) are public by design and are not redacted.
 
 use std::borrow::Cow;
@@ -177,9 +182,11 @@ enum Check {
     Value(fn(&str) -> bool),
     /// An assignment: the variable's name (group `name`) and its value must pass together.
     Named(fn(&str, &str) -> bool),
-    /// The secret and the whole text it is in (for a shape that is a secret only beside
-    /// another, such as a bare AWS secret key beside its key id).
-    InText(fn(&str, &str) -> bool),
+    /// The secret's shape (`Some(true)`: a secret; `Some(false)`: one only if the text around
+    /// says so; `None`: none) and what the whole text says, asked at most once per text, so
+    /// that many candidates in a long text do not each scan it (for a shape that is a secret
+    /// only beside another, such as a bare AWS secret key beside its key id).
+    InText(fn(&str) -> Option<bool>, fn(&str) -> bool),
 }
 
 /// One detection rule: the capture group `secret` (or the whole match) is replaced when the
@@ -613,21 +620,24 @@ fn is_cookie_secret(_name: &str, v: &str) -> bool {
 /// upper and lower case), and either holding `/` or `+` (which identifiers and paths of that
 /// exact length rarely mix in like this) or beside an access key id or the words of a secret
 /// key (`aws configure`, the console's key download).
-fn is_bare_aws_secret(s: &str, text: &str) -> bool {
+fn bare_aws_secret_shape(s: &str) -> Option<bool> {
     let count = |f: fn(&u8) -> bool| s.bytes().filter(f).count();
     let digits = count(u8::is_ascii_digit);
     let upper = count(u8::is_ascii_uppercase);
     let lower = count(u8::is_ascii_lowercase);
     let symbols = s.len() - digits - upper - lower;
     if digits < 3 || upper < 4 || lower < 4 || symbols > 4 || s.contains("//") {
-        return false;
+        return None;
     }
     if s.starts_with('/') || s.ends_with('/') {
-        return false;
+        return None;
     }
-    if symbols > 0 {
-        return true;
-    }
+    Some(symbols > 0)
+}
+
+/// Whether a text names an AWS secret key or holds an access key id, beside which a bare
+/// 40-character run is the secret.
+fn mentions_aws_secret(text: &str) -> bool {
     static KEY_ID: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b|\[redacted:aws_access_key\]")
             .expect("pattern compiles")
@@ -1164,11 +1174,11 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             Value(decodes_to_secret),
         )
         .keyed(r"(?i)auth"),
-        // A bare AWS secret access key (see [`is_bare_aws_secret`]).
+        // A bare AWS secret access key (see [`bare_aws_secret_shape`]).
         rule(
             AwsSecretKey,
             r"(?:^|[^A-Za-z0-9/+=_.-])(?P<secret>[A-Za-z0-9/+]{40})(?:$|[^A-Za-z0-9/+=_-])",
-            InText(is_bare_aws_secret),
+            InText(bare_aws_secret_shape, mentions_aws_secret),
         )
         .scanned(has_run_of_40),
     ]
@@ -1200,6 +1210,7 @@ fn secret_of<'t>(caps: &Captures<'t>) -> regex::Match<'t> {
 /// Apply one rule; `None` when it changed nothing.
 fn apply(rule: &Rule, text: &str, report: &mut RedactionReport) -> Option<String> {
     let mut hits = 0usize;
+    let mut text_says: Option<bool> = None;
     let out = rule.regex.replace_all(text, |caps: &Captures| {
         let whole = caps.get(0).expect("group 0 always matches");
         let secret = secret_of(caps);
@@ -1213,7 +1224,10 @@ fn apply(rule: &Rule, text: &str, report: &mut RedactionReport) -> Option<String
                     .map_or("", |m| m.as_str()),
                 secret.as_str(),
             ),
-            Check::InText(check) => check(secret.as_str(), text),
+            Check::InText(shape, context) => match shape(secret.as_str()) {
+                Some(accepted) => accepted || *text_says.get_or_insert_with(|| context(text)),
+                None => false,
+            },
         };
         // A marker is never redacted again (redaction stays idempotent).
         let accepted = accepted && !secret.as_str().contains("[redacted");
