@@ -4,7 +4,7 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use soba_core::budget::{Breakdown, Budget, MeasurementSource};
+use soba_core::budget::{Breakdown, Budget, BudgetParts, MeasurementSource};
 use soba_core::limits::Limits;
 use soba_core::session::view::{ModelMessage, ModelView};
 use soba_core::session::Session;
@@ -63,15 +63,18 @@ impl SummarizerStatus {
     }
 }
 
-/// The parts of the model input, and what the provider counted beyond them.
+/// `effectiveTokens` split into the parts of the model input and what the provider counts
+/// beyond them (`notInLog`): the parts always sum to the total. Each part is on the budget's
+/// scale (SOBA's count times the calibration factor; with provider usage, fitted to the
+/// provider's count of the input before the anchor); `counted` gives SOBA's own counts.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportBreakdown {
     #[serde(flatten)]
-    pub parts: Breakdown,
-    /// Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`); for
-    /// an estimate, the unseen-context allowance.
-    pub not_in_log: u64,
+    pub parts: BudgetParts,
+    /// SOBA's counts of the parts of the model input, in the session's tokenizer, before any
+    /// scale: what `soba/context` lists.
+    pub counted: Breakdown,
     /// The allowance `effectiveTokens` includes for what the provider counts beyond the log:
     /// before the session's usage anchors the budget, the agent's unseen context (system
     /// prompt, tool schemas), learned on this machine or the agent's default; after, the
@@ -81,6 +84,17 @@ pub struct ReportBreakdown {
     /// absent when there is no allowance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unseen_text: Option<String>,
+}
+
+impl ReportBreakdown {
+    pub fn of(budget: &Budget) -> ReportBreakdown {
+        ReportBreakdown {
+            parts: budget.parts,
+            counted: budget.breakdown,
+            unseen: budget.unseen,
+            unseen_text: budget.unseen.describe(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -142,12 +156,7 @@ pub fn budget_report(
         max_output_tokens: limits.max_output_tokens,
         auto_compact: tally.auto_compact().unwrap_or(auto_default),
         last_compaction,
-        breakdown: ReportBreakdown {
-            parts: budget.breakdown,
-            not_in_log: budget.not_in_log(),
-            unseen: budget.unseen,
-            unseen_text: budget.unseen.describe(),
-        },
+        breakdown: ReportBreakdown::of(&budget),
         model: model.to_string(),
         tokenizer: session.tokenizer().as_str(),
         calibration: budget.calibration,
@@ -223,6 +232,14 @@ pub fn preflight_outlook(
             soba_core::compaction::reasons::overflow_exhausted(
                 session.tally().facts().overflow_failure.as_deref(),
             ),
+            None,
+        );
+    }
+    if let Some(reason) = &check.fixed_part_refusal {
+        return outlook(
+            "refused",
+            Some(soba_core::session::trigger::Trigger::HardLimit),
+            reason.clone(),
             None,
         );
     }

@@ -324,6 +324,7 @@ fn accuracy(paths: &[PathBuf], print_pairs: bool) -> anyhow::Result<()> {
     };
     let (mut soba_all, mut pi_all) = (Vec::new(), Vec::new());
     let (mut soba_fresh, mut soba_every) = (Vec::new(), Vec::new());
+    let (mut soba_starts, mut soba_after) = (Vec::new(), Vec::new());
     for path in transcript_files(paths)? {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
@@ -380,6 +381,12 @@ fn accuracy(paths: &[PathBuf], print_pairs: bool) -> anyhow::Result<()> {
         );
         soba_all.extend(comparable.iter().map(|p| p.soba_error()));
         pi_all.extend(comparable.iter().map(|p| p.pi_error()));
+        for p in pairs.iter().filter(|p| p.fresh()) {
+            match p.after_foreign_compaction {
+                true => soba_after.push(p.soba_error()),
+                false => soba_starts.push(p.soba_error()),
+            }
+        }
         soba_fresh.extend(fresh);
         soba_every.extend(pairs.iter().map(|p| p.soba_error()));
     }
@@ -388,11 +395,13 @@ fn accuracy(paths: &[PathBuf], print_pairs: bool) -> anyhow::Result<()> {
         line("SOBA", Distribution::of(soba_all));
         line("pi chars/4", Distribution::of(pi_all));
         line("SOBA first", Distribution::of(soba_fresh));
+        line("  start", Distribution::of(soba_starts));
+        line("  after cmp", Distribution::of(soba_after));
         line("SOBA every", Distribution::of(soba_every));
         println!(
-            "  (SOBA and pi: anchored requests; first: the first request of a session and the \
-             first after the agent's own compaction, with the agent's default unseen-context \
-             allowance; every: both)"
+            "  (SOBA and pi: anchored requests; first: the first request of a session (start) and \
+             the first after the agent's own compaction (after cmp), with the agent's default \
+             unseen-context allowance; every: both)"
         );
     }
     Ok(())

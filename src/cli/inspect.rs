@@ -110,6 +110,8 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
             }
         ),
     }
+    // The parts sum to the first line's total: each on the budget's scale, then what is not in
+    // the log (the provider's count beyond it, or the allowance an estimate keeps for it).
     let b = r.breakdown.parts;
     outln!(
         "system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {}{}",
@@ -118,31 +120,28 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         b.capsule,
         b.retained_tail,
         b.new_entries,
-        {
-            // What is not in the log (the provider's count beyond it, or the allowance an
-            // estimate keeps for it), then the factor's share of an estimate: the parts add up
-            // to the first line's total, the allowance counted once.
-            let outside = match r.breakdown.not_in_log {
-                0 => String::new(),
-                n => format!("  ·  not in the log {n}"),
-            };
-            let scale = match r.source {
-                soba_core::budget::MeasurementSource::Estimated => r
-                    .effective_tokens
-                    .saturating_sub(b.total() + r.breakdown.not_in_log),
-                soba_core::budget::MeasurementSource::ProviderUsage => 0,
-            };
-            match scale {
-                0 => outside,
-                n => format!("{outside}  ·  tokenizer scale {n}"),
-            }
+        match b.not_in_log {
+            0 => String::new(),
+            n => format!("  ·  not in the log {n}"),
         }
     );
+    if r.breakdown.counted.total() != b.total() - b.not_in_log {
+        let counted = r.breakdown.counted;
+        outln!(
+            "(parts on the budget's scale; counted with {}: system {}  ·  tools {}  ·  capsule {}  ·  retained tail {}  ·  new {})",
+            r.tokenizer,
+            counted.system,
+            counted.tools,
+            counted.capsule,
+            counted.retained_tail,
+            counted.new_entries
+        );
+    }
     if let Some(unseen) = &r.breakdown.unseen_text {
         outln!("{unseen}");
     }
     if r.source == soba_core::budget::MeasurementSource::ProviderUsage {
-        if let Some(note) = soba_core::budget::not_in_log_note(r.breakdown.not_in_log) {
+        if let Some(note) = soba_core::budget::not_in_log_note(r.breakdown.parts.not_in_log) {
             outln!("note: {note}");
         }
     }

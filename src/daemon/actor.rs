@@ -1423,6 +1423,7 @@ impl Actor {
             control: self.control.clone(),
             source: serde_json::from_value(budget.budget["source"].clone())
                 .unwrap_or(soba_core::budget::MeasurementSource::Estimated),
+            budget_breakdown: budget.budget["breakdown"].clone(),
             usage: crate::inspect::context_usage(self.log.session(), limit),
         }
     }

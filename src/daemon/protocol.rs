@@ -635,10 +635,14 @@ pub struct ContextResult {
     /// Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
     /// where SOBA compacts.
     pub control: Control,
-    /// How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
-    /// the rest of the total is what the provider counted beyond the log, and with an estimate
-    /// it is the count factor's scale.
+    /// How `effectiveTokens` was measured. `tokens`, `breakdown` and `byKind` are SOBA's counts
+    /// of the log; `budgetBreakdown` splits `effectiveTokens` itself.
     pub source: soba_core::budget::MeasurementSource,
+    /// `effectiveTokens` split into its parts, as `soba/budget`'s `breakdown`: the parts on the
+    /// budget's scale and `notInLog` (what the provider counts beyond the log, the unseen
+    /// allowance included) always sum to it.
+    #[schemars(with = "crate::inspect::ReportBreakdown")]
+    pub budget_breakdown: Value,
     #[serde(flatten)]
     pub usage: crate::inspect::ContextUsage,
 }

@@ -9,8 +9,9 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::wire::fingerprint::content_fingerprint;
 use crate::wire::message::{Incoming, Outgoing};
-use crate::wire::{content_fingerprint, Api};
+use crate::wire::Api;
 use soba_core::session::entry::ContentBlock;
 use soba_core::session::view::ModelMessage;
 

@@ -22,7 +22,8 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::wire::{content_fingerprint, fingerprint, fold_whitespace, Api, ChatRequest};
+use crate::wire::fingerprint::{content_fingerprint, fingerprint, fold_whitespace};
+use crate::wire::{Api, ChatRequest};
 
 /// The request header that names the conversation explicitly; it never goes upstream.
 pub const SESSION_HEADER: &str = "x-soba-session";

@@ -30,6 +30,7 @@ use crate::daemon::registry::Daemon;
 use crate::wire::message::Reply;
 use crate::wire::responses;
 use crate::wire::{self, Api, ChatRequest, StreamEnd, StreamTap};
+use soba_core::compaction::reasons;
 use soba_core::session::view::ModelMessage;
 
 pub(crate) type ProxyBody = BoxBody<Bytes, std::io::Error>;
@@ -369,12 +370,12 @@ fn too_long(api: Api, e: &RpcError) -> (Response<ProxyBody>, String) {
         .filter(|&t| t > 0)
         .unwrap_or_else(|| figure("tokensBefore"));
     let hard_limit = figure("hardLimit");
+    // A refusal that already names the window it needs (the fixed part alone is too large)
+    // is passed on as it is.
+    let named = e.message.contains(reasons::LARGER_WINDOW);
     let detail = match smallest_window(figure("contextWindow"), hard_limit, tokens) {
-        Some(w) => format!(
-            "{}; a context window of about {w} tokens would hold it (--context-window, or a model with a larger window)",
-            e.message
-        ),
-        None => e.message.clone(),
+        Some(w) if !named => format!("{}; {}", e.message, reasons::larger_window(w, "it")),
+        _ => e.message.clone(),
     };
     let why = format!("too long: {tokens} tokens > {hard_limit}: {detail}");
     (
@@ -1704,6 +1705,26 @@ mod header_tests {
         assert_eq!(smallest_window(32768, 19808, 35704), Some(49000));
         assert_eq!(smallest_window(32768, 19808, 19000), None);
         assert_eq!(smallest_window(0, 19808, 35704), None);
+    }
+
+    /// An oversized history gets the window that would hold it; a refusal whose reason names
+    /// a window already (the fixed part alone is too large) is passed on without a second.
+    #[test]
+    fn an_overflow_answer_names_one_window() {
+        let data = json!({"compaction": {"tokensBefore": 35704, "hardLimit": 19808, "contextWindow": 32768}});
+        let window_named = |message: &str| {
+            let e = RpcError::new(-32001, message).with_data(data.clone());
+            let (_, why) = too_long(Api::Anthropic, &e);
+            why.matches(reasons::LARGER_WINDOW).count()
+        };
+        assert_eq!(
+            window_named("context budget exceeded: the input needs 35704 tokens"),
+            1
+        );
+        let fixed = reasons::fixed_part_too_large(30_000, 0, 19808, 66_000);
+        assert_eq!(window_named(&fixed), 1);
+        let e = RpcError::new(-32001, fixed.clone()).with_data(data.clone());
+        assert!(too_long(Api::Anthropic, &e).1.ends_with(&fixed));
     }
 
     #[test]

@@ -20,14 +20,14 @@ pub struct Incoming {
     pub raw: Value,
     /// Entries for `soba/session/append`, without `id`, `parentId` and `ts`.
     pub entries: Vec<Value>,
-    /// [`super::content_fingerprint`] of `entries`, computed once when the request is read:
+    /// [`super::fingerprint::content_fingerprint`] of `entries`, computed once when the request is read:
     /// the conversation and the registry both match the message by it.
     pub fingerprint: u64,
 }
 
 impl Incoming {
     pub fn new(raw: Value, entries: Vec<Value>) -> Incoming {
-        let fingerprint = super::content_fingerprint(&entries);
+        let fingerprint = super::fingerprint::content_fingerprint(&entries);
         Incoming {
             raw,
             entries,

@@ -903,20 +903,30 @@ fn an_estimates_parts_sum_to_its_total_with_the_unseen_allowance_shown_once() {
     let allowance = b["unseen"]["tokens"].as_u64().unwrap();
     assert!(allowance > 0, "{v}");
     assert_eq!(b["notInLog"].as_u64(), Some(allowance), "{v}");
+    let part = |k: &str| b[k].as_u64().unwrap();
     let parts: u64 = ["system", "tools", "capsule", "retainedTail", "newEntries"]
         .iter()
-        .map(|k| b[k].as_u64().unwrap())
+        .map(|k| part(k))
         .sum();
     let effective = v["effectiveTokens"].as_u64().unwrap();
-    let scale = effective - parts - allowance;
-    assert!(scale > 0, "the count factor raises the count: {v}");
+    assert_eq!(
+        parts + allowance,
+        effective,
+        "the parts sum to the total: {v}"
+    );
+    let counted = b["counted"]["newEntries"].as_u64().unwrap();
+    assert!(
+        part("newEntries") > counted,
+        "the count factor raises the count: {v}"
+    );
     let text = String::from_utf8_lossy(&run(&["budget", log.to_str().unwrap()]).stdout).to_string();
     assert!(
         text.contains(&format!(
-            "new {}  ·  not in the log {allowance}  ·  tokenizer scale {scale}\n",
+            "new {}  ·  not in the log {allowance}\n",
             b["newEntries"]
         )),
         "{text}"
     );
+    assert!(text.contains(&format!("new {counted})\n")), "{text}");
     assert_eq!(text.matches("not in the log ").count(), 1, "{text}");
 }

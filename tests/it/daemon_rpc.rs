@@ -845,16 +845,22 @@ async fn context_shows_what_fills_the_window_by_part_and_largest_entries() {
     assert_eq!(ctx["sessionId"], id.as_str());
     let budget = c.request("soba/budget", json!({"sessionId": id})).await;
     assert_eq!(ctx["effectiveTokens"], budget["effectiveTokens"]);
-    // The counted parts are the budget's; what the provider counted beyond the log, and the
-    // allowance for it, are the budget's alone (none here).
-    let mut counted = budget["breakdown"].clone();
-    assert_eq!(counted["notInLog"].take(), 0);
-    assert_eq!(counted["unseen"]["tokens"], 0);
-    let parts = counted.as_object_mut().unwrap();
-    for beyond in ["notInLog", "unseen", "unseenText"] {
-        parts.remove(beyond);
-    }
-    assert_eq!(ctx["breakdown"], counted);
+    // The counted parts are the budget's counts; the budget's own parts (on its scale, with
+    // what is not in the log) are there too, and sum to the total.
+    assert_eq!(ctx["breakdown"], budget["breakdown"]["counted"]);
+    assert_eq!(ctx["budgetBreakdown"], budget["breakdown"]);
+    let parts: u64 = [
+        "system",
+        "tools",
+        "capsule",
+        "retainedTail",
+        "newEntries",
+        "notInLog",
+    ]
+    .iter()
+    .map(|k| ctx["budgetBreakdown"][k].as_u64().unwrap())
+    .sum();
+    assert_eq!(Some(parts), ctx["effectiveTokens"].as_u64(), "{ctx}");
     let largest = ctx["largest"].as_array().unwrap();
     assert_eq!(largest.len(), 2, "the limit is honoured: {ctx}");
     assert_eq!(largest[0]["kind"], "file");

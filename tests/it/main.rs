@@ -39,6 +39,7 @@ mod readme;
 mod redaction;
 mod redaction_corpus;
 mod redaction_paths;
+mod redaction_shapes;
 mod replay;
 mod report_render;
 mod rewind;

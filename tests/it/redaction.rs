@@ -528,22 +528,62 @@ fn secrets_inside_a_larger_document_are_all_found() {
     );
 }
 
+/// Every string of a JSON value: the texts SOBA redacts are a session's message and tool
+/// texts, not the transcript file's JSON around them.
+fn json_strings(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| json_strings(x, out)),
+        serde_json::Value::Object(o) => o.values().for_each(|x| json_strings(x, out)),
+        _ => {}
+    }
+}
+
 #[test]
 fn real_transcripts_have_nothing_to_redact() {
-    // The fixture transcripts hold no secrets, only placeholders such as
-    // `export OPENAI_API_KEY=sk-...` in quoted READMEs: nothing may be flagged.
+    // The fixture transcripts (public sessions) hold no secrets, only placeholders such as
+    // `export OPENAI_API_KEY=sk-...` in quoted READMEs, and shapes close to secrets: git SHAs,
+    // GitHub API JSON whose base64 `node_id`s decode to `04:User583231`, line continuations,
+    // joined strings. Nothing may be flagged, neither in a file as it is nor in any of its
+    // strings on its own (a message's or a tool result's text, as SOBA redacts it).
     let Some(dir) = common::transcripts_dir() else {
         return;
     };
-    let mut checked = 0;
+    let mut files = 0;
+    let mut strings = Vec::new();
     for format in ["pi", "claude-code", "codex", "openai-chat"] {
         for file in std::fs::read_dir(dir.join(format)).unwrap() {
             let path = file.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
             let (_, report) = redact_with_report(&text);
             assert!(report.is_empty(), "{}: {:?}", path.display(), report.counts);
-            checked += 1;
+            files += 1;
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+                json_strings(&v, &mut strings);
+            }
+            for line in text.lines() {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(line) {
+                    json_strings(&v, &mut strings);
+                }
+            }
         }
     }
-    assert!(checked >= 9, "{checked} transcripts checked");
+    assert!(files >= 9, "{files} transcripts checked");
+    strings.sort_unstable();
+    strings.dedup();
+    let flagged: Vec<String> = strings
+        .iter()
+        .filter_map(|s| {
+            let (out, report) = redact_with_report(s);
+            (!report.is_empty())
+                .then(|| format!("{:?}: {}", report.counts, &out[..out.len().min(200)]))
+        })
+        .collect();
+    assert!(strings.len() > 10_000, "{} strings checked", strings.len());
+    assert!(
+        flagged.is_empty(),
+        "{} strings redacted:\n{}",
+        flagged.len(),
+        flagged.join("\n")
+    );
 }

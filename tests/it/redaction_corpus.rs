@@ -20,7 +20,7 @@ const DIGITS: &str = "0123456789";
 const PASSWORDISH: &str = "abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789!#%*-_.";
 
 /// Deterministic random-looking text (xorshift64*), different for every seed.
-fn rnd(seed: u64, len: usize, alphabet: &str) -> String {
+pub(crate) fn rnd(seed: u64, len: usize, alphabet: &str) -> String {
     let chars: Vec<char> = alphabet.chars().collect();
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03 | 1;
     (0..len)
@@ -190,7 +190,7 @@ pub struct Planted {
 type Form = fn(&str) -> String;
 
 /// Claude Code's Read output: every line prefixed with its number and an arrow.
-fn read_output(first_line: usize, lines: &[String]) -> String {
+pub(crate) fn read_output(first_line: usize, lines: &[String]) -> String {
     lines
         .iter()
         .enumerate()
@@ -648,6 +648,7 @@ pub fn attack_secrets() -> Vec<Planted> {
         };
         add("twilio-positional", t, text, Output);
     }
+    v.extend(crate::redaction_shapes::further_shapes());
     v
 }
 
@@ -1047,6 +1048,7 @@ fn ordinary_lines() -> Vec<String> {
             }
         }
     }
+    v.extend(crate::redaction_shapes::further_look_alikes());
     v
 }
 
@@ -1070,9 +1072,11 @@ fn caught(secret: &str, out: &str) -> bool {
 }
 
 #[test]
-fn the_attack_corpus_has_130_secrets_each_in_its_text() {
+fn the_attack_corpus_has_130_secrets_and_40_further_shapes_each_in_its_text() {
     let a = attack_secrets();
-    assert_eq!(a.len(), 130);
+    let further = crate::redaction_shapes::further_shapes().len();
+    assert!(further >= 40, "{further} further shapes");
+    assert_eq!(a.len(), 130 + further);
     for p in &a {
         assert!(
             p.text.contains(&p.secret),

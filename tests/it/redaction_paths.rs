@@ -5,8 +5,7 @@
 //! A secret leaks on a path when its last twelve characters reach that path's output.
 //!
 //! The figures are printed (`cargo test --test it redaction_paths -- --nocapture`) and kept in
-//! docs/reliability.md; at most [`ALLOWED_LEAKS`] secrets may leak on any path, and only those
-//! named in [`KNOWN_LEAKS`] (each one explained in docs/reliability.md).
+//! docs/reliability.md; no secret may leak on any path.
 
 use crate::loopback::{sse, Loopback};
 use crate::redaction_corpus::{attack_secrets, capsule_holding, Planted, Shown};
@@ -32,13 +31,6 @@ use soba_core::config::{Provider, SummarizerConfig};
 use soba_core::session::entry::ContentBlock;
 use soba_core::session::view::ModelMessage;
 use tokio_util::sync::CancellationToken;
-
-/// The most secrets of the attack corpus any path may leak.
-const ALLOWED_LEAKS: usize = 3;
-
-/// Secrets the rules knowingly miss, by the start of their text; each is named with its reason
-/// in docs/reliability.md.
-const KNOWN_LEAKS: &[&str] = &[];
 
 fn tail(secret: &str) -> &str {
     &secret[secret.len().saturating_sub(12)..]
@@ -303,7 +295,7 @@ async fn proxy_summarizer_calls(corpus: &[Planted]) -> Vec<usize> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_attack_corpus_leaks_at_most_three_secrets_on_any_path() {
+async fn the_attack_corpus_leaks_no_secret_on_any_path() {
     let corpus = attack_secrets();
     let mut leaks = file_paths(&corpus);
     leaks.insert("summarizer input", summarizer_input(&corpus).await);
@@ -321,12 +313,7 @@ async fn the_attack_corpus_leaks_at_most_three_secrets_on_any_path() {
         for &n in list {
             let p = &corpus[n];
             println!("  {}: {:?}", p.form, p.text);
-            if !KNOWN_LEAKS.iter().any(|k| p.text.starts_with(k)) {
-                failures.push(format!("{path}: {} {:?}", p.form, p.text));
-            }
-        }
-        if list.len() > ALLOWED_LEAKS {
-            failures.push(format!("{path}: {} leaked", list.len()));
+            failures.push(format!("{path}: {} {:?}", p.form, p.text));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

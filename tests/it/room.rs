@@ -127,3 +127,72 @@ fn a_compaction_in_a_roomy_window_leaves_the_input_below_the_room_target() {
     );
     assert!(matches!(p, Preflight::Ready { .. }));
 }
+
+/// Claude Code at 32k: its system prompt and tools alone do not fit the hard limit, so no
+/// compaction can make room. The preflight refuses at once with one error that says so and names
+/// the smallest window that holds them with the room a compaction leaves; nothing is written,
+/// and an explicit compaction and `soba context`'s outlook say the same.
+#[test]
+fn a_fixed_part_over_the_hard_limit_is_refused_with_the_window_that_would_hold_it() {
+    use soba_core::session::entry::{EntryBody, SettingEntry};
+    let mut h = Agent::with(config(r#"{"model":{"name":"test","contextWindow":32768}}"#));
+    h.push(EntryBody::Setting(SettingEntry {
+        system_prompt: Some(crate::support::agent::filler(14_000)),
+        tool_tokens: Some(10_000),
+        ..Default::default()
+    }));
+    for k in 0..3 {
+        h.user(300);
+        step(&mut h, k, 500);
+    }
+    let hard_limit = h.config.limits().hard_limit;
+    let fixed = {
+        let s = h.log.session();
+        let b = h.settings().barrier().measure(s);
+        b.fixed_tokens()
+    };
+    assert!(fixed >= hard_limit, "{fixed} vs {hard_limit}");
+    let lines = std::fs::read_to_string(&h.path).unwrap().lines().count();
+    let Preflight::Failed(r) = h.preflight() else {
+        panic!("refused")
+    };
+    assert_eq!(r.outcome, Outcome::Failed);
+    eprintln!("{}", r.reason);
+    let prefix = format!(
+        "{}: the system prompt and the tool schemas alone need {fixed} tokens, the hard limit is {hard_limit}",
+        reasons::CONTEXT_BUDGET_EXCEEDED
+    );
+    assert!(r.reason.starts_with(&prefix), "{}", r.reason);
+    let window: u64 = r
+        .reason
+        .split(reasons::LARGER_WINDOW)
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("names a window: {}", r.reason));
+    // That window's limits leave the fixed part within the room a compaction leaves; a
+    // thousand tokens less would not.
+    let at = |w: u64| {
+        config(&format!(
+            r#"{{"model":{{"name":"test","contextWindow":{w}}}}}"#
+        ))
+    };
+    let room = |w: u64| {
+        (at(w).limits().hard_limit as f64 * soba_core::limits::ROOM_AFTER_COMPACTION) as u64
+    };
+    assert!(room(window) >= fixed, "{window}: room {}", room(window));
+    assert!(room(window - 1000) < fixed, "{window} is not the smallest");
+    assert_eq!(
+        std::fs::read_to_string(&h.path).unwrap().lines().count(),
+        lines,
+        "nothing is written: no compaction was attempted"
+    );
+    assert_eq!(h.capsules(), 0);
+    // An explicit compaction cannot help either, and says why in the same words.
+    let explicit = h.explicit(None, None);
+    assert!(explicit.reason.starts_with(&prefix), "{}", explicit.reason);
+    // What `soba context` shows before sending.
+    let outlook = soba::inspect::preflight_outlook(h.log.session(), &h.config);
+    assert_eq!(outlook.decision, "refused");
+    assert!(outlook.reason.starts_with(&prefix), "{}", outlook.reason);
+}

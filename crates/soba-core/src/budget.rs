@@ -46,18 +46,124 @@ impl Breakdown {
     }
 }
 
-impl Budget {
+/// The budget's total split into the parts of the model input, on the budget's scale: the parts
+/// always sum to `effective_tokens`. SOBA's counts ([`Breakdown`]) are what the log holds in its
+/// tokenizer; the provider bills in its own, and counts what the log never recorded. So each
+/// counted part is scaled the way the total was made: by the calibration factor, and where a
+/// usage report anchors the budget, to the provider's count of everything before it (which
+/// may be below SOBA's count: the parts then shrink with it). What the provider counted beyond
+/// the log's parts, and the unseen allowance, are `not_in_log`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetParts {
+    pub system: u64,
+    pub tools: u64,
+    pub capsule: u64,
+    pub retained_tail: u64,
+    pub new_entries: u64,
     /// Tokens the provider counted (or, for an estimate, is expected to count) that none of
     /// the log's parts accounts for: a system prompt and tool schemas the transcript never
-    /// recorded, and what the agent adds without recording it. No compaction can reclaim them.
-    /// For an estimate, the unseen-context allowance.
-    pub fn not_in_log(&self) -> u64 {
-        match self.source {
-            MeasurementSource::ProviderUsage => {
-                self.effective_tokens.saturating_sub(self.breakdown.total())
+    /// recorded, what the agent adds without recording it (the unseen allowance). No compaction
+    /// can reclaim them.
+    pub not_in_log: u64,
+}
+
+impl BudgetParts {
+    pub fn total(&self) -> u64 {
+        self.system
+            + self.tools
+            + self.capsule
+            + self.retained_tail
+            + self.new_entries
+            + self.not_in_log
+    }
+
+    /// The parts of a budget measured as [`Budget::measure`] measures it.
+    fn of(
+        counted: &Breakdown,
+        anchor: Option<UsageAnchor>,
+        calibration: &Calibration,
+        unseen: &Unseen,
+    ) -> BudgetParts {
+        let mut parts = [
+            counted.system,
+            counted.tools,
+            counted.capsule,
+            counted.retained_tail,
+            counted.new_entries,
+        ];
+        let beyond = match anchor.filter(|a| a.usage.context_tokens() > 0) {
+            Some(a) => {
+                // The usage covers everything up to the anchor; the entries after it are in
+                // the new part, counted and scaled.
+                let reported = a.usage.context_tokens();
+                parts[4] = parts[4].saturating_sub(a.tokens_after);
+                let before = calibration.apply(parts.iter().sum());
+                let covered = before.min(reported);
+                parts = apportion(parts, covered);
+                parts[4] += calibration.apply(a.tokens_after);
+                reported - covered
             }
-            MeasurementSource::Estimated => self.unseen.tokens,
+            None => {
+                let total = calibration.apply(parts.iter().sum());
+                parts = apportion(parts, total);
+                0
+            }
+        };
+        let [system, tools, capsule, retained_tail, new_entries] = parts;
+        BudgetParts {
+            system,
+            tools,
+            capsule,
+            retained_tail,
+            new_entries,
+            not_in_log: beyond + unseen.tokens,
         }
+    }
+}
+
+/// `parts` scaled in proportion to sum to `target` (largest remainders round up, the earlier
+/// part first on a tie), so that no token is lost or invented by rounding. Parts summing to 0
+/// stay 0; the callers never ask them for more.
+fn apportion<const N: usize>(parts: [u64; N], target: u64) -> [u64; N] {
+    let sum: u128 = parts.iter().map(|&p| p as u128).sum();
+    if sum == 0 {
+        debug_assert_eq!(target, 0, "nothing to scale up to {target}");
+        return [0; N];
+    }
+    let mut out = [0u64; N];
+    let mut remainders = [(0u128, 0usize); N];
+    let mut given = 0u64;
+    for (i, &p) in parts.iter().enumerate() {
+        let exact = p as u128 * target as u128;
+        out[i] = (exact / sum) as u64;
+        remainders[i] = (exact % sum, i);
+        given += out[i];
+    }
+    remainders.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in remainders.iter().take((target - given) as usize) {
+        out[i] += 1;
+    }
+    out
+}
+
+impl Budget {
+    /// Tokens the provider counted (or, for an estimate, is expected to count) that none of
+    /// the log's parts accounts for (see [`BudgetParts::not_in_log`]).
+    pub fn not_in_log(&self) -> u64 {
+        self.parts.not_in_log
+    }
+
+    /// The part of the input no compaction can reclaim, on the budget's scale: the system
+    /// prompt, the tool schemas and what is not in the log.
+    pub fn fixed_tokens(&self) -> u64 {
+        self.parts.system + self.parts.tools + self.parts.not_in_log
+    }
+
+    /// The fixed part leaves no room under the hard limit: every request is refused whatever
+    /// a compaction does, and only a larger window helps.
+    pub fn fixed_part_exceeds_hard_limit(&self) -> bool {
+        self.fixed_tokens() >= self.limits.hard_limit
     }
 }
 
@@ -205,6 +311,9 @@ pub struct Budget {
     /// allowance over provider usage.
     #[serde(default)]
     pub unseen: Unseen,
+    /// `effectiveTokens` split into the parts of the model input, on the budget's scale.
+    #[serde(default)]
+    pub parts: BudgetParts,
 }
 
 impl Budget {
@@ -237,6 +346,7 @@ impl Budget {
             limits,
             calibration,
             unseen,
+            parts: BudgetParts::of(&breakdown, anchor, &calibration, &unseen),
         }
     }
 
@@ -365,6 +475,153 @@ mod tests {
                 ..claude
             };
             assert_eq!(c.apply(1000), 1000, "factor {low} must not lower a count");
+        }
+    }
+
+    /// What `soba budget` once showed: a usage anchor below SOBA's own count of the same input
+    /// (44.9k reported, 47.7k counted), so the new part alone exceeded the total.
+    #[test]
+    fn parts_sum_to_the_total_when_the_provider_counts_less_than_soba() {
+        let counted = Breakdown {
+            new_entries: 47_694,
+            ..Breakdown::default()
+        };
+        let anchor = UsageAnchor {
+            usage: Usage {
+                input: 44_000,
+                ..Usage::default()
+            },
+            tokens_after: 900,
+        };
+        let exact = Calibration::exact(TokenizerKind::O200kBase);
+        let b = Budget::measure(spec_limits(), counted, Some(anchor), exact, Unseen::NONE);
+        assert_eq!(b.effective_tokens, 44_900);
+        assert_eq!(b.parts.total(), b.effective_tokens);
+        assert_eq!(b.parts.new_entries, 44_900, "{:?}", b.parts);
+        assert_eq!(b.not_in_log(), 0);
+    }
+
+    #[test]
+    fn parts_are_scaled_by_the_factor_and_what_the_provider_counted_beyond_them_is_not_in_the_log()
+    {
+        let counted = Breakdown {
+            system: 1_000,
+            tools: 2_000,
+            capsule: 0,
+            retained_tail: 0,
+            new_entries: 7_000,
+        };
+        let claude = Calibration {
+            tokenizer: TokenizerKind::O200kBase,
+            factor: 1.15,
+            source: CalibrationSource::Catalog,
+        };
+        // An estimate: every part × 1.15, plus the allowance.
+        let unseen = Unseen {
+            tokens: 3_000,
+            kind: unseen_allowance::UnseenKind::Context,
+            source: unseen_allowance::UnseenSource::Default,
+            learned_from: 0,
+            agent: None,
+            restored_files: 0,
+        };
+        let e = Budget::measure(spec_limits(), counted, None, claude, unseen);
+        assert_eq!(
+            e.parts,
+            BudgetParts {
+                system: 1_150,
+                tools: 2_300,
+                capsule: 0,
+                retained_tail: 0,
+                new_entries: 8_050,
+                not_in_log: 3_000,
+            }
+        );
+        assert_eq!(e.parts.total(), e.effective_tokens);
+        // Anchored, the provider counting 20k for what SOBA counts 9k before the anchor: the
+        // scaled parts, and 20k − 9k × 1.15 beyond them.
+        let anchor = UsageAnchor {
+            usage: Usage {
+                input: 20_000,
+                ..Usage::default()
+            },
+            tokens_after: 1_000,
+        };
+        let a = Budget::measure(spec_limits(), counted, Some(anchor), claude, Unseen::NONE);
+        assert_eq!(a.effective_tokens, 20_000 + 1_150);
+        assert_eq!(a.parts.new_entries, 6_900 + 1_150);
+        assert_eq!(a.parts.not_in_log, 20_000 - 10_350);
+        assert_eq!(a.parts.total(), a.effective_tokens);
+    }
+
+    #[test]
+    fn apportioning_loses_and_invents_no_token() {
+        assert_eq!(
+            apportion([1, 1, 1], 2),
+            [1, 1, 0],
+            "ties go to the earlier part"
+        );
+        assert_eq!(apportion([0, 0], 0), [0, 0]);
+        assert_eq!(apportion([5, 0, 5], 3), [2, 0, 1]);
+        assert_eq!(apportion([u64::MAX, 1], u64::MAX), [u64::MAX - 1, 1]);
+    }
+
+    fn arb_usage_anchor() -> impl proptest::strategy::Strategy<Value = Option<UsageAnchor>> {
+        use proptest::prelude::*;
+        proptest::option::of((0u64..200_000, 0u64..50_000, 0u64..60_000).prop_map(
+            |(input, cache_read, tokens_after)| UsageAnchor {
+                usage: Usage {
+                    input,
+                    cache_read,
+                    cache_write: 0,
+                    output: 0,
+                },
+                tokens_after,
+            },
+        ))
+    }
+
+    proptest::proptest! {
+        /// Whatever anchors the budget (provider usage above or below SOBA's count, a tail
+        /// longer than the new part, none), whatever the factor and the allowance: the parts
+        /// sum to the total, and the parts of the log never exceed it.
+        #[test]
+        fn the_parts_always_sum_to_the_total(
+            counted in proptest::array::uniform5(0u64..100_000),
+            anchor in arb_usage_anchor(),
+            factor in proptest::prop_oneof![proptest::strategy::Just(1.0), 1.0f64..1.6, -1.0f64..1.0],
+            unseen_tokens in 0u64..60_000,
+        ) {
+            let [system, tools, capsule, retained_tail, new_entries] = counted;
+            let breakdown = Breakdown { system, tools, capsule, retained_tail, new_entries };
+            let calibration = Calibration {
+                tokenizer: TokenizerKind::O200kBase,
+                factor,
+                source: CalibrationSource::Session,
+            };
+            let unseen = Unseen {
+                tokens: unseen_tokens,
+                kind: unseen_allowance::UnseenKind::Growth,
+                source: unseen_allowance::UnseenSource::Session,
+                learned_from: 0,
+                agent: None,
+                restored_files: 0,
+            };
+            let b = Budget::measure(spec_limits(), breakdown, anchor, calibration, unseen);
+            proptest::prop_assert_eq!(b.parts.total(), b.effective_tokens, "{:?}", b);
+            proptest::prop_assert!(b.parts.not_in_log >= unseen_tokens);
+            if b.source == MeasurementSource::Estimated {
+                // An estimate never lowers a count: each part is at least what SOBA counted.
+                for (scaled, raw) in [
+                    (b.parts.system, system),
+                    (b.parts.tools, tools),
+                    (b.parts.capsule, capsule),
+                    (b.parts.retained_tail, retained_tail),
+                    (b.parts.new_entries, new_entries),
+                ] {
+                    proptest::prop_assert!(scaled >= raw, "{:?}", b);
+                }
+            }
         }
     }
 

@@ -20,6 +20,11 @@
 //! (`config/gitleaks.toml`, MIT). Shapes left alone on purpose are listed in
 //! docs/reliability.md.
 //!
+//! Two shapes are looked at twice: a base64 value under a Kubernetes Secret's `data:` or an
+//! `auth`/`_auth` key is decoded one level and redacted when what it decodes to holds a secret,
+//! and a secret split by a line continuation or a string join is found in the text with its
+//! splits joined (see [`redact_with_report`]).
+//!
 //! Stripe publishable keys (`pk_live_…`) are public by design and are not redacted.
 
 use std::borrow::Cow;
@@ -65,6 +70,7 @@ pub enum SecretKind {
     SentryKey,
     DatabricksToken,
     VendorToken,
+    EncodedSecret,
     BearerToken,
     BasicAuth,
     ApiKeyHeader,
@@ -108,6 +114,7 @@ impl SecretKind {
             SecretKind::SentryKey => "sentry_key",
             SecretKind::DatabricksToken => "databricks_token",
             SecretKind::VendorToken => "vendor_token",
+            SecretKind::EncodedSecret => "encoded_secret",
             SecretKind::BearerToken => "bearer_token",
             SecretKind::BasicAuth => "basic_auth",
             SecretKind::ApiKeyHeader => "api_key_header",
@@ -175,9 +182,11 @@ enum Check {
     Value(fn(&str) -> bool),
     /// An assignment: the variable's name (group `name`) and its value must pass together.
     Named(fn(&str, &str) -> bool),
-    /// The secret and the whole text it is in (for a shape that is a secret only beside
-    /// another, such as a bare AWS secret key beside its key id).
-    InText(fn(&str, &str) -> bool),
+    /// The secret's shape (`Some(true)`: a secret; `Some(false)`: one only if the text around
+    /// says so; `None`: none) and what the whole text says, asked at most once per text, so
+    /// that many candidates in a long text do not each scan it (for a shape that is a secret
+    /// only beside another, such as a bare AWS secret key beside its key id).
+    InText(fn(&str) -> Option<bool>, fn(&str) -> bool),
 }
 
 /// One detection rule: the capture group `secret` (or the whole match) is replaced when the
@@ -611,21 +620,24 @@ fn is_cookie_secret(_name: &str, v: &str) -> bool {
 /// upper and lower case), and either holding `/` or `+` (which identifiers and paths of that
 /// exact length rarely mix in like this) or beside an access key id or the words of a secret
 /// key (`aws configure`, the console's key download).
-fn is_bare_aws_secret(s: &str, text: &str) -> bool {
+fn bare_aws_secret_shape(s: &str) -> Option<bool> {
     let count = |f: fn(&u8) -> bool| s.bytes().filter(f).count();
     let digits = count(u8::is_ascii_digit);
     let upper = count(u8::is_ascii_uppercase);
     let lower = count(u8::is_ascii_lowercase);
     let symbols = s.len() - digits - upper - lower;
     if digits < 3 || upper < 4 || lower < 4 || symbols > 4 || s.contains("//") {
-        return false;
+        return None;
     }
     if s.starts_with('/') || s.ends_with('/') {
-        return false;
+        return None;
     }
-    if symbols > 0 {
-        return true;
-    }
+    Some(symbols > 0)
+}
+
+/// Whether a text names an AWS secret key or holds an access key id, beside which a bare
+/// 40-character run is the secret.
+fn mentions_aws_secret(text: &str) -> bool {
     static KEY_ID: LazyLock<Regex> = LazyLock::new(|| {
         Regex::new(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b|\[redacted:aws_access_key\]")
             .expect("pattern compiles")
@@ -639,16 +651,79 @@ fn is_bare_aws_secret(s: &str, text: &str) -> bool {
         .any(|w| lower.contains(w))
 }
 
+/// Decode base64, standard or URL-safe, padded or not; `None` when `s` is not base64.
+fn decode_base64(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim_end_matches('=');
+    if s.len() % 4 == 1 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for b in s.bytes() {
+        let v = match b {
+            b'A'..=b'Z' => b - b'A',
+            b'a'..=b'z' => b - b'a' + 26,
+            b'0'..=b'9' => b - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+/// Whether a base64 value decodes, one level, to text that holds a secret: `user:password`
+/// (what Docker's and npm's `auth` hold), or anything the rules find in it, such as the
+/// database URL with its password that a Kubernetes Secret's `data:` holds. The decoded text
+/// is not decoded again.
+fn decodes_to_secret(v: &str) -> bool {
+    let Some(decoded) = decode_base64(unquoted(v)).and_then(|b| String::from_utf8(b).ok()) else {
+        return false;
+    };
+    // Binary data (a hash, an image, a key's DER bytes) is no text to look into.
+    if decoded
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    {
+        return false;
+    }
+    let decoded = decoded.trim();
+    if let Some((user, pass)) = decoded.split_once(':') {
+        let word = |p: &str| !p.is_empty() && !p.contains(char::is_whitespace);
+        // `user:password`, but not `scheme://…`, which the rules judge below.
+        // A GitHub node id (`04:User583231`) has a number for its user.
+        let numeric = user.bytes().all(|b| b.is_ascii_digit());
+        if word(user) && word(pass) && !user.contains('/') && !pass.starts_with("//") && !numeric {
+            return is_literal_secret_value(pass);
+        }
+    }
+    !run_rules(decoded, false).1.is_empty()
+}
+
+/// Whether a text has a `data` section (a Kubernetes Secret's, shown as YAML or as JSON),
+/// whose values are decoded.
+fn mentions_data(text: &str) -> bool {
+    memchr::memmem::find(text.as_bytes(), b"data").is_some()
+}
+
 /// The characters that may end an unquoted value.
 const VALUE_UNQUOTED: &str = r#"[^\s"'`;&|)\\,]+"#;
 /// A value on a command line: quoted (also as escaped inside a JSON string) or a bare word.
 const SHELL_VALUE: &str = r#"(?:"[^"\n]+"|'[^'\n]+'|\\"[^"\\\n]+\\"|[^\s"'`;&|)\\]+)"#;
 /// What may stand right before a variable's name: the start of a line, separators, quotes, the
 /// marks file views put before a line (`12→` in Claude Code's Read output, `12 │` in bat,
-/// `file:12:` from `grep -n`), and line breaks escaped inside a JSON string (`\n`, `\t`).
-const BEFORE_NAME: &str = r#"(?:^|[\s;&|("'`?,{:\[→│]|\\[ntr])"#;
-/// The start of a line, also after a file view's line mark or an escaped line break.
-const LINE_START: &str = r"(?:^|\\n|[→│])";
+/// `file:12:` from `grep -n`), a diff's `+`, and line breaks escaped inside a JSON string (`\n`, `\t`).
+const BEFORE_NAME: &str = r#"(?:^|[\s;&|("'`?,{:\[→│+]|\\[ntr])"#;
+/// The start of a line, also after a file view's line mark or an escaped line break, or a
+/// diff's added line.
+const LINE_START: &str = r"(?:^\+?|\\n\+?|[→│])";
 /// Names ending in a credential word, in any case: `DB_PASSWORD`, `db_password`,
 /// `clientSecret`, `--api-key`, `aws.secret_key`, `PGPASSWORD`, `AZURE_DEVOPS_EXT_PAT`.
 const SECRET_NAME: &str = r"[A-Za-z0-9_.-]*(?:[Kk][Ee][Yy]|[Tt][Oo][Kk][Ee][Nn]|[Ss][Ee][Cc][Rr][Ee][Tt]|[Pp][Aa][Ss][Ss](?:[Ww][Oo][Rr][Dd]|[Ww][Dd]|[Pp][Hh][Rr][Aa][Ss][Ee])?|[Pp][Ww][Dd]|[Aa][Uu][Tt][Hh]|[Cc][Rr][Ee][Dd][Ee][Nn][Tt][Ii][Aa][Ll][Ss]?|[Pp][Aa][Tt])";
@@ -679,7 +754,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         ),
         rule(
             SlackWebhook,
-            r"https://hooks\.slack\.com/(?:services|workflows)/T[A-Z0-9]{6,}/[A-Z0-9]{6,}/[A-Za-z0-9]{16,}",
+            r"https://hooks\.slack\.com/(?:services|workflows|triggers)/(?:T[A-Z0-9]{6,}/[A-Z0-9]{6,}/[A-Za-z0-9]{16,}|[A-Za-z0-9+/]{43,56})",
             Always,
         ),
         rule(
@@ -704,12 +779,12 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         ),
         rule(
             GitlabToken,
-            r"\bgl(?:pat|dt|rt|ptt|cbt|soat|ft|imt|agent)-[A-Za-z0-9_-]{20,}",
+            r"\bgl(?:pat|dt|rt|ptt|cbt|soat|ft|imt|agent|ffct|oas)-[A-Za-z0-9_-]{20,}|\bGR1348941[A-Za-z0-9_-]{20}",
             Value(varied),
         ),
         rule(
             AwsAccessKey,
-            r"\b(?:AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[A-Z0-9]{16}\b",
+            r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AROA|AIDA)[A-Z0-9]{16}\b",
             Value(varied),
         ),
         // `aws_secret_access_key = …`, `"SecretAccessKey": "…"`, YAML, and the CLI's
@@ -749,7 +824,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         ),
         rule(
             StripeKey,
-            r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}\b|\bwhsec_[A-Za-z0-9]{24,}\b",
+            r"\b(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{16,}\b|\bwhsec_[A-Za-z0-9]{24,}\b",
             Value(has_digit_and_letter),
         ),
         rule(
@@ -760,7 +835,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         // `.npmrc`: `//registry…/:_authToken=…`, `_auth=…`, `_password=…` in any form.
         rule(
             NpmToken,
-            r#"(?i)(?:^|[\s:"'])_(?:authToken|auth|password)\s*=\s*["']?(?P<secret>[^\s"'`]+)"#,
+            r#"(?i)(?:^|[\s:"'→│]|\\n)_(?:authToken|auth|password)\s*=\s*["']?(?P<secret>[^\s"'`\\]+)"#,
             Value(is_literal_secret_value),
         ),
         rule(
@@ -812,7 +887,7 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         ),
         rule(
             TelegramToken,
-            r"\b[0-9]{8,10}:AA[A-Za-z0-9_-]{33}",
+            r"(?:\b|/bot)(?P<secret>[0-9]{5,16}:AA[A-Za-z0-9_-]{33})",
             Value(varied),
         ),
         rule(
@@ -831,10 +906,10 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         .keyed(r"(?i)xapp-|xoxe"),
         rule(
             VaultToken,
-            r"\bhvs\.[A-Za-z0-9_-]{90,120}|\bhvb\.[A-Za-z0-9_-]{138,300}|\bs\.[A-Za-z0-9]{24}\b",
-            Value(|s| !s.starts_with("s.") || looks_random(s)),
+            r"\bhv[sb]\.[A-Za-z0-9_-]{24,400}|\bs\.[A-Za-z0-9]{24}\b",
+            Value(looks_random),
         )
-        .keyed(r"hvs\.|hvb\.|\bs\.[A-Za-z0-9]{24}\b"),
+        .keyed(r"hv[sb]\.|\bs\.[A-Za-z0-9]{24}\b"),
         rule(
             SentryKey,
             r"\bsntryu_[a-f0-9]{64}\b|\bsntrys_eyJ[A-Za-z0-9+/=_]{60,}|\bhttps?://(?P<secret>[0-9a-f]{32})(?::[0-9a-f]{32})?@[A-Za-z0-9.-]+(?::[0-9]+)?/(?:[A-Za-z0-9_.-]+/)*[0-9]+\b",
@@ -881,6 +956,48 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
                 r"|ops_eyJ|AKCp|CLOJARS_|dt0c01\.|EZAK|EZTK|duffel_|fio-u-|shippo_|sha256~|FLWSECK",
                 r"|pat[A-Za-z0-9]{14}\.|Q~|EAAM|EAAC|gsk_|xai-|r8_|lsv2_",
             )),
+        // The rest of gitleaks' prefixed rules (its commit b58d3f10; the comparison is in
+        // docs/reliability.md): 1Password secret keys, Adobe, Alibaba key ids, Artifactory
+        // reference tokens, Authress, Amazon Bedrock, ClickHouse, Cloudflare origin CA,
+        // Facebook app tokens, Flutterwave encryption keys, Fly.io macaroons, GitLab session
+        // cookies, Harness, 42 Intra, base64-encoded JWTs, MaxMind, Microsoft Teams webhooks,
+        // Octopus Deploy, Scalingo, SettleMint, Sidekiq, SonarQube, Sourcegraph, Square,
+        // Typeform, Yandex, Defined Networking, Plaid, Mailchimp, Atlassian and Dropbox. Also
+        // New Relic's `NRAK-`/`NRII-` and Notion's legacy `secret_` keys, which gitleaks finds
+        // only beside the vendor's name but whose shape alone is specific enough.
+        rule(
+            VendorToken,
+            concat!(
+                r"\bA3-[A-Z0-9]{6}-(?:[A-Z0-9]{11}|[A-Z0-9]{6}-[A-Z0-9]{5})-[A-Z0-9]{5}-[A-Z0-9]{5}-[A-Z0-9]{5}\b",
+                r"|\bp8e-[A-Za-z0-9]{32}\b|\bLTAI[A-Za-z0-9]{20}\b|\bcmVmd[A-Za-z0-9]{59}\b",
+                r"|\b(?:sc|ext|scauth|authress)_[A-Za-z0-9]{5,30}\.[A-Za-z0-9]{4,6}\.acc[_-][A-Za-z0-9-]{10,32}\.[A-Za-z0-9+/_=-]{30,120}",
+                r"|\bABSK[A-Za-z0-9+/]{109,269}={0,2}|\bbedrock-api-key-YmVkcm9jay5hbWF6b25hd3MuY29t[A-Za-z0-9+/=%_-]*",
+                r"|\b4b1d[A-Za-z0-9]{38}\b|\bv1\.0-[a-f0-9]{24}-[a-f0-9]{146}\b",
+                r"|\b[0-9]{15,16}(?:\||%7C)[A-Za-z0-9_-]{27,40}\b|\bFLWSECK_TEST-[a-h0-9]{12}\b",
+                r"|\bfm1[ar]_[A-Za-z0-9+/]{100,}={0,3}|\bfm2_[A-Za-z0-9+/]{100,}={0,3}",
+                r"|\b_gitlab_session=(?P<secret>[0-9a-z]{32})\b",
+                r"|\b(?:pat|sat)\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9]{24}\.[A-Za-z0-9]{20}\b",
+                r"|\bs-s4t2(?:ud|af)-[a-f0-9]{64}\b|\bZXlK(?:aGJHY2lPaU|MGVYQWlPaU)[A-Za-z0-9+/_-]{40,}={0,2}",
+                r"|\b[A-Za-z0-9]{6}_[A-Za-z0-9]{29}_mmk\b",
+                r"|https://[a-z0-9-]+\.webhook\.office\.com/webhookb2/[A-Za-z0-9@/_-]{60,}",
+                r"|\bNRAK-[A-Z0-9]{27}\b|\bNRII-[A-Za-z0-9_-]{32}|\bsecret_[A-Za-z0-9]{43}\b",
+                r"|\bAPI-[A-Z0-9]{26}\b|\btk-us-[A-Za-z0-9_-]{48}|\bsm_(?:aat|pat|sat)_[A-Za-z0-9]{16}\b",
+                r#"|BUNDLE_(?:ENTERPRISE|GEMS)__CONTRIBSYS__COM\\?["']?\s*[=:]\s*\\?["']?(?P<sig>[a-f0-9]{8}:[a-f0-9]{8})\b"#,
+                r"|\bsq[upa]_[a-f0-9]{40}\b|\bsgp_(?:[a-f0-9]{16}_|local_)?[a-f0-9]{40}\b",
+                r"|\bEAAA[A-Za-z0-9_-]{60,64}|\btfp_[A-Za-z0-9_.=-]{59}|\bAQVN[A-Za-z0-9_-]{35,38}",
+                r"|\bdnkey-[A-Za-z0-9=_-]{26}-[A-Za-z0-9=_-]{52}|\btskey-(?:auth|api|client|scim|webhook)-[A-Za-z0-9]{6,}-[A-Za-z0-9]{16,}",
+                r"|\baccess-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",
+                r"|\b[a-f0-9]{32}-us[0-9]{1,2}\b|\bATATT3[A-Za-z0-9_=-]{186}|\bsl\.[A-Za-z0-9_=-]{130,}",
+            ),
+            Value(|s| varied(s) && has_digit_and_letter(s)),
+        )
+        .keyed(concat!(
+            r"A3-|p8e-|LTAI|cmVmd|\.acc[_-]|ABSK|bedrock-api-key-|4b1d|v1\.0-|[0-9]{15}(?:\||%7C)",
+            r"|FLWSECK_TEST-|fm1a_|fm1r_|fm2_|_gitlab_session=|pat\.|sat\.|s-s4t2|ZXlK|_mmk",
+            r"|webhook\.office\.com|NRAK-|NRII-|secret_|API-|tk-us-|sm_aat_|sm_pat_|sm_sat_|CONTRIBSYS",
+            r"|squ_|sqp_|sqa_|sgp_|EAAA|tfp_|AQVN|dnkey-|tskey-|access-sandbox-|access-development-",
+            r"|access-production-|-us[0-9]|ATATT3|\bsl\.",
+        )),
         rule(
             Jwt,
             r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
@@ -1039,11 +1156,29 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
             ),
             Named(is_spaced_secret),
         ),
-        // A bare AWS secret access key (see [`is_bare_aws_secret`]).
+        // Base64 values decoded one level. Under a Kubernetes Secret's `data:` every value is
+        // base64 (`DATABASE_URL: cG9zdGdyZXM6Ly9…`), in YAML or in the JSON of `-o json`;
+        // an `auth` or `_auth` key holds base64 `user:password` (`~/.docker/config.json`,
+        // `.npmrc`). The value is redacted when what it decodes to holds a secret.
+        rule(
+            EncodedSecret,
+            r#"(?m)(?:^|\\n|[→│])[ \t]+\\?["']?[A-Za-z0-9_.-]+\\?["']?:[ \t]*\\?["']?(?P<secret>[A-Za-z0-9+/]{8,}={0,2})\\?["']?,?[ \t]*\r?(?:$|\\n)|\\?"[A-Za-z0-9_.-]+\\?"[ \t]*:[ \t]*\\?"(?P<sig>[A-Za-z0-9+/]{8,}={0,2})\\?""#,
+            Value(decodes_to_secret),
+        )
+        // Only in a text that has a `data` section: the scan stands in for a check of each
+        // value against the whole text.
+        .scanned(mentions_data),
+        rule(
+            EncodedSecret,
+            r#"(?i)(?:^|[^A-Za-z0-9_])_?auth\\?["']?[ \t]*[:=][ \t]*\\?["']?(?P<secret>[A-Za-z0-9+/]{8,}={0,2})(?:$|[^A-Za-z0-9+/=])"#,
+            Value(decodes_to_secret),
+        )
+        .keyed(r"(?i)auth"),
+        // A bare AWS secret access key (see [`bare_aws_secret_shape`]).
         rule(
             AwsSecretKey,
             r"(?:^|[^A-Za-z0-9/+=_.-])(?P<secret>[A-Za-z0-9/+]{40})(?:$|[^A-Za-z0-9/+=_-])",
-            InText(is_bare_aws_secret),
+            InText(bare_aws_secret_shape, mentions_aws_secret),
         )
         .scanned(has_run_of_40),
     ]
@@ -1075,6 +1210,7 @@ fn secret_of<'t>(caps: &Captures<'t>) -> regex::Match<'t> {
 /// Apply one rule; `None` when it changed nothing.
 fn apply(rule: &Rule, text: &str, report: &mut RedactionReport) -> Option<String> {
     let mut hits = 0usize;
+    let mut text_says: Option<bool> = None;
     let out = rule.regex.replace_all(text, |caps: &Captures| {
         let whole = caps.get(0).expect("group 0 always matches");
         let secret = secret_of(caps);
@@ -1088,7 +1224,10 @@ fn apply(rule: &Rule, text: &str, report: &mut RedactionReport) -> Option<String
                     .map_or("", |m| m.as_str()),
                 secret.as_str(),
             ),
-            Check::InText(check) => check(secret.as_str(), text),
+            Check::InText(shape, context) => match shape(secret.as_str()) {
+                Some(accepted) => accepted || *text_says.get_or_insert_with(|| context(text)),
+                None => false,
+            },
         };
         // A marker is never redacted again (redaction stays idempotent).
         let accepted = accepted && !secret.as_str().contains("[redacted");
@@ -1109,7 +1248,91 @@ fn apply(rule: &Rule, text: &str, report: &mut RedactionReport) -> Option<String
 }
 
 /// Redact every secret in `text`, and say what was found.
+///
+/// A secret split in two (by a shell line continuation, `sk-abc\⏎def`, or by a string join,
+/// `"sk-abc" + "def"`, `'abc' 'def'`) is found in the text with its splits joined; when that
+/// redacts what the text as it is would keep, the joined text is the one returned, so neither
+/// half survives.
 pub fn redact_with_report(text: &str) -> (Cow<'_, str>, RedactionReport) {
+    let (out, report, _) = redact_joining_splits(text);
+    (out, report)
+}
+
+/// [`redact_with_report`], and whether the text returned is the one with its splits joined.
+fn redact_joining_splits(text: &str) -> (Cow<'_, str>, RedactionReport, bool) {
+    let (out, report) = run_rules(text, true);
+    let Some((joined, tails)) = join_splits(text) else {
+        return (out, report, false);
+    };
+    let (joined_out, joined_report) = run_rules(&joined, true);
+    // How often each part after a split occurs, counted for all of them in one pass over each
+    // text (a search per part would make a text with many splits quadratic).
+    let counter = aho_corasick::AhoCorasick::new(&tails).expect("the parts make an automaton");
+    let count = |hay: &str| {
+        let mut counts = vec![0usize; tails.len()];
+        for m in counter.find_overlapping_iter(hay) {
+            counts[m.pattern().as_usize()] += 1;
+        }
+        counts
+    };
+    if count(&out)
+        .iter()
+        .zip(count(&joined_out))
+        .any(|(&kept, joined)| kept > joined)
+    {
+        return (Cow::Owned(joined_out.into_owned()), joined_report, true);
+    }
+    (out, report, false)
+}
+
+/// Characters a token (a key, a password) is made of, on either side of a split.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'+' | b'/' | b'=' | b'-' | b'.')
+}
+
+/// `text` with every split inside a token removed (a line continuation, raw or escaped inside
+/// a JSON string, or the quotes and `+` of a string join), and the part after each split (at
+/// least four characters of it), by which a caller can tell whether the join revealed a
+/// secret. `None` when nothing is split.
+fn join_splits(text: &str) -> Option<(String, Vec<&str>)> {
+    static SPLIT: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(concat!(
+            r"\\\r?\n[ \t]*|\\\\\\n(?:[ \t]|\\t)*",
+            r#"|\\?"[ \t]*\+?[ \t]*(?:\\?\r?\n[ \t]*|\\n[ \t]*)?\\?""#,
+            r"|'[ \t]*\+?[ \t]*(?:\\?\r?\n[ \t]*)?'",
+        ))
+        .expect("pattern compiles")
+    });
+    let bytes = text.as_bytes();
+    let mut joined = String::new();
+    let mut tails = Vec::new();
+    let mut last = 0;
+    for gap in SPLIT.find_iter(text) {
+        let inside = gap.start() > 0
+            && is_token_byte(bytes[gap.start() - 1])
+            && bytes
+                .get(gap.end())
+                .is_some_and(|&b| is_token_byte(b) && b != b'.');
+        if !inside {
+            continue;
+        }
+        let rest = &text[gap.end()..];
+        let tail_len = rest.bytes().take_while(|&b| is_token_byte(b)).count();
+        if tail_len >= 4 {
+            tails.push(&rest[..tail_len]);
+        }
+        joined.push_str(&text[last..gap.start()]);
+        last = gap.end();
+    }
+    if tails.is_empty() {
+        return None;
+    }
+    joined.push_str(&text[last..]);
+    Some((joined, tails))
+}
+
+/// Apply the rules; `decode` says whether base64 values may be decoded (only one level is).
+fn run_rules(text: &str, decode: bool) -> (Cow<'_, str>, RedactionReport) {
     let mut report = RedactionReport::default();
     let mut current: Cow<'_, str> = Cow::Borrowed(text);
     let candidates = PREFILTER.matches(text);
@@ -1121,6 +1344,9 @@ pub fn redact_with_report(text: &str) -> (Cow<'_, str>, RedactionReport) {
     // either: they only put markers in, and no rule accepts a marker.
     for (i, rule) in RULES.iter().enumerate() {
         if !candidates.matched(i) && !scanned(rule) {
+            continue;
+        }
+        if !decode && rule.kind == SecretKind::EncodedSecret {
             continue;
         }
         if let Some(changed) = apply(rule, &current, &mut report) {
@@ -1152,15 +1378,55 @@ pub fn redact_items(items: &[String]) -> (Vec<String>, RedactionReport) {
         Regex::new(&format!(r#"\bname:[ \t]*["']?{SECRET_NAME}["']?[ \t]*$"#))
             .expect("pattern compiles")
     });
+    // The `data:` of a Kubernetes Secret, in YAML or JSON, whose base64 values follow one
+    // per item.
+    static DATA_LINE: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r#"^(?:\s*\d+[→│])?[ \t]*\\?["']?data\\?["']?:[ \t]*\{?[ \t]*$"#)
+            .expect("pattern compiles")
+    });
     let mut report = RedactionReport::default();
-    let mut out = Vec::with_capacity(items.len());
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
     let mut inside = false;
+    let mut under_data = false;
     let mut previous: Option<&String> = None;
     for item in items {
-        let named_before = previous
-            .take()
-            .filter(|p| !p.contains('\n') && NAME_LINE.is_match(p));
+        let before = previous.take();
         previous = Some(item);
+        // A secret split over two items by a line continuation or a string join: both items
+        // are redacted together, the first takes the joined text and the second a marker.
+        if let Some(prev) = before
+            .filter(|p| !inside && (p.ends_with('\\') || p.trim_end().ends_with(['"', '\'', '+'])))
+        {
+            let pair = format!("{prev}\n{item}");
+            let (clean, found, joined) = redact_joining_splits(&pair);
+            if joined {
+                let kind = found.counts.keys().next().copied();
+                report.merge(&found);
+                if let (Some(last), Some(kind)) = (out.last_mut(), kind) {
+                    *last = clean.into_owned();
+                    out.push(kind.marker());
+                    continue;
+                }
+            }
+        }
+        // Items below a `data:` line, while they stay indented, are read as part of it.
+        let unmarked = item.trim_start_matches(|c: char| c.is_ascii_digit() || c == ' ');
+        let unmarked = unmarked.strip_prefix(['→', '│']).unwrap_or(item.as_str());
+        if under_data && unmarked.starts_with([' ', '\t', '"']) {
+            let under = format!("data:\n{item}");
+            let (clean, found) = redact_with_report(&under);
+            if let Some((_, line)) = clean.split_once('\n').filter(|_| !found.is_empty()) {
+                report.merge(&found);
+                out.push(line.to_string());
+                continue;
+            }
+        } else {
+            under_data = false;
+        }
+        if DATA_LINE.is_match(item) {
+            under_data = true;
+        }
+        let named_before = before.filter(|p| !p.contains('\n') && NAME_LINE.is_match(p));
         if let Some(prev) = named_before {
             let pair = format!("{prev}\n{item}");
             let (clean, found) = redact_with_report(&pair);
@@ -1352,5 +1618,210 @@ mod tests {
         assert_eq!(out[4], "[redacted:private_key] saved");
         assert_eq!(out[5], "pushed the branch");
         assert!(report.counts.contains_key(&SecretKind::PrivateKey));
+    }
+
+    /// Standard base64 with padding.
+    fn b64(bytes: &[u8]) -> String {
+        const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |acc, (i, &b)| acc | (u32::from(b) << (16 - 8 * i)));
+            for i in 0..4 {
+                out.push(if i <= chunk.len() {
+                    T[((n >> (18 - 6 * i)) & 63) as usize] as char
+                } else {
+                    '='
+                });
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn base64_decodes_padded_unpadded_and_url_safe_and_refuses_the_rest() {
+        assert_eq!(decode_base64(&b64(b"app:pw")).unwrap(), b"app:pw");
+        assert_eq!(decode_base64("YWRtaW4").unwrap(), b"admin");
+        assert_eq!(decode_base64("-_8").unwrap(), vec![0xfb, 0xff]);
+        assert_eq!(decode_base64("abcde"), None);
+        assert_eq!(decode_base64("ab$d"), None);
+    }
+
+    #[test]
+    fn a_kubernetes_secret_value_is_decoded_and_redacted_when_it_holds_a_secret() {
+        let url = b64(format!("postgres://app:{}@db:5432/app", "Kq7-vVd2x9Lp").as_bytes());
+        let user = b64(b"admin");
+        let yaml = format!(
+            "apiVersion: v1\ndata:\n  DATABASE_URL: {url}\n  username: {user}\nkind: Secret"
+        );
+        let (out, report) = redact_with_report(&yaml);
+        assert_eq!(
+            out,
+            format!("apiVersion: v1\ndata:\n  DATABASE_URL: [redacted:encoded_secret]\n  username: {user}\nkind: Secret")
+        );
+        assert_eq!(report.counts.get(&SecretKind::EncodedSecret), Some(&1));
+        let json =
+            format!("{{\"data\": {{\"DATABASE_URL\": \"{url}\", \"username\": \"{user}\"}}}}");
+        assert_eq!(
+            redact(&json),
+            format!("{{\"data\": {{\"DATABASE_URL\": \"[redacted:encoded_secret]\", \"username\": \"{user}\"}}}}")
+        );
+        // The same value where nothing says it is a Secret's data stays: it is not decoded.
+        let elsewhere = format!("checksum:\n  DATABASE_URL: {url}");
+        assert!(matches!(redact(&elsewhere), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn an_auth_value_that_decodes_to_a_user_and_password_is_redacted() {
+        let auth = b64(format!("robot$ci:{}", "Zr8-qPw4m2Tn").as_bytes());
+        assert_eq!(
+            redact(&format!("imageCredentials:\n  auth: {auth}\n")),
+            "imageCredentials:\n  auth: [redacted:encoded_secret]\n"
+        );
+        assert_eq!(
+            redact(&format!("     3\u{2192}_auth={auth}")),
+            "     3\u{2192}_auth=[redacted:npm_token]"
+        );
+        // A decoded value with no password in it stays.
+        let plain = format!("  auth: {}", b64(b"kerberos"));
+        assert!(matches!(redact(&plain), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn base64_that_decodes_to_no_secret_is_left_alone() {
+        let cert = b64(format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            "MIIBszCCAVmgAwIBAgIUQ2VydGlmaWNhdGVGb3JUZXN0czAKBggqhkjOPQQDAjAS"
+        )
+        .as_bytes());
+        for text in [
+            // GitHub API JSON: node ids decode to `NN:Type123`.
+            format!(
+                "{{\"data\": {{\"node_id\": \"{}\", \"license\": {{\"node_id\": \"{}\"}}}}}}",
+                b64(b"04:User583231"),
+                b64(b"07:License13")
+            ),
+            format!("data:\n  tls.crt: {cert}\n  port: {}", b64(b"5432")),
+            // Binary data, as an image or a hash decodes.
+            "data:\n  logo.png: iVBORw0KGgoAAAANSUhEUgAAAAEAAAAB".to_string(),
+        ] {
+            assert!(matches!(redact(&text), Cow::Borrowed(_)), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_secret_split_by_a_line_continuation_loses_both_halves() {
+        let (a, b) = ("Ab3dEf6hIj9kLm2nOp5q", "Rs8tUv1wXy4zAb3dEf6h");
+        let raw = format!("export OPENAI_API_KEY=sk-proj-{a}\\\n  {b}\necho ok");
+        let (out, report) = redact_with_report(&raw);
+        assert_eq!(out, "export OPENAI_API_KEY=[redacted:openai_key]\necho ok");
+        assert_eq!(report.total(), 1);
+        // As a command sits in a tool call's JSON: the backslash and the line break escaped.
+        let escaped =
+            format!("{{\"command\":\"curl -H 'Authorization: Bearer {a}\\\\\\n{b}' https://x\"}}");
+        let out = redact(&escaped);
+        assert!(!out.contains(a) && !out.contains(b), "{out}");
+    }
+
+    #[test]
+    fn a_secret_split_by_a_string_join_loses_both_halves() {
+        let (a, b) = ("Mv835ZSftJKeVtQRC2", "QKT1uow2Zs7cHbF6Jk");
+        for text in [
+            format!("const key = \"ghp_{a}\" + \"{b}\";"),
+            format!("GITHUB = ('ghp_{a}'\n          '{b}')"),
+            format!("token = \"ghp_{a}\" \"{b}\""),
+        ] {
+            let out = redact(&text);
+            assert!(!out.contains(a) && !out.contains(b), "{text}\n-> {out}");
+            assert!(out.contains("[redacted:github_token]"), "{out}");
+        }
+    }
+
+    #[test]
+    fn a_split_that_joins_into_no_secret_leaves_the_text_as_it_is() {
+        for text in [
+            "cargo build --release \\\n  --features tracing,metrics",
+            "echo \"part one of the message\" \\\n  \"part two of the message\"",
+            "const greeting = \"Hello, \" + \"world\" + \"!\";",
+            "msg = ('first half of a long sentence '\n       'second half of it')",
+        ] {
+            assert!(matches!(redact(text), Cow::Borrowed(_)), "{text}");
+        }
+    }
+
+    #[test]
+    fn items_split_by_a_continuation_or_under_a_data_line_are_redacted_together() {
+        let (a, b) = ("SGbgM1GXnwwN8yX8uc", "IvzTQo18Zz5BB3Qguw");
+        let url = b64(format!("postgres://app:{}@db/app", "Kq7-vVd2x9Lp").as_bytes());
+        let items: Vec<String> = vec![
+            "docker run --rm \\".into(),
+            format!("  -e GITHUB_TOKEN=ghp_{a}\\"),
+            format!("{b} \\"),
+            "  ghcr.io/acme/bot:2".into(),
+            "kind: Secret".into(),
+            "data:".into(),
+            format!("  DATABASE_URL: {url}"),
+            "metadata:".into(),
+            format!("  note: {url}"),
+        ];
+        let (out, report) = redact_items(&items);
+        let all = out.join("\n");
+        assert!(!all.contains(a) && !all.contains(b), "{all}");
+        assert_eq!(out.len(), items.len());
+        assert_eq!(out[6], "  DATABASE_URL: [redacted:encoded_secret]");
+        // Out of the `data:` section the value is not decoded.
+        assert_eq!(out[8], items[8]);
+        assert_eq!(out[3], items[3]);
+        assert!(report.counts.contains_key(&SecretKind::EncodedSecret));
+    }
+
+    #[test]
+    fn vendor_shapes_of_the_third_round_are_redacted() {
+        let cases = [
+            (
+                format!(
+                    "newrelic profile add --apiKey NRAK-{} --region US",
+                    "7QX2M9VKD4ZB1T8RNC3W5HJ0PLE"
+                ),
+                "newrelic profile add --apiKey [redacted:vendor_token] --region US",
+            ),
+            (
+                format!(
+                    "new Client({{ auth: \"secret_{}\" }})",
+                    "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb3dEf6hIj9"
+                ),
+                "new Client({ auth: \"[redacted:vendor_token]\" })",
+            ),
+            (
+                format!(
+                    "curl https://api.telegram.org/bot123456789:AA{}/getMe",
+                    "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zA"
+                ),
+                "curl https://api.telegram.org/bot[redacted:telegram_token]/getMe",
+            ),
+            (
+                format!("hvs.{}\n", "Ab3dEf6hIj9kLm2nOp5qRs8t"),
+                "[redacted:vault_token]\n",
+            ),
+            (
+                format!("+DB_PASSWORD={}", "Tr0ub4dor-Horse7"),
+                "+DB_PASSWORD=[redacted:env_secret]",
+            ),
+            (
+                format!("key id A3TX{}", "QK2M9VKD4ZB1T8RN"),
+                "key id [redacted:aws_access_key]",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact(&text), want, "{text}");
+        }
+        let batch = format!("hvb.AAAAAQ{}", "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z".repeat(4));
+        assert_eq!(batch.len(), 138);
+        assert_eq!(
+            redact(&format!("token  {batch}")),
+            "token  [redacted:vault_token]"
+        );
     }
 }

@@ -560,10 +560,13 @@ class ContextResult(TypedDict):
     # Who compacts the session, as in `soba/budget`: the soft limit is SOBA's promise only
     # where SOBA compacts.
     control: Control
-    # How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
-    # the rest of the total is what the provider counted beyond the log, and with an estimate
-    # it is the count factor's scale.
+    # How `effectiveTokens` was measured. `tokens`, `breakdown` and `byKind` are SOBA's counts
+    # of the log; `budgetBreakdown` splits `effectiveTokens` itself.
     source: MeasurementSource
+    # `effectiveTokens` split into its parts, as `soba/budget`'s `breakdown`: the parts on the
+    # budget's scale and `notInLog` (what the provider counts beyond the log, the unseen
+    # allowance included) always sum to it.
+    budgetBreakdown: ReportBreakdown
     # Counted tokens of the model input at the leaf (system and tool schemas included).
     tokens: int
     # By part of the view: system, tools, capsule, retained tail, new entries.
@@ -855,16 +858,24 @@ class PreviewResult(TypedDict):
 
 
 class ReportBreakdown(TypedDict):
-    """The parts of the model input, and what the provider counted beyond them."""
+    """`effectiveTokens` split into the parts of the model input and what the provider counts
+    beyond them (`notInLog`): the parts always sum to the total. Each part is on the budget's
+    scale (SOBA's count times the calibration factor; with provider usage, fitted to the
+    provider's count of the input before the anchor); `counted` gives SOBA's own counts."""
 
     system: int
     tools: int
     capsule: int
     retainedTail: int
     newEntries: int
-    # Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`); for
-    # an estimate, the unseen-context allowance.
+    # Tokens the provider counted (or, for an estimate, is expected to count) that none of
+    # the log's parts accounts for: a system prompt and tool schemas the transcript never
+    # recorded, what the agent adds without recording it (the unseen allowance). No compaction
+    # can reclaim them.
     notInLog: int
+    # SOBA's counts of the parts of the model input, in the session's tokenizer, before any
+    # scale: what `soba/context` lists.
+    counted: Breakdown
     # The allowance `effectiveTokens` includes for what the provider counts beyond the log:
     # before the session's usage anchors the budget, the agent's unseen context (system
     # prompt, tool schemas), learned on this machine or the agent's default; after, the
@@ -1082,6 +1093,9 @@ class Unseen(TypedDict):
     learnedFrom: int
     # The agent whose requests it stands for.
     agent: NotRequired[Optional[Agent]]
+    # Of `tokens`, what stands for the files the agent attaches again after its own
+    # compaction (at most its per-file size for each file it read or edited before).
+    restoredFiles: NotRequired[int]
 
 
 class Usage(TypedDict):

@@ -528,7 +528,12 @@ export type Provider = "local" | "openai" | "anthropic";
 /** How a capsule's narrative state was written. */
 export type Quality = "model" | "local" | "degraded";
 
-/** The parts of the model input, and what the provider counted beyond them. */
+/**
+ * `effectiveTokens` split into the parts of the model input and what the provider counts
+ * beyond them (`notInLog`): the parts always sum to the total. Each part is on the budget's
+ * scale (SOBA's count times the calibration factor; with provider usage, fitted to the
+ * provider's count of the input before the anchor); `counted` gives SOBA's own counts.
+ */
 export type ReportBreakdown = {
   system: number;
   tools: number;
@@ -536,10 +541,17 @@ export type ReportBreakdown = {
   retainedTail: number;
   newEntries: number;
   /**
-   * Provider-counted tokens no part of the log accounts for (see `Budget::not_in_log`); for
-   * an estimate, the unseen-context allowance.
+   * Tokens the provider counted (or, for an estimate, is expected to count) that none of
+   * the log's parts accounts for: a system prompt and tool schemas the transcript never
+   * recorded, what the agent adds without recording it (the unseen allowance). No compaction
+   * can reclaim them.
    */
   notInLog: number;
+  /**
+   * SOBA's counts of the parts of the model input, in the session's tokenizer, before any
+   * scale: what `soba/context` lists.
+   */
+  counted: Breakdown;
   /**
    * The allowance `effectiveTokens` includes for what the provider counts beyond the log:
    * before the session's usage anchors the budget, the agent's unseen context (system
@@ -695,6 +707,11 @@ export type Unseen = {
   learnedFrom: number;
   /** The agent whose requests it stands for. */
   agent?: Agent | null;
+  /**
+   * Of `tokens`, what stands for the files the agent attaches again after its own
+   * compaction (at most its per-file size for each file it read or edited before).
+   */
+  restoredFiles?: number;
 };
 
 export type UnseenKind = "none" | "context" | "growth";
@@ -1066,11 +1083,16 @@ export type ContextResult = {
    */
   control: Control;
   /**
-   * How `effectiveTokens` was measured: the parts are SOBA's counts, so with provider usage
-   * the rest of the total is what the provider counted beyond the log, and with an estimate
-   * it is the count factor's scale.
+   * How `effectiveTokens` was measured. `tokens`, `breakdown` and `byKind` are SOBA's counts
+   * of the log; `budgetBreakdown` splits `effectiveTokens` itself.
    */
   source: MeasurementSource;
+  /**
+   * `effectiveTokens` split into its parts, as `soba/budget`'s `breakdown`: the parts on the
+   * budget's scale and `notInLog` (what the provider counts beyond the log, the unseen
+   * allowance included) always sum to it.
+   */
+  budgetBreakdown: ReportBreakdown;
   /** Counted tokens of the model input at the leaf (system and tool schemas included). */
   tokens: number;
   /** By part of the view: system, tools, capsule, retained tail, new entries. */

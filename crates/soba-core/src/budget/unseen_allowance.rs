@@ -55,6 +55,20 @@ impl Agent {
         }
     }
 
+    /// What the agent sends again after its own compaction without recording it: the files it
+    /// read or edited most recently, each up to a size. Claude Code attaches up to 5 of them,
+    /// at most 5000 tokens each, read from disk as they are then (so the transcript's partial
+    /// reads say nothing of their size). `None` for the agents that re-send no file.
+    pub fn restores_files_after_compaction(self) -> Option<RestoredFiles> {
+        match self {
+            Agent::ClaudeCode => Some(RestoredFiles {
+                max_files: 5,
+                tokens_per_file: 5_000,
+            }),
+            _ => None,
+        }
+    }
+
     /// The agent's name in product text.
     pub fn display_name(self) -> &'static str {
         match self {
@@ -71,7 +85,7 @@ impl Agent {
     /// What a request of this agent holds beyond its transcript when nothing has been learned
     /// on this machine: the largest gap between the first reported usage and SOBA's count of
     /// the transcript over the real sessions of `../shared/fixtures/transcripts`, rounded up to
-    /// the next 500 tokens (`docs/accuracy.md` lists each one). After the agent's own
+    /// the next 500 tokens (`docs/performance.md` lists each one). After the agent's own
     /// compaction the request holds more than at the start: Claude Code attaches the files it
     /// read again, Codex and pi their own framing of the summary. `None` for the agents no
     /// real transcript measured: a guess would be as likely low as absurdly high.
@@ -92,6 +106,14 @@ impl Agent {
             (Agent::SweAgent | Agent::Aider | Agent::CopilotCli, _) => None,
         }
     }
+}
+
+/// The files an agent attaches again after its own compaction (see
+/// [`Agent::restores_files_after_compaction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoredFiles {
+    pub max_files: usize,
+    pub tokens_per_file: u64,
 }
 
 /// Which request lacks a usage report to stand on.
@@ -222,6 +244,14 @@ pub struct Unseen {
     /// The agent whose requests it stands for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<Agent>,
+    /// Of `tokens`, what stands for the files the agent attaches again after its own
+    /// compaction (at most its per-file size for each file it read or edited before).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restored_files: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The percentile of a session's unexplained growth the growth allowance covers: the jumps an
@@ -245,6 +275,7 @@ impl Unseen {
         source: UnseenSource::None,
         learned_from: 0,
         agent: None,
+        restored_files: 0,
     };
 
     /// The unseen-context allowance of a request with no usage report to stand on.
@@ -275,8 +306,37 @@ impl Unseen {
                 source,
                 learned_from,
                 agent,
+                restored_files: 0,
             },
             _ => Unseen::NONE,
+        }
+    }
+
+    /// The unseen-context allowance of the first request after the agent's own compaction
+    /// that attaches `files` files again (see [`Agent::restores_files_after_compaction`]): what
+    /// the request holds at a start (the session's own first report, else what is learned or
+    /// the default) plus those files at their most, or what earlier compactions showed
+    /// ([`Unseen::context`] after a compaction), whichever is larger. A fixed figure for
+    /// after a compaction reads low wherever the agent restored more than the sessions it was
+    /// measured on.
+    pub fn after_agent_compaction(
+        prior: &UnseenPrior,
+        own_start_gap: Option<u64>,
+        files: usize,
+    ) -> Unseen {
+        let measured = Unseen::context(prior, Fresh::AfterAgentCompaction, own_start_gap);
+        let Some(restore) = prior.agent.and_then(Agent::restores_files_after_compaction) else {
+            return measured;
+        };
+        let restored = files.min(restore.max_files) as u64 * restore.tokens_per_file;
+        let start = Unseen::context(prior, Fresh::Start, own_start_gap);
+        if start.kind == UnseenKind::None || start.tokens + restored <= measured.tokens {
+            return measured;
+        }
+        Unseen {
+            tokens: start.tokens + restored,
+            restored_files: restored,
+            ..start
         }
     }
 
@@ -303,6 +363,7 @@ impl Unseen {
             source: UnseenSource::Session,
             learned_from: 0,
             agent,
+            restored_files: 0,
         }
     }
 
@@ -325,8 +386,15 @@ impl Unseen {
             ),
             (UnseenKind::Context, UnseenSource::Default) => format!("default for {agent}"),
         };
+        let restored = match self.restored_files {
+            0 => String::new(),
+            n => format!(
+                ", with ~{} for the files {agent} attaches again after its compaction",
+                crate::util::human_tokens(n)
+            ),
+        };
         Some(format!(
-            "not in the log: ~{}, {why}",
+            "not in the log: ~{}, {why}{restored}",
             crate::util::human_tokens(self.tokens)
         ))
     }
@@ -443,6 +511,30 @@ mod tests {
         assert_eq!((bare.tokens, bare.source), (700, UnseenSource::Session));
         assert_eq!(
             Unseen::context(&UnseenPrior::default(), Fresh::Start, Some(0)),
+            Unseen::NONE
+        );
+    }
+
+    #[test]
+    fn after_a_compaction_the_start_plus_the_restored_files_wins_only_when_larger() {
+        let prior = UnseenPrior::defaults(Some(Agent::ClaudeCode));
+        // No session figure: the default start (40.5k) plus 3 files against the default after.
+        let u = Unseen::after_agent_compaction(&prior, None, 3);
+        assert_eq!(
+            (u.tokens, u.source, u.restored_files),
+            (40_500 + 15_000, UnseenSource::Default, 15_000)
+        );
+        // One file: 45.5k is below the default after a compaction (52k), which stands.
+        let u = Unseen::after_agent_compaction(&prior, None, 1);
+        assert_eq!((u.tokens, u.restored_files), (52_000, 0));
+        // An agent that attaches nothing again: the after-compaction figure as ever.
+        let pi = UnseenPrior::defaults(Some(Agent::Pi));
+        assert_eq!(
+            Unseen::after_agent_compaction(&pi, Some(2_000), 9),
+            Unseen::context(&pi, Fresh::AfterAgentCompaction, Some(2_000))
+        );
+        assert_eq!(
+            Unseen::after_agent_compaction(&UnseenPrior::default(), None, 5),
             Unseen::NONE
         );
     }

@@ -159,6 +159,40 @@ pub mod reasons {
         }
     }
 
+    /// How a refusal that names a larger window says it: the proxy's answer to an oversized
+    /// request does not add a second one.
+    pub const LARGER_WINDOW: &str = "a context window of about";
+
+    /// `a context window of about 49000 tokens would hold it (…)`.
+    pub fn larger_window(window: u64, what: &str) -> String {
+        format!(
+            "{LARGER_WINDOW} {window} tokens would hold {what} (--context-window, or a model \
+             with a larger window)"
+        )
+    }
+
+    /// Why nothing can be sent when the part of the input no compaction can reclaim (system
+    /// prompt, tool schemas, what the provider counts beyond the log) needs `fixed` tokens, at
+    /// or over the hard limit, and which window would hold it with the room a compaction
+    /// leaves ([`crate::limits::ROOM_AFTER_COMPACTION`]).
+    pub fn fixed_part_too_large(
+        fixed: u64,
+        not_in_log: u64,
+        hard_limit: u64,
+        window: u64,
+    ) -> String {
+        let what = if not_in_log > 0 {
+            "the system prompt, the tool schemas and what the provider counts beyond the log"
+        } else {
+            "the system prompt and the tool schemas"
+        };
+        format!(
+            "{CONTEXT_BUDGET_EXCEEDED}: {what} alone need {fixed} tokens, the hard limit is \
+             {hard_limit}, and no compaction can reclaim them; {}",
+            larger_window(window, "them and leave room to work")
+        )
+    }
+
     /// How [`overflow_exhausted`] begins for a recovery that could not compact.
     pub const OVERFLOW_RECOVERY_FAILED: &str =
         "the provider reported a context overflow and the recovery compact could not make room";

@@ -294,6 +294,9 @@ pub struct Barrier<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Check {
     pub budget: Budget,
+    /// Set when the fixed part of the input (system prompt, tool schemas, what is not in the
+    /// log) alone reaches the hard limit: the preflight refuses with this reason at once.
+    pub fixed_part_refusal: Option<String>,
     pub decision: Decision,
     /// The turn's one overflow recovery is spent: no input may be handed out.
     pub overflow_exhausted: bool,
@@ -328,8 +331,25 @@ impl Barrier<'_> {
         Check {
             decision: decide(&budget, &self.config.compaction, self.auto(s), facts),
             overflow_exhausted: facts.overflow_exhausted,
+            fixed_part_refusal: self.fixed_part_refusal(&budget),
             budget,
         }
+    }
+
+    /// Why nothing can be sent, when the part of the input no compaction can reclaim leaves no
+    /// room under the hard limit: with the window that would hold it and leave room to work.
+    pub fn fixed_part_refusal(&self, budget: &Budget) -> Option<String> {
+        if !budget.fixed_part_exceeds_hard_limit() {
+            return None;
+        }
+        let fixed = budget.fixed_tokens();
+        let hard_limit_needed = (fixed as f64 / crate::limits::ROOM_AFTER_COMPACTION).ceil() as u64;
+        Some(reasons::fixed_part_too_large(
+            fixed,
+            budget.not_in_log(),
+            budget.limits.hard_limit,
+            self.config.smallest_window_above(hard_limit_needed),
+        ))
     }
 
     fn budget(&self, log: &SessionLog) -> (ModelView, Budget) {
@@ -423,7 +443,20 @@ impl Barrier<'_> {
             budget,
             decision,
             overflow_exhausted,
+            fixed_part_refusal,
         } = self.check(log.session());
+        if let Some(reason) = fixed_part_refusal {
+            // No compaction can help: none is attempted, and nothing is written.
+            let r = CompactionResult::ended(
+                "",
+                Trigger::HardLimit,
+                Outcome::Failed,
+                reason,
+                budget.effective_tokens,
+                budget.limits,
+            );
+            return Ok(Preflight::Failed(r));
+        }
         if overflow_exhausted {
             let failure = log.session().tally().facts().overflow_failure.clone();
             let r = CompactionResult::ended(
@@ -522,12 +555,25 @@ impl Barrier<'_> {
         instructions: Option<String>,
         title: Option<String>,
     ) -> Result<Preflight, LogError> {
-        match self.plan(log, trigger, requested, instructions, title) {
+        // No compaction can fit a fixed part over the hard limit (a hand-off capsule is not
+        // model input, and may still be written).
+        let refused = (trigger != Trigger::Handoff)
+            .then(|| self.fixed_part_refusal(&self.measure(log.session())))
+            .flatten();
+        let planned = match refused {
+            Some(reason) => Err(NoPlan {
+                outcome: Outcome::Failed,
+                reason,
+                tokens_before: self.measure(log.session()).effective_tokens,
+            }),
+            None => self.plan(log, trigger, requested, instructions, title),
+        };
+        match planned {
             Ok(p) => Ok(Preflight::Compact(Box::new(p))),
             Err(no) => {
                 let limits = self.config.limits_under(log.session().window_setting());
                 let mut reason = no.reason;
-                if trigger == Trigger::User {
+                if trigger == Trigger::User && !reason.contains(reasons::LARGER_WINDOW) {
                     // An explicit /compact that cannot help: say what holds the tokens.
                     let outside = self.measure(log.session()).not_in_log();
                     if let Some(note) = crate::budget::not_in_log_note(outside) {

@@ -125,6 +125,18 @@ pub struct Config {
     /// (the safety reserve, the maximum output). `soba budget` shows it.
     #[serde(skip)]
     pub small_window: Option<SmallWindow>,
+    /// The defaults no layer gave, before any window scaled them: what another window would
+    /// apply (see [`Config::smallest_window_above`]). `None` for a value given as it is.
+    #[serde(skip)]
+    pub unscaled_defaults: UnscaledDefaults,
+}
+
+/// The safety reserve and maximum output a window of any size would start from, where no
+/// layer gave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UnscaledDefaults {
+    pub safety_reserve: Option<u64>,
+    pub max_output: Option<u64>,
 }
 
 /// Windows below this many tokens scale the defaults that the spec sizes for large windows:
@@ -245,6 +257,7 @@ impl Default for Config {
             warnings: Vec::new(),
             keep_recent_capped: None,
             small_window: None,
+            unscaled_defaults: UnscaledDefaults::default(),
         }
     }
 }
@@ -1103,6 +1116,16 @@ impl Config {
             config.compaction.keep_recent_tokens = k;
         }
         let (resolved, guessed) = resolve_model(&model, &user_models);
+        // The output the model reserves before a window caps it: its catalog's, or the default.
+        let unscaled_output = model.max_output_tokens.is_none().then(|| {
+            let unsized_model = ModelFile {
+                context_window: None,
+                ..model.clone()
+            };
+            resolve_model(&unsized_model, &user_models)
+                .0
+                .max_output_tokens
+        });
         config.model = resolved;
         config.model_guessed = guessed;
         if guessed {
@@ -1113,6 +1136,10 @@ impl Config {
                 .as_ref()
                 .is_some_and(|c| c.safety_reserve_tokens.is_some())
         });
+        config.unscaled_defaults = UnscaledDefaults {
+            safety_reserve: (!reserve_given).then_some(config.compaction.safety_reserve_tokens),
+            max_output: unscaled_output,
+        };
         config.scale_to_small_window(model.max_output_tokens.is_some(), reserve_given);
         let keep_recent_given = overrides.keep_recent_tokens.is_some()
             || files.iter().any(|f| {
@@ -1132,6 +1159,16 @@ impl Config {
     fn scale_to_small_window(&mut self, max_output_given: bool, reserve_given: bool) {
         let window = self.model.context_window;
         if window >= SMALL_WINDOW_TOKENS {
+            // A catalog's maximum output sized for the model's own window can leave a window
+            // the user set no room at all (Claude Sonnet's 64000 at `--context-window 64000`):
+            // the default is then capped to a quarter of the window as below it.
+            let output = self.model.max_output_tokens;
+            if !max_output_given
+                && output + self.compaction.safety_reserve_tokens >= window
+                && window / 4 < output
+            {
+                self.model.max_output_tokens = window / 4;
+            }
             return;
         }
         let mut small = SmallWindow {
@@ -1192,6 +1229,42 @@ impl Config {
             &self.compaction,
         )
         .expect("validated configuration has a positive hard limit")
+    }
+
+    /// The smallest context window, in whole thousands of tokens, whose hard limit is above
+    /// `tokens` under this configuration: its maximum output and safety reserve, scaled as a
+    /// window of that size scales the defaults (a value the user gave stays as given).
+    pub fn smallest_window_above(&self, tokens: u64) -> u64 {
+        let defaults = self.unscaled_defaults;
+        let (reserve, reserve_scales) = match defaults.safety_reserve {
+            Some(default) => (default, true),
+            None => (self.compaction.safety_reserve_tokens, false),
+        };
+        let (output, output_scales) = match defaults.max_output {
+            Some(default) => (default, true),
+            None => (self.model.max_output_tokens, false),
+        };
+        let hard_limit = |window: u64| {
+            let reserve = if reserve_scales {
+                scaled_safety_reserve(reserve, window)
+            } else {
+                reserve
+            };
+            let output = match output_scales {
+                // As resolving that window would cap it (see `scale_to_small_window`).
+                true if window < SMALL_WINDOW_TOKENS || output + reserve >= window => {
+                    output.min(window / 4)
+                }
+                _ => output,
+            };
+            window.saturating_sub(output + reserve)
+        };
+        // Unscaled, the answer is exact; a small window's scaled defaults need less.
+        let mut window = (tokens + 1 + output + reserve).div_ceil(1000) * 1000;
+        while window > 1000 && hard_limit(window - 1000) > tokens {
+            window -= 1000;
+        }
+        window
     }
 
     /// The limits of a session whose window a provider's overflow lowered (see
@@ -1659,6 +1732,68 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("model.contextWindow"), "{err}");
+    }
+
+    /// The window a refusal names is the smallest, in thousands, whose own limits hold the
+    /// tokens: a small window's scaled defaults where they would apply, given values as given.
+    #[test]
+    fn the_smallest_window_above_a_size_is_the_first_whose_hard_limit_exceeds_it() {
+        let hard_at = |text: String| resolve_text(&text).unwrap().limits().hard_limit;
+        let cases = [
+            // Defaults scaled at 32k; the answer lies above 64k, where they are not.
+            (r#"{"model":{"name":"test","contextWindow":32768}}"#, 60_000),
+            // Defaults scaled at 16k, and still scaled at the answer.
+            (r#"{"model":{"name":"test","contextWindow":16384}}"#, 20_000),
+            // Given values stay as given at every size.
+            (
+                r#"{"model":{"name":"test","contextWindow":16384,"maxOutputTokens":6000},"compaction":{"safetyReserveTokens":1000}}"#,
+                20_000,
+            ),
+            (
+                r#"{"model":{"name":"test","contextWindow":128000}}"#,
+                150_000,
+            ),
+            // A catalog model whose output a small window caps (Claude Sonnet: 64000).
+            (
+                r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":32768}}"#,
+                38_064,
+            ),
+        ];
+        for (text, tokens) in cases {
+            let c = resolve_text(text).unwrap();
+            let w = c.smallest_window_above(tokens);
+            assert_eq!(w % 1000, 0, "{text}");
+            let with_window = |w: u64| {
+                let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+                v["model"]["contextWindow"] = w.into();
+                v.to_string()
+            };
+            assert!(hard_at(with_window(w)) > tokens, "{text}: {w}");
+            assert!(
+                hard_at(with_window(w - 1000)) <= tokens,
+                "{text}: {w} is not the smallest"
+            );
+        }
+    }
+
+    /// `--context-window 64000` for a model whose catalog output is 64000 (Claude Sonnet) was an
+    /// invalid configuration: a default output that leaves the window no room is capped to a
+    /// quarter of it; a given one is still refused.
+    #[test]
+    fn a_catalog_output_that_fills_a_window_of_64k_or_more_is_capped_to_a_quarter() {
+        let c = resolve_text(r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":64000}}"#)
+            .unwrap();
+        assert_eq!(c.model.max_output_tokens, 16_000);
+        assert_eq!(c.limits().hard_limit, 64_000 - 16_000 - 8192);
+        let given = resolve_text(
+            r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":64000,"maxOutputTokens":64000}}"#,
+        );
+        assert!(given.is_err());
+        // A window the output leaves room in keeps the catalog's output.
+        let roomy =
+            resolve_text(r#"{"model":{"name":"claude-sonnet-4-5","contextWindow":200000}}"#)
+                .unwrap();
+        assert_eq!(roomy.model.max_output_tokens, 64_000);
     }
 
     /// Issue 38: a 16k window on the defaults had a hard limit of 16384 − 4096 − 8192 = 4096.

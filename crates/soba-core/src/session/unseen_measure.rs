@@ -28,6 +28,19 @@ impl UnseenObservations {
     }
 }
 
+/// The file a tool call names (`file_path`, `path`, `notebook_path`), if any.
+fn file_argument(block: &super::entry::ContentBlock) -> Option<&str> {
+    match block {
+        super::entry::ContentBlock::ToolCall { input, .. } => {
+            ["file_path", "path", "notebook_path"]
+                .iter()
+                .find_map(|k| input.get(*k).and_then(|v| v.as_str()))
+                .filter(|p| !p.is_empty())
+        }
+        _ => None,
+    }
+}
+
 impl Session {
     /// The agent whose transcript the session follows or imports, from the header.
     pub fn agent(&self) -> Option<Agent> {
@@ -77,29 +90,58 @@ impl Session {
         if self.agent().is_none() {
             return Unseen::NONE;
         }
-        let fresh = match self.starts_from_agent_compaction(leaf) {
-            true => Fresh::AfterAgentCompaction,
-            false => Fresh::Start,
-        };
-        Unseen::context(&self.unseen_prior(), fresh, self.start_gap_at(leaf))
+        let prior = self.unseen_prior();
+        match self.agent_compaction_at(leaf) {
+            Some(compaction) => Unseen::after_agent_compaction(
+                &prior,
+                self.start_gap_at(leaf),
+                self.files_touched_before(compaction, prior.agent),
+            ),
+            None => Unseen::context(&prior, Fresh::Start, self.start_gap_at(leaf)),
+        }
     }
 
-    /// The view at `leaf` starts from the agent's own compaction: walks up from the leaf to the
+    /// The agent's own compaction the view at `leaf` starts from: walks up from the leaf to the
     /// latest capsule, as the view does.
-    fn starts_from_agent_compaction(&self, leaf: Option<usize>) -> bool {
+    fn agent_compaction_at(&self, leaf: Option<usize>) -> Option<usize> {
         if self.foreign_compactions() != ForeignCompactions::Honour {
-            return false;
+            return None;
         }
-        let Some(leaf) = leaf else { return false };
-        let capsule = self.capsule_on_path(leaf);
-        let mut cur = Some(leaf);
+        let capsule = self.capsule_on_path(leaf?);
+        let mut cur = leaf;
         while let Some(i) = cur.filter(|&i| Some(i) != capsule) {
             if replacing_compaction(self, i).is_some() {
-                return true;
+                return Some(i);
             }
             cur = self.parent_of(i);
         }
-        false
+        None
+    }
+
+    /// How many distinct files the agent's tool calls named (read or edited) on the branch
+    /// before entry `compaction`, counted up to the most the agent attaches again after a
+    /// compaction; 0 for an agent that attaches none. Newest first, and the walk ends there.
+    fn files_touched_before(&self, compaction: usize, agent: Option<Agent>) -> usize {
+        let Some(restore) = agent.and_then(Agent::restores_files_after_compaction) else {
+            return 0;
+        };
+        let mut files: Vec<&str> = Vec::new();
+        let mut cur = self.parent_of(compaction);
+        while let Some(i) = cur.filter(|_| files.len() < restore.max_files) {
+            // Told by the index: only the messages that make tool calls are parsed.
+            if self.kind_of(i) == super::entry::EntryKind::Message && self.call_ids_of(i).len() > 0
+            {
+                if let EntryBody::Message(m) = &self.entry(i).body {
+                    for path in m.content.iter().filter_map(file_argument) {
+                        if !files.contains(&path) && files.len() < restore.max_files {
+                            files.push(path);
+                        }
+                    }
+                }
+            }
+            cur = self.parent_of(i);
+        }
+        files.len()
     }
 
     /// What the first usage report on the branch ending at `leaf` showed beyond the counted log
@@ -299,6 +341,61 @@ mod tests {
         assert_eq!(seen.start, Some(start_gap));
         let after = seen.after_agent_compaction.unwrap();
         assert!((30_000..=31_000).contains(&after), "{after}");
+    }
+
+    /// Claude Code attaches up to 5 of the files it read or edited again after its compaction,
+    /// none recorded: the first request after it allows for the session's own start gap plus
+    /// 5000 tokens a file, above the fixed after-compaction figure when that is lower.
+    #[test]
+    fn after_claude_codes_compaction_the_files_it_attaches_again_are_allowed_for() {
+        let after_compaction = |files: usize| {
+            let mut b = claude_code();
+            b.user("start");
+            let first_count = b.session.tally().breakdown().total();
+            reply(&mut b, "working", first_count + 45_000);
+            for n in 0..files {
+                // Each file twice: a file counts once.
+                for k in 0..2 {
+                    let id = format!("r{n}-{k}");
+                    b.call(
+                        &id,
+                        "Read",
+                        serde_json::json!({"file_path": format!("/w/f{n}.rs")}),
+                    );
+                    b.result(&id, "fn main() {}");
+                }
+            }
+            b.bash("c", "cargo test");
+            b.result("c", "ok");
+            b.push(summary());
+            b.user("go on");
+            let start_gap = b.session.start_gap_at(b.session.leaf()).unwrap();
+            (unseen(&b), start_gap)
+        };
+        let default_after = Agent::ClaudeCode
+            .default_unseen(Fresh::AfterAgentCompaction)
+            .unwrap();
+        // Two files: 45k + 10k is above the default after a compaction.
+        let (u, gap) = after_compaction(2);
+        assert_eq!(u.tokens, gap + 10_000);
+        assert_eq!(
+            (u.source, u.restored_files),
+            (UnseenSource::Session, 10_000)
+        );
+        assert!(u.tokens > default_after);
+        assert!(
+            u.describe().unwrap().ends_with(
+                "with ~10.0k for the files Claude Code attaches again after its compaction"
+            ),
+            "{:?}",
+            u.describe()
+        );
+        // Nine files: at most five are attached again.
+        assert_eq!(after_compaction(9).0.tokens, gap + 25_000);
+        // None: what was measured after compactions stands.
+        let (none, _) = after_compaction(0);
+        assert_eq!(none.restored_files, 0);
+        assert_eq!(none.tokens, gap.max(default_after));
     }
 
     #[test]
