@@ -88,6 +88,16 @@ const contextResult = (overrides: Partial<ContextResult> = {}): ContextResult =>
   source: 'estimated',
   tokens: 31_200,
   breakdown: { system: 1_200, tools: 2_000, capsule: 900, retainedTail: 0, newEntries: 27_100 },
+  budgetBreakdown: {
+    system: 1_200,
+    tools: 2_000,
+    capsule: 900,
+    retainedTail: 0,
+    newEntries: 27_100,
+    notInLog: 0,
+    counted: { system: 1_200, tools: 2_000, capsule: 900, retainedTail: 0, newEntries: 27_100 },
+    unseen: { tokens: 0, kind: 'none', source: 'none', learnedFrom: 0 },
+  },
   byKind: { system: 1_200, toolSchemas: 2_000, capsule: 900, userMessages: 4_000, assistantMessages: 6_000, fileReads: 12_400, toolOutputs: 4_700 },
   largest: [
     { entryId: 'e_3', kind: 'file', label: 'Read src/parser.rs', path: 'src/parser.rs', tokens: 12_400, part: 'new', elided: false },

@@ -71,7 +71,16 @@ describe('sidebar view models', () => {
       source: 'provider_usage',
       effectiveTokens: 136_500,
       hardLimit: 160_000,
-      breakdown: { system: 0, tools: 0, capsule: 2_200, retainedTail: 0, newEntries: 101_500, notInLog: 32_800, unseen: noUnseen },
+      breakdown: {
+        system: 0,
+        tools: 0,
+        capsule: 2_200,
+        retainedTail: 0,
+        newEntries: 101_500,
+        notInLog: 32_800,
+        counted: { system: 0, tools: 0, capsule: 2_200, retainedTail: 0, newEntries: 101_500 },
+        unseen: noUnseen,
+      },
     });
     const parts = budgetNodes(followed).filter((n) => n.icon === 'symbol-number');
     assert.deepEqual(parts.at(-1)?.label, 'Not in the log');
