@@ -596,7 +596,9 @@ pub fn context_usage(session: &Session, largest: usize) -> ContextUsage {
             title: c.title.clone(),
             trigger: c.trigger.as_str().into(),
             quality: c.quality.as_str().into(),
-            tokens: session.tokens_of(i),
+            // On the budget's scale, as the capsule lists and creations give it: one size for
+            // a capsule everywhere.
+            tokens: session.calibration().apply(session.tokens_of(i)),
             text: soba_core::session::capsule::render::render_for_model(c),
         }
     });

@@ -21,13 +21,17 @@ use soba_core::session::capsule::model::Quality;
 
 /// The floors of `FLOORS` this test asserts at every annotated cut where they apply; the others
 /// are reported only. A floor goes in here once the local capsule meets it at every cut, so that
-/// a builder change that loses it fails. At the 24 annotated cuts the local capsule meets none
-/// at every cut yet (see docs/capsule-quality.md for the figures).
-const ENFORCED_FLOORS: &[(Field, Measure)] = &[];
+/// a builder change that loses it fails. At the 24 annotated cuts the local capsule meets the
+/// prompts-kept floor at every cut (its quoted exchanges and the requests by their openings);
+/// the others not yet (see docs/capsule-quality.md for the figures).
+const ENFORCED_FLOORS: &[(Field, Measure)] = &[(Field::Prompts, Measure::Recall)];
 
 /// The floors this test asserts over all cuts together (micro-averaged): the local capsule meets
-/// files precision there.
-const ENFORCED_FLOORS_OVER_ALL_CUTS: &[(Field, Measure)] = &[(Field::Files, Measure::Precision)];
+/// files precision and prompts kept there.
+const ENFORCED_FLOORS_OVER_ALL_CUTS: &[(Field, Measure)] = &[
+    (Field::Files, Measure::Precision),
+    (Field::Prompts, Measure::Recall),
+];
 
 fn floor_named(field: Field, measure: Measure) -> Floor {
     floor(field, measure).unwrap_or_else(|| {

@@ -878,6 +878,15 @@ async fn context_shows_what_fills_the_window_by_part_and_largest_entries() {
     let ctx = c.request("soba/context", json!({"sessionId": id})).await;
     assert_eq!(ctx["capsule"]["checkpointId"], compacted["checkpointId"]);
     assert!(!ctx["capsule"]["text"].as_str().unwrap().is_empty());
+    // One size for the capsule: the capsule in force is the size the capsule list gives it.
+    let list = c.request("soba/capsule/list", json!({})).await;
+    let row = list["capsules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["checkpointId"] == compacted["checkpointId"])
+        .expect("the compaction's capsule is listed");
+    assert_eq!(ctx["capsule"]["tokens"], row["tokens"]["capsule"], "{list}");
     assert!(ctx["largest"]
         .as_array()
         .unwrap()

@@ -262,6 +262,8 @@ struct Turn<'a> {
     message: usize,
     /// The last assistant text of the turn, with its entry id.
     last_text: Option<(&'a str, String)>,
+    /// Where that text stands in the history.
+    last_text_at: usize,
     /// The assistant text before it, when the last one says too little on its own ("Let me
     /// try a different approach:").
     text_before: Option<String>,
@@ -277,6 +279,9 @@ struct History<'a> {
     turns: Vec<Turn<'a>>,
     /// Done items: (text, entry id), oldest first.
     done: Vec<(String, &'a str)>,
+    /// Where each item of `done` happened in the history, to keep them in order: wrap-ups are
+    /// found after the pass, milestones during it.
+    done_at: Vec<usize>,
     decisions: Vec<(Decision, &'a str)>,
     /// The newest task list and its entry.
     tasks: Option<(TaskList, &'a str)>,
@@ -397,6 +402,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     request: current_request,
                     message: i,
                     last_text: None,
+                    last_text_at: 0,
                     text_before: None,
                     calls_after_text: 0,
                 });
@@ -440,6 +446,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                         Some(t) => {
                             t.text_before = t.last_text.take().map(|(_, before)| before);
                             t.last_text = Some((&e.id, text));
+                            t.last_text_at = position;
                             t.calls_after_text = 0;
                         }
                         None => h.leading_text = Some(text),
@@ -484,6 +491,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     if outcome == VerificationOutcome::Passed {
                         for m in done {
                             h.done.push((m, call.entry_id));
+                            h.done_at.push(position);
                         }
                     }
                     if call.runs_a_check {
@@ -507,7 +515,12 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                                 }
                                 VerificationOutcome::Passed => {
                                     if let Some(run) = failed_runs.remove(&family) {
-                                        let fix = match run.said_after {
+                                        // The agent's words after the failure say how it
+                                        // was fixed only when they speak of it.
+                                        let fix = match run
+                                            .said_after
+                                            .filter(|w| speaks_of(w, &run.error))
+                                        {
                                             Some(w) => format!("{w} — then `{check}` passed"),
                                             None => format!("`{check}` passed on a later run"),
                                         };
@@ -556,7 +569,14 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
             None => what,
         };
         h.done.push((clip(&item, MAX_DONE_CHARS), id));
+        h.done_at.push(turn.last_text_at);
     }
+    // In the order they happened, so that the newest kept are the newest done.
+    let mut order: Vec<usize> = (0..h.done.len()).collect();
+    order.sort_by_key(|&i| h.done_at[i]);
+    let mut done = std::mem::take(&mut h.done);
+    let mut slots: Vec<Option<(String, &'a str)>> = done.drain(..).map(Some).collect();
+    h.done = order.iter().filter_map(|&i| slots[i].take()).collect();
     h
 }
 
@@ -1476,6 +1496,27 @@ fn first_error_line(text: &str) -> Option<String> {
 }
 
 /// The opening of an assistant message, one line: its first sentence or two.
+/// Whether `words` share a word of substance with `error` (a name, a file, an error code):
+/// "The import of settingsManager is wrong" after `Cannot find module '…/settingsManager.js'`
+/// does; "Perfect! Now let me look at the archive logic" after a lint failure does not.
+fn speaks_of(words: &str, error: &str) -> bool {
+    let terms = |s: &str| -> HashSet<String> {
+        s.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.chars().count() >= 4)
+            .map(str::to_lowercase)
+            .filter(|w| !COMMON_WORDS.contains(&w.as_str()))
+            .collect()
+    };
+    let said = terms(words);
+    terms(error).iter().any(|t| said.contains(t))
+}
+
+/// Words too common in errors and replies to tie one to the other.
+const COMMON_WORDS: [&str; 22] = [
+    "error", "failed", "fails", "test", "tests", "that", "this", "with", "from", "have", "let's",
+    "need", "needs", "there", "what", "when", "check", "found", "cannot", "could", "should", "let",
+];
+
 fn first_words(text: &str) -> Option<String> {
     let prose: String = text
         .lines()
@@ -1662,6 +1703,43 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(first_kept, 20 - s.exchanges.len(), "the newest, in order");
+    }
+
+    #[test]
+    fn an_errors_fix_quotes_the_agent_only_when_it_speaks_of_the_error() {
+        assert!(!speaks_of(
+            "Let me fix the test path:",
+            "`node /tmp/t.js` failed: Error [ERR_MODULE_NOT_FOUND]: Cannot find module '/private/tmp/dist/utils/settingsManager.js'"
+        ));
+        assert!(speaks_of(
+            "The import of settingsManager is wrong; fixing it.",
+            "`node /tmp/t.js` failed: Cannot find module '/private/tmp/dist/utils/settingsManager.js'"
+        ));
+        assert!(!speaks_of(
+            "Perfect! Now let me look at the archive logic.",
+            "`mise run lint` failed: 2 issues: unused parameter ctx"
+        ));
+    }
+
+    #[test]
+    fn done_items_keep_the_order_they_happened_in() {
+        let mut b = Builder::new();
+        b.user("Rename the widget module to gadget and update every import");
+        b.assistant("Done. The widget module is renamed and every import updated.");
+        b.user("yeah, release it");
+        b.bash("c", "git commit -m \"Release v0.8.0\"");
+        exit(&mut b, "c", 0);
+        b.bash("t", "git tag v0.8.0");
+        exit(&mut b, "t", 0);
+        let s = state_of(&b);
+        let n = s.completed.len();
+        assert!(n >= 3, "{:?}", s.completed);
+        assert_eq!(
+            s.completed[n - 2..],
+            ["Committed: Release v0.8.0", "Tagged v0.8.0"],
+            "the release is the newest done, after the earlier wrap-up: {:?}",
+            s.completed
+        );
     }
 
     #[test]

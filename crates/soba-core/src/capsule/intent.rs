@@ -154,7 +154,10 @@ impl UserMessage {
         // the work; a direction ("we should …", "… should be closed") is work, not a rule.
         let states_a_preference =
             CORRECTION.is_match(&self.prose) || STATED_PREFERENCE.is_match(&self.prose);
-        if self.intent == Intent::Preference && out.is_empty() && states_a_preference {
+        // A long message that corrects the agent is a new plan of work ("no, that's horrible.
+        // tools -> core/tools, tui -> …, then update both"): its request, not a standing rule.
+        let short = self.prose.split_whitespace().count() <= MAX_PREFERENCE_WORDS;
+        if self.intent == Intent::Preference && out.is_empty() && states_a_preference && short {
             // The preference without the questions asked beside it.
             let stated: Vec<&str> = sentences(without_tag_question(&self.prose))
                 .into_iter()
@@ -175,6 +178,8 @@ fn is_machine_text(line: &str) -> bool {
     ["{\"", "\":\"", "\\\""].iter().any(|m| line.contains(m))
 }
 
+/// Longest message taken whole as a preference, in words.
+const MAX_PREFERENCE_WORDS: usize = 30;
 /// Longest preference kept whole as a constraint.
 const MAX_PREFERENCE_CHARS: usize = 300;
 
@@ -554,6 +559,14 @@ fn kind_of(body: &[&str]) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_correction_is_a_plan_of_work_not_a_rule() {
+        let short = classify("no, the block should stay as is");
+        assert_eq!(short.constraints(), vec!["no, the block should stay as is"]);
+        let long = classify("no, that's horrible. tools -> core/tools, tui -> modes/interactive/components, theme -> modes/interactive/theme, oauth -> core/oauth, the rest -> utils. then we update the old and the new implementation to both reference them from there");
+        assert!(long.constraints().is_empty(), "{:?}", long.constraints());
+    }
 
     #[test]
     fn a_rule_inside_a_pasted_log_line_is_no_constraint() {
