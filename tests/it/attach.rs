@@ -232,7 +232,8 @@ fn env() -> Env {
 }
 
 /// Claude Code records: a prompt, then `n` responses with growing usage.
-fn claude_turn(cwd: &Path, i: usize, input_tokens: u64) -> String {
+/// A Claude Code prompt, the `i`-th of a chain.
+pub(crate) fn claude_prompt(cwd: &Path, i: usize) -> String {
     let parent = if i == 0 {
         Value::Null
     } else {
@@ -241,15 +242,24 @@ fn claude_turn(cwd: &Path, i: usize, input_tokens: u64) -> String {
     let user = json!({"type":"user","uuid":format!("u{i}"),"parentUuid":parent,"sessionId":"s1",
         "cwd":cwd,"timestamp":"2026-12-01T10:00:00Z",
         "message":{"role":"user","content":format!("request {i}")}});
+    format!("{user}\n")
+}
+
+/// Claude Code's response to prompt `i`, with the usage it reported.
+pub(crate) fn claude_response(cwd: &Path, i: usize, input_tokens: u64) -> String {
     let assistant = json!({"type":"assistant","uuid":format!("a{i}"),"parentUuid":format!("u{i}"),
         "sessionId":"s1","cwd":cwd,"timestamp":"2026-12-01T10:00:01Z",
         "message":{"id":format!("m{i}"),"model":"claude-sonnet-4-5","role":"assistant",
                    "content":[{"type":"text","text":format!("answer {i}")}],
                    "usage":{"input_tokens":input_tokens,"output_tokens":10}}});
-    format!("{user}\n{assistant}\n")
+    format!("{assistant}\n")
 }
 
-fn append_to(path: &Path, text: &str) {
+fn claude_turn(cwd: &Path, i: usize, input_tokens: u64) -> String {
+    claude_prompt(cwd, i) + &claude_response(cwd, i, input_tokens)
+}
+
+pub(crate) fn append_to(path: &Path, text: &str) {
     std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -259,8 +269,9 @@ fn append_to(path: &Path, text: &str) {
         .unwrap();
 }
 
-/// Wait until the session's budget satisfies `ok`, by `soba/budget`.
-async fn budget_until(c: &LspClient, ws: &Path, ok: impl Fn(&Value) -> bool) -> Value {
+/// Wait until the workspace's budget satisfies `ok`, by `soba/budget` (which follows the
+/// workspace's live transcript when it has none yet).
+pub(crate) async fn budget_until(c: &LspClient, ws: &Path, ok: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let b = c.raw("soba/budget", json!({"workspace": ws})).await;
@@ -446,15 +457,20 @@ async fn attach_errors_say_what_to_do() {
 // ---------------------------------------------------------------------------------------------
 // The binary: discovery from an editor's workspace, and `soba attach`
 
-struct Homed {
+pub(crate) struct Homed {
     _base: tempfile::TempDir,
-    root: PathBuf,
-    workspace: PathBuf,
-    transcript: PathBuf,
+    pub(crate) root: PathBuf,
+    pub(crate) workspace: PathBuf,
+    pub(crate) transcript: PathBuf,
 }
 
 /// A workspace and a temp Claude Code home holding its live transcript.
 fn homed() -> Homed {
+    homed_with(|workspace| claude_turn(workspace, 0, 2000))
+}
+
+/// A workspace and a temp Claude Code home whose live transcript starts with `first`.
+pub(crate) fn homed_with(first: impl Fn(&Path) -> String) -> Homed {
     let base = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(base.path()).unwrap();
     let workspace = root.join("my_app");
@@ -464,7 +480,7 @@ fn homed() -> Homed {
         .join(discover::claude_project_dir(workspace.to_str().unwrap()));
     std::fs::create_dir_all(&dir).unwrap();
     let transcript = dir.join("7d1c2f.jsonl");
-    append_to(&transcript, &claude_turn(&workspace, 0, 2000));
+    append_to(&transcript, &first(&workspace));
     Homed {
         _base: base,
         root,
@@ -473,7 +489,7 @@ fn homed() -> Homed {
     }
 }
 
-fn soba_command(h: &Homed) -> tokio::process::Command {
+pub(crate) fn soba_command(h: &Homed) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_soba"));
     cmd.env("CLAUDE_CONFIG_DIR", h.root.join("claude"))
         .env("CODEX_HOME", h.root.join("codex"))
@@ -677,13 +693,18 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut tokio::io::Li
 
 /// Claude Code's own compaction of the followed session: the boundary record, its summary, and
 /// the next turn, whose usage measured the compacted context.
-fn claude_compaction_and_turn(cwd: &Path, after: usize, input_tokens: u64) -> String {
+/// Claude Code's own compaction after response `after`: its boundary and summary records.
+pub(crate) fn claude_compaction(cwd: &Path, after: usize) -> String {
     let boundary = json!({"type":"system","subtype":"compact_boundary","uuid":"cb","parentUuid":null,
         "logicalParentUuid":format!("a{after}"),"sessionId":"s1","cwd":cwd,
         "timestamp":"2026-12-01T10:05:00Z","compactMetadata":{"trigger":"auto","preTokens":150_000}});
     let summary = json!({"type":"user","uuid":"cs","parentUuid":"cb","sessionId":"s1","cwd":cwd,
         "timestamp":"2026-12-01T10:05:01Z","isCompactSummary":true,
         "message":{"role":"user","content":"This session is being continued from a previous conversation. The parser is done."}});
+    format!("{boundary}\n{summary}\n")
+}
+
+fn claude_compaction_and_turn(cwd: &Path, after: usize, input_tokens: u64) -> String {
     let user = json!({"type":"user","uuid":"u9","parentUuid":"cs","sessionId":"s1","cwd":cwd,
         "timestamp":"2026-12-01T10:05:02Z","message":{"role":"user","content":"now the tests"}});
     let assistant = json!({"type":"assistant","uuid":"a9","parentUuid":"u9","sessionId":"s1","cwd":cwd,
@@ -691,7 +712,7 @@ fn claude_compaction_and_turn(cwd: &Path, after: usize, input_tokens: u64) -> St
         "message":{"id":"m9","model":"claude-sonnet-4-5","role":"assistant",
                    "content":[{"type":"text","text":"writing them"}],
                    "usage":{"input_tokens":input_tokens,"output_tokens":10}}});
-    format!("{boundary}\n{summary}\n{user}\n{assistant}\n")
+    format!("{}{user}\n{assistant}\n", claude_compaction(cwd, after))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

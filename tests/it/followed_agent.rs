@@ -3,96 +3,17 @@
 //! compacts itself; its own latest compaction. Through the binary, with the agents' homes in a
 //! temp folder.
 
+use crate::attach::{
+    append_to, budget_until, claude_compaction, claude_prompt, claude_response, homed_with,
+    soba_command, Homed,
+};
 use crate::support::lsp_client::LspClient;
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-
-use serde_json::{json, Value};
-use soba::attach::discover;
-
-struct Homed {
-    _base: tempfile::TempDir,
-    root: PathBuf,
-    workspace: PathBuf,
-    transcript: PathBuf,
-}
-
-/// A workspace and a temp Claude Code home whose live transcript holds only the user's first
-/// prompt: the agent has not answered, so nothing names its model.
-fn before_the_first_response() -> Homed {
-    let base = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(base.path()).unwrap();
-    let workspace = root.join("my_app");
-    std::fs::create_dir_all(&workspace).unwrap();
-    let dir = root
-        .join("claude/projects")
-        .join(discover::claude_project_dir(workspace.to_str().unwrap()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let transcript = dir.join("7d1c2f.jsonl");
-    append_to(&transcript, &claude_prompt(&workspace, 0));
-    Homed {
-        _base: base,
-        root,
-        workspace,
-        transcript,
-    }
-}
-
-fn claude_prompt(cwd: &Path, i: usize) -> String {
-    let parent = if i == 0 {
-        Value::Null
-    } else {
-        json!(format!("a{}", i - 1))
-    };
-    let user = json!({"type":"user","uuid":format!("u{i}"),"parentUuid":parent,"sessionId":"s1",
-        "cwd":cwd,"timestamp":"2026-12-01T10:00:00Z",
-        "message":{"role":"user","content":format!("request {i}")}});
-    format!("{user}\n")
-}
-
-fn claude_response(cwd: &Path, i: usize, input_tokens: u64) -> String {
-    let assistant = json!({"type":"assistant","uuid":format!("a{i}"),"parentUuid":format!("u{i}"),
-        "sessionId":"s1","cwd":cwd,"timestamp":"2026-12-01T10:00:01Z",
-        "message":{"id":format!("m{i}"),"model":"claude-sonnet-4-5","role":"assistant",
-                   "content":[{"type":"text","text":format!("answer {i}")}],
-                   "usage":{"input_tokens":input_tokens,"output_tokens":10}}});
-    format!("{assistant}\n")
-}
-
-/// Claude Code's own compaction after response `after`: its boundary and summary records.
-fn claude_compaction(cwd: &Path, after: usize) -> String {
-    let boundary = json!({"type":"system","subtype":"compact_boundary","uuid":"cb","parentUuid":null,
-        "logicalParentUuid":format!("a{after}"),"sessionId":"s1","cwd":cwd,
-        "timestamp":"2026-12-01T10:05:00Z","compactMetadata":{"trigger":"auto","preTokens":150_000}});
-    let summary = json!({"type":"user","uuid":"cs","parentUuid":"cb","sessionId":"s1","cwd":cwd,
-        "timestamp":"2026-12-01T10:05:01Z","isCompactSummary":true,
-        "message":{"role":"user","content":"This session is being continued from a previous conversation. The parser is done."}});
-    format!("{boundary}\n{summary}\n")
-}
-
-fn append_to(path: &Path, text: &str) {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-}
+use serde_json::json;
 
 async fn serve(h: &Homed) -> (tokio::process::Child, LspClient) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_soba"))
-        .env("CLAUDE_CONFIG_DIR", h.root.join("claude"))
-        .env("CODEX_HOME", h.root.join("codex"))
-        .env("PI_CODING_AGENT_DIR", h.root.join("pi"))
-        .env("SOBA_DATA_DIR", h.root.join("data"))
-        .env("SOBA_RUNTIME_DIR", h.root.join("run"))
+    let mut child = soba_command(h)
         .env("SOBA_CONFIG", h.root.join("no-user-config.json"))
-        .env("SOBA_DAEMON_IDLE_SECS", "1")
-        .env("SOBA_ATTACH_IDLE_SECS", "30")
-        .kill_on_drop(true)
         .args(["serve", "--standalone"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -103,23 +24,10 @@ async fn serve(h: &Homed) -> (tokio::process::Child, LspClient) {
     (child, c)
 }
 
-/// Waits until the workspace's budget satisfies `ok`, by `soba/budget` (which follows the
-/// workspace's live transcript when it has none yet).
-async fn budget_until(c: &LspClient, ws: &Path, ok: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let b = c.raw("soba/budget", json!({"workspace": ws})).await;
-        if let Some(r) = b.get("result") {
-            if ok(r) {
-                return r.clone();
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "budget never got there: {b}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// A workspace and a temp Claude Code home whose live transcript holds only the user's first
+/// prompt: the agent has not answered, so nothing names its model.
+fn before_the_first_response() -> Homed {
+    homed_with(|workspace| claude_prompt(workspace, 0))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -277,11 +277,9 @@ struct History<'a> {
     /// User messages with their entry ids, oldest first.
     messages: Vec<(&'a str, UserMessage)>,
     turns: Vec<Turn<'a>>,
-    /// Done items: (text, entry id), oldest first.
-    done: Vec<(String, &'a str)>,
-    /// Where each item of `done` happened in the history, to keep them in order: wrap-ups are
-    /// found after the pass, milestones during it.
-    done_at: Vec<usize>,
+    /// Done items: (text, entry id, where in the history it happened), oldest first. Wrap-ups
+    /// are found after the pass and milestones during it, so the position keeps them in order.
+    done: Vec<(String, &'a str, usize)>,
     decisions: Vec<(Decision, &'a str)>,
     /// The newest task list and its entry.
     tasks: Option<(TaskList, &'a str)>,
@@ -490,8 +488,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     };
                     if outcome == VerificationOutcome::Passed {
                         for m in done {
-                            h.done.push((m, call.entry_id));
-                            h.done_at.push(position);
+                            h.done.push((m, call.entry_id, position));
                         }
                     }
                     if call.runs_a_check {
@@ -568,15 +565,11 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
             Some(l) => format!("{l} → {what}"),
             None => what,
         };
-        h.done.push((clip(&item, MAX_DONE_CHARS), id));
-        h.done_at.push(turn.last_text_at);
+        h.done
+            .push((clip(&item, MAX_DONE_CHARS), id, turn.last_text_at));
     }
     // In the order they happened, so that the newest kept are the newest done.
-    let mut order: Vec<usize> = (0..h.done.len()).collect();
-    order.sort_by_key(|&i| h.done_at[i]);
-    let mut done = std::mem::take(&mut h.done);
-    let mut slots: Vec<Option<(String, &'a str)>> = done.drain(..).map(Some).collect();
-    h.done = order.iter().filter_map(|&i| slots[i].take()).collect();
+    h.done.sort_by_key(|&(_, _, at)| at);
     h
 }
 
@@ -811,7 +804,7 @@ pub fn build_state(
             completed.push(c.clone());
         }
     }
-    for (item, id) in &h.done {
+    for (item, id, _) in &h.done {
         sources.add(item, id);
         completed.push(item.clone());
     }
@@ -1512,9 +1505,9 @@ fn speaks_of(words: &str, error: &str) -> bool {
 }
 
 /// Words too common in errors and replies to tie one to the other.
-const COMMON_WORDS: [&str; 22] = [
-    "error", "failed", "fails", "test", "tests", "that", "this", "with", "from", "have", "let's",
-    "need", "needs", "there", "what", "when", "check", "found", "cannot", "could", "should", "let",
+const COMMON_WORDS: [&str; 20] = [
+    "error", "failed", "fails", "test", "tests", "that", "this", "with", "from", "have", "need",
+    "needs", "there", "what", "when", "check", "found", "cannot", "could", "should",
 ];
 
 fn first_words(text: &str) -> Option<String> {

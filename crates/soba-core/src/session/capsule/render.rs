@@ -43,14 +43,19 @@ fn quoted(out: &mut String, who: &str, text: &str) {
     }
 }
 
-/// Whether a request is one of the quoted exchanges: the quote holds its opening.
-fn quoted_below(request: &str, exchanges: &[super::model::Exchange]) -> bool {
-    let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-    let opening: String = words(request.trim_end_matches('…'))
+/// Text with every run of whitespace as one space, so a rewrapped quote still matches.
+fn folded(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Whether a request is one of the quoted exchanges (`quoted`, their user sides folded): the
+/// quote holds its opening.
+fn quoted_below(request: &str, quoted: &[String]) -> bool {
+    let opening: String = folded(request.trim_end_matches('…'))
         .chars()
         .take(60)
         .collect();
-    !opening.is_empty() && exchanges.iter().any(|x| words(&x.user).contains(&opening))
+    !opening.is_empty() && quoted.iter().any(|q| q.contains(&opening))
 }
 
 /// What the model reads after the capsule. The capsule's opening says it, so that the model
@@ -113,11 +118,13 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
     if c.state.exchanges.is_empty() {
         list(&mut out, "User requests", &c.state.requests);
     } else {
+        // Folded once per render: every request is looked up among them.
+        let quoted_users: Vec<String> = c.state.exchanges.iter().map(|x| folded(&x.user)).collect();
         let earlier: Vec<String> = c
             .state
             .requests
             .iter()
-            .filter(|r| !quoted_below(r, &c.state.exchanges))
+            .filter(|r| !quoted_below(r, &quoted_users))
             .cloned()
             .collect();
         list(&mut out, "Earlier user requests", &earlier);
