@@ -22,15 +22,70 @@ pub fn fingerprint(parts: &[&str]) -> u64 {
 /// resend a message re-wrapped or re-trimmed (aider restoring its chat history from markdown)
 /// and it is still the same message; any other edit makes it another.
 pub fn content_fingerprint(entries: &[Value]) -> u64 {
-    let folded = whitespace_folded(entries);
-    // Hashed as it is serialized: the same value as `fingerprint` of the JSON text, without
-    // building the text (a copy of the message) first.
+    // Hashed as it is serialized, message text folded on the way: the same value as
+    // `fingerprint` of the folded entries' JSON text, without building the text or a folded
+    // copy of the entries first (every request fingerprints every message it carries).
     let mut hasher = Fnv1a(0xcbf2_9ce4_8422_2325);
-    if serde_json::to_writer(&mut hasher, folded.as_ref()).is_err() {
-        hasher = Fnv1a(0xcbf2_9ce4_8422_2325);
+    hasher.eat(b'[');
+    for (i, entry) in entries.iter().enumerate() {
+        if i > 0 {
+            hasher.eat(b',');
+        }
+        if is_message(entry) {
+            hash_object(&mut hasher, entry, |h, key, value| match (key, value) {
+                ("content", Value::Array(blocks)) => hash_blocks(h, blocks),
+                _ => hash_json(h, value),
+            });
+        } else {
+            hash_json(&mut hasher, entry);
+        }
     }
+    hasher.eat(b']');
     hasher.eat(0xff);
     hasher.0
+}
+
+/// A message's content blocks, the text of its text blocks folded.
+fn hash_blocks(h: &mut Fnv1a, blocks: &[Value]) {
+    h.eat(b'[');
+    for (i, block) in blocks.iter().enumerate() {
+        if i > 0 {
+            h.eat(b',');
+        }
+        if is_text_block(block) {
+            hash_object(h, block, |h, key, value| match (key, value) {
+                ("text", Value::String(text)) => hash_json(h, fold_whitespace(text).as_ref()),
+                _ => hash_json(h, value),
+            });
+        } else {
+            hash_json(h, block);
+        }
+    }
+    h.eat(b']');
+}
+
+/// An object as serde_json writes it compactly (keys in the map's order), each value hashed by
+/// `value_of`; anything else as plain JSON.
+fn hash_object(h: &mut Fnv1a, v: &Value, value_of: impl Fn(&mut Fnv1a, &str, &Value)) {
+    let Value::Object(map) = v else {
+        return hash_json(h, v);
+    };
+    h.eat(b'{');
+    for (i, (key, value)) in map.iter().enumerate() {
+        if i > 0 {
+            h.eat(b',');
+        }
+        hash_json(h, key);
+        h.eat(b':');
+        value_of(h, key, value);
+    }
+    h.eat(b'}');
+}
+
+/// Writing JSON into the hasher cannot fail: its `write` never errs, and a `Value` or a
+/// string always serializes.
+fn hash_json(h: &mut Fnv1a, v: &(impl serde::Serialize + ?Sized)) {
+    let _ = serde_json::to_writer(h, v);
 }
 
 /// FNV-1a over the bytes written to it.
@@ -84,40 +139,6 @@ fn is_text_block(block: &Value) -> bool {
     block.get("type").and_then(Value::as_str) == Some("text")
 }
 
-/// `entries` with the text of their messages whitespace-folded; borrowed when it already is.
-fn whitespace_folded(entries: &[Value]) -> Cow<'_, [Value]> {
-    let unfolded = |entry: &Value| {
-        is_message(entry)
-            && entry
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter(|b| is_text_block(b))
-                .filter_map(|b| b.get("text").and_then(Value::as_str))
-                .any(|t| !is_folded(t))
-    };
-    if !entries.iter().any(unfolded) {
-        return Cow::Borrowed(entries);
-    }
-    let mut owned = entries.to_vec();
-    for entry in owned.iter_mut().filter(|e| is_message(e)) {
-        let Some(blocks) = entry.get_mut("content").and_then(Value::as_array_mut) else {
-            continue;
-        };
-        for text in blocks
-            .iter_mut()
-            .filter(|b| is_text_block(b))
-            .filter_map(|b| b.get_mut("text"))
-        {
-            if let Some(folded) = text.as_str().map(|t| fold_whitespace(t).into_owned()) {
-                *text = Value::String(folded);
-            }
-        }
-    }
-    Cow::Owned(owned)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +158,26 @@ mod tests {
             content_fingerprint(&entries),
             content_fingerprint(&entries[..1])
         );
+    }
+
+    #[test]
+    fn the_content_fingerprint_folds_only_message_text_and_equals_the_folded_json_text() {
+        let entries = vec![
+            json!({"type": "message", "role": "assistant", "content": [
+                {"type": "text", "text": "  two\n\nlines \"quoted\" \u{e9}\t"},
+                {"type": "tool_call", "callId": "c1", "name": "sh", "input": {"cmd": "a  b", "n": 1.5, "ok": true, "none": null}},
+                {"type": "thinking", "text": "kept  as\nis"}
+            ], "usage": {"input": 12}}),
+            json!({"type": "tool_result", "callId": "c1", "content": [{"type": "text", "text": "x\ty  z"}]}),
+            json!({"type": "message", "role": "user", "content": "plain  string"}),
+        ];
+        let mut folded = entries.clone();
+        folded[0]["content"][0]["text"] = json!("two lines \"quoted\" \u{e9}");
+        let text = serde_json::to_string(&folded).unwrap();
+        assert_eq!(content_fingerprint(&entries), fingerprint(&[&text]));
+        let mut edited = entries.clone();
+        edited[1]["content"][0]["text"] = json!("x y z");
+        assert_ne!(content_fingerprint(&entries), content_fingerprint(&edited));
     }
 
     #[test]
