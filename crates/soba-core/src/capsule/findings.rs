@@ -36,7 +36,15 @@ static CONCLUSION: LazyLock<Regex> = LazyLock::new(|| {
         r"confirm(?:s|ed) (?:that|the)|",
         r"i found that|found the (?:bug|cause)|",
         r"the fix (?:is|was) to|",
-        r"works by|is responsible for|is handled (?:by|in)",
+        r"works by|is responsible for|is handled (?:by|in)|",
+        // What the agent learned about the system: what exists, what does not work, why.
+        r"(?:i |we )?found (?:that|no|[0-9]+|it)(?-u:\b)|found the (?:bug|cause|problem|issue|culprit)|^found(?-u:\b)|",
+        r"(?:doesn't|does not|isn't|is not|can't|cannot|won't|aren't|are not) (?:work|exist|support|handle|accept|match|recogni[sz]e|include|allow|run|pass|affect|apply)|",
+        r"(?:is|are) (?:defined|stored|handled|set|created|configured|registered|implemented|generated) (?:in|by|at|from|via|through)|",
+        r"(?:fails?|failed|breaks?|broke) because|because (?:the|it|of|we|there)|",
+        r"expects? [^.]{1,80}(?:but|while|whereas)|",
+        r"confirmed|already (?:exists?|implemented|handled|there|done)|",
+        r"(?:my|the) (?:earlier |previous |first )?(?:guess|theory|hypothesis|assumption) (?:was|is) wrong",
         r")",
     ))
     .expect("valid regex")
@@ -45,7 +53,7 @@ static CONCLUSION: LazyLock<Regex> = LazyLock::new(|| {
 /// Openings of narration and plans: not conclusions even when they name a cause.
 static NOT_A_FINDING: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)^(?:let me|let's|i'll|i will|i'm going to|now (?:i'll|let me)|next|first,? (?:let me|i'll)|maybe|perhaps|if )",
+        r"(?i)^(?:let me|let's|i'll|i will|i'm going to|now (?:i'll|let me|i need|we need)|i need to|we need to|i should|we should|next|first,? (?:let me|i'll)|maybe|perhaps|if )",
     )
     .expect("valid regex")
 });
@@ -83,6 +91,18 @@ fn tidy(s: &str, max: usize) -> String {
     clip(&s.split_whitespace().collect::<Vec<_>>().join(" "), max)
 }
 
+/// A conclusion that takes back what was concluded before it: "Actually, …", "No, the cause
+/// is …", "Wait — that's not it".
+static REVISION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^(?:\W*)(?:(?:hmm|ok(?:ay)?|oh)[,.!]?\s+)?(?:actually|no[,.!]|wait|that's not (?:it|the)|i was wrong|scratch that|correction)(?-u:\b)")
+        .expect("valid regex")
+});
+
+/// Whether a finding takes back the ones before it.
+pub fn revises(finding: &str) -> bool {
+    REVISION.is_match(finding)
+}
+
 /// The sentences of an assistant message that state a conclusion, quoted.
 pub fn stated_findings(text: &str) -> Vec<String> {
     let all: Vec<&str> = prose_lines(text)
@@ -97,7 +117,15 @@ pub fn stated_findings(text: &str) -> Vec<String> {
         .collect();
     let mut out: Vec<String> = Vec::new();
     for (i, s) in all.iter().enumerate() {
-        if s.ends_with('?') || NOT_A_FINDING.is_match(s) || !CONCLUSION.is_match(s) {
+        // "Actually, the footer is fine: …" states a finding by taking back an earlier one.
+        let revision = REVISION.is_match(s)
+            && s.split_whitespace().count() >= LEAD_IN_WORDS
+            && !NOT_A_FINDING.is_match(
+                REVISION
+                    .replace(s, "")
+                    .trim_start_matches([',', ' ', '—', '-']),
+            );
+        if s.ends_with('?') || NOT_A_FINDING.is_match(s) || !(CONCLUSION.is_match(s) || revision) {
             continue;
         }
         // A lead-in ("The problem is in `_cstack`:", "The bug is confirmed.") says what it
