@@ -42,7 +42,7 @@ static CONCLUSION: LazyLock<Regex> = LazyLock::new(|| {
         r"(?:doesn't|does not|isn't|is not|can't|cannot|won't|aren't|are not) (?:work|exist|support|handle|accept|match|recogni[sz]e|include|allow|run|pass|affect|apply)|",
         r"(?:is|are) (?:defined|stored|handled|set|created|configured|registered|implemented|generated) (?:in|by|at|from|via|through)|",
         r"(?:fails?|failed|breaks?|broke) because|because (?:the|it|of|we|there)|",
-        r"expects? [^.]{1,80}(?:but|while|whereas)|",
+        r"expects? \S.{0,80}? (?:but|while|whereas) |",
         r"confirmed|already (?:exists?|implemented|handled|there|done)|",
         r"(?:my|the) (?:earlier |previous |first )?(?:guess|theory|hypothesis|assumption) (?:was|is) wrong",
         r")",
@@ -98,9 +98,15 @@ static REVISION: LazyLock<Regex> = LazyLock::new(|| {
         .expect("valid regex")
 });
 
+/// Words that announce what the agent is about to do.
+static PLAN_WORDS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?-u:\b)(?:let me|let's|i'll|i will|i need to|i'm going to|i should)(?-u:\b)")
+        .expect("valid regex")
+});
+
 /// Whether a finding takes back the ones before it.
 pub fn revises(finding: &str) -> bool {
-    REVISION.is_match(finding)
+    REVISION.is_match(finding) && !PLAN_WORDS.is_match(finding)
 }
 
 /// The sentences of an assistant message that state a conclusion, quoted.
@@ -118,13 +124,10 @@ pub fn stated_findings(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for (i, s) in all.iter().enumerate() {
         // "Actually, the footer is fine: …" states a finding by taking back an earlier one.
+        // "Actually wait, let me re-read …" announces a look, and takes nothing back yet.
         let revision = REVISION.is_match(s)
             && s.split_whitespace().count() >= LEAD_IN_WORDS
-            && !NOT_A_FINDING.is_match(
-                REVISION
-                    .replace(s, "")
-                    .trim_start_matches([',', ' ', '—', '-']),
-            );
+            && !PLAN_WORDS.is_match(s);
         if s.ends_with('?') || NOT_A_FINDING.is_match(s) || !(CONCLUSION.is_match(s) || revision) {
             continue;
         }
@@ -308,6 +311,38 @@ pub fn chosen_option<'a>(reply: &str, options: &'a [(String, String)]) -> Option
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_revision_is_a_finding_and_an_announced_re_read_is_not() {
+        let f = stated_findings(
+            "Actually, the footer is fine: the cache in `Text` is never invalidated.",
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(revises(&f[0]));
+        assert!(stated_findings(
+            "Actually wait, let me re-read `_separable` to see what it returns."
+        )
+        .is_empty());
+        assert!(!revises(
+            "Actually wait, let me re-read `_separable`: it returns an ndarray."
+        ));
+    }
+
+    #[test]
+    fn what_the_agent_found_and_why_something_fails_are_findings() {
+        for s in [
+            "Found 3 .env files in apps/app, none of them ignored.",
+            "The version test expects 0.1.0 but the package is at 0.1.18.",
+            "Some rg calls fail because the sandbox denies temp files for here-documents.",
+            "The `--dry-run` flag doesn't exist on `eval`; the command is `eval run`.",
+        ] {
+            assert_eq!(stated_findings(s).len(), 1, "{s}");
+        }
+        assert!(
+            stated_findings("I found the target issue details; now I'm pulling the rest.")
+                .is_empty()
+        );
+    }
+
     use super::*;
 
     #[test]
