@@ -20,9 +20,10 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use serde_json::Value;
 
 use super::artifacts::result_outcome;
+use super::current::{describe_call, shell_script, standing_failure, Action, CURRENT_WORK};
 use super::decisions::stated_decisions;
 use super::findings::{
-    chosen_option, offered_options, proposal, proposed_section, sentence_before_offer,
+    chosen_option, offered_options, proposal, proposed_section, revises, sentence_before_offer,
     stated_findings,
 };
 use super::intent::{classify, Intent, UserMessage};
@@ -68,11 +69,11 @@ const REQUEST_LABEL_CHARS: usize = 100;
 /// Longest completed item.
 const MAX_DONE_CHARS: usize = 240;
 /// Findings kept, newest: older conclusions were often revised since.
-const MAX_FINDINGS: usize = 6;
+const MAX_FINDINGS: usize = 8;
 /// Findings are taken from this many latest turns.
 const FINDING_TURNS: usize = 4;
 /// Messages whose conclusions are kept: the latest that stated any.
-const FINDING_MESSAGES: usize = 3;
+const FINDING_MESSAGES: usize = 4;
 /// Errors with their fixes kept, newest.
 const MAX_ERRORS: usize = 5;
 /// The agent's last message, quoted as where to pick up, up to this many characters.
@@ -112,6 +113,21 @@ fn goal_line(request: &str) -> String {
     format!("{cut} …")
 }
 
+/// What a message asks, for the goal and the work in progress: the user's own words, with
+/// what they pasted named after them rather than standing in their place ("[pasted 40 lines
+/// of test output]" in mid-sentence says nothing of the task). A message that is only a paste
+/// keeps its description.
+fn asked(m: &UserMessage) -> String {
+    if m.pastes.is_empty() || m.intent == Intent::Paste || m.prose.trim().is_empty() {
+        return m.text.clone();
+    }
+    format!(
+        "{} (with what the user pasted: {})",
+        m.prose.trim(),
+        m.pastes.join("; ")
+    )
+}
+
 /// A task list snapshot from a task-list tool call (Claude Code TodoWrite, Codex update_plan).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct TaskList {
@@ -142,25 +158,6 @@ fn task_list(name: &str, input: &Value) -> Option<TaskList> {
         }
     }
     Some(list)
-}
-
-/// The shell script of a call, from the arguments shell tools use.
-fn shell_script(input: &Value) -> Option<String> {
-    let v = input
-        .get("command")
-        .or_else(|| input.get("cmd"))
-        .or_else(|| input.get("script"))?;
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => Some(
-            parts
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(" "),
-        ),
-        _ => None,
-    }
 }
 
 /// Which check a command is an instance of: its tool and subcommand (`cargo test`, `go test`,
@@ -307,6 +304,10 @@ struct History<'a> {
     /// The agent's last text before the span's first user message: the end of a turn the
     /// previous capsule holds the start of.
     leading_text: Option<String>,
+    /// The calls of the latest turn, oldest first: (call id, tool name, input, position).
+    last_turn_calls: Vec<(&'a str, &'a str, &'a Value, usize)>,
+    /// Results by call id.
+    result_of_call: HashMap<&'a str, &'a ToolResultEntry>,
 }
 
 /// What a "yes" would approve.
@@ -396,6 +397,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                 }
                 h.messages.push((&e.id, msg));
                 h.message_position.push(position);
+                h.last_turn_calls.clear();
                 h.turns.push(Turn {
                     request: current_request,
                     message: i,
@@ -452,6 +454,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                 }
                 for (call_id, name, input) in e.tool_calls() {
                     h.call_position.insert(&e.id, position);
+                    h.last_turn_calls.push((call_id, name, input, position));
                     if let Some(list) = task_list(name, input) {
                         h.tasks = Some((list, &e.id));
                     }
@@ -477,6 +480,7 @@ fn read_history<'a>(entries: &[&'a Entry], checks: &[&str]) -> History<'a> {
                     continue;
                 };
                 h.result_of_call_entry.insert(call.entry_id, r);
+                h.result_of_call.insert(r.call_id.as_str(), r);
                 if let Some(script) = &call.script {
                     // The outcome scans the whole output: read it only for a script whose
                     // outcome decides something (a milestone, a check), once.
@@ -732,7 +736,7 @@ pub fn build_state(
                         .flatten()
                 })
                 .map(|(id, m)| {
-                    let g = goal_line(&m.text);
+                    let g = goal_line(&asked(m));
                     let g = if implementing {
                         format!("Implement the plan asked for here: {g}")
                     } else if m.intent == Intent::Paste {
@@ -750,7 +754,7 @@ pub fn build_state(
                 })
                 .or_else(|| {
                     h.messages.first().map(|(id, m)| {
-                        let g = goal_line(&m.text);
+                        let g = goal_line(&asked(m));
                         sources.add(&g, id);
                         g
                     })
@@ -841,7 +845,7 @@ pub fn build_state(
                 .all(|t| h.messages[t.message].1.intent == Intent::Question);
             match (wrapped_up && asked_since, h.messages.last()) {
                 (true, Some((latest_id, latest)))
-                    if goal.starts_with(&goal_line(&h.messages[g].1.text)) =>
+                    if goal.starts_with(&goal_line(&asked(&h.messages[g].1))) =>
                 {
                     let done = format!(
                         "{goal} (done; since then the user asked about it, latest: \"{}\")",
@@ -884,7 +888,7 @@ pub fn build_state(
     }
     if in_progress {
         if let Some((id, m)) = focus {
-            let item = format!("In progress: {}", one_line(&goal_line(&m.text)));
+            let item = format!("In progress: {}", one_line(&goal_line(&asked(m))));
             sources.add(&item, id);
             active.push(item);
         }
@@ -925,8 +929,16 @@ pub fn build_state(
                 pending.push(item);
             }
         }
-        // Nothing in the span is newer than its last text, so nothing there completed these.
-        let steps = if in_progress {
+        // Steps the last text names are still ahead only when no call came after it: calls
+        // after it acted on them, and the step built from those calls quotes the plan whole.
+        let acted_on = last_turn.is_some_and(|t| {
+            h.last_turn_calls.iter().any(|(call_id, _, _, at)| {
+                *at >= t.last_text_at && h.result_of_call.contains_key(call_id)
+            })
+        });
+        let steps = if acted_on {
+            Vec::new()
+        } else if in_progress {
             stated_next_steps(text)
         } else {
             planned_next_steps(text)
@@ -952,10 +964,86 @@ pub fn build_state(
                 .get(v.entry_id.as_str())
                 .is_some_and(|&p| asked_at.is_some_and(|a| p > a))
     });
-    // Where the turn stands is best said by the agent's own last words, quoted: a guess at
-    // the step from the request sends the next agent back to where the turn began.
-    let picked_up = match (in_progress, last_text) {
-        (true, Some((id, text))) => {
+    // Current work: what the agent did after its last words to the user, read from the calls
+    // and what they printed; when it spoke last, the turn's last calls before those words.
+    let words_at = last_turn
+        .filter(|t| t.last_text.is_some())
+        .map(|t| t.last_text_at);
+    let describe = |calls: &[(&str, &str, &Value, usize)]| -> Vec<(Action, usize)> {
+        calls
+            .iter()
+            .map(|(call_id, name, input, at)| {
+                let result = h.result_of_call.get(call_id).copied();
+                (describe_call(name, input, result), *at)
+            })
+            .collect()
+    };
+    // A task list's update is no action on the work: the list is the capsule's own section.
+    let work_calls: Vec<(&str, &str, &Value, usize)> = h
+        .last_turn_calls
+        .iter()
+        .filter(|(_, name, input, _)| task_list(name, input).is_none())
+        .copied()
+        .collect();
+    let turn_actions = describe(&work_calls);
+    let after_words: Vec<Action> = turn_actions
+        .iter()
+        // A call in the same message as the words comes after them: they announce it.
+        .filter(|(_, at)| words_at.is_none_or(|w| *at >= w))
+        .map(|(a, _)| a.clone())
+        .collect();
+    let failure_after_words = standing_failure(&after_words).cloned();
+    // Calls cut off before their result may not have happened: a plan followed only by them
+    // is still ahead.
+    let acted_since_words = after_words.iter().any(|a| a.finished);
+    // A finished turn's work is in Completed; the current work is that of a turn in progress.
+    let current_work = if !in_progress {
+        Vec::new()
+    } else {
+        current_work_lines(
+            last_text.map(|(_, t)| t.as_str()),
+            &after_words,
+            &turn_actions
+                .iter()
+                .map(|(a, _)| a.clone())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let current_source = last_turn
+        .and_then(|t| t.last_text.as_ref().map(|(id, _)| *id))
+        .or_else(|| h.messages.last().map(|(id, _)| *id));
+    for line in current_work.iter().rev() {
+        if let Some(id) = current_source {
+            sources.add(line, id);
+        }
+        active.items.insert(0, line.clone());
+        active.seen.insert(line.clone());
+    }
+    // The next step from where the work truly stands: a failure after the agent's last words
+    // is what to fix; a plan the calls since began is carried on from the last action, not
+    // started again; a plan no call followed yet is quoted as where to pick up.
+    let picked_up = match (in_progress, last_text, &failure_after_words) {
+        (_, _, Some(failed)) => {
+            let step = format!(
+                "Fix what made the last run fail (it ran after the agent's last words): `{}` — \"{}\"",
+                clip(failed.command.as_deref().unwrap_or_default(), 160),
+                failed.failure.as_deref().unwrap_or_default()
+            );
+            if let Some(id) = current_source {
+                sources.add(&step, id);
+            }
+            Some(step)
+        }
+        (true, Some((id, text)), None) if acted_since_words => {
+            let last_action = &after_words[after_words.len() - 1].line;
+            let step = format!(
+                "The agent acted on its plan \"{}\" (last action: {last_action}): check what that left undone and carry on from there, without redoing it",
+                clip_start(&one_line(text), LAST_WORDS_CHARS / 2)
+            );
+            sources.add(&step, id);
+            Some(step)
+        }
+        (true, Some((id, text)), None) => {
             let last = one_line(text);
             let words = match last_turn.and_then(|t| t.text_before.as_deref()) {
                 Some(before) if last.split_whitespace().count() < SHORT_LAST_WORDS => {
@@ -964,7 +1052,7 @@ pub fn build_state(
                 _ => last,
             };
             // The whole message is quoted under the recent conversation; its end is where the
-            // agent stood.
+            // agent stood, and no call has acted on it yet.
             let step = format!(
                 "Pick up where the agent's last message left off: \"{}\"",
                 clip_start(&words, LAST_WORDS_CHARS)
@@ -975,9 +1063,9 @@ pub fn build_state(
         _ => None,
     };
     // The request the turn works on, after the agent's words: what "done" means for it.
-    if in_progress && !failed_since {
+    if in_progress && !failed_since && failure_after_words.is_none() {
         if let Some((id, m)) = focus {
-            let step = format!("Continue: {}", one_line(&goal_line(&m.text)));
+            let step = format!("Continue: {}", one_line(&goal_line(&asked(m))));
             sources.add(&step, id);
             next_steps.push(step);
         }
@@ -1075,11 +1163,12 @@ pub fn build_state(
     let recent_turns = h.turns.len().saturating_sub(FINDING_TURNS);
     // Within a long turn too: a debugging turn states guesses before the cause it confirms,
     // so only the messages that concluded last count.
-    // A cause the agent confirmed replaces the guesses before it.
+    // A cause the agent confirmed, or a later "actually, …" that takes back its guesses,
+    // replaces what it concluded before.
     let confirmed_at = h
         .findings
         .iter()
-        .rposition(|(f, _, _)| CONFIRMED.is_match(f))
+        .rposition(|(f, _, _)| CONFIRMED.is_match(f) || revises(f))
         .unwrap_or(0);
     let findings_since = &h.findings[confirmed_at..];
     let mut concluding: Vec<&str> = Vec::new();
@@ -1091,10 +1180,18 @@ pub fn build_state(
             concluding.push(id);
         }
     }
+    // Newest first, so that of two findings saying the same thing the later one stays.
+    let mut kept: Vec<(&String, &str)> = Vec::new();
     for (f, id, _) in findings_since
         .iter()
+        .rev()
         .filter(|(_, id, t)| *t > recent_turns && concluding.contains(id))
     {
+        if !kept.iter().any(|(k, _)| says_the_same(k, f)) {
+            kept.push((f, id));
+        }
+    }
+    for (f, id) in kept.into_iter().rev() {
         sources.add(f, id);
         findings.push(f.clone());
     }
@@ -1150,7 +1247,7 @@ pub fn build_state(
         requests,
         constraints,
         completed,
-        active: active.newest(MAX_STEPS),
+        active: active.newest(MAX_STEPS + CURRENT_ACTIONS + 1),
         pending: pending.newest(MAX_STEPS),
         decisions,
         findings,
@@ -1163,6 +1260,74 @@ pub fn build_state(
     fit_local_budget(&mut state, artifacts, tokenizer);
     state.sources = sources.keep(&state);
     state
+}
+
+/// Whether `later` already says what `earlier` says: most of its words of substance are
+/// among the later one's.
+fn says_the_same(later: &str, earlier: &str) -> bool {
+    let words = super::work::content_words(earlier);
+    if words.is_empty() {
+        return later == earlier;
+    }
+    let in_later: HashSet<String> = super::work::content_words(later).into_iter().collect();
+    let shared = words.iter().filter(|w| in_later.contains(*w)).count();
+    shared * 5 >= words.len() * 4
+}
+
+/// Actions shown as the current work: the newest few.
+const CURRENT_ACTIONS: usize = 6;
+/// Characters of the agent's last words quoted in the current work.
+const CURRENT_WORDS_CHARS: usize = 300;
+
+/// The current work's lines: the agent's last words, then what it did after them; when it
+/// did nothing after them, what it did in the turn before them.
+fn current_work_lines(
+    last_words: Option<&str>,
+    after_words: &[Action],
+    turn_actions: &[Action],
+) -> Vec<String> {
+    let newest = |actions: &[Action]| -> Vec<String> {
+        let mut lines: Vec<(String, usize)> = Vec::new();
+        for a in actions {
+            match lines.last_mut() {
+                Some((l, n)) if *l == a.line => *n += 1,
+                _ => lines.push((a.line.clone(), 1)),
+            }
+        }
+        let skip = lines.len().saturating_sub(CURRENT_ACTIONS);
+        lines[skip..]
+            .iter()
+            .map(|(l, n)| {
+                if *n > 1 {
+                    format!("{l} (×{n})")
+                } else {
+                    l.clone()
+                }
+            })
+            .collect()
+    };
+    let words = last_words
+        .map(one_line)
+        .filter(|w| !w.is_empty())
+        .map(|w| clip_start(&w, CURRENT_WORDS_CHARS));
+    let mut out = Vec::new();
+    if !after_words.is_empty() {
+        let when = match &words {
+            Some(w) => {
+                out.push(format!("{CURRENT_WORK}the agent's last words: \"{w}\""));
+                "after those words it "
+            }
+            None => "the agent ",
+        };
+        for l in newest(after_words) {
+            out.push(format!("{CURRENT_WORK}{when}{l}"));
+        }
+    } else if !turn_actions.is_empty() {
+        for l in newest(turn_actions) {
+            out.push(format!("{CURRENT_WORK}before its last words it {l}"));
+        }
+    }
+    out
 }
 
 /// The question the agent's last words put to the user, when they end with one.
@@ -1601,6 +1766,195 @@ mod tests {
             &ToolMapping::default(),
         );
         build_state(TokenizerKind::O200kBase, None, &entries, &artifacts)
+    }
+
+    fn failed_result(b: &mut Builder, call: &str, text: &str) {
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: call.into(),
+            tool_name: Some("exec_command".into()),
+            content: vec![ContentBlock::text(text)],
+            is_error: true,
+            exit_code: Some(1),
+        }));
+    }
+
+    #[test]
+    fn a_failed_run_after_the_agents_last_words_is_current_work_and_the_next_step() {
+        let mut b = Builder::new();
+        b.user("Can you ensure we have an example that runs?");
+        b.call("e", "Edit", json!({"file_path": "/ws/examples/or.yaml"}));
+        b.result("e", "ok");
+        b.assistant(
+            "I've finished the edits; now I'm running the strict-OR example with --dry-run.",
+        );
+        b.bash(
+            "r",
+            "bun agentv eval examples/or.yaml --filter strict-or --dry-run",
+        );
+        failed_result(
+            &mut b,
+            "r",
+            "error: found 1 error\n  agentv eval run examples/or.yaml --dry-run\n  ^ Unknown arguments\n",
+        );
+        let s = state_of(&b);
+        assert!(
+            s.active.iter().any(|a| a.starts_with(CURRENT_WORK)
+                && a.contains("after those words it ran `bun agentv eval")
+                && a.contains("failed: \"error: found 1 error … ^ Unknown arguments\"")),
+            "{:?}",
+            s.active
+        );
+        assert!(
+            s.next_steps[0].starts_with("Fix what made the last run fail")
+                && s.next_steps[0].contains("Unknown arguments"),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(
+            !s.next_steps
+                .iter()
+                .any(|n| n.contains("now I'm running") || n.starts_with("Continue:")),
+            "the run the agent announced happened; it is not the next step: {:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_plan_the_calls_since_acted_on_is_not_offered_as_the_next_step_again() {
+        let mut b = Builder::new();
+        b.user("Make the cache per user");
+        b.assistant("Next I'll update the call site in src/cache.rs.");
+        b.call("e", "Edit", json!({"file_path": "/ws/src/cache.rs"}));
+        b.result("e", "ok");
+        let s = state_of(&b);
+        assert!(
+            !s.next_steps
+                .iter()
+                .any(|n| n.starts_with("Update the call site") || n.starts_with("Pick up where")),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(
+            s.next_steps[0].starts_with("The agent acted on its plan")
+                && s.next_steps[0].contains("edited `/ws/src/cache.rs`"),
+            "{:?}",
+            s.next_steps
+        );
+        // No call after the plan: it is still ahead, quoted.
+        let mut b = Builder::new();
+        b.user("Make the cache per user");
+        b.call("e", "Edit", json!({"file_path": "/ws/src/cache.rs"}));
+        b.result("e", "ok");
+        b.assistant("Next I'll update the call site in src/main.rs.");
+        let s = state_of(&b);
+        assert!(
+            s.next_steps[0].starts_with("Pick up where the agent's last message left off"),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(
+            s.active.iter().any(|a| a
+                == &format!("{CURRENT_WORK}before its last words it edited `/ws/src/cache.rs`")),
+            "{:?}",
+            s.active
+        );
+    }
+
+    #[test]
+    fn a_failed_search_is_current_work_but_no_step_to_fix() {
+        let mut b = Builder::new();
+        b.user("Find where the chart is drawn");
+        b.assistant("Searching the app.");
+        b.bash("g", "TMPDIR=/tmp rg \"Chart|Graph\" src/app");
+        failed_result(&mut b, "g", "sandbox denied exec error, exit code: 1");
+        let s = state_of(&b);
+        assert!(
+            !s.next_steps.iter().any(|n| n.starts_with("Fix what made")),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(
+            s.active
+                .iter()
+                .any(|a| a.contains("rg \"Chart|Graph\" src/app")),
+            "{:?}",
+            s.active
+        );
+    }
+
+    #[test]
+    fn findings_come_from_mid_turn_texts_and_a_later_correction_replaces_the_guess() {
+        let mut b = Builder::new();
+        b.user("Why does the theme not update?");
+        b.assistant("The issue is that the footer caches its colours at startup.");
+        b.bash("c", "rg -n theme src/footer.ts");
+        b.result("c", "12: const c = theme.fg");
+        b.assistant("Actually, the footer is fine: the cache in `Text` is never invalidated.");
+        b.bash("d", "rg -n invalidate src/text.ts");
+        b.result("d", "40: invalidate() {}");
+        b.assistant(
+            "I found that `Text.invalidate()` is empty, so the cache survives a theme change.",
+        );
+        b.call("r", "Read", json!({"file_path": "/ws/src/text.ts"}));
+        b.result("r", "...");
+        let s = state_of(&b);
+        assert!(
+            !s.findings.iter().any(|f| f.contains("footer caches")),
+            "the guess taken back stays out: {:?}",
+            s.findings
+        );
+        assert!(
+            s.findings.iter().any(|f| f.contains("never invalidated"))
+                && s.findings.iter().any(|f| f.contains("is empty")),
+            "{:?}",
+            s.findings
+        );
+    }
+
+    #[test]
+    fn a_bug_report_a_pointer_or_a_wrapped_api_error_is_no_constraint() {
+        let mut b = Builder::new();
+        b.user("i don't think the component invalidate works correctly. if i change the theme, not everything updates");
+        b.assistant("Looking.");
+        b.user("actually, it's the bg color of the tool execution that doesn't change");
+        b.assistant("Looking.");
+        b.user("you can look up the detailed history in /Users/me/.pi/sessions/x.jsonl if you need to (don't read the full file!)");
+        b.assistant("Ok.");
+        b.user("this results in\n Error: 400 {\"type\":\"error\",\"message\":\"messages.236: `tool_use`\n ids were found without `tool_result` blocks. Each\n `tool_use` block must have a corresponding `tool_result` block in the next\n message.\"}\n\nfix it, and never reorder messages");
+        let s = state_of(&b);
+        assert_eq!(
+            s.constraints,
+            [
+                "don't read the full file!",
+                "fix it, and never reorder messages"
+            ],
+            "{:?}",
+            s.constraints
+        );
+    }
+
+    #[test]
+    fn the_goal_is_the_instruction_around_a_paste_not_its_marker() {
+        let mut b = Builder::new();
+        let trace = (0..8)
+            .map(|i| format!("    at Object.<anonymous> (/ws/src/a.ts:{i}:3)"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        b.user(&format!(
+            "{trace}\n\nthe login test crashes like this, can you fix the crash?"
+        ));
+        let s = state_of(&b);
+        assert!(
+            s.goal
+                .starts_with("the login test crashes like this, can you fix the crash?"),
+            "{}",
+            s.goal
+        );
+        assert!(
+            s.goal.contains("(with what the user pasted: "),
+            "{}",
+            s.goal
+        );
     }
 
     #[test]

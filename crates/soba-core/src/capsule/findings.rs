@@ -36,7 +36,15 @@ static CONCLUSION: LazyLock<Regex> = LazyLock::new(|| {
         r"confirm(?:s|ed) (?:that|the)|",
         r"i found that|found the (?:bug|cause)|",
         r"the fix (?:is|was) to|",
-        r"works by|is responsible for|is handled (?:by|in)",
+        r"works by|is responsible for|is handled (?:by|in)|",
+        // What the agent learned about the system: what exists, what does not work, why.
+        r"(?:i |we )?found (?:that|no|[0-9]+|it)(?-u:\b)|found the (?:bug|cause|problem|issue|culprit)|^found(?-u:\b)|",
+        r"(?:doesn't|does not|isn't|is not|can't|cannot|won't|aren't|are not) (?:work|exist|support|handle|accept|match|recogni[sz]e|include|allow|run|pass|affect|apply)|",
+        r"(?:is|are) (?:defined|stored|handled|set|created|configured|registered|implemented|generated) (?:in|by|at|from|via|through)|",
+        r"(?:fails?|failed|breaks?|broke) because|because (?:the|it|of|we|there)|",
+        r"expects? \S.{0,80}? (?:but|while|whereas) |",
+        r"confirmed|already (?:exists?|implemented|handled|there|done)|",
+        r"(?:my|the) (?:earlier |previous |first )?(?:guess|theory|hypothesis|assumption) (?:was|is) wrong",
         r")",
     ))
     .expect("valid regex")
@@ -45,7 +53,7 @@ static CONCLUSION: LazyLock<Regex> = LazyLock::new(|| {
 /// Openings of narration and plans: not conclusions even when they name a cause.
 static NOT_A_FINDING: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
-        r"(?i)^(?:let me|let's|i'll|i will|i'm going to|now (?:i'll|let me)|next|first,? (?:let me|i'll)|maybe|perhaps|if )",
+        r"(?i)^(?:let me|let's|i'll|i will|i'm going to|now (?:i'll|let me|i need|we need)|i need to|we need to|i should|we should|next|first,? (?:let me|i'll)|maybe|perhaps|if )",
     )
     .expect("valid regex")
 });
@@ -83,6 +91,24 @@ fn tidy(s: &str, max: usize) -> String {
     clip(&s.split_whitespace().collect::<Vec<_>>().join(" "), max)
 }
 
+/// A conclusion that takes back what was concluded before it: "Actually, …", "No, the cause
+/// is …", "Wait — that's not it".
+static REVISION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^(?:\W*)(?:(?:hmm|ok(?:ay)?|oh)[,.!]?\s+)?(?:actually|no[,.!]|wait|that's not (?:it|the)|i was wrong|scratch that|correction)(?-u:\b)")
+        .expect("valid regex")
+});
+
+/// Words that announce what the agent is about to do.
+static PLAN_WORDS: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?-u:\b)(?:let me|let's|i'll|i will|i need to|i'm going to|i should)(?-u:\b)")
+        .expect("valid regex")
+});
+
+/// Whether a finding takes back the ones before it.
+pub fn revises(finding: &str) -> bool {
+    REVISION.is_match(finding) && !PLAN_WORDS.is_match(finding)
+}
+
 /// The sentences of an assistant message that state a conclusion, quoted.
 pub fn stated_findings(text: &str) -> Vec<String> {
     let all: Vec<&str> = prose_lines(text)
@@ -97,7 +123,12 @@ pub fn stated_findings(text: &str) -> Vec<String> {
         .collect();
     let mut out: Vec<String> = Vec::new();
     for (i, s) in all.iter().enumerate() {
-        if s.ends_with('?') || NOT_A_FINDING.is_match(s) || !CONCLUSION.is_match(s) {
+        // "Actually, the footer is fine: …" states a finding by taking back an earlier one.
+        // "Actually wait, let me re-read …" announces a look, and takes nothing back yet.
+        let revision = REVISION.is_match(s)
+            && s.split_whitespace().count() >= LEAD_IN_WORDS
+            && !PLAN_WORDS.is_match(s);
+        if s.ends_with('?') || NOT_A_FINDING.is_match(s) || !(CONCLUSION.is_match(s) || revision) {
             continue;
         }
         // A lead-in ("The problem is in `_cstack`:", "The bug is confirmed.") says what it
@@ -280,6 +311,38 @@ pub fn chosen_option<'a>(reply: &str, options: &'a [(String, String)]) -> Option
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_revision_is_a_finding_and_an_announced_re_read_is_not() {
+        let f = stated_findings(
+            "Actually, the footer is fine: the cache in `Text` is never invalidated.",
+        );
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(revises(&f[0]));
+        assert!(stated_findings(
+            "Actually wait, let me re-read `_separable` to see what it returns."
+        )
+        .is_empty());
+        assert!(!revises(
+            "Actually wait, let me re-read `_separable`: it returns an ndarray."
+        ));
+    }
+
+    #[test]
+    fn what_the_agent_found_and_why_something_fails_are_findings() {
+        for s in [
+            "Found 3 .env files in apps/app, none of them ignored.",
+            "The version test expects 0.1.0 but the package is at 0.1.18.",
+            "Some rg calls fail because the sandbox denies temp files for here-documents.",
+            "The `--dry-run` flag doesn't exist on `eval`; the command is `eval run`.",
+        ] {
+            assert_eq!(stated_findings(s).len(), 1, "{s}");
+        }
+        assert!(
+            stated_findings("I found the target issue details; now I'm pulling the rest.")
+                .is_empty()
+        );
+    }
+
     use super::*;
 
     #[test]

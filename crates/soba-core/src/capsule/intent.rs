@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::requests::{is_substantive, sentences, stated_rules};
+use super::requests::{is_substantive, sentences, stated_rules, NOT_A_RULE};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intent {
@@ -145,15 +145,20 @@ impl UserMessage {
         if matches!(self.intent, Intent::Approval | Intent::Paste) {
             return Vec::new();
         }
-        let own_words: Vec<&str> = self.prose.lines().filter(|l| !is_machine_text(l)).collect();
-        let mut out: Vec<String> = stated_rules(&own_words.join("\n"))
+        let own_words = own_words(&self.prose);
+        let mut out: Vec<String> = stated_rules(&own_words)
             .into_iter()
             .filter(|r| !is_question(r))
             .collect();
         // A message counts whole only when it corrects the agent or says how the user wants
         // the work; a direction ("we should …", "… should be closed") is work, not a rule.
-        let states_a_preference =
-            CORRECTION.is_match(&self.prose) || STATED_PREFERENCE.is_match(&self.prose);
+        // "i don't think the invalidate works": a report about the code, not a rule; a
+        // correction states a rule only in the words rules are said in ("actually, it's the
+        // background that doesn't change" reports a bug).
+        let about_someone = NOT_A_RULE.replace_all(&self.prose, "");
+        let states_a_preference = (CORRECTION.is_match(&self.prose)
+            && CORRECTION_RULE.is_match(&about_someone))
+            || STATED_PREFERENCE.is_match(&about_someone);
         // A long message that corrects the agent is a new plan of work ("no, that's horrible.
         // tools -> core/tools, tui -> …, then update both"): its request, not a standing rule.
         let short = self.prose.split_whitespace().count() <= MAX_PREFERENCE_WORDS;
@@ -170,6 +175,33 @@ impl UserMessage {
         }
         out
     }
+}
+
+/// Words a standing correction is said in: "no, keep the block as is", "no need for X".
+static CORRECTION_RULE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:must|mustn't|never|always|don't|do not|dont|only|keep|no need|prefer|should|shouldn't|stop|avoid|instead|rather|from now on)\b")
+        .expect("valid regex")
+});
+
+/// The user's own lines of `prose`: a program's lines pasted among them left out, with the
+/// lines that continue one (an API error wrapped over several lines).
+fn own_words(prose: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    let mut in_machine_text = false;
+    for l in prose.lines() {
+        if l.trim().is_empty() {
+            in_machine_text = false;
+            out.push(l);
+            continue;
+        }
+        if is_machine_text(l) {
+            in_machine_text = true;
+        }
+        if !in_machine_text {
+            out.push(l);
+        }
+    }
+    out.join("\n")
 }
 
 /// A line a program wrote, pasted among the user's words (a JSON log record, an API error):

@@ -5,6 +5,7 @@
 
 pub mod artifacts;
 pub mod builder;
+pub mod current;
 pub mod decisions;
 pub mod findings;
 pub mod handoff;

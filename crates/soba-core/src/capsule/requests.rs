@@ -262,11 +262,23 @@ static RULE: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 /// "I don't understand", "we don't know": a statement about someone, not a rule.
-static NOT_A_RULE: LazyLock<Regex> = LazyLock::new(|| {
+pub(crate) static NOT_A_RULE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(
         r"(?i)\b(?:i|we|you|it|that|this|they|he|she)\s+(?:don't|dont|do not|must have|always)\b",
     )
     .expect("valid regex")
+});
+
+/// "you can look up the history in /path/…": a pointer or a permission, not a rule.
+static PERMISSION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^(?:\W*)(?:you|u) (?:can|could|may|might)\b(?:\s+(?:also|always|just))?\s+(?:look|find|check|see|use|read|try|refer)\b|^feel free\b")
+        .expect("valid regex")
+});
+
+/// A rule said in brackets inside another sentence: "(don't read the full file!)".
+static BRACKETED_RULE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\(((?:don't|do not|never|always|only|avoid)\b[^()]{3,200})\)")
+        .expect("valid regex")
 });
 
 /// Longest constraint kept whole; a longer sentence keeps its opening.
@@ -278,6 +290,17 @@ pub fn stated_rules(request: &str) -> Vec<String> {
     for sentence in sentences(request) {
         let s = sentence.trim().trim_start_matches(['-', '*', '•']).trim();
         if s.chars().count() < 8 || !RULE.is_match(&NOT_A_RULE.replace_all(s, "")) {
+            continue;
+        }
+        // A pointer ("you can look up … if you need to (don't read the full file!)") is no
+        // rule; a rule it carries in brackets is.
+        if PERMISSION.is_match(s) {
+            for c in BRACKETED_RULE.captures_iter(s) {
+                let rule = c[1].trim().to_string();
+                if !out.contains(&rule) {
+                    out.push(rule);
+                }
+            }
             continue;
         }
         let mut rule: String = s.chars().take(MAX_RULE_CHARS).collect();

@@ -1,0 +1,537 @@
+//! What the agent was doing right before the cut: its last few actions, one line each, read
+//! from the calls and what their results printed.
+//!
+//! A summary written from the conversation alone states the agent's last plan ("now I'm
+//! running the example with --dry-run") as the next step, though the run happened and failed
+//! after those words. The agent that continues must see the run and its failure, and must not
+//! be sent to do again what the calls already did.
+
+use serde_json::Value;
+
+use super::artifacts::{patch_changes, result_outcome, PatchChange};
+use super::shell::patch_paths;
+use super::work::clip;
+use crate::session::capsule::model::VerificationOutcome;
+use crate::session::entry::{blocks_text, ToolResultEntry};
+
+/// How every line of the current work opens: they stand among the active work, and are a
+/// record of what was just done, not open tasks.
+pub const CURRENT_WORK: &str = "Current work — ";
+
+/// Characters of a command kept in its line.
+const COMMAND_CHARS: usize = 160;
+/// Characters of a failure line quoted.
+const FAILURE_CHARS: usize = 200;
+
+/// One call of the agent, described for the agent that continues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Action {
+    /// "ran `cargo test` — failed: \"…\"", "edited `src/a.rs`", "read `src/b.rs`".
+    pub line: String,
+    /// The command, for a shell call.
+    pub command: Option<String>,
+    /// What it printed that says it failed, for a command whose output shows a failure.
+    pub failure: Option<String>,
+    /// Whether the call changed files (an edit, a write, a patch).
+    pub edits: bool,
+    /// Whether the call only looked (a read, a search): its failure is no work to fix.
+    pub looks: bool,
+    /// Whether its result came: a call cut off before it may not have happened at all.
+    pub finished: bool,
+}
+
+/// The shell script of a call, from the arguments shell tools use.
+pub fn shell_script(input: &Value) -> Option<String> {
+    let v = input
+        .get("command")
+        .or_else(|| input.get("cmd"))
+        .or_else(|| input.get("script"))?;
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        _ => None,
+    }
+}
+
+/// The script without the shell that wraps it (`bash -lc "…"`, Codex's form).
+fn bare_script(script: &str) -> &str {
+    let t = script.trim();
+    for wrapper in ["bash -lc ", "bash -c ", "sh -c ", "zsh -lc ", "zsh -c "] {
+        if let Some(rest) = t.strip_prefix(wrapper) {
+            return rest.trim().trim_matches(['"', '\'']);
+        }
+    }
+    t
+}
+
+/// A command part without the variables set in front of it (`TMPDIR=/tmp rg …`).
+fn without_assignments(part: &str) -> &str {
+    let mut rest = part.trim_start();
+    while let Some((word, after)) = rest.split_once(char::is_whitespace) {
+        let is_assignment = word.split_once('=').is_some_and(|(name, _)| {
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+        if !is_assignment {
+            break;
+        }
+        rest = after.trim_start();
+    }
+    rest
+}
+
+/// Commands that only look at files or state: what they print is content, not an outcome.
+/// Every part of the script must look (`cd x && rg foo | head`); `npm test | tail` runs.
+fn only_looks(script: &str) -> bool {
+    command_parts(script)
+        .into_iter()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .all(|part| {
+            let mut w = without_assignments(part).split_whitespace();
+            match w.next().unwrap_or("") {
+                "cat" | "sed" | "head" | "tail" | "ls" | "rg" | "grep" | "find" | "fd" | "nl"
+                | "wc" | "tree" | "pwd" | "echo" | "awk" | "jq" | "cd" | "sort" | "uniq"
+                | "true" => true,
+                "git" => matches!(
+                    w.next(),
+                    Some("status" | "log" | "diff" | "show" | "branch" | "grep")
+                ),
+                _ => false,
+            }
+        })
+}
+
+/// The commands of a script, split at `|`, `;`, `&` and line ends outside quotes (a search
+/// for `"a|b"` is one command).
+fn command_parts(script: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut start = 0;
+    for (i, c) in script.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '|' | ';' | '&' | '\n') => {
+                parts.push(&script[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    parts.push(&script[start..]);
+    parts
+}
+
+/// A script in one line: a multi-line one (a file written with a heredoc, then run) by its
+/// first and last lines.
+fn shown_command(script: &str) -> String {
+    let lines: Vec<&str> = script
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let one = match lines.as_slice() {
+        [] => String::new(),
+        [only] => only.to_string(),
+        [first, .., last] => format!("{first} … {last}"),
+    };
+    clip(
+        &one.split_whitespace().collect::<Vec<_>>().join(" "),
+        COMMAND_CHARS,
+    )
+}
+
+/// Lines a harness wraps a command's output in (Codex's chunk header, the echoed command).
+fn is_harness_line(l: &str) -> bool {
+    [
+        "Chunk ID:",
+        "Wall time:",
+        "Process exited with code",
+        "Original token count:",
+        "Output:",
+        "$ ",
+    ]
+    .iter()
+    .any(|p| l.starts_with(p))
+}
+
+/// What a failed command printed that says why: a line that names the fault (an unknown
+/// argument, a missing file, a ✗ case, a denied call), after the general error line that
+/// introduces it ("error: found 1 error … ^ Unknown arguments"); else the first error line,
+/// else the first line.
+fn failure_of(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.chars().any(char::is_alphanumeric) && !is_harness_line(l))
+        .collect();
+    let specific = |l: &&&str| {
+        let lower = l.to_lowercase();
+        [
+            "unknown",
+            "invalid",
+            "not found",
+            "no such",
+            "denied",
+            "cannot",
+            "can't",
+            "missing",
+            "unexpected",
+            "panicked",
+            "assert",
+            "expected",
+            "✗",
+            "✕",
+            "✘",
+            "❌",
+            "traceback",
+        ]
+        .iter()
+        .any(|m| lower.contains(m))
+    };
+    let general = |l: &&&str| {
+        let lower = l.to_ascii_lowercase();
+        lower.starts_with("error") || lower.contains("error:") || lower.starts_with("fail")
+    };
+    let at = |want: &dyn Fn(&&&str) -> bool| lines.iter().position(|l| want(&l));
+    let line = match (lines.iter().find(general), lines.iter().find(specific)) {
+        (Some(g), Some(s)) if at(&general) < at(&specific) => format!("{g} … {s}"),
+        (_, Some(s)) => s.to_string(),
+        (Some(g), None) => g.to_string(),
+        (None, None) => lines.first().copied().unwrap_or("no output").to_string(),
+    };
+    clip(&line, FAILURE_CHARS)
+}
+
+/// The path a file tool names in its arguments.
+fn path_of(input: &Value) -> Option<&str> {
+    ["file_path", "path", "filePath", "notebook_path", "filename"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(Value::as_str))
+}
+
+/// A patch's text, from `apply_patch`'s arguments.
+fn patch_of(input: &Value) -> Option<&str> {
+    ["patch", "input"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(Value::as_str))
+        .or_else(|| input.as_str())
+        .filter(|p| p.contains("*** Begin Patch") || p.contains("+++ "))
+}
+
+fn ticked(paths: &[String]) -> String {
+    paths
+        .iter()
+        .map(|p| format!("`{p}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Describe one call and what its result says. `result` is `None` when no result came (the
+/// call was cut off, or is still running).
+pub fn describe_call(name: &str, input: &Value, result: Option<&ToolResultEntry>) -> Action {
+    let lower = name.to_ascii_lowercase();
+    let shown = |p: &str| p.to_string();
+    if let Some(patch) = patch_of(input) {
+        let deleted: Vec<String> = patch_changes(patch)
+            .into_iter()
+            .filter_map(|c| match c {
+                PatchChange::Deleted(p) => Some(p),
+                PatchChange::Moved(..) => None,
+            })
+            .collect();
+        let edited: Vec<String> = patch_paths(patch)
+            .into_iter()
+            .filter(|p| !deleted.contains(p))
+            .collect();
+        let mut parts = Vec::new();
+        if !edited.is_empty() {
+            parts.push(format!("edited {}", ticked(&edited)));
+        }
+        if !deleted.is_empty() {
+            parts.push(format!("deleted {}", ticked(&deleted)));
+        }
+        let failed = result.is_some_and(|r| r.is_error);
+        let mut line = if parts.is_empty() {
+            "applied a patch".to_string()
+        } else {
+            parts.join("; ")
+        };
+        if failed {
+            line = format!("tried to patch ({line}) — the patch failed");
+        }
+        return Action {
+            line,
+            command: None,
+            failure: None,
+            edits: !failed,
+            looks: false,
+            finished: result.is_some(),
+        };
+    }
+    if let Some(script) = shell_script(input) {
+        let bare = bare_script(&script).to_string();
+        let cmd = shown_command(&bare);
+        let (outcome, failure) = match result {
+            None => ("no result yet (cut off or still running)".to_string(), None),
+            Some(r) => {
+                let text = blocks_text(&r.content);
+                let declined = text.contains("doesn't want to proceed with this tool use");
+                if declined {
+                    ("declined by the user".to_string(), None)
+                } else if only_looks(&bare) {
+                    let failed = r.is_error && !looker_found_nothing(r, &text);
+                    if failed {
+                        let f = failure_of(&text);
+                        (format!("failed: \"{f}\""), Some(f))
+                    } else {
+                        (String::new(), None)
+                    }
+                } else {
+                    match result_outcome(r) {
+                        VerificationOutcome::Failed => {
+                            let f = failure_of(&text);
+                            (format!("failed: \"{f}\""), Some(f))
+                        }
+                        VerificationOutcome::Passed => ("succeeded".to_string(), None),
+                        VerificationOutcome::Unknown => (
+                            "no outcome yet (interrupted or still running)".to_string(),
+                            None,
+                        ),
+                    }
+                }
+            }
+        };
+        let line = if outcome.is_empty() {
+            format!("looked with `{cmd}`")
+        } else {
+            format!("ran `{cmd}` — {outcome}")
+        };
+        return Action {
+            line,
+            looks: only_looks(&bare),
+            command: Some(bare),
+            failure,
+            edits: false,
+            finished: result.is_some(),
+        };
+    }
+    let path = path_of(input).map(shown);
+    let (verb, edits) = if lower.contains("write") || lower.contains("create") {
+        ("wrote", true)
+    } else if lower.contains("edit") || lower.contains("replace") {
+        ("edited", true)
+    } else if lower.contains("delete") || lower.contains("remove") {
+        ("deleted", true)
+    } else if lower.contains("read") || lower == "view" || lower.contains("open") {
+        ("read", false)
+    } else {
+        ("", false)
+    };
+    let failed = result.is_some_and(|r| r.is_error);
+    let pattern = ["pattern", "query", "regex"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(Value::as_str));
+    let (verb, path) = match (verb, path, pattern) {
+        ("", p, Some(q)) => (
+            "searched",
+            Some(match p {
+                Some(p) => format!("{q}` in `{p}"),
+                None => q.to_string(),
+            }),
+        ),
+        other => (other.0, other.1),
+    };
+    let line = match (verb, path) {
+        ("searched", Some(q)) => format!("searched for `{q}`"),
+        ("", Some(p)) => format!("called {name} on `{p}`"),
+        ("", None) => format!("called {name}"),
+        (v, Some(p)) => format!("{v} `{p}`"),
+        (v, None) => format!("{v} (via {name})"),
+    };
+    let (line, failure) = match result {
+        Some(r) if failed => {
+            let f = failure_of(&blocks_text(&r.content));
+            (format!("{line} — failed: \"{f}\""), Some(f))
+        }
+        None => (format!("{line} — no result yet"), None),
+        _ => (line, None),
+    };
+    Action {
+        line,
+        command: None,
+        failure,
+        edits: edits && !failed,
+        looks: matches!(verb, "read" | "searched"),
+        finished: result.is_some(),
+    }
+}
+
+/// A search's exit status 1: nothing matched, which is no failure.
+fn looker_found_nothing(r: &ToolResultEntry, text: &str) -> bool {
+    r.exit_code == Some(1) || text.contains("exited with code 1") || text.trim().is_empty()
+}
+
+/// The last failure among `actions` that nothing after it superseded: no later run of the
+/// same command succeeded. A file edited since does not supersede it: the run was not
+/// repeated to show the edit fixed it.
+pub fn standing_failure(actions: &[Action]) -> Option<&Action> {
+    let (i, failed) = actions
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, a)| a.failure.is_some() && a.command.is_some() && !a.looks)?;
+    let cmd = failed.command.as_deref()?;
+    let head = command_head(cmd);
+    let rerun_passed = actions[i + 1..].iter().any(|a| {
+        a.command
+            .as_deref()
+            .is_some_and(|c| command_head(c) == head)
+            && a.failure.is_none()
+    });
+    (!rerun_passed).then_some(failed)
+}
+
+/// A command's program and first argument, past any `cd` and variables set in front: what
+/// makes a run a re-run of another (`cargo build` and `cd /ws && cargo build | tail`).
+fn command_head(cmd: &str) -> String {
+    let part = command_parts(cmd)
+        .into_iter()
+        .map(|p| without_assignments(p.trim()))
+        .find(|p| !p.is_empty() && !p.starts_with("cd ") && *p != "cd")
+        .unwrap_or("");
+    part.split_whitespace()
+        .filter(|w| !w.starts_with('-') && !w.contains('>'))
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::entry::ContentBlock;
+    use serde_json::json;
+
+    fn result(text: &str, is_error: bool, exit_code: Option<i64>) -> ToolResultEntry {
+        ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error,
+            exit_code,
+        }
+    }
+
+    #[test]
+    fn a_failed_run_is_described_with_the_line_that_says_why() {
+        let r = result(
+            "Usage: agentv eval [options]\nerror: unknown option '--dry-run'\n",
+            true,
+            Some(1),
+        );
+        let a = describe_call(
+            "exec_command",
+            &json!({"cmd": ["bash", "-lc", "bun agentv eval examples/strict-or.yaml --dry-run"]}),
+            Some(&r),
+        );
+        assert_eq!(
+            a.line,
+            "ran `bun agentv eval examples/strict-or.yaml --dry-run` — failed: \"error: unknown option '--dry-run'\""
+        );
+        assert_eq!(
+            a.failure.as_deref(),
+            Some("error: unknown option '--dry-run'")
+        );
+    }
+
+    #[test]
+    fn a_run_whose_output_shows_a_failure_fails_though_it_exited_zero() {
+        let r = result(
+            "FAIL src/a.test.ts\nTests: 1 failed, 3 passed",
+            false,
+            Some(0),
+        );
+        let a = describe_call("Bash", &json!({"command": "npm test | tail -5"}), Some(&r));
+        assert!(
+            a.line.contains("— failed: \"FAIL src/a.test.ts\""),
+            "{}",
+            a.line
+        );
+    }
+
+    #[test]
+    fn file_tools_say_what_they_did_to_which_file() {
+        let ok = result("ok", false, None);
+        let edit = describe_call("Edit", &json!({"file_path": "/ws/src/a.rs"}), Some(&ok));
+        assert_eq!(edit.line, "edited `/ws/src/a.rs`");
+        assert!(edit.edits);
+        let read = describe_call("read", &json!({"path": "src/b.ts"}), Some(&ok));
+        assert_eq!(read.line, "read `src/b.ts`");
+        assert!(!read.edits);
+        let patch = "*** Begin Patch\n*** Update File: src/c.rs\n@@\n-a\n+b\n*** Delete File: src/old.rs\n*** End Patch";
+        let p = describe_call("apply_patch", &json!({"input": patch}), Some(&ok));
+        assert_eq!(p.line, "edited `src/c.rs`; deleted `src/old.rs`");
+        let cut = describe_call("Bash", &json!({"command": "cargo test"}), None);
+        assert_eq!(
+            cut.line,
+            "ran `cargo test` — no result yet (cut off or still running)"
+        );
+    }
+
+    #[test]
+    fn a_search_that_found_nothing_is_no_failure() {
+        let r = result("", true, Some(1));
+        let a = describe_call(
+            "Bash",
+            &json!({"command": "rg -n invalidate src"}),
+            Some(&r),
+        );
+        assert_eq!(a.line, "looked with `rg -n invalidate src`");
+        assert!(a.failure.is_none());
+    }
+
+    #[test]
+    fn a_failure_stands_until_a_rerun_of_the_same_command_succeeds() {
+        let failed = |c: &str| Action {
+            line: String::new(),
+            command: Some(c.into()),
+            failure: Some("boom".into()),
+            edits: false,
+            looks: false,
+            finished: true,
+        };
+        let passed = |c: &str| Action {
+            failure: None,
+            ..failed(c)
+        };
+        let edit = Action {
+            line: "edited `a`".into(),
+            command: None,
+            failure: None,
+            edits: true,
+            looks: false,
+            finished: true,
+        };
+        let run = [failed("cargo test -p core"), edit.clone()];
+        assert!(
+            standing_failure(&run).is_some(),
+            "an edit since is no re-run"
+        );
+        let rerun = [
+            failed("cargo test -p core"),
+            edit,
+            passed("cargo test -p core"),
+        ];
+        assert!(standing_failure(&rerun).is_none());
+        let other = [failed("cargo test -p core"), passed("git status")];
+        assert!(standing_failure(&other).is_some());
+    }
+}
