@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 from agent_loop import ModelReply, ToolOutput, run_agent  # noqa: E402
 
-from soba_sdk import SobaClient  # noqa: E402
+from soba_sdk import ErrorCode, SobaClient, SobaError  # noqa: E402
 from soba_sdk.protocol import CompactionResult, ModelMessage, PreflightParams, PreflightResult  # noqa: E402
 
 from .support import DaemonTestCase  # noqa: E402
@@ -121,6 +121,36 @@ class SmallWindowLoopTest(DaemonTestCase):
         self.assertEqual(len(logged), len(compactions), "the log records each compaction once")
         size = os.path.getsize(logs[0])
         self.assertLess(size, 400_000, f"the session log is {size} bytes")
+
+    def test_a_loop_whose_steps_fill_the_room_at_once_is_stopped_by_the_storm_breaker(self) -> None:
+        """Replies of ~4.5k tokens, nothing to elide, in a 16k window: every compaction fills up
+        again at once. The breaker refuses the preflight with its reason and a flight record, and
+        the loop has written a few capsules, not one per request."""
+        ws = self.base / "storm"
+        (ws / ".soba").mkdir(parents=True)
+        (ws / ".soba" / "config.json").write_text(json.dumps({"model": {"name": "gpt-4o", "contextWindow": 16384}}))
+        workspace = str(ws.resolve())
+        c = self.connect(workspace)
+        sid = c.open_session({"workspace": workspace})["sessionId"]
+        c.append({"sessionId": sid, "entries": [
+            {"type": "message", "role": "user", "content": [{"type": "text", "text": "Explain every module."}]}]})
+        stopped: Optional[SobaError] = None
+        for n in range(60):
+            try:
+                c.preflight({"sessionId": sid})
+            except SobaError as e:
+                stopped = e
+                break
+            c.append({"sessionId": sid, "entries": [{"type": "message", "role": "assistant", "content": [
+                {"type": "text", "text": " ".join(f"w{(n * 7919 + w) % 9973}" for w in range(1500))}]}]})
+        assert stopped is not None, "the breaker stopped the loop"
+        self.assertEqual(stopped.code, ErrorCode.BUDGET_EXCEEDED)
+        self.assertIn("compaction storm", str(stopped))
+        records = c.flight({"sessionId": sid})["records"]
+        # Oldest first: the refusal is the latest record.
+        self.assertEqual(records[-1]["outcome"], "failed", records[-1])
+        self.assertIn("compaction storm", records[-1]["reason"], records[-1])
+        self.assertLessEqual(len([r for r in records if r["outcome"] == "completed"]), 4, records)
 
     def test_a_16k_window_on_the_defaults_finishes_the_task_with_room_between_compactions(self) -> None:
         self.run_loop(16384)
