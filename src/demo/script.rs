@@ -362,7 +362,7 @@ pub fn script() -> Vec<Action> {
         Action::TurnComplete,
         // Turn 4: the new approach.
         user("Yes, go with str::parse, and fix the clippy warnings while you're there."),
-        read("Re-reading the number scanner before replacing the float assembly.", "src/number.rs", rust_module("Number literals: sign, integer, fraction, exponent.", 9, 18)),
+        read("Re-reading the number scanner before replacing the float assembly.", "src/number.rs", rust_module("Number literals: sign, integer, fraction, exponent.", 9, 22)),
         edit("Converting the scanned lexeme with the standard library.", "src/number.rs",
             "    let value = assemble_float(mantissa, exponent, negative);",
             "    // The lexeme is ASCII digits, sign, '.', 'e': valid UTF-8 and valid for f64::from_str.\n    let text = std::str::from_utf8(&input[pos..end]).expect(\"ascii lexeme\");\n    let value: f64 = text.parse().map_err(|_| LexError::InvalidNumber { at: Position::from_offset(input, pos) })?;"),

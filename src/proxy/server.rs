@@ -881,12 +881,13 @@ impl Proxy {
         let name = match identity::session_header(parts.headers.get(identity::SESSION_HEADER)) {
             Ok(n) => n,
             Err(e) => {
+                note.refused = Some(e.clone());
                 return proxy_error(
                     api,
                     StatusCode::BAD_REQUEST,
                     "invalid_request_error",
                     &format!("soba proxy: {e}"),
-                )
+                );
             }
         };
         let (rpc, generation) = match self.rpc().await {
@@ -1030,12 +1031,13 @@ impl Proxy {
         let name = match identity::session_header(parts.headers.get(identity::SESSION_HEADER)) {
             Ok(n) => n,
             Err(e) => {
+                note.refused = Some(e.clone());
                 return proxy_error(
                     api,
                     StatusCode::BAD_REQUEST,
                     "invalid_request_error",
                     &format!("soba proxy: {e}"),
-                )
+                );
             }
         };
         let previous = responses::previous_response_id(&chat.body);

@@ -1028,14 +1028,14 @@ async fn attached_before_the_first_response_the_budget_takes_the_transcripts_mod
 
 /// `soba attach` and `soba import` of the same transcript give the same first-request budget:
 /// both allow for what the agent sends that its transcript never records (its system prompt and
-/// tools), from the same data folder.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn attach_and_import_of_one_transcript_give_the_same_first_request_budget() {
+/// tools), from the same data folder. `first` writes the agent's transcript before its first
+/// response, in the workspace it is given.
+async fn attach_and_import_give_the_same_first_request_budget(
+    agent: &str,
+    first: impl Fn(&Path) -> String,
+) {
     let e = env();
-    // The agent has written the user's first prompt; no response, no usage report yet.
-    let first = claude_turn_with(&e.workspace, 0, 1000, "claude-opus-4-5");
-    let prompt_end = first.find('\n').unwrap() + 1;
-    append_to(&e.transcript, &first[..prompt_end]);
+    append_to(&e.transcript, &first(&e.workspace));
 
     let data = e.workspace.parent().unwrap().join("soba/data");
     let soba = |args: &[&str]| {
@@ -1064,23 +1064,66 @@ async fn attach_and_import_of_one_transcript_give_the_same_first_request_budget(
     ]);
     let import_budget = soba(&["budget", "--json", imported.to_str().unwrap()]);
     let unseen = &import_budget["breakdown"]["unseen"];
-    assert_eq!(unseen["kind"], "context", "{import_budget}");
-    assert_eq!(unseen["agent"], "claude-code", "{import_budget}");
+    assert_eq!(unseen["kind"], "context", "{agent}: {import_budget}");
+    assert_eq!(unseen["agent"], agent, "{import_budget}");
 
     let c = connect(&e.daemon);
     c.initialize(&[&e.workspace], false).await;
     c.request(
         "soba/attach",
-        json!({"workspace": e.workspace, "transcript": e.transcript, "agent": "claude-code", "idleSecs": 60}),
+        json!({"workspace": e.workspace, "transcript": e.transcript, "agent": agent, "idleSecs": 60}),
     )
     .await;
     // The prompt is followed once the file has been quiet a moment: wait for the same total
-    // (a first request without the allowance reads ~99% lower and never gets there).
+    // (a first request without the allowance reads ~90% lower and never gets there).
     let want = effective(&import_budget);
     let attached = budget_until(&c, &e.workspace, |b| effective(b) == want).await;
     assert_eq!(
         attached["breakdown"]["unseen"], import_budget["breakdown"]["unseen"],
-        "attached: {attached}"
+        "{agent} attached: {attached}"
     );
-    assert_eq!(attached["hardLimit"], import_budget["hardLimit"]);
+    assert_eq!(attached["hardLimit"], import_budget["hardLimit"], "{agent}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_and_import_of_one_claude_code_transcript_give_the_same_first_request_budget() {
+    // The agent has written the user's first prompt; no response, no usage report yet.
+    attach_and_import_give_the_same_first_request_budget("claude-code", |cwd| {
+        let turn = claude_turn_with(cwd, 0, 1000, "claude-opus-4-5");
+        turn[..turn.find('\n').unwrap() + 1].to_string()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_and_import_of_one_codex_rollout_give_the_same_first_request_budget() {
+    attach_and_import_give_the_same_first_request_budget("codex", |cwd| {
+        [
+            json!({"timestamp": "2026-12-01T10:00:00Z", "type": "session_meta",
+               "payload": {"id": "0199-codex", "cwd": cwd}}),
+            json!({"timestamp": "2026-12-01T10:00:00Z", "type": "turn_context",
+               "payload": {"model": "gpt-5-codex"}}),
+            json!({"timestamp": "2026-12-01T10:00:01Z", "type": "response_item",
+               "payload": {"type": "message", "role": "user",
+                           "content": [{"type": "input_text", "text": "fix the parser"}]}}),
+        ]
+        .iter()
+        .map(|r| format!("{r}\n"))
+        .collect()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_and_import_of_one_pi_session_give_the_same_first_request_budget() {
+    attach_and_import_give_the_same_first_request_budget("pi", |cwd| {
+        format!(
+            "{}\n{}\n",
+            json!({"type": "session", "version": 3, "id": "p1", "cwd": cwd,
+                   "timestamp": "2026-12-01T10:00:00Z"}),
+            json!({"type": "message", "id": "m1", "parentId": null, "timestamp": "2026-12-01T10:00:01Z",
+                   "message": {"role": "user", "content": [{"type": "text", "text": "fix the parser"}]}})
+        )
+    })
+    .await;
 }

@@ -253,6 +253,68 @@ fn capsule_create_reports_the_capsules_size_and_the_sessions_apart() {
     assert!(created["result"].get("degraded").is_none(), "{created}");
 }
 
+/// `soba capsule create` prints the capsule's size on the budget's scale: for a Claude model,
+/// whose bills run above SOBA's count (1.15 ×, with a margin until the provider reports), the
+/// count raised by the factor the budget applies, not the tokenizer's raw count.
+#[test]
+fn capsule_create_prints_the_capsules_size_on_the_budgets_scale() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_session(dir.path(), 12);
+    let claude = std::fs::read_to_string(&p).unwrap().replacen(
+        "\"name\":\"custom\"",
+        "\"name\":\"claude-sonnet-4-5\"",
+        1,
+    );
+    std::fs::write(&p, claude).unwrap();
+    let (_, budget, _) = soba(&["budget", p.to_str().unwrap(), "--json"], dir.path());
+    assert_eq!(budget["model"], "claude-sonnet-4-5", "{budget}");
+    let factor = budget["calibration"]["factor"].as_f64().unwrap();
+    assert!(factor > 1.1, "{budget}");
+    let on_the_budgets_scale = |counted: u64| (counted as f64 * factor).ceil() as u64;
+    let (ok, created, err) = soba(
+        &[
+            "capsule",
+            "create",
+            p.to_str().unwrap(),
+            "hand-off",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    let (session, _) = soba_core::session::log::read_session(&p).unwrap();
+    let counted = soba_core::capsule::handoff::capsule_tokens(
+        &session,
+        created["checkpointId"].as_str().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        created["tokens"].as_u64().unwrap(),
+        on_the_budgets_scale(counted),
+        "{counted} counted: {created}"
+    );
+    // The text line says the same.
+    let out = Command::new(env!("CARGO_BIN_EXE_soba"))
+        .args(["capsule", "create", p.to_str().unwrap(), "again"])
+        .current_dir(dir.path())
+        .env("SOBA_CONFIG", dir.path().join("no-user-config.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (session, _) = soba_core::session::log::read_session(&p).unwrap();
+    let again = soba_core::capsule::handoff::list_capsules(&session)
+        .pop()
+        .unwrap();
+    let counted =
+        soba_core::capsule::handoff::capsule_tokens(&session, &again.checkpoint_id).unwrap();
+    let scaled = soba_core::util::human_tokens(on_the_budgets_scale(counted));
+    assert!(
+        text.contains(&format!(", {scaled} tokens for a session of")),
+        "{text}"
+    );
+}
+
 #[test]
 fn an_error_names_its_cause_once() {
     let dir = tempfile::tempdir().unwrap();

@@ -425,6 +425,14 @@ async fn cancel_ends_the_compaction_without_a_capsule() {
     assert!(!session_types(&e.daemon, &id).contains(&"capsule".to_string()));
     let flight = c.request("soba/flight", json!({"sessionId": id})).await;
     assert_eq!(flight["records"][0]["outcome"], "cancelled");
+    // What docs/compaction.md's outcome table promises: the log records the cancelled
+    // operation (a `compaction` record), and holds no capsule.
+    let types = session_types(&e.daemon, &id);
+    assert_eq!(
+        types.iter().filter(|t| *t == "compaction").count(),
+        1,
+        "{types:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

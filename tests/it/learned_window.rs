@@ -235,3 +235,39 @@ fn a_provider_window_with_no_room_for_input_fails_the_recovery_and_says_what_to_
         &refused.reason
     ));
 }
+
+/// The recovery finds no history to compact (the task alone is what overflowed): the provider
+/// reported one overflow, and the preflight that follows says the recovery could not make room,
+/// in the recovery's own words, not that the provider overflowed a second time.
+#[test]
+fn a_recovery_with_no_history_to_compact_is_not_reported_as_a_second_overflow() {
+    let mut h = Agent::with(config(WINDOW_64K));
+    h.user(30_000);
+    let settings = h.settings();
+    let b = settings.barrier();
+    assert!(matches!(
+        b.preflight(&mut h.log).unwrap(),
+        Preflight::Ready { .. }
+    ));
+    let r = match b.overflow(&mut h.log, OverflowFigures::default()).unwrap() {
+        Ok(plan) => b.run_local(&mut h.log, &plan).unwrap(),
+        Err(r) => r,
+    };
+    assert_ne!(r.outcome, Outcome::Completed, "{r:?}");
+    let Preflight::Failed(refused) = b.preflight(&mut h.log).unwrap() else {
+        panic!("the failed recovery ends the turn's input");
+    };
+    assert!(
+        !refused.reason.contains("again after the recovery compact"),
+        "{}",
+        refused.reason
+    );
+    assert!(
+        refused
+            .reason
+            .contains("the recovery compact could not make room"),
+        "{}",
+        refused.reason
+    );
+    assert!(refused.reason.contains(&r.reason), "{}", refused.reason);
+}

@@ -1620,6 +1620,31 @@ async fn a_request_the_proxy_cannot_read_is_refused_with_its_reason_in_the_log()
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_name_the_proxy_cannot_use_is_refused_with_its_reason_in_the_log() {
+    let env = env().await;
+    for (path, body) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "gpt-5", "previous_response_id": "resp_1", "input": "and now?"}),
+        ),
+    ] {
+        let r = env.post_with(path, &body, &[("x-soba-session", " ")]).await;
+        assert_eq!(r.status(), 400, "{path}");
+        let line = log_line(&env, path, 1).await;
+        assert!(
+            line.contains("→ 400 in ")
+                && line.contains(", refused: the x-soba-session header is empty; "),
+            "{line}"
+        );
+    }
+    assert!(env.upstream.chats().is_empty(), "nothing went upstream");
+}
+
 /// `soba proxy --listen ADDR` as a process: the start-up line, or the error it exits with.
 fn proxy_listening_on(listen: &str) -> Result<String, String> {
     use std::io::{BufRead, BufReader};

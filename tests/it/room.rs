@@ -67,11 +67,14 @@ fn a_sixteen_k_window_on_the_defaults_leaves_room_for_three_steps_after_each_com
     let mut completed = 0;
     let mut storm = None;
     let mut inferences = 0;
+    // The requests (inferences) a compaction ran before.
+    let mut compacted_at = Vec::new();
     for k in 0..200 {
         let (results, p) = h.preflight_through(None);
         for r in &results {
             if r.outcome == Outcome::Completed {
                 completed += 1;
+                compacted_at.push(inferences);
                 assert!(
                     r.tokens_after <= limits.room_after_compaction(),
                     "a compaction leaves room: {} of {} ({})",
@@ -101,6 +104,12 @@ fn a_sixteen_k_window_on_the_defaults_leaves_room_for_three_steps_after_each_com
         h.capsules() * 3 <= inferences + 3,
         "{} capsules in {inferences} inferences",
         h.capsules()
+    );
+    // Not only on average: each compaction leaves room for the next two steps, so no two come
+    // within three requests.
+    assert!(
+        compacted_at.windows(2).all(|w| w[1] - w[0] >= 3),
+        "compactions before requests {compacted_at:?}"
     );
 }
 

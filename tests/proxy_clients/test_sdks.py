@@ -10,6 +10,7 @@ import re
 import select
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -37,6 +38,8 @@ def filler(turn, words):
 class ProxyCase(unittest.TestCase):
     # The window the proxy is told, and the workspace's configuration.
     window = WINDOW
+    # The maximum output the proxy is told; None leaves the model's, scaled to the window.
+    max_output = MAX_OUTPUT
     config = {"compaction": {"keepRecentTokens": 1500, "minTokensForAutoCompact": 3000,
                              "minReclaimableTokens": 500},
               "summarizer": {"provider": "local"}}
@@ -55,7 +58,8 @@ class ProxyCase(unittest.TestCase):
         self.proxy = subprocess.Popen(
             [os.environ["SOBA_BIN"], "proxy", "--standalone", "--listen", f"127.0.0.1:{port}",
              "--upstream", f"http://127.0.0.1:{self.upstream.port}",
-             "--context-window", str(self.window), "--max-output-tokens", str(MAX_OUTPUT)],
+             "--context-window", str(self.window),
+             *(["--max-output-tokens", str(self.max_output)] if self.max_output else [])],
             cwd=self.workspace, env=env, stderr=subprocess.PIPE, text=True)
         self.stderr = []
         deadline = time.time() + 20
@@ -406,6 +410,111 @@ class SmallerRealWindow(ProxyCase):
             messages.append({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": use.id, "content": filler(200 + step, 1000)}]})
         self.assert_learned_once()
+
+
+class SmallWindowLoop:
+    """An agent loop through the proxy in a small window on the defaults (only the window given),
+    with tool results of about 2.9k tokens: the task finishes, compactions come at most once in
+    three requests, every tool call upstream keeps its result, and the session log stays small.
+    Mixed into a ProxyCase per window."""
+
+    max_output = None
+    # Capsules from the local builder: the fake's answers are no summaries.
+    config = {"summarizer": {"provider": "local"}}
+    reads = 16
+
+    def setUp(self):
+        super().setUp()
+        self.upstream.tool_calls = [f"read_{i}" for i in range(self.reads)]
+
+    def tool_output(self, n):
+        """About 2.9k tokens in the fake's count (a quarter of the bytes)."""
+        return filler(1000 + n, 1245)
+
+    def hard_limit(self):
+        """The window less the maximum output (a quarter of a small window) and the safety
+        reserve (8192 scaled to the window)."""
+        return self.window - self.window // 4 - 8192 * self.window // 64000
+
+    def assert_loop_had_room(self, pairs):
+        lines = self.request_lines()
+        self.assertEqual(len(lines), self.reads + 1, "the task finished: every read, then the answer")
+        at = [i for i, line in enumerate(lines) if "compaction completed" in line]
+        self.assertEqual([line for line in lines if "compaction" in line and "compaction completed" not in line], [])
+        chats = self.upstream.chats()
+        self.assertEqual(len(chats), self.reads + 1, "no request of the proxy's own upstream")
+        peak = max(len(raw) // 4 for raw in self.upstream.raw_bodies())
+        hard_limit = self.hard_limit()
+        figures = (f"window {self.window}: {len(lines)} inferences, {len(at)} compactions at requests {at}, "
+                   f"peak input {peak} of hard limit {hard_limit} ({100 * peak / hard_limit:.0f}%)")
+        print(f"\n   {figures}", file=sys.stderr)
+        self.assertGreaterEqual(len(at), 2, "the history is several windows long: the loop compacted")
+        self.assertTrue(all(b - a >= 3 for a, b in zip(at, at[1:])), figures)
+        self.assertLessEqual(peak, hard_limit, figures)
+        for i, body in enumerate(chats):
+            calls, results = pairs(body)
+            self.assertEqual(calls, results, f"request {i}: every tool call with its result")
+        logs = self.session_logs()
+        self.assertEqual(len(logs), 1, logs)
+        with open(logs[0]) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        # A completed compaction is its capsule in the log (other outcomes a `compaction` record).
+        self.assertEqual(len([r for r in records if r["type"] in ("capsule", "compaction")]), len(at),
+                         "the log records each compaction once")
+        size = os.path.getsize(logs[0])
+        self.assertLess(size, 600_000, f"the session log is {size} bytes")
+
+    def test_openai_loop_finishes_with_room_between_compactions(self):
+        client = self.openai()
+        self.addCleanup(client.close)
+        messages = [{"role": "system", "content": "You are a careful coding agent."},
+                    {"role": "user", "content": "Read every module, then say how many you read."}]
+        for step in range(self.reads + 1):
+            r = client.chat.completions.create(model="gpt-4o", messages=messages)
+            message = r.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            if not message.tool_calls:
+                break
+            for call in message.tool_calls:
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": self.tool_output(step)})
+        self.assertIsNone(message.tool_calls, "the task finished")
+
+        def pairs(body):
+            calls = sorted(c["id"] for m in body["messages"] if m["role"] == "assistant"
+                           for c in m.get("tool_calls") or [])
+            results = sorted(m["tool_call_id"] for m in body["messages"] if m["role"] == "tool")
+            return calls, results
+        self.assert_loop_had_room(pairs)
+
+    def test_anthropic_loop_finishes_with_room_between_compactions(self):
+        client = self.anthropic()
+        self.addCleanup(client.close)
+        messages = [{"role": "user", "content": "Read every module, then say how many you read."}]
+        for step in range(self.reads + 1):
+            r = client.messages.create(model="claude-sonnet-4-5", max_tokens=1000, system="Be brief.",
+                                       messages=messages)
+            messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r.content]})
+            uses = [b for b in r.content if b.type == "tool_use"]
+            if not uses:
+                break
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": u.id, "content": self.tool_output(step)} for u in uses]})
+        self.assertEqual(r.stop_reason, "end_turn", "the task finished")
+
+        def pairs(body):
+            blocks = [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]]
+            calls = sorted(b["id"] for b in blocks if b.get("type") == "tool_use")
+            results = sorted(b["tool_use_id"] for b in blocks if b.get("type") == "tool_result")
+            return calls, results
+        self.assert_loop_had_room(pairs)
+
+
+class SmallWindowLoop16k(SmallWindowLoop, ProxyCase):
+    window = 16384
+
+
+class SmallWindowLoop32k(SmallWindowLoop, ProxyCase):
+    window = 32768
 
 
 class RunScript(unittest.TestCase):

@@ -56,12 +56,29 @@ pub struct Limits {
 /// cannot reach it, the hard limit is what a compaction must meet.
 pub const ROOM_AFTER_COMPACTION: f64 = 0.6;
 
+/// How many more steps of the size the agent's recent steps had (a reply and the tool results
+/// answering it) the room a compaction leaves should hold before the soft limit: with two, the
+/// request after a compaction and the next both go out as they are, so compactions come at most
+/// once in three requests. In a small window, where a step is a large share of it,
+/// [`ROOM_AFTER_COMPACTION`] alone does not leave that room.
+pub const STEPS_OF_ROOM: u64 = 2;
+
 impl Limits {
     /// The input a compaction aims to leave: [`ROOM_AFTER_COMPACTION`] of the hard limit, and
     /// never above three quarters of the soft limit (a soft limit configured low).
     pub fn room_after_compaction(&self) -> u64 {
         let of_hard = (self.hard_limit as f64 * ROOM_AFTER_COMPACTION).floor() as u64;
         of_hard.min(self.soft_limit / 4 * 3)
+    }
+
+    /// The input a compaction aims to leave when each of the agent's recent steps added up to
+    /// `step` tokens: [`Limits::room_after_compaction`], lowered so that [`STEPS_OF_ROOM`] more
+    /// such steps fit under the soft limit.
+    pub fn room_for_steps(&self, step: u64) -> u64 {
+        self.room_after_compaction().min(
+            self.soft_limit
+                .saturating_sub(STEPS_OF_ROOM.saturating_mul(step)),
+        )
     }
 
     /// `None` when the window leaves no room for input (hard limit ≤ 0).
@@ -85,5 +102,33 @@ impl Limits {
             hard_limit,
             soft_limit,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sixteen_k() -> Limits {
+        Limits {
+            context_window: 16_384,
+            max_output_tokens: 4096,
+            safety_reserve_tokens: 2097,
+            hard_limit: 10_191,
+            soft_limit: 10_190,
+        }
+    }
+
+    #[test]
+    fn the_room_for_steps_holds_two_more_steps_under_the_soft_limit() {
+        let l = sixteen_k();
+        // 2.9k-token steps: 60% of the hard limit (6114) would hold one more step only.
+        assert_eq!(l.room_for_steps(2_920), 10_190 - 2 * 2_920);
+        assert!(l.room_for_steps(2_920) + 2 * 2_920 <= l.soft_limit);
+        // Small steps: the room after a compaction as it is.
+        assert_eq!(l.room_for_steps(300), l.room_after_compaction());
+        // Steps larger than half the soft limit: no room holds two, and none is asked.
+        assert_eq!(l.room_for_steps(6_000), 0);
+        assert_eq!(l.room_for_steps(u64::MAX), 0);
     }
 }

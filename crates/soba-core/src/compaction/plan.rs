@@ -203,6 +203,27 @@ fn entries_after(session: &Session, leaf: usize, capsule: Option<usize>) -> Vec<
     out
 }
 
+/// How many of the agent's latest steps [`recent_step_tokens`] measures.
+const STEPS_MEASURED: usize = 3;
+
+/// The tokens the largest of the agent's latest [`STEPS_MEASURED`] steps added to the input: a
+/// step is a message and the tool results that follow it (a reply and its tool round).
+fn recent_step_tokens(items: &[CutItem]) -> u64 {
+    let mut steps = Vec::with_capacity(STEPS_MEASURED);
+    let mut step = 0;
+    for item in items.iter().rev() {
+        step += item.tokens;
+        if item.is_message {
+            steps.push(step);
+            step = 0;
+            if steps.len() == STEPS_MEASURED {
+                break;
+            }
+        }
+    }
+    steps.into_iter().max().unwrap_or(0)
+}
+
 /// Tool results in the tail, largest first: elide the fewest that make the tail fit.
 fn elision_threshold(
     session: &Session,
@@ -377,7 +398,34 @@ pub fn plan(session: &Session, leaf: Option<usize>, req: &PlanRequest<'_>) -> Re
         _ => items.len(),
     };
     if !handoff {
-        // First aim at the room a compaction leaves (`Limits::room_after_compaction`), so the
+        // First leave room for the next steps of the size the agent's recent steps had
+        // (`Limits::room_for_steps`), by moving the cut later alone: in a small window a step
+        // is a large share of it, and a compaction that leaves room for one step only compacts
+        // again at the next. Whole steps stay: nothing is elided for this room.
+        let for_steps = limits.room_for_steps(budget.calibration.apply(recent_step_tokens(&items)));
+        let capsule = capsule_of(&local_state);
+        let room = budget
+            .calibration
+            .counted_within(for_steps)
+            .saturating_sub(overhead_tokens + capsule);
+        if tail_tokens > room {
+            let (later, fits) = fit_cut(&items, cut, latest_cut(cut), room);
+            if fits && later != cut {
+                let later_state = build(later);
+                let later_room = budget
+                    .calibration
+                    .counted_within(for_steps)
+                    .saturating_sub(overhead_tokens + capsule_of(&later_state));
+                if suffix[later] <= later_room {
+                    cut = later;
+                    tail_tokens = suffix[later];
+                    local_state = later_state;
+                }
+            }
+        }
+    }
+    if !handoff {
+        // Then aim at the room a compaction leaves (`Limits::room_after_compaction`), so the
         // next ordinary step does not compact again: move the cut later, up to the latest
         // request, and elide the largest tool results of the tail. Nothing is lost that the
         // capsule does not hold; when that cannot reach the room, the hard limit is what must
@@ -577,7 +625,7 @@ pub fn short_tail_note(t: &crate::session::capsule::model::ShortTail) -> String 
         ),
     };
     format!(
-        "kept a retained tail of {} tokens, below keepRecentTokens {}, to fit the hard limit of {} \
+        "kept a retained tail of {} tokens, below keepRecentTokens {}, to leave room under the hard limit of {} \
          tokens under {window}",
         t.retained_tail_tokens, t.keep_recent_tokens, t.hard_limit
     )
