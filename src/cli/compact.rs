@@ -14,9 +14,10 @@ use soba_core::util::human_tokens;
 
 /// Open a session for writing with its layered configuration. The log is read once: its
 /// configuration comes from the session it holds (a long log took as long again to read
-/// only for that), and the configured durability applies from the first append.
+/// only for that), and the configured durability applies from the first append. What the
+/// plan reads stays parsed from the load ([`SessionLog::open_to_compact`]).
 fn open(path: &Path, common: &CommonArgs) -> anyhow::Result<(SessionLog, Config)> {
-    let (mut log, report) = SessionLog::open(path, Durability::default())?;
+    let (mut log, report) = SessionLog::open_to_compact(path, Durability::default())?;
     let config = common.config_for_session(log.session())?;
     log.set_durability(config.durability);
     warn_load(path, &report);
