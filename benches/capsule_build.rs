@@ -14,7 +14,11 @@
 //! Then, as a process (`soba compact --json` on a fresh copy of a log of 6,000 and of 59,736
 //! chained real entries, counts recorded in its side file as a resumed session has them):
 //! wall and CPU time, the reported planning and generation milliseconds, and the peak RSS
-//! against the log's size: what a user waits for and what a writer holds.
+//! against the log's size: what a user waits for and what a writer holds. Each figure is
+//! printed beside its target (issue 40): planning ≤ 50 ms at 6,000 entries, the whole
+//! process ≤ 1 s at 59,736, a writer's peak RSS ≤ 1.5× the log. With `SOBA_BASELINE_BIN` set
+//! to another build of `soba` (the main branch's), that build is timed first on the same
+//! logs, back to back, so that both sets of figures come from one machine state.
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use soba_core::compaction::plan::plan;
@@ -130,10 +134,10 @@ struct CompactRun {
 /// `soba compact --json` on a fresh copy of `log`, `runs` times, each a process of its own
 /// spawned by a fresh copy of this bench binary (a child's peak RSS counts the memory of the
 /// process it was forked from, and the bench holds whole sessions).
-fn compact_process(log: &std::path::Path, runs: usize) -> Vec<CompactRun> {
+fn compact_process(exe: &str, log: &std::path::Path, runs: usize) -> Vec<CompactRun> {
     let out = std::process::Command::new(std::env::current_exe().expect("this bench"))
         .arg(COMPACT_PROCESS_ARG)
-        .arg(env!("CARGO_BIN_EXE_soba"))
+        .arg(exe)
         .arg(log)
         .arg(runs.to_string())
         .output()
@@ -258,33 +262,53 @@ fn compact_as_a_process() {
         (&[1_000], 1)
     };
     let data = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
-    for &n in sizes {
-        let path = data.join(format!("compact-{n}-real.jsonl"));
-        write_real_log(&path, n, &header, &sources);
-        let bytes = path.metadata().expect("the log").len() as f64;
-        let mut r = compact_process(&path, runs);
-        assert!(!r.is_empty(), "no run timed");
-        let median = |r: &mut Vec<CompactRun>, key: fn(&CompactRun) -> f64| {
-            r.sort_by(|a, b| key(a).total_cmp(&key(b)));
-            key(&r[r.len() / 2])
-        };
-        let wall = median(&mut r, |x| x.wall_s);
-        let cpu = median(&mut r, |x| x.cpu_s);
-        let planning = median(&mut r, |x| x.planning_ms as f64);
-        let generation = median(&mut r, |x| x.generation_ms as f64);
-        let duration = median(&mut r, |x| x.duration_ms as f64);
-        let peak = r.iter().map(|x| x.peak_rss_kib).max().unwrap_or(0) as f64;
-        println!(
-            "soba compact, {n} real entries ({:.1} MB), warm: median {:.0} ms wall, {:.0} ms CPU; \
-             durationMs {duration:.0} = planningMs {planning:.0} + generationMs {generation:.0}; \
-             peak RSS {:.0} MB ({:.2}× the log)",
-            bytes / 1e6,
-            wall * 1e3,
-            cpu * 1e3,
-            peak / 1024.0,
-            peak * 1024.0 / bytes,
-        );
+    let baseline = std::env::var("SOBA_BASELINE_BIN").ok();
+    let builds = baseline
+        .iter()
+        .map(|b| ("baseline", b.as_str()))
+        .chain([("this build", env!("CARGO_BIN_EXE_soba"))]);
+    for (build, exe) in builds {
+        for &n in sizes {
+            let path = data.join(format!("compact-{n}-real.jsonl"));
+            write_real_log(&path, n, &header, &sources);
+            print_compact_figures(build, exe, &path, n, runs);
+        }
     }
+}
+
+/// Time `soba compact --json` (`exe`) on the log at `path`, of `n` entries, and print its
+/// figures beside their targets.
+fn print_compact_figures(build: &str, exe: &str, path: &std::path::Path, n: usize, runs: usize) {
+    let bytes = path.metadata().expect("the log").len() as f64;
+    let mut r = compact_process(exe, path, runs);
+    assert!(!r.is_empty(), "no run timed");
+    let median = |r: &mut Vec<CompactRun>, key: fn(&CompactRun) -> f64| {
+        r.sort_by(|a, b| key(a).total_cmp(&key(b)));
+        key(&r[r.len() / 2])
+    };
+    let wall = median(&mut r, |x| x.wall_s);
+    let cpu = median(&mut r, |x| x.cpu_s);
+    let planning = median(&mut r, |x| x.planning_ms as f64);
+    let generation = median(&mut r, |x| x.generation_ms as f64);
+    let duration = median(&mut r, |x| x.duration_ms as f64);
+    let peak = r.iter().map(|x| x.peak_rss_kib).max().unwrap_or(0) as f64;
+    let planning_target = if n <= 6_000 { " (target ≤ 50)" } else { "" };
+    let whole_target = if n >= REAL_LONG {
+        " (target ≤ 1 s)"
+    } else {
+        ""
+    };
+    println!(
+        "{build}: soba compact, {n} real entries ({:.1} MB), warm: median {:.0} ms wall, \
+             {:.0} ms CPU{whole_target}; durationMs {duration:.0} = planningMs \
+             {planning:.0}{planning_target} + generationMs {generation:.0}; peak RSS {:.0} MB \
+             ({:.2}× the log, target ≤ 1.5×)",
+        bytes / 1e6,
+        wall * 1e3,
+        cpu * 1e3,
+        peak / 1024.0,
+        peak * 1024.0 / bytes,
+    );
 }
 
 fn main() {

@@ -426,6 +426,51 @@ enum Holding {
     /// As their lines however short the log: for a reader of the index and a few entries (a
     /// budget), for which parsed entries are memory a fresh process must fault in and free.
     Lines,
+    /// Parsed from the latest capsule's line on (all of a log never compacted), as their lines
+    /// before it: for a compaction, whose plan reads the history since the capsule in force
+    /// (its facts, the history it folds). Held as lines, each of those entries was parsed
+    /// once to be indexed and again to be planned.
+    ParsedFromLatestCapsule,
+}
+
+/// The marks of a capsule entry's line: SOBA writes `"type":"capsule"`; another JSON writer
+/// may space it.
+const CAPSULE_MARKS: [&[u8]; 2] = [br#""type":"capsule""#, br#""type": "capsule""#];
+
+/// The offset of the latest capsule mark in the first `len` bytes of `file`, read backwards
+/// `block` bytes at a time (each read overlapping the next by a mark's length, so that a mark
+/// across two reads is found). Any line holding the mark counts, also a text quoting it: it
+/// only decides which entries a compaction holds parsed, never what they are. Leaves `file`
+/// at its start.
+fn latest_capsule_mark<R: Read + Seek>(
+    file: &mut R,
+    len: u64,
+    block: usize,
+) -> std::io::Result<Option<u64>> {
+    // Forward searches, the last match kept: a reverse search has no vectorized prefilter
+    // and took a tenth of a compaction's time over a log never compacted.
+    let finders = CAPSULE_MARKS.map(memchr::memmem::Finder::new);
+    let overlap = CAPSULE_MARKS.iter().map(|m| m.len()).max().unwrap_or(0) as u64 - 1;
+    let mut buf = Vec::new();
+    let mut end = len;
+    while end > 0 {
+        let start = end.saturating_sub(block.max(1) as u64);
+        let read_end = (end + overlap).min(len);
+        buf.resize((read_end - start) as usize, 0);
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut buf)?;
+        if let Some(at) = finders
+            .iter()
+            .filter_map(|f| f.find_iter(&buf).last())
+            .max()
+        {
+            file.rewind()?;
+            return Ok(Some(start + at as u64));
+        }
+        end = start;
+    }
+    file.rewind()?;
+    Ok(None)
 }
 
 /// Parse a whole log, taking entry counts from its side file where they match. `repair`
@@ -456,6 +501,15 @@ fn load_in_blocks(
         carry: Vec::new(),
         eof: false,
     };
+    // Entries whose lines end at or before this offset are held as their lines.
+    let lines_until = match holding {
+        Holding::Lines => u64::MAX,
+        _ if left <= block as u64 => 0,
+        Holding::ParsedWhenShort => u64::MAX,
+        Holding::ParsedFromLatestCapsule => latest_capsule_mark(&mut blocks.file, left, block)
+            .map_err(io_err(path))?
+            .unwrap_or(0),
+    };
     let mut line_no = 0usize;
     let mut report = LoadReport::default();
     let not_session = |reason: String| LogError::NotASession {
@@ -482,12 +536,16 @@ fn load_in_blocks(
                 .map(|m| m.tokenizer)
         })
         .unwrap_or_default();
+    if holding == Holding::ParsedFromLatestCapsule {
+        // A compaction counts its capsule: the tokenizer's tables (tens of milliseconds to
+        // load) load on another core while this one reads the log.
+        std::thread::spawn(move || kind.count(" "));
+    }
     let mut session = Session::new(header, kind);
     // Entry lines are rarely shorter than 256 bytes: growing the index as it fills would copy
     // it (and hash every id read so far again) at each doubling.
     let expected_entries = (left / 256).min(1 << 24) as usize;
     session.reserve(expected_entries);
-    let hold_as_lines = holding == Holding::Lines || left > blocks.size as u64;
     // The leaf before a damaged line whose entry id could not be read: the next entry that
     // names an unknown parent continues the chain from here.
     let mut gap: Option<Option<usize>> = None;
@@ -539,7 +597,7 @@ fn load_in_blocks(
             // when read: freed at once, its memory goes to the next line's entry.
             let whole_line = matches!(outcome, LineOutcome::Reattached { .. })
                 || matches!(outcome, LineOutcome::Loaded if session.len() > before);
-            if whole_line && hold_as_lines {
+            if whole_line && offset + len as u64 <= lines_until {
                 session.shelve(before, held, start, trim_newline(line).len());
             }
             match outcome {
@@ -800,9 +858,28 @@ impl SessionLog {
 
     /// Open an existing log for writing: take the lock, load, and move a torn tail aside.
     pub fn open(path: &Path, durability: Durability) -> Result<(SessionLog, LoadReport), LogError> {
+        Self::open_holding(path, durability, Holding::ParsedWhenShort)
+    }
+
+    /// [`SessionLog::open`] for a process that compacts the session at once (`soba compact`,
+    /// `soba capsule create`): the entries from the latest capsule on, which the plan reads,
+    /// stay parsed from the load, so that each is parsed once; older ones are held as their
+    /// lines, as [`SessionLog::open`] holds them all.
+    pub fn open_to_compact(
+        path: &Path,
+        durability: Durability,
+    ) -> Result<(SessionLog, LoadReport), LogError> {
+        Self::open_holding(path, durability, Holding::ParsedFromLatestCapsule)
+    }
+
+    fn open_holding(
+        path: &Path,
+        durability: Durability,
+        holding: Holding,
+    ) -> Result<(SessionLog, LoadReport), LogError> {
         let mut file = crate::files::open_regular_append(path).map_err(io_err(path))?;
         acquire_lock(path, &file)?;
-        let loaded = load(path, None, true, Holding::ParsedWhenShort)?;
+        let loaded = load(path, None, true, holding)?;
         // A complete last entry written without its newline gets one, so the next append
         // starts on its own line.
         let mut len = file.metadata().map_err(io_err(path))?.len();
@@ -1363,6 +1440,149 @@ mod tests {
         assert_eq!(s.entries().to_vec(), b.session.entries().to_vec());
         let (log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
         assert_eq!(log.session().parsed_entries(), 123);
+    }
+
+    /// A session of turns with shell calls (one failing), then a capsule, then more turns.
+    fn turns_around_a_capsule() -> crate::session::testing::Builder {
+        let mut b = crate::session::testing::Builder::new();
+        let turn = |b: &mut crate::session::testing::Builder, i: usize| {
+            b.user(&format!("fix the parser, step {i}"));
+            b.call(
+                &format!("c{i}"),
+                "Bash",
+                serde_json::json!({"command": "cargo test"}),
+            );
+            let out = if i % 5 == 2 {
+                format!("error[E0308]: mismatched types in step {i}\ntest result: FAILED")
+            } else {
+                format!("test result: ok. {i} passed")
+            };
+            b.result(&format!("c{i}"), &out);
+            b.assistant(&format!("step {i} done: the tests pass"));
+        };
+        for i in 0..30 {
+            turn(&mut b, i);
+        }
+        let kept = b.user("the tail starts here");
+        let mut cap = crate::session::testing::full_capsule();
+        cap.first_kept_entry_id = Some(kept);
+        b.push(EntryBody::Capsule(Box::new(cap)));
+        for i in 30..50 {
+            turn(&mut b, i);
+        }
+        b
+    }
+
+    /// Opened to compact, a long log holds parsed what the plan reads, from the latest
+    /// capsule on, and holds the rest as lines; a log never compacted is held parsed whole.
+    #[test]
+    fn a_log_opened_to_compact_holds_parsed_the_entries_from_the_latest_capsule_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = turns_around_a_capsule();
+        let p = written_log(dir.path(), &b.session);
+        let capsule = b
+            .session
+            .indices_of(crate::session::entry::EntryKind::Capsule)
+            .next()
+            .unwrap();
+        let loaded =
+            load_in_blocks(&p, None, true, Holding::ParsedFromLatestCapsule, 1024).unwrap();
+        let s = &loaded.session;
+        let parsed: Vec<usize> = s.parsed_entry_kinds().iter().map(|(i, _)| *i).collect();
+        assert_eq!(parsed, (capsule..s.len()).collect::<Vec<_>>());
+        assert_eq!(s.entries().to_vec(), b.session.entries().to_vec());
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut never = crate::session::testing::Builder::new();
+        for i in 0..80 {
+            never.user(&format!("question {i}"));
+            never.assistant(&format!("answer {i}"));
+        }
+        let p = written_log(dir.path(), &never.session);
+        let loaded =
+            load_in_blocks(&p, None, true, Holding::ParsedFromLatestCapsule, 1024).unwrap();
+        assert_eq!(loaded.session.parsed_entries(), 160);
+    }
+
+    /// Holding entries parsed from the load changes what is parsed when, never the plan:
+    /// the capsule planned from a log opened to compact is the one planned from a log opened
+    /// as every other writer opens it.
+    #[test]
+    fn the_plan_of_a_log_opened_to_compact_equals_the_plan_of_a_log_held_as_lines() {
+        use crate::compaction::plan::{plan, PlanRequest};
+        let dir = tempfile::tempdir().unwrap();
+        let b = turns_around_a_capsule();
+        let p = written_log(dir.path(), &b.session);
+        let overrides = crate::config::Overrides {
+            keep_recent_tokens: Some(200),
+            ..Default::default()
+        };
+        let config = crate::config::Config::resolve(&[], None, &overrides).unwrap();
+        let req = PlanRequest {
+            trigger: crate::session::trigger::Trigger::User,
+            requested: true,
+            instructions: None,
+            title: None,
+            config: &config,
+            mapping: &config.tool_mapping,
+            operation_id: "op_1".into(),
+        };
+        let planned = |holding| {
+            let loaded = load_in_blocks(&p, None, true, holding, 1024).unwrap();
+            let s = &loaded.session;
+            plan(s, s.leaf(), &req).expect("a plan")
+        };
+        let as_lines = planned(Holding::ParsedWhenShort);
+        assert!(!as_lines.summarized_entry_ids.is_empty());
+        assert!(
+            as_lines.local_state.errors.len() + as_lines.local_state.completed.len() > 0,
+            "{:?}",
+            as_lines.local_state
+        );
+        assert_eq!(planned(Holding::ParsedFromLatestCapsule), as_lines);
+    }
+
+    /// The latest mark is found wherever the reads fall, also across two of them; the file is
+    /// left at its start for the load.
+    #[test]
+    fn the_latest_capsule_mark_is_found_across_read_boundaries() {
+        let text = format!(
+            "{{\"id\":\"a\",\"type\":\"capsule\"}}\n{{\"id\":\"b\",\"type\":\"message\"}}\n\
+             {{\"id\":\"c\", \"type\": \"capsule\"}}\n{}\n",
+            "{\"id\":\"d\",\"type\":\"message\"}"
+        );
+        let expected = text.rfind("\"type\": \"capsule\"").unwrap() as u64;
+        for block in 1..text.len() + 2 {
+            let mut file = std::io::Cursor::new(text.as_bytes());
+            file.set_position(9);
+            let found = latest_capsule_mark(&mut file, text.len() as u64, block).unwrap();
+            assert_eq!(found, Some(expected), "reading {block} bytes at a time");
+            assert_eq!(file.position(), 0);
+        }
+        let none = "{\"id\":\"d\",\"type\":\"message\"}\n";
+        let mut file = std::io::Cursor::new(none.as_bytes());
+        assert_eq!(
+            latest_capsule_mark(&mut file, none.len() as u64, 4).unwrap(),
+            None
+        );
+    }
+
+    /// A read that fails while looking for the latest capsule fails the open with the cause.
+    #[test]
+    fn a_failed_read_looking_for_the_latest_capsule_is_an_error() {
+        struct Unreadable;
+        impl Read for Unreadable {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("the disk went away"))
+            }
+        }
+        impl Seek for Unreadable {
+            fn seek(&mut self, _: SeekFrom) -> std::io::Result<u64> {
+                Ok(0)
+            }
+        }
+        let err = latest_capsule_mark(&mut Unreadable, 100, 16).unwrap_err();
+        assert_eq!(err.to_string(), "the disk went away");
     }
 
     /// A log never compacted: its whole history is the model input. The first budget is
