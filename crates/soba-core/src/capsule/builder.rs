@@ -20,7 +20,10 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use serde_json::Value;
 
 use super::artifacts::result_outcome;
-use super::current::{describe_call, shell_script, standing_failure, Action, CURRENT_WORK};
+use super::current::{
+    current_work, describe_call, shell_script, standing_failure, usual_cd, without_workspace_cd,
+    Action,
+};
 use super::decisions::stated_decisions;
 use super::findings::{
     chosen_option, offered_options, proposal, proposed_section, revises, sentence_before_offer,
@@ -236,6 +239,7 @@ impl Sources {
             &s.active,
             &s.pending,
             &s.findings,
+            &s.current_work,
             &s.blockers,
             &s.next_steps,
         ] {
@@ -997,27 +1001,31 @@ pub fn build_state(
     // is still ahead.
     let acted_since_words = after_words.iter().any(|a| a.finished);
     // A finished turn's work is in Completed; the current work is that of a turn in progress.
+    let scripts: Vec<String> = work_calls
+        .iter()
+        .filter_map(|(_, _, input, _)| shell_script(input))
+        .collect();
+    let workspace = usual_cd(scripts.iter().map(String::as_str));
     let current_work = if !in_progress {
         Vec::new()
     } else {
-        current_work_lines(
+        current_work(
             last_text.map(|(_, t)| t.as_str()),
             &after_words,
             &turn_actions
                 .iter()
                 .map(|(a, _)| a.clone())
                 .collect::<Vec<_>>(),
+            workspace.as_deref(),
         )
     };
     let current_source = last_turn
         .and_then(|t| t.last_text.as_ref().map(|(id, _)| *id))
         .or_else(|| h.messages.last().map(|(id, _)| *id));
-    for line in current_work.iter().rev() {
-        if let Some(id) = current_source {
+    if let Some(id) = current_source {
+        for line in &current_work {
             sources.add(line, id);
         }
-        active.items.insert(0, line.clone());
-        active.seen.insert(line.clone());
     }
     // The next step from where the work truly stands: a failure after the agent's last words
     // is what to fix; a plan the calls since began is carried on from the last action, not
@@ -1035,7 +1043,10 @@ pub fn build_state(
             Some(step)
         }
         (true, Some((id, text)), None) if acted_since_words => {
-            let last_action = &after_words[after_words.len() - 1].line;
+            let last_action = without_workspace_cd(
+                &after_words[after_words.len() - 1].line,
+                workspace.as_deref(),
+            );
             let step = format!(
                 "The agent acted on its plan \"{}\" (last action: {last_action}): check what that left undone and carry on from there, without redoing it",
                 clip_start(&one_line(text), LAST_WORDS_CHARS / 2)
@@ -1247,7 +1258,8 @@ pub fn build_state(
         requests,
         constraints,
         completed,
-        active: active.newest(MAX_STEPS + CURRENT_ACTIONS + 1),
+        active: active.newest(MAX_STEPS),
+        current_work,
         pending: pending.newest(MAX_STEPS),
         decisions,
         findings,
@@ -1272,62 +1284,6 @@ fn says_the_same(later: &str, earlier: &str) -> bool {
     let in_later: HashSet<String> = super::work::content_words(later).into_iter().collect();
     let shared = words.iter().filter(|w| in_later.contains(*w)).count();
     shared * 5 >= words.len() * 4
-}
-
-/// Actions shown as the current work: the newest few.
-const CURRENT_ACTIONS: usize = 6;
-/// Characters of the agent's last words quoted in the current work.
-const CURRENT_WORDS_CHARS: usize = 300;
-
-/// The current work's lines: the agent's last words, then what it did after them; when it
-/// did nothing after them, what it did in the turn before them.
-fn current_work_lines(
-    last_words: Option<&str>,
-    after_words: &[Action],
-    turn_actions: &[Action],
-) -> Vec<String> {
-    let newest = |actions: &[Action]| -> Vec<String> {
-        let mut lines: Vec<(String, usize)> = Vec::new();
-        for a in actions {
-            match lines.last_mut() {
-                Some((l, n)) if *l == a.line => *n += 1,
-                _ => lines.push((a.line.clone(), 1)),
-            }
-        }
-        let skip = lines.len().saturating_sub(CURRENT_ACTIONS);
-        lines[skip..]
-            .iter()
-            .map(|(l, n)| {
-                if *n > 1 {
-                    format!("{l} (×{n})")
-                } else {
-                    l.clone()
-                }
-            })
-            .collect()
-    };
-    let words = last_words
-        .map(one_line)
-        .filter(|w| !w.is_empty())
-        .map(|w| clip_start(&w, CURRENT_WORDS_CHARS));
-    let mut out = Vec::new();
-    if !after_words.is_empty() {
-        let when = match &words {
-            Some(w) => {
-                out.push(format!("{CURRENT_WORK}the agent's last words: \"{w}\""));
-                "after those words it "
-            }
-            None => "the agent ",
-        };
-        for l in newest(after_words) {
-            out.push(format!("{CURRENT_WORK}{when}{l}"));
-        }
-    } else if !turn_actions.is_empty() {
-        for l in newest(turn_actions) {
-            out.push(format!("{CURRENT_WORK}before its last words it {l}"));
-        }
-    }
-    out
 }
 
 /// The question the agent's last words put to the user, when they end with one.
@@ -1571,6 +1527,7 @@ pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
     newest(&mut s.pending);
     newest(&mut s.blockers);
     newest(&mut s.findings);
+    newest(&mut s.current_work);
     // Next steps are in order: the first ones are the steps at hand.
     s.next_steps.truncate(TRIMMED_LIST_ITEMS);
     for item in s.next_steps.iter_mut() {
@@ -1798,11 +1755,17 @@ mod tests {
         );
         let s = state_of(&b);
         assert!(
-            s.active.iter().any(|a| a.starts_with(CURRENT_WORK)
-                && a.contains("after those words it ran `bun agentv eval")
-                && a.contains("failed: \"error: found 1 error … ^ Unknown arguments\"")),
+            s.current_work
+                .iter()
+                .any(|a| a.starts_with("ran `bun agentv eval")
+                    && a.contains("failed: \"error: found 1 error … ^ Unknown arguments\"")),
             "{:?}",
-            s.active
+            s.current_work
+        );
+        assert!(
+            s.current_work[0].starts_with("The agent's last words: \"I've finished the edits"),
+            "{:?}",
+            s.current_work
         );
         assert!(
             s.next_steps[0].starts_with("Fix what made the last run fail")
@@ -1853,10 +1816,13 @@ mod tests {
             s.next_steps
         );
         assert!(
-            s.active.iter().any(|a| a
-                == &format!("{CURRENT_WORK}before its last words it edited `/ws/src/cache.rs`")),
+            s.current_work
+                == [
+                    "edited `/ws/src/cache.rs`",
+                    "Its last words, after those: \"Next I'll update the call site in src/main.rs.\""
+                ],
             "{:?}",
-            s.active
+            s.current_work
         );
     }
 
@@ -1874,11 +1840,11 @@ mod tests {
             s.next_steps
         );
         assert!(
-            s.active
+            s.current_work
                 .iter()
                 .any(|a| a.contains("rg \"Chart|Graph\" src/app")),
             "{:?}",
-            s.active
+            s.current_work
         );
     }
 
