@@ -1126,6 +1126,11 @@ pub fn build_state(
             Some(d) => format!("`{}` fails: {d}", v.command),
             None => format!("`{}` fails", v.command),
         };
+        let item = if v.edited_since {
+            format!("{item} ({NOT_RERUN})")
+        } else {
+            item
+        };
         sources.add(&item, &v.entry_id);
         blockers.push(item);
         let step = format!("Make `{}` pass", v.command);
@@ -1218,11 +1223,22 @@ pub fn build_state(
     let findings = findings.newest(MAX_FINDINGS);
 
     // Errors met and fixed: a check that failed and then passed, with what the agent said.
-    let mut errors: Vec<ErrorFix> = prev.map(|p| p.errors.clone()).unwrap_or_default();
+    // Each says what the check's last run says: one fixed once and failing again is not fixed.
+    let mut errors: Vec<ErrorFix> = Vec::new();
+    for e in prev.map(|p| p.errors.clone()).unwrap_or_default() {
+        let agreed = agree_with_last_run(e.clone(), &artifacts.verification);
+        if agreed.error != e.error {
+            for id in sources.0.get(&e.error).cloned().unwrap_or_default() {
+                sources.add(&agreed.error, &id);
+            }
+        }
+        errors.push(agreed);
+    }
     for (e, id) in &h.errors {
+        let e = agree_with_last_run(e.clone(), &artifacts.verification);
         errors.retain(|x| x.error != e.error);
         sources.add(&e.error, id);
-        errors.push(e.clone());
+        errors.push(e);
     }
     let n = errors.len().saturating_sub(MAX_ERRORS);
     errors.drain(..n);
@@ -1272,6 +1288,46 @@ pub fn build_state(
     fit_local_budget(&mut state, artifacts, tokenizer);
     state.sources = sources.keep(&state);
     state
+}
+
+/// Said of a check whose last run came before files were edited again.
+const NOT_RERUN: &str = "not re-run since the last edit";
+
+/// An error met and fixed, told as the check's last run tells it: a check that passed once
+/// and failed again on its last run is not fixed; a fix whose passing run came before later
+/// edits is not re-run since. The errors list, the blockers and the verification list then
+/// say one thing of each check.
+fn agree_with_last_run(e: ErrorFix, verification: &[Verification]) -> ErrorFix {
+    let Some(checked) = verification
+        .iter()
+        .find(|v| e.error.starts_with(&format!("`{}` failed", v.command)))
+    else {
+        return e;
+    };
+    let family = check_family(&checked.command);
+    let Some(last) = verification
+        .iter()
+        .rev()
+        .find(|v| check_family(&v.command) == family)
+    else {
+        return e;
+    };
+    match last.outcome {
+        VerificationOutcome::Failed if !e.fix.is_empty() => ErrorFix {
+            error: format!(
+                "{} (it passed once since, but its last run, `{}`, failed again)",
+                e.error, last.command
+            ),
+            fix: String::new(),
+        },
+        VerificationOutcome::Passed if last.edited_since && !e.fix.contains(NOT_RERUN) => {
+            ErrorFix {
+                fix: format!("{} ({NOT_RERUN})", e.fix),
+                ..e
+            }
+        }
+        _ => e,
+    }
 }
 
 /// Whether `later` already says what `earlier` says: most of its words of substance are
@@ -1733,6 +1789,82 @@ mod tests {
             is_error: true,
             exit_code: Some(1),
         }));
+    }
+
+    #[test]
+    fn every_section_tells_a_check_as_its_last_run_does() {
+        let mut b = Builder::new();
+        b.user("Fix the lint errors");
+        b.bash("l1", "mise run lint");
+        failed_result(&mut b, "l1", "2 issues\n[lint] ERROR task failed");
+        b.call("e1", "Edit", json!({"file_path": "/ws/src/a.go"}));
+        b.result("e1", "ok");
+        b.bash("l2", "mise run lint");
+        b.result("l2", "0 issues");
+        b.call("e2", "Edit", json!({"file_path": "/ws/src/b.go"}));
+        b.result("e2", "ok");
+        b.bash("l3", "mise run lint");
+        failed_result(&mut b, "l3", "1 issue\n[lint] ERROR task failed");
+        let s = state_of(&b);
+        assert!(
+            !s.errors
+                .iter()
+                .any(|e| e.error.contains("mise run lint") && !e.fix.is_empty()),
+            "a check failing on its last run is not fixed: {:?}",
+            s.errors
+        );
+        assert!(
+            s.errors.iter().any(|e| e
+                .error
+                .contains("but its last run, `mise run lint`, failed again")),
+            "{:?}",
+            s.errors
+        );
+        assert!(
+            s.blockers
+                .iter()
+                .any(|x| x.starts_with("`mise run lint` fails")),
+            "{:?}",
+            s.blockers
+        );
+        // Passed last, then edited: the fix is not re-run since, and nothing blocks.
+        let mut b = Builder::new();
+        b.user("Fix the lint errors");
+        b.bash("l1", "mise run lint");
+        failed_result(&mut b, "l1", "[lint] ERROR task failed");
+        b.bash("l2", "mise run lint");
+        b.result("l2", "0 issues");
+        b.call("e2", "Edit", json!({"file_path": "/ws/src/b.go"}));
+        b.result("e2", "ok");
+        let s = state_of(&b);
+        assert!(
+            s.errors
+                .iter()
+                .any(|e| e.fix.ends_with("(not re-run since the last edit)")),
+            "{:?}",
+            s.errors
+        );
+        assert!(
+            !s.blockers.iter().any(|x| x.contains("mise run lint")),
+            "{:?}",
+            s.blockers
+        );
+        // Failed last, then edited: it still blocks, and says it was not run on the edit.
+        let mut b = Builder::new();
+        b.user("Fix the lint errors");
+        b.bash("l1", "mise run lint");
+        failed_result(&mut b, "l1", "[lint] ERROR task failed");
+        b.call("e2", "Edit", json!({"file_path": "/ws/src/b.go"}));
+        b.result("e2", "ok");
+        let s = state_of(&b);
+        assert!(
+            s.blockers
+                .iter()
+                .any(|x| x.starts_with("`mise run lint` fails")
+                    && x.ends_with("(not re-run since the last edit)")),
+            "{:?}",
+            s.blockers
+        );
     }
 
     #[test]
@@ -2578,7 +2710,10 @@ mod tests {
         printed(&mut b, "t2", "FAIL src/cli.test.ts", 1);
         b.call("e3", "Edit", json!({"file_path": "/ws/src/cli.ts"}));
         let s = state_of(&b);
-        assert_eq!(s.blockers, ["`npm test` fails: FAIL src/cli.test.ts"]);
+        assert_eq!(
+            s.blockers,
+            ["`npm test` fails: FAIL src/cli.test.ts (not re-run since the last edit)"]
+        );
     }
 
     #[test]
