@@ -1073,8 +1073,24 @@ pub fn build_state(
         }
         _ => None,
     };
-    // The request the turn works on, after the agent's words: what "done" means for it.
-    if in_progress && !failed_since && failure_after_words.is_none() {
+    // The request the turn works on, after the agent's words: what "done" means for it —
+    // while it is open. A question is not: one still unanswered has its own step, and one the
+    // agent answered and then changed files after was taken up as work the current work shows.
+    let question_open_or_moved_past = focus.is_some_and(|(_, m)| {
+        m.intent == Intent::Question
+            && (last_turn.is_none_or(|t| t.last_text.is_none())
+                || after_words
+                    .iter()
+                    .chain(turn_actions.iter().map(|(a, _)| a))
+                    .any(|a| {
+                        a.edits
+                            || a.command
+                                .as_deref()
+                                .is_some_and(|c| c.contains("git commit"))
+                    }))
+    });
+    if in_progress && !failed_since && failure_after_words.is_none() && !question_open_or_moved_past
+    {
         if let Some((id, m)) = focus {
             let step = format!("Continue: {}", one_line(&goal_line(&asked(m))));
             sources.add(&step, id);
@@ -1789,6 +1805,70 @@ mod tests {
             is_error: true,
             exit_code: Some(1),
         }));
+    }
+
+    #[test]
+    fn an_unanswered_question_is_answered_not_continued() {
+        let mut b = Builder::new();
+        b.user("Add the auth guard to the settings page");
+        b.assistant("Done: the settings page now checks the session.");
+        b.user("does it get the logged in user from the authStore?");
+        let s = state_of(&b);
+        assert!(
+            s.next_steps
+                .iter()
+                .any(|n| n.starts_with("Answer the user's question: does it get")),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(
+            !s.next_steps.iter().any(|n| n.starts_with("Continue:")),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_question_answered_and_then_worked_past_is_no_request_to_continue() {
+        let mut b = Builder::new();
+        b.user("Refactor the session into AgentSession, one work package at a time");
+        b.assistant("WP1 done.");
+        b.user("why does unsubscribe clear the event listeners? they should survive a reset, no?");
+        b.assistant("You're right, they should survive. I'll keep them and go on with WP9.");
+        b.call(
+            "e",
+            "Edit",
+            json!({"file_path": "/ws/src/agent-session.ts"}),
+        );
+        b.result("e", "ok");
+        b.bash("c", "git add -A && git commit -m \"WP9\"");
+        b.result("c", "[main 1a2b3c] WP9");
+        let s = state_of(&b);
+        assert!(
+            !s.next_steps.iter().any(|n| n.starts_with("Continue:")),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(
+            s.next_steps[0].starts_with("The agent acted on its plan"),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_turn_ending_on_a_question_to_the_user_waits_for_the_answer() {
+        let mut b = Builder::new();
+        b.user("Clean up the stale issues");
+        b.assistant("I found 14 stale issues. Which labels mark an issue as still wanted?");
+        let s = state_of(&b);
+        assert_eq!(
+            s.next_steps.first().map(String::as_str),
+            Some("The agent asked the user \"Which labels mark an issue as still wanted?\"; waiting for the answer"),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(!s.next_steps.iter().any(|n| n.starts_with("Continue:")));
     }
 
     #[test]
