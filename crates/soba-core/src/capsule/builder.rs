@@ -2658,6 +2658,48 @@ mod tests {
     }
 
     #[test]
+    fn a_confirmation_in_other_words_decides_what_the_agent_offered() {
+        for reply in ["let's do that", "sounds good, implement it"] {
+            let mut b = Builder::new();
+            b.user("Why do the two sessions overwrite each other's metadata?");
+            b.assistant("Both write metadata.json. Want me to archive each session to a numbered subfolder?");
+            b.user(reply);
+            let s = state_of(&b);
+            assert_eq!(
+                s.decisions.first().map(|d| d.decision.as_str()),
+                Some("Archive each session to a numbered subfolder"),
+                "{reply}: {:?}",
+                s.decisions
+            );
+        }
+    }
+
+    #[test]
+    fn a_reason_listed_for_a_proposal_is_not_what_a_yes_approves() {
+        let mut b = Builder::new();
+        b.user("How about numbered subfolders for the older sessions?");
+        b.assistant("That's a clean design.\n\nI like this approach because:\n- Root level always has the latest session for simple reads\n- Numbered folders preserve the history of every session\n\nWant me to implement this?");
+        b.user("One question: would the sessions branch handle this?");
+        b.assistant("Yes. So the logic would go in writeStandardCheckpointEntries: archive the existing files to a numbered folder before writing. Want me to implement it?");
+        b.user("yes");
+        let s = state_of(&b);
+        assert!(
+            !s.decisions
+                .iter()
+                .any(|d| d.decision.contains("Root level")),
+            "{:?}",
+            s.decisions
+        );
+        assert!(
+            s.decisions.iter().any(|d| d
+                .decision
+                .contains("archive the existing files to a numbered folder")),
+            "{:?}",
+            s.decisions
+        );
+    }
+
+    #[test]
     fn conclusions_become_findings_and_a_chosen_option_a_decision() {
         let mut b = Builder::new();
         b.user("Why do the two sessions overwrite each other's metadata?");
