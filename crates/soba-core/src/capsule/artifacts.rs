@@ -782,7 +782,9 @@ fn strong_failure_marker(text: &str) -> bool {
             r"|^\s*(?:\S+ )?[1-9][0-9]* problems? \(|^[1-9][0-9]* issues?(?: found)?[:.]?\s*$",
             // Package managers and task runners: npm, pnpm, yarn, make, mise, task, just,
             // gradle/maven.
-            r"|npm ERR!|(?-u:\b)ERR_PNPM_[A-Za-z0-9_]+|^error Command failed with exit code [1-9]|(?-u:\b)ELIFECYCLE(?-u:\b)",
+            r"|npm ERR!|^npm error |(?-u:\b)ERR_PNPM_[A-Za-z0-9_]+|^error Command failed with exit code [1-9]|(?-u:\b)ELIFECYCLE(?-u:\b)",
+            // pip's failures (its warnings say WARNING); a CLI that rejected its arguments.
+            r"|^ERROR: |^error: (?:unknown|unexpected|missing required) (?:option|argument|command)|^\s*\^? ?Unknown arguments?(?-u:\b)",
             r"|^make(?:\[[0-9]+\])?: \*\*\* .*Error [0-9]+|(?-u:\b)ERROR(?-u:\b)[^\n]*(?-u:\b)(?:task|command|recipe|job) failed(?-u:\b)",
             r"|^error: Recipe `[^`]*` failed|^task: Failed to run task|BUILD FAILURE|^FAILURE: Build failed",
             r"|^error: command '[^']*' failed|(?-u:\b)failed with exit (?:code|status) [1-9]",
@@ -1017,6 +1019,43 @@ mod tests {
             is_error: false,
             exit_code,
         }));
+    }
+
+    /// An editable install, a publish and a CLI's dry run fail by what they print too: pip's
+    /// `ERROR:` lines, npm's `npm error`, a rejected option — though a pipe reported 0.
+    #[test]
+    fn an_install_a_publish_and_a_dry_run_fail_by_what_they_printed() {
+        let r = |text: &str| ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            exit_code: Some(0),
+        };
+        for failed in [
+            "Obtaining file:///testbed\nERROR: Could not build wheels for astropy",
+            "npm error code E403\nnpm error 403 Forbidden - PUT https://registry.npmjs.org/pkg",
+            "Usage: agentv eval [options]\nerror: unknown option '--dry-run'",
+            "error: found 1 error\n  agentv eval run x.yaml --dry-run\n  ^ Unknown arguments",
+        ] {
+            assert_eq!(
+                result_outcome(&r(failed)),
+                VerificationOutcome::Failed,
+                "{failed}"
+            );
+        }
+        for passed in [
+            "Successfully installed astropy-4.3",
+            "WARNING: pip is out of date\nSuccessfully installed astropy-4.3",
+            "+ pkg@1.2.0",
+            "Dry run: 3 cases would run",
+        ] {
+            assert_eq!(
+                result_outcome(&r(passed)),
+                VerificationOutcome::Passed,
+                "{passed}"
+            );
+        }
     }
 
     /// What a check printed decides over an exit status of 0 that a task runner, a wrapper or
