@@ -1149,9 +1149,16 @@ pub fn build_state(
         };
         sources.add(&item, &v.entry_id);
         blockers.push(item);
-        let step = format!("Make `{}` pass", v.command);
-        sources.add(&step, &v.entry_id);
-        next_steps.push(step);
+        // A check the agent's last words turned away from ("the build fails on Cython; let me
+        // try a different approach") stays a blocker, but making it pass is a dead end.
+        let ran_at = h.call_position.get(v.entry_id.as_str()).copied();
+        let turned_away = words_at.is_some_and(|w| ran_at.is_some_and(|r| r < w))
+            && last_text.is_some_and(|(_, t)| turns_away(t));
+        if !turned_away {
+            let step = format!("Make `{}` pass", v.command);
+            sources.add(&step, &v.entry_id);
+            next_steps.push(step);
+        }
     }
     for (item, id) in recent_tool_errors(&h) {
         sources.add(&item, id);
@@ -1304,6 +1311,17 @@ pub fn build_state(
     fit_local_budget(&mut state, artifacts, tokenizer);
     state.sources = sources.keep(&state);
     state
+}
+
+/// Words by which the agent gives up on a way of doing something for another.
+static TURNS_AWAY: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(?i)(?-u:\b)(?:(?:a |an )?different approach|another approach|another way|(?:work|get) around (?:it|this|that)|skip (?:the|this) build|without (?:building|installing))(?-u:\b)")
+        .expect("valid regex")
+});
+
+/// Whether the agent's words turn away from what failed for another way.
+fn turns_away(text: &str) -> bool {
+    TURNS_AWAY.is_match(text)
 }
 
 /// Said of a check whose last run came before files were edited again.
@@ -1869,6 +1887,30 @@ mod tests {
             s.next_steps
         );
         assert!(!s.next_steps.iter().any(|n| n.starts_with("Continue:")));
+    }
+
+    #[test]
+    fn a_failing_check_the_agent_turned_away_from_blocks_but_asks_no_step() {
+        let mut b = Builder::new();
+        b.user("Fix the separability matrix for nested models");
+        b.bash("p", "pip install -e .");
+        printed(&mut b, "p", "ERROR: Could not build wheels for astropy", 1);
+        b.assistant("The build is failing due to Cython compatibility issues. Let me try a different approach - just test the separable module logic directly:");
+        b.bash("t", "python /tmp/check_separable.py");
+        b.result("t", "ok");
+        let s = state_of(&b);
+        assert!(
+            s.blockers
+                .iter()
+                .any(|x| x.starts_with("`pip install -e .` fails")),
+            "{:?}",
+            s.blockers
+        );
+        assert!(
+            !s.next_steps.iter().any(|n| n.contains("pip install")),
+            "{:?}",
+            s.next_steps
+        );
     }
 
     #[test]
