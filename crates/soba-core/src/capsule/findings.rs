@@ -262,7 +262,7 @@ pub fn sentence_before_offer(text: &str) -> Option<String> {
         }
         // A heading ("**After the second session:**") names a part of the proposal, not it.
         let heading = t.starts_with('#') || (t.starts_with("**") && t.ends_with("**"));
-        if !(item && reasons) && !heading {
+        if !(heading || item && reasons) {
             kept.push(line);
         }
     }
