@@ -1135,6 +1135,25 @@ mod claim_tests {
     }
 
     #[test]
+    fn a_current_work_line_the_facts_contradict_is_dropped_and_the_failure_kept() {
+        let mut state = CapsuleState {
+            goal: "g".into(),
+            current_work: vec![
+                "ran `mise run lint` — it passes now".into(),
+                "edited src/parser.rs".into(),
+            ],
+            ..Default::default()
+        };
+        let c = vet_claims(&mut state, &facts());
+        assert_eq!(c.check_outcomes, 1);
+        assert_eq!(state.current_work, vec!["edited src/parser.rs"]);
+        assert_eq!(
+            state.blockers,
+            vec!["`mise run lint` failed on its last run"]
+        );
+    }
+
+    #[test]
     fn outcomes_are_read_per_clause_with_negations() {
         assert_eq!(
             reported_outcome("lint no longer fails"),
