@@ -715,7 +715,7 @@ fn still_running(text: &str) -> bool {
 /// A run whose result says it is still going has no outcome yet: `unknown`, never `passed`.
 pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
     let text = blocks_text(&r.content);
-    if aborted(&text) {
+    if aborted(&text) || ran_no_tests(&text) {
         return VerificationOutcome::Unknown;
     }
     // A pipe (`tsc | grep error`, `… | tail`) reports the exit of its last command: what the
@@ -795,6 +795,19 @@ fn strong_failure_marker(text: &str) -> bool {
         .expect("valid regex")
     });
     RE.is_match(text)
+}
+
+/// A test run that selected no test (`go test -run X` matching none, pytest collecting
+/// nothing): it shows nothing about the work, so it has no outcome.
+fn ran_no_tests(text: &str) -> bool {
+    let none = text.contains("no tests to run")
+        || text.contains("no tests ran in")
+        || text.contains("No tests found");
+    // `go test ./...` where one package ran tests and another none ran tests.
+    let some_package_ran = text
+        .lines()
+        .any(|l| l.starts_with("ok ") && !l.contains("[no test"));
+    none && !some_package_ran && !text.contains("--- PASS") && !text.contains(" passed")
 }
 
 /// A run the user or the harness stopped: it has no outcome.
@@ -1019,6 +1032,34 @@ mod tests {
             is_error: false,
             exit_code,
         }));
+    }
+
+    /// A run that selected no test says nothing about the work: no outcome, whatever its exit.
+    #[test]
+    fn a_test_run_that_ran_no_tests_has_no_outcome() {
+        let r = |text: &str| ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            exit_code: Some(0),
+        };
+        for none in [
+            "testing: warning: no tests to run\nPASS\nok  \tgithub.com/x/cli/integration_test\t0.412s [no tests to run]",
+            "collected 0 items\n\n============ no tests ran in 0.01s ============",
+        ] {
+            assert_eq!(result_outcome(&r(none)), VerificationOutcome::Unknown, "{none}");
+        }
+        for ran in [
+            "=== RUN   TestA\n--- PASS: TestA (0.00s)\nok  \tx\t0.1s",
+            "ok  \tx/a\t0.3s\nok  \tx/b\t0.1s [no tests to run]",
+        ] {
+            assert_eq!(
+                result_outcome(&r(ran)),
+                VerificationOutcome::Passed,
+                "{ran}"
+            );
+        }
     }
 
     /// An editable install, a publish and a CLI's dry run fail by what they print too: pip's
