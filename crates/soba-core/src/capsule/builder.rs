@@ -1047,10 +1047,25 @@ pub fn build_state(
                 &after_words[after_words.len() - 1].line,
                 workspace.as_deref(),
             );
-            let step = format!(
-                "The agent acted on its plan \"{}\" (last action: {last_action}): check what that left undone and carry on from there, without redoing it",
-                clip_start(&one_line(text), LAST_WORDS_CHARS / 2)
-            );
+            // A commit last closes the plan: what is left is the next piece of the work.
+            let committed = after_words.last().is_some_and(|a| {
+                a.finished
+                    && a.failure.is_none()
+                    && a.command
+                        .as_deref()
+                        .is_some_and(|c| c.contains("git commit"))
+            });
+            let step = if committed {
+                format!(
+                    "The agent carried out its plan \"{}\" and committed it (last action: {last_action}): go on to the next piece of the work, without redoing it",
+                    clip_start(&one_line(text), LAST_WORDS_CHARS / 2)
+                )
+            } else {
+                format!(
+                    "The agent acted on its plan \"{}\" (last action: {last_action}): check what that left undone and carry on from there, without redoing it",
+                    clip_start(&one_line(text), LAST_WORDS_CHARS / 2)
+                )
+            };
             sources.add(&step, id);
             Some(step)
         }
@@ -1867,6 +1882,38 @@ mod tests {
             "{:?}",
             s.next_steps
         );
+        assert!(
+            s.next_steps[0].starts_with("The agent carried out its plan \"You're right")
+                && s.next_steps[0].contains("and committed it")
+                && s.next_steps[0].contains("go on to the next piece of the work"),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_plan_the_agent_carried_out_and_committed_points_to_the_next_piece_of_work() {
+        let mut b = Builder::new();
+        b.user("Work through the refactor plan in docs/refactor.md, committing each package");
+        b.assistant("Now update the checkboxes for WP9 and WP10:");
+        b.call("e", "Edit", json!({"file_path": "/ws/docs/refactor.md"}));
+        b.result("e", "ok");
+        b.bash("c", "git add -A && git commit -m \"WP9+WP10\"");
+        b.result("c", "[main 1a2b3c] WP9+WP10");
+        let s = state_of(&b);
+        assert!(
+            s.next_steps[0].starts_with("The agent carried out its plan")
+                && !s.next_steps[0].contains("check what that left undone"),
+            "{:?}",
+            s.next_steps
+        );
+        // Not committed: what the plan left undone is still to check.
+        let mut b = Builder::new();
+        b.user("Work through the refactor plan in docs/refactor.md, committing each package");
+        b.assistant("Now update the checkboxes for WP9 and WP10:");
+        b.call("e", "Edit", json!({"file_path": "/ws/docs/refactor.md"}));
+        b.result("e", "ok");
+        let s = state_of(&b);
         assert!(
             s.next_steps[0].starts_with("The agent acted on its plan"),
             "{:?}",
