@@ -1115,7 +1115,20 @@ pub fn build_state(
     // What the user said to do once the work is done ("When you've completed your work, you
     // MUST submit …"), until it is.
     if in_progress {
-        for (id, m) in &h.messages {
+        // A message whose own turn ended on a wrap-up had its "finally" done in that turn.
+        let wrapped_up = |i: usize| {
+            h.turns.iter().any(|t| {
+                t.message == i
+                    && t.calls_after_text == 0
+                    && t.last_text
+                        .as_ref()
+                        .is_some_and(|(_, text)| is_wrap_up(text))
+            })
+        };
+        for (i, (id, m)) in h.messages.iter().enumerate() {
+            if wrapped_up(i) {
+                continue;
+            }
             for step in final_steps(&m.prose) {
                 sources.add(&step, id);
                 next_steps.push(step);
@@ -1916,6 +1929,42 @@ mod tests {
         let s = state_of(&b);
         assert!(
             s.next_steps[0].starts_with("The agent acted on its plan"),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_final_step_whose_turn_wrapped_up_is_done() {
+        let mut b = Builder::new();
+        b.user("Port the modes to AgentSession");
+        b.user("after you are done and committed, remove the old files main.ts and cli.ts");
+        b.call(
+            "r",
+            "Bash",
+            json!({"command": "git rm main.ts cli.ts && git commit -m \"Remove old files\""}),
+        );
+        b.result("r", "ok");
+        b.assistant("Done. Removed main.ts and cli.ts and committed.");
+        b.user("why are we using appendMessage and not queueMessage here?");
+        b.assistant("Let me look at the events:");
+        b.bash("g", "rg -n queueMessage src");
+        b.result("g", "src/a.ts:3: queueMessage");
+        let s = state_of(&b);
+        assert!(
+            !s.next_steps.iter().any(|n| n.starts_with("Finally:")),
+            "{:?}",
+            s.next_steps
+        );
+        // Not wrapped up yet: the final step stands.
+        let mut b = Builder::new();
+        b.user("after you are done and committed, remove the old files main.ts and cli.ts");
+        b.assistant("Starting with the port.");
+        b.call("e", "Edit", json!({"file_path": "/ws/src/a.ts"}));
+        b.result("e", "ok");
+        let s = state_of(&b);
+        assert!(
+            s.next_steps.iter().any(|n| n.starts_with("Finally:")),
             "{:?}",
             s.next_steps
         );
