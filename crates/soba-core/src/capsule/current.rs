@@ -516,8 +516,22 @@ fn clip_start(s: &str, n: usize) -> String {
 }
 
 /// A search's exit status 1: nothing matched, which is no failure.
+/// A search the sandbox or the shell refused ("sandbox denied exec error, exit code: 1", "No
+/// such file or directory") did fail, whatever its exit status: it never looked.
 fn looker_found_nothing(r: &ToolResultEntry, text: &str) -> bool {
-    r.exit_code == Some(1) || text.contains("exited with code 1") || text.trim().is_empty()
+    let lower = text.to_ascii_lowercase();
+    let refused = [
+        "denied",
+        "sandbox",
+        "no such file",
+        "not found",
+        "permission",
+        "error",
+    ]
+    .iter()
+    .any(|m| lower.contains(m));
+    !refused
+        && (r.exit_code == Some(1) || text.contains("exited with code 1") || text.trim().is_empty())
 }
 
 /// The last failure among `actions` that nothing after it superseded: no later run of the
@@ -726,6 +740,21 @@ mod tests {
         );
         assert_eq!(a.line, "looked with `rg -n invalidate src`");
         assert!(a.failure.is_none());
+    }
+
+    #[test]
+    fn a_search_the_sandbox_refused_failed_though_it_exited_one() {
+        let r = result("sandbox denied exec error, exit code: 1", true, Some(1));
+        let a = describe_call(
+            "exec_command",
+            &json!({"cmd": "rg \"Chart|Graph\" src/app"}),
+            Some(&r),
+        );
+        assert_eq!(
+            a.line,
+            "ran `rg \"Chart|Graph\" src/app` — failed: \"sandbox denied exec error, exit code: 1\""
+        );
+        assert!(!folds(&a), "a refused search is no look to fold away");
     }
 
     #[test]
