@@ -629,14 +629,8 @@ pub fn score(
     );
 
     // Open work: active and pending items; a task the capsule lists only as a next step is
-    // found too. The current work's lines record what was just done, not open tasks.
-    let open_items: Vec<String> = state
-        .active
-        .iter()
-        .chain(&state.pending)
-        .filter(|i| !i.starts_with(soba_core::capsule::current::CURRENT_WORK))
-        .cloned()
-        .collect();
+    // found too. The current work records what was just done, not open tasks.
+    let open_items: Vec<String> = state.active.iter().chain(&state.pending).cloned().collect();
     let open_or_next: Vec<&Matcher> = gold.open_tasks.iter().chain(&gold.next_step).collect();
     let stale: Vec<(&Matcher, &str)> = gold.stale.iter().map(|m| (m, "already done")).collect();
     let mut open_recall_items = open_items.clone();

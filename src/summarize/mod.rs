@@ -119,6 +119,7 @@ pub async fn summarize_with_fallback(
             // the facts contradict are corrected from them.
             let unknown = response::vet_paths(&mut state, &response::Grounding::of(req));
             let mut corrections = response::vet_claims(&mut state, &req.shown_artifacts());
+            response::fill_current_work(&mut state, req.current_work());
             corrections.unknown_paths = unknown.len() as u32;
             if let Some(b) = breaker {
                 b.record_success();

@@ -57,6 +57,9 @@ only where the history states one, otherwise \"\".
 root cause, a hypothesis ruled out and why, how a part works, the options under discussion.
 - errors (list of {\"error\": string, \"fix\": string}): errors met on the way, each with the \
 exact message or symptom and what fixed it; the fix \"\" while it is not fixed.
+- currentWork (list of strings): what the agent was doing right before the history ends: its \
+last words, then what it did after them, one item per action with its outcome (a failure with \
+its message). Take it from the recorded current work where the facts have one.
 - blockers (list of strings): problems still open at the end: a failing check with its error, a \
 question the user has not answered, a missing permission. Leave out problems that were solved.
 - nextSteps (list of strings): the concrete actions to take next, in order; the first is the \
@@ -84,7 +87,7 @@ pub const REPLY_REMINDER: &str = "\
 ## Your reply
 Think in <analysis>…</analysis> first if it helps (it is discarded), then write one JSON object \
 with the keys goal, requests, constraints, completed, active, pending, decisions, findings, \
-errors, blockers, nextSteps, and nothing after it. Never contradict the recorded facts (check \
+errors, currentWork, blockers, nextSteps, and nothing after it. Never contradict the recorded facts (check \
 outcomes, deleted files); name only files and commands shown above; findings hold root causes, \
 hypotheses ruled out and how the system works; errors are {\"error\", \"fix\"}; the first \
 nextSteps item continues from the latest exchange.";
@@ -125,6 +128,9 @@ pub struct HistoryFacts {
     /// User messages left out of `user_messages` (the oldest ones) to keep within the budget.
     pub omitted: usize,
     pub latest: Option<LatestExchange>,
+    /// What the agent was doing when the history ends, read from its calls and what they
+    /// printed: its last words, then one line per action after them.
+    pub current_work: Vec<String>,
 }
 
 /// How many tokens the user's messages and the latest exchange may take in the facts.
@@ -228,12 +234,70 @@ impl HistoryFacts {
             });
         }
         kept.reverse();
+        let after_request = typed.last().map_or(0, |(at, _)| at + 1);
         HistoryFacts {
+            current_work: current_work_of(&history[after_request..])
+                .into_iter()
+                .map(clean)
+                .collect(),
             omitted: typed.len() - kept.len(),
             user_messages: kept,
             latest,
         }
     }
+}
+
+/// The current work of a turn (`turn`: the messages after its user message): when calls came
+/// after the agent's last words, those words and one line per call with the outcome its
+/// result shows. A turn that ended on the agent's words has none: its work is done or handed
+/// back to the user.
+pub fn current_work_of(turn: &[ModelMessage]) -> Vec<String> {
+    use soba_core::capsule::current::{current_work, describe_call, shell_script, usual_cd};
+    use soba_core::session::entry::ToolResultEntry;
+    let results: Vec<ToolResultEntry> = turn
+        .iter()
+        .filter(|m| m.role == "tool")
+        .filter_map(|m| {
+            Some(ToolResultEntry {
+                call_id: m.tool_call_id.clone()?,
+                tool_name: None,
+                content: m.content.clone(),
+                is_error: m.is_error.unwrap_or(false),
+                exit_code: None,
+            })
+        })
+        .collect();
+    let mut words: Option<String> = None;
+    let mut calls: Vec<(&String, &String, &serde_json::Value, bool)> = Vec::new();
+    for m in turn.iter().filter(|m| m.role == "assistant") {
+        for b in &m.content {
+            match b {
+                ContentBlock::Text { text, .. } if !text.trim().is_empty() => {
+                    words = Some(text.clone());
+                    for c in &mut calls {
+                        c.3 = false;
+                    }
+                }
+                ContentBlock::ToolCall {
+                    id, name, input, ..
+                } => {
+                    calls.push((id, name, input, true));
+                }
+                _ => {}
+            }
+        }
+    }
+    let describe = |(id, name, input, _): &(&String, &String, &serde_json::Value, bool)| {
+        describe_call(name, input, results.iter().find(|r| &r.call_id == *id))
+    };
+    let after: Vec<_> = calls.iter().filter(|c| c.3).map(describe).collect();
+    if after.is_empty() {
+        return Vec::new();
+    }
+    let all: Vec<_> = calls.iter().map(describe).collect();
+    let scripts: Vec<String> = calls.iter().filter_map(|c| shell_script(c.2)).collect();
+    let workspace = usual_cd(scripts.iter().map(String::as_str));
+    current_work(words.as_deref(), &after, &all, workspace.as_deref())
 }
 
 /// A line of code or of a log rather than of prose.
@@ -551,6 +615,14 @@ fn render_facts(a: &Artifacts, facts: &HistoryFacts) -> String {
             .unwrap_or_default();
         // Continuation lines indented under their item.
         out.push_str(&format!("\n- {id}{}", m.text.replace('\n', "\n  ")));
+    }
+    if !facts.current_work.is_empty() {
+        out.push_str(
+            "\nCurrent work (the agent's last words, then its calls since, with the outcome each printed):",
+        );
+        for line in &facts.current_work {
+            out.push_str(&format!("\n- {line}"));
+        }
     }
     out
 }
@@ -1057,6 +1129,61 @@ mod tests {
         }
     }
 
+    fn call(id: &str, command: &str) -> ModelMessage {
+        ModelMessage {
+            role: "assistant".into(),
+            content: vec![ContentBlock::ToolCall {
+                id: format!("call-{id}"),
+                name: "Bash".into(),
+                input: Box::new(serde_json::json!({ "command": command })),
+                extra: Default::default(),
+            }],
+            tool_call_id: None,
+            is_error: None,
+            entry_id: Some(id.into()),
+        }
+    }
+
+    fn tool_result(id: &str, text: &str, is_error: bool) -> ModelMessage {
+        ModelMessage {
+            role: "tool".into(),
+            tool_call_id: Some(format!("call-{id}")),
+            is_error: Some(is_error),
+            ..user_message(&format!("{id}r"), text)
+        }
+    }
+
+    #[test]
+    fn the_facts_carry_the_current_work_read_from_the_calls_after_the_agents_last_words() {
+        let history = vec![
+            user_message("e1", "Make the example run"),
+            assistant_text("e2", "Now I'm running the example with --dry-run."),
+            call("e3", "bun agentv eval ex.yaml --dry-run"),
+            tool_result("e3", "error: unknown option '--dry-run'", true),
+        ];
+        let facts = HistoryFacts::of(&history);
+        assert_eq!(
+            facts.current_work,
+            vec![
+                "The agent's last words: \"Now I'm running the example with --dry-run.\"".to_string(),
+                "ran `bun agentv eval ex.yaml --dry-run` — failed: \"error: unknown option '--dry-run'\"".to_string(),
+            ]
+        );
+        let rendered = render_facts(&Artifacts::default(), &facts);
+        assert!(
+            rendered.contains("Current work (") && rendered.contains("- ran `bun agentv eval"),
+            "{rendered}"
+        );
+        // A turn that ended on the agent's words has no current work: it is done or handed back.
+        let ended = vec![
+            user_message("e1", "Make the example run"),
+            call("e2", "make"),
+            tool_result("e2", "ok", false),
+            assistant_text("e3", "It runs now."),
+        ];
+        assert!(HistoryFacts::of(&ended).current_work.is_empty());
+    }
+
     #[test]
     fn the_latest_exchange_is_quoted_after_the_history_then_the_reply_instruction() {
         let history = vec![
@@ -1098,7 +1225,13 @@ mod tests {
             "The user [e3]:\n> Should we keep the old API?\nThe agent's last words [e4]:\n> Two options"
         ));
         assert!(p.user.ends_with(REPLY_REMINDER));
-        for key in ["findings", "errors", "nextSteps", "<analysis>"] {
+        for key in [
+            "findings",
+            "errors",
+            "currentWork",
+            "nextSteps",
+            "<analysis>",
+        ] {
             assert!(REPLY_REMINDER.contains(key), "{key}");
             assert!(SYSTEM_PROMPT.contains(key), "{key}");
         }

@@ -159,13 +159,14 @@ pub fn validate_state(state: &CapsuleState) -> Result<(), String> {
     if state.goal.trim().is_empty() {
         return Err("the model's capsule has an empty goal".into());
     }
-    let lists: [(&str, &Vec<String>); 8] = [
+    let lists: [(&str, &Vec<String>); 9] = [
         ("requests", &state.requests),
         ("constraints", &state.constraints),
         ("completed", &state.completed),
         ("active", &state.active),
         ("pending", &state.pending),
         ("findings", &state.findings),
+        ("currentWork", &state.current_work),
         ("blockers", &state.blockers),
         ("nextSteps", &state.next_steps),
     ];
@@ -469,13 +470,14 @@ pub fn vet_paths(state: &mut CapsuleState, grounding: &Grounding) -> Vec<String>
             goal_unknown.join(", ")
         );
     }
-    let lists: [(&str, &mut Vec<String>); 8] = [
+    let lists: [(&str, &mut Vec<String>); 9] = [
         ("requests", &mut state.requests),
         ("constraints", &mut state.constraints),
         ("completed", &mut state.completed),
         ("active", &mut state.active),
         ("pending", &mut state.pending),
         ("findings", &mut state.findings),
+        ("currentWork", &mut state.current_work),
         ("blockers", &mut state.blockers),
         ("nextSteps", &mut state.next_steps),
     ];
@@ -682,9 +684,18 @@ fn same_file(a: &str, b: &str) -> bool {
     a == b || ends_with_segments(a, b) || ends_with_segments(b, a)
 }
 
+/// The model's current work, filled from the one the facts recorded (`recorded`, read from the
+/// calls and what they printed) where the model left it empty: the agent that continues must
+/// see what was just done and how it came out, whatever the model chose to say.
+pub fn fill_current_work(state: &mut CapsuleState, recorded: Vec<String>) {
+    if state.current_work.is_empty() {
+        state.current_work = recorded;
+    }
+}
+
 /// Check the model's claims about checks and deletions against the `facts` it was shown, and
-/// correct what they contradict. Only reports are checked: `completed`, `active`, `findings`
-/// and `blockers` (plans, requests and rules speak of what should happen, not of what did).
+/// correct what they contradict. Only reports are checked: `completed`, `active`, `findings`,
+/// `currentWork` and `blockers` (plans, requests and rules speak of what should happen, not of what did).
 ///
 /// - An item that says a check passed when its last run failed, or failed when its last run
 ///   passed (and nothing was edited since, which would make a failure plausible), is dropped;
@@ -733,6 +744,7 @@ pub fn vet_claims(state: &mut CapsuleState, facts: &Artifacts) -> Corrections {
         &mut state.completed,
         &mut state.active,
         &mut state.findings,
+        &mut state.current_work,
         &mut state.blockers,
     ] {
         items.retain(|item| {
@@ -1045,6 +1057,26 @@ mod claim_tests {
     }
 
     #[test]
+    fn a_model_capsule_without_current_work_gets_the_recorded_one_and_keeps_its_own() {
+        let recorded = vec!["ran `make` — failed: \"error: no rule\"".to_string()];
+        let mut silent = CapsuleState {
+            goal: "g".into(),
+            ..Default::default()
+        };
+        fill_current_work(&mut silent, recorded.clone());
+        assert_eq!(silent.current_work, recorded);
+        let mut spoke = CapsuleState {
+            goal: "g".into(),
+            current_work: vec!["fixing the Makefile rule".into()],
+            ..Default::default()
+        };
+        fill_current_work(&mut spoke, recorded);
+        assert_eq!(spoke.current_work, vec!["fixing the Makefile rule"]);
+        let err = parse_capsule_state(r#"{"goal":"g","currentWork":[" "]}"#).unwrap_err();
+        assert!(err.contains("`currentWork`"), "{err}");
+    }
+
+    #[test]
     fn findings_and_errors_are_read_and_validated() {
         let s = parse_capsule_state(
             r#"{"goal":"g","findings":["the cache key ignores the locale"],"errors":[{"error":"E0308 in parse()","fix":"return Option"}]}"#,
@@ -1100,6 +1132,25 @@ mod claim_tests {
         assert_eq!(state.findings, vec!["cargo clippy fails on the new module"]);
         // Plans are not reports.
         assert_eq!(state.next_steps, vec!["Run mise run lint until it passes"]);
+    }
+
+    #[test]
+    fn a_current_work_line_the_facts_contradict_is_dropped_and_the_failure_kept() {
+        let mut state = CapsuleState {
+            goal: "g".into(),
+            current_work: vec![
+                "ran `mise run lint` — it passes now".into(),
+                "edited src/parser.rs".into(),
+            ],
+            ..Default::default()
+        };
+        let c = vet_claims(&mut state, &facts());
+        assert_eq!(c.check_outcomes, 1);
+        assert_eq!(state.current_work, vec!["edited src/parser.rs"]);
+        assert_eq!(
+            state.blockers,
+            vec!["`mise run lint` failed on its last run"]
+        );
     }
 
     #[test]

@@ -48,6 +48,23 @@ impl SummaryRequest {
         )
     }
 
+    /// What the agent was doing when the history ends, from its calls after the last user
+    /// message and what they printed.
+    pub fn current_work(&self) -> Vec<String> {
+        let after_request = self
+            .history
+            .iter()
+            .rposition(|m| {
+                m.role == "user"
+                    && soba_core::capsule::requests::typed_text(
+                        &soba_core::session::entry::blocks_text(&m.content),
+                    )
+                    .is_some()
+            })
+            .map_or(0, |at| at + 1);
+        prompt::current_work_of(&self.history[after_request..])
+    }
+
     /// The artifacts the model is shown: none it cannot see in the history or the previous
     /// capsule.
     pub fn shown_artifacts(&self) -> Artifacts {

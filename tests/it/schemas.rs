@@ -112,6 +112,7 @@ fn capsule() -> CapsuleEntry {
                 rationale: "y".into(),
             }],
             findings: vec!["f".into()],
+            current_work: vec!["ran `cargo test` — succeeded".into()],
             errors: vec![ErrorFix {
                 error: "e".into(),
                 fix: "x".into(),

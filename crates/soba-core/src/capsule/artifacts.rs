@@ -715,7 +715,7 @@ fn still_running(text: &str) -> bool {
 /// A run whose result says it is still going has no outcome yet: `unknown`, never `passed`.
 pub fn result_outcome(r: &ToolResultEntry) -> VerificationOutcome {
     let text = blocks_text(&r.content);
-    if aborted(&text) {
+    if aborted(&text) || ran_no_tests(&text) {
         return VerificationOutcome::Unknown;
     }
     // A pipe (`tsc | grep error`, `… | tail`) reports the exit of its last command: what the
@@ -782,7 +782,9 @@ fn strong_failure_marker(text: &str) -> bool {
             r"|^\s*(?:\S+ )?[1-9][0-9]* problems? \(|^[1-9][0-9]* issues?(?: found)?[:.]?\s*$",
             // Package managers and task runners: npm, pnpm, yarn, make, mise, task, just,
             // gradle/maven.
-            r"|npm ERR!|(?-u:\b)ERR_PNPM_[A-Za-z0-9_]+|^error Command failed with exit code [1-9]|(?-u:\b)ELIFECYCLE(?-u:\b)",
+            r"|npm ERR!|^npm error |(?-u:\b)ERR_PNPM_[A-Za-z0-9_]+|^error Command failed with exit code [1-9]|(?-u:\b)ELIFECYCLE(?-u:\b)",
+            // pip's failures (its warnings say WARNING); a CLI that rejected its arguments.
+            r"|^ERROR: |^error: (?:unknown|unexpected|missing required) (?:option|argument|command)|^\s*\^? ?Unknown arguments?(?-u:\b)",
             r"|^make(?:\[[0-9]+\])?: \*\*\* .*Error [0-9]+|(?-u:\b)ERROR(?-u:\b)[^\n]*(?-u:\b)(?:task|command|recipe|job) failed(?-u:\b)",
             r"|^error: Recipe `[^`]*` failed|^task: Failed to run task|BUILD FAILURE|^FAILURE: Build failed",
             r"|^error: command '[^']*' failed|(?-u:\b)failed with exit (?:code|status) [1-9]",
@@ -793,6 +795,19 @@ fn strong_failure_marker(text: &str) -> bool {
         .expect("valid regex")
     });
     RE.is_match(text)
+}
+
+/// A test run that selected no test (`go test -run X` matching none, pytest collecting
+/// nothing): it shows nothing about the work, so it has no outcome.
+fn ran_no_tests(text: &str) -> bool {
+    let none = text.contains("no tests to run")
+        || text.contains("no tests ran in")
+        || text.contains("No tests found");
+    // `go test ./...` where one package ran tests and another none ran tests.
+    let some_package_ran = text
+        .lines()
+        .any(|l| l.starts_with("ok ") && !l.contains("[no test"));
+    none && !some_package_ran && !text.contains("--- PASS") && !text.contains(" passed")
 }
 
 /// A run the user or the harness stopped: it has no outcome.
@@ -1017,6 +1032,71 @@ mod tests {
             is_error: false,
             exit_code,
         }));
+    }
+
+    /// A run that selected no test says nothing about the work: no outcome, whatever its exit.
+    #[test]
+    fn a_test_run_that_ran_no_tests_has_no_outcome() {
+        let r = |text: &str| ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            exit_code: Some(0),
+        };
+        for none in [
+            "testing: warning: no tests to run\nPASS\nok  \tgithub.com/x/cli/integration_test\t0.412s [no tests to run]",
+            "collected 0 items\n\n============ no tests ran in 0.01s ============",
+        ] {
+            assert_eq!(result_outcome(&r(none)), VerificationOutcome::Unknown, "{none}");
+        }
+        for ran in [
+            "=== RUN   TestA\n--- PASS: TestA (0.00s)\nok  \tx\t0.1s",
+            "ok  \tx/a\t0.3s\nok  \tx/b\t0.1s [no tests to run]",
+        ] {
+            assert_eq!(
+                result_outcome(&r(ran)),
+                VerificationOutcome::Passed,
+                "{ran}"
+            );
+        }
+    }
+
+    /// An editable install, a publish and a CLI's dry run fail by what they print too: pip's
+    /// `ERROR:` lines, npm's `npm error`, a rejected option — though a pipe reported 0.
+    #[test]
+    fn an_install_a_publish_and_a_dry_run_fail_by_what_they_printed() {
+        let r = |text: &str| ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            exit_code: Some(0),
+        };
+        for failed in [
+            "Obtaining file:///testbed\nERROR: Could not build wheels for astropy",
+            "npm error code E403\nnpm error 403 Forbidden - PUT https://registry.npmjs.org/pkg",
+            "Usage: agentv eval [options]\nerror: unknown option '--dry-run'",
+            "error: found 1 error\n  agentv eval run x.yaml --dry-run\n  ^ Unknown arguments",
+        ] {
+            assert_eq!(
+                result_outcome(&r(failed)),
+                VerificationOutcome::Failed,
+                "{failed}"
+            );
+        }
+        for passed in [
+            "Successfully installed astropy-4.3",
+            "WARNING: pip is out of date\nSuccessfully installed astropy-4.3",
+            "+ pkg@1.2.0",
+            "Dry run: 3 cases would run",
+        ] {
+            assert_eq!(
+                result_outcome(&r(passed)),
+                VerificationOutcome::Passed,
+                "{passed}"
+            );
+        }
     }
 
     /// What a check printed decides over an exit status of 0 that a task runner, a wrapper or

@@ -20,7 +20,10 @@ type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use serde_json::Value;
 
 use super::artifacts::result_outcome;
-use super::current::{describe_call, shell_script, standing_failure, Action, CURRENT_WORK};
+use super::current::{
+    current_work, describe_call, shell_script, standing_failure, usual_cd, without_workspace_cd,
+    Action,
+};
 use super::decisions::stated_decisions;
 use super::findings::{
     chosen_option, offered_options, proposal, proposed_section, revises, sentence_before_offer,
@@ -236,6 +239,7 @@ impl Sources {
             &s.active,
             &s.pending,
             &s.findings,
+            &s.current_work,
             &s.blockers,
             &s.next_steps,
         ] {
@@ -997,27 +1001,31 @@ pub fn build_state(
     // is still ahead.
     let acted_since_words = after_words.iter().any(|a| a.finished);
     // A finished turn's work is in Completed; the current work is that of a turn in progress.
+    let scripts: Vec<String> = work_calls
+        .iter()
+        .filter_map(|(_, _, input, _)| shell_script(input))
+        .collect();
+    let workspace = usual_cd(scripts.iter().map(String::as_str));
     let current_work = if !in_progress {
         Vec::new()
     } else {
-        current_work_lines(
+        current_work(
             last_text.map(|(_, t)| t.as_str()),
             &after_words,
             &turn_actions
                 .iter()
                 .map(|(a, _)| a.clone())
                 .collect::<Vec<_>>(),
+            workspace.as_deref(),
         )
     };
     let current_source = last_turn
         .and_then(|t| t.last_text.as_ref().map(|(id, _)| *id))
         .or_else(|| h.messages.last().map(|(id, _)| *id));
-    for line in current_work.iter().rev() {
-        if let Some(id) = current_source {
+    if let Some(id) = current_source {
+        for line in &current_work {
             sources.add(line, id);
         }
-        active.items.insert(0, line.clone());
-        active.seen.insert(line.clone());
     }
     // The next step from where the work truly stands: a failure after the agent's last words
     // is what to fix; a plan the calls since began is carried on from the last action, not
@@ -1035,11 +1043,29 @@ pub fn build_state(
             Some(step)
         }
         (true, Some((id, text)), None) if acted_since_words => {
-            let last_action = &after_words[after_words.len() - 1].line;
-            let step = format!(
-                "The agent acted on its plan \"{}\" (last action: {last_action}): check what that left undone and carry on from there, without redoing it",
-                clip_start(&one_line(text), LAST_WORDS_CHARS / 2)
+            let last_action = without_workspace_cd(
+                &after_words[after_words.len() - 1].line,
+                workspace.as_deref(),
             );
+            // A commit last closes the plan: what is left is the next piece of the work.
+            let committed = after_words.last().is_some_and(|a| {
+                a.finished
+                    && a.failure.is_none()
+                    && a.command
+                        .as_deref()
+                        .is_some_and(|c| c.contains("git commit"))
+            });
+            let step = if committed {
+                format!(
+                    "The agent carried out its plan \"{}\" and committed it (last action: {last_action}): go on to the next piece of the work, without redoing it",
+                    clip_start(&one_line(text), LAST_WORDS_CHARS / 2)
+                )
+            } else {
+                format!(
+                    "The agent acted on its plan \"{}\" (last action: {last_action}): check what that left undone and carry on from there, without redoing it",
+                    clip_start(&one_line(text), LAST_WORDS_CHARS / 2)
+                )
+            };
             sources.add(&step, id);
             Some(step)
         }
@@ -1062,8 +1088,24 @@ pub fn build_state(
         }
         _ => None,
     };
-    // The request the turn works on, after the agent's words: what "done" means for it.
-    if in_progress && !failed_since && failure_after_words.is_none() {
+    // The request the turn works on, after the agent's words: what "done" means for it —
+    // while it is open. A question is not: one still unanswered has its own step, and one the
+    // agent answered and then changed files after was taken up as work the current work shows.
+    let question_open_or_moved_past = focus.is_some_and(|(_, m)| {
+        m.intent == Intent::Question
+            && (last_turn.is_none_or(|t| t.last_text.is_none())
+                || after_words
+                    .iter()
+                    .chain(turn_actions.iter().map(|(a, _)| a))
+                    .any(|a| {
+                        a.edits
+                            || a.command
+                                .as_deref()
+                                .is_some_and(|c| c.contains("git commit"))
+                    }))
+    });
+    if in_progress && !failed_since && failure_after_words.is_none() && !question_open_or_moved_past
+    {
         if let Some((id, m)) = focus {
             let step = format!("Continue: {}", one_line(&goal_line(&asked(m))));
             sources.add(&step, id);
@@ -1073,7 +1115,20 @@ pub fn build_state(
     // What the user said to do once the work is done ("When you've completed your work, you
     // MUST submit …"), until it is.
     if in_progress {
-        for (id, m) in &h.messages {
+        // A message whose own turn ended on a wrap-up had its "finally" done in that turn.
+        let wrapped_up = |i: usize| {
+            h.turns.iter().any(|t| {
+                t.message == i
+                    && t.calls_after_text == 0
+                    && t.last_text
+                        .as_ref()
+                        .is_some_and(|(_, text)| is_wrap_up(text))
+            })
+        };
+        for (i, (id, m)) in h.messages.iter().enumerate() {
+            if wrapped_up(i) {
+                continue;
+            }
             for step in final_steps(&m.prose) {
                 sources.add(&step, id);
                 next_steps.push(step);
@@ -1115,11 +1170,23 @@ pub fn build_state(
             Some(d) => format!("`{}` fails: {d}", v.command),
             None => format!("`{}` fails", v.command),
         };
+        let item = if v.edited_since {
+            format!("{item} ({NOT_RERUN})")
+        } else {
+            item
+        };
         sources.add(&item, &v.entry_id);
         blockers.push(item);
-        let step = format!("Make `{}` pass", v.command);
-        sources.add(&step, &v.entry_id);
-        next_steps.push(step);
+        // A check the agent's last words turned away from ("the build fails on Cython; let me
+        // try a different approach") stays a blocker, but making it pass is a dead end.
+        let ran_at = h.call_position.get(v.entry_id.as_str()).copied();
+        let turned_away = words_at.is_some_and(|w| ran_at.is_some_and(|r| r < w))
+            && last_text.is_some_and(|(_, t)| turns_away(t));
+        if !turned_away {
+            let step = format!("Make `{}` pass", v.command);
+            sources.add(&step, &v.entry_id);
+            next_steps.push(step);
+        }
     }
     for (item, id) in recent_tool_errors(&h) {
         sources.add(&item, id);
@@ -1207,11 +1274,22 @@ pub fn build_state(
     let findings = findings.newest(MAX_FINDINGS);
 
     // Errors met and fixed: a check that failed and then passed, with what the agent said.
-    let mut errors: Vec<ErrorFix> = prev.map(|p| p.errors.clone()).unwrap_or_default();
+    // Each says what the check's last run says: one fixed once and failing again is not fixed.
+    let mut errors: Vec<ErrorFix> = Vec::new();
+    for e in prev.map(|p| p.errors.clone()).unwrap_or_default() {
+        let agreed = agree_with_last_run(e.clone(), &artifacts.verification);
+        if agreed.error != e.error {
+            for id in sources.0.get(&e.error).cloned().unwrap_or_default() {
+                sources.add(&agreed.error, &id);
+            }
+        }
+        errors.push(agreed);
+    }
     for (e, id) in &h.errors {
+        let e = agree_with_last_run(e.clone(), &artifacts.verification);
         errors.retain(|x| x.error != e.error);
         sources.add(&e.error, id);
-        errors.push(e.clone());
+        errors.push(e);
     }
     let n = errors.len().saturating_sub(MAX_ERRORS);
     errors.drain(..n);
@@ -1247,7 +1325,8 @@ pub fn build_state(
         requests,
         constraints,
         completed,
-        active: active.newest(MAX_STEPS + CURRENT_ACTIONS + 1),
+        active: active.newest(MAX_STEPS),
+        current_work,
         pending: pending.newest(MAX_STEPS),
         decisions,
         findings,
@@ -1262,6 +1341,57 @@ pub fn build_state(
     state
 }
 
+/// Words by which the agent gives up on a way of doing something for another.
+static TURNS_AWAY: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(?i)(?-u:\b)(?:(?:a |an )?different approach|another approach|another way|(?:work|get) around (?:it|this|that)|skip (?:the|this) build|without (?:building|installing))(?-u:\b)")
+        .expect("valid regex")
+});
+
+/// Whether the agent's words turn away from what failed for another way.
+fn turns_away(text: &str) -> bool {
+    TURNS_AWAY.is_match(text)
+}
+
+/// Said of a check whose last run came before files were edited again.
+const NOT_RERUN: &str = "not re-run since the last edit";
+
+/// An error met and fixed, told as the check's last run tells it: a check that passed once
+/// and failed again on its last run is not fixed; a fix whose passing run came before later
+/// edits is not re-run since. The errors list, the blockers and the verification list then
+/// say one thing of each check.
+fn agree_with_last_run(e: ErrorFix, verification: &[Verification]) -> ErrorFix {
+    let Some(checked) = verification
+        .iter()
+        .find(|v| e.error.starts_with(&format!("`{}` failed", v.command)))
+    else {
+        return e;
+    };
+    let family = check_family(&checked.command);
+    let Some(last) = verification
+        .iter()
+        .rev()
+        .find(|v| check_family(&v.command) == family)
+    else {
+        return e;
+    };
+    match last.outcome {
+        VerificationOutcome::Failed if !e.fix.is_empty() => ErrorFix {
+            error: format!(
+                "{} (it passed once since, but its last run, `{}`, failed again)",
+                e.error, last.command
+            ),
+            fix: String::new(),
+        },
+        VerificationOutcome::Passed if last.edited_since && !e.fix.contains(NOT_RERUN) => {
+            ErrorFix {
+                fix: format!("{} ({NOT_RERUN})", e.fix),
+                ..e
+            }
+        }
+        _ => e,
+    }
+}
+
 /// Whether `later` already says what `earlier` says: most of its words of substance are
 /// among the later one's.
 fn says_the_same(later: &str, earlier: &str) -> bool {
@@ -1272,62 +1402,6 @@ fn says_the_same(later: &str, earlier: &str) -> bool {
     let in_later: HashSet<String> = super::work::content_words(later).into_iter().collect();
     let shared = words.iter().filter(|w| in_later.contains(*w)).count();
     shared * 5 >= words.len() * 4
-}
-
-/// Actions shown as the current work: the newest few.
-const CURRENT_ACTIONS: usize = 6;
-/// Characters of the agent's last words quoted in the current work.
-const CURRENT_WORDS_CHARS: usize = 300;
-
-/// The current work's lines: the agent's last words, then what it did after them; when it
-/// did nothing after them, what it did in the turn before them.
-fn current_work_lines(
-    last_words: Option<&str>,
-    after_words: &[Action],
-    turn_actions: &[Action],
-) -> Vec<String> {
-    let newest = |actions: &[Action]| -> Vec<String> {
-        let mut lines: Vec<(String, usize)> = Vec::new();
-        for a in actions {
-            match lines.last_mut() {
-                Some((l, n)) if *l == a.line => *n += 1,
-                _ => lines.push((a.line.clone(), 1)),
-            }
-        }
-        let skip = lines.len().saturating_sub(CURRENT_ACTIONS);
-        lines[skip..]
-            .iter()
-            .map(|(l, n)| {
-                if *n > 1 {
-                    format!("{l} (×{n})")
-                } else {
-                    l.clone()
-                }
-            })
-            .collect()
-    };
-    let words = last_words
-        .map(one_line)
-        .filter(|w| !w.is_empty())
-        .map(|w| clip_start(&w, CURRENT_WORDS_CHARS));
-    let mut out = Vec::new();
-    if !after_words.is_empty() {
-        let when = match &words {
-            Some(w) => {
-                out.push(format!("{CURRENT_WORK}the agent's last words: \"{w}\""));
-                "after those words it "
-            }
-            None => "the agent ",
-        };
-        for l in newest(after_words) {
-            out.push(format!("{CURRENT_WORK}{when}{l}"));
-        }
-    } else if !turn_actions.is_empty() {
-        for l in newest(turn_actions) {
-            out.push(format!("{CURRENT_WORK}before its last words it {l}"));
-        }
-    }
-    out
 }
 
 /// The question the agent's last words put to the user, when they end with one.
@@ -1571,6 +1645,7 @@ pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
     newest(&mut s.pending);
     newest(&mut s.blockers);
     newest(&mut s.findings);
+    newest(&mut s.current_work);
     // Next steps are in order: the first ones are the steps at hand.
     s.next_steps.truncate(TRIMMED_LIST_ITEMS);
     for item in s.next_steps.iter_mut() {
@@ -1779,6 +1854,238 @@ mod tests {
     }
 
     #[test]
+    fn an_unanswered_question_is_answered_not_continued() {
+        let mut b = Builder::new();
+        b.user("Add the auth guard to the settings page");
+        b.assistant("Done: the settings page now checks the session.");
+        b.user("does it get the logged in user from the authStore?");
+        let s = state_of(&b);
+        assert!(
+            s.next_steps
+                .iter()
+                .any(|n| n.starts_with("Answer the user's question: does it get")),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(
+            !s.next_steps.iter().any(|n| n.starts_with("Continue:")),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_question_answered_and_then_worked_past_is_no_request_to_continue() {
+        let mut b = Builder::new();
+        b.user("Refactor the session into AgentSession, one work package at a time");
+        b.assistant("WP1 done.");
+        b.user("why does unsubscribe clear the event listeners? they should survive a reset, no?");
+        b.assistant("You're right, they should survive. I'll keep them and go on with WP9.");
+        b.call(
+            "e",
+            "Edit",
+            json!({"file_path": "/ws/src/agent-session.ts"}),
+        );
+        b.result("e", "ok");
+        b.bash("c", "git add -A && git commit -m \"WP9\"");
+        b.result("c", "[main 1a2b3c] WP9");
+        let s = state_of(&b);
+        assert!(
+            !s.next_steps.iter().any(|n| n.starts_with("Continue:")),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(
+            s.next_steps[0].starts_with("The agent carried out its plan \"You're right")
+                && s.next_steps[0].contains("and committed it")
+                && s.next_steps[0].contains("go on to the next piece of the work"),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_plan_the_agent_carried_out_and_committed_points_to_the_next_piece_of_work() {
+        let mut b = Builder::new();
+        b.user("Work through the refactor plan in docs/refactor.md, committing each package");
+        b.assistant("Now update the checkboxes for WP9 and WP10:");
+        b.call("e", "Edit", json!({"file_path": "/ws/docs/refactor.md"}));
+        b.result("e", "ok");
+        b.bash("c", "git add -A && git commit -m \"WP9+WP10\"");
+        b.result("c", "[main 1a2b3c] WP9+WP10");
+        let s = state_of(&b);
+        assert!(
+            s.next_steps[0].starts_with("The agent carried out its plan")
+                && !s.next_steps[0].contains("check what that left undone"),
+            "{:?}",
+            s.next_steps
+        );
+        // Not committed: what the plan left undone is still to check.
+        let mut b = Builder::new();
+        b.user("Work through the refactor plan in docs/refactor.md, committing each package");
+        b.assistant("Now update the checkboxes for WP9 and WP10:");
+        b.call("e", "Edit", json!({"file_path": "/ws/docs/refactor.md"}));
+        b.result("e", "ok");
+        let s = state_of(&b);
+        assert!(
+            s.next_steps[0].starts_with("The agent acted on its plan"),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_final_step_whose_turn_wrapped_up_is_done() {
+        let mut b = Builder::new();
+        b.user("Port the modes to AgentSession");
+        b.user("after you are done and committed, remove the old files main.ts and cli.ts");
+        b.call(
+            "r",
+            "Bash",
+            json!({"command": "git rm main.ts cli.ts && git commit -m \"Remove old files\""}),
+        );
+        b.result("r", "ok");
+        b.assistant("Done. Removed main.ts and cli.ts and committed.");
+        b.user("why are we using appendMessage and not queueMessage here?");
+        b.assistant("Let me look at the events:");
+        b.bash("g", "rg -n queueMessage src");
+        b.result("g", "src/a.ts:3: queueMessage");
+        let s = state_of(&b);
+        assert!(
+            !s.next_steps.iter().any(|n| n.starts_with("Finally:")),
+            "{:?}",
+            s.next_steps
+        );
+        // Not wrapped up yet: the final step stands.
+        let mut b = Builder::new();
+        b.user("after you are done and committed, remove the old files main.ts and cli.ts");
+        b.assistant("Starting with the port.");
+        b.call("e", "Edit", json!({"file_path": "/ws/src/a.ts"}));
+        b.result("e", "ok");
+        let s = state_of(&b);
+        assert!(
+            s.next_steps.iter().any(|n| n.starts_with("Finally:")),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn a_turn_ending_on_a_question_to_the_user_waits_for_the_answer() {
+        let mut b = Builder::new();
+        b.user("Clean up the stale issues");
+        b.assistant("I found 14 stale issues. Which labels mark an issue as still wanted?");
+        let s = state_of(&b);
+        assert_eq!(
+            s.next_steps.first().map(String::as_str),
+            Some("The agent asked the user \"Which labels mark an issue as still wanted?\"; waiting for the answer"),
+            "{:?}",
+            s.next_steps
+        );
+        assert!(!s.next_steps.iter().any(|n| n.starts_with("Continue:")));
+    }
+
+    #[test]
+    fn a_failing_check_the_agent_turned_away_from_blocks_but_asks_no_step() {
+        let mut b = Builder::new();
+        b.user("Fix the separability matrix for nested models");
+        b.bash("p", "pip install -e .");
+        printed(&mut b, "p", "ERROR: Could not build wheels for astropy", 1);
+        b.assistant("The build is failing due to Cython compatibility issues. Let me try a different approach - just test the separable module logic directly:");
+        b.bash("t", "python /tmp/check_separable.py");
+        b.result("t", "ok");
+        let s = state_of(&b);
+        assert!(
+            s.blockers
+                .iter()
+                .any(|x| x.starts_with("`pip install -e .` fails")),
+            "{:?}",
+            s.blockers
+        );
+        assert!(
+            !s.next_steps.iter().any(|n| n.contains("pip install")),
+            "{:?}",
+            s.next_steps
+        );
+    }
+
+    #[test]
+    fn every_section_tells_a_check_as_its_last_run_does() {
+        let mut b = Builder::new();
+        b.user("Fix the lint errors");
+        b.bash("l1", "mise run lint");
+        failed_result(&mut b, "l1", "2 issues\n[lint] ERROR task failed");
+        b.call("e1", "Edit", json!({"file_path": "/ws/src/a.go"}));
+        b.result("e1", "ok");
+        b.bash("l2", "mise run lint");
+        b.result("l2", "0 issues");
+        b.call("e2", "Edit", json!({"file_path": "/ws/src/b.go"}));
+        b.result("e2", "ok");
+        b.bash("l3", "mise run lint");
+        failed_result(&mut b, "l3", "1 issue\n[lint] ERROR task failed");
+        let s = state_of(&b);
+        assert!(
+            !s.errors
+                .iter()
+                .any(|e| e.error.contains("mise run lint") && !e.fix.is_empty()),
+            "a check failing on its last run is not fixed: {:?}",
+            s.errors
+        );
+        assert!(
+            s.errors.iter().any(|e| e
+                .error
+                .contains("but its last run, `mise run lint`, failed again")),
+            "{:?}",
+            s.errors
+        );
+        assert!(
+            s.blockers
+                .iter()
+                .any(|x| x.starts_with("`mise run lint` fails")),
+            "{:?}",
+            s.blockers
+        );
+        // Passed last, then edited: the fix is not re-run since, and nothing blocks.
+        let mut b = Builder::new();
+        b.user("Fix the lint errors");
+        b.bash("l1", "mise run lint");
+        failed_result(&mut b, "l1", "[lint] ERROR task failed");
+        b.bash("l2", "mise run lint");
+        b.result("l2", "0 issues");
+        b.call("e2", "Edit", json!({"file_path": "/ws/src/b.go"}));
+        b.result("e2", "ok");
+        let s = state_of(&b);
+        assert!(
+            s.errors
+                .iter()
+                .any(|e| e.fix.ends_with("(not re-run since the last edit)")),
+            "{:?}",
+            s.errors
+        );
+        assert!(
+            !s.blockers.iter().any(|x| x.contains("mise run lint")),
+            "{:?}",
+            s.blockers
+        );
+        // Failed last, then edited: it still blocks, and says it was not run on the edit.
+        let mut b = Builder::new();
+        b.user("Fix the lint errors");
+        b.bash("l1", "mise run lint");
+        failed_result(&mut b, "l1", "[lint] ERROR task failed");
+        b.call("e2", "Edit", json!({"file_path": "/ws/src/b.go"}));
+        b.result("e2", "ok");
+        let s = state_of(&b);
+        assert!(
+            s.blockers
+                .iter()
+                .any(|x| x.starts_with("`mise run lint` fails")
+                    && x.ends_with("(not re-run since the last edit)")),
+            "{:?}",
+            s.blockers
+        );
+    }
+
+    #[test]
     fn a_failed_run_after_the_agents_last_words_is_current_work_and_the_next_step() {
         let mut b = Builder::new();
         b.user("Can you ensure we have an example that runs?");
@@ -1798,11 +2105,17 @@ mod tests {
         );
         let s = state_of(&b);
         assert!(
-            s.active.iter().any(|a| a.starts_with(CURRENT_WORK)
-                && a.contains("after those words it ran `bun agentv eval")
-                && a.contains("failed: \"error: found 1 error … ^ Unknown arguments\"")),
+            s.current_work
+                .iter()
+                .any(|a| a.starts_with("ran `bun agentv eval")
+                    && a.contains("failed: \"error: found 1 error … ^ Unknown arguments\"")),
             "{:?}",
-            s.active
+            s.current_work
+        );
+        assert!(
+            s.current_work[0].starts_with("The agent's last words: \"I've finished the edits"),
+            "{:?}",
+            s.current_work
         );
         assert!(
             s.next_steps[0].starts_with("Fix what made the last run fail")
@@ -1853,10 +2166,13 @@ mod tests {
             s.next_steps
         );
         assert!(
-            s.active.iter().any(|a| a
-                == &format!("{CURRENT_WORK}before its last words it edited `/ws/src/cache.rs`")),
+            s.current_work
+                == [
+                    "edited `/ws/src/cache.rs`",
+                    "Its last words, after those: \"Next I'll update the call site in src/main.rs.\""
+                ],
             "{:?}",
-            s.active
+            s.current_work
         );
     }
 
@@ -1874,11 +2190,11 @@ mod tests {
             s.next_steps
         );
         assert!(
-            s.active
+            s.current_work
                 .iter()
                 .any(|a| a.contains("rg \"Chart|Graph\" src/app")),
             "{:?}",
-            s.active
+            s.current_work
         );
     }
 
@@ -2480,6 +2796,48 @@ mod tests {
     }
 
     #[test]
+    fn a_confirmation_in_other_words_decides_what_the_agent_offered() {
+        for reply in ["let's do that", "sounds good, implement it"] {
+            let mut b = Builder::new();
+            b.user("Why do the two sessions overwrite each other's metadata?");
+            b.assistant("Both write metadata.json. Want me to archive each session to a numbered subfolder?");
+            b.user(reply);
+            let s = state_of(&b);
+            assert_eq!(
+                s.decisions.first().map(|d| d.decision.as_str()),
+                Some("Archive each session to a numbered subfolder"),
+                "{reply}: {:?}",
+                s.decisions
+            );
+        }
+    }
+
+    #[test]
+    fn a_reason_listed_for_a_proposal_is_not_what_a_yes_approves() {
+        let mut b = Builder::new();
+        b.user("How about numbered subfolders for the older sessions?");
+        b.assistant("That's a clean design.\n\nI like this approach because:\n- Root level always has the latest session for simple reads\n- Numbered folders preserve the history of every session\n\nWant me to implement this?");
+        b.user("One question: would the sessions branch handle this?");
+        b.assistant("Yes. So the logic would go in writeStandardCheckpointEntries: archive the existing files to a numbered folder before writing. Want me to implement it?");
+        b.user("yes");
+        let s = state_of(&b);
+        assert!(
+            !s.decisions
+                .iter()
+                .any(|d| d.decision.contains("Root level")),
+            "{:?}",
+            s.decisions
+        );
+        assert!(
+            s.decisions.iter().any(|d| d
+                .decision
+                .contains("archive the existing files to a numbered folder")),
+            "{:?}",
+            s.decisions
+        );
+    }
+
+    #[test]
     fn conclusions_become_findings_and_a_chosen_option_a_decision() {
         let mut b = Builder::new();
         b.user("Why do the two sessions overwrite each other's metadata?");
@@ -2612,7 +2970,10 @@ mod tests {
         printed(&mut b, "t2", "FAIL src/cli.test.ts", 1);
         b.call("e3", "Edit", json!({"file_path": "/ws/src/cli.ts"}));
         let s = state_of(&b);
-        assert_eq!(s.blockers, ["`npm test` fails: FAIL src/cli.test.ts"]);
+        assert_eq!(
+            s.blockers,
+            ["`npm test` fails: FAIL src/cli.test.ts (not re-run since the last edit)"]
+        );
     }
 
     #[test]

@@ -14,9 +14,18 @@ use super::work::clip;
 use crate::session::capsule::model::VerificationOutcome;
 use crate::session::entry::{blocks_text, ToolResultEntry};
 
-/// How every line of the current work opens: they stand among the active work, and are a
-/// record of what was just done, not open tasks.
-pub const CURRENT_WORK: &str = "Current work — ";
+/// How the current work quotes the agent's last words when its actions came after them.
+pub const LAST_WORDS: &str = "The agent's last words: ";
+/// How it quotes them when the actions listed came before them.
+pub const LAST_WORDS_AFTER: &str = "Its last words, after those: ";
+/// Lines of the current work: the last words and the newest actions.
+pub const CURRENT_WORK_LINES: usize = 6;
+/// Characters of the agent's last words quoted in the current work.
+const CURRENT_WORDS_CHARS: usize = 300;
+/// Commands a folded run of looks shows by name.
+const FOLDED_COMMANDS_SHOWN: usize = 3;
+/// Characters of each command a folded run of looks shows.
+const FOLDED_COMMAND_CHARS: usize = 50;
 
 /// Characters of a command kept in its line.
 const COMMAND_CHARS: usize = 160;
@@ -97,7 +106,7 @@ fn only_looks(script: &str) -> bool {
             match w.next().unwrap_or("") {
                 "cat" | "sed" | "head" | "tail" | "ls" | "rg" | "grep" | "find" | "fd" | "nl"
                 | "wc" | "tree" | "pwd" | "echo" | "awk" | "jq" | "cd" | "sort" | "uniq"
-                | "true" => true,
+                | "true" | "printf" | "which" | "file" | "stat" => true,
                 "git" => matches!(
                     w.next(),
                     Some("status" | "log" | "diff" | "show" | "branch" | "grep")
@@ -374,9 +383,155 @@ pub fn describe_call(name: &str, input: &Value, result: Option<&ToolResultEntry>
     }
 }
 
+/// The folder a script opens with (`cd DIR && …`), and the rest of it.
+fn leading_cd(script: &str) -> Option<(&str, &str)> {
+    let rest = script.trim_start().strip_prefix("cd ")?;
+    let (dir, after) = rest.split_once("&&")?;
+    let dir = dir.trim().trim_matches(['"', '\'']);
+    (!dir.is_empty() && !dir.contains(char::is_whitespace)).then_some((dir, after.trim_start()))
+}
+
+/// The folder most of `scripts` open with `cd DIR && `, when at least two do: the workspace
+/// the agent works in, which says nothing on each line. A `cd` elsewhere is kept.
+pub fn usual_cd<'a>(scripts: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for s in scripts {
+        if let Some((dir, _)) = leading_cd(bare_script(s)) {
+            match counts.iter_mut().find(|(d, _)| *d == dir) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((dir, 1)),
+            }
+        }
+    }
+    let (dir, n) = counts.into_iter().max_by_key(|(_, n)| *n)?;
+    (n >= 2).then(|| dir.to_string())
+}
+
+/// An action's line without the `cd <workspace> && ` its command opens with.
+pub fn without_workspace_cd(line: &str, workspace: Option<&str>) -> String {
+    match workspace {
+        Some(dir) => line.replacen(&format!("`cd {dir} && "), "`", 1),
+        None => line.to_string(),
+    }
+}
+
+/// A shell command that only looked and did not fail: one of a run folded into one line.
+fn folds(a: &Action) -> bool {
+    a.looks && a.command.is_some() && a.failure.is_none() && a.finished
+}
+
+/// The actions as lines, newest `max` kept: a run of look-only commands folded into one
+/// ("looked 6 times (`rg …`, `find …`)"), a line repeated counted (×N).
+fn action_lines(actions: &[Action], workspace: Option<&str>, max: usize) -> Vec<String> {
+    let mut lines: Vec<(String, usize)> = Vec::new();
+    let mut i = 0;
+    while i < actions.len() {
+        let run = actions[i..].iter().take_while(|a| folds(a)).count();
+        let line = if run > 1 {
+            let mut shown: Vec<String> = Vec::new();
+            for a in &actions[i..i + run] {
+                let script = a.command.as_deref().unwrap_or_default();
+                let script = match (workspace, leading_cd(script)) {
+                    (Some(w), Some((dir, rest))) if dir == w => rest,
+                    _ => script,
+                };
+                let cmd = clip(&shown_command(script), FOLDED_COMMAND_CHARS);
+                if !shown.contains(&cmd) {
+                    shown.push(cmd);
+                }
+            }
+            let more = if shown.len() > FOLDED_COMMANDS_SHOWN {
+                ", …"
+            } else {
+                ""
+            };
+            shown.truncate(FOLDED_COMMANDS_SHOWN);
+            let listed = shown
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            i += run;
+            format!("looked {run} times ({listed}{more})")
+        } else {
+            let l = without_workspace_cd(&actions[i].line, workspace);
+            i += 1;
+            l
+        };
+        match lines.last_mut() {
+            Some((l, n)) if *l == line => *n += 1,
+            _ => lines.push((line, 1)),
+        }
+    }
+    let skip = lines.len().saturating_sub(max);
+    lines[skip..]
+        .iter()
+        .map(|(l, n)| {
+            if *n > 1 {
+                format!("{l} (×{n})")
+            } else {
+                l.clone()
+            }
+        })
+        .collect()
+}
+
+/// What the agent was doing right before the cut, in at most [`CURRENT_WORK_LINES`] lines:
+/// its last words quoted once, then one line per action after them; when it did nothing
+/// after them, the turn's actions before them, then the words.
+pub fn current_work(
+    last_words: Option<&str>,
+    after_words: &[Action],
+    turn_actions: &[Action],
+    workspace: Option<&str>,
+) -> Vec<String> {
+    let words = last_words
+        .map(|w| w.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|w| !w.is_empty())
+        .map(|w| clip_start(&w, CURRENT_WORDS_CHARS));
+    let room = CURRENT_WORK_LINES - usize::from(words.is_some());
+    let mut out = Vec::new();
+    if !after_words.is_empty() {
+        if let Some(w) = &words {
+            out.push(format!("{LAST_WORDS}\"{w}\""));
+        }
+        out.extend(action_lines(after_words, workspace, room));
+    } else if !turn_actions.is_empty() {
+        out.extend(action_lines(turn_actions, workspace, room));
+        if let Some(w) = &words {
+            out.push(format!("{LAST_WORDS_AFTER}\"{w}\""));
+        }
+    }
+    out
+}
+
+/// The end of `s`, at most `n` characters, after a marker.
+fn clip_start(s: &str, n: usize) -> String {
+    let count = s.chars().count();
+    if count <= n {
+        return s.to_string();
+    }
+    let tail: String = s.chars().skip(count - n).collect();
+    format!("…{}", tail.trim_start())
+}
+
 /// A search's exit status 1: nothing matched, which is no failure.
+/// A search the sandbox or the shell refused ("sandbox denied exec error, exit code: 1", "No
+/// such file or directory") did fail, whatever its exit status: it never looked.
 fn looker_found_nothing(r: &ToolResultEntry, text: &str) -> bool {
-    r.exit_code == Some(1) || text.contains("exited with code 1") || text.trim().is_empty()
+    let lower = text.to_ascii_lowercase();
+    let refused = [
+        "denied",
+        "sandbox",
+        "no such file",
+        "not found",
+        "permission",
+        "error",
+    ]
+    .iter()
+    .any(|m| lower.contains(m));
+    !refused
+        && (r.exit_code == Some(1) || text.contains("exited with code 1") || text.trim().is_empty())
 }
 
 /// The last failure among `actions` that nothing after it superseded: no later run of the
@@ -486,6 +641,95 @@ mod tests {
         );
     }
 
+    fn ran(command: &str, failure: Option<&str>) -> Action {
+        let r = match failure {
+            Some(f) => result(f, true, Some(2)),
+            None => result("ok", false, Some(0)),
+        };
+        describe_call("Bash", &json!({ "command": command }), Some(&r))
+    }
+
+    #[test]
+    fn current_work_quotes_the_last_words_once_then_one_plain_line_per_action() {
+        let after = [
+            ran("cd /ws && cargo test -p core", Some("error: test failed")),
+            ran("cd /ws && cargo build", None),
+        ];
+        let lines = current_work(Some("Now running the tests."), &after, &after, Some("/ws"));
+        assert_eq!(
+            lines,
+            [
+                "The agent's last words: \"Now running the tests.\"",
+                "ran `cargo test -p core` — failed: \"error: test failed\"",
+                "ran `cargo build` — succeeded",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cd_into_the_workspace_is_dropped_and_a_cd_elsewhere_kept() {
+        let scripts = [
+            "cd /ws && cargo build",
+            "cd /ws && cargo test",
+            "cd /ws/sub && make",
+        ];
+        assert_eq!(usual_cd(scripts).as_deref(), Some("/ws"));
+        assert_eq!(
+            usual_cd(["cd /ws && make"]),
+            None,
+            "one cd names no workspace"
+        );
+        let after = [ran("cd /ws/sub && make", None), ran("cd /ws && make", None)];
+        let lines = current_work(None, &after, &after, Some("/ws"));
+        assert_eq!(
+            lines,
+            [
+                "ran `cd /ws/sub && make` — succeeded",
+                "ran `make` — succeeded"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_run_of_looks_is_folded_into_one_line_unless_one_failed() {
+        let after = [
+            ran("cd /ws && rg -n cache src", None),
+            ran("find . -name '*.rs'", None),
+            ran("sed -n 1,80p src/a.rs", None),
+            ran("git status", None),
+            ran("cargo test", None),
+        ];
+        let lines = current_work(None, &after, &after, Some("/ws"));
+        assert_eq!(
+            lines,
+            [
+                "looked 4 times (`rg -n cache src`, `find . -name '*.rs'`, `sed -n 1,80p src/a.rs`, …)",
+                "ran `cargo test` — succeeded",
+            ]
+        );
+        let failed_look = [
+            ran("rg -n cache src", None),
+            ran(
+                "cat missing.txt",
+                Some("cat: missing.txt: No such file or directory"),
+            ),
+        ];
+        let lines = current_work(None, &failed_look, &failed_look, None);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[1].contains("No such file"), "{lines:?}");
+    }
+
+    #[test]
+    fn current_work_keeps_at_most_six_lines_the_newest() {
+        let after: Vec<Action> = (0..9)
+            .map(|i| ran(&format!("make step{i}"), None))
+            .collect();
+        let lines = current_work(Some("Building."), &after, &after, None);
+        assert_eq!(lines.len(), CURRENT_WORK_LINES);
+        assert_eq!(lines.last().unwrap(), "ran `make step8` — succeeded");
+        assert!(lines[0].starts_with(LAST_WORDS));
+    }
+
     #[test]
     fn a_search_that_found_nothing_is_no_failure() {
         let r = result("", true, Some(1));
@@ -496,6 +740,21 @@ mod tests {
         );
         assert_eq!(a.line, "looked with `rg -n invalidate src`");
         assert!(a.failure.is_none());
+    }
+
+    #[test]
+    fn a_search_the_sandbox_refused_failed_though_it_exited_one() {
+        let r = result("sandbox denied exec error, exit code: 1", true, Some(1));
+        let a = describe_call(
+            "exec_command",
+            &json!({"cmd": "rg \"Chart|Graph\" src/app"}),
+            Some(&r),
+        );
+        assert_eq!(
+            a.line,
+            "ran `rg \"Chart|Graph\" src/app` — failed: \"sandbox denied exec error, exit code: 1\""
+        );
+        assert!(!folds(&a), "a refused search is no look to fold away");
     }
 
     #[test]

@@ -23,6 +23,15 @@ static WITH_REASON: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid regex")
 });
 
+/// "I chose X over Y since Z", "went with X over Y because Z": the choice, the alternative it
+/// beat and the reason.
+static CHOSE_OVER: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)^(?:so\s+)?(?:i|we)\s+(?:chose|picked|went with|opted for|prefer(?:red)?)\s+(?P<d>.{2,}?)\s+over\s+(?P<x>.{2,}?)\s*,?\s*\b(?:because|since)\b\s*(?P<r>.{3,})$",
+    )
+    .expect("valid regex")
+});
+
 static INSTEAD_OF: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)^instead of\s+(?P<x>.{2,}?),\s*(?P<d>.{3,})$").expect("valid regex")
 });
@@ -66,7 +75,12 @@ pub fn stated_decisions(text: &str) -> Vec<Decision> {
                 .trim()
                 .trim_matches('*')
                 .trim();
-            let decision = if let Some(c) = EXPLICIT.captures(s) {
+            let decision = if let Some(c) = CHOSE_OVER.captures(s) {
+                Some(Decision {
+                    decision: format!("{} (instead of {})", clip(&c["d"]), clip(&c["x"])),
+                    rationale: clip(&c["r"]),
+                })
+            } else if let Some(c) = EXPLICIT.captures(s) {
                 let (d, r) = split_reason(&c["d"]);
                 Some(Decision {
                     decision: d,
@@ -153,6 +167,25 @@ mod tests {
                 String::new()
             )
         );
+    }
+
+    #[test]
+    fn a_choice_over_an_alternative_with_a_reason_is_a_decision() {
+        assert_eq!(
+            one("I chose fs.watch over polling since it is built into Node."),
+            (
+                "fs.watch (instead of polling)".to_string(),
+                "it is built into Node".to_string()
+            )
+        );
+        assert_eq!(
+            one("We went with a batched write over one commit per session because it cannot race."),
+            (
+                "a batched write (instead of one commit per session)".to_string(),
+                "it cannot race".to_string()
+            )
+        );
+        assert!(stated_decisions("I chose the second file over the first.").is_empty());
     }
 
     #[test]

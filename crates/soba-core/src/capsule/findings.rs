@@ -246,7 +246,27 @@ pub fn proposed_section(text: &str) -> Option<String> {
 /// before the offer ("So the logic would go in X: archive before writing. Want me to implement
 /// it?").
 pub fn sentence_before_offer(text: &str) -> Option<String> {
-    let all: Vec<&str> = prose_lines(text)
+    // The items of a list of reasons ("I like this approach because:" then bullets) argue for
+    // the proposal; none of them is it.
+    let mut reasons = false;
+    let mut kept: Vec<&str> = Vec::new();
+    for line in prose_lines(text) {
+        let t = line.trim();
+        let item = t.starts_with(['-', '*', '•']) || t.starts_with(|c: char| c.is_ascii_digit());
+        if !item {
+            let lower = t.to_lowercase();
+            reasons = lower.ends_with("because:")
+                || lower.ends_with("because")
+                || lower.contains("benefits")
+                || lower.ends_with("why:");
+        }
+        // A heading ("**After the second session:**") names a part of the proposal, not it.
+        let heading = t.starts_with('#') || (t.starts_with("**") && t.ends_with("**"));
+        if !(heading || item && reasons) {
+            kept.push(line);
+        }
+    }
+    let all: Vec<&str> = kept
         .into_iter()
         .flat_map(sentences)
         .map(|s| {

@@ -223,11 +223,51 @@ fn clip(s: &str, n: usize) -> String {
     out
 }
 
-const APPROVALS: [&str; 36] = [
-    "yes", "y", "yeah", "yep", "yup", "ok", "okay", "k", "sure", "continue", "go", "ahead",
-    "proceed", "do", "it", "all", "thanks", "thank", "you", "lgtm", "good", "great", "nice",
-    "perfect", "please", "alright", "fine", "right", "that", "works", "sounds", "looks", "cool",
-    "on", "with", "them",
+const APPROVALS: [&str; 44] = [
+    "yes",
+    "y",
+    "yeah",
+    "yep",
+    "yup",
+    "ok",
+    "okay",
+    "k",
+    "sure",
+    "continue",
+    "go",
+    "ahead",
+    "proceed",
+    "do",
+    "it",
+    "all",
+    "thanks",
+    "thank",
+    "you",
+    "lgtm",
+    "good",
+    "great",
+    "nice",
+    "perfect",
+    "please",
+    "alright",
+    "fine",
+    "right",
+    "that",
+    "works",
+    "sounds",
+    "looks",
+    "cool",
+    "on",
+    "with",
+    "them", // "let's do that", "sounds good, implement it", "agreed, ship this"
+    "let's",
+    "lets",
+    "implement",
+    "this",
+    "agreed",
+    "agree",
+    "makes",
+    "sense",
 ];
 
 fn is_approval(prose: &str) -> bool {
@@ -755,7 +795,15 @@ mod tests {
 
     #[test]
     fn approvals_and_polite_requests() {
-        for a in ["yes", "ok go ahead", "sounds good, do it", "lgtm"] {
+        for a in [
+            "yes",
+            "ok go ahead",
+            "sounds good, do it",
+            "lgtm",
+            "let's do that",
+            "sounds good, implement it",
+            "agreed, makes sense",
+        ] {
             assert_eq!(classify(a).intent, Intent::Approval, "{a}");
         }
         for r in [

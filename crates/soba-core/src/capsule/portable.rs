@@ -196,6 +196,7 @@ enum Section {
     Findings,
     Errors,
     Blockers,
+    CurrentWork,
     NextSteps,
     FilesRead,
     FilesModified,
@@ -203,7 +204,7 @@ enum Section {
     ActiveSkills,
 }
 
-const SECTIONS: [(Section, &str); 16] = [
+const SECTIONS: [(Section, &str); 17] = [
     (Section::Goal, "Goal"),
     (Section::Requests, "User requests"),
     (Section::Exchanges, "Recent conversation"),
@@ -215,6 +216,7 @@ const SECTIONS: [(Section, &str); 16] = [
     (Section::Findings, "Findings"),
     (Section::Errors, "Errors and fixes"),
     (Section::Blockers, "Blockers"),
+    (Section::CurrentWork, "Current work"),
     (Section::NextSteps, "Next steps"),
     (Section::FilesRead, "Files read"),
     (Section::FilesModified, "Files modified"),
@@ -230,11 +232,12 @@ fn section_named(name: &str) -> Option<Section> {
 }
 
 /// Sections added after the format's first files: never required, empty when missing.
-const LATER_SECTIONS: [Section; 4] = [
+const LATER_SECTIONS: [Section; 5] = [
     Section::Requests,
     Section::Exchanges,
     Section::Findings,
     Section::Errors,
+    Section::CurrentWork,
 ];
 
 /// How an exchange's two sides open in the Recent conversation section.
@@ -419,6 +422,7 @@ fn section_body(c: &PortableCapsule, section: Section) -> String {
             }
         }
         Section::Blockers => items(&mut out, &s.blockers),
+        Section::CurrentWork => items(&mut out, &s.current_work),
         Section::NextSteps => items(&mut out, &s.next_steps),
         Section::FilesRead => files(&mut out, &a.read_files),
         Section::FilesModified => {
@@ -546,6 +550,7 @@ fn redact_capsule(c: &PortableCapsule) -> (PortableCapsule, RedactionReport) {
                 })
                 .collect(),
             findings: list(&state.findings, &mut r),
+            current_work: list(&state.current_work, &mut r),
             errors: state
                 .errors
                 .iter()
@@ -1221,7 +1226,8 @@ pub fn parse_at(text: &str, now: std::time::SystemTime) -> Result<Parsed, Format
         }
     }
     if capsule.quality == Quality::Model {
-        // User requests, findings and errors came later than the other sections: files written
+        // User requests, findings, errors and the current work came later than the other
+        // sections: files written
         // before them have none.
         if let Some((_, name)) = SECTIONS
             .iter()
@@ -1321,6 +1327,7 @@ fn fill_section(
                 .collect();
         }
         Section::Blockers => s.blockers = plain_items(items),
+        Section::CurrentWork => s.current_work = plain_items(items),
         Section::NextSteps => s.next_steps = plain_items(items),
         Section::Decisions => {
             s.decisions = items
@@ -1555,6 +1562,10 @@ mod tests {
     fn findings_errors_change_marks_and_checks_run_before_edits_round_trip() {
         let mut c = sample();
         c.state.findings = vec!["root cause: a timing issue at PostCommit".into()];
+        c.state.current_work = vec![
+            "The agent's last words: \"Running the tests.\"".into(),
+            "ran `cargo test` — failed: \"error: 1 failed\"".into(),
+        ];
         c.state.errors = vec![
             ErrorFix {
                 error: "E0599: no method `tick`".into(),
@@ -1591,6 +1602,7 @@ mod tests {
         let out = write(&c);
         for line in [
             "## Findings\n\n- root cause: a timing issue at PostCommit\n",
+            "## Current work\n\n- The agent's last words: \"Running the tests.\"\n- ran `cargo test` — failed: \"error: 1 failed\"\n",
             "- E0599: no method `tick`\n  - Fix: import the Tick trait\n- login test times out\n",
             "- out.html (deleted) <!-- entries: e4 -->\n",
             "- src/new name.rs (renamed from src/old.rs)\n",
@@ -1600,6 +1612,7 @@ mod tests {
         }
         let parsed = parse(&out.text).unwrap();
         assert_eq!(parsed.capsule.state.findings, c.state.findings);
+        assert_eq!(parsed.capsule.state.current_work, c.state.current_work);
         assert_eq!(parsed.capsule.state.errors, c.state.errors);
         assert_eq!(
             parsed.capsule.artifacts.modified_files,

@@ -899,6 +899,7 @@ fn verification_kind(w: &[&str]) -> bool {
                 | "e2e"
                 | "ci"
                 | "verify"
+                | "publish"
         ) || matches!(s, "format" | "fmt") && w.iter().any(|x| x.ends_with(":check"))
     };
     match tool {
@@ -909,12 +910,18 @@ fn verification_kind(w: &[&str]) -> bool {
             ) || (sub == "fmt" && has("--check"))
         }
         "go" => matches!(sub, "test" | "build" | "vet"),
+        // A `--dry-run` of the project's own command checks it without side effects.
         "npm" | "pnpm" | "yarn" | "bun" => {
-            script_is_check(sub)
+            has("--dry-run")
+                || script_is_check(sub)
                 || (matches!(sub, "run" | "run-script" | "exec") && script_is_check(sub2))
                 || (sub == "x" && is_js_checker(sub2, w))
         }
-        "npx" | "pnpx" | "bunx" => is_js_checker(sub, w) || runs_a_test_script(&w[1..]),
+        "npx" | "pnpx" | "bunx" => {
+            is_js_checker(sub, w) || runs_a_test_script(&w[1..]) || has("--dry-run")
+        }
+        // Installing the project itself (`pip install -e .`) builds it.
+        "pip" | "pip3" => sub == "install" && (has(".") || has("-e") || has("--editable")),
         "deno" => matches!(sub, "test" | "check" | "lint"),
         "node" | "tsx" | "ts-node" | "bash" | "sh" => runs_a_test_script(w),
         "pytest" | "py.test" | "tox" | "nox" | "mypy" | "pyright" | "tsc" | "tsgo" | "jest"
@@ -1192,6 +1199,23 @@ mod tests {
             shell("cat <<'EOF' > conf.toml\nx = 1\nEOF").modifies,
             ["conf.toml"]
         );
+    }
+
+    #[test]
+    fn a_dry_run_an_editable_install_and_a_publish_are_checks() {
+        for line in [
+            "bun agentv eval examples/or.yaml --dry-run",
+            "npx some-cli deploy --dry-run",
+            "pip install -e .",
+            "pip3 install --editable packages/core",
+            "npm run publish",
+            "npm publish --access public",
+        ] {
+            assert_eq!(shell(line).verification.as_deref(), Some(line), "{line}");
+        }
+        for line in ["pip install requests", "npm install", "bun install"] {
+            assert_eq!(shell(line).verification, None, "{line}");
+        }
     }
 
     #[test]

@@ -98,6 +98,10 @@ pub struct CapsuleState {
     /// Errors met on the way and how each was fixed (an empty fix: not fixed yet).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<ErrorFix>,
+    /// What the agent was doing right before the cut: its last words quoted, then what it did
+    /// after them, one line per action with the outcome its output shows (a failure quoted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub current_work: Vec<String>,
     #[serde(default)]
     pub blockers: Vec<String>,
     #[serde(default)]

@@ -176,6 +176,7 @@ pub fn render_followed_by(c: &CapsuleEntry, next: Followed) -> String {
         }
     }
     list(&mut out, "Blockers", &c.state.blockers);
+    list(&mut out, "Current work", &c.state.current_work);
     list(&mut out, "Next steps", &c.state.next_steps);
     let paths =
         |v: &[super::model::FileArtifact]| v.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
