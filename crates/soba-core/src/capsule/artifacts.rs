@@ -288,7 +288,13 @@ impl ArtifactCollector {
                         || r.exit_code.is_some_and(|c| c != 0)
                         || text.starts_with("failed in sandbox");
                     for (whole_call, path, entry_id) in reads {
-                        if !failed || !(whole_call || named_as_missing(&text, &path)) {
+                        let missing = if failed {
+                            whole_call || named_as_missing(&text, &path)
+                        } else {
+                            // `rg x a b | head` exits 0 though a file it was given is not there.
+                            reported_missing_by_tool(&text, &path)
+                        };
+                        if !missing {
                             self.add_read(&path, &entry_id);
                         }
                     }
@@ -621,6 +627,33 @@ fn named_as_missing(output: &str, path: &str) -> bool {
                 || lower.contains("cannot open")
                 || lower.contains("not found")
                 || lower.contains("cannot access"))
+    })
+}
+
+/// Whether a tool's own error line says `path` was not there ("rg: x: No such file or directory
+/// (os error 2)", "ls: cannot access 'x': …"): stricter than [`named_as_missing`], for a run that
+/// succeeded, whose output is otherwise the files' text and may mention anything.
+fn reported_missing_by_tool(output: &str, path: &str) -> bool {
+    output.lines().any(|l| {
+        let Some((tool, rest)) = l.split_once(": ") else {
+            return false;
+        };
+        if tool.is_empty() || tool.contains(char::is_whitespace) {
+            return false;
+        }
+        let lower = rest.to_ascii_lowercase();
+        // The path stands where the tool names the file it failed on, right after its name
+        // ("rg: x: …") or quoted after what it could not do ("ls: cannot access 'x': …",
+        // "sed: can't read x: …").
+        let named = rest.starts_with(&format!("{path}:"))
+            || [
+                format!("cannot access '{path}'"),
+                format!("cannot open '{path}'"),
+                format!("can't read {path}:"),
+            ]
+            .iter()
+            .any(|n| rest.starts_with(n.as_str()));
+        named && lower.contains("no such file or directory")
     })
 }
 
@@ -1369,6 +1402,34 @@ mod tests {
         let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
         let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(read, ["src/a.rs", "src/b.rs", "src/e.ts"]);
+    }
+
+    #[test]
+    fn a_file_a_successful_run_reports_missing_was_not_read() {
+        let mut b = Builder::new();
+        // `| head` makes the run succeed though rg could not open one of its files.
+        b.bash(
+            "b1",
+            "rg -n schema package.json package-lock.json | head -n 20",
+        );
+        result(
+            &mut b,
+            "b1",
+            "package.json:12:    \"schema\": \"x\"\nrg: package-lock.json: No such file or directory (os error 2)",
+            Some(0),
+        );
+        // A file's text may say anything, even that another file is missing: it was read.
+        b.bash("b2", "cat notes.md");
+        result(
+            &mut b,
+            "b2",
+            "cat: config.toml: No such file or directory, says the log in notes.md",
+            Some(0),
+        );
+        answered(&mut b);
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(read, ["package.json", "notes.md"]);
     }
 
     #[test]
