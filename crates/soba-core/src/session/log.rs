@@ -751,6 +751,118 @@ pub fn read_session_as_lines(path: &Path) -> Result<(Session, LoadReport), LogEr
     load(path, None, false, Holding::Lines).map(|l| (l.session, l.report))
 }
 
+/// [`read_session_as_lines`], also saying whether the log's token-count side file held every
+/// entry's counts ([`SideFile::record_if_missing`] writes one where it did not).
+pub fn read_session_for_budget(path: &Path) -> Result<(Session, LoadReport, SideFile), LogError> {
+    let loaded = load(path, None, false, Holding::Lines)?;
+    let side = SideFile {
+        log: path.to_path_buf(),
+        recorded: match loaded.counts {
+            CountsState::Recorded { tokenizer, upto } => Some((tokenizer, upto)),
+            CountsState::Rebuild | CountsState::Off => None,
+        },
+        existed: token_file::path_for(path).exists(),
+    };
+    Ok((loaded.session, loaded.report, side))
+}
+
+/// The token-count side file of a log opened by a reader (see [`read_session_for_budget`]).
+#[derive(Debug)]
+pub struct SideFile {
+    log: PathBuf,
+    /// The tokenizer and the number of leading entries the file held counts for, when it was
+    /// usable.
+    recorded: Option<(TokenizerKind, usize)>,
+    /// Whether a file was there at all (usable or not).
+    existed: bool,
+}
+
+/// What [`SideFile::record_if_missing`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// The file already held every entry's counts with the session's tokenizer.
+    AlreadyCurrent,
+    /// Written: the next open reads the counts instead of tokenizing the log.
+    Written,
+    /// Not written: the log has damaged lines (their entries' places in the file are not
+    /// known without the writer's repair), or another process created the file meanwhile.
+    Skipped,
+}
+
+impl SideFile {
+    /// Record every entry's counts beside the log when its side file is missing, stale or
+    /// damaged, so that a read-only command that had to count the log (a cold `soba budget`)
+    /// leaves it warm for the next one. The log is never touched. A missing file is created
+    /// only if none appears meanwhile (a writer's own is never replaced); an unusable one is
+    /// replaced whole, by rename, as a writer would. Entries not counted yet are counted
+    /// first (the budget counted its model input already).
+    pub fn record_if_missing(
+        &self,
+        session: &Session,
+        report: &LoadReport,
+    ) -> std::io::Result<Recorded> {
+        if self
+            .recorded
+            .is_some_and(|(t, upto)| t == session.tokenizer() && upto == session.len())
+        {
+            return Ok(Recorded::AlreadyCurrent);
+        }
+        if !report.is_clean() {
+            return Ok(Recorded::Skipped);
+        }
+        let Some(keys) = line_keys_of_clean_log(&self.log, session.len())? else {
+            return Ok(Recorded::Skipped);
+        };
+        session.count_all();
+        let mut bytes = token_file::header_line(session.tokenizer()).into_bytes();
+        bytes.extend(encode_records(session, &keys, 0));
+        let path = token_file::path_for(&self.log);
+        if self.existed {
+            token_file::replace(&path, &bytes)?;
+        } else if !token_file::create_new(&path, &bytes)? {
+            return Ok(Recorded::Skipped);
+        }
+        Ok(Recorded::Written)
+    }
+}
+
+/// The keys of the first `entries` entry lines of a log that loaded clean (every line after
+/// the header an entry, blank lines aside), read again from the file; `None` when the file no
+/// longer has that many.
+fn line_keys_of_clean_log(path: &Path, entries: usize) -> std::io::Result<Option<Vec<LineKey>>> {
+    let bytes = std::fs::read(path)?;
+    let mut keys = Vec::with_capacity(entries);
+    let mut offset = 0u64;
+    for (n, line) in split_lines(&bytes).enumerate() {
+        let start = offset;
+        offset += line.len() as u64;
+        let text = trim_newline(line);
+        if n == 0 || text.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        if keys.len() == entries {
+            break;
+        }
+        keys.push(LineKey::of(start, text));
+    }
+    Ok((keys.len() == entries).then_some(keys))
+}
+
+/// The side file's records of entries `from..` of `session`, whose lines `keys` locate.
+fn encode_records(session: &Session, keys: &[LineKey], from: usize) -> Vec<u8> {
+    // The samples the next open learns its factor from (the newest reports on the leaf's
+    // branch) are measured before they are recorded; older ones only if already measured.
+    let _ = session.count_samples_at(session.leaf());
+    let mut bytes = Vec::with_capacity((session.len() - from) * 48);
+    for (i, key) in keys.iter().enumerate().skip(from) {
+        let counts = session.counts_of(i);
+        session.with_id(i, |id| {
+            token_file::encode_record(&mut bytes, *key, id, &counts)
+        });
+    }
+    bytes
+}
+
 impl SessionLog {
     /// Create a new log with its header (mode `0600`). Fails if the file exists or its folder
     /// does not: creating folders is the caller's decision.
@@ -963,17 +1075,7 @@ impl SessionLog {
     }
 
     fn records(&self, from: usize) -> Vec<u8> {
-        // The samples the next open learns its factor from (the newest reports on the leaf's
-        // branch) are measured before they are recorded; older ones only if already measured.
-        let _ = self.session.count_samples_at(self.session.leaf());
-        let mut bytes = Vec::with_capacity((self.session.len() - from) * 48);
-        for (i, key) in self.line_keys.iter().enumerate().skip(from) {
-            let counts = self.session.counts_of(i);
-            self.session.with_id(i, |id| {
-                token_file::encode_record(&mut bytes, *key, id, &counts)
-            });
-        }
-        bytes
+        encode_records(&self.session, &self.line_keys, from)
     }
 
     fn append_records(&mut self, from: usize) -> std::io::Result<()> {
@@ -2243,5 +2345,105 @@ mod tests {
         drop(log);
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert_eq!(records(&p).len(), 2);
+    }
+
+    /// A reader that had to count a log records the counts a writer would have: the same
+    /// bytes, and the next reader takes every count from them.
+    #[test]
+    fn a_budget_reader_records_what_the_writer_would_and_the_next_reader_counts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        let writers = std::fs::read(counts_path(&p)).unwrap();
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!(!s.is_counted(0));
+        assert_eq!(
+            side.record_if_missing(&s, &report).unwrap(),
+            Recorded::Written
+        );
+        assert_eq!(std::fs::read(counts_path(&p)).unwrap(), writers);
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!((0..3).all(|i| s.is_counted(i)), "every count read");
+        assert_eq!(
+            side.record_if_missing(&s, &report).unwrap(),
+            Recorded::AlreadyCurrent
+        );
+    }
+
+    #[test]
+    fn a_budget_reader_replaces_a_stale_side_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        forge(&p, "b", FORGED);
+        let side_path = counts_path(&p);
+        let text = std::fs::read_to_string(&side_path).unwrap();
+        std::fs::write(&side_path, text.replacen("o200k_base", "cl100k_base", 1)).unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert_eq!(
+            side.record_if_missing(&s, &report).unwrap(),
+            Recorded::Written
+        );
+        let (s, _, _) = read_session_for_budget(&p).unwrap();
+        assert!((0..3).all(|i| s.is_counted(i)));
+        assert!(records(&p).iter().all(|r| r.counts.tokens != FORGED));
+        assert_eq!(s.tokens_of(1), real_tokens(&s, "b"));
+    }
+
+    /// A side file another process created after the reader loaded the log (a writer that
+    /// opened the session meanwhile) is left as it is.
+    #[test]
+    fn a_budget_reader_never_replaces_a_side_file_created_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        std::fs::write(counts_path(&p), "a writer's").unwrap();
+        assert_eq!(
+            side.record_if_missing(&s, &report).unwrap(),
+            Recorded::Skipped
+        );
+        assert_eq!(
+            std::fs::read_to_string(counts_path(&p)).unwrap(),
+            "a writer's"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    /// Where a damaged line hides which entry lies where, nothing is recorded (a writer's open
+    /// repairs the log and records then).
+    #[test]
+    fn a_budget_reader_records_nothing_for_a_damaged_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"{not an entry}\n").unwrap();
+        drop(f);
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!(!report.is_clean());
+        assert_eq!(
+            side.record_if_missing(&s, &report).unwrap(),
+            Recorded::Skipped
+        );
+        assert!(!counts_path(&p).exists());
+    }
+
+    #[test]
+    fn a_side_file_a_budget_reader_cannot_write_is_an_error_the_log_survives() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        let log_bytes = std::fs::read(&p).unwrap();
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        std::fs::create_dir(counts_path(&p)).unwrap();
+        std::fs::write(counts_path(&p).join("keep"), "x").unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!(side.record_if_missing(&s, &report).is_err());
+        assert!(counts_path(&p).join("keep").exists());
+        assert_eq!(std::fs::read(&p).unwrap(), log_bytes);
     }
 }
