@@ -36,9 +36,12 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     // tool, its side file lost) had to be counted: record what was counted, so that the next
     // budget of it reads the counts. A cache beside the log, never the log itself: a folder
     // this process cannot write to only leaves the next budget to count again.
-    if let Err(e) = side_file.record_if_missing(&session, &report) {
+    if let Err(e) = side_file.record_new_counts(&session, &report) {
         ::log::debug!("token counts of {} not recorded: {e}", path.display());
     }
+    // The process ends once the budget is printed, and the session is not read again: freeing
+    // each of its lines and index tables one by one would only add to what a budget costs.
+    std::mem::forget(session);
     let warning = report.summary(path);
     let keep_note = config.keep_recent_capped.map(|c| c.note());
     let small_note = config.small_window.map(|w| w.note());

@@ -751,17 +751,17 @@ pub fn read_session_as_lines(path: &Path) -> Result<(Session, LoadReport), LogEr
     load(path, None, false, Holding::Lines).map(|l| (l.session, l.report))
 }
 
-/// [`read_session_as_lines`], also saying whether the log's token-count side file held every
-/// entry's counts ([`SideFile::record_if_missing`] writes one where it did not).
+/// [`read_session_as_lines`], with what [`SideFile::record_new_counts`] needs to record the
+/// counts the reader makes.
 pub fn read_session_for_budget(path: &Path) -> Result<(Session, LoadReport, SideFile), LogError> {
     let loaded = load(path, None, false, Holding::Lines)?;
     let side = SideFile {
         log: path.to_path_buf(),
-        recorded: match loaded.counts {
-            CountsState::Recorded { tokenizer, upto } => Some((tokenizer, upto)),
+        existed: token_file::path_for(path).exists(),
+        kept_by: match loaded.counts {
+            CountsState::Recorded { tokenizer, .. } => Some(tokenizer),
             CountsState::Rebuild | CountsState::Off => None,
         },
-        existed: token_file::path_for(path).exists(),
     };
     Ok((loaded.session, loaded.report, side))
 }
@@ -770,19 +770,19 @@ pub fn read_session_for_budget(path: &Path) -> Result<(Session, LoadReport, Side
 #[derive(Debug)]
 pub struct SideFile {
     log: PathBuf,
-    /// The tokenizer and the number of leading entries the file held counts for, when it was
-    /// usable.
-    recorded: Option<(TokenizerKind, usize)>,
-    /// Whether a file was there at all (usable or not).
+    /// Whether a file was there when the log was read (usable or not).
     existed: bool,
+    /// The tokenizer of a file that held one whole, matching record per entry, in order:
+    /// what a writer keeps, and may be appending to.
+    kept_by: Option<TokenizerKind>,
 }
 
-/// What [`SideFile::record_if_missing`] did.
+/// What [`SideFile::record_new_counts`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recorded {
-    /// The file already held every entry's counts with the session's tokenizer.
-    AlreadyCurrent,
-    /// Written: the next open reads the counts instead of tokenizing the log.
+    /// Nothing was tokenized: every count read came from the side file.
+    NothingNew,
+    /// Written: the next read of the log takes these counts instead of tokenizing again.
     Written,
     /// Not written: the log has damaged lines (their entries' places in the file are not
     /// known without the writer's repair), or another process created the file meanwhile.
@@ -790,32 +790,36 @@ pub enum Recorded {
 }
 
 impl SideFile {
-    /// Record every entry's counts beside the log when its side file is missing, stale or
-    /// damaged, so that a read-only command that had to count the log (a cold `soba budget`)
-    /// leaves it warm for the next one. The log is never touched. A missing file is created
-    /// only if none appears meanwhile (a writer's own is never replaced); an unusable one is
-    /// replaced whole, by rename, as a writer would. Entries not counted yet are counted
-    /// first (the budget counted its model input already).
-    pub fn record_if_missing(
+    /// Record the counts a read-only command made (a `soba budget` of a log with no side
+    /// file, or one that lacked them), so that the next one reads them. Only what was counted
+    /// is recorded, nothing more is counted for it: a budget counts its model input, and a
+    /// long compacted log's history is left to the writer, which records every entry when it
+    /// opens the log. The log is never touched. A missing file is created only if none
+    /// appears meanwhile; one that was there is replaced whole, by rename, as a writer
+    /// replaces it, unless it is one a writer keeps with this tokenizer (a writer appending
+    /// to it would append to the replaced file): that writer records what it counts.
+    pub fn record_new_counts(
         &self,
         session: &Session,
         report: &LoadReport,
     ) -> std::io::Result<Recorded> {
-        if self
-            .recorded
-            .is_some_and(|(t, upto)| t == session.tokenizer() && upto == session.len())
-        {
-            return Ok(Recorded::AlreadyCurrent);
+        if !session.tokenized_since_load() {
+            return Ok(Recorded::NothingNew);
         }
-        if !report.is_clean() {
+        if !report.is_clean() || self.kept_by == Some(session.tokenizer()) {
             return Ok(Recorded::Skipped);
         }
         let Some(keys) = line_keys_of_clean_log(&self.log, session.len())? else {
             return Ok(Recorded::Skipped);
         };
-        session.count_all();
         let mut bytes = token_file::header_line(session.tokenizer()).into_bytes();
-        bytes.extend(encode_records(session, &keys, 0));
+        for (i, key) in keys.iter().enumerate() {
+            if let Some(counts) = session.counts_if_counted(i) {
+                session.with_id(i, |id| {
+                    token_file::encode_record(&mut bytes, *key, id, &counts)
+                });
+            }
+        }
         let path = token_file::path_for(&self.log);
         if self.existed {
             token_file::replace(&path, &bytes)?;
@@ -2347,8 +2351,15 @@ mod tests {
         assert_eq!(records(&p).len(), 2);
     }
 
+    /// What a budget of a short log does: every entry counted.
+    fn count_every_entry(s: &Session) {
+        (0..s.len()).for_each(|i| {
+            s.tokens_of(i);
+        });
+    }
+
     /// A reader that had to count a log records the counts a writer would have: the same
-    /// bytes, and the next reader takes every count from them.
+    /// bytes, and the next reader takes every count from them and records nothing.
     #[test]
     fn a_budget_reader_records_what_the_writer_would_and_the_next_reader_counts_nothing() {
         let dir = tempfile::tempdir().unwrap();
@@ -2358,16 +2369,66 @@ mod tests {
         let (s, report, side) = read_session_for_budget(&p).unwrap();
         assert!(!s.is_counted(0));
         assert_eq!(
-            side.record_if_missing(&s, &report).unwrap(),
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::NothingNew
+        );
+        assert!(
+            !counts_path(&p).exists(),
+            "nothing counted, nothing recorded"
+        );
+        count_every_entry(&s);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
             Recorded::Written
         );
         assert_eq!(std::fs::read(counts_path(&p)).unwrap(), writers);
         let (s, report, side) = read_session_for_budget(&p).unwrap();
         assert!((0..3).all(|i| s.is_counted(i)), "every count read");
+        count_every_entry(&s);
         assert_eq!(
-            side.record_if_missing(&s, &report).unwrap(),
-            Recorded::AlreadyCurrent
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::NothingNew
         );
+        assert_eq!(std::fs::read(counts_path(&p)).unwrap(), writers);
+    }
+
+    /// Only what the reader counted is recorded (a budget counts the model input, not the
+    /// history before a capsule); the next reader takes it and counts the rest itself.
+    #[test]
+    fn a_budget_reader_records_only_what_it_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        let last = s.tokens_of(2);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Written
+        );
+        assert!(!s.is_counted(0), "nothing counted for the record");
+        let recorded = records(&p);
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(
+            (
+                recorded[0].id.as_str(),
+                u64::from(recorded[0].counts.tokens)
+            ),
+            ("c", last)
+        );
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!(s.is_counted(2) && !s.is_counted(0) && !s.is_counted(1));
+        assert_eq!(s.tokens_of(2), last);
+        assert_eq!(s.tokens_of(0), real_tokens(&s, "a"));
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Written
+        );
+        assert_eq!(records(&p).len(), 2);
+        // A writer opening the log records every entry, taking what is recorded.
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        log.save_token_counts();
+        drop(log);
+        assert_eq!(records(&p).len(), 3);
     }
 
     #[test]
@@ -2379,14 +2440,37 @@ mod tests {
         let text = std::fs::read_to_string(&side_path).unwrap();
         std::fs::write(&side_path, text.replacen("o200k_base", "cl100k_base", 1)).unwrap();
         let (s, report, side) = read_session_for_budget(&p).unwrap();
+        count_every_entry(&s);
         assert_eq!(
-            side.record_if_missing(&s, &report).unwrap(),
+            side.record_new_counts(&s, &report).unwrap(),
             Recorded::Written
         );
         let (s, _, _) = read_session_for_budget(&p).unwrap();
         assert!((0..3).all(|i| s.is_counted(i)));
         assert!(records(&p).iter().all(|r| r.counts.tokens != FORGED));
         assert_eq!(s.tokens_of(1), real_tokens(&s, "b"));
+    }
+
+    /// A side file a writer keeps (one whole record per entry, in order) is its own to
+    /// extend: a reader that counted an entry it lacks leaves it as it is.
+    #[test]
+    fn a_budget_reader_never_replaces_a_side_file_a_writer_keeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        let writers = std::fs::read(counts_path(&p)).unwrap();
+        // An entry whose record the writer has not written yet.
+        let line = serde_json::to_string(&msg("d", Some("c"), "four")).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        writeln!(f, "{line}").unwrap();
+        drop(f);
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!(report.is_clean() && s.is_counted(2) && !s.is_counted(3));
+        count_every_entry(&s);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Skipped
+        );
+        assert_eq!(std::fs::read(counts_path(&p)).unwrap(), writers);
     }
 
     /// A side file another process created after the reader loaded the log (a writer that
@@ -2397,9 +2481,10 @@ mod tests {
         let p = three_entry_log(dir.path());
         std::fs::remove_file(counts_path(&p)).unwrap();
         let (s, report, side) = read_session_for_budget(&p).unwrap();
+        count_every_entry(&s);
         std::fs::write(counts_path(&p), "a writer's").unwrap();
         assert_eq!(
-            side.record_if_missing(&s, &report).unwrap(),
+            side.record_new_counts(&s, &report).unwrap(),
             Recorded::Skipped
         );
         assert_eq!(
@@ -2426,8 +2511,9 @@ mod tests {
         drop(f);
         let (s, report, side) = read_session_for_budget(&p).unwrap();
         assert!(!report.is_clean());
+        count_every_entry(&s);
         assert_eq!(
-            side.record_if_missing(&s, &report).unwrap(),
+            side.record_new_counts(&s, &report).unwrap(),
             Recorded::Skipped
         );
         assert!(!counts_path(&p).exists());
@@ -2442,7 +2528,8 @@ mod tests {
         std::fs::create_dir(counts_path(&p)).unwrap();
         std::fs::write(counts_path(&p).join("keep"), "x").unwrap();
         let (s, report, side) = read_session_for_budget(&p).unwrap();
-        assert!(side.record_if_missing(&s, &report).is_err());
+        count_every_entry(&s);
+        assert!(side.record_new_counts(&s, &report).is_err());
         assert!(counts_path(&p).join("keep").exists());
         assert_eq!(std::fs::read(&p).unwrap(), log_bytes);
     }
