@@ -15,6 +15,8 @@
 //! `<log>.torn-<n>` and reported; an unparseable line elsewhere is reported with its line
 //! number, skipped, and left in the file.
 
+use crate::budget::unseen_allowance::LEARN_GROWTH_FROM_REPORTS;
+use crate::budget::LEARN_FROM_REPORTS;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -854,9 +856,14 @@ fn line_keys_of_clean_log(path: &Path, entries: usize) -> std::io::Result<Option
 
 /// The side file's records of entries `from..` of `session`, whose lines `keys` locate.
 fn encode_records(session: &Session, keys: &[LineKey], from: usize) -> Vec<u8> {
-    // The samples the next open learns its factor from (the newest reports on the leaf's
-    // branch) are measured before they are recorded; older ones only if already measured.
-    let _ = session.count_samples_at(session.leaf());
+    // The samples the next open learns from (the newest reports on the leaf's branch: its
+    // count factor from 8, its unseen-growth allowance from 32) are measured before they are
+    // recorded, so that a budget after the open builds no view per report; older ones only
+    // if already measured.
+    let _ = session.newest_samples_at(
+        session.leaf(),
+        LEARN_FROM_REPORTS.max(LEARN_GROWTH_FROM_REPORTS),
+    );
     let mut bytes = Vec::with_capacity((session.len() - from) * 48);
     for (i, key) in keys.iter().enumerate().skip(from) {
         let counts = session.counts_of(i);
@@ -1973,6 +1980,56 @@ mod tests {
         forge_derived(&p, "calls", &[FORGED]);
         let (s, _) = read_session(&p).unwrap();
         assert_eq!(s.stand_in_tokens_at(calls, 1), stand_in);
+    }
+
+    /// A log written in one batch (an import) records the samples of as many newest reports
+    /// as a budget reads: the count factor's and the unseen-growth allowance's, the larger.
+    #[test]
+    fn a_batch_records_the_samples_every_budget_allowance_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        let mut entries = Vec::new();
+        let mut parent: Option<String> = None;
+        let reports = LEARN_GROWTH_FROM_REPORTS + 8;
+        for n in 0..reports {
+            let tail = format!("t{n}");
+            entries.push(msg(&tail, parent.as_deref(), &"lorem ipsum ".repeat(40)));
+            let id = format!("r{n}");
+            entries.push(Entry::new(
+                id.clone(),
+                Some(tail),
+                EntryBody::Message(MessageEntry {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::text("done")],
+                    usage: Some(Usage {
+                        input: 1_000 + 600 * n as u64,
+                        output: 10,
+                        ..Usage::default()
+                    }),
+                    model: None,
+                    synthetic: false,
+                }),
+            ));
+            parent = Some(id);
+        }
+        log.append_all(entries).unwrap();
+        drop(log);
+        let measured: Vec<bool> = records(&p)
+            .into_iter()
+            .filter(|r| r.id.starts_with('r'))
+            .map(|r| r.counts.sample.is_some())
+            .collect();
+        assert_eq!(measured.len(), reports);
+        let newest = LEARN_FROM_REPORTS.max(LEARN_GROWTH_FROM_REPORTS);
+        assert!(
+            measured[reports - newest..].iter().all(|&m| m),
+            "{measured:?}"
+        );
+        assert!(
+            measured[..reports - newest].iter().all(|&m| !m),
+            "{measured:?}"
+        );
     }
 
     /// The newest usage reports' count samples are recorded, so a resumed session learns its
