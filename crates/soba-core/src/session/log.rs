@@ -494,9 +494,9 @@ fn load_in_blocks(
     // names an unknown parent continues the chain from here.
     let mut gap: Option<Option<usize>> = None;
     let mut recorded = token_file::Reader::open(&token_file::path_for(path));
-    // Keys cost a checksum of every line: only a writer (which records them) or a reader of
-    // recorded counts needs them.
-    let keyed = repair || recorded.is_some();
+    // Keys cost a checksum of every line: only a writer (which records them), a reader of
+    // recorded counts, or a budget (which records what it counts) needs them.
+    let keyed = repair || recorded.is_some() || holding == Holding::Lines;
     let mut line_keys = Vec::with_capacity(if keyed { expected_entries } else { 0 });
     // Leading entries whose counts came from the side file.
     let mut recorded_upto = 0usize;
@@ -759,6 +759,7 @@ pub fn read_session_for_budget(path: &Path) -> Result<(Session, LoadReport, Side
     let loaded = load(path, None, false, Holding::Lines)?;
     let side = SideFile {
         log: path.to_path_buf(),
+        keys: loaded.line_keys,
         existed: token_file::path_for(path).exists(),
         kept_by: match loaded.counts {
             CountsState::Recorded { tokenizer, .. } => Some(tokenizer),
@@ -772,6 +773,8 @@ pub fn read_session_for_budget(path: &Path) -> Result<(Session, LoadReport, Side
 #[derive(Debug)]
 pub struct SideFile {
     log: PathBuf,
+    /// The key of each entry's line, as the load read it: what the records are keyed by.
+    keys: Vec<LineKey>,
     /// Whether a file was there when the log was read (usable or not).
     existed: bool,
     /// The tokenizer of a file that held one whole, matching record per entry, in order:
@@ -786,8 +789,8 @@ pub enum Recorded {
     NothingNew,
     /// Written: the next read of the log takes these counts instead of tokenizing again.
     Written,
-    /// Not written: the log has damaged lines (their entries' places in the file are not
-    /// known without the writer's repair), or another process created the file meanwhile.
+    /// Not written: the log has damaged lines (left to a writer, which repairs what it can
+    /// and records then), another process created the file meanwhile, or a writer keeps it.
     Skipped,
 }
 
@@ -811,11 +814,12 @@ impl SideFile {
         if !report.is_clean() || self.kept_by == Some(session.tokenizer()) {
             return Ok(Recorded::Skipped);
         }
-        let Some(keys) = line_keys_of_clean_log(&self.log, session.len())? else {
+        if self.keys.len() != session.len() {
+            // Entries joined the session after the load: no line of this file holds them.
             return Ok(Recorded::Skipped);
-        };
+        }
         let mut bytes = token_file::header_line(session.tokenizer()).into_bytes();
-        for (i, key) in keys.iter().enumerate() {
+        for (i, key) in self.keys.iter().enumerate() {
             if let Some(counts) = session.counts_if_counted(i) {
                 session.with_id(i, |id| {
                     token_file::encode_record(&mut bytes, *key, id, &counts)
@@ -830,28 +834,6 @@ impl SideFile {
         }
         Ok(Recorded::Written)
     }
-}
-
-/// The keys of the first `entries` entry lines of a log that loaded clean (every line after
-/// the header an entry, blank lines aside), read again from the file; `None` when the file no
-/// longer has that many.
-fn line_keys_of_clean_log(path: &Path, entries: usize) -> std::io::Result<Option<Vec<LineKey>>> {
-    let bytes = std::fs::read(path)?;
-    let mut keys = Vec::with_capacity(entries);
-    let mut offset = 0u64;
-    for (n, line) in split_lines(&bytes).enumerate() {
-        let start = offset;
-        offset += line.len() as u64;
-        let text = trim_newline(line);
-        if n == 0 || text.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        if keys.len() == entries {
-            break;
-        }
-        keys.push(LineKey::of(start, text));
-    }
-    Ok((keys.len() == entries).then_some(keys))
 }
 
 /// The side file's records of entries `from..` of `session`, whose lines `keys` locate.
@@ -2556,8 +2538,24 @@ mod tests {
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
-    /// Where a damaged line hides which entry lies where, nothing is recorded (a writer's open
-    /// repairs the log and records then).
+    /// An entry pushed after the load has no line in the file to key its record by.
+    #[test]
+    fn a_budget_reader_records_nothing_once_entries_joined_after_the_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (mut s, report, side) = read_session_for_budget(&p).unwrap();
+        s.push(msg("d", Some("c"), "four")).unwrap();
+        count_every_entry(&s);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Skipped
+        );
+        assert!(!counts_path(&p).exists());
+    }
+
+    /// Nothing is recorded for a log with damaged lines (a writer's open repairs what it can
+    /// and records then).
     #[test]
     fn a_budget_reader_records_nothing_for_a_damaged_log() {
         let dir = tempfile::tempdir().unwrap();
