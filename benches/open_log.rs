@@ -194,7 +194,17 @@ fn report(name: &str, exe: &str, path: &Path, runs: usize, process: bool) -> ser
     let parse = measure(exe, "parse", path, runs);
     let cold = measure(exe, "cold", path, runs);
     let warm = measure(exe, "warm", path, runs);
-    let budget = process.then(|| budget_process(path, runs));
+    let budget = process.then(|| budget_process(env!("CARGO_BIN_EXE_soba"), path, runs));
+    let budget_cold = process.then(|| budget_process_cold(env!("CARGO_BIN_EXE_soba"), path, runs));
+    // Another build of `soba` (`SOBA_BASELINE=path/to/soba`), timed back to back with this
+    // one's on the same log; its warm runs read the writer's side file too.
+    let baseline = std::env::var("SOBA_BASELINE")
+        .ok()
+        .filter(|_| process)
+        .map(|exe| {
+            let cold = budget_process_cold(&exe, path, runs);
+            (budget_process(&exe, path, runs), cold)
+        });
     assert_eq!(
         cold.tokens, warm.tokens,
         "recorded counts give the budget that counting does"
@@ -221,6 +231,13 @@ fn report(name: &str, exe: &str, path: &Path, runs: usize, process: bool) -> ser
     if let Some(budget) = &budget {
         line("`soba budget`, warm  ", budget);
     }
+    if let Some(cold) = &budget_cold {
+        line("`soba budget`, cold  ", cold);
+    }
+    if let Some((warm, cold)) = &baseline {
+        line("baseline build, warm ", warm);
+        line("baseline build, cold ", cold);
+    }
     println!(
         "open_log {name}: warm is {:.1}× faster than cold",
         cold.median_s / warm.median_s
@@ -241,12 +258,38 @@ fn report(name: &str, exe: &str, path: &Path, runs: usize, process: bool) -> ser
         "cold": figures(&cold),
         "warm": figures(&warm),
         "budgetProcess": budget.as_ref().map(figures),
+        "budgetProcessCold": budget_cold.as_ref().map(figures),
+        "baseline": baseline.as_ref().map(|(warm, cold)| serde_json::json!({
+            "budgetProcess": figures(warm),
+            "budgetProcessCold": figures(cold),
+        })),
     })
 }
 
-/// `soba budget --json LOG` as a process of its own (see [`support::budget_process`]).
-fn budget_process(path: &Path, runs: usize) -> Figures {
-    let p = support::budget_process(env!("CARGO_BIN_EXE_soba"), path, runs);
+/// `soba budget --json LOG` as a process of its own (see [`support::budget_process`]), warm.
+fn budget_process(exe: &str, path: &Path, runs: usize) -> Figures {
+    figures_of(support::budget_process_at(
+        exe,
+        path,
+        runs,
+        support::Start::Warm,
+    ))
+}
+
+/// The same with no side file: each run counts the log (and records the counts).
+fn budget_process_cold(exe: &str, path: &Path, runs: usize) -> Figures {
+    let figures = figures_of(support::budget_process_at(
+        exe,
+        path,
+        runs,
+        support::Start::Cold,
+    ));
+    // What the warm runs after it read: the writer's side file.
+    let _ = open_and_budget(path);
+    figures
+}
+
+fn figures_of(p: support::ProcessFigures) -> Figures {
     Figures {
         entries: 0,
         median_s: p.wall_s,

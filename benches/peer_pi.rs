@@ -16,6 +16,10 @@
 //! - `firstCheckProcess`: `soba budget --json` on the same log, warm, as a process of its own
 //!   (start-up, config, open, budget, output): what a CLI call or a freshly started editor
 //!   pays. Median wall time, and its CPU time (`firstCheckProcessCpu`).
+//! - `firstCheckProcessCold`: the same process with no side file (deleted before each run):
+//!   every entry counted, the counts recorded as a by-product.
+//! - `baseline`: with `SOBA_BASELINE=path/to/soba`, the two process figures of that build too,
+//!   timed back to back with this one's on the same log.
 //! - `plan`: the compaction plan (cut point, summary input, facts, local capsule).
 //!
 //! Usage: `cargo bench --bench peer_pi -- PI_SESSION.jsonl` (default: the fixture).
@@ -41,7 +45,7 @@ use soba_core::tool_mapping::ToolMapping;
 #[path = "support.rs"]
 mod support;
 
-use support::measuring;
+use support::{measuring, Start};
 
 /// Median wall time per call of `f`, timed in batches of `batch` calls (so that operations
 /// shorter than the clock's own cost are measured), over batches that together take about
@@ -159,7 +163,31 @@ fn main() -> anyhow::Result<()> {
     let first_check = first_check_at(true);
     let first_check_warm = first_check_at(false);
     let process_runs = if measuring() { 41 } else { 1 };
-    let process = support::budget_process(env!("CARGO_BIN_EXE_soba"), &log_path, process_runs);
+    // Cold first: its last run leaves the counts recorded for the warm runs (a build that
+    // does not record them, the baseline's, gets them from the log's writer above).
+    let timed = |exe: &str| {
+        let cold = support::budget_process_at(exe, &log_path, process_runs, Start::Cold);
+        let (mut log, _) = SessionLog::open(&log_path, Durability::Flush).expect("the log opens");
+        log.session_mut().configure_counting(&config.model);
+        log.save_token_counts();
+        drop(log);
+        let warm = support::budget_process_at(exe, &log_path, process_runs, Start::Warm);
+        (cold, warm)
+    };
+    let (process_cold, process) = timed(env!("CARGO_BIN_EXE_soba"));
+    // The same runs of another build of `soba` (`SOBA_BASELINE=path/to/soba`), back to back
+    // with this one's on the same file: what a change gained.
+    let baseline = std::env::var_os("SOBA_BASELINE").map(|exe| {
+        let exe = exe.to_string_lossy().into_owned();
+        let (cold, warm) = timed(&exe);
+        serde_json::json!({
+            "exe": exe,
+            "firstCheckProcess": warm.wall_s * 1e6,
+            "firstCheckProcessCpu": warm.cpu_s * 1e6,
+            "firstCheckProcessCold": cold.wall_s * 1e6,
+            "firstCheckProcessColdCpu": cold.cpu_s * 1e6,
+        })
+    });
     // Warm: every entry's count is cached and the tally kept, as in a running daemon.
     let compact_due = check(&session, &barrier);
     let check_time = median(Duration::from_secs(2), 10_000, || check(&session, &barrier));
@@ -223,8 +251,11 @@ fn main() -> anyhow::Result<()> {
             "firstCheckWarm": micros(first_check_warm),
             "firstCheckProcess": process.wall_s * 1e6,
             "firstCheckProcessCpu": process.cpu_s * 1e6,
+            "firstCheckProcessCold": process_cold.wall_s * 1e6,
+            "firstCheckProcessColdCpu": process_cold.cpu_s * 1e6,
             "plan": micros(plan_time),
-        }
+        },
+        "baseline": baseline,
     });
     println!("{report}");
     Ok(())

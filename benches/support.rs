@@ -41,11 +41,35 @@ const BUDGET_PROCESS_ARG: &str = "--budget-process";
 /// child's peak RSS includes the memory of the process it was forked from, before its `exec`,
 /// and the bench holds whole logs.
 pub fn budget_process(exe: &str, log: &std::path::Path, runs: usize) -> ProcessFigures {
+    budget_process_at(exe, log, runs, Start::Warm)
+}
+
+/// Whether `soba budget` finds the log's counts recorded in `<log>.tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Recorded (a writer's, or what an earlier budget recorded).
+    Warm,
+    /// Not: the side file is deleted before each run (outside the timed region), so every run
+    /// counts the log and records the counts again.
+    Cold,
+}
+
+/// [`budget_process`], warm or cold.
+pub fn budget_process_at(
+    exe: &str,
+    log: &std::path::Path,
+    runs: usize,
+    start: Start,
+) -> ProcessFigures {
     let out = std::process::Command::new(std::env::current_exe().expect("this bench"))
         .arg(BUDGET_PROCESS_ARG)
         .arg(exe)
         .arg(log)
         .arg(runs.max(1).to_string())
+        .arg(match start {
+            Start::Warm => "warm",
+            Start::Cold => "cold",
+        })
         .output()
         .expect("the bench starts again");
     assert!(
@@ -86,7 +110,12 @@ pub fn serve_budget_process() -> bool {
     };
     let (exe, log) = (&args[at + 1], &args[at + 2]);
     let runs: usize = args[at + 3].parse().expect("runs");
+    let cold = args[at + 4] == "cold";
+    let side_file = soba_core::session::token_file::path_for(std::path::Path::new(log));
     for _ in 0..runs {
+        if cold {
+            let _ = std::fs::remove_file(&side_file);
+        }
         let start = std::time::Instant::now();
         #[allow(
             clippy::zombie_processes,

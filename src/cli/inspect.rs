@@ -4,13 +4,13 @@ use std::path::Path;
 
 use super::{print_json, warn_load, CommonArgs};
 use crate::inspect::{budget_report, context_report, preflight_outlook};
-use soba_core::session::log::{read_session, read_session_as_lines};
+use soba_core::session::log::{read_session, read_session_for_budget};
 use soba_core::session::unseen_priors::UnseenStore;
 use soba_core::util::human_tokens;
 
 pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
     // A budget reads the index and the current turn: no entry needs to stay parsed.
-    let (mut session, report) = read_session_as_lines(path)?;
+    let (mut session, report, side_file) = read_session_for_budget(path)?;
     warn_load(path, &report);
     let config = common.config_for_session(&session)?;
     session.configure_counting(&config.model);
@@ -32,6 +32,16 @@ pub fn budget(path: &Path, common: &CommonArgs) -> anyhow::Result<()> {
         &config.model.name,
         summarizer.as_deref(),
     );
+    // A log no writer recorded counts for (imported by an older version, written by another
+    // tool, its side file lost) had to be counted: record what was counted, so that the next
+    // budget of it reads the counts. A cache beside the log, never the log itself: a folder
+    // this process cannot write to only leaves the next budget to count again.
+    if let Err(e) = side_file.record_new_counts(&session, &report) {
+        ::log::debug!("token counts of {} not recorded: {e}", path.display());
+    }
+    // The process ends once the budget is printed, and the session is not read again: freeing
+    // each of its lines and index tables one by one would only add to what a budget costs.
+    std::mem::forget(session);
     let warning = report.summary(path);
     let keep_note = config.keep_recent_capped.map(|c| c.note());
     let small_note = config.small_window.map(|w| w.note());

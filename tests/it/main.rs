@@ -42,6 +42,7 @@ mod redaction_paths;
 mod redaction_shapes;
 mod replay;
 mod report_render;
+mod resume_counts;
 mod rewind;
 mod room;
 mod schemas;

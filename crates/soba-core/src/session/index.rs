@@ -259,6 +259,9 @@ pub struct SessionIndex {
     pub(super) allow_for_unseen: bool,
     /// The newest window setting in file order (see [`SettingEntry::window`]).
     pub(super) window: Option<crate::window::WindowSetting>,
+    /// Whether any entry was tokenized since the session was loaded (counts taken from the
+    /// side file are not): a reader then has counts worth recording.
+    pub(super) tokenized: std::sync::atomic::AtomicBool,
 }
 
 impl SessionIndex {
@@ -286,6 +289,7 @@ impl SessionIndex {
             unseen_prior: None,
             allow_for_unseen: true,
             window: None,
+            tokenized: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -377,8 +381,7 @@ impl SessionIndex {
         if self.counts.tokens[idx].get().is_none() {
             // One read of an entry not parsed yet for both its counts.
             self.entries.with(idx, |e| {
-                self.counts.tokens[idx]
-                    .get_or_init(|| clamp_count(entry_tokens(self.tokenizer, e)));
+                self.counts.tokens[idx].get_or_init(|| self.tokenize(e));
                 self.fill_derived(idx, e);
             });
         }
@@ -416,6 +419,8 @@ impl SessionIndex {
     fn fill_derived(&self, idx: usize, e: &Entry) {
         let cells = self.counts.derived.cells(idx);
         if cells.iter().any(|c| c.get().is_none()) {
+            self.tokenized
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             for (cell, &n) in cells.iter().zip(count_derived(self.tokenizer, e).iter()) {
                 cell.set(n);
             }
@@ -725,9 +730,29 @@ impl SessionIndex {
 
     /// Tokens the entry costs in the model input, counted once and cached.
     pub fn tokens_of(&self, idx: usize) -> u64 {
-        u64::from(self.counts.tokens[idx].get_or_init(|| {
-            clamp_count(self.entries.with(idx, |e| entry_tokens(self.tokenizer, e)))
-        }))
+        u64::from(
+            self.counts.tokens[idx].get_or_init(|| self.entries.with(idx, |e| self.tokenize(e))),
+        )
+    }
+
+    /// Tokens entry `e` costs, counted with the session's tokenizer.
+    fn tokenize(&self, e: &Entry) -> u32 {
+        self.tokenized
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        clamp_count(entry_tokens(self.tokenizer, e))
+    }
+
+    /// Whether any entry was tokenized since the session was loaded (see
+    /// [`crate::session::log::SideFile`]).
+    pub fn tokenized_since_load(&self) -> bool {
+        self.tokenized.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Entry `idx`'s counts when its own count is made (its derived counts made too, where
+    /// they are not yet); `None`, counting nothing, when it is not.
+    pub fn counts_if_counted(&self, idx: usize) -> Option<EntryCounts> {
+        self.counts.tokens[idx].get()?;
+        Some(self.counts_of(idx))
     }
 
     /// Counted (system prompt, tool schemas) text of setting entry `idx`, counted once.

@@ -15,6 +15,8 @@
 //! `<log>.torn-<n>` and reported; an unparseable line elsewhere is reported with its line
 //! number, skipped, and left in the file.
 
+use crate::budget::unseen_allowance::LEARN_GROWTH_FROM_REPORTS;
+use crate::budget::LEARN_FROM_REPORTS;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -550,9 +552,9 @@ fn load_in_blocks(
     // names an unknown parent continues the chain from here.
     let mut gap: Option<Option<usize>> = None;
     let mut recorded = token_file::Reader::open(&token_file::path_for(path));
-    // Keys cost a checksum of every line: only a writer (which records them) or a reader of
-    // recorded counts needs them.
-    let keyed = repair || recorded.is_some();
+    // Keys cost a checksum of every line: only a writer (which records them), a reader of
+    // recorded counts, or a budget (which records what it counts) needs them.
+    let keyed = repair || recorded.is_some() || holding == Holding::Lines;
     let mut line_keys = Vec::with_capacity(if keyed { expected_entries } else { 0 });
     // Leading entries whose counts came from the side file.
     let mut recorded_upto = 0usize;
@@ -809,6 +811,109 @@ pub fn read_session_as_lines(path: &Path) -> Result<(Session, LoadReport), LogEr
     load(path, None, false, Holding::Lines).map(|l| (l.session, l.report))
 }
 
+/// [`read_session_as_lines`], with what [`SideFile::record_new_counts`] needs to record the
+/// counts the reader makes.
+pub fn read_session_for_budget(path: &Path) -> Result<(Session, LoadReport, SideFile), LogError> {
+    let loaded = load(path, None, false, Holding::Lines)?;
+    let side = SideFile {
+        log: path.to_path_buf(),
+        keys: loaded.line_keys,
+        existed: token_file::path_for(path).exists(),
+        kept_by: match loaded.counts {
+            CountsState::Recorded { tokenizer, .. } => Some(tokenizer),
+            CountsState::Rebuild | CountsState::Off => None,
+        },
+    };
+    Ok((loaded.session, loaded.report, side))
+}
+
+/// The token-count side file of a log opened by a reader (see [`read_session_for_budget`]).
+#[derive(Debug)]
+pub struct SideFile {
+    log: PathBuf,
+    /// The key of each entry's line, as the load read it: what the records are keyed by.
+    keys: Vec<LineKey>,
+    /// Whether a file was there when the log was read (usable or not).
+    existed: bool,
+    /// The tokenizer of a file that held one whole, matching record per entry, in order:
+    /// what a writer keeps, and may be appending to.
+    kept_by: Option<TokenizerKind>,
+}
+
+/// What [`SideFile::record_new_counts`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Nothing was tokenized: every count read came from the side file.
+    NothingNew,
+    /// Written: the next read of the log takes these counts instead of tokenizing again.
+    Written,
+    /// Not written: the log has damaged lines (left to a writer, which repairs what it can
+    /// and records then), another process created the file meanwhile, or a writer keeps it.
+    Skipped,
+}
+
+impl SideFile {
+    /// Record the counts a read-only command made (a `soba budget` of a log with no side
+    /// file, or one that lacked them), so that the next one reads them. Only what was counted
+    /// is recorded, nothing more is counted for it: a budget counts its model input, and a
+    /// long compacted log's history is left to the writer, which records every entry when it
+    /// opens the log. The log is never touched. A missing file is created only if none
+    /// appears meanwhile; one that was there is replaced whole, by rename, as a writer
+    /// replaces it, unless it is one a writer keeps with this tokenizer (a writer appending
+    /// to it would append to the replaced file): that writer records what it counts.
+    pub fn record_new_counts(
+        &self,
+        session: &Session,
+        report: &LoadReport,
+    ) -> std::io::Result<Recorded> {
+        if !session.tokenized_since_load() {
+            return Ok(Recorded::NothingNew);
+        }
+        if !report.is_clean() || self.kept_by == Some(session.tokenizer()) {
+            return Ok(Recorded::Skipped);
+        }
+        if self.keys.len() != session.len() {
+            // Entries joined the session after the load: no line of this file holds them.
+            return Ok(Recorded::Skipped);
+        }
+        let mut bytes = token_file::header_line(session.tokenizer()).into_bytes();
+        for (i, key) in self.keys.iter().enumerate() {
+            if let Some(counts) = session.counts_if_counted(i) {
+                session.with_id(i, |id| {
+                    token_file::encode_record(&mut bytes, *key, id, &counts)
+                });
+            }
+        }
+        let path = token_file::path_for(&self.log);
+        if self.existed {
+            token_file::replace(&path, &bytes)?;
+        } else if !token_file::create_new(&path, &bytes)? {
+            return Ok(Recorded::Skipped);
+        }
+        Ok(Recorded::Written)
+    }
+}
+
+/// The side file's records of entries `from..` of `session`, whose lines `keys` locate.
+fn encode_records(session: &Session, keys: &[LineKey], from: usize) -> Vec<u8> {
+    // The samples the next open learns from (the newest reports on the leaf's branch: its
+    // count factor from 8, its unseen-growth allowance from 32) are measured before they are
+    // recorded, so that a budget after the open builds no view per report; older ones only
+    // if already measured.
+    let _ = session.newest_samples_at(
+        session.leaf(),
+        LEARN_FROM_REPORTS.max(LEARN_GROWTH_FROM_REPORTS),
+    );
+    let mut bytes = Vec::with_capacity((session.len() - from) * 48);
+    for (i, key) in keys.iter().enumerate().skip(from) {
+        let counts = session.counts_of(i);
+        session.with_id(i, |id| {
+            token_file::encode_record(&mut bytes, *key, id, &counts)
+        });
+    }
+    bytes
+}
+
 impl SessionLog {
     /// Create a new log with its header (mode `0600`). Fails if the file exists or its folder
     /// does not: creating folders is the caller's decision.
@@ -1040,17 +1145,7 @@ impl SessionLog {
     }
 
     fn records(&self, from: usize) -> Vec<u8> {
-        // The samples the next open learns its factor from (the newest reports on the leaf's
-        // branch) are measured before they are recorded; older ones only if already measured.
-        let _ = self.session.count_samples_at(self.session.leaf());
-        let mut bytes = Vec::with_capacity((self.session.len() - from) * 48);
-        for (i, key) in self.line_keys.iter().enumerate().skip(from) {
-            let counts = self.session.counts_of(i);
-            self.session.with_id(i, |id| {
-                token_file::encode_record(&mut bytes, *key, id, &counts)
-            });
-        }
-        bytes
+        encode_records(&self.session, &self.line_keys, from)
     }
 
     fn append_records(&mut self, from: usize) -> std::io::Result<()> {
@@ -2089,6 +2184,56 @@ mod tests {
         assert_eq!(s.stand_in_tokens_at(calls, 1), stand_in);
     }
 
+    /// A log written in one batch (an import) records the samples of as many newest reports
+    /// as a budget reads: the count factor's and the unseen-growth allowance's, the larger.
+    #[test]
+    fn a_batch_records_the_samples_every_budget_allowance_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.jsonl");
+        let mut log = SessionLog::create(&p, header(), Durability::Flush).unwrap();
+        let mut entries = Vec::new();
+        let mut parent: Option<String> = None;
+        let reports = LEARN_GROWTH_FROM_REPORTS + 8;
+        for n in 0..reports {
+            let tail = format!("t{n}");
+            entries.push(msg(&tail, parent.as_deref(), &"lorem ipsum ".repeat(40)));
+            let id = format!("r{n}");
+            entries.push(Entry::new(
+                id.clone(),
+                Some(tail),
+                EntryBody::Message(MessageEntry {
+                    role: Role::Assistant,
+                    content: vec![ContentBlock::text("done")],
+                    usage: Some(Usage {
+                        input: 1_000 + 600 * n as u64,
+                        output: 10,
+                        ..Usage::default()
+                    }),
+                    model: None,
+                    synthetic: false,
+                }),
+            ));
+            parent = Some(id);
+        }
+        log.append_all(entries).unwrap();
+        drop(log);
+        let measured: Vec<bool> = records(&p)
+            .into_iter()
+            .filter(|r| r.id.starts_with('r'))
+            .map(|r| r.counts.sample.is_some())
+            .collect();
+        assert_eq!(measured.len(), reports);
+        let newest = LEARN_FROM_REPORTS.max(LEARN_GROWTH_FROM_REPORTS);
+        assert!(
+            measured[reports - newest..].iter().all(|&m| m),
+            "{measured:?}"
+        );
+        assert!(
+            measured[..reports - newest].iter().all(|&m| !m),
+            "{measured:?}"
+        );
+    }
+
     /// The newest usage reports' count samples are recorded, so a resumed session learns its
     /// count factor without building a view per report; a recorded sample is what it uses.
     #[test]
@@ -2463,5 +2608,204 @@ mod tests {
         drop(log);
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert_eq!(records(&p).len(), 2);
+    }
+
+    /// What a budget of a short log does: every entry counted.
+    fn count_every_entry(s: &Session) {
+        (0..s.len()).for_each(|i| {
+            s.tokens_of(i);
+        });
+    }
+
+    /// A reader that had to count a log records the counts a writer would have: the same
+    /// bytes, and the next reader takes every count from them and records nothing.
+    #[test]
+    fn a_budget_reader_records_what_the_writer_would_and_the_next_reader_counts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        let writers = std::fs::read(counts_path(&p)).unwrap();
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!(!s.is_counted(0));
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::NothingNew
+        );
+        assert!(
+            !counts_path(&p).exists(),
+            "nothing counted, nothing recorded"
+        );
+        count_every_entry(&s);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Written
+        );
+        assert_eq!(std::fs::read(counts_path(&p)).unwrap(), writers);
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!((0..3).all(|i| s.is_counted(i)), "every count read");
+        count_every_entry(&s);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::NothingNew
+        );
+        assert_eq!(std::fs::read(counts_path(&p)).unwrap(), writers);
+    }
+
+    /// Only what the reader counted is recorded (a budget counts the model input, not the
+    /// history before a capsule); the next reader takes it and counts the rest itself.
+    #[test]
+    fn a_budget_reader_records_only_what_it_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        let last = s.tokens_of(2);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Written
+        );
+        assert!(!s.is_counted(0), "nothing counted for the record");
+        let recorded = records(&p);
+        assert_eq!(recorded.len(), 1);
+        assert_eq!(
+            (
+                recorded[0].id.as_str(),
+                u64::from(recorded[0].counts.tokens)
+            ),
+            ("c", last)
+        );
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!(s.is_counted(2) && !s.is_counted(0) && !s.is_counted(1));
+        assert_eq!(s.tokens_of(2), last);
+        assert_eq!(s.tokens_of(0), real_tokens(&s, "a"));
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Written
+        );
+        assert_eq!(records(&p).len(), 2);
+        // A writer opening the log records every entry, taking what is recorded.
+        let (mut log, _) = SessionLog::open(&p, Durability::Flush).unwrap();
+        log.save_token_counts();
+        drop(log);
+        assert_eq!(records(&p).len(), 3);
+    }
+
+    #[test]
+    fn a_budget_reader_replaces_a_stale_side_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        forge(&p, "b", FORGED);
+        let side_path = counts_path(&p);
+        let text = std::fs::read_to_string(&side_path).unwrap();
+        std::fs::write(&side_path, text.replacen("o200k_base", "cl100k_base", 1)).unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        count_every_entry(&s);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Written
+        );
+        let (s, _, _) = read_session_for_budget(&p).unwrap();
+        assert!((0..3).all(|i| s.is_counted(i)));
+        assert!(records(&p).iter().all(|r| r.counts.tokens != FORGED));
+        assert_eq!(s.tokens_of(1), real_tokens(&s, "b"));
+    }
+
+    /// A side file a writer keeps (one whole record per entry, in order) is its own to
+    /// extend: a reader that counted an entry it lacks leaves it as it is.
+    #[test]
+    fn a_budget_reader_never_replaces_a_side_file_a_writer_keeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        let writers = std::fs::read(counts_path(&p)).unwrap();
+        // An entry whose record the writer has not written yet.
+        let line = serde_json::to_string(&msg("d", Some("c"), "four")).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        writeln!(f, "{line}").unwrap();
+        drop(f);
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!(report.is_clean() && s.is_counted(2) && !s.is_counted(3));
+        count_every_entry(&s);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Skipped
+        );
+        assert_eq!(std::fs::read(counts_path(&p)).unwrap(), writers);
+    }
+
+    /// A side file another process created after the reader loaded the log (a writer that
+    /// opened the session meanwhile) is left as it is.
+    #[test]
+    fn a_budget_reader_never_replaces_a_side_file_created_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        count_every_entry(&s);
+        std::fs::write(counts_path(&p), "a writer's").unwrap();
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Skipped
+        );
+        assert_eq!(
+            std::fs::read_to_string(counts_path(&p)).unwrap(),
+            "a writer's"
+        );
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    /// An entry pushed after the load has no line in the file to key its record by.
+    #[test]
+    fn a_budget_reader_records_nothing_once_entries_joined_after_the_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let (mut s, report, side) = read_session_for_budget(&p).unwrap();
+        s.push(msg("d", Some("c"), "four")).unwrap();
+        count_every_entry(&s);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Skipped
+        );
+        assert!(!counts_path(&p).exists());
+    }
+
+    /// Nothing is recorded for a log with damaged lines (a writer's open repairs what it can
+    /// and records then).
+    #[test]
+    fn a_budget_reader_records_nothing_for_a_damaged_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"{not an entry}\n").unwrap();
+        drop(f);
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        assert!(!report.is_clean());
+        count_every_entry(&s);
+        assert_eq!(
+            side.record_new_counts(&s, &report).unwrap(),
+            Recorded::Skipped
+        );
+        assert!(!counts_path(&p).exists());
+    }
+
+    #[test]
+    fn a_side_file_a_budget_reader_cannot_write_is_an_error_the_log_survives() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = three_entry_log(dir.path());
+        let log_bytes = std::fs::read(&p).unwrap();
+        std::fs::remove_file(counts_path(&p)).unwrap();
+        std::fs::create_dir(counts_path(&p)).unwrap();
+        std::fs::write(counts_path(&p).join("keep"), "x").unwrap();
+        let (s, report, side) = read_session_for_budget(&p).unwrap();
+        count_every_entry(&s);
+        assert!(side.record_new_counts(&s, &report).is_err());
+        assert!(counts_path(&p).join("keep").exists());
+        assert_eq!(std::fs::read(&p).unwrap(), log_bytes);
     }
 }

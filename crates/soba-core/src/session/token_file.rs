@@ -309,6 +309,26 @@ pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<File> {
     written
 }
 
+/// Create the side file with `bytes` (mode `0600`) only if there is none: written beside it,
+/// then linked into place, which fails rather than replace a file another process created
+/// meanwhile. `false` when there was one.
+pub fn create_new(path: &Path, bytes: &[u8]) -> io::Result<bool> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    // Left behind by a write of this process id that was interrupted.
+    let _ = std::fs::remove_file(&tmp);
+    let linked = crate::files::create_private(&tmp, true)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
