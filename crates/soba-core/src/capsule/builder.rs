@@ -711,6 +711,11 @@ pub fn build_state(
     });
     // "yeah, do it all" after the agent laid out the release steps: what was approved is the
     // task now, in the agent's words.
+    let approved_goal_at = h
+        .approved
+        .as_ref()
+        .filter(|(at, _)| goal_at.is_none_or(|g| *at > g))
+        .map(|(at, _)| *at);
     let approved_goal = h
         .approved
         .as_ref()
@@ -832,32 +837,83 @@ pub fn build_state(
                 !is_wrap_up(text) && !answered && asks_the_user(text).is_none()
             })
     });
-    // A goal whose request was answered and wrapped up, with the user's questions about it
-    // since: still the subject, but done — the agent that continues must not redo it.
+    // A goal whose request the agent reported done, which the user has moved past, is not the
+    // task any more. While the agent works on (or owes an answer to) a later message, that
+    // message is the goal, with the finished task as its context: "did you update the docs
+    // too?" after "Done! I've created the theme". Once the user's questions about it are all
+    // answered, it stays the subject, marked done, so the agent that continues does not redo it.
+    // The newest turn is open while the agent works on it or its last words report nothing
+    // done ("only session A was condensed. Let me check why.").
+    let latest_open = in_progress
+        || last_turn.is_some_and(|t| {
+            t.last_text
+                .as_ref()
+                .is_none_or(|(_, text)| !is_wrap_up(text))
+        });
     let goal = match (
         goal_at,
         h.turns.iter().position(|t| Some(t.message) == goal_at),
     ) {
-        (Some(g), Some(goal_turn)) if !in_progress && goal_turn + 1 < h.turns.len() => {
+        (Some(g), Some(goal_turn))
+            if goal_turn + 1 < h.turns.len()
+                && goal.contains(&goal_line(&asked(&h.messages[g].1))) =>
+        {
             let t = &h.turns[goal_turn];
             let wrapped_up = t.calls_after_text == 0
                 && t.last_text
                     .as_ref()
                     .is_some_and(|(_, text)| is_wrap_up(text));
-            let asked_since = h.turns[goal_turn + 1..]
+            let later = &h.turns[goal_turn + 1..];
+            let asked_since = later
                 .iter()
                 .all(|t| h.messages[t.message].1.intent == Intent::Question);
-            match (wrapped_up && asked_since, h.messages.last()) {
-                (true, Some((latest_id, latest)))
-                    if goal.starts_with(&goal_line(&asked(&h.messages[g].1))) =>
-                {
-                    let done = format!(
-                        "{goal} (done; since then the user asked about it, latest: \"{}\")",
-                        clip(&one_line(&latest.text), 160)
+            let (latest_id, latest) = &h.messages[later[later.len() - 1].message];
+            if !wrapped_up {
+                goal
+            } else if !in_progress && asked_since {
+                let done = format!(
+                    "{goal} (done; since then the user asked about it, latest: \"{}\")",
+                    clip(&one_line(&latest.text), 160)
+                );
+                sources.add(&done, h.messages[g].0);
+                sources.add(&done, latest_id);
+                done
+            } else if latest_open && latest.intent != Intent::Approval {
+                let follow_up = format!(
+                    "{} (a follow-up to the finished task: \"{}\")",
+                    goal_line(&asked(latest)),
+                    clip(&one_line(&goal), 160)
+                );
+                sources.add(&follow_up, h.messages[g].0);
+                sources.add(&follow_up, latest_id);
+                follow_up
+            } else {
+                goal
+            }
+        }
+        // The previous capsule's goal, which its span reported done ("Can we add the hint?
+        // → Done."), with the agent now at work on a newer message of the user's.
+        (None, _) if latest_open && approved_goal_at.is_none() => {
+            let reported_done = completed.iter().any(|c| {
+                c.split_once(" → ").is_some_and(|(request, _)| {
+                    let request = request.trim_end_matches('…').trim();
+                    !request.is_empty() && one_line(&goal).starts_with(request)
+                })
+            });
+            match last_turn.map(|t| &h.messages[t.message]) {
+                Some((latest_id, latest)) if reported_done && latest.intent != Intent::Approval => {
+                    let follow_up = format!(
+                        "{} (a follow-up to the finished task: \"{}\")",
+                        goal_line(&asked(latest)),
+                        clip(&one_line(&goal), 160)
                     );
-                    sources.add(&done, h.messages[g].0);
-                    sources.add(&done, latest_id);
-                    done
+                    if let Some(ids) = prev.and_then(|p| p.sources.get(goal.as_str())) {
+                        for id in ids {
+                            sources.add(&follow_up, id);
+                        }
+                    }
+                    sources.add(&follow_up, latest_id);
+                    follow_up
                 }
                 _ => goal,
             }
@@ -1851,6 +1907,42 @@ mod tests {
             is_error: true,
             exit_code: Some(1),
         }));
+    }
+
+    #[test]
+    fn a_finished_task_the_user_moved_past_gives_the_goal_to_the_open_follow_up() {
+        let mut b = Builder::new();
+        b.user("Create a custom dark theme and open it in the editor for me");
+        b.assistant("Done! I've created custom-dark.json and opened it in the editor.");
+        b.user(", exit claude and run");
+        b.assistant("Done. The message now reads: exit Claude and run.");
+        b.user("did you update docs/theme.md as well with the new tokens?");
+        let s = state_of(&b);
+        assert!(
+            s.goal
+                .starts_with("did you update docs/theme.md as well with the new tokens?"),
+            "the open follow-up is the goal: {}",
+            s.goal
+        );
+        assert!(
+            s.goal.contains("Create a custom dark theme"),
+            "the finished task stays as its context: {}",
+            s.goal
+        );
+    }
+
+    #[test]
+    fn a_task_whose_turn_did_not_report_done_stays_the_goal() {
+        let mut b = Builder::new();
+        b.user("Create a custom dark theme and open it in the editor for me");
+        b.assistant("The theme loader reads from the themes folder; let me look at it.");
+        b.user("is the folder under the home directory?");
+        let s = state_of(&b);
+        assert!(
+            s.goal.starts_with("Create a custom dark theme"),
+            "{}",
+            s.goal
+        );
     }
 
     #[test]
@@ -3104,6 +3196,51 @@ mod tests {
             last.state.sources.len() <= 80,
             "{}",
             last.state.sources.len()
+        );
+    }
+
+    #[test]
+    fn a_previous_goal_reported_done_gives_way_to_the_message_at_work() {
+        let mut prev_state = CapsuleState {
+            goal: "Can we add the up-arrow hint to the warning".into(),
+            ..Default::default()
+        };
+        prev_state
+            .completed
+            .push("Can we add the up-arrow hint to the warning → Done.".into());
+        let prev = CapsuleEntry {
+            checkpoint_id: "ck_1".into(),
+            trigger: crate::session::trigger::Trigger::AutoThreshold,
+            quality: crate::session::capsule::model::Quality::Degraded,
+            first_kept_entry_id: None,
+            previous_checkpoint_id: None,
+            state: prev_state,
+            artifacts: Artifacts::default(),
+            tokens: Default::default(),
+            origin: crate::session::capsule::model::Origin::Session,
+            mirrored: false,
+            title: None,
+            degraded_reason: None,
+            instructions: None,
+            elide_tool_results_over: None,
+            loaded_from: None,
+        };
+        let mut b = Builder::new();
+        b.user("do we have an integration test with two sessions committed together?");
+        b.assistant("The test shows only session A was condensed. Let me check why.");
+        b.bash("c1", "go test ./...");
+        let entries: Vec<&Entry> = b.session.entries().iter().collect();
+        let s = build_state(
+            TokenizerKind::O200kBase,
+            Some(&prev),
+            &entries,
+            &Artifacts::default(),
+        );
+        assert!(
+            s.goal.starts_with("do we have an integration test")
+                && s.goal.contains("Can we add the up-arrow hint"),
+            "{}",
+            s.goal
         );
     }
 
