@@ -11,6 +11,9 @@
 //! stays linear in the session's length.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
 
 // foldhash, seeded per process: the maps here are keyed by entry ids, call ids and item texts
 // of the whole history, where SipHash was a visible share of building a capsule.
@@ -1497,7 +1500,16 @@ const EXCHANGES_BUDGET_TOKENS: u64 = 2000;
 /// Characters an older exchange keeps of each side; the latest, the anchor of the next step,
 /// keeps [`LATEST_QUOTE_CHARS`].
 const QUOTE_CHARS: usize = 700;
-const LATEST_QUOTE_CHARS: usize = 1600;
+const LATEST_QUOTE_CHARS: usize = 2400;
+
+/// A user message that points back at what the agent just said: "the ones you marked",
+/// "those", "option 2", "#950". The agent's words it points at keep their structure.
+static REFERS_BACK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(?:the ones?|those|these|you(?:'ve| have)? (?:marked|listed|ranked|flagged|proposed|suggested|mentioned)|(?:option|number|item|point|step) \d+|the (?:list|ranking|options?|first|second|third|last) ?(?:one)?|above)\b|#\d+",
+    )
+    .expect("valid regex")
+});
 
 /// The latest exchanges, quoted: each user turn of the span (approvals and answers included:
 /// a "yes" means something only next to what it answers) with the agent's last words in it,
@@ -1537,15 +1549,23 @@ fn recent_exchanges(
     }
     let mut budget = EXCHANGES_BUDGET_TOKENS;
     let mut kept: Vec<Exchange> = Vec::new();
+    // The user's words right after this exchange: whether they point back at its reply.
+    let mut next_user: Option<String> = None;
     for (age, (x, id)) in all.into_iter().rev().take(MAX_EXCHANGES).enumerate() {
-        let n = if age == 0 {
-            LATEST_QUOTE_CHARS
+        let referred = next_user
+            .as_deref()
+            .is_some_and(|u| REFERS_BACK.is_match(u));
+        next_user = Some(x.user.clone());
+        let x = if age == 0 || referred {
+            Exchange {
+                user: quote(&x.user, LATEST_QUOTE_CHARS),
+                agent: quote_whole_items(&x.agent, LATEST_QUOTE_CHARS),
+            }
         } else {
-            QUOTE_CHARS
-        };
-        let x = Exchange {
-            user: quote(&x.user, n),
-            agent: quote(&x.agent, n),
+            Exchange {
+                user: quote(&x.user, QUOTE_CHARS),
+                agent: quote(&x.agent, QUOTE_CHARS),
+            }
         };
         let t = tokenizer.count(&x.user) + tokenizer.count(&x.agent);
         // The latest exchange always stays: it is where the work stands.
@@ -1577,6 +1597,69 @@ fn quote(text: &str, n: usize) -> String {
         count - head.chars().count() - tail.chars().count(),
         tail.trim_start()
     )
+}
+
+static LIST_ITEM: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\s*(?:[-*+•]|\d+[.)])\s").expect("valid regex"));
+
+/// `text` within `n` characters, cut between whole list items and paragraphs: its opening
+/// ones and its closing ones stay, with the count of those left out of the middle, so that a
+/// ranking or a set of options the user is about to ask about keeps the items it keeps whole.
+/// A text whose opening paragraph alone is over the limit is cut as [`quote`] cuts it.
+fn quote_whole_items(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        return text.to_string();
+    }
+    // A unit: a list item with its continuation lines, or a paragraph; a code fence stays
+    // inside the unit it opens in.
+    let mut units: Vec<(String, bool)> = Vec::new();
+    let mut in_fence = false;
+    let mut blank_before = true;
+    for line in text.lines() {
+        let fence = line.trim_start().starts_with("```");
+        let starts = !in_fence && (blank_before || LIST_ITEM.is_match(line));
+        if fence {
+            in_fence = !in_fence;
+        }
+        if line.trim().is_empty() && !in_fence {
+            blank_before = true;
+            continue;
+        }
+        match units.last_mut() {
+            Some((unit, _)) if !starts => {
+                unit.push('\n');
+                unit.push_str(line);
+            }
+            _ => units.push((line.to_string(), LIST_ITEM.is_match(line))),
+        }
+        blank_before = false;
+    }
+    let size = |u: &String| u.chars().count() + 2;
+    let head_budget = n * 2 / 3;
+    let mut used = 0;
+    let mut head = 0;
+    while head < units.len() && used + size(&units[head].0) <= head_budget {
+        used += size(&units[head].0);
+        head += 1;
+    }
+    let mut tail = units.len();
+    while tail > head + 1 && used + size(&units[tail - 1].0) <= n {
+        used += size(&units[tail - 1].0);
+        tail -= 1;
+    }
+    if head == 0 || tail <= head {
+        return quote(text, n);
+    }
+    let left_out = &units[head..tail];
+    let what = if left_out.iter().all(|(_, item)| *item) {
+        "list items"
+    } else {
+        "paragraphs and list items"
+    };
+    let mut out: Vec<String> = units[..head].iter().map(|(u, _)| u.clone()).collect();
+    out.push(format!("[… {} {what} left out …]", left_out.len()));
+    out.extend(units[tail..].iter().map(|(u, _)| u.clone()));
+    out.join("\n\n")
 }
 
 /// The local capsule stays under this many tokens however many capsules came before it: each
@@ -1942,6 +2025,40 @@ mod tests {
             s.goal.starts_with("Create a custom dark theme"),
             "{}",
             s.goal
+        );
+    }
+
+    #[test]
+    fn a_long_list_the_user_asks_about_is_cut_between_whole_items() {
+        let ranking: String = (1..=35)
+            .map(|i| format!("- #{i} — stale for {i}0 days, no comments and no assignee — keep it or discard it, by its label"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let reply = format!("I ranked all 35 open issues:\n\n{ranking}\n\nWant a stricter pass?");
+        let mut b = Builder::new();
+        b.user("rank every open issue by staleness");
+        b.assistant(&reply);
+        b.user("are you confident about all the ones you've marked discard");
+        b.assistant("No, not for all of them.");
+        b.user("ask me questions to get the info you need");
+        let s = state_of(&b);
+        let quoted = &s
+            .exchanges
+            .iter()
+            .find(|x| x.user.starts_with("rank every"))
+            .expect("the ranking's exchange is quoted")
+            .agent;
+        assert!(quoted.contains("list items left out …]"), "{quoted}");
+        assert!(quoted.ends_with("Want a stricter pass?"), "{quoted}");
+        for line in quoted.lines().filter(|l| l.starts_with("- #")) {
+            assert!(
+                line.ends_with("by its label"),
+                "an item cut mid-way: {line}"
+            );
+        }
+        assert!(
+            quoted.lines().filter(|l| l.starts_with("- #")).count() > 12,
+            "{quoted}"
         );
     }
 
