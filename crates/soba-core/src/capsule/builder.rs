@@ -11,6 +11,9 @@
 //! stays linear in the session's length.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use regex::Regex;
 
 // foldhash, seeded per process: the maps here are keyed by entry ids, call ids and item texts
 // of the whole history, where SipHash was a visible share of building a capsule.
@@ -711,6 +714,11 @@ pub fn build_state(
     });
     // "yeah, do it all" after the agent laid out the release steps: what was approved is the
     // task now, in the agent's words.
+    let approved_goal_at = h
+        .approved
+        .as_ref()
+        .filter(|(at, _)| goal_at.is_none_or(|g| *at > g))
+        .map(|(at, _)| *at);
     let approved_goal = h
         .approved
         .as_ref()
@@ -832,32 +840,83 @@ pub fn build_state(
                 !is_wrap_up(text) && !answered && asks_the_user(text).is_none()
             })
     });
-    // A goal whose request was answered and wrapped up, with the user's questions about it
-    // since: still the subject, but done — the agent that continues must not redo it.
+    // A goal whose request the agent reported done, which the user has moved past, is not the
+    // task any more. While the agent works on (or owes an answer to) a later message, that
+    // message is the goal, with the finished task as its context: "did you update the docs
+    // too?" after "Done! I've created the theme". Once the user's questions about it are all
+    // answered, it stays the subject, marked done, so the agent that continues does not redo it.
+    // The newest turn is open while the agent works on it or its last words report nothing
+    // done ("only session A was condensed. Let me check why.").
+    let latest_open = in_progress
+        || last_turn.is_some_and(|t| {
+            t.last_text
+                .as_ref()
+                .is_none_or(|(_, text)| !is_wrap_up(text))
+        });
     let goal = match (
         goal_at,
         h.turns.iter().position(|t| Some(t.message) == goal_at),
     ) {
-        (Some(g), Some(goal_turn)) if !in_progress && goal_turn + 1 < h.turns.len() => {
+        (Some(g), Some(goal_turn))
+            if goal_turn + 1 < h.turns.len()
+                && goal.contains(&goal_line(&asked(&h.messages[g].1))) =>
+        {
             let t = &h.turns[goal_turn];
             let wrapped_up = t.calls_after_text == 0
                 && t.last_text
                     .as_ref()
                     .is_some_and(|(_, text)| is_wrap_up(text));
-            let asked_since = h.turns[goal_turn + 1..]
+            let later = &h.turns[goal_turn + 1..];
+            let asked_since = later
                 .iter()
                 .all(|t| h.messages[t.message].1.intent == Intent::Question);
-            match (wrapped_up && asked_since, h.messages.last()) {
-                (true, Some((latest_id, latest)))
-                    if goal.starts_with(&goal_line(&asked(&h.messages[g].1))) =>
-                {
-                    let done = format!(
-                        "{goal} (done; since then the user asked about it, latest: \"{}\")",
-                        clip(&one_line(&latest.text), 160)
+            let (latest_id, latest) = &h.messages[later[later.len() - 1].message];
+            if !wrapped_up {
+                goal
+            } else if !in_progress && asked_since {
+                let done = format!(
+                    "{goal} (done; since then the user asked about it, latest: \"{}\")",
+                    clip(&one_line(&latest.text), 160)
+                );
+                sources.add(&done, h.messages[g].0);
+                sources.add(&done, latest_id);
+                done
+            } else if latest_open && latest.intent != Intent::Approval {
+                let follow_up = format!(
+                    "{} (a follow-up to the finished task: \"{}\")",
+                    goal_line(&asked(latest)),
+                    clip(&one_line(&goal), 160)
+                );
+                sources.add(&follow_up, h.messages[g].0);
+                sources.add(&follow_up, latest_id);
+                follow_up
+            } else {
+                goal
+            }
+        }
+        // The previous capsule's goal, which its span reported done ("Can we add the hint?
+        // → Done."), with the agent now at work on a newer message of the user's.
+        (None, _) if latest_open && approved_goal_at.is_none() => {
+            let reported_done = completed.iter().any(|c| {
+                c.split_once(" → ").is_some_and(|(request, _)| {
+                    let request = request.trim_end_matches('…').trim();
+                    !request.is_empty() && one_line(&goal).starts_with(request)
+                })
+            });
+            match last_turn.map(|t| &h.messages[t.message]) {
+                Some((latest_id, latest)) if reported_done && latest.intent != Intent::Approval => {
+                    let follow_up = format!(
+                        "{} (a follow-up to the finished task: \"{}\")",
+                        goal_line(&asked(latest)),
+                        clip(&one_line(&goal), 160)
                     );
-                    sources.add(&done, h.messages[g].0);
-                    sources.add(&done, latest_id);
-                    done
+                    if let Some(ids) = prev.and_then(|p| p.sources.get(goal.as_str())) {
+                        for id in ids {
+                            sources.add(&follow_up, id);
+                        }
+                    }
+                    sources.add(&follow_up, latest_id);
+                    follow_up
                 }
                 _ => goal,
             }
@@ -1441,7 +1500,16 @@ const EXCHANGES_BUDGET_TOKENS: u64 = 2000;
 /// Characters an older exchange keeps of each side; the latest, the anchor of the next step,
 /// keeps [`LATEST_QUOTE_CHARS`].
 const QUOTE_CHARS: usize = 700;
-const LATEST_QUOTE_CHARS: usize = 1600;
+const LATEST_QUOTE_CHARS: usize = 2400;
+
+/// A user message that points back at what the agent just said: "the ones you marked",
+/// "those", "option 2", "#950". The agent's words it points at keep their structure.
+static REFERS_BACK: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\b(?:the ones?|those|these|you(?:'ve| have)? (?:marked|listed|ranked|flagged|proposed|suggested|mentioned)|(?:option|number|item|point|step) \d+|the (?:list|ranking|options?|first|second|third|last) ?(?:one)?|above)\b|#\d+",
+    )
+    .expect("valid regex")
+});
 
 /// The latest exchanges, quoted: each user turn of the span (approvals and answers included:
 /// a "yes" means something only next to what it answers) with the agent's last words in it,
@@ -1481,15 +1549,23 @@ fn recent_exchanges(
     }
     let mut budget = EXCHANGES_BUDGET_TOKENS;
     let mut kept: Vec<Exchange> = Vec::new();
+    // The user's words right after this exchange: whether they point back at its reply.
+    let mut next_user: Option<String> = None;
     for (age, (x, id)) in all.into_iter().rev().take(MAX_EXCHANGES).enumerate() {
-        let n = if age == 0 {
-            LATEST_QUOTE_CHARS
+        let referred = next_user
+            .as_deref()
+            .is_some_and(|u| REFERS_BACK.is_match(u));
+        next_user = Some(x.user.clone());
+        let x = if age == 0 || referred {
+            Exchange {
+                user: quote(&x.user, LATEST_QUOTE_CHARS),
+                agent: quote_whole_items(&x.agent, LATEST_QUOTE_CHARS),
+            }
         } else {
-            QUOTE_CHARS
-        };
-        let x = Exchange {
-            user: quote(&x.user, n),
-            agent: quote(&x.agent, n),
+            Exchange {
+                user: quote(&x.user, QUOTE_CHARS),
+                agent: quote(&x.agent, QUOTE_CHARS),
+            }
         };
         let t = tokenizer.count(&x.user) + tokenizer.count(&x.agent);
         // The latest exchange always stays: it is where the work stands.
@@ -1521,6 +1597,69 @@ fn quote(text: &str, n: usize) -> String {
         count - head.chars().count() - tail.chars().count(),
         tail.trim_start()
     )
+}
+
+static LIST_ITEM: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^\s*(?:[-*+•]|\d+[.)])\s").expect("valid regex"));
+
+/// `text` within `n` characters, cut between whole list items and paragraphs: its opening
+/// ones and its closing ones stay, with the count of those left out of the middle, so that a
+/// ranking or a set of options the user is about to ask about keeps the items it keeps whole.
+/// A text whose opening paragraph alone is over the limit is cut as [`quote`] cuts it.
+fn quote_whole_items(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        return text.to_string();
+    }
+    // A unit: a list item with its continuation lines, or a paragraph; a code fence stays
+    // inside the unit it opens in.
+    let mut units: Vec<(String, bool)> = Vec::new();
+    let mut in_fence = false;
+    let mut blank_before = true;
+    for line in text.lines() {
+        let fence = line.trim_start().starts_with("```");
+        let starts = !in_fence && (blank_before || LIST_ITEM.is_match(line));
+        if fence {
+            in_fence = !in_fence;
+        }
+        if line.trim().is_empty() && !in_fence {
+            blank_before = true;
+            continue;
+        }
+        match units.last_mut() {
+            Some((unit, _)) if !starts => {
+                unit.push('\n');
+                unit.push_str(line);
+            }
+            _ => units.push((line.to_string(), LIST_ITEM.is_match(line))),
+        }
+        blank_before = false;
+    }
+    let size = |u: &String| u.chars().count() + 2;
+    let head_budget = n * 2 / 3;
+    let mut used = 0;
+    let mut head = 0;
+    while head < units.len() && used + size(&units[head].0) <= head_budget {
+        used += size(&units[head].0);
+        head += 1;
+    }
+    let mut tail = units.len();
+    while tail > head + 1 && used + size(&units[tail - 1].0) <= n {
+        used += size(&units[tail - 1].0);
+        tail -= 1;
+    }
+    if head == 0 || tail <= head {
+        return quote(text, n);
+    }
+    let left_out = &units[head..tail];
+    let what = if left_out.iter().all(|(_, item)| *item) {
+        "list items"
+    } else {
+        "paragraphs and list items"
+    };
+    let mut out: Vec<String> = units[..head].iter().map(|(u, _)| u.clone()).collect();
+    out.push(format!("[… {} {what} left out …]", left_out.len()));
+    out.extend(units[tail..].iter().map(|(u, _)| u.clone()));
+    out.join("\n\n")
 }
 
 /// The local capsule stays under this many tokens however many capsules came before it: each
@@ -1851,6 +1990,76 @@ mod tests {
             is_error: true,
             exit_code: Some(1),
         }));
+    }
+
+    #[test]
+    fn a_finished_task_the_user_moved_past_gives_the_goal_to_the_open_follow_up() {
+        let mut b = Builder::new();
+        b.user("Create a custom dark theme and open it in the editor for me");
+        b.assistant("Done! I've created custom-dark.json and opened it in the editor.");
+        b.user(", exit claude and run");
+        b.assistant("Done. The message now reads: exit Claude and run.");
+        b.user("did you update docs/theme.md as well with the new tokens?");
+        let s = state_of(&b);
+        assert!(
+            s.goal
+                .starts_with("did you update docs/theme.md as well with the new tokens?"),
+            "the open follow-up is the goal: {}",
+            s.goal
+        );
+        assert!(
+            s.goal.contains("Create a custom dark theme"),
+            "the finished task stays as its context: {}",
+            s.goal
+        );
+    }
+
+    #[test]
+    fn a_task_whose_turn_did_not_report_done_stays_the_goal() {
+        let mut b = Builder::new();
+        b.user("Create a custom dark theme and open it in the editor for me");
+        b.assistant("The theme loader reads from the themes folder; let me look at it.");
+        b.user("is the folder under the home directory?");
+        let s = state_of(&b);
+        assert!(
+            s.goal.starts_with("Create a custom dark theme"),
+            "{}",
+            s.goal
+        );
+    }
+
+    #[test]
+    fn a_long_list_the_user_asks_about_is_cut_between_whole_items() {
+        let ranking: String = (1..=35)
+            .map(|i| format!("- #{i} — stale for {i}0 days, no comments and no assignee — keep it or discard it, by its label"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let reply = format!("I ranked all 35 open issues:\n\n{ranking}\n\nWant a stricter pass?");
+        let mut b = Builder::new();
+        b.user("rank every open issue by staleness");
+        b.assistant(&reply);
+        b.user("are you confident about all the ones you've marked discard");
+        b.assistant("No, not for all of them.");
+        b.user("ask me questions to get the info you need");
+        let s = state_of(&b);
+        let quoted = &s
+            .exchanges
+            .iter()
+            .find(|x| x.user.starts_with("rank every"))
+            .expect("the ranking's exchange is quoted")
+            .agent;
+        assert!(quoted.contains("list items left out …]"), "{quoted}");
+        assert!(quoted.ends_with("Want a stricter pass?"), "{quoted}");
+        for line in quoted.lines().filter(|l| l.starts_with("- #")) {
+            assert!(
+                line.ends_with("by its label"),
+                "an item cut mid-way: {line}"
+            );
+        }
+        assert!(
+            quoted.lines().filter(|l| l.starts_with("- #")).count() > 12,
+            "{quoted}"
+        );
     }
 
     #[test]
@@ -3104,6 +3313,51 @@ mod tests {
             last.state.sources.len() <= 80,
             "{}",
             last.state.sources.len()
+        );
+    }
+
+    #[test]
+    fn a_previous_goal_reported_done_gives_way_to_the_message_at_work() {
+        let mut prev_state = CapsuleState {
+            goal: "Can we add the up-arrow hint to the warning".into(),
+            ..Default::default()
+        };
+        prev_state
+            .completed
+            .push("Can we add the up-arrow hint to the warning → Done.".into());
+        let prev = CapsuleEntry {
+            checkpoint_id: "ck_1".into(),
+            trigger: crate::session::trigger::Trigger::AutoThreshold,
+            quality: crate::session::capsule::model::Quality::Degraded,
+            first_kept_entry_id: None,
+            previous_checkpoint_id: None,
+            state: prev_state,
+            artifacts: Artifacts::default(),
+            tokens: Default::default(),
+            origin: crate::session::capsule::model::Origin::Session,
+            mirrored: false,
+            title: None,
+            degraded_reason: None,
+            instructions: None,
+            elide_tool_results_over: None,
+            loaded_from: None,
+        };
+        let mut b = Builder::new();
+        b.user("do we have an integration test with two sessions committed together?");
+        b.assistant("The test shows only session A was condensed. Let me check why.");
+        b.bash("c1", "go test ./...");
+        let entries: Vec<&Entry> = b.session.entries().iter().collect();
+        let s = build_state(
+            TokenizerKind::O200kBase,
+            Some(&prev),
+            &entries,
+            &Artifacts::default(),
+        );
+        assert!(
+            s.goal.starts_with("do we have an integration test")
+                && s.goal.contains("Can we add the up-arrow hint"),
+            "{}",
+            s.goal
         );
     }
 
