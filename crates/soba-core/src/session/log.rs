@@ -271,9 +271,10 @@ fn acquire_lock(path: &Path, log: &File) -> Result<(), LogError> {
     let mut tries = 0;
     loop {
         match log.try_lock() {
-            Err(std::fs::TryLockError::WouldBlock) if tries < 100 && held_by_this_process(path) => {
-                // A lock this process let go of can stay held for a moment by a child being
-                // spawned, which shares the closed descriptor until its exec closes it.
+            Err(std::fs::TryLockError::WouldBlock) if tries < lock_tries(path) => {
+                // A lock its writer let go of can stay held for a moment by a child that writer
+                // was spawning meanwhile: the child shares the closed descriptor until its exec
+                // closes it. That writer may be this process or the one that started this one.
                 tries += 1;
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
@@ -281,6 +282,17 @@ fn acquire_lock(path: &Path, log: &File) -> Result<(), LogError> {
         }
     }?;
     Ok(())
+}
+
+/// Tries, 10 ms apart, before a held lock is reported: up to a second for a lock this process
+/// let go of, a fifth of one for another's (a writer that really holds the log is named after
+/// that, not at once).
+fn lock_tries(path: &Path) -> u32 {
+    if held_by_this_process(path) {
+        100
+    } else {
+        20
+    }
 }
 
 /// Whether the holder note names this process.
