@@ -24,8 +24,8 @@ use serde_json::Value;
 
 use super::artifacts::result_outcome;
 use super::current::{
-    current_work, describe_call, shell_script, standing_failure, usual_cd, without_workspace_cd,
-    Action,
+    current_work, describe_call, fault_lines, shell_script, standing_failure, usual_cd,
+    without_workspace_cd, Action,
 };
 use super::decisions::stated_decisions;
 use super::findings::{
@@ -1817,10 +1817,20 @@ pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
     s
 }
 
-/// First meaningful error line of the result of the call in `call_entry_id`.
+/// What broke the run of the call in `call_entry_id`: the lines its output names the faults
+/// in, else its first meaningful error line.
 fn failure_line(h: &History, call_entry_id: &str) -> Option<String> {
     let result = h.result_of_call_entry.get(call_entry_id)?;
-    first_error_line(&blocks_text(&result.content))
+    let text = ANSI_ESCAPE
+        .replace_all(&blocks_text(&result.content), "")
+        .to_string();
+    // The errors that broke the run, not the runner's closing "ERROR task failed".
+    let faults = fault_lines(&text);
+    if faults.is_empty() {
+        first_error_line(&text)
+    } else {
+        Some(faults.join("; "))
+    }
 }
 
 /// Terminal colour and cursor sequences, which test runners print and a capsule must not.
@@ -2980,6 +2990,27 @@ mod tests {
             "`cargo test` fails: thread 'x' panicked at src/lib.rs:3"
         );
         assert!(s.next_steps.contains(&"Make `cargo test` pass".to_string()));
+    }
+
+    #[test]
+    fn a_failing_checks_blocker_quotes_the_errors_that_broke_it_not_the_runners_last_line() {
+        let mut b = Builder::new();
+        b.user("move the shadow branch constants to paths");
+        b.bash("c1", "go build ./...");
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: "c1".into(),
+            tool_name: Some("Bash".into()),
+            content: vec![ContentBlock::text(
+                "[build] $ go build ./...\n# entire.io/cli/cmd/entire/cli/strategy\ncmd/strategy/common.go:256:28: undefined: paths.ShadowBranchPrefix\ncmd/strategy/common.go:273:26: undefined: paths.MetadataDir\ncmd/strategy/auto.go:12:2: undefined: paths.MetadataDir\ncmd/strategy/rewind.go:40:9: undefined: paths.SessionsDir\ncmd/strategy/rewind.go:41:9: undefined: paths.TrailerKey\n[build] ERROR task failed",
+            )],
+            is_error: true,
+            exit_code: Some(1),
+        }));
+        let s = state_of(&b);
+        assert_eq!(
+            s.blockers[0],
+            "`go build ./...` fails: cmd/strategy/common.go:256:28: undefined: paths.ShadowBranchPrefix; cmd/strategy/common.go:273:26: undefined: paths.MetadataDir; cmd/strategy/rewind.go:40:9: undefined: paths.SessionsDir"
+        );
     }
 
     #[test]
