@@ -24,8 +24,8 @@ use serde_json::Value;
 
 use super::artifacts::result_outcome;
 use super::current::{
-    current_work, describe_call, shell_script, standing_failure, usual_cd, without_workspace_cd,
-    Action,
+    current_work, describe_call, fault_lines, shell_script, standing_failure, usual_cd,
+    without_workspace_cd, Action,
 };
 use super::decisions::stated_decisions;
 use super::findings::{
@@ -801,7 +801,10 @@ pub fn build_state(
         let superseded =
             (m.intent == Intent::Request || m.sets_goal()) && last_goal.is_some_and(|g| g > i);
         for c in m.constraints() {
-            if superseded && !STANDING_RULE.is_match(&c) {
+            if superseded
+                && !STANDING_RULE.is_match(&c)
+                && !super::requests::STANDING_PREFERENCE.is_match(&c)
+            {
                 continue;
             }
             sources.add(&c, id);
@@ -1814,10 +1817,20 @@ pub fn trim_state(mut s: CapsuleState) -> CapsuleState {
     s
 }
 
-/// First meaningful error line of the result of the call in `call_entry_id`.
+/// What broke the run of the call in `call_entry_id`: the lines its output names the faults
+/// in, else its first meaningful error line.
 fn failure_line(h: &History, call_entry_id: &str) -> Option<String> {
     let result = h.result_of_call_entry.get(call_entry_id)?;
-    first_error_line(&blocks_text(&result.content))
+    let text = ANSI_ESCAPE
+        .replace_all(&blocks_text(&result.content), "")
+        .to_string();
+    // The errors that broke the run, not the runner's closing "ERROR task failed".
+    let faults = fault_lines(&text);
+    if faults.is_empty() {
+        first_error_line(&text)
+    } else {
+        Some(faults.join("; "))
+    }
 }
 
 /// Terminal colour and cursor sequences, which test runners print and a capsule must not.
@@ -2449,13 +2462,80 @@ mod tests {
         let s = state_of(&b);
         assert_eq!(
             s.constraints,
+            ["fix it, and never reorder messages"],
+            "{:?}",
+            s.constraints
+        );
+    }
+
+    #[test]
+    fn a_prohibition_about_the_one_file_a_pointer_names_is_no_standing_rule() {
+        let mut b = Builder::new();
+        b.user("read src/main.ts in full and plan the refactor");
+        b.assistant("Plan: …");
+        b.user("you can look up the detailed history of this session in /Users/me/.pi/sessions/x.jsonl if you need to (don't read the full file!)");
+        b.assistant("Ok.");
+        b.user("don't open that file again, and never add a dependency");
+        let s = state_of(&b);
+        assert!(
+            !s.constraints.iter().any(|c| c.contains("full file")
+                || c.contains("look up")
+                || c.contains("that file")),
+            "{:?}",
+            s.constraints
+        );
+        b.user("fix the parser");
+        b.user("never add a dependency");
+        assert_eq!(state_of(&b).constraints, ["never add a dependency"]);
+    }
+
+    #[test]
+    fn a_rule_inside_a_bug_report_is_the_fix_for_it_not_a_standing_rule() {
+        let mut b = Builder::new();
+        b.user("ok, i think the queued messages component doesn't adhere to the invariant that every line returned by a component's render method must not be wider than the passed in width. investigate");
+        b.assistant("Found it.");
+        b.user("what's footer using? should be dimmer, don't modify the theme, look into the footer sources");
+        b.assistant("Done.");
+        b.user("hm, i selected the theme while you were working and got a crash, that should never happen.");
+        b.assistant("Fixed.");
+        b.user("invalid themes must NEVER explode");
+        let s = state_of(&b);
+        assert_eq!(
+            s.constraints,
             [
-                "don't read the full file!",
-                "fix it, and never reorder messages"
+                "every line returned by a component's render method must not be wider than the passed in width.",
+                "invalid themes must NEVER explode"
             ],
             "{:?}",
             s.constraints
         );
+    }
+
+    #[test]
+    fn standing_preferences_without_a_rule_word_are_constraints_that_outlive_their_request() {
+        let mut b = Builder::new();
+        b.user("i would only want e2e tests for AgentSession, anything else is shitty.\n\nalright, create a full implementation plan in docs/refactor.md");
+        b.assistant("Plan written.");
+        b.user("btw, can we make it so we keep the old code around for reference? you can call it main-new");
+        b.assistant("Ok.");
+        b.user("omfg use fucking rgb values in the themes, no rgb indices!");
+        b.assistant("Ok.");
+        b.user("basically it doesn't require any core code change, it's just documentation.. can you spawn a worker to update the docs");
+        b.assistant("Spawned.");
+        b.user("now port the selector to the new TUI");
+        let s = state_of(&b);
+        assert_eq!(
+            s.constraints,
+            [
+                "i would only want e2e tests for AgentSession, anything else is shitty.",
+                "btw, can we make it so we keep the old code around for reference?",
+                "omfg use fucking rgb values in the themes, no rgb indices!",
+                "basically it doesn't require any core code change, it's just documentation.."
+            ],
+            "{:?}",
+            s.constraints
+        );
+        assert_eq!(s.goal, "now port the selector to the new TUI");
     }
 
     #[test]
@@ -2910,6 +2990,27 @@ mod tests {
             "`cargo test` fails: thread 'x' panicked at src/lib.rs:3"
         );
         assert!(s.next_steps.contains(&"Make `cargo test` pass".to_string()));
+    }
+
+    #[test]
+    fn a_failing_checks_blocker_quotes_the_errors_that_broke_it_not_the_runners_last_line() {
+        let mut b = Builder::new();
+        b.user("move the shadow branch constants to paths");
+        b.bash("c1", "go build ./...");
+        b.push(EntryBody::ToolResult(ToolResultEntry {
+            call_id: "c1".into(),
+            tool_name: Some("Bash".into()),
+            content: vec![ContentBlock::text(
+                "[build] $ go build ./...\n# entire.io/cli/cmd/entire/cli/strategy\ncmd/strategy/common.go:256:28: undefined: paths.ShadowBranchPrefix\ncmd/strategy/common.go:273:26: undefined: paths.MetadataDir\ncmd/strategy/auto.go:12:2: undefined: paths.MetadataDir\ncmd/strategy/rewind.go:40:9: undefined: paths.SessionsDir\ncmd/strategy/rewind.go:41:9: undefined: paths.TrailerKey\n[build] ERROR task failed",
+            )],
+            is_error: true,
+            exit_code: Some(1),
+        }));
+        let s = state_of(&b);
+        assert_eq!(
+            s.blockers[0],
+            "`go build ./...` fails: cmd/strategy/common.go:256:28: undefined: paths.ShadowBranchPrefix; cmd/strategy/common.go:273:26: undefined: paths.MetadataDir; cmd/strategy/rewind.go:40:9: undefined: paths.SessionsDir"
+        );
     }
 
     #[test]

@@ -174,8 +174,13 @@ fn is_harness_line(l: &str) -> bool {
 /// What a failed command printed that says why: a line that names the fault (an unknown
 /// argument, a missing file, a ✗ case, a denied call), after the general error line that
 /// introduces it ("error: found 1 error … ^ Unknown arguments"); else the first error line,
-/// else the first line.
+/// else the first line. Output that names its faults in a tool's form (compiler errors at a
+/// place, failed tests) is quoted by those, up to three.
 fn failure_of(text: &str) -> String {
+    let faults = fault_lines(text);
+    if !faults.is_empty() {
+        return faults.join("; ");
+    }
     let lines: Vec<&str> = text
         .lines()
         .map(str::trim)
@@ -217,6 +222,68 @@ fn failure_of(text: &str) -> String {
         (None, None) => lines.first().copied().unwrap_or("no output").to_string(),
     };
     clip(&line, FAILURE_CHARS)
+}
+
+/// Fault lines quoted from a failed run, at most.
+pub const FAULT_LINES: usize = 3;
+/// Characters of each fault line quoted.
+const FAULT_LINE_CHARS: usize = 160;
+
+/// A line that names a fault: a compiler or linter error at a place (`common.go:256:28:
+/// undefined: paths.ShadowBranchPrefix`, `src/a.ts(3,5): error TS2304: …`), a Rust error code
+/// (`error[E0425]: …`), a failed test (`--- FAIL: TestX`, `FAILED tests/x.py::test_y`).
+static FAULT_LINE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(
+        r"^(?:\./)?[\w@.~/-]*\w\.[A-Za-z]{1,6}(?::\d+){1,2}:\s*[^\s#:]|^(?:\./)?[\w@.~/-]*\w\.[A-Za-z]{1,6}\(\d+,\d+\):\s*error\b|^error\[E\d{4}\]|\berror TS\d{4}\b|^--- FAIL: \S|^FAILED \S+::\S",
+    )
+    .expect("valid regex")
+});
+
+/// The place a fault line opens with (`a.go:12:3: `, `a.ts(3,5): `), so the same fault
+/// reported at several places counts once.
+static FAULT_PLACE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"^\S*?(?::\d+){1,2}:\s*|^\S*?\(\d+,\d+\):\s*").expect("valid regex")
+});
+
+/// What a message at a place says when it names a fault: an error's words, or a linter's
+/// rule in brackets at its end (`… (errcheck)`).
+static FAULT_WORDS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(?i)\b(?:error|undefined|undeclared|expected|cannot|can't|not found|no such|invalid|missing|unused|mismatch|panic|panicked|failed|failure|fatal|unexpected|not assignable|does not|doesn't|has no|got)\b|\([a-z][\w-]*\)$")
+        .expect("valid regex")
+});
+
+/// A compiler's note or warning beside an error: no fault of its own.
+static NOT_A_FAULT: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(?i)^(?:note|warning|info|hint):").expect("valid regex")
+});
+
+/// The lines of a failed run's output that name what broke it, in the order printed: up to
+/// [`FAULT_LINES`] distinct ones (a fault reported again at another place counts once), each
+/// at most 160 characters. Empty when the output names no fault in a form a tool prints it.
+pub fn fault_lines(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut faults_seen: Vec<String> = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if !FAULT_LINE.is_match(line) {
+            continue;
+        }
+        let fault = FAULT_PLACE.replace(line, "").to_string();
+        // A line at a place says what broke only in a fault's words: a test's log line
+        // (`hooks.go:155: Hook stop output: …`) and a compiler's note do not.
+        let placed = fault.len() < line.len();
+        if placed && (!FAULT_WORDS.is_match(&fault) || NOT_A_FAULT.is_match(&fault)) {
+            continue;
+        }
+        if faults_seen.contains(&fault) {
+            continue;
+        }
+        faults_seen.push(fault);
+        out.push(clip(line, FAULT_LINE_CHARS));
+        if out.len() == FAULT_LINES {
+            break;
+        }
+    }
+    out
 }
 
 /// The path a file tool names in its arguments.
@@ -604,6 +671,49 @@ mod tests {
         assert_eq!(
             a.failure.as_deref(),
             Some("error: unknown option '--dry-run'")
+        );
+    }
+
+    #[test]
+    fn a_failed_run_quotes_up_to_three_distinct_faults_not_its_logs_or_notes() {
+        let go_test = "=== RUN   TestBoth\n    hooks.go:155: Hook stop output: INFO stop component=hooks\n    both_test.go:344: Expected session_count=2, got 1\n    both_test.go:350: Expected session_count=2, got 1\n--- FAIL: TestBoth (0.61s)\nFAIL\nok  \tother\t0.1s";
+        assert_eq!(
+            fault_lines(go_test),
+            [
+                "both_test.go:344: Expected session_count=2, got 1",
+                "--- FAIL: TestBoth (0.61s)"
+            ]
+        );
+        let gcc = "a.c:318:11: error: too few arguments to function 'f'\na.c:6146:15: note: in expansion of macro 'F'\nb.c:2:1: error: unknown type 'x'";
+        assert_eq!(
+            fault_lines(gcc),
+            [
+                "a.c:318:11: error: too few arguments to function 'f'",
+                "b.c:2:1: error: unknown type 'x'"
+            ]
+        );
+        let rust = format!(
+            "error[E0425]: cannot find value `y{}` in this scope\n --> src/a.rs:3:5\nerror: aborting due to 1 previous error",
+            "y".repeat(200)
+        );
+        let faults = fault_lines(&rust);
+        assert_eq!(faults.len(), 1);
+        assert!(faults[0].starts_with("error[E0425]: cannot find value"));
+        assert_eq!(
+            faults[0].chars().count(),
+            161,
+            "160 characters and a marker"
+        );
+        let py = "FAILED tests/x.py::test_y - AssertionError\nFAILED tests/x.py::test_z - KeyError\nFAILED tests/x.py::test_w - KeyError\nFAILED tests/x.py::test_v - KeyError";
+        assert_eq!(fault_lines(py).len(), 3);
+        let ts = "src/a.ts(5,15): error TS2305: Module 'x' has no exported member 'Y'.";
+        assert_eq!(fault_lines(ts), [ts]);
+        assert!(fault_lines("[lint] ERROR task failed\nFAIL").is_empty());
+        let r = result(&format!("{go_test}\n"), true, Some(1));
+        let a = describe_call("Bash", &json!({"command": "go test ./..."}), Some(&r));
+        assert_eq!(
+            a.failure.as_deref(),
+            Some("both_test.go:344: Expected session_count=2, got 1; --- FAIL: TestBoth (0.61s)")
         );
     }
 

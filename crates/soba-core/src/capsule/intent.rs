@@ -6,7 +6,10 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::requests::{is_substantive, sentences, stated_rules, NOT_A_RULE};
+use super::requests::{
+    is_one_off, is_substantive, sentences, stated_rules, NOT_A_RULE, PERMISSION,
+    STANDING_PREFERENCE,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intent {
@@ -162,7 +165,16 @@ impl UserMessage {
         // A long message that corrects the agent is a new plan of work ("no, that's horrible.
         // tools -> core/tools, tui -> …, then update both"): its request, not a standing rule.
         let short = self.prose.split_whitespace().count() <= MAX_PREFERENCE_WORDS;
-        if self.intent == Intent::Preference && out.is_empty() && states_a_preference && short {
+        // A pointer ("you can look up … (don't read the full file!)") says where to look; the
+        // rules it carries are [`stated_rules`]'s to keep or leave.
+        let pointer = PERMISSION.is_match(&self.prose);
+        if self.intent == Intent::Preference
+            && out.is_empty()
+            && states_a_preference
+            && short
+            && !pointer
+            && !is_one_off(&own_words)
+        {
             // The preference without the questions asked beside it.
             let stated: Vec<&str> = sentences(without_tag_question(&self.prose))
                 .into_iter()
@@ -283,7 +295,7 @@ fn is_approval(prose: &str) -> bool {
 }
 
 static POLITE_REQUEST: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)^\s*(?:ok(?:ay)?[,.]?\s+|so[,]?\s+|and\s+|now\s+)?(?:can|could|would|will)\s+(?:you|we)\s+(?:please\s+)?(?P<verb>[a-z]+)")
+    Regex::new(r"(?i)^\s*(?:ok(?:ay)?[,.]?\s+|so[,]?\s+|and\s+|now\s+|btw[,]?\s+)?(?:can|could|would|will)\s+(?:you|we)\s+(?:please\s+)?(?P<verb>[a-z]+)")
         .expect("valid regex")
 });
 
@@ -392,7 +404,11 @@ fn states_a_rule_first(prose: &str) -> bool {
         .split_inclusive(['.', '!', '?', '\n'])
         .next()
         .unwrap_or(prose);
-    !stated_rules(first).is_empty() && !opens_with_work(first)
+    // "it doesn't need any core code change, it's just documentation.. can you update the
+    // docs": a scope said in passing frames the work it asks for.
+    !stated_rules(first).is_empty()
+        && !STANDING_PREFERENCE.is_match(first)
+        && !opens_with_work(first)
 }
 
 static POLITE_OR_IMPERATIVE: LazyLock<Regex> = LazyLock::new(|| {

@@ -270,7 +270,7 @@ pub(crate) static NOT_A_RULE: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 /// "you can look up the history in /path/…": a pointer or a permission, not a rule.
-static PERMISSION: LazyLock<Regex> = LazyLock::new(|| {
+pub(crate) static PERMISSION: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)^(?:\W*)(?:you|u) (?:can|could|may|might)\b(?:\s+(?:also|always|just))?\s+(?:look|find|check|see|use|read|try|refer)\b|^feel free\b")
         .expect("valid regex")
 });
@@ -281,6 +281,53 @@ static BRACKETED_RULE: LazyLock<Regex> = LazyLock::new(|| {
         .expect("valid regex")
 });
 
+/// How all the work is to be done, said without a rule word: formats ("use rgb values, not
+/// palette indices"), test kinds ("i would only want e2e tests"), what to keep ("keep the old
+/// code around for reference") and scope ("no core code change, it's just documentation").
+pub(crate) static STANDING_PREFERENCE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\buse\b[^.!?]{1,60}[,;]\s*(?:not|no)\s+\w|\bonly (?:ever )?want\b|\bkeep\b[^.!?]{1,40}\b(?:around|for reference)\b|\bjust (?:documentation|docs)\b|\b(?:docs|documentation)[- ]only\b|\b(?:no|doesn't (?:require|need) any|without any)\s+(?:\w+\s+)?code changes?\b",
+    )
+    .expect("valid regex")
+});
+
+/// "X doesn't adhere to the invariant that …": the invariant, after "that".
+static BROKEN_INVARIANT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:doesn't|does not|don't|do not|isn't|is not)\s+(?:adhere to|follow|respect|obey|honou?r|keep)\s+the\s+(?:invariant|rule|contract|requirement)\s+that\s+(.{8,})")
+        .expect("valid regex")
+});
+
+/// What is wrong, reported: a look that should change ("should be dimmer", "too wide") or a
+/// crash the user ran into.
+static SYMPTOM: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\bshould be (?:\w+er|more \w+|less \w+)\b|\b(?:is|are|looks?) too (?:wide|narrow|dark|bright|dim|light|small|big|large|long|short|tall)\b|\bgot an? (?:crash|exception|error)\b|\b(?:it|this|that) (?:crashed|crashes|exploded)\b")
+        .expect("valid regex")
+});
+
+/// "don't", "never", "do not": a prohibition.
+static PROHIBITION: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b(?:don't|dont|do not|never|mustn't|must not)\b").expect("valid regex")
+});
+
+/// A path (`/Users/me/x.jsonl`, `~/notes`), "this file", "that component", "the session log":
+/// one object, not a kind of thing.
+static ONE_OBJECT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(?:^|[\s(])(?:/|~/)[\w.-]+/\S*|\b(?:this|that)\s+(?:file|folder|directory|path|log|session|function|component|method|class|test|script|branch|commit)\b|\bsession(?:'s)? (?:log|history|file)\b")
+        .expect("valid regex")
+});
+
+fn names_one_object(sentence: &str) -> bool {
+    ONE_OBJECT.is_match(sentence)
+}
+
+/// An instruction for one fix, not a standing rule: a report of what is wrong ("should be
+/// dimmer, don't modify the theme, look into the footer sources", "got a crash, that should
+/// never happen"), whose rule is how to fix that one thing, or a prohibition said of one
+/// object ("don't open that file", "never edit /tmp/x.json").
+pub(crate) fn is_one_off(text: &str) -> bool {
+    SYMPTOM.is_match(text) || (PROHIBITION.is_match(text) && names_one_object(text))
+}
+
 /// Longest constraint kept whole; a longer sentence keeps its opening.
 const MAX_RULE_CHARS: usize = 300;
 
@@ -289,12 +336,28 @@ pub fn stated_rules(request: &str) -> Vec<String> {
     let mut out = Vec::new();
     for sentence in sentences(request) {
         let s = sentence.trim().trim_start_matches(['-', '*', '•']).trim();
-        if s.chars().count() < 8 || !RULE.is_match(&NOT_A_RULE.replace_all(s, "")) {
+        // "the queued messages component doesn't adhere to the invariant that every line …
+        // must not be wider than the width": the report is a bug; the invariant it names is
+        // the rule.
+        let s = BROKEN_INVARIANT
+            .captures(s)
+            .and_then(|c| c.get(1))
+            .map_or(s, |m| m.as_str().trim());
+        let about_the_user = NOT_A_RULE.replace_all(s, "");
+        let is_rule = RULE.is_match(&about_the_user) || STANDING_PREFERENCE.is_match(s);
+        if s.chars().count() < 8 || !is_rule {
             continue;
         }
-        // A pointer ("you can look up … if you need to (don't read the full file!)") is no
-        // rule; a rule it carries in brackets is.
+        if is_one_off(s) {
+            continue;
+        }
+        // A pointer ("you can look up … in /path/x.jsonl if you need to (don't read the full
+        // file!)") is no rule; a rule it carries in brackets is, unless it is about the one
+        // object the pointer names.
         if PERMISSION.is_match(s) {
+            if names_one_object(s) {
+                continue;
+            }
             for c in BRACKETED_RULE.captures_iter(s) {
                 let rule = c[1].trim().to_string();
                 if !out.contains(&rule) {
