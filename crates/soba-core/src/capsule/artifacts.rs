@@ -634,26 +634,33 @@ fn named_as_missing(output: &str, path: &str) -> bool {
 /// (os error 2)", "ls: cannot access 'x': …"): stricter than [`named_as_missing`], for a run that
 /// succeeded, whose output is otherwise the files' text and may mention anything.
 fn reported_missing_by_tool(output: &str, path: &str) -> bool {
+    // The tool prints the name it was given, which may be relative to a folder the command
+    // moved to, where `path` is resolved.
+    let is_path =
+        |named: &str| !named.is_empty() && (path == named || path.ends_with(&format!("/{named}")));
+    let quotes = |c: char| matches!(c, '\'' | '‘' | '’' | '"');
     output.lines().any(|l| {
         let Some((tool, rest)) = l.split_once(": ") else {
             return false;
         };
-        if tool.is_empty() || tool.contains(char::is_whitespace) {
+        if tool.is_empty()
+            || tool.contains(char::is_whitespace)
+            || !rest
+                .to_ascii_lowercase()
+                .contains("no such file or directory")
+        {
             return false;
         }
-        let lower = rest.to_ascii_lowercase();
-        // The path stands where the tool names the file it failed on, right after its name
-        // ("rg: x: …") or quoted after what it could not do ("ls: cannot access 'x': …",
-        // "sed: can't read x: …").
-        let named = rest.starts_with(&format!("{path}:"))
-            || [
-                format!("cannot access '{path}'"),
-                format!("cannot open '{path}'"),
-                format!("can't read {path}:"),
-            ]
+        // The name stands where the tool names the file it failed on, right after its name
+        // ("rg: x: …") or after what it could not do ("ls: cannot access 'x': …",
+        // "head: cannot open 'x' for reading: …", "sed: can't read x: …").
+        let named = ["cannot access ", "cannot open ", "can't read "]
             .iter()
-            .any(|n| rest.starts_with(n.as_str()));
-        named && lower.contains("no such file or directory")
+            .find_map(|what| rest.strip_prefix(what))
+            .unwrap_or(rest);
+        let named = named.split(": ").next().unwrap_or_default();
+        let named = named.strip_suffix(" for reading").unwrap_or(named);
+        is_path(named.trim_matches(quotes))
     })
 }
 
@@ -1410,7 +1417,7 @@ mod tests {
         // `| head` makes the run succeed though rg could not open one of its files.
         b.bash(
             "b1",
-            "rg -n schema package.json package-lock.json | head -n 20",
+            "cd pkg && rg -n schema package.json package-lock.json | head -n 20",
         );
         result(
             &mut b,
@@ -1429,7 +1436,21 @@ mod tests {
         answered(&mut b);
         let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
         let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
-        assert_eq!(read, ["package.json", "notes.md"]);
+        // Claude Code's shell stays in the folder a `cd` left it in.
+        assert_eq!(read, ["pkg/package.json", "pkg/notes.md"]);
+        // A tool that could not open a file it was given, quoted after what it could not do.
+        let mut b = Builder::new();
+        b.bash("h1", "head -n 3 a.txt b.txt; true");
+        result(
+            &mut b,
+            "h1",
+            "==> a.txt <==\nalpha\nhead: cannot open 'b.txt' for reading: No such file or directory",
+            Some(0),
+        );
+        answered(&mut b);
+        let a = collect("/ws", None, b.session.entries(), &ToolMapping::default());
+        let read: Vec<&str> = a.read_files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(read, ["a.txt"]);
     }
 
     #[test]
