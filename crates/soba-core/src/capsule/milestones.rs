@@ -51,14 +51,22 @@ fn first_number(s: &str) -> Option<&str> {
         .find(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_digit()))
 }
 
-fn flag_value<'a>(s: &'a str, flags: &[&str]) -> Option<&'a str> {
-    let words: Vec<&str> = s.split_whitespace().collect();
-    words
-        .iter()
-        .position(|w| flags.contains(w))
-        .and_then(|i| words.get(i + 1))
-        .map(|w| w.trim_matches(['"', '\'']))
+/// The value of the first of `flags` in `s`, whole: `--title "Add retries"` is "Add retries",
+/// not its first word.
+fn flag_value(s: &str, flags: &[&str]) -> Option<String> {
+    FLAG_VALUE.captures_iter(s).find_map(|c| {
+        if !flags.contains(&&c["flag"]) {
+            return None;
+        }
+        let v = c.name("dq").or(c.name("sq")).or(c.name("bare"))?.as_str();
+        Some(v.replace("\\\"", "\""))
+    })
 }
+
+static FLAG_VALUE: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"(?:^|\s)(?P<flag>--?[A-Za-z][\w-]*)(?:\s+|=)(?:"(?P<dq>(?:[^"\\]|\\.)*)"|'(?P<sq>[^']*)'|(?P<bare>[^\s"'-][^\s"']*))"#)
+        .expect("valid regex")
+});
 
 /// What one successful shell script did that a capsule should report as done.
 pub fn milestones(script: &str) -> Vec<String> {
@@ -139,7 +147,7 @@ pub fn milestones(script: &str) -> Vec<String> {
             let n = first_number(&c["rest"]).map(|n| format!(" #{n}"));
             let title = flag_value(&c["rest"], &["--title", "-t"]);
             let line = match (&c["verb"], n, title) {
-                ("create", _, Some(t)) => format!("Opened {what}: {}", clip(t, MAX_MESSAGE_CHARS)),
+                ("create", _, Some(t)) => format!("Opened {what}: {}", clip(&t, MAX_MESSAGE_CHARS)),
                 ("create", _, None) => format!("Opened a {what}"),
                 ("close", Some(n), _) => format!("Closed {what}{n}"),
                 ("merge", Some(n), _) => format!("Merged {what}{n}"),
@@ -214,7 +222,17 @@ mod tests {
         );
         assert_eq!(
             milestones("gh pr create --title \"Add retries\" --body x"),
-            ["Opened pull request: Add"]
+            ["Opened pull request: Add retries"]
+        );
+        assert_eq!(
+            milestones(
+                "gh pr create --fill --title \"docs: document composite AND/OR patterns\" --body \"## Summary\""
+            ),
+            ["Opened pull request: docs: document composite AND/OR patterns"]
+        );
+        assert_eq!(
+            milestones("gh issue create -t 'Flaky test' -b x"),
+            ["Opened issue: Flaky test"]
         );
         assert_eq!(
             milestones("gh release create v1.2.0 --notes x"),
