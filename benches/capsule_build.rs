@@ -16,7 +16,7 @@
 //! wall and CPU time, the reported planning and generation milliseconds, and the peak RSS
 //! against the log's size: what a user waits for and what a writer holds. Each figure is
 //! printed beside its target (issue 40): planning ≤ 50 ms at 6,000 entries, the whole
-//! process ≤ 1 s at 59,736, a writer's peak RSS ≤ 1.5× the log. With `SOBA_BASELINE_BIN` set
+//! process ≤ 1 s at 59,736, a writer's peak RSS ≤ 1.5× the log. With `SOBA_BASELINE` set
 //! to another build of `soba` (the main branch's), that build is timed first on the same
 //! logs, back to back, so that both sets of figures come from one machine state.
 
@@ -262,7 +262,7 @@ fn compact_as_a_process() {
         (&[1_000], 1)
     };
     let data = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
-    let baseline = std::env::var("SOBA_BASELINE_BIN").ok();
+    let baseline = std::env::var("SOBA_BASELINE").ok();
     let builds = baseline
         .iter()
         .map(|b| ("baseline", b.as_str()))

@@ -915,6 +915,17 @@ mod tests {
     use crate::session::testing::Builder;
     use serde_json::json;
 
+    /// A result that printed `text` and exited 0, as a task runner, wrapper or pipe reports.
+    fn r(text: &str) -> ToolResultEntry {
+        ToolResultEntry {
+            call_id: "c".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+            exit_code: Some(0),
+        }
+    }
+
     #[test]
     fn verification_outcome_follows_the_last_run() {
         let mut b = Builder::new();
@@ -1077,13 +1088,6 @@ mod tests {
     /// A run that selected no test says nothing about the work: no outcome, whatever its exit.
     #[test]
     fn a_test_run_that_ran_no_tests_has_no_outcome() {
-        let r = |text: &str| ToolResultEntry {
-            call_id: "c".into(),
-            tool_name: None,
-            content: vec![ContentBlock::text(text)],
-            is_error: false,
-            exit_code: Some(0),
-        };
         for none in [
             "testing: warning: no tests to run\nPASS\nok  \tgithub.com/x/cli/integration_test\t0.412s [no tests to run]",
             "collected 0 items\n\n============ no tests ran in 0.01s ============",
@@ -1106,13 +1110,6 @@ mod tests {
     /// `ERROR:` lines, npm's `npm error`, a rejected option — though a pipe reported 0.
     #[test]
     fn an_install_a_publish_and_a_dry_run_fail_by_what_they_printed() {
-        let r = |text: &str| ToolResultEntry {
-            call_id: "c".into(),
-            tool_name: None,
-            content: vec![ContentBlock::text(text)],
-            is_error: false,
-            exit_code: Some(0),
-        };
         for failed in [
             "Obtaining file:///testbed\nERROR: Could not build wheels for astropy",
             "npm error code E403\nnpm error 403 Forbidden - PUT https://registry.npmjs.org/pkg",
@@ -1143,13 +1140,6 @@ mod tests {
     /// a pipe reported; a passing run's output stays passed.
     #[test]
     fn a_check_that_printed_its_failure_has_failed_whatever_its_exit_status() {
-        let r = |text: &str| ToolResultEntry {
-            call_id: "c".into(),
-            tool_name: None,
-            content: vec![ContentBlock::text(text)],
-            is_error: false,
-            exit_code: Some(0),
-        };
         for failed in [
             "src/a.go:3:1: unused (unused)\n2 issues:\n* unused: 2\n[lint] ERROR task failed",
             "[lint] ERROR task failed",

@@ -3426,23 +3426,7 @@ mod tests {
         prev_state
             .completed
             .push("Can we add the up-arrow hint to the warning → Done.".into());
-        let prev = CapsuleEntry {
-            checkpoint_id: "ck_1".into(),
-            trigger: crate::session::trigger::Trigger::AutoThreshold,
-            quality: crate::session::capsule::model::Quality::Degraded,
-            first_kept_entry_id: None,
-            previous_checkpoint_id: None,
-            state: prev_state,
-            artifacts: Artifacts::default(),
-            tokens: Default::default(),
-            origin: crate::session::capsule::model::Origin::Session,
-            mirrored: false,
-            title: None,
-            degraded_reason: None,
-            instructions: None,
-            elide_tool_results_over: None,
-            loaded_from: None,
-        };
+        let prev = previous_capsule(prev_state);
         let mut b = Builder::new();
         b.user("do we have an integration test with two sessions committed together?");
         b.assistant("The test shows only session A was condensed. Let me check why.");
@@ -3462,6 +3446,27 @@ mod tests {
         );
     }
 
+    /// A local capsule written before the span being built, holding `state`.
+    fn previous_capsule(state: CapsuleState) -> CapsuleEntry {
+        CapsuleEntry {
+            checkpoint_id: "ck_1".into(),
+            trigger: crate::session::trigger::Trigger::AutoThreshold,
+            quality: crate::session::capsule::model::Quality::Degraded,
+            first_kept_entry_id: None,
+            previous_checkpoint_id: None,
+            state,
+            artifacts: Artifacts::default(),
+            tokens: Default::default(),
+            origin: crate::session::capsule::model::Origin::Session,
+            mirrored: false,
+            title: None,
+            degraded_reason: None,
+            instructions: None,
+            elide_tool_results_over: None,
+            loaded_from: None,
+        }
+    }
+
     #[test]
     fn previous_state_rolls_forward() {
         let mut prev_state = CapsuleState {
@@ -3475,23 +3480,7 @@ mod tests {
                 decision: "use sqlite".into(),
                 rationale: "simple".into(),
             });
-        let prev = CapsuleEntry {
-            checkpoint_id: "ck_1".into(),
-            trigger: crate::session::trigger::Trigger::AutoThreshold,
-            quality: crate::session::capsule::model::Quality::Degraded,
-            first_kept_entry_id: None,
-            previous_checkpoint_id: None,
-            state: prev_state,
-            artifacts: Artifacts::default(),
-            tokens: Default::default(),
-            origin: crate::session::capsule::model::Origin::Session,
-            mirrored: false,
-            title: None,
-            degraded_reason: None,
-            instructions: None,
-            elide_tool_results_over: None,
-            loaded_from: None,
-        };
+        let prev = previous_capsule(prev_state);
         let mut b = Builder::new();
         b.user("next request");
         let entries: Vec<&Entry> = b.session.entries().iter().collect();
